@@ -1,0 +1,881 @@
+#include "frontend/OnnxImporter.h"
+
+#include "frontend/OnnxNode.h"
+#include "frontend/OnnxTensor.h"
+#include "frontend/ShapeFolding.h"
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <climits>
+#include <set>
+
+namespace cleave::frontend {
+
+using namespace cleave::ir;
+using Data = std::shared_ptr<TensorData>;
+
+template <typename... Ts>
+static llvm::Error err(const char *fmt, Ts &&...vals) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
+}
+
+// ONNX ops that are accepted only when they fold to a constant.
+static const std::set<std::string> kFoldOnly = {
+    "Shape", "Size", "ConstantOfShape", "Range", "Constant"};
+
+// ONNX attributes cleave reads itself (or that carry no meaning for it), per
+// op, beyond the ones named in the IR op's declaration.
+static bool isConsumedAttr(const std::string &op, const std::string &attr) {
+  static const std::set<std::pair<std::string, std::string>> consumed = {
+      {"Conv", "auto_pad"},           {"Conv", "kernel_shape"},
+      {"MaxPool", "auto_pad"},        {"MaxPool", "storage_order"},
+      {"AveragePool", "auto_pad"},    {"Reshape", "allowzero"},
+      {"ReduceSum", "noop_with_empty_axes"},
+      {"ReduceMean", "noop_with_empty_axes"},
+      {"ReduceMax", "noop_with_empty_axes"},
+      {"Cast", "to"},                 {"Squeeze", "axes"},
+      {"Unsqueeze", "axes"},          {"Split", "split"},
+      {"Pad", "pads"},                {"Pad", "value"},
+  };
+  return consumed.count({op, attr}) != 0;
+}
+
+namespace {
+
+class Importer {
+public:
+  Importer(onnx::ModelProto &model, std::string path, const ImportOptions &o)
+      : model_(model), path_(std::move(path)), opts_(o) {
+    modelDir_ = llvm::sys::path::parent_path(path_).str();
+  }
+  llvm::Expected<std::unique_ptr<Graph>> run();
+
+private:
+  struct Entry {
+    TensorType type;
+    Value *value = nullptr; // the IR value, once there is one
+    Data data;              // initializer or constant bytes
+    bool foldable = false;  // a compile-time constant the folder may use
+  };
+
+  llvm::Error checkOpset();
+  llvm::Error bindInputs();
+  llvm::Error addInitializers();
+  llvm::Error importNode(const onnx::NodeProto &n, int index);
+  llvm::Error convert(const onnx::NodeProto &n, int index);
+  // Appends the IR op for node `n`; `copyAttrs` also takes the node's ONNX
+  // attributes that the IR op declares.
+  llvm::Error emit(const onnx::NodeProto &n, int index, OpKind kind,
+                   std::vector<Value *> operands, AttrMap attrs,
+                   bool copyAttrs = true);
+  llvm::Expected<Value *> operand(const onnx::NodeProto &n, int index,
+                                  int k);
+  llvm::Expected<std::vector<int64_t>> staticInts(const onnx::NodeProto &n,
+                                                  int index, int k,
+                                                  const char *what);
+  Entry *input(const onnx::NodeProto &n, int k);
+  Value *materialize(const std::string &name, Entry &e);
+  void classifyParameters();
+  llvm::Error crossCheck();
+  const onnx::ModelProto &checkerView();
+
+  onnx::ModelProto &model_;
+  std::string path_, modelDir_;
+  const ImportOptions &opts_;
+  int64_t opset_ = 0;
+  std::unique_ptr<Graph> g_;
+  llvm::StringMap<Entry> env_;
+  std::unique_ptr<onnx::ModelProto> checkerCopy_;
+};
+
+llvm::Error Importer::checkOpset() {
+  bool found = false;
+  for (const auto &imp : model_.opset_import()) {
+    if (imp.domain() != "" && imp.domain() != "ai.onnx")
+      continue;
+    found = true;
+    opset_ = imp.version();
+  }
+  if (!found)
+    return err("'{0}' imports no opset of the default ONNX domain", path_);
+  if (opset_ < kMinOpset || opset_ > kMaxOpset)
+    return err("'{0}' uses opset {1} of the default ONNX domain; cleave "
+               "supports opsets {2} to {3} (re-export with "
+               "opset_version={3})",
+               path_, opset_, kMinOpset, kMaxOpset);
+  return llvm::Error::success();
+}
+
+// Binds symbolic dims of graph inputs and writes the bound shapes back into
+// the model so ONNX shape inference sees static shapes too.
+llvm::Error Importer::bindInputs() {
+  std::set<std::string> inits;
+  for (const auto &t : model_.graph().initializer())
+    inits.insert(t.name());
+  std::set<std::string> inputNames;
+  for (auto &in : *model_.mutable_graph()->mutable_input()) {
+    if (inits.count(in.name()))
+      continue;
+    inputNames.insert(in.name());
+    if (!in.type().has_tensor_type())
+      return err("graph input '{0}' is not a tensor", in.name());
+    auto *tt = in.mutable_type()->mutable_tensor_type();
+    auto dt = dtypeFromOnnx(tt->elem_type());
+    if (!dt)
+      return err("graph input '{0}': {1}", in.name(),
+                 llvm::toString(dt.takeError()));
+    if (!tt->has_shape())
+      return err("graph input '{0}' has no shape; give one with "
+                 "--input-shape {0}=d0,d1,...",
+                 in.name());
+    auto *shape = tt->mutable_shape();
+    auto flag = opts_.inputShapes.find(in.name());
+    if (flag != opts_.inputShapes.end()) {
+      if (int(flag->second.size()) != shape->dim_size())
+        return err("--input-shape gives {0} dims for '{1}', which has rank "
+                   "{2}",
+                   flag->second.size(), in.name(), shape->dim_size());
+      for (int i = 0; i < shape->dim_size(); ++i) {
+        auto *d = shape->mutable_dim(i);
+        if (d->has_dim_value() && d->dim_value() != flag->second[i])
+          return err("--input-shape gives {0} for axis {1} of '{2}', which "
+                     "the model fixes at {3}",
+                     flag->second[i], i, in.name(), d->dim_value());
+        d->set_dim_value(flag->second[i]);
+      }
+    }
+    Shape dims;
+    for (int i = 0; i < shape->dim_size(); ++i) {
+      auto *d = shape->mutable_dim(i);
+      if (!d->has_dim_value() && i == 0 && opts_.microbatchSize)
+        d->set_dim_value(*opts_.microbatchSize);
+      if (!d->has_dim_value()) {
+        std::string sym = d->has_dim_param() ? " '" + d->dim_param() + "'"
+                                             : "";
+        return err("input '{0}' has a symbolic dimension{1} at axis {2}; "
+                   "bind it with {3}--input-shape {0}=d0,d1,...",
+                   in.name(), sym, i,
+                   i == 0 ? "--microbatch-size N or " : "");
+      }
+      dims.push_back(d->dim_value());
+    }
+    if (auto e = checkShape(dims))
+      return err("input '{0}': {1}", in.name(),
+                 llvm::toString(std::move(e)));
+    Value *v = g_->addInput(in.name(), TensorType(*dt, dims));
+    env_[in.name()] = Entry{v->type(), v, nullptr, false};
+  }
+  for (const auto &[name, dims] : opts_.inputShapes)
+    if (!inputNames.count(name))
+      return err("--input-shape names '{0}', which is not an input of the "
+                 "model",
+                 name);
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::addInitializers() {
+  for (const auto &t : model_.graph().initializer()) {
+    DataOrigin origin{DataOrigin::Kind::OnnxInitializer, path_, t.name(), 0,
+                      0};
+    auto data = tensorFromOnnx(t, modelDir_, origin);
+    if (!data)
+      return data.takeError();
+    bool fl = isFloat((*data)->type().dtype);
+    env_[t.name()] = Entry{(*data)->type(), nullptr, *data, !fl};
+  }
+  return llvm::Error::success();
+}
+
+Importer::Entry *Importer::input(const onnx::NodeProto &n, int k) {
+  if (k >= n.input_size() || n.input(k).empty())
+    return nullptr;
+  auto it = env_.find(n.input(k));
+  return it == env_.end() ? nullptr : &it->second;
+}
+
+Value *Importer::materialize(const std::string &name, Entry &e) {
+  if (!e.value)
+    e.value = g_->addDeclared(e.foldable ? ValueKind::Const : ValueKind::Param,
+                              name, e.data);
+  return e.value;
+}
+
+llvm::Expected<Value *> Importer::operand(const onnx::NodeProto &n, int index,
+                                          int k) {
+  Entry *e = input(n, k);
+  if (!e)
+    return err("{0}: input {1} is missing", describeNode(n, index), k);
+  return materialize(n.input(k), *e);
+}
+
+llvm::Expected<std::vector<int64_t>>
+Importer::staticInts(const onnx::NodeProto &n, int index, int k,
+                     const char *what) {
+  Entry *e = input(n, k);
+  if (!e || !e->foldable)
+    return err("{0}: input '{1}' ({2}) must be a constant after folding; "
+               "cleave needs static shapes",
+               describeNode(n, index), k < n.input_size() ? n.input(k) : "",
+               what);
+  std::vector<int64_t> v(e->type.numElements());
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = e->data->getInt(i);
+  return v;
+}
+
+llvm::Error Importer::emit(const onnx::NodeProto &n, int index, OpKind kind,
+                           std::vector<Value *> operands, AttrMap attrs,
+                           bool copyAttrs) {
+  const OpInfo &info = opInfo(kind);
+  for (const auto &a : n.attribute()) {
+    if (!copyAttrs)
+      break;
+    if (isConsumedAttr(n.op_type(), a.name()) || attrs.count(a.name()))
+      continue;
+    const AttrSpec *spec = info.findAttr(a.name());
+    if (!spec)
+      return err("{0}: attribute '{1}' is not supported by cleave",
+                 describeNode(n, index), a.name());
+    using AP = onnx::AttributeProto;
+    switch (spec->kind) {
+    case AttrKind::Int:
+      if (a.type() != AP::INT)
+        break;
+      attrs.emplace(a.name(), Attribute(int64_t(a.i())));
+      continue;
+    case AttrKind::Float:
+      if (a.type() != AP::FLOAT)
+        break;
+      attrs.emplace(a.name(), Attribute(a.f()));
+      continue;
+    case AttrKind::String:
+      if (a.type() != AP::STRING)
+        break;
+      attrs.emplace(a.name(), Attribute(a.s()));
+      continue;
+    case AttrKind::Ints:
+      if (a.type() != AP::INTS)
+        break;
+      attrs.emplace(a.name(), Attribute(std::vector<int64_t>(
+                                  a.ints().begin(), a.ints().end())));
+      continue;
+    case AttrKind::Floats:
+      if (a.type() != AP::FLOATS)
+        break;
+      attrs.emplace(a.name(), Attribute(std::vector<float>(
+                                  a.floats().begin(), a.floats().end())));
+      continue;
+    default:
+      break;
+    }
+    return err("{0}: attribute '{1}' has the wrong kind",
+               describeNode(n, index), a.name());
+  }
+  // Outputs up to the last named one; unnamed ones in between get fresh
+  // names.
+  int numResults = n.output_size();
+  while (numResults > 0 && n.output(numResults - 1).empty())
+    --numResults;
+  std::vector<TensorType> operandTypes;
+  for (Value *v : operands)
+    operandTypes.push_back(v->type());
+  auto types = inferResultTypes(kind, operandTypes, attrs, numResults);
+  if (!types)
+    return err("{0}: {1}", describeNode(n, index),
+               llvm::toString(types.takeError()));
+  for (const TensorType &t : *types)
+    if (auto e = checkShape(t.shape))
+      return err("{0}: result {1}", describeNode(n, index),
+                 llvm::toString(std::move(e)));
+  std::vector<std::string> names;
+  for (int i = 0; i < numResults; ++i) {
+    if (!n.output(i).empty() && env_.count(n.output(i)))
+      return err("{0}: output '{1}' is defined twice",
+                 describeNode(n, index), n.output(i));
+    names.push_back(n.output(i));
+  }
+  Op *op = g_->appendOp(kind, operands, *types, names, std::move(attrs),
+                        n.name());
+  for (int i = 0; i < numResults; ++i)
+    if (!n.output(i).empty())
+      env_[n.output(i)] = Entry{(*types)[i], op->result(i), nullptr, false};
+  return llvm::Error::success();
+}
+
+// Pads for auto_pad SAME_UPPER / SAME_LOWER / VALID.
+static llvm::Expected<std::vector<int64_t>>
+autoPads(const std::string &mode, llvm::ArrayRef<int64_t> in,
+         llvm::ArrayRef<int64_t> kernel, llvm::ArrayRef<int64_t> strides,
+         llvm::ArrayRef<int64_t> dil) {
+  size_t sp = in.size();
+  std::vector<int64_t> pads(2 * sp, 0);
+  if (mode == "VALID")
+    return pads;
+  if (mode != "SAME_UPPER" && mode != "SAME_LOWER")
+    return err("auto_pad '{0}' is not one of NOTSET, SAME_UPPER, "
+               "SAME_LOWER, VALID",
+               mode);
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t out = (in[i] + strides[i] - 1) / strides[i];
+    int64_t span = (kernel[i] - 1) * dil[i] + 1;
+    int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + span - in[i]);
+    int64_t small = total / 2, big = total - small;
+    pads[i] = mode == "SAME_UPPER" ? small : big;
+    pads[sp + i] = mode == "SAME_UPPER" ? big : small;
+  }
+  return pads;
+}
+
+llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
+  const std::string &op = n.op_type();
+  std::string where = describeNode(n, index);
+  if (n.domain() != "" && n.domain() != "ai.onnx")
+    return err("unsupported op '{0}' (domain '{1}') at node '{2}'; "
+               "`cleavec --list-ops` lists the supported ops",
+               op, n.domain(), n.name());
+  if (kFoldOnly.count(op))
+    return err("{0}: its result depends on runtime data, but cleave needs "
+               "it to fold to a constant (static shapes)",
+               where);
+  auto kind = lookupOp(op);
+  if (!kind)
+    return err("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at node "
+               "'{2}'; `cleavec --list-ops` lists the supported ops",
+               op, opset_, n.name());
+  const OpInfo &info = opInfo(*kind);
+
+  // Operands that stay tensors; the rest become attributes below.
+  int tensorInputs = info.maxOperands < 0 ? n.input_size()
+                                          : std::min(n.input_size(),
+                                                     info.maxOperands);
+  while (tensorInputs > 0 && n.input(tensorInputs - 1).empty())
+    --tensorInputs;
+  std::vector<Value *> operands;
+  for (int k = 0; k < tensorInputs; ++k) {
+    if (n.input(k).empty())
+      return err("{0}: an omitted optional input before the last one is "
+                 "not supported",
+                 where);
+    auto v = operand(n, index, k);
+    if (!v)
+      return v.takeError();
+    operands.push_back(*v);
+  }
+  for (int k = tensorInputs; k < n.input_size(); ++k)
+    if (!n.input(k).empty() && !input(n, k))
+      return err("{0}: input '{1}' is not defined", where, n.input(k));
+  auto rankOf = [&](int k) -> int64_t {
+    Entry *e = input(n, k);
+    return e ? e->type.rank() : 0;
+  };
+  const Shape *xShape = input(n, 0) ? &input(n, 0)->type.shape : nullptr;
+  AttrMap attrs;
+
+  if (op == "Reshape") {
+    auto dims = staticInts(n, index, 1, "target shape");
+    if (!dims)
+      return dims.takeError();
+    bool allowZero = attrInt(n, "allowzero", 0);
+    int64_t known = 1, infer = -1;
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < dims->size(); ++i) {
+      int64_t d = (*dims)[i];
+      if (d == 0 && !allowZero) {
+        if (i >= xShape->size())
+          return err("{0}: target dim {1} is 0 (copy) but the input has "
+                     "rank {2}",
+                     where, i, xShape->size());
+        d = (*xShape)[i];
+      }
+      if (d == -1) {
+        if (infer >= 0)
+          return err("{0}: more than one -1 in the target shape", where);
+        infer = i;
+      } else if (d < 0) {
+        return err("{0}: target dim {1} is {2}", where, i, d);
+      } else if (d > (int64_t(1) << 48) ||
+                 (d && known > (int64_t(1) << 48) / d)) {
+        return err("{0}: target shape is too large", where);
+      } else {
+        known *= d;
+      }
+      out.push_back(d);
+    }
+    int64_t total = TensorType(DType::F32, *xShape).numElements();
+    if (infer >= 0) {
+      if (known == 0 || total % known)
+        return err("{0}: cannot reshape {1} to {2}", where, shapeStr(*xShape),
+                   shapeStr(*dims));
+      out[infer] = total / known;
+    }
+    attrs.emplace("shape", Attribute(out));
+  } else if (op == "Unsqueeze" || op == "Squeeze") {
+    std::vector<int64_t> axes;
+    if (auto a = attrInts(n, "axes")) {
+      axes = *a;
+    } else if (input(n, 1)) {
+      auto v = staticInts(n, index, 1, "axes");
+      if (!v)
+        return v.takeError();
+      axes = *v;
+    }
+    if (op == "Squeeze" && axes.empty())
+      for (size_t i = 0; i < xShape->size(); ++i)
+        if ((*xShape)[i] == 1)
+          axes.push_back(i);
+    attrs.emplace("axes", Attribute(axes));
+  } else if (op == "Slice") {
+    auto starts = staticInts(n, index, 1, "starts");
+    if (!starts)
+      return starts.takeError();
+    auto ends = staticInts(n, index, 2, "ends");
+    if (!ends)
+      return ends.takeError();
+    std::vector<int64_t> axes, steps(starts->size(), 1);
+    for (size_t i = 0; i < starts->size(); ++i)
+      axes.push_back(i);
+    if (input(n, 3)) {
+      auto v = staticInts(n, index, 3, "axes");
+      if (!v)
+        return v.takeError();
+      axes = *v;
+    }
+    if (input(n, 4)) {
+      auto v = staticInts(n, index, 4, "steps");
+      if (!v)
+        return v.takeError();
+      steps = *v;
+    }
+    for (int64_t &a : axes)
+      if (a < 0)
+        a += xShape->size();
+    attrs.emplace("starts", Attribute(*starts));
+    attrs.emplace("ends", Attribute(*ends));
+    attrs.emplace("axes", Attribute(axes));
+    attrs.emplace("steps", Attribute(steps));
+  } else if (op == "Expand") {
+    auto dims = staticInts(n, index, 1, "shape");
+    if (!dims)
+      return dims.takeError();
+    attrs.emplace("shape", Attribute(*dims));
+  } else if (op == "Split") {
+    auto axis = normalizeAxis(attrInt(n, "axis", 0), xShape->size());
+    if (!axis)
+      return err("{0}: {1}", where, llvm::toString(axis.takeError()));
+    std::vector<int64_t> sizes;
+    if (auto a = attrInts(n, "split")) {
+      sizes = *a;
+    } else if (input(n, 1)) {
+      auto v = staticInts(n, index, 1, "split");
+      if (!v)
+        return v.takeError();
+      sizes = *v;
+    } else {
+      int64_t parts = n.output_size(), dim = (*xShape)[*axis];
+      if (parts == 0 || dim % parts)
+        return err("{0}: axis of size {1} does not split evenly into {2}",
+                   where, dim, parts);
+      sizes.assign(parts, dim / parts);
+    }
+    attrs.emplace("split", Attribute(sizes));
+  } else if (op == "Clip") {
+    for (int k : {1, 2}) {
+      if (!input(n, k))
+        continue;
+      Entry *e = input(n, k);
+      if (!e->foldable || e->type.numElements() != 1)
+        return err("{0}: the {1} bound must be a constant scalar", where,
+                   k == 1 ? "min" : "max");
+      attrs.emplace(k == 1 ? "min" : "max",
+                    Attribute(float(e->data->getDouble(0))));
+    }
+  } else if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax") {
+    std::vector<int64_t> axes;
+    if (auto a = attrInts(n, "axes"))
+      axes = *a;
+    else if (input(n, 1)) {
+      auto v = staticInts(n, index, 1, "axes");
+      if (!v)
+        return v.takeError();
+      axes = *v;
+    }
+    if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
+      return emit(n, index, OpKind::Identity, operands, {}, false);
+    if (!axes.empty())
+      attrs.emplace("axes", Attribute(axes));
+  } else if (op == "Dropout") {
+    if (Entry *e = input(n, 1)) {
+      if (!e->foldable || e->type.numElements() != 1)
+        return err("{0}: ratio must be a constant scalar", where);
+      attrs.emplace("ratio", Attribute(float(e->data->getDouble(0))));
+    }
+    if (Entry *e = input(n, 2)) {
+      if (!e->foldable || e->type.numElements() != 1)
+        return err("{0}: training_mode must be a constant", where);
+      attrs.emplace("training_mode", Attribute(e->data->getInt(0)));
+    }
+  } else if (op == "Cast") {
+    auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
+    if (!dt)
+      return err("{0}: {1}", where, llvm::toString(dt.takeError()));
+    attrs.emplace("to", Attribute(std::string(dtypeName(*dt))));
+  } else if (op == "Transpose") {
+    if (!findAttr(n, "perm")) {
+      std::vector<int64_t> perm;
+      for (int64_t i = rankOf(0); i-- > 0;)
+        perm.push_back(i);
+      attrs.emplace("perm", Attribute(perm));
+    }
+  } else if (op == "Pad") {
+    auto pads = staticInts(n, index, 1, "pads");
+    if (!pads)
+      return pads.takeError();
+    if (input(n, 3))
+      return err("{0}: the 'axes' input is not supported", where);
+    if (Entry *e = input(n, 2)) {
+      if (!e->foldable || e->type.numElements() != 1)
+        return err("{0}: constant_value must be a constant scalar", where);
+      attrs.emplace("value", Attribute(float(e->data->getDouble(0))));
+    }
+    bool zero = std::all_of(pads->begin(), pads->end(),
+                            [](int64_t p) { return p == 0; });
+    if (zero)
+      return emit(n, index, OpKind::Identity, operands, {}, false);
+    attrs.emplace("pads", Attribute(*pads));
+  } else if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+    size_t sp = xShape->size() >= 2 ? xShape->size() - 2 : 0;
+    std::vector<int64_t> kernel;
+    if (op == "Conv") {
+      Entry *w = input(n, 1);
+      if (w && w->type.rank() >= 2)
+        kernel.assign(w->type.shape.begin() + 2, w->type.shape.end());
+      if (auto ks = attrInts(n, "kernel_shape"); ks && *ks != kernel)
+        return err("{0}: kernel_shape {1} disagrees with the weight's shape",
+                   where, shapeStr(*ks));
+    } else {
+      kernel = attrInts(n, "kernel_shape").value_or(std::vector<int64_t>{});
+      attrs.emplace("kernel_shape", Attribute(kernel));
+    }
+    if (kernel.size() != sp)
+      return err("{0}: kernel has {1} dims for {2} spatial dims", where,
+                 kernel.size(), sp);
+    std::vector<int64_t> ones(sp, 1), zeros(2 * sp, 0);
+    auto strides = attrInts(n, "strides").value_or(ones);
+    auto dil = attrInts(n, "dilations").value_or(ones);
+    auto pads = attrInts(n, "pads").value_or(zeros);
+    std::string autoPad = attrString(n, "auto_pad", "NOTSET");
+    if (autoPad != "NOTSET") {
+      if (strides.size() != sp || dil.size() != sp)
+        return err("{0}: strides and dilations need {1} entries", where, sp);
+      auto p = autoPads(autoPad, llvm::ArrayRef<int64_t>(*xShape).drop_front(2),
+                        kernel, strides, dil);
+      if (!p)
+        return err("{0}: {1}", where, llvm::toString(p.takeError()));
+      pads = *p;
+    }
+    if (op == "MaxPool" && attrInt(n, "storage_order", 0) != 0)
+      return err("{0}: storage_order=1 (column-major indices) is not "
+                 "supported",
+                 where);
+    attrs.emplace("strides", Attribute(strides));
+    attrs.emplace("pads", Attribute(pads));
+    if (op != "AveragePool")
+      attrs.emplace("dilations", Attribute(dil));
+  }
+  return emit(n, index, *kind, operands, std::move(attrs));
+}
+
+llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
+  for (const auto &a : n.attribute())
+    if (a.type() == onnx::AttributeProto::GRAPH ||
+        a.type() == onnx::AttributeProto::GRAPHS)
+      return err("unsupported op '{0}' with a subgraph at node '{1}' "
+                 "(control flow is not supported); `cleavec --list-ops` "
+                 "lists the supported ops",
+                 n.op_type(), n.name());
+  if (n.op_type() == "Constant" && (n.domain().empty() ||
+                                    n.domain() == "ai.onnx")) {
+    const onnx::AttributeProto *a = n.attribute_size() == 1 ? &n.attribute(0)
+                                                            : nullptr;
+    Data d;
+    if (a && a->name() == "value") {
+      auto t = tensorFromOnnx(a->t(), modelDir_, {});
+      if (!t)
+        return err("{0}: {1}", describeNode(n, index),
+                   llvm::toString(t.takeError()));
+      d = *t;
+    } else if (a && a->name() == "value_float") {
+      d = TensorData::fromDoubles(DType::F32, {}, {a->f()});
+    } else if (a && a->name() == "value_int") {
+      d = TensorData::fromInts(DType::I64, {}, {a->i()});
+    } else if (a && a->name() == "value_floats") {
+      std::vector<double> v(a->floats().begin(), a->floats().end());
+      d = TensorData::fromDoubles(DType::F32, {int64_t(v.size())}, v);
+    } else if (a && a->name() == "value_ints") {
+      std::vector<int64_t> v(a->ints().begin(), a->ints().end());
+      d = TensorData::fromInts(DType::I64, {int64_t(v.size())}, v);
+    } else {
+      return err("{0}: only tensor, float and int constants are supported",
+                 describeNode(n, index));
+    }
+    if (n.output_size() != 1 || env_.count(n.output(0)))
+      return err("{0}: bad outputs", describeNode(n, index));
+    env_[n.output(0)] = Entry{d->type(), nullptr, d, true};
+    return llvm::Error::success();
+  }
+  if (n.domain().empty() || n.domain() == "ai.onnx") {
+    std::vector<FoldInput> ins;
+    for (int k = 0; k < n.input_size(); ++k) {
+      Entry *e = input(n, k);
+      if (!n.input(k).empty() && !e)
+        return err("{0}: input '{1}' is not defined by any earlier node, "
+                   "input or initializer",
+                   describeNode(n, index), n.input(k));
+      ins.push_back(FoldInput{e ? &e->type : nullptr,
+                              e && e->foldable ? e->data : nullptr});
+    }
+    auto folded = foldNode(n, ins);
+    if (!folded)
+      return err("{0}: {1}", describeNode(n, index),
+                 llvm::toString(folded.takeError()));
+    if (*folded) {
+      for (size_t i = 0; i < (*folded)->size() && int(i) < n.output_size();
+           ++i) {
+        if (env_.count(n.output(i)))
+          return err("{0}: output '{1}' is defined twice",
+                     describeNode(n, index), n.output(i));
+        const Data &d = (**folded)[i];
+        env_[n.output(i)] = Entry{d->type(), nullptr, d, true};
+      }
+      return llvm::Error::success();
+    }
+  }
+  return convert(n, index);
+}
+
+// A float initializer is trainable when some differentiable path leads from
+// it to a float graph output; otherwise (running statistics, masks compared
+// against zero) it is a buffer.
+void Importer::classifyParameters() {
+  llvm::DenseSet<const Value *> relevant;
+  for (const Value *v : g_->outputs())
+    if (isFloat(v->type().dtype))
+      relevant.insert(v);
+  const auto &ops = g_->ops();
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    const Op &op = **it;
+    bool live = false;
+    for (const Value *r : op.results())
+      live |= relevant.count(r) != 0;
+    if (!live)
+      continue;
+    for (unsigned i = 0; i < op.numOperands(); ++i)
+      if (op.info().isDifferentiableOperand(i) &&
+          isFloat(op.operand(i)->type().dtype))
+        relevant.insert(op.operand(i));
+  }
+  for (Value *v : g_->declared())
+    if (v->kind() == ValueKind::Param && !relevant.count(v))
+      g_->setKind(v, ValueKind::Buffer);
+}
+
+// Compares cleave's result types with ONNX shape inference wherever ONNX
+// found a fully static shape; a difference is a bug in one of the two.
+llvm::Error Importer::crossCheck() {
+  auto check = [&](const onnx::ValueInfoProto &vi) -> llvm::Error {
+    auto it = env_.find(vi.name());
+    if (it == env_.end() || !it->second.value ||
+        !vi.type().has_tensor_type() ||
+        !vi.type().tensor_type().has_shape())
+      return llvm::Error::success();
+    const auto &shape = vi.type().tensor_type().shape();
+    Shape onnxShape;
+    for (const auto &d : shape.dim()) {
+      if (!d.has_dim_value())
+        return llvm::Error::success();
+      onnxShape.push_back(d.dim_value());
+    }
+    const TensorType &mine = it->second.value->type();
+    if (mine.shape != onnxShape)
+      return err("value '{0}': cleave infers shape {1} but ONNX shape "
+                 "inference gives {2}",
+                 vi.name(), shapeStr(mine.shape), shapeStr(onnxShape));
+    return llvm::Error::success();
+  };
+  for (const auto &vi : model_.graph().value_info())
+    if (auto e = check(vi))
+      return e;
+  for (const auto &vi : model_.graph().output())
+    if (auto e = check(vi))
+      return e;
+  return llvm::Error::success();
+}
+
+// ONNX's checker looks for external data files relative to the working
+// directory. cleave reads and confines those files itself (OnnxTensor.cpp),
+// so the checker gets a copy in which external tensors are marked as inline
+// data; the copy is cheap because such models keep their weights outside.
+const onnx::ModelProto &Importer::checkerView() {
+  bool external = false;
+  for (const auto &t : model_.graph().initializer())
+    external |= t.data_location() == onnx::TensorProto::EXTERNAL;
+  if (!external)
+    return model_;
+  checkerCopy_ = std::make_unique<onnx::ModelProto>(model_);
+  for (auto &t : *checkerCopy_->mutable_graph()->mutable_initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+      t.clear_external_data();
+      t.set_data_location(onnx::TensorProto::DEFAULT);
+      t.set_raw_data(std::string(1, '\0'));
+    }
+  return *checkerCopy_;
+}
+
+llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
+  if (auto e = checkOpset())
+    return std::move(e);
+  try {
+    onnx::checker::check_model(checkerView());
+  } catch (const std::exception &ex) {
+    std::string msg = llvm::StringRef(ex.what()).split('\n').first.trim().str();
+    return err("'{0}' fails the ONNX checker: {1}", path_, msg);
+  }
+  g_ = std::make_unique<Graph>();
+  g_->setName(model_.graph().name().empty() ? "main" : model_.graph().name());
+  if (auto e = addInitializers())
+    return std::move(e);
+  if (auto e = bindInputs())
+    return std::move(e);
+  try {
+    onnx::ShapeInferenceOptions options(false, 0, true);
+    onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
+                                       options);
+  } catch (const std::exception &ex) {
+    std::string msg = llvm::StringRef(ex.what()).split('\n').first.trim().str();
+    return err("'{0}': ONNX shape inference failed: {1}", path_, msg);
+  }
+  const auto &nodes = model_.graph().node();
+  for (int i = 0; i < nodes.size(); ++i)
+    if (auto e = importNode(nodes[i], i))
+      return std::move(e);
+  for (const auto &out : model_.graph().output()) {
+    auto it = env_.find(out.name());
+    if (it == env_.end())
+      return err("graph output '{0}' is not produced by any node", out.name());
+    g_->addOutput(materialize(out.name(), it->second));
+  }
+  classifyParameters();
+  if (auto e = crossCheck())
+    return std::move(e);
+  return std::move(g_);
+}
+
+} // namespace
+
+static llvm::Expected<std::unique_ptr<onnx::ModelProto>>
+readModel(const std::string &path) {
+  if (llvm::sys::fs::is_directory(path))
+    return err("'{0}' is a directory, not an ONNX file", path);
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return err("cannot open '{0}': {1}", path, buf.getError().message());
+  size_t size = (*buf)->getBufferSize();
+  if (size == 0)
+    return err("'{0}' is empty, not an ONNX model", path);
+  if (size > size_t(INT_MAX))
+    return err("'{0}' is larger than 2 GiB; save the model with its weights "
+               "as external data",
+               path);
+  auto model = std::make_unique<onnx::ModelProto>();
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t *>((*buf)->getBufferStart()), int(size));
+  in.SetTotalBytesLimit(INT_MAX);
+  if (!model->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    return err("'{0}' is not a valid ONNX model (truncated or not an ONNX "
+               "protobuf file)",
+               path);
+  if (!model->has_graph() || model->ir_version() <= 0)
+    return err("'{0}' is not an ONNX model (no graph or IR version)", path);
+  return model;
+}
+
+llvm::Expected<std::unique_ptr<Graph>>
+importOnnxFile(const std::string &path, const ImportOptions &opts) {
+  auto model = readModel(path);
+  if (!model)
+    return model.takeError();
+  llvm::SmallString<256> abs(path);
+  llvm::sys::fs::make_absolute(abs);
+  llvm::sys::path::remove_dots(abs, true);
+  return Importer(**model, std::string(abs), opts).run();
+}
+
+std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly) {
+  std::set<std::string> ops(kFoldOnly.begin(), kFoldOnly.end());
+  for (const OpInfo &i : allOps())
+    ops.insert(std::string(i.name));
+  if (foldedOnly)
+    foldedOnly->assign(kFoldOnly.begin(), kFoldOnly.end());
+  return {ops.begin(), ops.end()};
+}
+
+namespace {
+// Loads `onnx<"file", "initializer">` references, keeping the last model
+// read so that a graph with many references parses the file once.
+class OnnxDataResolver : public DataResolver {
+public:
+  llvm::Expected<std::vector<uint8_t>>
+  load(const DataOrigin &origin, const TensorType &expected) override {
+    if (origin.kind != DataOrigin::Kind::OnnxInitializer)
+      return readRawFileData(origin, expected);
+    if (!model_ || path_ != origin.path) {
+      auto m = readModel(origin.path);
+      if (!m)
+        return m.takeError();
+      model_ = std::move(*m);
+      path_ = origin.path;
+    }
+    for (const auto &t : model_->graph().initializer()) {
+      if (t.name() != origin.key)
+        continue;
+      auto d = tensorFromOnnx(
+          t, llvm::sys::path::parent_path(origin.path).str(), origin);
+      if (!d)
+        return d.takeError();
+      if ((*d)->type() != expected)
+        return err("initializer '{0}' in '{1}' is {2}, but the IR declares "
+                   "{3}",
+                   origin.key, origin.path, (*d)->type().str(),
+                   expected.str());
+      return (*d)->bytes();
+    }
+    return err("'{0}' has no initializer named '{1}'", origin.path,
+               origin.key);
+  }
+
+private:
+  std::unique_ptr<onnx::ModelProto> model_;
+  std::string path_;
+};
+} // namespace
+
+void installOnnxDataResolver() {
+  static OnnxDataResolver resolver;
+  setDataResolver(&resolver);
+}
+
+} // namespace cleave::frontend

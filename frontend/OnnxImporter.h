@@ -1,0 +1,46 @@
+// The ONNX frontend: ModelProto -> cleave IR Graph.
+//
+// Loading runs ONNX's checker and shape inference, binds symbolic input
+// dimensions from the user's flags, folds shape arithmetic to constants (see
+// ShapeFolding.h) and maps each remaining ONNX node to one IR op with its
+// static operands turned into attributes. Float initializers that feed
+// differentiable computation become parameters; other float initializers
+// (running statistics, masks) become buffers; integer ones constants.
+#pragma once
+
+#include "ir/Graph.h"
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cleave::frontend {
+
+struct ImportOptions {
+  // Full shapes for named graph inputs (--input-shape name=d0,d1,...).
+  std::map<std::string, std::vector<int64_t>> inputShapes;
+  // Binds a symbolic leading dimension of every input (--microbatch-size).
+  std::optional<int64_t> microbatchSize;
+};
+
+// Reads and imports `path`. Every failure is one line naming the file and,
+// where there is one, the node, input or tensor at fault.
+llvm::Expected<std::unique_ptr<ir::Graph>>
+importOnnxFile(const std::string &path, const ImportOptions &opts = {});
+
+// The ONNX op types the frontend accepts, sorted; `foldedOnly` receives
+// those accepted only when they fold to constants (such as Shape or Range).
+std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly);
+
+// The lowest and highest default-domain opset versions accepted.
+constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
+
+// Installs the resolver that loads `onnx<"file", "initializer">` tensor
+// references found in parsed .cir text.
+void installOnnxDataResolver();
+
+} // namespace cleave::frontend

@@ -1,0 +1,215 @@
+#include "frontend/OnnxTensor.h"
+
+#include "ir/TypeRules.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+
+namespace cleave::frontend {
+
+using namespace cleave::ir;
+
+template <typename... Ts>
+static llvm::Error err(const char *fmt, Ts &&...vals) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
+}
+
+const char *onnxTypeName(int t) {
+  switch (t) {
+  case onnx::TensorProto::FLOAT:
+    return "float";
+  case onnx::TensorProto::UINT8:
+    return "uint8";
+  case onnx::TensorProto::INT8:
+    return "int8";
+  case onnx::TensorProto::UINT16:
+    return "uint16";
+  case onnx::TensorProto::INT16:
+    return "int16";
+  case onnx::TensorProto::INT32:
+    return "int32";
+  case onnx::TensorProto::INT64:
+    return "int64";
+  case onnx::TensorProto::STRING:
+    return "string";
+  case onnx::TensorProto::BOOL:
+    return "bool";
+  case onnx::TensorProto::FLOAT16:
+    return "float16";
+  case onnx::TensorProto::DOUBLE:
+    return "double";
+  case onnx::TensorProto::UINT32:
+    return "uint32";
+  case onnx::TensorProto::UINT64:
+    return "uint64";
+  case onnx::TensorProto::COMPLEX64:
+    return "complex64";
+  case onnx::TensorProto::COMPLEX128:
+    return "complex128";
+  case onnx::TensorProto::BFLOAT16:
+    return "bfloat16";
+  default:
+    return "undefined";
+  }
+}
+
+llvm::Expected<DType> dtypeFromOnnx(int t) {
+  switch (t) {
+  case onnx::TensorProto::FLOAT:
+    return DType::F32;
+  case onnx::TensorProto::FLOAT16:
+    return DType::F16;
+  case onnx::TensorProto::BFLOAT16:
+    return DType::BF16;
+  case onnx::TensorProto::DOUBLE:
+    return DType::F64;
+  case onnx::TensorProto::INT64:
+    return DType::I64;
+  case onnx::TensorProto::INT32:
+    return DType::I32;
+  case onnx::TensorProto::INT8:
+    return DType::I8;
+  case onnx::TensorProto::BOOL:
+    return DType::Bool;
+  default:
+    return err("element type {0} is not supported (cleave supports float, "
+               "float16, bfloat16, double, int64, int32, int8, bool)",
+               onnxTypeName(t));
+  }
+}
+
+// Resolves an external data location inside `modelDir`, refusing absolute
+// paths and anything that leaves the folder (also through symlinks).
+static llvm::Expected<std::string> confinedPath(const std::string &modelDir,
+                                                const std::string &location,
+                                                const std::string &tensor) {
+  if (location.empty() || llvm::sys::path::is_absolute(location))
+    return err("tensor '{0}': external data location '{1}' must be a "
+               "relative path inside the model's folder",
+               tensor, location);
+  llvm::SmallString<256> full(modelDir);
+  llvm::sys::path::append(full, location);
+  llvm::SmallString<256> real, realDir;
+  if (llvm::sys::fs::real_path(full, real))
+    return err("tensor '{0}': external data file '{1}' not found next to "
+               "the model",
+               tensor, location);
+  if (llvm::sys::fs::real_path(modelDir.empty() ? "." : modelDir, realDir))
+    return err("tensor '{0}': cannot resolve the model's folder", tensor);
+  llvm::StringRef r = real, d = realDir;
+  if (!r.startswith(d) || r.size() <= d.size() ||
+      !llvm::sys::path::is_separator(r[d.size()]))
+    return err("tensor '{0}': external data location '{1}' points outside "
+               "the model's folder",
+               tensor, location);
+  return std::string(real);
+}
+
+llvm::Expected<std::shared_ptr<TensorData>>
+tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
+               DataOrigin origin) {
+  const std::string &name = t.name();
+  auto dt = dtypeFromOnnx(t.data_type());
+  if (!dt)
+    return err("tensor '{0}': {1}", name, llvm::toString(dt.takeError()));
+  Shape shape(t.dims().begin(), t.dims().end());
+  if (auto e = checkShape(shape))
+    return err("tensor '{0}' has a bad shape: {1}", name,
+               llvm::toString(std::move(e)));
+  TensorType type(*dt, shape);
+  int64_t n = type.numElements(), bytes = type.byteSize();
+
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto &kv : t.external_data()) {
+      long long v = 0;
+      if (kv.key() == "location")
+        location = kv.value();
+      else if ((kv.key() == "offset" || kv.key() == "length") &&
+               llvm::StringRef(kv.value()).getAsInteger(10, v))
+        return err("tensor '{0}': external data {1} '{2}' is not a number",
+                   name, kv.key(), kv.value());
+      if (kv.key() == "offset")
+        offset = v;
+      if (kv.key() == "length")
+        length = v;
+    }
+    auto path = confinedPath(modelDir, location, name);
+    if (!path)
+      return path.takeError();
+    if (length < 0)
+      length = bytes;
+    if (length != bytes || offset < 0)
+      return err("tensor '{0}': external data length {1} does not match "
+                 "{2} ({3} bytes)",
+                 name, length, type.str(), bytes);
+    uint64_t fileSize = 0;
+    if (llvm::sys::fs::file_size(*path, fileSize) ||
+        uint64_t(offset) + uint64_t(length) > fileSize)
+      return err("tensor '{0}': external data file '{1}' is too short "
+                 "({2} bytes; needs {3} at offset {4})",
+                 name, location, fileSize, length, offset);
+    DataOrigin raw{DataOrigin::Kind::RawFile, *path, "", offset, length};
+    auto data = std::make_shared<TensorData>(type, raw);
+    if (auto e = data->load())
+      return std::move(e);
+    return data;
+  }
+
+  std::vector<uint8_t> buf(bytes);
+  auto wrongCount = [&](size_t have) {
+    return err("tensor '{0}' holds {1} values but its shape {2} needs {3}",
+               name, have, shapeStr(shape), n);
+  };
+  if (t.has_raw_data()) {
+    if (int64_t(t.raw_data().size()) != bytes)
+      return err("tensor '{0}' holds {1} bytes but {2} needs {3}", name,
+                 t.raw_data().size(), type.str(), bytes);
+    std::memcpy(buf.data(), t.raw_data().data(), bytes);
+  } else {
+    switch (*dt) {
+    case DType::F32:
+      if (t.float_data_size() != n)
+        return wrongCount(t.float_data_size());
+      std::memcpy(buf.data(), t.float_data().data(), bytes);
+      break;
+    case DType::F64:
+      if (t.double_data_size() != n)
+        return wrongCount(t.double_data_size());
+      std::memcpy(buf.data(), t.double_data().data(), bytes);
+      break;
+    case DType::I64:
+      if (t.int64_data_size() != n)
+        return wrongCount(t.int64_data_size());
+      std::memcpy(buf.data(), t.int64_data().data(), bytes);
+      break;
+    case DType::F16:
+    case DType::BF16:
+      if (t.int32_data_size() != n)
+        return wrongCount(t.int32_data_size());
+      for (int64_t i = 0; i < n; ++i)
+        reinterpret_cast<uint16_t *>(buf.data())[i] =
+            uint16_t(t.int32_data(i));
+      break;
+    default: // I32, I8, Bool live in int32_data
+      if (t.int32_data_size() != n)
+        return wrongCount(t.int32_data_size());
+      for (int64_t i = 0; i < n; ++i)
+        storeElementInt(*dt, buf.data(), i, t.int32_data(i));
+      break;
+    }
+  }
+  return std::make_shared<TensorData>(type, std::move(buf),
+                                      std::move(origin));
+}
+
+} // namespace cleave::frontend

@@ -1,0 +1,29 @@
+// Conversion between ONNX TensorProto and cleave TensorData, including
+// external data files (confined to the model's folder).
+#pragma once
+
+#include "ir/TensorData.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+
+namespace onnx {
+class TensorProto;
+}
+
+namespace cleave::frontend {
+
+// Maps an ONNX element type (TensorProto::DataType) to a cleave one; error
+// names the type when cleave has no equivalent.
+llvm::Expected<ir::DType> dtypeFromOnnx(int onnxType);
+const char *onnxTypeName(int onnxType);
+
+// Reads a tensor's bytes. `modelDir` is the folder external data paths are
+// relative to; `origin` is recorded so the printer can refer to the data.
+llvm::Expected<std::shared_ptr<ir::TensorData>>
+tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
+               ir::DataOrigin origin);
+
+} // namespace cleave::frontend

@@ -1,0 +1,508 @@
+#include "frontend/ShapeFolding.h"
+
+#include "frontend/OnnxNode.h"
+#include "frontend/OnnxTensor.h"
+#include "ir/TypeRules.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <onnx/onnx_pb.h>
+
+namespace cleave::frontend {
+
+using namespace cleave::ir;
+using Data = std::shared_ptr<TensorData>;
+
+template <typename... Ts>
+static llvm::Error err(const char *fmt, Ts &&...vals) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
+}
+
+static std::vector<int64_t> toInts(const TensorData &d) {
+  std::vector<int64_t> v(d.type().numElements());
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = d.getInt(i);
+  return v;
+}
+
+// Row-major strides of `shape` aligned right against a rank-`r` output, with
+// 0 for broadcast dims.
+static std::vector<int64_t> broadcastStrides(llvm::ArrayRef<int64_t> shape,
+                                             size_t r) {
+  std::vector<int64_t> s(r, 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    size_t d = shape.size() - 1 - i, o = r - 1 - i;
+    s[o] = shape[d] == 1 ? 0 : stride;
+    stride *= shape[d];
+  }
+  return s;
+}
+
+// Calls f(outIndex, inIndex[k]...) for every element of a broadcast.
+template <typename F>
+static void forEachBroadcast(llvm::ArrayRef<int64_t> out,
+                             llvm::ArrayRef<const Shape *> ins, F f) {
+  size_t r = out.size();
+  std::vector<std::vector<int64_t>> strides;
+  for (const Shape *s : ins)
+    strides.push_back(broadcastStrides(*s, r));
+  std::vector<int64_t> idx(r, 0), in(ins.size(), 0);
+  int64_t total = 1;
+  for (int64_t d : out)
+    total *= d;
+  for (int64_t o = 0; o < total; ++o) {
+    f(o, in);
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      for (size_t k = 0; k < ins.size(); ++k)
+        in[k] += strides[k][d];
+      if (idx[d] < out[d])
+        break;
+      for (size_t k = 0; k < ins.size(); ++k)
+        in[k] -= strides[k][d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static Data makeData(DType dt, Shape shape) {
+  TensorType t(dt, std::move(shape));
+  return std::make_shared<TensorData>(
+      t, std::vector<uint8_t>(t.byteSize(), 0));
+}
+
+static void setDouble(TensorData &d, int64_t i, double v) {
+  storeElement(d.type().dtype, const_cast<uint8_t *>(d.bytes().data()), i, v);
+}
+static void setInt(TensorData &d, int64_t i, int64_t v) {
+  storeElementInt(d.type().dtype, const_cast<uint8_t *>(d.bytes().data()), i,
+                  v);
+}
+
+static llvm::Expected<Data> elementwise(const std::string &op,
+                                        llvm::ArrayRef<Data> in) {
+  Shape shape = in[0]->type().shape;
+  for (size_t i = 1; i < in.size(); ++i) {
+    auto s = broadcastShapes(shape, in[i]->type().shape);
+    if (!s)
+      return s.takeError();
+    shape = *s;
+  }
+  if (TensorType(DType::F32, shape).numElements() > kMaxFoldElements)
+    return Data();
+  bool cmp = op == "Equal" || op == "Less" || op == "Greater" ||
+             op == "And" || op == "Or" || op == "Not";
+  DType dt = op == "Where" ? in[1]->type().dtype
+             : cmp         ? DType::Bool
+                           : in[0]->type().dtype;
+  bool fl = isFloat(op == "Where" ? dt : in[0]->type().dtype);
+  Data out = makeData(dt, shape);
+  std::vector<const Shape *> shapes;
+  for (const Data &d : in)
+    shapes.push_back(&d->type().shape);
+  llvm::Error failure = llvm::Error::success();
+  forEachBroadcast(shape, shapes, [&](int64_t o, const std::vector<int64_t> &k) {
+    if (op == "Where") {
+      const Data &pick = in[0]->getInt(k[0]) ? in[1] : in[2];
+      size_t j = in[0]->getInt(k[0]) ? k[1] : k[2];
+      if (fl)
+        setDouble(*out, o, pick->getDouble(j));
+      else
+        setInt(*out, o, pick->getInt(j));
+      return;
+    }
+    if (op == "Not") {
+      setInt(*out, o, !in[0]->getInt(k[0]));
+      return;
+    }
+    if (fl) {
+      double a = in[0]->getDouble(k[0]);
+      double b = in.size() > 1 ? in[1]->getDouble(k[1]) : 0;
+      double r = op == "Add"       ? a + b
+                 : op == "Sub"     ? a - b
+                 : op == "Mul"     ? a * b
+                 : op == "Div"     ? a / b
+                 : op == "Max"     ? std::max(a, b)
+                 : op == "Min"     ? std::min(a, b)
+                 : op == "Neg"     ? -a
+                 : op == "Abs"     ? std::fabs(a)
+                 : op == "Sqrt"    ? std::sqrt(a)
+                 : op == "Equal"   ? double(a == b)
+                 : op == "Less"    ? double(a < b)
+                 : op == "Greater" ? double(a > b)
+                                   : 0.0;
+      if (cmp)
+        setInt(*out, o, r != 0);
+      else
+        setDouble(*out, o, r);
+      return;
+    }
+    int64_t a = in[0]->getInt(k[0]);
+    int64_t b = in.size() > 1 ? in[1]->getInt(k[1]) : 0;
+    if (op == "Div" && b == 0) {
+      if (!failure)
+        failure = err("integer division by zero");
+      return;
+    }
+    int64_t r = op == "Add"       ? int64_t(uint64_t(a) + uint64_t(b))
+                : op == "Sub"     ? int64_t(uint64_t(a) - uint64_t(b))
+                : op == "Mul"     ? int64_t(uint64_t(a) * uint64_t(b))
+                : op == "Div"     ? (b == -1 ? int64_t(0 - uint64_t(a))
+                                             : a / b)
+                : op == "Max"     ? std::max(a, b)
+                : op == "Min"     ? std::min(a, b)
+                : op == "Neg"     ? int64_t(0 - uint64_t(a))
+                : op == "Abs"     ? (a < 0 ? int64_t(0 - uint64_t(a)) : a)
+                : op == "Equal"   ? a == b
+                : op == "Less"    ? a < b
+                : op == "Greater" ? a > b
+                : op == "And"     ? (a && b)
+                : op == "Or"      ? (a || b)
+                                  : 0;
+    setInt(*out, o, r);
+  });
+  if (failure)
+    return std::move(failure);
+  return out;
+}
+
+// Copies `src` into a new tensor of `shape` (same element count or a
+// broadcast of it).
+static Data broadcastTo(const TensorData &src, const Shape &shape) {
+  Data out = makeData(src.type().dtype, shape);
+  size_t w = dtypeSize(src.type().dtype);
+  const uint8_t *s = src.bytes().data();
+  uint8_t *d = const_cast<uint8_t *>(out->bytes().data());
+  const Shape *in = &src.type().shape;
+  forEachBroadcast(shape, {in}, [&](int64_t o, const std::vector<int64_t> &k) {
+    std::memcpy(d + o * w, s + k[0] * w, w);
+  });
+  return out;
+}
+
+static Data reshaped(const TensorData &src, Shape shape) {
+  return std::make_shared<TensorData>(TensorType(src.type().dtype, shape),
+                                      src.bytes());
+}
+
+static llvm::Expected<FoldResult> one(llvm::Expected<Data> d) {
+  if (!d)
+    return d.takeError();
+  if (!*d)
+    return FoldResult();
+  return FoldResult(std::vector<Data>{*d});
+}
+
+llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
+                                    llvm::ArrayRef<FoldInput> inputs) {
+  const std::string &op = node.op_type();
+  // Shape needs only the input's type.
+  if (op == "Shape") {
+    if (inputs.empty() || !inputs[0].type)
+      return FoldResult();
+    const Shape &s = inputs[0].type->shape;
+    int64_t r = s.size();
+    int64_t start = attrInt(node, "start", 0), end = attrInt(node, "end", r);
+    start = std::clamp<int64_t>(start < 0 ? start + r : start, 0, r);
+    end = std::clamp<int64_t>(end < 0 ? end + r : end, 0, r);
+    std::vector<int64_t> dims;
+    for (int64_t i = start; i < end; ++i)
+      dims.push_back(s[i]);
+    return one(TensorData::fromInts(DType::I64, {int64_t(dims.size())}, dims));
+  }
+  if (op == "Size") {
+    if (inputs.empty() || !inputs[0].type)
+      return FoldResult();
+    return one(TensorData::fromInts(DType::I64, {},
+                                    {inputs[0].type->numElements()}));
+  }
+
+  std::vector<Data> in;
+  for (const FoldInput &i : inputs) {
+    if (i.type && !i.constant)
+      return FoldResult(); // a runtime value: not foldable
+    in.push_back(i.constant);
+  }
+  auto need = [&](size_t k) { return k < in.size() && in[k]; };
+  if (!need(0))
+    return FoldResult();
+
+  if (op == "Identity")
+    return one(in[0]);
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
+      op == "Equal" || op == "Less" || op == "Greater" || op == "And" ||
+      op == "Or" || ((op == "Max" || op == "Min") && in.size() == 2)) {
+    if (!need(1))
+      return FoldResult();
+    return one(elementwise(op, in));
+  }
+  if (op == "Neg" || op == "Abs" || op == "Not" || op == "Sqrt")
+    return one(elementwise(op, {in[0]}));
+  if (op == "Where") {
+    if (!need(1) || !need(2))
+      return FoldResult();
+    return one(elementwise(op, in));
+  }
+  if (op == "Cast") {
+    auto to = dtypeFromOnnx(attrInt(node, "to", 0));
+    if (!to)
+      return FoldResult(); // let the importer report the type
+    Data out = makeData(*to, in[0]->type().shape);
+    for (int64_t i = 0; i < in[0]->type().numElements(); ++i) {
+      if (isFloat(*to))
+        setDouble(*out, i, in[0]->getDouble(i));
+      else if (isFloat(in[0]->type().dtype) && *to != DType::Bool) {
+        double v = std::trunc(in[0]->getDouble(i));
+        setInt(*out, i, std::isfinite(v) && std::fabs(v) < 9.2e18 ? int64_t(v)
+                                                                 : 0);
+      } else if (*to == DType::Bool)
+        setInt(*out, i, in[0]->getDouble(i) != 0);
+      else
+        setInt(*out, i, in[0]->getInt(i));
+    }
+    return one(out);
+  }
+  if (op == "ConstantOfShape") {
+    std::vector<int64_t> dims = toInts(*in[0]);
+    Shape shape(dims.begin(), dims.end());
+    if (auto e = checkShape(shape))
+      return std::move(e);
+    DType dt = DType::F32;
+    double v = 0;
+    if (const auto *a = findAttr(node, "value")) {
+      auto t = tensorFromOnnx(a->t(), "", {});
+      if (!t)
+        return t.takeError();
+      if ((*t)->type().numElements() != 1)
+        return err("'value' must hold one element");
+      dt = (*t)->type().dtype;
+      v = (*t)->getDouble(0);
+    }
+    if (TensorType(dt, shape).numElements() > kMaxFoldElements)
+      return FoldResult();
+    Data out = makeData(dt, shape);
+    for (int64_t i = 0; i < out->type().numElements(); ++i)
+      setDouble(*out, i, v);
+    return one(out);
+  }
+  if (op == "Range") {
+    if (!need(1) || !need(2))
+      return FoldResult();
+    DType dt = in[0]->type().dtype;
+    double start = in[0]->getDouble(0), limit = in[1]->getDouble(0),
+           delta = in[2]->getDouble(0);
+    if (delta == 0)
+      return err("Range delta is 0");
+    double count = std::ceil((limit - start) / delta);
+    int64_t n = count > 0 ? int64_t(std::min(count, 1e18)) : 0;
+    if (n > kMaxFoldElements)
+      return FoldResult();
+    Data out = makeData(dt, {n});
+    for (int64_t i = 0; i < n; ++i)
+      setDouble(*out, i, start + double(i) * delta);
+    return one(out);
+  }
+  if (op == "Reshape") {
+    if (!need(1))
+      return FoldResult();
+    std::vector<int64_t> dims = toInts(*in[1]);
+    const Shape &src = in[0]->type().shape;
+    int64_t known = 1, infer = -1;
+    Shape out;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      int64_t d = dims[i];
+      if (d == 0 && !attrInt(node, "allowzero", 0))
+        d = i < src.size() ? src[i] : 0;
+      if (d == -1) {
+        if (infer >= 0)
+          return err("more than one -1 in the target shape");
+        infer = i;
+        d = 1;
+      } else if (d < 0) {
+        return err("bad target dimension {0}", d);
+      } else {
+        known *= d;
+      }
+      out.push_back(d);
+    }
+    int64_t total = in[0]->type().numElements();
+    if (infer >= 0)
+      out[infer] = known ? total / known : 0;
+    if (TensorType(DType::F32, out).numElements() != total)
+      return err("cannot reshape {0} to {1}", shapeStr(src), shapeStr(out));
+    return one(reshaped(*in[0], out));
+  }
+  if (op == "Unsqueeze" || op == "Squeeze") {
+    std::optional<std::vector<int64_t>> axes = attrInts(node, "axes");
+    if (need(1))
+      axes = toInts(*in[1]);
+    const Shape &src = in[0]->type().shape;
+    Shape out;
+    if (op == "Unsqueeze") {
+      if (!axes)
+        return err("Unsqueeze needs axes");
+      int64_t r = src.size() + axes->size();
+      std::vector<bool> ins(r, false);
+      for (int64_t a : *axes) {
+        auto n = normalizeAxis(a, r);
+        if (!n)
+          return n.takeError();
+        ins[*n] = true;
+      }
+      size_t j = 0;
+      for (int64_t i = 0; i < r; ++i)
+        out.push_back(ins[i] ? 1 : (j < src.size() ? src[j++] : 1));
+    } else {
+      std::vector<bool> drop(src.size(), false);
+      if (!axes || axes->empty()) {
+        for (size_t i = 0; i < src.size(); ++i)
+          drop[i] = src[i] == 1;
+      } else {
+        for (int64_t a : *axes) {
+          auto n = normalizeAxis(a, src.size());
+          if (!n)
+            return n.takeError();
+          if (src[*n] != 1)
+            return err("cannot squeeze axis {0} of size {1}", a, src[*n]);
+          drop[*n] = true;
+        }
+      }
+      for (size_t i = 0; i < src.size(); ++i)
+        if (!drop[i])
+          out.push_back(src[i]);
+    }
+    return one(reshaped(*in[0], out));
+  }
+  if (op == "Expand") {
+    if (!need(1))
+      return FoldResult();
+    std::vector<int64_t> dims = toInts(*in[1]);
+    auto s = broadcastShapes(in[0]->type().shape, dims);
+    if (!s)
+      return s.takeError();
+    if (auto e = checkShape(*s))
+      return std::move(e);
+    if (TensorType(DType::F32, *s).numElements() > kMaxFoldElements)
+      return FoldResult();
+    return one(broadcastTo(*in[0], *s));
+  }
+  if (op == "Concat") {
+    for (const Data &d : in)
+      if (!d)
+        return FoldResult();
+    const Shape &first = in[0]->type().shape;
+    auto axis = normalizeAxis(attrInt(node, "axis", 0), first.size());
+    if (!axis)
+      return axis.takeError();
+    Shape out = first;
+    out[*axis] = 0;
+    for (const Data &d : in) {
+      if (d->type().rank() != first.size() ||
+          d->type().dtype != in[0]->type().dtype)
+        return err("Concat inputs differ in rank or type");
+      out[*axis] += d->type().shape[*axis];
+    }
+    Data res = makeData(in[0]->type().dtype, out);
+    int64_t outer = 1;
+    for (int64_t i = 0; i < *axis; ++i)
+      outer *= out[i];
+    size_t w = dtypeSize(in[0]->type().dtype);
+    uint8_t *dst = const_cast<uint8_t *>(res->bytes().data());
+    for (int64_t o = 0; o < outer; ++o)
+      for (const Data &d : in) {
+        int64_t chunk = d->type().numElements() / std::max<int64_t>(outer, 1);
+        if (outer == 0)
+          break;
+        std::memcpy(dst, d->bytes().data() + o * chunk * w, chunk * w);
+        dst += chunk * w;
+      }
+    return one(res);
+  }
+  if (op == "Gather") {
+    if (!need(1))
+      return FoldResult();
+    const Shape &ds = in[0]->type().shape;
+    auto axis = normalizeAxis(attrInt(node, "axis", 0), ds.size());
+    if (!axis)
+      return axis.takeError();
+    std::vector<int64_t> idx = toInts(*in[1]);
+    Shape out(ds.begin(), ds.begin() + *axis);
+    out.append(in[1]->type().shape.begin(), in[1]->type().shape.end());
+    out.append(ds.begin() + *axis + 1, ds.end());
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < *axis; ++i)
+      outer *= ds[i];
+    for (size_t i = *axis + 1; i < ds.size(); ++i)
+      inner *= ds[i];
+    Data res = makeData(in[0]->type().dtype, out);
+    size_t w = dtypeSize(in[0]->type().dtype);
+    uint8_t *dst = const_cast<uint8_t *>(res->bytes().data());
+    int64_t dim = ds[*axis];
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k : idx) {
+        if (k < -dim || k >= dim)
+          return err("index {0} is out of range for axis of size {1}", k,
+                     dim);
+        if (k < 0)
+          k += dim;
+        std::memcpy(dst, in[0]->bytes().data() + ((o * dim + k) * inner) * w,
+                    inner * w);
+        dst += inner * w;
+      }
+    return one(res);
+  }
+  if (op == "Slice") {
+    if (!need(1) || !need(2))
+      return FoldResult();
+    const Shape &ds = in[0]->type().shape;
+    std::vector<int64_t> starts = toInts(*in[1]), ends = toInts(*in[2]);
+    std::vector<int64_t> axes, steps(starts.size(), 1);
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(i);
+    if (need(3))
+      axes = toInts(*in[3]);
+    if (need(4))
+      steps = toInts(*in[4]);
+    if (ends.size() != starts.size() || axes.size() != starts.size() ||
+        steps.size() != starts.size())
+      return err("Slice starts, ends, axes and steps differ in length");
+    size_t r = ds.size();
+    std::vector<int64_t> begin(r, 0), step(r, 1);
+    Shape out = ds;
+    for (size_t i = 0; i < starts.size(); ++i) {
+      auto a = normalizeAxis(axes[i], r);
+      if (!a)
+        return a.takeError();
+      if (steps[i] == 0)
+        return err("Slice step is 0");
+      out[*a] = sliceLength(ds[*a], starts[i], ends[i], steps[i], &begin[*a]);
+      step[*a] = steps[i];
+    }
+    Data res = makeData(in[0]->type().dtype, out);
+    size_t w = dtypeSize(in[0]->type().dtype);
+    std::vector<int64_t> srcStride(r, 1), idx(r, 0);
+    for (size_t d = r; d-- > 1;)
+      srcStride[d - 1] = srcStride[d] * ds[d];
+    int64_t total = res->type().numElements();
+    uint8_t *dst = const_cast<uint8_t *>(res->bytes().data());
+    for (int64_t o = 0; o < total; ++o) {
+      int64_t src = 0;
+      for (size_t d = 0; d < r; ++d)
+        src += (begin[d] + idx[d] * step[d]) * srcStride[d];
+      std::memcpy(dst + o * w, in[0]->bytes().data() + src * w, w);
+      for (size_t d = r; d-- > 0;) {
+        if (++idx[d] < out[d])
+          break;
+        idx[d] = 0;
+      }
+    }
+    return one(res);
+  }
+  return FoldResult();
+}
+
+} // namespace cleave::frontend

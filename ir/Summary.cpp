@@ -1,0 +1,80 @@
+#include "ir/Summary.h"
+
+#include "ir/Printer.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <map>
+
+namespace cleave::ir {
+
+std::string formatBytes(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0)
+    return std::to_string(bytes) + " B";
+  return llvm::formatv("{0:f2} {1}", v, units[u]).str();
+}
+
+static std::string withCommas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0)
+      out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+std::string summarizeGraph(const Graph &g) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "graph @" << g.name() << "\n";
+  size_t width = 4;
+  for (const Value *v : g.inputs())
+    width = std::max(width, v->name().size());
+  for (const Value *v : g.outputs())
+    width = std::max(width, v->name().size());
+  os << "inputs:\n";
+  for (const Value *v : g.inputs())
+    os << "  " << v->name() << std::string(width - v->name().size() + 1, ' ')
+       << v->type().str() << "\n";
+  os << "outputs:\n";
+  for (const Value *v : g.outputs())
+    os << "  " << v->name() << std::string(width - v->name().size() + 1, ' ')
+       << v->type().str() << "\n";
+  for (ValueKind kind :
+       {ValueKind::Param, ValueKind::Buffer, ValueKind::Const}) {
+    int64_t count = 0, elements = 0, bytes = 0;
+    for (const Value *v : g.declared())
+      if (v->kind() == kind) {
+        ++count;
+        elements += v->type().numElements();
+        bytes += v->type().byteSize();
+      }
+    const char *label = kind == ValueKind::Param    ? "parameters"
+                        : kind == ValueKind::Buffer ? "buffers"
+                                                    : "constants";
+    os << llvm::formatv("{0}: {1} elements, {2} in {3} tensors\n", label,
+                        withCommas(elements), formatBytes(bytes), count);
+  }
+  std::map<std::string_view, int> hist;
+  for (const auto &op : g.ops())
+    ++hist[op->name()];
+  std::vector<std::pair<std::string_view, int>> sorted(hist.begin(),
+                                                       hist.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto &a, auto &b) { return a.second > b.second; });
+  os << "ops: " << g.ops().size() << "\n";
+  for (auto &[name, n] : sorted)
+    os << llvm::formatv("  {0,-24} {1,5}\n", name, n);
+  return os.str();
+}
+
+} // namespace cleave::ir

@@ -1,0 +1,178 @@
+#include "ir/TensorData.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cassert>
+#include <cstring>
+
+namespace cleave::ir {
+
+llvm::Expected<std::vector<uint8_t>>
+readRawFileData(const DataOrigin &origin, const TensorType &expected) {
+    if (origin.kind != DataOrigin::Kind::RawFile)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "no reader for tensor data in '" + origin.path + "'");
+    auto buf = llvm::MemoryBuffer::getFileSlice(origin.path, origin.length,
+                                                origin.offset);
+    if (!buf)
+      return llvm::createStringError(buf.getError(),
+                                     "cannot read tensor data from '" +
+                                         origin.path +
+                                         "': " + buf.getError().message());
+    if (int64_t((*buf)->getBufferSize()) != expected.byteSize() ||
+        origin.length != expected.byteSize())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "tensor data in '" + origin.path + "' has " +
+              std::to_string((*buf)->getBufferSize()) + " bytes, expected " +
+              std::to_string(expected.byteSize()) + " for " + expected.str());
+    const char *p = (*buf)->getBufferStart();
+    return std::vector<uint8_t>(p, p + (*buf)->getBufferSize());
+}
+
+namespace {
+// Reads RawFile origins; anything else is an error until a richer resolver is
+// installed.
+class RawFileResolver : public DataResolver {
+public:
+  llvm::Expected<std::vector<uint8_t>>
+  load(const DataOrigin &origin, const TensorType &expected) override {
+    return readRawFileData(origin, expected);
+  }
+};
+RawFileResolver rawFileResolver;
+DataResolver *currentResolver = &rawFileResolver;
+} // namespace
+
+void setDataResolver(DataResolver *r) {
+  currentResolver = r ? r : &rawFileResolver;
+}
+DataResolver &dataResolver() { return *currentResolver; }
+
+TensorData::TensorData(TensorType type, std::vector<uint8_t> bytes,
+                       DataOrigin origin)
+    : type_(std::move(type)), bytes_(std::move(bytes)),
+      origin_(std::move(origin)), loaded_(true) {
+  assert(int64_t(bytes_.size()) == type_.byteSize() && "data size mismatch");
+}
+
+TensorData::TensorData(TensorType type, DataOrigin origin)
+    : type_(std::move(type)), origin_(std::move(origin)) {}
+
+llvm::Error TensorData::load() {
+  if (loaded_)
+    return llvm::Error::success();
+  auto bytes = dataResolver().load(origin_, type_);
+  if (!bytes)
+    return bytes.takeError();
+  bytes_ = std::move(*bytes);
+  loaded_ = true;
+  return llvm::Error::success();
+}
+
+const std::vector<uint8_t> &TensorData::bytes() const {
+  assert(loaded_ && "tensor data used before load()");
+  return bytes_;
+}
+
+double TensorData::getDouble(int64_t i) const {
+  const uint8_t *p = bytes().data();
+  switch (type_.dtype) {
+  case DType::F32:
+    return reinterpret_cast<const float *>(p)[i];
+  case DType::F64:
+    return reinterpret_cast<const double *>(p)[i];
+  case DType::F16:
+    return halfToFloat(reinterpret_cast<const uint16_t *>(p)[i]);
+  case DType::BF16:
+    return bf16ToFloat(reinterpret_cast<const uint16_t *>(p)[i]);
+  default:
+    return double(getInt(i));
+  }
+}
+
+int64_t TensorData::getInt(int64_t i) const {
+  const uint8_t *p = bytes().data();
+  switch (type_.dtype) {
+  case DType::I64:
+    return reinterpret_cast<const int64_t *>(p)[i];
+  case DType::I32:
+    return reinterpret_cast<const int32_t *>(p)[i];
+  case DType::I8:
+    return reinterpret_cast<const int8_t *>(p)[i];
+  case DType::Bool:
+    return p[i] != 0;
+  default:
+    return int64_t(getDouble(i));
+  }
+}
+
+bool TensorData::isSplat() const {
+  size_t w = dtypeSize(type_.dtype);
+  const auto &b = bytes();
+  for (size_t off = w; off < b.size(); off += w)
+    if (std::memcmp(b.data(), b.data() + off, w) != 0)
+      return false;
+  return true;
+}
+
+void storeElement(DType dtype, uint8_t *base, int64_t i, double v) {
+  switch (dtype) {
+  case DType::F32:
+    reinterpret_cast<float *>(base)[i] = float(v);
+    return;
+  case DType::F64:
+    reinterpret_cast<double *>(base)[i] = v;
+    return;
+  case DType::F16:
+    reinterpret_cast<uint16_t *>(base)[i] = floatToHalf(float(v));
+    return;
+  case DType::BF16:
+    reinterpret_cast<uint16_t *>(base)[i] = floatToBf16(float(v));
+    return;
+  default:
+    storeElementInt(dtype, base, i, int64_t(v));
+  }
+}
+
+void storeElementInt(DType dtype, uint8_t *base, int64_t i, int64_t v) {
+  switch (dtype) {
+  case DType::I64:
+    reinterpret_cast<int64_t *>(base)[i] = v;
+    return;
+  case DType::I32:
+    reinterpret_cast<int32_t *>(base)[i] = int32_t(v);
+    return;
+  case DType::I8:
+    reinterpret_cast<int8_t *>(base)[i] = int8_t(v);
+    return;
+  case DType::Bool:
+    base[i] = v != 0;
+    return;
+  default:
+    storeElement(dtype, base, i, double(v));
+  }
+}
+
+std::shared_ptr<TensorData> TensorData::fromInts(DType dtype, Shape shape,
+                                                 llvm::ArrayRef<int64_t> v) {
+  TensorType t(dtype, std::move(shape));
+  assert(t.numElements() == int64_t(v.size()));
+  std::vector<uint8_t> bytes(t.byteSize());
+  for (size_t i = 0; i < v.size(); ++i)
+    storeElementInt(dtype, bytes.data(), i, v[i]);
+  return std::make_shared<TensorData>(t, std::move(bytes));
+}
+
+std::shared_ptr<TensorData>
+TensorData::fromDoubles(DType dtype, Shape shape, llvm::ArrayRef<double> v) {
+  TensorType t(dtype, std::move(shape));
+  assert(t.numElements() == int64_t(v.size()));
+  std::vector<uint8_t> bytes(t.byteSize());
+  for (size_t i = 0; i < v.size(); ++i)
+    storeElement(dtype, bytes.data(), i, v[i]);
+  return std::make_shared<TensorData>(t, std::move(bytes));
+}
+
+} // namespace cleave::ir

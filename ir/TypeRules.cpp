@@ -1,0 +1,623 @@
+// Result type rules for every op family. Each checks the constraints the op
+// puts on its operands (dtypes, ranks, matching dims) and computes the result
+// types; the verifier compares those with the types recorded in the graph.
+#include "ir/TypeRules.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace cleave::ir {
+
+template <typename... Ts>
+static llvm::Error err(const char *fmt, Ts &&...vals) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
+}
+
+using Types = llvm::Expected<std::vector<TensorType>>;
+
+llvm::Expected<Shape> broadcastShapes(llvm::ArrayRef<int64_t> a,
+                                      llvm::ArrayRef<int64_t> b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return err("shapes {0} and {1} do not broadcast", shapeStr(a),
+                 shapeStr(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return err("axis {0} is out of range for rank {1}", axis, rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+llvm::Error checkShape(llvm::ArrayRef<int64_t> shape) {
+  // 2^48 elements is far beyond any real tensor and keeps byte sizes of every
+  // dtype well inside int64.
+  const int64_t limit = int64_t(1) << 48;
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0)
+      return err("dimension {0} is negative ({1})", i, shape[i]);
+    if (shape[i] > limit || (shape[i] && n > limit / shape[i]))
+      return err("shape {0} has too many elements", shapeStr(shape));
+    n *= shape[i];
+  }
+  return llvm::Error::success();
+}
+
+int64_t sliceLength(int64_t dim, int64_t start, int64_t end, int64_t step,
+                    int64_t *clampedStart) {
+  if (start < 0)
+    start += dim;
+  if (end < 0)
+    end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+  }
+  if (clampedStart)
+    *clampedStart = start;
+  if (step > 0)
+    return end > start ? (end - start + step - 1) / step : 0;
+  return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+}
+
+static llvm::Error sameDType(const TypeQuery &q) {
+  for (size_t i = 1; i < q.operands.size(); ++i)
+    if (q.operands[i].dtype != q.operands[0].dtype)
+      return err("operand {0} is {1} but operand 0 is {2}", i,
+                 dtypeName(q.operands[i].dtype),
+                 dtypeName(q.operands[0].dtype));
+  return llvm::Error::success();
+}
+
+static llvm::Expected<Shape> broadcastAll(llvm::ArrayRef<TensorType> ts) {
+  Shape s = ts[0].shape;
+  for (size_t i = 1; i < ts.size(); ++i) {
+    auto b = broadcastShapes(s, ts[i].shape);
+    if (!b)
+      return b.takeError();
+    s = *b;
+  }
+  return s;
+}
+
+static llvm::Error requireFloat(const TensorType &t, const char *what) {
+  if (!isFloat(t.dtype))
+    return err("{0} must be a float tensor, not {1}", what, t.str());
+  return llvm::Error::success();
+}
+
+namespace typerules {
+
+Types sameAsFirst(const TypeQuery &q) { return std::vector{q.operands[0]}; }
+
+Types boolUnary(const TypeQuery &q) {
+  if (q.operands[0].dtype != DType::Bool)
+    return err("operand must be bool, not {0}", q.operands[0].str());
+  return std::vector{q.operands[0]};
+}
+
+Types cast(const TypeQuery &q) {
+  auto to = parseDType(q.getString("to"));
+  if (!to)
+    return err("unknown element type '{0}' in attribute 'to'",
+               q.getString("to"));
+  return std::vector{TensorType(*to, q.operands[0].shape)};
+}
+
+Types broadcast(const TypeQuery &q) {
+  if (auto e = sameDType(q))
+    return std::move(e);
+  auto s = broadcastAll(q.operands);
+  if (!s)
+    return s.takeError();
+  return std::vector{TensorType(q.operands[0].dtype, *s)};
+}
+
+Types pow(const TypeQuery &q) {
+  auto s = broadcastAll(q.operands);
+  if (!s)
+    return s.takeError();
+  return std::vector{TensorType(q.operands[0].dtype, *s)};
+}
+
+Types compare(const TypeQuery &q) {
+  if (auto e = sameDType(q))
+    return std::move(e);
+  auto s = broadcastAll(q.operands);
+  if (!s)
+    return s.takeError();
+  return std::vector{TensorType(DType::Bool, *s)};
+}
+
+Types logical(const TypeQuery &q) {
+  for (const TensorType &t : q.operands)
+    if (t.dtype != DType::Bool)
+      return err("operands must be bool, not {0}", t.str());
+  return compare(q);
+}
+
+Types where(const TypeQuery &q) {
+  if (q.operands[0].dtype != DType::Bool)
+    return err("condition must be bool, not {0}", q.operands[0].str());
+  if (q.operands[1].dtype != q.operands[2].dtype)
+    return err("branches differ in type: {0} and {1}", q.operands[1].str(),
+               q.operands[2].str());
+  auto s = broadcastAll(q.operands);
+  if (!s)
+    return s.takeError();
+  return std::vector{TensorType(q.operands[1].dtype, *s)};
+}
+
+Types matmul(const TypeQuery &q) {
+  if (auto e = sameDType(q))
+    return std::move(e);
+  Shape a = q.operands[0].shape, b = q.operands[1].shape;
+  if (a.empty() || b.empty())
+    return err("operands must have rank >= 1");
+  bool aVec = a.size() == 1, bVec = b.size() == 1;
+  if (aVec)
+    a.insert(a.begin(), 1);
+  if (bVec)
+    b.push_back(1);
+  int64_t m = a[a.size() - 2], k = a.back();
+  int64_t k2 = b[b.size() - 2], n = b.back();
+  if (k != k2)
+    return err("inner dimensions differ: {0} x {1}",
+               shapeStr(q.operands[0].shape), shapeStr(q.operands[1].shape));
+  auto batch = broadcastShapes(llvm::ArrayRef<int64_t>(a).drop_back(2),
+                               llvm::ArrayRef<int64_t>(b).drop_back(2));
+  if (!batch)
+    return batch.takeError();
+  Shape out = *batch;
+  if (!aVec)
+    out.push_back(m);
+  if (!bVec)
+    out.push_back(n);
+  return std::vector{TensorType(q.operands[0].dtype, out)};
+}
+
+Types gemm(const TypeQuery &q) {
+  if (auto e = sameDType(q))
+    return std::move(e);
+  const Shape &a = q.operands[0].shape, &b = q.operands[1].shape;
+  if (a.size() != 2 || b.size() != 2)
+    return err("A and B must be 2-D, got {0} and {1}", shapeStr(a),
+               shapeStr(b));
+  bool ta = q.getInt("transA"), tb = q.getInt("transB");
+  int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  int64_t k2 = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+  if (k != k2)
+    return err("inner dimensions differ: A {0}{1} x B {2}{3}", shapeStr(a),
+               ta ? "^T" : "", shapeStr(b), tb ? "^T" : "");
+  Shape out{m, n};
+  if (q.operands.size() == 3) {
+    auto s = broadcastShapes(q.operands[2].shape, out);
+    if (!s || *s != out)
+      return err("C {0} does not broadcast to {1}",
+                 shapeStr(q.operands[2].shape), shapeStr(out));
+  }
+  return std::vector{TensorType(q.operands[0].dtype, out)};
+}
+
+Types batchNorm(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  if (auto e = requireFloat(x, "X"))
+    return std::move(e);
+  if (x.rank() < 2)
+    return err("X must have rank >= 2, got {0}", x.str());
+  int64_t c = x.shape[1];
+  for (size_t i = 1; i < 5; ++i)
+    if (q.operands[i].shape != Shape{c})
+      return err("operand {0} must have shape [{1}], got {2}", i, c,
+                 q.operands[i].str());
+  std::vector<TensorType> out{x};
+  for (unsigned i = 1; i < q.numResults; ++i)
+    out.push_back(q.operands[3]);
+  return out;
+}
+
+Types layerNorm(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  if (auto e = requireFloat(x, "X"))
+    return std::move(e);
+  auto axis = normalizeAxis(q.getInt("axis"), x.rank());
+  if (!axis)
+    return axis.takeError();
+  llvm::ArrayRef<int64_t> norm = llvm::ArrayRef<int64_t>(x.shape).drop_front(*axis);
+  for (size_t i = 1; i < q.operands.size(); ++i) {
+    auto s = broadcastShapes(q.operands[i].shape, norm);
+    if (!s || llvm::ArrayRef<int64_t>(*s) != norm)
+      return err("operand {0} {1} does not broadcast to the normalized shape "
+                 "{2}",
+                 i, shapeStr(q.operands[i].shape), shapeStr(norm));
+  }
+  std::vector<TensorType> out{x};
+  Shape stat(x.shape.begin(), x.shape.begin() + *axis);
+  stat.resize(x.rank(), 1);
+  for (unsigned i = 1; i < q.numResults; ++i)
+    out.push_back(TensorType(DType::F32, stat));
+  return out;
+}
+
+Types softmax(const TypeQuery &q) {
+  if (auto e = requireFloat(q.operands[0], "input"))
+    return std::move(e);
+  auto axis = normalizeAxis(q.getInt("axis"), q.operands[0].rank());
+  if (!axis)
+    return axis.takeError();
+  return std::vector{q.operands[0]};
+}
+
+Types softmaxCrossEntropy(const TypeQuery &q) {
+  const TensorType &scores = q.operands[0], &labels = q.operands[1];
+  if (auto e = requireFloat(scores, "scores"))
+    return std::move(e);
+  if (scores.rank() < 2)
+    return err("scores must have rank >= 2 ([N, C, ...]), got {0}",
+               scores.str());
+  if (!isInteger(labels.dtype))
+    return err("labels must be an integer tensor, not {0}", labels.str());
+  Shape expect{scores.shape[0]};
+  expect.append(scores.shape.begin() + 2, scores.shape.end());
+  if (labels.shape != expect)
+    return err("labels have shape {0}, expected {1} for scores {2}",
+               shapeStr(labels.shape), shapeStr(expect), shapeStr(scores.shape));
+  if (q.operands.size() == 3 && q.operands[2].shape != Shape{scores.shape[1]})
+    return err("weights must have shape [{0}], got {1}", scores.shape[1],
+               q.operands[2].str());
+  const std::string &red = q.getString("reduction");
+  if (red != "mean" && red != "sum" && red != "none")
+    return err("reduction must be mean, sum or none, not '{0}'", red);
+  std::vector<TensorType> out{
+      TensorType(scores.dtype, red == "none" ? expect : Shape{})};
+  if (q.numResults > 1)
+    out.push_back(scores);
+  return out;
+}
+
+Types dropout(const TypeQuery &q) {
+  std::vector<TensorType> out{q.operands[0]};
+  if (q.numResults > 1)
+    out.push_back(TensorType(DType::Bool, q.operands[0].shape));
+  float r = q.getFloat("ratio");
+  if (!(r >= 0.0f && r < 1.0f))
+    return err("ratio must be in [0, 1), got {0}", r);
+  return out;
+}
+
+Types reduce(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  std::vector<bool> reduced(x.rank(), false);
+  const auto &axes = q.getInts("axes");
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(a, x.rank());
+    if (!n)
+      return n.takeError();
+    if (reduced[*n])
+      return err("axis {0} appears twice in 'axes'", a);
+    reduced[*n] = true;
+  }
+  if (axes.empty())
+    std::fill(reduced.begin(), reduced.end(), true);
+  Shape out;
+  bool keep = q.getInt("keepdims");
+  for (size_t i = 0; i < x.rank(); ++i) {
+    if (!reduced[i])
+      out.push_back(x.shape[i]);
+    else if (keep)
+      out.push_back(1);
+  }
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+Types concat(const TypeQuery &q) {
+  if (auto e = sameDType(q))
+    return std::move(e);
+  const TensorType &first = q.operands[0];
+  auto axis = normalizeAxis(q.getInt("axis"), first.rank());
+  if (!axis)
+    return axis.takeError();
+  Shape out = first.shape;
+  for (size_t i = 1; i < q.operands.size(); ++i) {
+    const Shape &s = q.operands[i].shape;
+    if (s.size() != out.size())
+      return err("operand {0} has rank {1}, operand 0 has rank {2}", i,
+                 s.size(), out.size());
+    for (size_t d = 0; d < s.size(); ++d)
+      if (int64_t(d) != *axis && s[d] != out[d])
+        return err("operand {0} {1} differs from operand 0 {2} outside the "
+                   "concatenation axis",
+                   i, shapeStr(s), shapeStr(first.shape));
+    out[*axis] += s[*axis];
+  }
+  return std::vector{TensorType(first.dtype, out)};
+}
+
+Types expand(const TypeQuery &q) {
+  auto s = broadcastShapes(q.operands[0].shape, q.getInts("shape"));
+  if (!s)
+    return s.takeError();
+  return std::vector{TensorType(q.operands[0].dtype, *s)};
+}
+
+Types pad(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  const auto &pads = q.getInts("pads");
+  if (pads.size() != 2 * x.rank())
+    return err("'pads' has {0} entries, expected {1}", pads.size(),
+               2 * x.rank());
+  const std::string &mode = q.getString("mode");
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return err("mode must be constant, reflect or edge, not '{0}'", mode);
+  Shape out = x.shape;
+  for (size_t i = 0; i < x.rank(); ++i) {
+    out[i] += pads[i] + pads[x.rank() + i];
+    if (out[i] < 0)
+      return err("pads {0} remove more than axis {1} holds", shapeStr(pads),
+                 i);
+  }
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+Types flatten(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  int64_t axis = q.getInt("axis"), r = x.rank();
+  if (axis < -r || axis > r)
+    return err("axis {0} is out of range for rank {1}", axis, r);
+  if (axis < 0)
+    axis += r;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < r; ++i)
+    (i < axis ? outer : inner) *= x.shape[i];
+  return std::vector{TensorType(x.dtype, Shape{outer, inner})};
+}
+
+Types gather(const TypeQuery &q) {
+  const TensorType &data = q.operands[0], &idx = q.operands[1];
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return err("indices must be i64 or i32, not {0}", idx.str());
+  auto axis = normalizeAxis(q.getInt("axis"), data.rank());
+  if (!axis)
+    return axis.takeError();
+  Shape out(data.shape.begin(), data.shape.begin() + *axis);
+  out.append(idx.shape.begin(), idx.shape.end());
+  out.append(data.shape.begin() + *axis + 1, data.shape.end());
+  return std::vector{TensorType(data.dtype, out)};
+}
+
+Types reshape(const TypeQuery &q) {
+  const auto &shape = q.getInts("shape");
+  Shape out(shape.begin(), shape.end());
+  if (auto e = checkShape(out))
+    return err("target shape {0}: {1}", shapeStr(out),
+               llvm::toString(std::move(e)));
+  if (TensorType(q.operands[0].dtype, out).numElements() !=
+      q.operands[0].numElements())
+    return err("cannot reshape {0} to {1}: element counts differ",
+               q.operands[0].str(), shapeStr(out));
+  return std::vector{TensorType(q.operands[0].dtype, out)};
+}
+
+Types slice(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  const auto &starts = q.getInts("starts"), &ends = q.getInts("ends"),
+             &axes = q.getInts("axes"), &steps = q.getInts("steps");
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return err("starts, ends, axes and steps must have equal lengths");
+  Shape out = x.shape;
+  std::vector<bool> seen(x.rank(), false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    auto a = normalizeAxis(axes[i], x.rank());
+    if (!a)
+      return a.takeError();
+    if (seen[*a])
+      return err("axis {0} is sliced twice", axes[i]);
+    seen[*a] = true;
+    if (steps[i] == 0)
+      return err("step for axis {0} is 0", axes[i]);
+    out[*a] = sliceLength(x.shape[*a], starts[i], ends[i], steps[i]);
+  }
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+Types split(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  auto axis = normalizeAxis(q.getInt("axis"), x.rank());
+  if (!axis)
+    return axis.takeError();
+  const auto &sizes = q.getInts("split");
+  if (sizes.size() != q.numResults)
+    return err("'split' has {0} sizes but the op has {1} results",
+               sizes.size(), q.numResults);
+  int64_t total = 0;
+  std::vector<TensorType> out;
+  for (int64_t s : sizes) {
+    if (s < 0)
+      return err("split size {0} is negative", s);
+    total += s;
+    Shape shape = x.shape;
+    shape[*axis] = s;
+    out.push_back(TensorType(x.dtype, shape));
+  }
+  if (total != x.shape[*axis])
+    return err("split sizes sum to {0} but axis {1} has size {2}", total,
+               *axis, x.shape[*axis]);
+  return out;
+}
+
+Types squeeze(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  std::vector<bool> drop(x.rank(), false);
+  for (int64_t a : q.getInts("axes")) {
+    auto n = normalizeAxis(a, x.rank());
+    if (!n)
+      return n.takeError();
+    if (x.shape[*n] != 1)
+      return err("cannot squeeze axis {0} of size {1}", a, x.shape[*n]);
+    drop[*n] = true;
+  }
+  Shape out;
+  for (size_t i = 0; i < x.rank(); ++i)
+    if (!drop[i])
+      out.push_back(x.shape[i]);
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+Types transpose(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  const auto &perm = q.getInts("perm");
+  if (perm.size() != x.rank())
+    return err("perm has {0} entries for rank {1}", perm.size(), x.rank());
+  std::vector<bool> seen(x.rank(), false);
+  Shape out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= int64_t(x.rank()) || seen[p])
+      return err("perm {0} is not a permutation of 0..{1}", shapeStr(perm),
+                 x.rank() - 1);
+    seen[p] = true;
+    out.push_back(x.shape[p]);
+  }
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+Types unsqueeze(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  const auto &axes = q.getInts("axes");
+  int64_t r = x.rank() + axes.size();
+  std::vector<bool> inserted(r, false);
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(a, r);
+    if (!n)
+      return n.takeError();
+    if (inserted[*n])
+      return err("axis {0} appears twice in 'axes'", a);
+    inserted[*n] = true;
+  }
+  Shape out;
+  size_t j = 0;
+  for (int64_t i = 0; i < r; ++i)
+    out.push_back(inserted[i] ? 1 : x.shape[j++]);
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+// Output length of one spatial axis of a convolution or pooling window.
+static llvm::Expected<int64_t> windowOut(int64_t in, int64_t k, int64_t s,
+                                         int64_t d, int64_t padBegin,
+                                         int64_t padEnd, bool ceil) {
+  if (k < 1 || s < 1 || d < 1 || padBegin < 0 || padEnd < 0)
+    return err("kernel, stride and dilation must be positive and pads "
+               "non-negative");
+  int64_t span = (k - 1) * d + 1, padded = in + padBegin + padEnd;
+  if (padded < span)
+    return err("window {0} is larger than the padded input {1}", span,
+               padded);
+  int64_t out = ceil ? (padded - span + s - 1) / s + 1
+                     : (padded - span) / s + 1;
+  // A window starting entirely inside the end padding is dropped.
+  if (ceil && (out - 1) * s >= in + padBegin)
+    --out;
+  return out;
+}
+
+static llvm::Error checkGeometry(const TypeQuery &q, size_t spatial,
+                                 bool hasDilations) {
+  auto check = [&](const char *name, size_t want) -> llvm::Error {
+    if (q.getInts(name).size() != want)
+      return err("'{0}' has {1} entries, expected {2}", name,
+                 q.getInts(name).size(), want);
+    return llvm::Error::success();
+  };
+  if (auto e = check("strides", spatial))
+    return e;
+  if (auto e = check("pads", 2 * spatial))
+    return e;
+  if (hasDilations)
+    if (auto e = check("dilations", spatial))
+      return e;
+  return llvm::Error::success();
+}
+
+Types conv(const TypeQuery &q) {
+  if (auto e = sameDType(q))
+    return std::move(e);
+  const TensorType &x = q.operands[0], &w = q.operands[1];
+  if (x.rank() < 3 || w.rank() != x.rank())
+    return err("X {0} and W {1} must have the same rank >= 3", x.str(),
+               w.str());
+  size_t sp = x.rank() - 2;
+  if (auto e = checkGeometry(q, sp, true))
+    return std::move(e);
+  int64_t group = q.getInt("group");
+  if (group < 1 || x.shape[1] != w.shape[1] * group || w.shape[0] % group)
+    return err("channels do not match: X has {0}, W {1} with group {2}",
+               x.shape[1], shapeStr(w.shape), group);
+  if (q.operands.size() == 3 && q.operands[2].shape != Shape{w.shape[0]})
+    return err("bias must have shape [{0}], got {1}", w.shape[0],
+               q.operands[2].str());
+  Shape out{x.shape[0], w.shape[0]};
+  const auto &st = q.getInts("strides"), &pd = q.getInts("pads"),
+             &dl = q.getInts("dilations");
+  for (size_t i = 0; i < sp; ++i) {
+    auto o = windowOut(x.shape[2 + i], w.shape[2 + i], st[i], dl[i], pd[i],
+                       pd[sp + i], false);
+    if (!o)
+      return o.takeError();
+    out.push_back(*o);
+  }
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+Types pool(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  if (x.rank() < 3)
+    return err("input must have rank >= 3 ([N, C, ...]), got {0}", x.str());
+  size_t sp = x.rank() - 2;
+  bool hasDil = q.info.findAttr("dilations") != nullptr;
+  if (auto e = checkGeometry(q, sp, hasDil))
+    return std::move(e);
+  const auto &ks = q.getInts("kernel_shape");
+  if (ks.size() != sp)
+    return err("'kernel_shape' has {0} entries, expected {1}", ks.size(), sp);
+  const auto &st = q.getInts("strides"), &pd = q.getInts("pads");
+  Shape out{x.shape[0], x.shape[1]};
+  for (size_t i = 0; i < sp; ++i) {
+    auto o = windowOut(x.shape[2 + i], ks[i], st[i],
+                       hasDil ? q.getInts("dilations")[i] : 1, pd[i],
+                       pd[sp + i], q.getInt("ceil_mode"));
+    if (!o)
+      return o.takeError();
+    out.push_back(*o);
+  }
+  std::vector<TensorType> res{TensorType(x.dtype, out)};
+  if (q.numResults > 1)
+    res.push_back(TensorType(DType::I64, out));
+  return res;
+}
+
+Types globalPool(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  if (x.rank() < 3)
+    return err("input must have rank >= 3 ([N, C, ...]), got {0}", x.str());
+  Shape out = x.shape;
+  std::fill(out.begin() + 2, out.end(), 1);
+  return std::vector{TensorType(x.dtype, out)};
+}
+
+} // namespace typerules
+} // namespace cleave::ir

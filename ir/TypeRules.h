@@ -1,0 +1,59 @@
+// Result type rules, one per family of ops; Ops.def names one for each op.
+#pragma once
+
+#include "ir/OpInfo.h"
+
+namespace cleave::ir::typerules {
+
+#define CLEAVE_RULE(Name)                                                      \
+  llvm::Expected<std::vector<TensorType>> Name(const TypeQuery &q);
+CLEAVE_RULE(sameAsFirst)
+CLEAVE_RULE(boolUnary)
+CLEAVE_RULE(cast)
+CLEAVE_RULE(broadcast)
+CLEAVE_RULE(pow)
+CLEAVE_RULE(compare)
+CLEAVE_RULE(logical)
+CLEAVE_RULE(where)
+CLEAVE_RULE(matmul)
+CLEAVE_RULE(gemm)
+CLEAVE_RULE(batchNorm)
+CLEAVE_RULE(layerNorm)
+CLEAVE_RULE(softmax)
+CLEAVE_RULE(softmaxCrossEntropy)
+CLEAVE_RULE(dropout)
+CLEAVE_RULE(reduce)
+CLEAVE_RULE(concat)
+CLEAVE_RULE(expand)
+CLEAVE_RULE(pad)
+CLEAVE_RULE(flatten)
+CLEAVE_RULE(gather)
+CLEAVE_RULE(reshape)
+CLEAVE_RULE(slice)
+CLEAVE_RULE(split)
+CLEAVE_RULE(squeeze)
+CLEAVE_RULE(transpose)
+CLEAVE_RULE(unsqueeze)
+CLEAVE_RULE(conv)
+CLEAVE_RULE(pool)
+CLEAVE_RULE(globalPool)
+#undef CLEAVE_RULE
+
+} // namespace cleave::ir::typerules
+
+namespace cleave::ir {
+
+// NumPy-style multidirectional broadcast of two shapes.
+llvm::Expected<Shape> broadcastShapes(llvm::ArrayRef<int64_t> a,
+                                      llvm::ArrayRef<int64_t> b);
+// Maps a possibly negative axis into [0, rank); error if out of range.
+llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+// Checks dims are non-negative and the element count fits comfortably in
+// int64 (and in memory addressing); names the offending dim.
+llvm::Error checkShape(llvm::ArrayRef<int64_t> shape);
+// Output length of ONNX Slice on one axis of size `dim` (starts/ends clamped
+// as the ONNX spec says). Also returns the clamped start.
+int64_t sliceLength(int64_t dim, int64_t start, int64_t end, int64_t step,
+                    int64_t *clampedStart = nullptr);
+
+} // namespace cleave::ir

@@ -1,0 +1,87 @@
+#include "ir/Verifier.h"
+
+#include "ir/Printer.h"
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace cleave::ir {
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+static llvm::Error verifyValueType(const Value *v) {
+  if (auto e = checkShape(v->type().shape))
+    return fail("value " + valueRef(v->name()) + ": " +
+                llvm::toString(std::move(e)));
+  return llvm::Error::success();
+}
+
+llvm::Error verifyGraph(const Graph &g) {
+  llvm::DenseSet<const Value *> defined;
+  llvm::StringSet<> names;
+  auto define = [&](const Value *v) -> llvm::Error {
+    if (!names.insert(v->name()).second)
+      return fail("value " + valueRef(v->name()) + " is defined twice");
+    defined.insert(v);
+    return verifyValueType(v);
+  };
+  for (const Value *v : g.inputs())
+    if (auto e = define(v))
+      return e;
+  for (const Value *v : g.declared()) {
+    if (auto e = define(v))
+      return e;
+    if (!v->data())
+      return fail(std::string(valueKindName(v->kind())) + " " +
+                  valueRef(v->name()) + " has no data");
+    if (v->data()->type() != v->type())
+      return fail(std::string(valueKindName(v->kind())) + " " +
+                  valueRef(v->name()) + " is declared " + v->type().str() +
+                  " but its data is " + v->data()->type().str());
+  }
+  for (const auto &opPtr : g.ops()) {
+    const Op &op = *opPtr;
+    std::vector<TensorType> operandTypes;
+    for (unsigned i = 0; i < op.numOperands(); ++i) {
+      const Value *v = op.operand(i);
+      if (!defined.count(v))
+        return fail(op.describe() + ": operand " + std::to_string(i) + " " +
+                    valueRef(v->name()) + " is used before it is defined");
+      bool listed = false;
+      for (const Use &u : v->uses())
+        listed |= u.user == &op && u.operandIndex == i;
+      if (!listed)
+        return fail(op.describe() + ": use list of " + valueRef(v->name()) +
+                    " is out of sync");
+      operandTypes.push_back(v->type());
+    }
+    auto types = inferResultTypes(op.kind(), operandTypes, op.attrs(),
+                                  op.numResults());
+    if (!types)
+      return fail(op.describe() + ": " + llvm::toString(types.takeError()));
+    for (unsigned i = 0; i < op.numResults(); ++i) {
+      const Value *r = op.result(i);
+      if (r->definingOp() != &op || r->resultIndex() != i)
+        return fail(op.describe() + ": result " + std::to_string(i) +
+                    " does not point back to its op");
+      if ((*types)[i] != r->type())
+        return fail(op.describe() + ": result " + valueRef(r->name()) +
+                    " has type " + r->type().str() + " but the op gives " +
+                    (*types)[i].str());
+      if (auto e = define(r))
+        return e;
+    }
+  }
+  if (g.outputs().empty())
+    return fail("graph @" + g.name() + " has no outputs");
+  for (const Value *v : g.outputs())
+    if (!defined.count(v))
+      return fail("output " + valueRef(v->name()) + " is not defined");
+  return llvm::Error::success();
+}
+
+} // namespace cleave::ir

@@ -1,0 +1,80 @@
+// The list of passes, with a one-line reason for each, and the pipeline
+// driver shared by cleavec and cleave-opt.
+#include "passes/Pass.h"
+
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+
+#include <algorithm>
+
+namespace cleave::passes {
+
+static const PassInfo kPasses[] = {
+    {"dce", "remove ops and declared tensors that no output depends on",
+     eliminateDeadCode},
+    {"remove-identity", "forward the operand of every Identity op to its users",
+     removeIdentities},
+    {"verify", "check the IR invariants (types, SSA order, attributes)",
+     [](ir::Graph &) -> llvm::Expected<bool> { return false; }},
+};
+
+llvm::ArrayRef<PassInfo> allPasses() { return kPasses; }
+
+const PassInfo *lookupPass(std::string_view name) {
+  for (const PassInfo &p : kPasses)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+void dumpIR(const ir::Graph &g, std::string_view after,
+            llvm::raw_ostream &os) {
+  os << "// -----// IR after " << after << " //----- //\n";
+  ir::printGraph(g, os);
+  os.flush();
+}
+
+bool wantsDump(const PipelineOptions &opts, std::string_view pass) {
+  return std::any_of(opts.dumpAfter.begin(), opts.dumpAfter.end(),
+                     [&](const std::string &d) {
+                       return d == "all" || d == pass;
+                     });
+}
+
+llvm::Error checkPassNames(llvm::ArrayRef<std::string> names) {
+  for (const std::string &n : names)
+    if (!lookupPass(n)) {
+      std::string known;
+      for (const PassInfo &p : kPasses)
+        known += (known.empty() ? "" : ", ") + std::string(p.name);
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "unknown pass '" + n +
+                                         "' (known passes: " + known + ")");
+    }
+  return llvm::Error::success();
+}
+
+llvm::Error runPipeline(ir::Graph &g, llvm::ArrayRef<std::string> names,
+                        const PipelineOptions &opts) {
+  if (auto e = checkPassNames(names))
+    return e;
+  for (const std::string &name : names) {
+    const PassInfo *p = lookupPass(name);
+    auto changed = p->run(g);
+    if (!changed)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "pass " + name + ": " +
+                                         llvm::toString(changed.takeError()));
+    if (opts.verifyEach || name == "verify")
+      if (auto e = ir::verifyGraph(g))
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "IR is invalid after pass " + name + ": " +
+                llvm::toString(std::move(e)));
+    if (wantsDump(opts, name))
+      dumpIR(g, name, *opts.dumpStream);
+  }
+  return llvm::Error::success();
+}
+
+} // namespace cleave::passes

@@ -1,0 +1,154 @@
+#include "tools/ToolSupport.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <unistd.h>
+
+namespace cleave::tools {
+
+static llvm::Error usageError(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+int fail(const std::string &tool, const std::string &message, int code) {
+  // Keep the promise of one line: fold any embedded newlines.
+  std::string line = message;
+  for (char &c : line)
+    if (c == '\n')
+      c = ' ';
+  llvm::errs() << tool << ": error: " << line << "\n";
+  return code;
+}
+
+llvm::Error Flags::parse(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    llvm::StringRef arg = argv[i];
+    if (arg == "-" || !arg.startswith("-")) {
+      positional_.push_back(arg.str());
+      continue;
+    }
+    llvm::StringRef body = arg.startswith("--") ? arg.drop_front(2)
+                                                : arg.drop_front(1);
+    auto [name, value] = body.split('=');
+    bool hasValue = body.contains('=');
+    const Spec *spec = nullptr;
+    for (const Spec &s : specs_)
+      if (s.name == name)
+        spec = &s;
+    if (!spec)
+      return usageError("unknown flag '" + arg.str() +
+                        "' (see --help)");
+    std::string v;
+    if (spec->takesValue) {
+      if (hasValue) {
+        v = value.str();
+      } else if (i + 1 < argc) {
+        v = argv[++i];
+      } else {
+        return usageError("flag '" + arg.str() + "' needs a value");
+      }
+    } else if (hasValue) {
+      return usageError("flag '--" + name.str() + "' takes no value");
+    }
+    if (!spec->repeatable && values_.count(spec->name))
+      return usageError("flag '--" + spec->name + "' is given twice");
+    values_.emplace(spec->name, v);
+  }
+  return llvm::Error::success();
+}
+
+std::optional<std::string> Flags::get(const std::string &name) const {
+  auto it = values_.find(name);
+  if (it == values_.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> Flags::getAll(const std::string &name) const {
+  std::vector<std::string> out;
+  auto [b, e] = values_.equal_range(name);
+  for (auto it = b; it != e; ++it)
+    out.push_back(it->second);
+  return out;
+}
+
+llvm::Expected<int64_t> parseCount(const std::string &flag,
+                                   const std::string &value) {
+  long long v;
+  if (llvm::StringRef(value).getAsInteger(10, v) || v < 0)
+    return usageError("--" + flag + " needs a non-negative integer, not '" +
+                      value + "'");
+  return int64_t(v);
+}
+
+std::vector<std::string> splitList(const std::string &s) {
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  llvm::StringRef(s).split(parts, ',', -1, false);
+  std::vector<std::string> out;
+  for (llvm::StringRef p : parts)
+    out.push_back(p.trim().str());
+  return out;
+}
+
+llvm::Error readImportFlags(const Flags &flags,
+                            frontend::ImportOptions &opts) {
+  for (const std::string &spec : flags.getAll("input-shape")) {
+    auto [name, dims] = llvm::StringRef(spec).split('=');
+    if (name.empty() || !llvm::StringRef(spec).contains('='))
+      return usageError("--input-shape needs NAME=d0,d1,..., not '" + spec +
+                        "'");
+    std::vector<int64_t> shape;
+    for (const std::string &d : splitList(dims.str())) {
+      auto v = parseCount("input-shape", d);
+      if (!v)
+        return v.takeError();
+      shape.push_back(*v);
+    }
+    if (opts.inputShapes.count(name.str()))
+      return usageError("--input-shape gives '" + name.str() + "' twice");
+    opts.inputShapes[name.str()] = shape;
+  }
+  if (auto mb = flags.get("microbatch-size")) {
+    auto v = parseCount("microbatch-size", *mb);
+    if (!v)
+      return v.takeError();
+    if (*v == 0)
+      return usageError("--microbatch-size must be at least 1");
+    opts.microbatchSize = *v;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error writeOutput(const std::string &path, const std::string &text) {
+  if (path == "-") {
+    llvm::outs() << text;
+    llvm::outs().flush();
+    return llvm::Error::success();
+  }
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec);
+    if (ec)
+      return llvm::createStringError(ec, "cannot write '" + path +
+                                             "': " + ec.message());
+    os << text;
+    os.close();
+    if (os.has_error()) {
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "cannot write '" + path + "'");
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
+    llvm::sys::fs::remove(tmp);
+    return llvm::createStringError(ec, "cannot write '" + path +
+                                           "': " + ec.message());
+  }
+  return llvm::Error::success();
+}
+
+} // namespace cleave::tools

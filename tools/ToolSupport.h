@@ -1,0 +1,61 @@
+// What cleavec and cleave-opt share: a small flag parser, error reporting
+// with the project's exit codes (2 for usage, 1 for bad input), writing an
+// output file so that a failure never leaves a partial file behind, and the
+// flags that bind input shapes.
+#pragma once
+
+#include "frontend/OnnxImporter.h"
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cleave::tools {
+
+enum ExitCode { kOk = 0, kBadInput = 1, kUsage = 2 };
+
+// Prints `<tool>: error: <message>` on one line and returns `code`.
+int fail(const std::string &tool, const std::string &message, int code);
+
+// Flags as `--name=value`, `--name value` or `-o value`; bare words are
+// positional. Each flag is declared with whether it takes a value and
+// whether it may repeat; anything else is a usage error.
+class Flags {
+public:
+  struct Spec {
+    std::string name; // without dashes
+    bool takesValue;
+    bool repeatable;
+  };
+  explicit Flags(std::vector<Spec> specs) : specs_(std::move(specs)) {}
+  llvm::Error parse(int argc, char **argv);
+
+  bool has(const std::string &name) const { return values_.count(name); }
+  std::optional<std::string> get(const std::string &name) const;
+  std::vector<std::string> getAll(const std::string &name) const;
+  const std::vector<std::string> &positional() const { return positional_; }
+
+private:
+  std::vector<Spec> specs_;
+  std::multimap<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// Parses a non-negative integer flag value; the error names the flag.
+llvm::Expected<int64_t> parseCount(const std::string &flag,
+                                   const std::string &value);
+// Splits "a,b,c" into its non-empty parts.
+std::vector<std::string> splitList(const std::string &s);
+
+// Fills ImportOptions from --input-shape and --microbatch-size.
+llvm::Error readImportFlags(const Flags &flags,
+                            frontend::ImportOptions &opts);
+
+// Writes `text` to `path` ("-" for stdout) through a temporary file that is
+// renamed into place only when complete.
+llvm::Error writeOutput(const std::string &path, const std::string &text);
+
+} // namespace cleave::tools

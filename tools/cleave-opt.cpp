@@ -1,0 +1,127 @@
+// cleave-opt: the IR workbench. Reads .cir text (or imports an .onnx), runs
+// the named passes with the verifier between them, and prints .cir text. It
+// is also the driver of the FileCheck tests.
+#include "frontend/OnnxImporter.h"
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "passes/Pass.h"
+#include "tools/ToolSupport.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace cleave;
+using tools::fail;
+
+static const char kTool[] = "cleave-opt";
+
+static const char kHelp[] = R"(usage: cleave-opt INPUT [options]
+
+Reads cleave IR text (.cir, or - for stdin) or an ONNX model (.onnx), runs
+the named passes in order with the verifier after each, and prints the
+result as cleave IR text.
+
+  --passes=A,B,...       passes to run, in order (see --list-passes)
+  --dump-ir-after=PASS|all
+                         print the IR to stderr after PASS (repeatable)
+  --no-verify-each       do not run the verifier between passes (it still
+                         runs on the input and the output)
+  -o FILE                write the result to FILE instead of stdout
+  --inline-limit=N       spell out tensors of at most N elements (default 16)
+  --microbatch-size=N    for .onnx input: bind a symbolic leading dimension
+  --input-shape=NAME=D0,D1,...
+                         for .onnx input: give input NAME a static shape
+  --list-passes          list the passes and exit
+  --help                 show this help
+
+exit status: 0 success, 1 bad input, 2 bad usage.
+)";
+
+static llvm::Expected<std::unique_ptr<ir::Graph>>
+readInput(const std::string &path, const frontend::ImportOptions &opts) {
+  if (llvm::StringRef(path).endswith(".onnx"))
+    return frontend::importOnnxFile(path, opts);
+  auto buf = path == "-" ? llvm::MemoryBuffer::getSTDIN()
+                         : llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buf)
+    return llvm::createStringError(buf.getError(),
+                                   "cannot open '" + path +
+                                       "': " + buf.getError().message());
+  return ir::parseGraph((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
+}
+
+int main(int argc, char **argv) {
+  tools::Flags flags({{"passes", true, false},
+                      {"dump-ir-after", true, true},
+                      {"no-verify-each", false, false},
+                      {"o", true, false},
+                      {"inline-limit", true, false},
+                      {"microbatch-size", true, false},
+                      {"input-shape", true, true},
+                      {"list-passes", false, false},
+                      {"help", false, false},
+                      {"h", false, false}});
+  if (auto e = flags.parse(argc, argv))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  if (flags.has("help") || flags.has("h")) {
+    llvm::outs() << kHelp;
+    return tools::kOk;
+  }
+  if (flags.has("list-passes")) {
+    for (const passes::PassInfo &p : passes::allPasses())
+      llvm::outs() << "  " << p.name << "  " << p.summary << "\n";
+    return tools::kOk;
+  }
+  if (flags.positional().size() != 1)
+    return fail(kTool,
+                flags.positional().empty()
+                    ? "no input given (usage: cleave-opt INPUT [options]; "
+                      "see --help)"
+                    : "expected one input, got " +
+                          std::to_string(flags.positional().size()),
+                tools::kUsage);
+  std::vector<std::string> names =
+      tools::splitList(flags.get("passes").value_or(""));
+  if (auto e = passes::checkPassNames(names))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  passes::PipelineOptions pipe;
+  pipe.dumpAfter = flags.getAll("dump-ir-after");
+  pipe.verifyEach = !flags.has("no-verify-each");
+  for (const std::string &d : pipe.dumpAfter)
+    if (d != "all" &&
+        std::find(names.begin(), names.end(), d) == names.end())
+      return fail(kTool,
+                  "--dump-ir-after names '" + d +
+                      "', which is not among --passes",
+                  tools::kUsage);
+  ir::PrintOptions print;
+  if (auto lim = flags.get("inline-limit")) {
+    auto v = tools::parseCount("inline-limit", *lim);
+    if (!v)
+      return fail(kTool, llvm::toString(v.takeError()), tools::kUsage);
+    print.inlineLimit = *v;
+  }
+  frontend::ImportOptions importOpts;
+  if (auto e = tools::readImportFlags(flags, importOpts))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  frontend::installOnnxDataResolver();
+
+  auto graph = readInput(flags.positional()[0], importOpts);
+  if (!graph)
+    return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);
+  if (auto e = ir::verifyGraph(**graph))
+    return fail(kTool, "invalid IR: " + llvm::toString(std::move(e)),
+                tools::kBadInput);
+  if (auto e = passes::runPipeline(**graph, names, pipe))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  if (!pipe.verifyEach)
+    if (auto e = ir::verifyGraph(**graph))
+      return fail(kTool, "invalid IR: " + llvm::toString(std::move(e)),
+                  tools::kBadInput);
+  if (auto e = tools::writeOutput(flags.get("o").value_or("-"),
+                                  ir::printGraph(**graph, print)))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  return tools::kOk;
+}
