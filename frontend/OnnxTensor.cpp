@@ -174,23 +174,27 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
     if (int64_t(t.raw_data().size()) != bytes)
       return err("tensor '{0}' holds {1} bytes but {2} needs {3}", name,
                  t.raw_data().size(), type.str(), bytes);
-    std::memcpy(buf.data(), t.raw_data().data(), bytes);
+    if (bytes)
+      std::memcpy(buf.data(), t.raw_data().data(), bytes);
   } else {
     switch (*dt) {
     case DType::F32:
       if (t.float_data_size() != n)
         return wrongCount(t.float_data_size());
-      std::memcpy(buf.data(), t.float_data().data(), bytes);
+      if (bytes)
+        std::memcpy(buf.data(), t.float_data().data(), bytes);
       break;
     case DType::F64:
       if (t.double_data_size() != n)
         return wrongCount(t.double_data_size());
-      std::memcpy(buf.data(), t.double_data().data(), bytes);
+      if (bytes)
+        std::memcpy(buf.data(), t.double_data().data(), bytes);
       break;
     case DType::I64:
       if (t.int64_data_size() != n)
         return wrongCount(t.int64_data_size());
-      std::memcpy(buf.data(), t.int64_data().data(), bytes);
+      if (bytes)
+        std::memcpy(buf.data(), t.int64_data().data(), bytes);
       break;
     case DType::F16:
     case DType::BF16:

@@ -21,6 +21,12 @@ static llvm::Error err(const char *fmt, Ts &&...vals) {
       llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
 }
 
+// memcpy that accepts empty ranges (whose pointers may be null).
+static void copyBytes(void *dst, const void *src, size_t n) {
+  if (n)
+    std::memcpy(dst, src, n);
+}
+
 static std::vector<int64_t> toInts(const TensorData &d) {
   std::vector<int64_t> v(d.type().numElements());
   for (size_t i = 0; i < v.size(); ++i)
@@ -179,7 +185,7 @@ static Data broadcastTo(const TensorData &src, const Shape &shape) {
   uint8_t *d = const_cast<uint8_t *>(out->bytes().data());
   const Shape *in = &src.type().shape;
   forEachBroadcast(shape, {in}, [&](int64_t o, const std::vector<int64_t> &k) {
-    std::memcpy(d + o * w, s + k[0] * w, w);
+    copyBytes(d + o * w, s + k[0] * w, w);
   });
   return out;
 }
@@ -417,7 +423,7 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
         int64_t chunk = d->type().numElements() / std::max<int64_t>(outer, 1);
         if (outer == 0)
           break;
-        std::memcpy(dst, d->bytes().data() + o * chunk * w, chunk * w);
+        copyBytes(dst, d->bytes().data() + o * chunk * w, chunk * w);
         dst += chunk * w;
       }
     return one(res);
@@ -449,7 +455,7 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
                      dim);
         if (k < 0)
           k += dim;
-        std::memcpy(dst, in[0]->bytes().data() + ((o * dim + k) * inner) * w,
+        copyBytes(dst, in[0]->bytes().data() + ((o * dim + k) * inner) * w,
                     inner * w);
         dst += inner * w;
       }
@@ -493,7 +499,7 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
       int64_t src = 0;
       for (size_t d = 0; d < r; ++d)
         src += (begin[d] + idx[d] * step[d]) * srcStride[d];
-      std::memcpy(dst + o * w, in[0]->bytes().data() + src * w, w);
+      copyBytes(dst + o * w, in[0]->bytes().data() + src * w, w);
       for (size_t d = r; d-- > 0;) {
         if (++idx[d] < out[d])
           break;

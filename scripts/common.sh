@@ -1,0 +1,40 @@
+# Shared by the scripts in this folder: install the Debian packages cleave
+# needs (only those missing, so a prepared machine skips apt entirely) and
+# configure + build a tree. Sourced, not run.
+
+CLEAVE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Packages the build needs.
+CLEAVE_BUILD_PACKAGES="g++ cmake ninja-build llvm-14-dev libgtest-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler"
+# Packages the tests need on top: lit and FileCheck, the ONNX backend test
+# data, and a Python for lit.
+CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3"
+
+cleave_install_packages() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "cleave: installing Debian packages: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || {
+      echo "cleave: error: packages missing (${missing[*]}) and not root; run as root or install them" >&2
+      return 1
+    }
+    sudo=sudo
+  fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# cleave_build DIR [cmake args...]
+cleave_build() {
+  local dir=$1
+  shift
+  cmake -S "$CLEAVE_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
+  ninja -C "$dir"
+}

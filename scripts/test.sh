@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (Debian packages for build and tests), build,
+# run ctest (unit, lit, libonnx-testdata sweep), then run the sweep and the
+# unit tests again in an AddressSanitizer + UBSan build.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+jobs=$(nproc)
+cleave_install_packages $CLEAVE_BUILD_PACKAGES $CLEAVE_TEST_PACKAGES
+
+echo "== build (RelWithDebInfo)"
+cleave_build "$CLEAVE_ROOT/build"
+echo "== ctest"
+(cd "$CLEAVE_ROOT/build" && ctest --output-on-failure -j "$jobs")
+
+echo "== sanitizer build (ASan + UBSan): sweep and unit tests"
+cmake -S "$CLEAVE_ROOT" -B "$CLEAVE_ROOT/build-asan" -G Ninja \
+  -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R 'unit|onnx-testdata-sweep')
+echo "== all tests passed"

@@ -1,0 +1,42 @@
+# lit configuration for cleave's FileCheck tests: .cir files run through
+# cleave-opt (parser, verifier, passes) and .test files run the tools on
+# .onnx models. Run from the build tree (lit.site.cfg.py sets the paths):
+#   python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv build/tests/lit
+import os
+import shutil
+
+import lit.formats
+
+config.name = "cleave"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".cir", ".test"]
+# Inputs/ holds files the tests read, not tests.
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
+
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.cleave_obj_root, "tests", "lit")
+
+# The tools resolve as absolute paths so a test never picks up a stale copy
+# from PATH.
+config.substitutions.append(("%models", os.path.join(
+    config.cleave_src_root, "tests", "models")))
+config.substitutions.append(("%examples", os.path.join(
+    config.cleave_src_root, "examples")))
+config.substitutions.append(("%python", config.python_executable))
+
+# Whole-word tool names; lit substitutes in order, so the longer name first.
+tool_subs = [
+    ("cleave-opt", os.path.join(config.cleave_tools_dir, "cleave-opt")),
+    ("cleavec", os.path.join(config.cleave_tools_dir, "cleavec")),
+    ("FileCheck", config.filecheck),
+]
+# `not` inverts an exit status; Debian's llvm-14 ships it next to FileCheck.
+not_tool = os.path.join(os.path.dirname(config.filecheck), "not")
+if os.path.exists(not_tool):
+    tool_subs.append(("not", not_tool))
+for name, path in tool_subs:
+    config.substitutions.append(
+        (r"(?<![\w/.-])%s(?![\w/.-])" % name.replace("-", r"\-"), path))
+
+# Give the tools a predictable environment.
+config.environment["LC_ALL"] = "C"
