@@ -187,10 +187,14 @@ llvm::Error Importer::bindInputs() {
 }
 
 llvm::Error Importer::addInitializers() {
-  for (const auto &t : model_.graph().initializer()) {
+  // Runs after ONNX shape inference, so the weights' bytes can be moved out
+  // of the model instead of copied.
+  for (auto &t : *model_.mutable_graph()->mutable_initializer()) {
     DataOrigin origin{DataOrigin::Kind::OnnxInitializer, path_, t.name(), 0,
                       0};
-    auto data = tensorFromOnnx(t, modelDir_, origin);
+    auto data = tensorFromOnnx(t, modelDir_, origin,
+                               t.has_raw_data() ? t.mutable_raw_data()
+                                                : nullptr);
     if (!data)
       return data.takeError();
     bool fl = isFloat((*data)->type().dtype);
@@ -755,8 +759,6 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
   }
   g_ = std::make_unique<Graph>();
   g_->setName(model_.graph().name().empty() ? "main" : model_.graph().name());
-  if (auto e = addInitializers())
-    return std::move(e);
   if (auto e = bindInputs())
     return std::move(e);
   try {
@@ -767,6 +769,8 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
     std::string msg = llvm::StringRef(ex.what()).split('\n').first.trim().str();
     return err("'{0}': ONNX shape inference failed: {1}", path_, msg);
   }
+  if (auto e = addInitializers())
+    return std::move(e);
   const auto &nodes = model_.graph().node();
   for (int i = 0; i < nodes.size(); ++i)
     if (auto e = importNode(nodes[i], i))
@@ -861,7 +865,8 @@ public:
                    "{3}",
                    origin.key, origin.path, (*d)->type().str(),
                    expected.str());
-      return (*d)->bytes();
+      llvm::ArrayRef<uint8_t> b = (*d)->bytes();
+      return std::vector<uint8_t>(b.begin(), b.end());
     }
     return err("'{0}' has no initializer named '{1}'", origin.path,
                origin.key);

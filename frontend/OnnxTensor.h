@@ -22,8 +22,10 @@ const char *onnxTypeName(int onnxType);
 
 // Reads a tensor's bytes. `modelDir` is the folder external data paths are
 // relative to; `origin` is recorded so the printer can refer to the data.
+// When `adoptRaw` points at the tensor's own raw_data, its buffer is moved
+// into the result instead of copied (the proto is left without it).
 llvm::Expected<std::shared_ptr<ir::TensorData>>
 tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
-               ir::DataOrigin origin);
+               ir::DataOrigin origin, std::string *adoptRaw = nullptr);
 
 } // namespace cleave::frontend

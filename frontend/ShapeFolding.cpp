@@ -77,16 +77,14 @@ static void forEachBroadcast(llvm::ArrayRef<int64_t> out,
 
 static Data makeData(DType dt, Shape shape) {
   TensorType t(dt, std::move(shape));
-  return std::make_shared<TensorData>(
-      t, std::vector<uint8_t>(t.byteSize(), 0));
+  return std::make_shared<TensorData>(t, std::string(t.byteSize(), '\0'));
 }
 
 static void setDouble(TensorData &d, int64_t i, double v) {
-  storeElement(d.type().dtype, const_cast<uint8_t *>(d.bytes().data()), i, v);
+  storeElement(d.type().dtype, d.mutableBytes(), i, v);
 }
 static void setInt(TensorData &d, int64_t i, int64_t v) {
-  storeElementInt(d.type().dtype, const_cast<uint8_t *>(d.bytes().data()), i,
-                  v);
+  storeElementInt(d.type().dtype, d.mutableBytes(), i, v);
 }
 
 static llvm::Expected<Data> elementwise(const std::string &op,
@@ -182,7 +180,7 @@ static Data broadcastTo(const TensorData &src, const Shape &shape) {
   Data out = makeData(src.type().dtype, shape);
   size_t w = dtypeSize(src.type().dtype);
   const uint8_t *s = src.bytes().data();
-  uint8_t *d = const_cast<uint8_t *>(out->bytes().data());
+  uint8_t *d = out->mutableBytes();
   const Shape *in = &src.type().shape;
   forEachBroadcast(shape, {in}, [&](int64_t o, const std::vector<int64_t> &k) {
     copyBytes(d + o * w, s + k[0] * w, w);
@@ -191,8 +189,9 @@ static Data broadcastTo(const TensorData &src, const Shape &shape) {
 }
 
 static Data reshaped(const TensorData &src, Shape shape) {
+  llvm::ArrayRef<uint8_t> b = src.bytes();
   return std::make_shared<TensorData>(TensorType(src.type().dtype, shape),
-                                      src.bytes());
+                                      std::string(b.begin(), b.end()));
 }
 
 static llvm::Expected<FoldResult> one(llvm::Expected<Data> d) {
@@ -417,7 +416,7 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
     for (int64_t i = 0; i < *axis; ++i)
       outer *= out[i];
     size_t w = dtypeSize(in[0]->type().dtype);
-    uint8_t *dst = const_cast<uint8_t *>(res->bytes().data());
+    uint8_t *dst = res->mutableBytes();
     for (int64_t o = 0; o < outer; ++o)
       for (const Data &d : in) {
         int64_t chunk = d->type().numElements() / std::max<int64_t>(outer, 1);
@@ -446,7 +445,7 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
       inner *= ds[i];
     Data res = makeData(in[0]->type().dtype, out);
     size_t w = dtypeSize(in[0]->type().dtype);
-    uint8_t *dst = const_cast<uint8_t *>(res->bytes().data());
+    uint8_t *dst = res->mutableBytes();
     int64_t dim = ds[*axis];
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t k : idx) {
@@ -494,7 +493,7 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
     for (size_t d = r; d-- > 1;)
       srcStride[d - 1] = srcStride[d] * ds[d];
     int64_t total = res->type().numElements();
-    uint8_t *dst = const_cast<uint8_t *>(res->bytes().data());
+    uint8_t *dst = res->mutableBytes();
     for (int64_t o = 0; o < total; ++o) {
       int64_t src = 0;
       for (size_t d = 0; d < r; ++d)

@@ -50,8 +50,14 @@ void setDataResolver(DataResolver *r) {
 }
 DataResolver &dataResolver() { return *currentResolver; }
 
-TensorData::TensorData(TensorType type, std::vector<uint8_t> bytes,
+TensorData::TensorData(TensorType type, const std::vector<uint8_t> &bytes,
                        DataOrigin origin)
+    : type_(std::move(type)), bytes_(bytes.begin(), bytes.end()),
+      origin_(std::move(origin)), loaded_(true) {
+  assert(int64_t(bytes_.size()) == type_.byteSize() && "data size mismatch");
+}
+
+TensorData::TensorData(TensorType type, std::string bytes, DataOrigin origin)
     : type_(std::move(type)), bytes_(std::move(bytes)),
       origin_(std::move(origin)), loaded_(true) {
   assert(int64_t(bytes_.size()) == type_.byteSize() && "data size mismatch");
@@ -66,14 +72,20 @@ llvm::Error TensorData::load() {
   auto bytes = dataResolver().load(origin_, type_);
   if (!bytes)
     return bytes.takeError();
-  bytes_ = std::move(*bytes);
+  bytes_.assign(bytes->begin(), bytes->end());
   loaded_ = true;
   return llvm::Error::success();
 }
 
-const std::vector<uint8_t> &TensorData::bytes() const {
+llvm::ArrayRef<uint8_t> TensorData::bytes() const {
   assert(loaded_ && "tensor data used before load()");
-  return bytes_;
+  return llvm::ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>(bytes_.data()), bytes_.size());
+}
+
+uint8_t *TensorData::mutableBytes() {
+  assert(loaded_ && "tensor data used before load()");
+  return reinterpret_cast<uint8_t *>(bytes_.data());
 }
 
 double TensorData::getDouble(int64_t i) const {
@@ -110,7 +122,7 @@ int64_t TensorData::getInt(int64_t i) const {
 
 bool TensorData::isSplat() const {
   size_t w = dtypeSize(type_.dtype);
-  const auto &b = bytes();
+  llvm::ArrayRef<uint8_t> b = bytes();
   for (size_t off = w; off < b.size(); off += w)
     if (std::memcmp(b.data(), b.data() + off, w) != 0)
       return false;
@@ -159,9 +171,9 @@ std::shared_ptr<TensorData> TensorData::fromInts(DType dtype, Shape shape,
                                                  llvm::ArrayRef<int64_t> v) {
   TensorType t(dtype, std::move(shape));
   assert(t.numElements() == int64_t(v.size()));
-  std::vector<uint8_t> bytes(t.byteSize());
+  std::string bytes(t.byteSize(), '\0');
   for (size_t i = 0; i < v.size(); ++i)
-    storeElementInt(dtype, bytes.data(), i, v[i]);
+    storeElementInt(dtype, reinterpret_cast<uint8_t *>(bytes.data()), i, v[i]);
   return std::make_shared<TensorData>(t, std::move(bytes));
 }
 
@@ -169,9 +181,9 @@ std::shared_ptr<TensorData>
 TensorData::fromDoubles(DType dtype, Shape shape, llvm::ArrayRef<double> v) {
   TensorType t(dtype, std::move(shape));
   assert(t.numElements() == int64_t(v.size()));
-  std::vector<uint8_t> bytes(t.byteSize());
+  std::string bytes(t.byteSize(), '\0');
   for (size_t i = 0; i < v.size(); ++i)
-    storeElement(dtype, bytes.data(), i, v[i]);
+    storeElement(dtype, reinterpret_cast<uint8_t *>(bytes.data()), i, v[i]);
   return std::make_shared<TensorData>(t, std::move(bytes));
 }
 

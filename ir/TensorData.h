@@ -11,6 +11,7 @@
 
 #include "ir/Type.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
 #include <memory>
@@ -46,8 +47,10 @@ DataResolver &dataResolver();
 
 class TensorData {
 public:
-  TensorData(TensorType type, std::vector<uint8_t> bytes,
+  TensorData(TensorType type, const std::vector<uint8_t> &bytes,
              DataOrigin origin = {});
+  // Adopts `bytes` without copying (ONNX raw_data arrives as a string).
+  TensorData(TensorType type, std::string bytes, DataOrigin origin = {});
   // Data known only by reference; loaded on first access.
   TensorData(TensorType type, DataOrigin origin);
 
@@ -58,7 +61,9 @@ public:
   // Loads the bytes if needed; the error names the origin.
   llvm::Error load();
   // Bytes; the data must be loaded (see load()).
-  const std::vector<uint8_t> &bytes() const;
+  llvm::ArrayRef<uint8_t> bytes() const;
+  // Writable bytes, for code filling in a tensor it just created.
+  uint8_t *mutableBytes();
   template <typename T> const T *as() const {
     return reinterpret_cast<const T *>(bytes().data());
   }
@@ -77,7 +82,7 @@ public:
 
 private:
   TensorType type_;
-  std::vector<uint8_t> bytes_;
+  std::string bytes_;
   DataOrigin origin_;
   bool loaded_ = false;
 };
