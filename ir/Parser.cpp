@@ -7,14 +7,32 @@
 #include "ir/TypeRules.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 
 namespace cleave::ir {
 namespace {
+
+// Input text quoted in an error, with control and non-ASCII bytes escaped so
+// the message stays one readable line.
+static std::string printable(llvm::StringRef s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      out += "\\x";
+      out += llvm::hexdigit(c >> 4, true);
+      out += llvm::hexdigit(c & 15, true);
+    }
+  }
+  return out;
+}
 
 class Parser {
 public:
@@ -46,6 +64,7 @@ private:
   llvm::Expected<int64_t> parseInt();
   llvm::Expected<double> parseNumber(llvm::StringRef *textOut = nullptr);
   llvm::Expected<TensorType> parseType();
+  llvm::Error checkFloatRange(double v, DType t, llvm::StringRef text);
   llvm::Expected<std::shared_ptr<TensorData>> parseData(const TensorType &t);
   llvm::Expected<Attribute> parseAttrValue(AttrKind kind);
   llvm::Error parseDeclaration(llvm::StringRef keyword);
@@ -54,6 +73,7 @@ private:
 
   llvm::StringRef text_, buffer_;
   size_t pos_ = 0;
+  size_t tokStart_ = 0; // where the token being read starts (for errors)
   std::unique_ptr<Graph> graph_;
 };
 
@@ -69,11 +89,12 @@ void Parser::skipSpace() {
       break;
     }
   }
+  tokStart_ = pos_;
 }
 
 llvm::Error Parser::error(const llvm::Twine &msg) const {
   size_t line = 1, col = 1;
-  for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
+  for (size_t i = 0; i < tokStart_ && i < text_.size(); ++i) {
     if (text_[i] == '\n') {
       ++line;
       col = 1;
@@ -97,7 +118,7 @@ bool Parser::consume(llvm::StringRef tok) {
 llvm::Error Parser::expect(llvm::StringRef tok) {
   if (consume(tok))
     return llvm::Error::success();
-  llvm::StringRef got = text_.substr(pos_, 12).split('\n').first;
+  std::string got = printable(text_.substr(pos_, 12).split('\n').first);
   return error("expected '" + tok + "'" +
                (got.empty() ? llvm::Twine(" at end of input")
                             : " but found '" + got + "'"));
@@ -164,8 +185,12 @@ llvm::Expected<std::string> Parser::parseName() {
 llvm::Expected<std::string> Parser::parseValueName() {
   if (auto e = expect("%"))
     return std::move(e);
-  if (pos_ < text_.size() && text_[pos_] == '"')
-    return parseString();
+  if (pos_ < text_.size() && text_[pos_] == '"') {
+    auto s = parseString();
+    if (s && s->empty())
+      return error("value names must not be empty");
+    return s;
+  }
   size_t start = pos_;
   while (pos_ < text_.size() && isWordChar(text_[pos_]) && text_[pos_] != '+')
     ++pos_;
@@ -188,7 +213,7 @@ llvm::Expected<int64_t> Parser::parseInt() {
   llvm::StringRef w = readWord();
   int64_t v;
   if (w.empty() || w.getAsInteger(10, v))
-    return error("expected an integer, found '" + w + "'");
+    return error("expected an integer, found '" + printable(w) + "'");
   return v;
 }
 
@@ -207,8 +232,30 @@ llvm::Expected<double> Parser::parseNumber(llvm::StringRef *textOut) {
   errno = 0;
   double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || llvm::isAlpha(s[0]))
-    return error("expected a number, found '" + w + "'");
+    return error("expected a number, found '" + printable(w) + "'");
   return v;
+}
+
+static bool fitsInteger(DType t, int64_t v) {
+  switch (t) {
+  case DType::I8:
+    return v >= -128 && v <= 127;
+  case DType::I32:
+    return v >= INT32_MIN && v <= INT32_MAX;
+  default:
+    return true;
+  }
+}
+
+// A finite literal that overflows the element type is an error, not inf.
+llvm::Error Parser::checkFloatRange(double v, DType t, llvm::StringRef text) {
+  if (!std::isfinite(v) || t == DType::F64)
+    return llvm::Error::success();
+  double max = t == DType::F16 ? 65504.0 : 3.4028234663852886e38;
+  if (std::fabs(v) > max * (1 + 1e-7))
+    return error("'" + text + "' is out of range for " +
+                 std::string(dtypeName(t)));
+  return llvm::Error::success();
 }
 
 llvm::Expected<TensorType> Parser::parseType() {
@@ -217,7 +264,7 @@ llvm::Expected<TensorType> Parser::parseType() {
   if (!dt)
     return error("expected an element type (f32, f16, bf16, f64, i64, i32, "
                  "i8, bool), found '" +
-                 w + "'");
+                 printable(w) + "'");
   if (auto e = expect("["))
     return std::move(e);
   Shape shape;
@@ -275,7 +322,15 @@ Parser::parseData(const TensorType &t) {
                          .str());
       o.offset = *off;
       o.length = *len;
+      uint64_t size = 0;
+      if (llvm::sys::fs::file_size(o.path, size) ||
+          uint64_t(*off) + uint64_t(*len) > size)
+        return error("file<> data '" + o.path +
+                     "' is missing or shorter than offset + length");
     }
+    if (o.kind == DataOrigin::Kind::OnnxInitializer &&
+        !llvm::sys::fs::exists(o.path))
+      return error("onnx<> data file '" + o.path + "' does not exist");
     data = std::make_shared<TensorData>(t, o);
   } else if (kind == "hex") {
     auto hex = parseString();
@@ -304,14 +359,21 @@ Parser::parseData(const TensorType &t) {
           return error("expected true or false, found '" + w + "'");
         ints.push_back(w == "true");
       } else if (isF) {
-        auto v = parseNumber();
+        llvm::StringRef text;
+        auto v = parseNumber(&text);
         if (!v)
           return v.takeError();
+        if (auto e = checkFloatRange(*v, t.dtype, text))
+          return std::move(e);
         vals.push_back(*v);
       } else {
         auto v = parseInt();
         if (!v)
           return v.takeError();
+        if (!fitsInteger(t.dtype, *v))
+          return error(llvm::formatv("{0} does not fit in {1}", *v,
+                                     dtypeName(t.dtype))
+                           .str());
         ints.push_back(*v);
       }
       if (!list || consume("]"))
@@ -338,7 +400,7 @@ Parser::parseData(const TensorType &t) {
   } else {
     return error("expected tensor data (dense<...>, splat<...>, hex<...>, "
                  "onnx<...> or file<...>), found '" +
-                 kind + "'");
+                 printable(kind) + "'");
   }
   if (auto e = expect(">"))
     return std::move(e);
@@ -363,9 +425,12 @@ llvm::Expected<Attribute> Parser::parseAttrValue(AttrKind kind) {
     }
   };
   auto parseF = [&]() -> llvm::Expected<float> {
-    auto v = parseNumber();
+    llvm::StringRef text;
+    auto v = parseNumber(&text);
     if (!v)
       return v.takeError();
+    if (auto e = checkFloatRange(*v, DType::F32, text))
+      return std::move(e);
     return float(*v);
   };
   switch (kind) {
@@ -562,11 +627,14 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::run() {
       auto v = parseValueUse();
       if (!v)
         return v.takeError();
+      if (graph_->isOutput(*v))
+        return error("value " + valueRef((*v)->name()) +
+                     " is listed as an output twice");
       graph_->addOutput(*v);
     } else {
       return error("expected 'input', 'param', 'buffer', 'const', 'output' "
                    "or an op, found '" +
-                   (kw.empty() ? text_.substr(pos_, 1) : kw) + "'");
+                   printable(kw.empty() ? text_.substr(pos_, 1) : kw) + "'");
     }
   }
   if (!atEnd())

@@ -78,14 +78,14 @@ static std::string elementText(const TensorData &d, int64_t i) {
 static std::string dataText(const TensorData &d, const PrintOptions &opts) {
   const DataOrigin &o = d.origin();
   int64_t n = d.type().numElements();
-  bool small = n <= opts.inlineLimit;
+  // Data known only by reference prints as that reference whatever its
+  // size: printing never loads files.
+  bool small = n <= opts.inlineLimit && d.isLoaded();
   if (!small && o.kind == DataOrigin::Kind::OnnxInitializer)
     return "onnx<" + quoteString(o.path) + ", " + quoteString(o.key) + ">";
   if (!small && o.kind == DataOrigin::Kind::RawFile)
     return "file<" + quoteString(o.path) + ", " + std::to_string(o.offset) +
            ", " + std::to_string(o.length) + ">";
-  if (!d.isLoaded())
-    return "<unloaded>"; // cannot happen for data without an origin
   if (d.type().rank() == 0)
     return "dense<" + elementText(d, 0) + ">";
   if (small) {

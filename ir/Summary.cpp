@@ -61,8 +61,9 @@ std::string summarizeGraph(const Graph &g) {
     const char *label = kind == ValueKind::Param    ? "parameters"
                         : kind == ValueKind::Buffer ? "buffers"
                                                     : "constants";
-    os << llvm::formatv("{0}: {1} elements, {2} in {3} tensors\n", label,
-                        withCommas(elements), formatBytes(bytes), count);
+    os << llvm::formatv("{0}: {1} elements, {2} in {3} tensor{4}\n", label,
+                        withCommas(elements), formatBytes(bytes), count,
+                        count == 1 ? "" : "s");
   }
   std::map<std::string_view, int> hist;
   for (const auto &op : g.ops())

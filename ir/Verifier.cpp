@@ -78,9 +78,13 @@ llvm::Error verifyGraph(const Graph &g) {
   }
   if (g.outputs().empty())
     return fail("graph @" + g.name() + " has no outputs");
-  for (const Value *v : g.outputs())
+  llvm::DenseSet<const Value *> seen;
+  for (const Value *v : g.outputs()) {
     if (!defined.count(v))
       return fail("output " + valueRef(v->name()) + " is not defined");
+    if (!seen.insert(v).second)
+      return fail("output " + valueRef(v->name()) + " is listed twice");
+  }
   return llvm::Error::success();
 }
 

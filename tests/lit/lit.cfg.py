@@ -3,7 +3,6 @@
 # .onnx models. Run from the build tree (lit.site.cfg.py sets the paths):
 #   python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv build/tests/lit
 import os
-import shutil
 
 import lit.formats
 
@@ -16,24 +15,27 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.cleave_obj_root, "tests", "lit")
 
-# The tools resolve as absolute paths so a test never picks up a stale copy
-# from PATH.
+# Inputs outside tests/lit: the committed models and the bundled examples.
 config.substitutions.append(("%models", os.path.join(
     config.cleave_src_root, "tests", "models")))
 config.substitutions.append(("%examples", os.path.join(
     config.cleave_src_root, "examples")))
 config.substitutions.append(("%python", config.python_executable))
 
-# Whole-word tool names; lit substitutes in order, so the longer name first.
+# Tool names become absolute paths, so a test never runs a stale copy from
+# PATH. Whole words only (not inside paths or longer names); lit substitutes
+# in order, so the longer name goes first.
 tool_subs = [
     ("cleave-opt", os.path.join(config.cleave_tools_dir, "cleave-opt")),
     ("cleavec", os.path.join(config.cleave_tools_dir, "cleavec")),
     ("FileCheck", config.filecheck),
 ]
-# `not` inverts an exit status; Debian's llvm-14 ships it next to FileCheck.
-not_tool = os.path.join(os.path.dirname(config.filecheck), "not")
-if os.path.exists(not_tool):
-    tool_subs.append(("not", not_tool))
+# `not` (inverts an exit status) and `count` (checks a line count) come with
+# FileCheck in Debian's llvm-14.
+for helper in ["not", "count"]:
+    path = os.path.join(os.path.dirname(config.filecheck), helper)
+    if os.path.exists(path):
+        tool_subs.append((helper, path))
 for name, path in tool_subs:
     config.substitutions.append(
         (r"(?<![\w/.-])%s(?![\w/.-])" % name.replace("-", r"\-"), path))
