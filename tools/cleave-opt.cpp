@@ -6,6 +6,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
+#include "tools/RunGraph.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -33,6 +34,13 @@ result as cleave IR text.
   --microbatch-size=N    for .onnx input: bind a symbolic leading dimension
   --input-shape=NAME=D0,D1,...
                          for .onnx input: give input NAME a static shape
+  --run                  after the passes, execute the graph on the CPU
+  --inputs=DIR           with --run: one file per graph input, either
+                         input_0.pb, input_1.pb, ... (ONNX TensorProto, in
+                         graph-input order) or <input name>.npy
+  --outputs=DIR          with --run: where outputs go, in the inputs' form
+                         (output_K.pb or <output name>.npy); created if
+                         needed. With --run, IR is printed only with -o.
   --list-passes          list the passes and exit
   --help                 show this help
 
@@ -61,6 +69,9 @@ int main(int argc, char **argv) {
                       {"microbatch-size", true, false},
                       {"input-shape", true, true},
                       {"list-passes", false, false},
+                      {"run", false, false},
+                      {"inputs", true, false},
+                      {"outputs", true, false},
                       {"help", false, false},
                       {"h", false, false}});
   if (auto e = flags.parse(argc, argv))
@@ -96,6 +107,12 @@ int main(int argc, char **argv) {
                   "--dump-ir-after names '" + d +
                       "', which is not among --passes",
                   tools::kUsage);
+  bool run = flags.has("run");
+  if (run && (!flags.has("inputs") || !flags.has("outputs")))
+    return fail(kTool, "--run needs --inputs DIR and --outputs DIR",
+                tools::kUsage);
+  if (!run && (flags.has("inputs") || flags.has("outputs")))
+    return fail(kTool, "--inputs and --outputs go with --run", tools::kUsage);
   ir::PrintOptions print;
   if (auto lim = flags.get("inline-limit")) {
     auto v = tools::parseCount("inline-limit", *lim);
@@ -120,6 +137,13 @@ int main(int argc, char **argv) {
     if (auto e = ir::verifyGraph(**graph))
       return fail(kTool, "invalid IR: " + llvm::toString(std::move(e)),
                   tools::kBadInput);
+  if (run) {
+    if (auto e = tools::runGraphOnFiles(**graph, *flags.get("inputs"),
+                                        *flags.get("outputs"), llvm::outs()))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+    if (!flags.has("o"))
+      return tools::kOk;
+  }
   if (auto e = tools::writeOutput(flags.get("o").value_or("-"),
                                   ir::printGraph(**graph, print)))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);

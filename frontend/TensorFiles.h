@@ -1,0 +1,25 @@
+// Tensor files that users feed to and get from cleave: ONNX TensorProto
+// files (`input_0.pb`, the layout of ONNX's test_data_set folders) and NumPy
+// `.npy` files. Errors name the file.
+#pragma once
+
+#include "ir/TensorData.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+
+namespace cleave::frontend {
+
+llvm::Expected<std::shared_ptr<ir::TensorData>>
+readTensorProtoFile(const std::string &path);
+llvm::Error writeTensorProtoFile(const std::string &path,
+                                 const ir::TensorData &t,
+                                 const std::string &name);
+
+llvm::Expected<std::shared_ptr<ir::TensorData>>
+readNpyFile(const std::string &path);
+llvm::Error writeNpyFile(const std::string &path, const ir::TensorData &t);
+
+} // namespace cleave::frontend

@@ -1,0 +1,89 @@
+// The kernel interface every backend implements (CPU now, CUDA later).
+//
+// A kernel call names an op from the IR's op vocabulary (ir/Ops.def), its
+// attributes (with the declared defaults), read-only input tensors and
+// output tensors whose buffers the caller has already allocated with their
+// final shapes. Kernels never allocate outputs and never see a graph: the
+// executor (the reference interpreter today, the Plan executor later) owns
+// memory and order. The same contract holds for every backend: buffers are
+// dense, row-major, in the backend's memory; f16/bf16 are stored as raw
+// 16-bit values.
+#pragma once
+
+#include "ir/Attribute.h"
+#include "ir/OpInfo.h"
+#include "ir/Type.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace cleave::runtime {
+
+// A dense row-major tensor in a backend's memory. Does not own the data.
+struct TensorRef {
+  ir::DType dtype = ir::DType::F32;
+  llvm::ArrayRef<int64_t> shape;
+  void *data = nullptr;
+
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t rank() const { return shape.size(); }
+  template <typename T> T *as() const { return static_cast<T *>(data); }
+};
+
+struct KernelCall {
+  ir::OpKind op;
+  const ir::AttrMap &attrs;
+  llvm::ArrayRef<TensorRef> inputs;
+  llvm::ArrayRef<TensorRef> outputs;
+  // Seed for ops that draw random numbers (Dropout in training mode); the
+  // executor derives it from the step, microbatch and op so runs repeat.
+  uint64_t seed = 0;
+
+  const ir::OpInfo &info() const { return ir::opInfo(op); }
+  // Attribute value or the op's declared default.
+  const ir::Attribute &attr(std::string_view name) const;
+  bool hasAttr(std::string_view name) const { return attrs.count(name); }
+  int64_t getInt(std::string_view n) const { return attr(n).getInt(); }
+  float getFloat(std::string_view n) const { return attr(n).getFloat(); }
+  const std::string &getString(std::string_view n) const {
+    return attr(n).getString();
+  }
+  const std::vector<int64_t> &getInts(std::string_view n) const {
+    return attr(n).getInts();
+  }
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Memory in the backend's address space, aligned to at least 64 bytes.
+  virtual void *allocate(size_t bytes) = 0;
+  virtual void release(void *ptr) = 0;
+  // Copies between host memory and backend memory (plain memcpy on CPU).
+  virtual void copyToDevice(void *dst, const void *src, size_t bytes) = 0;
+  virtual void copyToHost(void *dst, const void *src, size_t bytes) = 0;
+
+  // True if the backend has a kernel for `op` with inputs of `dtype` (the
+  // element type of the first input).
+  virtual bool supports(ir::OpKind op, ir::DType dtype) const = 0;
+  // Runs one kernel. Errors name the op and what is wrong (an index out of
+  // range, an unsupported element type); they are bad input, not crashes.
+  virtual llvm::Error run(const KernelCall &call) = 0;
+};
+
+// The CPU backend (runtime/cpu): OpenBLAS for GEMM and convolution, OpenMP
+// for everything else. `threads` 0 means all cores.
+std::unique_ptr<Backend> createCpuBackend(int threads = 0);
+
+} // namespace cleave::runtime

@@ -1,0 +1,108 @@
+// The CPU backend: host memory, a dispatch table filled by the kernel files,
+// and the thread count shared by OpenMP loops and OpenBLAS.
+#include "runtime/cpu/CpuKernels.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cblas.h>
+#include <cstdlib>
+#include <omp.h>
+
+namespace cleave::runtime {
+
+const ir::Attribute &KernelCall::attr(std::string_view name) const {
+  auto it = attrs.find(name);
+  if (it != attrs.end())
+    return it->second;
+  const ir::AttrSpec *spec = info().findAttr(name);
+  assert(spec && spec->defaultValue && "attribute has no default");
+  return *spec->defaultValue;
+}
+
+namespace cpu {
+
+std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;)
+    s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+void parallelFor(int64_t n, int64_t grain,
+                 const std::function<void(int64_t, int64_t)> &f) {
+  int threads = omp_get_max_threads();
+  if (n <= grain || threads <= 1) {
+    if (n > 0)
+      f(0, n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+#pragma omp parallel for num_threads(chunks) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    if (b < e)
+      f(b, e);
+  }
+}
+
+namespace {
+class CpuBackend : public Backend {
+public:
+  explicit CpuBackend(int threads) {
+    if (threads > 0) {
+      omp_set_num_threads(threads);
+      openblas_set_num_threads(threads);
+    }
+    registerElementwiseKernels(table_);
+    registerReductionKernels(table_);
+    registerDataMovementKernels(table_);
+    registerLinalgKernels(table_);
+    registerConvPoolKernels(table_);
+    registerNormalizationKernels(table_);
+  }
+
+  std::string_view name() const override { return "cpu"; }
+
+  void *allocate(size_t bytes) override {
+    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    return std::aligned_alloc(64, rounded);
+  }
+  void release(void *p) override { std::free(p); }
+  void copyToDevice(void *dst, const void *src, size_t n) override {
+    if (n)
+      std::memcpy(dst, src, n);
+  }
+  void copyToHost(void *dst, const void *src, size_t n) override {
+    if (n)
+      std::memcpy(dst, src, n);
+  }
+
+  bool supports(ir::OpKind op, ir::DType dtype) const override {
+    const KernelEntry *e = table_.find(op);
+    return e && std::find(e->dtypes.begin(), e->dtypes.end(), dtype) !=
+                    e->dtypes.end();
+  }
+
+  llvm::Error run(const KernelCall &call) override {
+    const KernelEntry *e = table_.find(call.op);
+    if (!e)
+      return kernelError(call, "no CPU kernel");
+    ir::DType dt = call.inputs.empty() ? ir::DType::F32
+                                       : call.inputs[0].dtype;
+    if (std::find(e->dtypes.begin(), e->dtypes.end(), dt) == e->dtypes.end())
+      return kernelError(call, "the CPU kernel does not handle {0} inputs",
+                         ir::dtypeName(dt));
+    return e->fn(call);
+  }
+
+private:
+  cpu::KernelTable table_;
+};
+} // namespace
+} // namespace cpu
+
+std::unique_ptr<Backend> createCpuBackend(int threads) {
+  return std::make_unique<cpu::CpuBackend>(threads);
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,97 @@
+// Internal to the CPU backend: the kernel function type, the dispatch table
+// each kernel file fills in, and helpers shared by the kernels.
+//
+// Each family of kernels lives in its own file and registers itself through
+// one `register...Kernels` function called by CpuBackend.cpp. A kernel gets
+// the call (inputs, outputs, attributes) and returns an llvm::Error for bad
+// data (an index out of range); shapes were checked by the IR verifier.
+#pragma once
+
+#include "runtime/Kernel.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <vector>
+
+namespace cleave::runtime::cpu {
+
+using KernelFn = llvm::Error (*)(const KernelCall &call);
+
+struct KernelEntry {
+  KernelFn fn = nullptr;
+  // Element types (of input 0) the kernel handles.
+  std::vector<ir::DType> dtypes;
+};
+
+class KernelTable {
+public:
+  void add(ir::OpKind op, KernelFn fn, std::vector<ir::DType> dtypes) {
+    entries_[size_t(op)] = KernelEntry{fn, std::move(dtypes)};
+  }
+  const KernelEntry *find(ir::OpKind op) const {
+    auto it = entries_.find(size_t(op));
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+private:
+  std::map<size_t, KernelEntry> entries_;
+};
+
+// One per kernel file.
+void registerElementwiseKernels(KernelTable &t);
+void registerReductionKernels(KernelTable &t);
+void registerDataMovementKernels(KernelTable &t);
+void registerLinalgKernels(KernelTable &t);
+void registerConvPoolKernels(KernelTable &t);
+void registerNormalizationKernels(KernelTable &t);
+
+// Type lists for registration.
+inline const std::vector<ir::DType> kFloatTypes = {ir::DType::F32,
+                                                   ir::DType::F64};
+inline const std::vector<ir::DType> kAllTypes = {
+    ir::DType::F32, ir::DType::F64, ir::DType::F16, ir::DType::BF16,
+    ir::DType::I64, ir::DType::I32, ir::DType::I8,  ir::DType::Bool};
+inline const std::vector<ir::DType> kNumericTypes = {
+    ir::DType::F32, ir::DType::F64, ir::DType::I64, ir::DType::I32,
+    ir::DType::I8};
+
+template <typename... Ts>
+llvm::Error kernelError(const KernelCall &call, const char *fmt,
+                        Ts &&...vals) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      std::string(call.info().name) + ": " +
+          llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
+}
+
+// Row-major strides of a shape.
+std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
+
+// Runs f(begin, end) over [0, n) split across the backend's threads when n
+// is large enough to pay for it (OpenMP underneath).
+void parallelFor(int64_t n, int64_t grain,
+                 const std::function<void(int64_t, int64_t)> &f);
+
+// Calls `f` with a value of the C++ type matching `dtype` (float, double,
+// int64_t, int32_t, int8_t, bool); f16/bf16 are not dispatched here.
+template <typename F> auto dispatchType(ir::DType dtype, F &&f) {
+  switch (dtype) {
+  case ir::DType::F64:
+    return f(double{});
+  case ir::DType::I64:
+    return f(int64_t{});
+  case ir::DType::I32:
+    return f(int32_t{});
+  case ir::DType::I8:
+    return f(int8_t{});
+  case ir::DType::Bool:
+    return f(bool{});
+  default:
+    return f(float{});
+  }
+}
+
+} // namespace cleave::runtime::cpu
