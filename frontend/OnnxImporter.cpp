@@ -86,6 +86,11 @@ private:
   llvm::Expected<std::vector<int64_t>> staticInts(const onnx::NodeProto &n,
                                                   int index, int k,
                                                   const char *what);
+  // Input k as a scalar known at compile time (a constant or any
+  // initializer, float ones included), or null when the input is absent.
+  llvm::Expected<const TensorData *> staticScalar(const onnx::NodeProto &n,
+                                                  int index, int k,
+                                                  const char *what);
   Entry *input(const onnx::NodeProto &n, int k);
   Value *materialize(const std::string &name, Entry &e);
   void classifyParameters();
@@ -238,6 +243,18 @@ Importer::staticInts(const onnx::NodeProto &n, int index, int k,
   for (size_t i = 0; i < v.size(); ++i)
     v[i] = e->data->getInt(i);
   return v;
+}
+
+llvm::Expected<const TensorData *>
+Importer::staticScalar(const onnx::NodeProto &n, int index, int k,
+                       const char *what) {
+  Entry *e = input(n, k);
+  if (!e)
+    return nullptr;
+  if (!e->data || e->type.numElements() != 1)
+    return err("{0}: {1} (input '{2}') must be a constant scalar",
+               describeNode(n, index), what, n.input(k));
+  return e->data.get();
 }
 
 llvm::Error Importer::emit(const onnx::NodeProto &n, int index, OpKind kind,
@@ -497,14 +514,12 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     attrs.emplace("split", Attribute(sizes));
   } else if (op == "Clip") {
     for (int k : {1, 2}) {
-      if (!input(n, k))
-        continue;
-      Entry *e = input(n, k);
-      if (!e->foldable || e->type.numElements() != 1)
-        return err("{0}: the {1} bound must be a constant scalar", where,
-                   k == 1 ? "min" : "max");
-      attrs.emplace(k == 1 ? "min" : "max",
-                    Attribute(float(e->data->getDouble(0))));
+      auto bound = staticScalar(n, index, k, k == 1 ? "min" : "max");
+      if (!bound)
+        return bound.takeError();
+      if (*bound)
+        attrs.emplace(k == 1 ? "min" : "max",
+                      Attribute(float((*bound)->getDouble(0))));
     }
   } else if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax") {
     std::vector<int64_t> axes;
@@ -521,16 +536,16 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     if (!axes.empty())
       attrs.emplace("axes", Attribute(axes));
   } else if (op == "Dropout") {
-    if (Entry *e = input(n, 1)) {
-      if (!e->foldable || e->type.numElements() != 1)
-        return err("{0}: ratio must be a constant scalar", where);
-      attrs.emplace("ratio", Attribute(float(e->data->getDouble(0))));
-    }
-    if (Entry *e = input(n, 2)) {
-      if (!e->foldable || e->type.numElements() != 1)
-        return err("{0}: training_mode must be a constant", where);
-      attrs.emplace("training_mode", Attribute(e->data->getInt(0)));
-    }
+    auto ratio = staticScalar(n, index, 1, "ratio");
+    if (!ratio)
+      return ratio.takeError();
+    if (*ratio)
+      attrs.emplace("ratio", Attribute(float((*ratio)->getDouble(0))));
+    auto mode = staticScalar(n, index, 2, "training_mode");
+    if (!mode)
+      return mode.takeError();
+    if (*mode)
+      attrs.emplace("training_mode", Attribute((*mode)->getInt(0)));
   } else if (op == "Cast") {
     auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
     if (!dt)
@@ -549,11 +564,11 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
       return pads.takeError();
     if (input(n, 3))
       return err("{0}: the 'axes' input is not supported", where);
-    if (Entry *e = input(n, 2)) {
-      if (!e->foldable || e->type.numElements() != 1)
-        return err("{0}: constant_value must be a constant scalar", where);
-      attrs.emplace("value", Attribute(float(e->data->getDouble(0))));
-    }
+    auto value = staticScalar(n, index, 2, "constant_value");
+    if (!value)
+      return value.takeError();
+    if (*value)
+      attrs.emplace("value", Attribute(float((*value)->getDouble(0))));
     bool zero = std::all_of(pads->begin(), pads->end(),
                             [](int64_t p) { return p == 0; });
     if (zero)

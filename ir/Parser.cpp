@@ -247,12 +247,18 @@ static bool fitsInteger(DType t, int64_t v) {
   }
 }
 
-// A finite literal that overflows the element type is an error, not inf.
+// A finite literal that rounds to infinity in the element type is an
+// error, not inf.
 llvm::Error Parser::checkFloatRange(double v, DType t, llvm::StringRef text) {
   if (!std::isfinite(v) || t == DType::F64)
     return llvm::Error::success();
-  double max = t == DType::F16 ? 65504.0 : 3.4028234663852886e38;
-  if (std::fabs(v) > max * (1 + 1e-7))
+  float f = float(v);
+  bool overflow = std::isinf(f);
+  if (t == DType::F16)
+    overflow |= (floatToHalf(f) & 0x7fff) == 0x7c00;
+  if (t == DType::BF16)
+    overflow |= (floatToBf16(f) & 0x7fff) == 0x7f80;
+  if (overflow)
     return error("'" + text + "' is out of range for " +
                  std::string(dtypeName(t)));
   return llvm::Error::success();

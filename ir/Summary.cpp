@@ -13,7 +13,9 @@ std::string formatBytes(int64_t bytes) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = double(bytes);
   int u = 0;
-  while (v >= 1024 && u < 4) {
+  // Compare against what "{0:f2}" would print, so 1048575 B is "1.00 MiB"
+  // and not "1024.00 KiB".
+  while (v >= 1024 - 0.005 && u < 4) {
     v /= 1024;
     ++u;
   }

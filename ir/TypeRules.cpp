@@ -70,9 +70,12 @@ int64_t sliceLength(int64_t dim, int64_t start, int64_t end, int64_t step,
   }
   if (clampedStart)
     *clampedStart = start;
+  // Written so that steps near the int64 limits cannot overflow: start and
+  // end are clamped to [-1, dim], so their difference is small.
   if (step > 0)
-    return end > start ? (end - start + step - 1) / step : 0;
-  return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+    return end > start ? (end - start - 1) / step + 1 : 0;
+  uint64_t down = uint64_t(0) - uint64_t(step);
+  return start > end ? int64_t(uint64_t(start - end - 1) / down + 1) : 0;
 }
 
 static llvm::Error sameDType(const TypeQuery &q) {

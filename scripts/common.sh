@@ -6,7 +6,7 @@ CLEAVE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Packages the build needs.
 CLEAVE_BUILD_PACKAGES="g++ cmake ninja-build llvm-14-dev libgtest-dev
-  libonnx-dev libprotobuf-dev protobuf-compiler"
+  libonnx-dev libprotobuf-dev protobuf-compiler libopenblas-dev"
 # Packages the tests need on top: lit and FileCheck, the ONNX backend test
 # data, and a Python for lit.
 CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3"

@@ -88,7 +88,8 @@ std::vector<std::string> splitList(const std::string &s) {
   llvm::StringRef(s).split(parts, ',', -1, false);
   std::vector<std::string> out;
   for (llvm::StringRef p : parts)
-    out.push_back(p.trim().str());
+    if (!p.trim().empty())
+      out.push_back(p.trim().str());
   return out;
 }
 

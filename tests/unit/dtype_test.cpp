@@ -14,7 +14,6 @@ using namespace cleave::ir;
 
 namespace {
 
-uint32_t bitsOf(float f) { return std::bit_cast<uint32_t>(f); }
 float floatOf(uint32_t u) { return std::bit_cast<float>(u); }
 
 bool isHalfNan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
@@ -51,7 +50,7 @@ TEST(DType, ParseRejectsUnknownSpellings) {
     EXPECT_FALSE(parseDType(bad).has_value()) << "'" << bad << "'";
 }
 
-// --- f16 ---------------------------------------------------------------
+// --- f16 --------------------------------------------------------------------
 
 TEST(Half, ExactValuesHaveTheirIeeeBits) {
   EXPECT_EQ(floatToHalf(0.0f), 0x0000);
@@ -59,7 +58,7 @@ TEST(Half, ExactValuesHaveTheirIeeeBits) {
   EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(floatToHalf(-2.0f), 0xc000);
   EXPECT_EQ(floatToHalf(0.5f), 0x3800);
-  EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);          // largest finite
+  EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);              // largest finite
   EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -14)), 0x0400); // smallest normal
   EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001); // smallest subnormal
   EXPECT_EQ(halfToFloat(0x3c00), 1.0f);
@@ -96,11 +95,11 @@ TEST(Half, RoundsToNearestEven) {
 }
 
 TEST(Half, SubnormalsRoundToNearestEven) {
-  const float tiny = std::ldexp(1.0f, -24); // one half subnormal ulp
-  EXPECT_EQ(floatToHalf(tiny / 2), 0x0000);      // tie -> even (zero)
-  EXPECT_EQ(floatToHalf(tiny * 0.51f), 0x0001);  // above the tie
-  EXPECT_EQ(floatToHalf(tiny * 1.5f), 0x0002);   // tie between 1 and 2
-  EXPECT_EQ(floatToHalf(tiny * 2.5f), 0x0002);   // tie between 2 and 3
+  const float tiny = std::ldexp(1.0f, -24);     // one half subnormal ulp
+  EXPECT_EQ(floatToHalf(tiny / 2), 0x0000);     // tie -> even (zero)
+  EXPECT_EQ(floatToHalf(tiny * 0.51f), 0x0001); // above the tie
+  EXPECT_EQ(floatToHalf(tiny * 1.5f), 0x0002);  // tie between 1 and 2
+  EXPECT_EQ(floatToHalf(tiny * 2.5f), 0x0002);  // tie between 2 and 3
   EXPECT_EQ(floatToHalf(-tiny * 3.0f), 0x8003);
   EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -30)), 0x0000); // underflow
   EXPECT_EQ(floatToHalf(-std::ldexp(1.0f, -30)), 0x8000);
@@ -134,7 +133,7 @@ TEST(Half, InfinityAndNan) {
 #if defined(__FLT16_MAX__)
 // The compiler's own _Float16 conversion is an independent reference.
 TEST(Half, AgreesWithTheCompilersFloat16OnASweepOfFloats) {
-  for (uint64_t u = 0; u <= 0xffffffffull; u += 997) {
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
     float f = floatOf(uint32_t(u));
     if (std::isnan(f))
       continue;
@@ -147,7 +146,7 @@ TEST(Half, AgreesWithTheCompilersFloat16OnASweepOfFloats) {
 }
 #endif
 
-// --- bf16 --------------------------------------------------------------
+// --- bf16 -------------------------------------------------------------------
 
 TEST(BFloat16, ExactValuesAndRoundTrip) {
   EXPECT_EQ(floatToBf16(1.0f), 0x3f80);

@@ -1,0 +1,475 @@
+// Data movement kernels for the CPU backend: Concat, Expand, Flatten,
+// Gather, Pad, Reshape, Slice, Split, Squeeze, Transpose, Unsqueeze.
+//
+// None of these look at values, so every kernel copies elements as unsigned
+// integers of their byte width and handles all dtypes alike. Reshape-like
+// ops are one memcpy. Expand, Slice and Transpose are all "copy a strided
+// view of the input into the dense output": the view's dims of size 1 are
+// dropped and neighbours the source walks contiguously are merged, so that
+// the inner loop is a memcpy whenever the innermost source stride is 1 (a
+// slice along an outer axis, a transpose that keeps the last axis). A
+// transpose that moves the last axis becomes a batched 2-D transpose done in
+// cache-sized tiles.
+#include "runtime/cpu/CpuKernels.h"
+
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+constexpr int64_t kGrain = 1 << 14;       // elements per thread
+constexpr int64_t kGrainBytes = 1 << 16;  // bytes per thread
+
+size_t elemSize(const TensorRef &t) { return ir::dtypeSize(t.dtype); }
+size_t byteSize(const TensorRef &t) {
+  return size_t(t.numElements()) * elemSize(t);
+}
+
+// Calls f(U{}) with the unsigned integer type as wide as one element.
+template <typename F> void dispatchWidth(size_t bytes, F &&f) {
+  switch (bytes) {
+  case 1:
+    return f(uint8_t{});
+  case 2:
+    return f(uint16_t{});
+  case 4:
+    return f(uint32_t{});
+  default:
+    return f(uint64_t{});
+  }
+}
+
+llvm::Error copyAll(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  if (byteSize(in) && in.data != out.data)
+    std::memcpy(out.data, in.data, byteSize(in));
+  return llvm::Error::success();
+}
+
+// Copies `rows` rows of `rowBytes` bytes between buffers with the given row
+// pitches.
+void copyRows(char *dst, int64_t dstPitch, const char *src, int64_t srcPitch,
+              int64_t rows, int64_t rowBytes) {
+  if (rows == 0 || rowBytes == 0)
+    return;
+  parallelFor(rows, std::max<int64_t>(1, kGrainBytes / rowBytes),
+              [&](int64_t b, int64_t e) {
+                for (int64_t r = b; r < e; ++r)
+                  std::memcpy(dst + r * dstPitch, src + r * srcPitch,
+                              rowBytes);
+              });
+}
+
+// ---------------------------------------------------------------------------
+// Strided views.
+
+// Dense output dims and the source's element stride in each (0 for a
+// broadcast dim, negative for a reversed slice).
+struct View {
+  llvm::SmallVector<int64_t, 6> dims;
+  llvm::SmallVector<int64_t, 6> strides;
+};
+
+View collapse(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides) {
+  View v;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1)
+      continue;
+    if (!v.dims.empty() && v.strides.back() == strides[d] * dims[d]) {
+      v.dims.back() *= dims[d];
+      v.strides.back() = strides[d];
+    } else {
+      v.dims.push_back(dims[d]);
+      v.strides.push_back(strides[d]);
+    }
+  }
+  return v;
+}
+
+// dst (dense, `total` elements) = the view of src. The flat output range is
+// split across threads; an odometer walks the outer dims.
+template <typename U>
+void copyViewTyped(U *dst, const U *src, const View &v, int64_t total) {
+  int64_t outerRank = int64_t(v.dims.size()) - 1;
+  int64_t inner = v.dims.empty() ? 1 : v.dims.back();
+  int64_t step = v.dims.empty() ? 0 : v.strides.back();
+  parallelFor(total, kGrain, [&](int64_t begin, int64_t end) {
+    llvm::SmallVector<int64_t, 6> idx(std::max<int64_t>(outerRank, 0));
+    int64_t base = 0, rowIdx = begin / inner;
+    for (int64_t d = outerRank - 1; d >= 0; --d) {
+      idx[d] = rowIdx % v.dims[d];
+      rowIdx /= v.dims[d];
+      base += idx[d] * v.strides[d];
+    }
+    int64_t col = begin % inner;
+    for (int64_t i = begin; i < end;) {
+      int64_t len = std::min(inner - col, end - i);
+      const U *s = src + base + col * step;
+      U *o = dst + i;
+      if (step == 1)
+        std::memcpy(o, s, len * sizeof(U));
+      else if (step == 0)
+        std::fill(o, o + len, *s);
+      else
+        for (int64_t j = 0; j < len; ++j)
+          o[j] = s[j * step];
+      i += len;
+      col = 0;
+      for (int64_t d = outerRank - 1; d >= 0; --d) {
+        base += v.strides[d];
+        if (++idx[d] < v.dims[d])
+          break;
+        base -= v.strides[d] * v.dims[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// Copies into `out` the view of `in` that starts at element `start` and
+// steps by `strides` along out's dims.
+void copyView(const TensorRef &out, const TensorRef &in, int64_t start,
+              llvm::ArrayRef<int64_t> strides) {
+  int64_t total = out.numElements();
+  if (total == 0)
+    return;
+  View v = collapse(out.shape, strides);
+  dispatchWidth(elemSize(in), [&](auto tag) {
+    using U = decltype(tag);
+    copyViewTyped(out.as<U>(), in.as<U>() + start, v, total);
+  });
+}
+
+// dst[b][c][r] = src[b][r][c] for src of shape [batch, rows, cols], in
+// square tiles so that both sides stay in cache.
+template <typename U>
+void transposeTiled(U *dst, const U *src, int64_t batch, int64_t rows,
+                    int64_t cols) {
+  constexpr int64_t kT = 32;
+  int64_t tr = (rows + kT - 1) / kT, tc = (cols + kT - 1) / kT;
+  parallelFor(batch * tr * tc, std::max<int64_t>(1, kGrain / (kT * kT)),
+              [&](int64_t b, int64_t e) {
+                for (int64_t item = b; item < e; ++item) {
+                  int64_t bi = item / (tr * tc), t = item % (tr * tc);
+                  int64_t r0 = t / tc * kT, c0 = t % tc * kT;
+                  int64_t r1 = std::min(rows, r0 + kT);
+                  int64_t c1 = std::min(cols, c0 + kT);
+                  const U *s = src + bi * rows * cols;
+                  U *d = dst + bi * rows * cols;
+                  for (int64_t r = r0; r < r1; ++r)
+                    for (int64_t c = c0; c < c1; ++c)
+                      d[c * rows + r] = s[r * cols + c];
+                }
+              });
+}
+
+// ---------------------------------------------------------------------------
+// Kernels.
+
+llvm::Error transpose(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  const auto &perm = c.getInts("perm");
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  llvm::SmallVector<int64_t, 6> strides;
+  for (int64_t p : perm)
+    strides.push_back(inStrides[p]);
+  int64_t total = out.numElements();
+  if (total == 0)
+    return llvm::Error::success();
+  // A batched 2-D transpose shows up after collapsing as output dims
+  // [(B,) C, R] with source strides [(C*R,) 1, C].
+  View v = collapse(out.shape, strides);
+  size_t r = v.dims.size();
+  if (r >= 2 && r <= 3 && v.strides[r - 2] == 1 &&
+      v.strides[r - 1] == v.dims[r - 2] &&
+      (r == 2 || v.strides[0] == v.dims[1] * v.dims[2])) {
+    int64_t batch = r == 3 ? v.dims[0] : 1;
+    dispatchWidth(elemSize(in), [&](auto tag) {
+      using U = decltype(tag);
+      transposeTiled(out.as<U>(), in.as<U>(), batch, v.dims[r - 1],
+                     v.dims[r - 2]);
+    });
+    return llvm::Error::success();
+  }
+  dispatchWidth(elemSize(in), [&](auto tag) {
+    using U = decltype(tag);
+    copyViewTyped(out.as<U>(), in.as<U>(), v, total);
+  });
+  return llvm::Error::success();
+}
+
+llvm::Error expand(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  size_t lead = out.rank() - in.rank();
+  llvm::SmallVector<int64_t, 6> strides(out.rank(), 0);
+  for (size_t d = lead; d < out.rank(); ++d)
+    if (in.shape[d - lead] != 1)
+      strides[d] = inStrides[d - lead];
+  copyView(out, in, 0, strides);
+  return llvm::Error::success();
+}
+
+llvm::Error slice(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  const auto &starts = c.getInts("starts"), &ends = c.getInts("ends"),
+             &axes = c.getInts("axes"), &steps = c.getInts("steps");
+  int64_t rank = in.rank();
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  llvm::SmallVector<int64_t, 6> strides(inStrides.begin(), inStrides.end());
+  int64_t start = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank || steps[i] == 0)
+      return kernelError(c, "bad axis {0} or step {1}", axes[i], steps[i]);
+    int64_t first = 0;
+    ir::sliceLength(in.shape[a], starts[i], ends[i], steps[i], &first);
+    start += first * inStrides[a];
+    strides[a] = inStrides[a] * steps[i];
+  }
+  copyView(out, in, start, strides);
+  return llvm::Error::success();
+}
+
+// Outer rows (dims before `axis`) and bytes per unit of `axis`.
+std::pair<int64_t, int64_t> aroundAxis(const TensorRef &t, int64_t axis) {
+  int64_t outer = 1, inner = int64_t(elemSize(t));
+  for (int64_t d = 0; d < int64_t(t.rank()); ++d)
+    if (d < axis)
+      outer *= t.shape[d];
+    else if (d > axis)
+      inner *= t.shape[d];
+  return {outer, inner};
+}
+
+llvm::Error concat(const KernelCall &c) {
+  const TensorRef &out = c.outputs[0];
+  int64_t rank = out.rank(), axis = c.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  auto [outer, unit] = aroundAxis(out, axis);
+  int64_t outPitch = out.shape[axis] * unit, offset = 0;
+  for (const TensorRef &in : c.inputs) {
+    int64_t rowBytes = in.shape[axis] * unit;
+    copyRows(out.as<char>() + offset, outPitch, in.as<char>(), rowBytes,
+             outer, rowBytes);
+    offset += rowBytes;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error split(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0];
+  int64_t rank = in.rank(), axis = c.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  auto [outer, unit] = aroundAxis(in, axis);
+  int64_t inPitch = in.shape[axis] * unit, offset = 0;
+  for (const TensorRef &out : c.outputs) {
+    int64_t rowBytes = out.shape[axis] * unit;
+    copyRows(out.as<char>(), rowBytes, in.as<char>() + offset, inPitch,
+             outer, rowBytes);
+    offset += rowBytes;
+  }
+  return llvm::Error::success();
+}
+
+template <typename I>
+llvm::Error normalizeIndices(const KernelCall &c, const TensorRef &idx,
+                             int64_t dim, std::vector<int64_t> &out) {
+  const I *p = idx.as<I>();
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t v = p[i];
+    if (v < -dim || v >= dim)
+      return kernelError(c, "index {0} (at position {1}) is out of range for "
+                            "an axis of size {2}",
+                         v, i, dim);
+    out[i] = v < 0 ? v + dim : v;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error gather(const KernelCall &c) {
+  const TensorRef &data = c.inputs[0], &idx = c.inputs[1];
+  const TensorRef &out = c.outputs[0];
+  int64_t rank = data.rank(), axis = c.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  int64_t dim = data.shape[axis];
+  std::vector<int64_t> index(idx.numElements());
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return kernelError(c, "indices must be i64 or i32, not {0}",
+                       ir::dtypeName(idx.dtype));
+  if (llvm::Error err =
+          idx.dtype == DType::I64
+              ? normalizeIndices<int64_t>(c, idx, dim, index)
+              : normalizeIndices<int32_t>(c, idx, dim, index))
+    return err;
+  auto [outer, unit] = aroundAxis(data, axis);
+  int64_t n = index.size(), items = outer * n;
+  if (items == 0 || unit == 0)
+    return llvm::Error::success();
+  const char *src = data.as<char>();
+  char *dst = out.as<char>();
+  parallelFor(items, std::max<int64_t>(1, kGrainBytes / unit),
+              [&](int64_t b, int64_t e) {
+                for (int64_t it = b; it < e; ++it) {
+                  int64_t o = it / n, k = it % n;
+                  std::memcpy(dst + it * unit,
+                              src + (o * dim + index[k]) * unit, unit);
+                }
+              });
+  return llvm::Error::success();
+}
+
+// Pad's constant as the bytes of one element of `dtype`.
+uint64_t padValueBits(DType dtype, float v) {
+  uint64_t bits = 0;
+  auto put = [&](auto x) { std::memcpy(&bits, &x, sizeof(x)); };
+  auto toInt = [&](auto lo, auto hi) {
+    using T = decltype(lo);
+    return std::isnan(v) ? T(0) : v <= float(lo) ? lo : v >= float(hi) ? hi
+                                                                        : T(v);
+  };
+  switch (dtype) {
+  case DType::F32:
+    put(v);
+    break;
+  case DType::F64:
+    put(double(v));
+    break;
+  case DType::F16:
+    put(ir::floatToHalf(v));
+    break;
+  case DType::BF16:
+    put(ir::floatToBf16(v));
+    break;
+  case DType::I64:
+    put(toInt(INT64_MIN, INT64_MAX));
+    break;
+  case DType::I32:
+    put(toInt(INT32_MIN, INT32_MAX));
+    break;
+  case DType::I8:
+    put(toInt(int8_t(INT8_MIN), int8_t(INT8_MAX)));
+    break;
+  case DType::Bool:
+    put(uint8_t(v != 0));
+    break;
+  }
+  return bits;
+}
+
+// Output rows (all dims but the last) are copied through per-dim index maps
+// (output index -> input index, -1 for the constant); the last dim's
+// interior run is one memcpy.
+template <typename U>
+void padTyped(const TensorRef &in, const TensorRef &out,
+              const std::vector<std::vector<int64_t>> &maps,
+              int64_t padBegin, U value) {
+  const U *src = in.as<U>();
+  U *dst = out.as<U>();
+  size_t r = out.rank();
+  std::vector<int64_t> inStrides = stridesOf(in.shape);
+  int64_t inner = out.shape[r - 1], inInner = in.shape[r - 1];
+  int64_t lo = std::clamp<int64_t>(padBegin, 0, inner);
+  int64_t hi = std::clamp<int64_t>(padBegin + inInner, lo, inner);
+  const std::vector<int64_t> &last = maps[r - 1];
+  int64_t rows = out.numElements() / inner;
+  parallelFor(rows, std::max<int64_t>(1, kGrain / inner),
+              [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      U *d = dst + row * inner;
+      int64_t off = 0, rem = row;
+      bool constantRow = false;
+      for (int64_t k = int64_t(r) - 2; k >= 0; --k) {
+        int64_t m = maps[k][rem % out.shape[k]];
+        rem /= out.shape[k];
+        if (m < 0)
+          constantRow = true;
+        off += m * inStrides[k];
+      }
+      if (constantRow) {
+        std::fill(d, d + inner, value);
+        continue;
+      }
+      const U *s = src + off;
+      for (int64_t j = 0; j < lo; ++j)
+        d[j] = last[j] < 0 ? value : s[last[j]];
+      if (hi > lo)
+        std::memcpy(d + lo, s + (lo - padBegin), (hi - lo) * sizeof(U));
+      for (int64_t j = hi; j < inner; ++j)
+        d[j] = last[j] < 0 ? value : s[last[j]];
+    }
+  });
+}
+
+llvm::Error pad(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  const auto &pads = c.getInts("pads");
+  const std::string &mode = c.getString("mode");
+  size_t r = in.rank();
+  if (out.numElements() == 0)
+    return llvm::Error::success();
+  if (r == 0)
+    return copyAll(c);
+  std::vector<std::vector<int64_t>> maps(r);
+  for (size_t d = 0; d < r; ++d) {
+    int64_t n = in.shape[d];
+    maps[d].resize(out.shape[d]);
+    for (int64_t o = 0; o < out.shape[d]; ++o) {
+      int64_t i = o - pads[d];
+      if (i >= 0 && i < n) {
+        maps[d][o] = i;
+      } else if (mode == "constant") {
+        maps[d][o] = -1;
+      } else if (n == 0) {
+        return kernelError(c, "{0} padding of axis {1} needs a non-empty "
+                              "input axis",
+                           mode, d);
+      } else if (mode == "edge" || n == 1) {
+        maps[d][o] = std::clamp<int64_t>(i, 0, n - 1);
+      } else if (mode == "reflect") {
+        // Reflection without repeating the edge, periodic with 2(n-1) for
+        // pads wider than the axis (as numpy does).
+        int64_t period = 2 * (n - 1), m = ((i % period) + period) % period;
+        maps[d][o] = m < n ? m : period - m;
+      } else {
+        return kernelError(c, "unknown mode '{0}'", mode);
+      }
+    }
+  }
+  uint64_t bits = padValueBits(in.dtype, c.getFloat("value"));
+  dispatchWidth(elemSize(in), [&](auto tag) {
+    using U = decltype(tag);
+    U value;
+    std::memcpy(&value, &bits, sizeof(U));
+    padTyped<U>(in, out, maps, pads[r - 1], value);
+  });
+  return llvm::Error::success();
+}
+
+} // namespace
+
+void registerDataMovementKernels(KernelTable &t) {
+  for (OpKind op : {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze,
+                    OpKind::Unsqueeze})
+    t.add(op, copyAll, kAllTypes);
+  t.add(OpKind::Concat, concat, kAllTypes);
+  t.add(OpKind::Expand, expand, kAllTypes);
+  t.add(OpKind::Gather, gather, kAllTypes);
+  t.add(OpKind::Pad, pad, kAllTypes);
+  t.add(OpKind::Slice, slice, kAllTypes);
+  t.add(OpKind::Split, split, kAllTypes);
+  t.add(OpKind::Transpose, transpose, kAllTypes);
+}
+
+} // namespace cleave::runtime::cpu

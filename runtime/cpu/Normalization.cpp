@@ -1,0 +1,383 @@
+// Softmax, normalization, loss and dropout kernels for the CPU backend.
+//
+// These ops reduce along one axis and then rescale, so every kernel works on
+// "lanes": the values along the reduced axis for one position of the other
+// axes. Sums, means and variances are accumulated in double whatever the
+// element type, which keeps f32 results within an ulp or two of a double
+// reference. Parameter tensors (scale, bias, running statistics, class
+// weights) may be a different float type than X in ONNX, so they are read
+// into doubles first. Semantics follow ONNX opsets 13-17.
+#include "runtime/cpu/CpuKernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+int64_t product(llvm::ArrayRef<int64_t> d) {
+  int64_t p = 1;
+  for (int64_t v : d)
+    p *= v;
+  return p;
+}
+
+int64_t normalizedAxis(const KernelCall &call, size_t rank) {
+  int64_t axis = call.getInt("axis");
+  return axis < 0 ? axis + int64_t(rank) : axis;
+}
+
+// A float tensor of any float type, as doubles.
+std::vector<double> readDoubles(const TensorRef &t) {
+  int64_t n = t.numElements();
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+    case ir::DType::F64:
+      v[i] = t.as<double>()[i];
+      break;
+    case ir::DType::F16:
+      v[i] = ir::halfToFloat(t.as<uint16_t>()[i]);
+      break;
+    case ir::DType::BF16:
+      v[i] = ir::bf16ToFloat(t.as<uint16_t>()[i]);
+      break;
+    default:
+      v[i] = t.as<float>()[i];
+    }
+  }
+  return v;
+}
+
+void writeDouble(const TensorRef &t, int64_t i, double v) {
+  switch (t.dtype) {
+  case ir::DType::F64:
+    t.as<double>()[i] = v;
+    break;
+  case ir::DType::F16:
+    t.as<uint16_t>()[i] = ir::floatToHalf(float(v));
+    break;
+  case ir::DType::BF16:
+    t.as<uint16_t>()[i] = ir::floatToBf16(float(v));
+    break;
+  default:
+    t.as<float>()[i] = float(v);
+  }
+}
+
+// `t` broadcast (NumPy, unidirectionally) to `shape`, as doubles.
+std::vector<double> broadcastDoubles(const TensorRef &t,
+                                     llvm::ArrayRef<int64_t> shape) {
+  std::vector<double> src = readDoubles(t);
+  size_t r = shape.size(), lead = r - t.rank();
+  std::vector<int64_t> srcStrides = stridesOf(t.shape);
+  std::vector<double> out(product(shape));
+  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
+    int64_t rest = i, off = 0;
+    for (size_t d = r; d-- > lead;) {
+      int64_t c = rest % shape[d];
+      rest /= shape[d];
+      if (t.shape[d - lead] != 1)
+        off += c * srcStrides[d - lead];
+    }
+    out[i] = src[off];
+  }
+  return out;
+}
+
+// --- Softmax, LogSoftmax --------------------------------------------------
+
+template <typename T, bool Log> llvm::Error softmax(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t axis = normalizedAxis(call, X.rank());
+  int64_t len = X.shape[axis], inner = product(X.shape.drop_front(axis + 1));
+  int64_t lanes = product(X.shape.take_front(axis)) * inner;
+  const T *x = X.as<T>();
+  T *y = call.outputs[0].as<T>();
+  parallelFor(lanes, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, len)),
+              [&](int64_t l0, int64_t l1) {
+                for (int64_t l = l0; l < l1; ++l) {
+                  int64_t base = (l / inner) * len * inner + l % inner;
+                  const T *xl = x + base;
+                  T *yl = y + base;
+                  T max = -std::numeric_limits<T>::infinity();
+                  for (int64_t j = 0; j < len; ++j)
+                    max = std::max(max, xl[j * inner]);
+                  double sum = 0;
+                  for (int64_t j = 0; j < len; ++j) {
+                    T e = std::exp(xl[j * inner] - max);
+                    sum += e;
+                    if constexpr (!Log)
+                      yl[j * inner] = e;
+                  }
+                  if constexpr (Log) {
+                    double shift = double(max) + std::log(sum);
+                    for (int64_t j = 0; j < len; ++j)
+                      yl[j * inner] = T(double(xl[j * inner]) - shift);
+                  } else {
+                    double scale = 1.0 / sum;
+                    for (int64_t j = 0; j < len; ++j)
+                      yl[j * inner] = T(yl[j * inner] * scale);
+                  }
+                }
+              });
+  return llvm::Error::success();
+}
+
+// --- LayerNormalization ---------------------------------------------------
+
+template <typename T> llvm::Error layerNorm(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t axis = normalizedAxis(call, X.rank());
+  llvm::ArrayRef<int64_t> normShape = X.shape.drop_front(axis);
+  int64_t rows = product(X.shape.take_front(axis)), size = product(normShape);
+  std::vector<double> scale = broadcastDoubles(call.inputs[1], normShape);
+  std::vector<double> bias = call.inputs.size() == 3
+                                 ? broadcastDoubles(call.inputs[2], normShape)
+                                 : std::vector<double>(size, 0.0);
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>();
+  T *y = call.outputs[0].as<T>();
+  // Mean and InvStdDev are always f32, shaped [rows..., 1, ...].
+  float *meanOut =
+      call.outputs.size() > 1 ? call.outputs[1].as<float>() : nullptr;
+  float *invOut =
+      call.outputs.size() > 2 ? call.outputs[2].as<float>() : nullptr;
+  parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  const T *xr = x + r * size;
+                  T *yr = y + r * size;
+                  double sum = 0, sq = 0;
+                  for (int64_t i = 0; i < size; ++i)
+                    sum += xr[i];
+                  double mean = size ? sum / double(size) : 0.0;
+                  for (int64_t i = 0; i < size; ++i) {
+                    double d = xr[i] - mean;
+                    sq += d * d;
+                  }
+                  double inv = 1.0 / std::sqrt((size ? sq / size : 0.0) + eps);
+                  for (int64_t i = 0; i < size; ++i)
+                    yr[i] = T((xr[i] - mean) * inv * scale[i] + bias[i]);
+                  if (meanOut)
+                    meanOut[r] = float(mean);
+                  if (invOut)
+                    invOut[r] = float(inv);
+                }
+              });
+  return llvm::Error::success();
+}
+
+// --- BatchNormalization ---------------------------------------------------
+
+// Inference normalizes with the given statistics. Training (training_mode=1)
+// normalizes with the batch's mean and population variance and, with three
+// outputs, returns running = input * momentum + batch * (1 - momentum) for
+// both, as ONNX specifies (population variance there too, unlike PyTorch's
+// unbiased running_var).
+template <typename T> llvm::Error batchNorm(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t n = X.shape[0], c = X.shape[1],
+          spatial = product(X.shape.drop_front(2));
+  std::vector<double> scale = readDoubles(call.inputs[1]),
+                      bias = readDoubles(call.inputs[2]),
+                      mean = readDoubles(call.inputs[3]),
+                      var = readDoubles(call.inputs[4]);
+  bool training = call.getInt("training_mode");
+  double eps = call.getFloat("epsilon"), momentum = call.getFloat("momentum");
+  const T *x = X.as<T>();
+  T *y = call.outputs[0].as<T>();
+  int64_t perChannel = n * spatial;
+  parallelFor(c, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, perChannel)),
+              [&](int64_t c0, int64_t c1) {
+                for (int64_t ch = c0; ch < c1; ++ch) {
+                  double mu = mean[ch], sigma2 = var[ch];
+                  if (training) {
+                    double sum = 0, sq = 0;
+                    for (int64_t i = 0; i < n; ++i) {
+                      const T *p = x + (i * c + ch) * spatial;
+                      for (int64_t s = 0; s < spatial; ++s)
+                        sum += p[s];
+                    }
+                    mu = perChannel ? sum / double(perChannel) : 0.0;
+                    for (int64_t i = 0; i < n; ++i) {
+                      const T *p = x + (i * c + ch) * spatial;
+                      for (int64_t s = 0; s < spatial; ++s)
+                        sq += (p[s] - mu) * (p[s] - mu);
+                    }
+                    sigma2 = perChannel ? sq / double(perChannel) : 0.0;
+                  }
+                  double a = scale[ch] / std::sqrt(sigma2 + eps);
+                  for (int64_t i = 0; i < n; ++i) {
+                    const T *p = x + (i * c + ch) * spatial;
+                    T *q = y + (i * c + ch) * spatial;
+                    for (int64_t s = 0; s < spatial; ++s)
+                      q[s] = T((p[s] - mu) * a + bias[ch]);
+                  }
+                  if (call.outputs.size() == 3) {
+                    double runMean =
+                        training ? mean[ch] * momentum + mu * (1.0 - momentum)
+                                 : mean[ch];
+                    double runVar = training ? var[ch] * momentum +
+                                                   sigma2 * (1.0 - momentum)
+                                             : var[ch];
+                    writeDouble(call.outputs[1], ch, runMean);
+                    writeDouble(call.outputs[2], ch, runVar);
+                  }
+                }
+              });
+  return llvm::Error::success();
+}
+
+// --- SoftmaxCrossEntropyLoss ----------------------------------------------
+
+// scores [N, C, d...], labels [N, d...]. Per position: loss = -weight[label]
+// * log_softmax(scores)[label], 0 where label == ignore_index. "mean"
+// divides the sum by the summed weights of the positions not ignored (their
+// count without weights); with every position ignored that is 0/0 = NaN,
+// as in ONNX's reference and PyTorch.
+template <typename T> llvm::Error softmaxCrossEntropy(const KernelCall &call) {
+  const TensorRef &S = call.inputs[0], &L = call.inputs[1];
+  int64_t n = S.shape[0], classes = S.shape[1];
+  int64_t inner = product(S.shape.drop_front(2)), lanes = n * inner;
+  std::vector<int64_t> labels(lanes);
+  dispatchType(L.dtype, [&](auto v) {
+    using Label = decltype(v);
+    const Label *p = L.as<Label>();
+    for (int64_t i = 0; i < lanes; ++i)
+      labels[i] = int64_t(p[i]);
+  });
+  std::optional<int64_t> ignore;
+  if (call.hasAttr("ignore_index"))
+    ignore = call.getInt("ignore_index");
+  for (int64_t i = 0; i < lanes; ++i)
+    if ((!ignore || labels[i] != *ignore) &&
+        (labels[i] < 0 || labels[i] >= classes))
+      return kernelError(call,
+                         "label {0} at position {1} is out of range "
+                         "[0, {2})",
+                         labels[i], i, classes);
+  std::vector<double> weights = call.inputs.size() == 3
+                                    ? readDoubles(call.inputs[2])
+                                    : std::vector<double>(classes, 1.0);
+
+  const T *s = S.as<T>();
+  T *logProb = call.outputs.size() > 1 ? call.outputs[1].as<T>() : nullptr;
+  std::vector<double> loss(lanes, 0.0);
+  parallelFor(lanes, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, classes)),
+              [&](int64_t l0, int64_t l1) {
+                for (int64_t l = l0; l < l1; ++l) {
+                  bool ignored = ignore && labels[l] == *ignore;
+                  if (ignored && !logProb)
+                    continue;
+                  int64_t base = (l / inner) * classes * inner + l % inner;
+                  const T *sl = s + base;
+                  double max = -std::numeric_limits<double>::infinity();
+                  for (int64_t j = 0; j < classes; ++j)
+                    max = std::max(max, double(sl[j * inner]));
+                  double sum = 0;
+                  for (int64_t j = 0; j < classes; ++j)
+                    sum += std::exp(double(sl[j * inner]) - max);
+                  double shift = max + std::log(sum);
+                  if (logProb)
+                    for (int64_t j = 0; j < classes; ++j)
+                      logProb[base + j * inner] =
+                          T(double(sl[j * inner]) - shift);
+                  if (!ignored)
+                    loss[l] = -(double(sl[labels[l] * inner]) - shift) *
+                              weights[labels[l]];
+                }
+              });
+
+  T *out = call.outputs[0].as<T>();
+  const std::string &reduction = call.getString("reduction");
+  if (reduction == "none") {
+    for (int64_t i = 0; i < lanes; ++i)
+      out[i] = T(loss[i]);
+    return llvm::Error::success();
+  }
+  double total = 0, weightSum = 0;
+  for (int64_t i = 0; i < lanes; ++i) {
+    total += loss[i];
+    if (!ignore || labels[i] != *ignore)
+      weightSum += weights[labels[i]];
+  }
+  out[0] = T(reduction == "sum" ? total : total / weightSum);
+  return llvm::Error::success();
+}
+
+// --- Dropout --------------------------------------------------------------
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Training mode keeps each element with probability 1 - ratio and scales the
+// kept ones by 1 / (1 - ratio). The draw for element i is a hash of the
+// call's seed and i alone (counter-based), so the mask is the same whatever
+// the thread count and can be recomputed from the seed.
+template <typename T> llvm::Error dropout(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t size = X.numElements();
+  const T *x = X.as<T>();
+  T *y = call.outputs[0].as<T>();
+  bool *mask = call.outputs.size() > 1 ? call.outputs[1].as<bool>() : nullptr;
+  double ratio = call.getFloat("ratio");
+  if (!call.getInt("training_mode") || ratio == 0.0) {
+    std::copy(x, x + size, y);
+    if (mask)
+      std::fill(mask, mask + size, true);
+    return llvm::Error::success();
+  }
+  uint64_t key = splitmix64(call.seed);
+  T scale = T(1.0 / (1.0 - ratio));
+  parallelFor(size, 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      double u = double(splitmix64(key ^ uint64_t(i)) >> 11) * 0x1.0p-53;
+      bool keep = u >= ratio;
+      y[i] = keep ? T(x[i] * scale) : T(0);
+      if (mask)
+        mask[i] = keep;
+    }
+  });
+  return llvm::Error::success();
+}
+
+// f32 or f64 only: other element types were refused at dispatch.
+#define CLEAVE_FLOAT_DISPATCH(kernel, fn)                                      \
+  llvm::Error kernel(const KernelCall &call) {                                 \
+    return call.inputs[0].dtype == ir::DType::F64 ? fn<double>(call)           \
+                                                  : fn<float>(call);           \
+  }
+template <typename T> llvm::Error plainSoftmax(const KernelCall &c) {
+  return softmax<T, false>(c);
+}
+template <typename T> llvm::Error logSoftmax(const KernelCall &c) {
+  return softmax<T, true>(c);
+}
+CLEAVE_FLOAT_DISPATCH(softmaxKernel, plainSoftmax)
+CLEAVE_FLOAT_DISPATCH(logSoftmaxKernel, logSoftmax)
+CLEAVE_FLOAT_DISPATCH(layerNormKernel, layerNorm)
+CLEAVE_FLOAT_DISPATCH(batchNormKernel, batchNorm)
+CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyKernel, softmaxCrossEntropy)
+CLEAVE_FLOAT_DISPATCH(dropoutKernel, dropout)
+#undef CLEAVE_FLOAT_DISPATCH
+
+} // namespace
+
+void registerNormalizationKernels(KernelTable &t) {
+  t.add(ir::OpKind::Softmax, softmaxKernel, kFloatTypes);
+  t.add(ir::OpKind::LogSoftmax, logSoftmaxKernel, kFloatTypes);
+  t.add(ir::OpKind::LayerNormalization, layerNormKernel, kFloatTypes);
+  t.add(ir::OpKind::BatchNormalization, batchNormKernel, kFloatTypes);
+  t.add(ir::OpKind::SoftmaxCrossEntropyLoss, softmaxCrossEntropyKernel,
+        kFloatTypes);
+  t.add(ir::OpKind::Dropout, dropoutKernel, kFloatTypes);
+}
+
+} // namespace cleave::runtime::cpu

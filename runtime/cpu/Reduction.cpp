@@ -1,0 +1,298 @@
+// Reduction kernels for the CPU backend: ReduceSum, ReduceMean, ReduceMax
+// over any set of axes (empty `axes` = all), with or without keepdims.
+//
+// The input is viewed as groups of kept and reduced dims (dims of size 1
+// dropped, neighbours with the same role merged); the output lists the kept
+// groups in the same order, so keepdims never changes the loops. Two loop
+// shapes cover every case:
+//   - innermost group reduced: each output element folds contiguous runs,
+//     one per combination of the outer reduced dims (last-axis sums,
+//     per-row statistics);
+//   - innermost group kept: each output row accumulates whole input rows
+//     elementwise, vectorizably (bias gradients summed over the batch,
+//     per-channel statistics).
+// A reduction to one value folds fixed-size blocks in parallel and combines
+// the partial results in order, so the result does not depend on the thread
+// count. f32, f16 and bf16 sums accumulate in double; integer sums wrap.
+#include "runtime/cpu/CpuKernels.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+// Raw 16-bit float storage, loaded as f32.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat {
+  uint16_t bits;
+};
+
+template <typename T> auto load(T v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return ir::halfToFloat(v.bits);
+  else if constexpr (std::is_same_v<T, BFloat>)
+    return ir::bf16ToFloat(v.bits);
+  else
+    return v;
+}
+template <typename T, typename C> T store(C v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return Half{ir::floatToHalf(float(v))};
+  else if constexpr (std::is_same_v<T, BFloat>)
+    return BFloat{ir::floatToBf16(float(v))};
+  else
+    return T(v);
+}
+
+enum class Kind { Sum, Mean, Max };
+
+// The fold of one reduction over elements of storage type T: an
+// accumulator type, its start value, how one element or a partial result is
+// folded in, and how the result is stored.
+template <typename T, Kind K> struct Fold {
+  using C = decltype(load(T{}));
+  static constexpr bool kInt = std::is_integral_v<C>;
+  // Sums: double for floats, uint64 (wrapping) for integers; Max: C.
+  using Acc = std::conditional_t<K == Kind::Max, C,
+                                 std::conditional_t<kInt, uint64_t, double>>;
+
+  static Acc init() {
+    if constexpr (K != Kind::Max)
+      return Acc(0);
+    else if constexpr (kInt)
+      return std::numeric_limits<C>::lowest();
+    else
+      return -std::numeric_limits<C>::infinity();
+  }
+  static Acc add(Acc acc, Acc x) {
+    if constexpr (K == Kind::Max)
+      return (x > acc || x != x) ? x : acc; // NaN sticks
+    else
+      return acc + x;
+  }
+  static Acc lift(T v) {
+    if constexpr (K != Kind::Max && kInt)
+      return Acc(int64_t(v)); // sign-extend, then wrap modulo 2^64
+    else
+      return Acc(load(v));
+  }
+  // `count` elements were folded into acc. ReduceMax of nothing is -inf
+  // (lowest for integers); ReduceMean of nothing is NaN (0 for integers).
+  static T finish(Acc acc, int64_t count) {
+    if constexpr (K == Kind::Mean && kInt)
+      return store<T>(count ? int64_t(acc) / count : 0);
+    else if constexpr (K == Kind::Mean)
+      return store<T>(acc / double(count));
+    else if constexpr (kInt)
+      return store<T>(int64_t(acc));
+    else
+      return store<T>(acc);
+  }
+
+  // Folds a contiguous run with four independent accumulators, so that the
+  // adds pipeline instead of waiting on each other.
+  static Acc run(const T *x, int64_t n, Acc acc) {
+    Acc a0 = init(), a1 = init(), a2 = init(), a3 = init();
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      a0 = add(a0, lift(x[i]));
+      a1 = add(a1, lift(x[i + 1]));
+      a2 = add(a2, lift(x[i + 2]));
+      a3 = add(a3, lift(x[i + 3]));
+    }
+    for (; i < n; ++i)
+      a0 = add(a0, lift(x[i]));
+    return add(acc, add(add(a0, a1), add(a2, a3)));
+  }
+};
+
+constexpr int64_t kBlock = 1 << 15; // elements per partial result
+constexpr int64_t kTile = 512;      // output elements per kept-inner tile
+
+// The input as alternating kept / reduced groups.
+struct ReducePlan {
+  llvm::SmallVector<int64_t, 6> dims;
+  llvm::SmallVector<bool, 6> reduced;
+  llvm::SmallVector<int64_t, 6> strides; // contiguous input strides
+  int64_t count = 1;                     // input elements per output element
+};
+
+ReducePlan planReduce(llvm::ArrayRef<int64_t> shape,
+                      llvm::ArrayRef<bool> isReduced) {
+  ReducePlan p;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (isReduced[d])
+      p.count *= shape[d];
+    if (shape[d] == 1)
+      continue;
+    if (!p.dims.empty() && p.reduced.back() == isReduced[d]) {
+      p.dims.back() *= shape[d];
+    } else {
+      p.dims.push_back(shape[d]);
+      p.reduced.push_back(isReduced[d]);
+    }
+  }
+  p.strides.resize(p.dims.size());
+  int64_t run = 1;
+  for (size_t d = p.dims.size(); d-- > 0;) {
+    p.strides[d] = run;
+    run *= p.dims[d];
+  }
+  return p;
+}
+
+// Input offsets of every combination of the groups in [0, end) with role
+// `reduced`, in row-major order.
+std::vector<int64_t> groupOffsets(const ReducePlan &p, size_t end,
+                                  bool reduced) {
+  std::vector<int64_t> offs{0};
+  for (size_t d = 0; d < end; ++d) {
+    if (p.reduced[d] != reduced)
+      continue;
+    std::vector<int64_t> next;
+    next.reserve(offs.size() * p.dims[d]);
+    for (int64_t o : offs)
+      for (int64_t i = 0; i < p.dims[d]; ++i)
+        next.push_back(o + i * p.strides[d]);
+    offs = std::move(next);
+  }
+  return offs;
+}
+
+template <typename T, Kind K>
+void reduceTyped(const TensorRef &in, const TensorRef &out,
+                 const ReducePlan &p) {
+  using F = Fold<T, K>;
+  using Acc = typename F::Acc;
+  const T *x = in.as<T>();
+  T *y = out.as<T>();
+  int64_t outputs = out.numElements();
+  if (outputs == 0)
+    return;
+  if (p.count == 0) {
+    std::fill(y, y + outputs, F::finish(F::init(), 0));
+    return;
+  }
+  size_t r = p.dims.size();
+
+  // Everything to one value: fixed blocks, partials combined in order.
+  if (outputs == 1) {
+    int64_t n = in.numElements();
+    std::vector<Acc> partial((n + kBlock - 1) / kBlock);
+    parallelFor(int64_t(partial.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        partial[i] = F::run(x + i * kBlock,
+                            std::min(kBlock, n - i * kBlock), F::init());
+    });
+    Acc acc = F::init();
+    for (Acc v : partial)
+      acc = F::add(acc, v);
+    y[0] = F::finish(acc, p.count);
+    return;
+  }
+
+  if (p.reduced.back()) {
+    // Innermost group reduced: output o folds runs of length `len` starting
+    // at keptOffs[o] + each of runOffs.
+    int64_t len = p.dims.back();
+    std::vector<int64_t> runOffs = groupOffsets(p, r - 1, true);
+    std::vector<int64_t> keptOffs = groupOffsets(p, r - 1, false);
+    int64_t grain = std::max<int64_t>(1, kBlock / p.count);
+    parallelFor(outputs, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        Acc acc = F::init();
+        for (int64_t ro : runOffs)
+          acc = F::run(x + keptOffs[o] + ro, len, acc);
+        y[o] = F::finish(acc, p.count);
+      }
+    });
+    return;
+  }
+
+  // Innermost group kept: output rows of `width` elements, each the
+  // elementwise fold of the input rows at rowOffs[row] + each of redOffs.
+  // Work items are tiles of a row, so one wide row still spreads out.
+  int64_t width = p.dims.back();
+  std::vector<int64_t> redOffs = groupOffsets(p, r - 1, true);
+  std::vector<int64_t> rowOffs = groupOffsets(p, r - 1, false);
+  int64_t tilesPerRow = (width + kTile - 1) / kTile;
+  int64_t items = int64_t(rowOffs.size()) * tilesPerRow;
+  int64_t grain = std::max<int64_t>(1, kBlock / (kTile * p.count));
+  parallelFor(items, grain, [&](int64_t b, int64_t e) {
+    Acc acc[kTile];
+    for (int64_t item = b; item < e; ++item) {
+      int64_t row = item / tilesPerRow;
+      int64_t t0 = item % tilesPerRow * kTile;
+      int64_t n = std::min(kTile, width - t0);
+      std::fill(acc, acc + n, F::init());
+      for (int64_t ro : redOffs) {
+        const T *src = x + rowOffs[row] + ro + t0;
+        for (int64_t j = 0; j < n; ++j)
+          acc[j] = F::add(acc[j], F::lift(src[j]));
+      }
+      T *dst = y + row * width + t0;
+      for (int64_t j = 0; j < n; ++j)
+        dst[j] = F::finish(acc[j], p.count);
+    }
+  });
+}
+
+template <Kind K> llvm::Error reduce(const KernelCall &c) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  int64_t rank = in.rank();
+  std::vector<bool> isReduced(rank, c.getInts("axes").empty());
+  for (int64_t a : c.getInts("axes")) {
+    if (a < -rank || a >= rank)
+      return kernelError(c, "axis {0} is out of range for rank {1}", a, rank);
+    isReduced[a < 0 ? a + rank : a] = true;
+  }
+  llvm::SmallVector<bool, 6> flags(isReduced.begin(), isReduced.end());
+  ReducePlan p = planReduce(in.shape, flags);
+  switch (in.dtype) {
+  case DType::F64:
+    reduceTyped<double, K>(in, out, p);
+    break;
+  case DType::F16:
+    reduceTyped<Half, K>(in, out, p);
+    break;
+  case DType::BF16:
+    reduceTyped<BFloat, K>(in, out, p);
+    break;
+  case DType::I64:
+    reduceTyped<int64_t, K>(in, out, p);
+    break;
+  case DType::I32:
+    reduceTyped<int32_t, K>(in, out, p);
+    break;
+  case DType::I8:
+    reduceTyped<int8_t, K>(in, out, p);
+    break;
+  default:
+    reduceTyped<float, K>(in, out, p);
+    break;
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+void registerReductionKernels(KernelTable &t) {
+  const std::vector<DType> types = {DType::F32, DType::F64, DType::F16,
+                                    DType::BF16, DType::I64, DType::I32,
+                                    DType::I8};
+  t.add(OpKind::ReduceSum, reduce<Kind::Sum>, types);
+  t.add(OpKind::ReduceMean, reduce<Kind::Mean>, types);
+  t.add(OpKind::ReduceMax, reduce<Kind::Max>, types);
+}
+
+} // namespace cleave::runtime::cpu

@@ -1,0 +1,495 @@
+// CPU elementwise kernels on small hand-computed cases: unary math, Clip,
+// Cast between every kind of type, broadcasting binary ops (scalar, row,
+// column and general N-D shapes, including runs split across threads),
+// integer wrap-around and division by zero, Pow with mixed types, variadic
+// Max/Min, comparisons, logic and Where.
+#include "runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace cleave;
+using runtime::TensorRef;
+using ir::DType;
+using ir::OpKind;
+
+namespace {
+
+// A host tensor a test owns; values are copied in and out by element type.
+struct Host {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint64_t> storage; // 8-byte aligned
+
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  TensorRef ref() const {
+    return {dtype, shape, const_cast<uint64_t *>(storage.data())};
+  }
+  template <typename V> std::vector<V> values() const {
+    std::vector<V> v(numElements());
+    if (!v.empty())
+      std::memcpy(v.data(), storage.data(), v.size() * sizeof(V));
+    return v;
+  }
+};
+
+Host empty(DType dt, std::vector<int64_t> shape) {
+  Host h{dt, std::move(shape), {}};
+  // Garbage, so an element a kernel forgets to write shows up.
+  h.storage.assign((h.numElements() * ir::dtypeSize(dt) + 7) / 8 + 1,
+                   0xcdcdcdcdcdcdcdcdull);
+  return h;
+}
+
+template <typename V>
+Host make(DType dt, std::vector<int64_t> shape, std::vector<V> vals) {
+  Host h = empty(dt, std::move(shape));
+  EXPECT_EQ(int64_t(vals.size()), h.numElements());
+  if (!vals.empty())
+    std::memcpy(h.storage.data(), vals.data(), vals.size() * sizeof(V));
+  return h;
+}
+Host f32(std::vector<int64_t> s, std::vector<float> v) {
+  return make(DType::F32, std::move(s), std::move(v));
+}
+Host i64(std::vector<int64_t> s, std::vector<int64_t> v) {
+  return make(DType::I64, std::move(s), std::move(v));
+}
+Host i32(std::vector<int64_t> s, std::vector<int32_t> v) {
+  return make(DType::I32, std::move(s), std::move(v));
+}
+Host boolean(std::vector<int64_t> s, std::vector<uint8_t> v) {
+  return make(DType::Bool, std::move(s), std::move(v));
+}
+Host f16(std::vector<int64_t> s, std::vector<float> v) {
+  std::vector<uint16_t> h;
+  for (float x : v)
+    h.push_back(ir::floatToHalf(x));
+  return make(DType::F16, std::move(s), h);
+}
+std::vector<float> halfValues(const Host &h) {
+  std::vector<float> out;
+  for (uint16_t x : h.values<uint16_t>())
+    out.push_back(ir::halfToFloat(x));
+  return out;
+}
+
+runtime::Backend &backend() {
+  static std::unique_ptr<runtime::Backend> b = runtime::createCpuBackend(2);
+  return *b;
+}
+
+llvm::Error run(OpKind op, std::vector<const Host *> ins, Host &out,
+                ir::AttrMap attrs = {}) {
+  std::vector<TensorRef> in;
+  for (const Host *h : ins)
+    in.push_back(h->ref());
+  TensorRef o = out.ref();
+  return backend().run(runtime::KernelCall{op, attrs, in, o});
+}
+
+// Runs and expects success.
+Host eval(OpKind op, std::vector<const Host *> ins, DType dt,
+          std::vector<int64_t> shape, ir::AttrMap attrs = {}) {
+  Host out = empty(dt, std::move(shape));
+  llvm::Error e = run(op, ins, out, std::move(attrs));
+  EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+  return out;
+}
+
+std::string errorOf(OpKind op, std::vector<const Host *> ins, Host &out,
+                    ir::AttrMap attrs = {}) {
+  llvm::Error e = run(op, ins, out, std::move(attrs));
+  return e ? llvm::toString(std::move(e)) : "";
+}
+
+using F = std::vector<float>;
+
+} // namespace
+
+TEST(CpuElementwise, UnaryFloatMath) {
+  Host x = f32({4}, {-2.0f, -0.5f, 0.0f, 3.0f});
+  EXPECT_EQ(eval(OpKind::Abs, {&x}, DType::F32, {4}).values<float>(),
+            (F{2, 0.5f, 0, 3}));
+  EXPECT_EQ(eval(OpKind::Neg, {&x}, DType::F32, {4}).values<float>(),
+            (F{2, 0.5f, -0.0f, -3}));
+  EXPECT_EQ(eval(OpKind::Relu, {&x}, DType::F32, {4}).values<float>(),
+            (F{0, 0, 0, 3}));
+  EXPECT_EQ(eval(OpKind::LeakyRelu, {&x}, DType::F32, {4},
+                 {{"alpha", 0.5f}})
+                .values<float>(),
+            (F{-1, -0.25f, 0, 3}));
+  EXPECT_EQ(eval(OpKind::LeakyRelu, {&x}, DType::F32, {4}).values<float>(),
+            (F{-0.02f, -0.005f, 0, 3}));
+  EXPECT_EQ(eval(OpKind::Identity, {&x}, DType::F32, {4}).values<float>(),
+            x.values<float>());
+
+  Host p = f32({3}, {0.25f, 1.0f, 4.0f});
+  EXPECT_EQ(eval(OpKind::Sqrt, {&p}, DType::F32, {3}).values<float>(),
+            (F{0.5f, 1, 2}));
+  EXPECT_EQ(eval(OpKind::Reciprocal, {&p}, DType::F32, {3}).values<float>(),
+            (F{4, 1, 0.25f}));
+  auto logs = eval(OpKind::Log, {&p}, DType::F32, {3}).values<float>();
+  auto exps = eval(OpKind::Exp, {&p}, DType::F32, {3}).values<float>();
+  auto tanhs = eval(OpKind::Tanh, {&p}, DType::F32, {3}).values<float>();
+  auto erfs = eval(OpKind::Erf, {&p}, DType::F32, {3}).values<float>();
+  F in = p.values<float>();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FLOAT_EQ(logs[i], std::log(in[i]));
+    EXPECT_FLOAT_EQ(exps[i], std::exp(in[i]));
+    EXPECT_FLOAT_EQ(tanhs[i], std::tanh(in[i]));
+    EXPECT_FLOAT_EQ(erfs[i], std::erf(in[i]));
+  }
+}
+
+TEST(CpuElementwise, SigmoidIsStableAtBothEnds) {
+  Host x = f32({5}, {-1000.0f, -2.0f, 0.0f, 2.0f, 1000.0f});
+  F y = eval(OpKind::Sigmoid, {&x}, DType::F32, {5}).values<float>();
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_FLOAT_EQ(y[1], 1.0f / (1.0f + std::exp(2.0f)));
+  EXPECT_EQ(y[2], 0.5f);
+  EXPECT_FLOAT_EQ(y[3], 1.0f / (1.0f + std::exp(-2.0f)));
+  EXPECT_EQ(y[4], 1.0f);
+}
+
+TEST(CpuElementwise, IntegerUnaryWraps) {
+  const int32_t lo = std::numeric_limits<int32_t>::min();
+  Host x = i32({4}, {lo, -3, 0, 7});
+  EXPECT_EQ(eval(OpKind::Abs, {&x}, DType::I32, {4}).values<int32_t>(),
+            (std::vector<int32_t>{lo, 3, 0, 7}));
+  EXPECT_EQ(eval(OpKind::Neg, {&x}, DType::I32, {4}).values<int32_t>(),
+            (std::vector<int32_t>{lo, 3, 0, -7}));
+  EXPECT_EQ(eval(OpKind::Relu, {&x}, DType::I32, {4}).values<int32_t>(),
+            (std::vector<int32_t>{0, 0, 0, 7}));
+}
+
+TEST(CpuElementwise, NotAndOr) {
+  Host a = boolean({4}, {0, 0, 1, 1}), b = boolean({4}, {0, 1, 0, 1});
+  using B = std::vector<uint8_t>;
+  EXPECT_EQ(eval(OpKind::Not, {&a}, DType::Bool, {4}).values<uint8_t>(),
+            (B{1, 1, 0, 0}));
+  EXPECT_EQ(eval(OpKind::And, {&a, &b}, DType::Bool, {4}).values<uint8_t>(),
+            (B{0, 0, 0, 1}));
+  EXPECT_EQ(eval(OpKind::Or, {&a, &b}, DType::Bool, {4}).values<uint8_t>(),
+            (B{0, 1, 1, 1}));
+  Host col = boolean({2, 1}, {0, 1}), row = boolean({2}, {1, 0});
+  EXPECT_EQ(
+      eval(OpKind::Or, {&col, &row}, DType::Bool, {2, 2}).values<uint8_t>(),
+      (B{1, 0, 1, 1}));
+}
+
+TEST(CpuElementwise, Clip) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Host x = f32({5}, {-5.0f, -1.0f, 0.5f, 9.0f, nan});
+  F y = eval(OpKind::Clip, {&x}, DType::F32, {5},
+             {{"min", -2.0f}, {"max", 1.0f}})
+            .values<float>();
+  EXPECT_EQ(F(y.begin(), y.begin() + 4), (F{-2, -1, 0.5f, 1}));
+  EXPECT_TRUE(std::isnan(y[4]));
+  // Defaults: no bound at all.
+  F same = eval(OpKind::Clip, {&x}, DType::F32, {5}).values<float>();
+  EXPECT_EQ(F(same.begin(), same.begin() + 4), (F{-5, -1, 0.5f, 9}));
+  // Only max; and min > max makes everything max.
+  F hiOnly = eval(OpKind::Clip, {&x}, DType::F32, {5}, {{"max", 0.0f}})
+                 .values<float>();
+  EXPECT_EQ(F(hiOnly.begin(), hiOnly.begin() + 4), (F{-5, -1, 0, 0}));
+  F crossed = eval(OpKind::Clip, {&x}, DType::F32, {5},
+                   {{"min", 3.0f}, {"max", 1.0f}})
+                  .values<float>();
+  EXPECT_EQ(F(crossed.begin(), crossed.begin() + 4), (F{1, 1, 1, 1}));
+
+  Host n = i64({4}, {-100, -1, 5, std::numeric_limits<int64_t>::max()});
+  EXPECT_EQ(eval(OpKind::Clip, {&n}, DType::I64, {4},
+                 {{"min", -3.0f}, {"max", 4.0f}})
+                .values<int64_t>(),
+            (std::vector<int64_t>{-3, -1, 4, 4}));
+  EXPECT_EQ(eval(OpKind::Clip, {&n}, DType::I64, {4}).values<int64_t>(),
+            n.values<int64_t>());
+}
+
+TEST(CpuElementwise, CastFloatToIntTruncatesTowardZero) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Host x = f32({6}, {-2.7f, -0.5f, 2.7f, 3e10f, -3e10f, nan});
+  EXPECT_EQ(eval(OpKind::Cast, {&x}, DType::I32, {6}, {{"to", "i32"}})
+                .values<int32_t>(),
+            (std::vector<int32_t>{-2, 0, 2, std::numeric_limits<int32_t>::max(),
+                                  std::numeric_limits<int32_t>::min(), 0}));
+  EXPECT_EQ(eval(OpKind::Cast, {&x}, DType::I64, {6}, {{"to", "i64"}})
+                .values<int64_t>(),
+            (std::vector<int64_t>{-2, 0, 2, 30000001024, -30000001024, 0}));
+  EXPECT_EQ(eval(OpKind::Cast, {&x}, DType::Bool, {6}, {{"to", "bool"}})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{1, 1, 1, 1, 1, 1}));
+}
+
+TEST(CpuElementwise, CastBetweenOtherTypes) {
+  Host b = boolean({3}, {1, 0, 1});
+  EXPECT_EQ(eval(OpKind::Cast, {&b}, DType::F32, {3}, {{"to", "f32"}})
+                .values<float>(),
+            (F{1, 0, 1}));
+  Host n = i64({3}, {300, -129, 5});
+  EXPECT_EQ(eval(OpKind::Cast, {&n}, DType::I8, {3}, {{"to", "i8"}})
+                .values<int8_t>(),
+            (std::vector<int8_t>{44, 127, 5})); // wraps modulo 256
+  EXPECT_EQ(eval(OpKind::Cast, {&n}, DType::Bool, {3}, {{"to", "bool"}})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{1, 1, 1}));
+  Host h = eval(OpKind::Cast, {&n}, DType::F16, {3}, {{"to", "f16"}});
+  EXPECT_EQ(halfValues(h), (F{300, -129, 5}));
+  // f16 -> f64 -> bf16 -> f32.
+  Host d = eval(OpKind::Cast, {&h}, DType::F64, {3}, {{"to", "f64"}});
+  EXPECT_EQ(d.values<double>(), (std::vector<double>{300, -129, 5}));
+  Host bf = eval(OpKind::Cast, {&d}, DType::BF16, {3}, {{"to", "bf16"}});
+  EXPECT_EQ(eval(OpKind::Cast, {&bf}, DType::F32, {3}, {{"to", "f32"}})
+                .values<float>(),
+            (F{300, -129, 5}));
+  Host x = f32({2}, {1.5f, -2.25f});
+  EXPECT_EQ(eval(OpKind::Cast, {&x}, DType::F32, {2}, {{"to", "f32"}})
+                .values<float>(),
+            (F{1.5f, -2.25f}));
+  EXPECT_EQ(eval(OpKind::Cast, {&x}, DType::F64, {2}, {{"to", "f64"}})
+                .values<double>(),
+            (std::vector<double>{1.5, -2.25}));
+}
+
+TEST(CpuElementwise, AddBroadcastsScalarsRowsAndColumns) {
+  Host a = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  Host same = f32({2, 3}, {10, 20, 30, 40, 50, 60});
+  EXPECT_EQ(eval(OpKind::Add, {&a, &same}, DType::F32, {2, 3})
+                .values<float>(),
+            (F{11, 22, 33, 44, 55, 66}));
+  Host row = f32({3}, {10, 20, 30});
+  EXPECT_EQ(eval(OpKind::Add, {&a, &row}, DType::F32, {2, 3}).values<float>(),
+            (F{11, 22, 33, 14, 25, 36}));
+  Host col = f32({2, 1}, {100, 200});
+  EXPECT_EQ(eval(OpKind::Add, {&col, &a}, DType::F32, {2, 3}).values<float>(),
+            (F{101, 102, 103, 204, 205, 206}));
+  Host scalar = f32({}, {0.5f});
+  EXPECT_EQ(
+      eval(OpKind::Add, {&scalar, &a}, DType::F32, {2, 3}).values<float>(),
+      (F{1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}));
+  // Outer product shape: [2,1] + [1,3].
+  Host r13 = f32({1, 3}, {1, 2, 3});
+  EXPECT_EQ(eval(OpKind::Add, {&col, &r13}, DType::F32, {2, 3})
+                .values<float>(),
+            (F{101, 102, 103, 201, 202, 203}));
+}
+
+TEST(CpuElementwise, SubMulDivBroadcastAcrossRanks) {
+  // [2,1,3] op [2,1] -> [2,2,3]
+  Host a = f32({2, 1, 3}, {1, 2, 3, 4, 5, 6});
+  Host b = f32({2, 1}, {1, 2});
+  EXPECT_EQ(eval(OpKind::Sub, {&a, &b}, DType::F32, {2, 2, 3})
+                .values<float>(),
+            (F{0, 1, 2, -1, 0, 1, 3, 4, 5, 2, 3, 4}));
+  EXPECT_EQ(eval(OpKind::Mul, {&a, &b}, DType::F32, {2, 2, 3})
+                .values<float>(),
+            (F{1, 2, 3, 2, 4, 6, 4, 5, 6, 8, 10, 12}));
+  EXPECT_EQ(eval(OpKind::Div, {&a, &b}, DType::F32, {2, 2, 3})
+                .values<float>(),
+            (F{1, 2, 3, 0.5f, 1, 1.5f, 4, 5, 6, 2, 2.5f, 3}));
+  Host zero = f32({}, {0.0f});
+  F inf = eval(OpKind::Div, {&b, &zero}, DType::F32, {2, 1}).values<float>();
+  EXPECT_TRUE(std::isinf(inf[0]) && std::isinf(inf[1]));
+}
+
+TEST(CpuElementwise, IntegerArithmetic) {
+  Host a = i64({4}, {7, -7, 7, -7}), b = i64({4}, {2, 2, -2, -2});
+  EXPECT_EQ(eval(OpKind::Div, {&a, &b}, DType::I64, {4}).values<int64_t>(),
+            (std::vector<int64_t>{3, -3, -3, 3}));
+  EXPECT_EQ(eval(OpKind::Mul, {&a, &b}, DType::I64, {4}).values<int64_t>(),
+            (std::vector<int64_t>{14, -14, -14, 14}));
+  EXPECT_EQ(eval(OpKind::Sub, {&a, &b}, DType::I64, {4}).values<int64_t>(),
+            (std::vector<int64_t>{5, -9, 9, -5}));
+  // Overflow wraps; lowest / -1 wraps instead of trapping.
+  Host big = make<int8_t>(DType::I8, {2}, {127, -128});
+  Host one = make<int8_t>(DType::I8, {}, {1});
+  Host minusOne = make<int8_t>(DType::I8, {}, {-1});
+  EXPECT_EQ(eval(OpKind::Add, {&big, &one}, DType::I8, {2}).values<int8_t>(),
+            (std::vector<int8_t>{-128, -127}));
+  Host lo = i32({1}, {std::numeric_limits<int32_t>::min()});
+  Host m1 = i32({1}, {-1});
+  EXPECT_EQ(eval(OpKind::Div, {&lo, &m1}, DType::I32, {1}).values<int32_t>(),
+            (std::vector<int32_t>{std::numeric_limits<int32_t>::min()}));
+  EXPECT_EQ(
+      eval(OpKind::Div, {&big, &minusOne}, DType::I8, {2}).values<int8_t>(),
+      (std::vector<int8_t>{-127, -128}));
+}
+
+TEST(CpuElementwise, IntegerDivisionByZeroIsAnError) {
+  Host a = i32({3}, {1, 2, 3}), b = i32({3}, {1, 0, 1});
+  Host out = empty(DType::I32, {3});
+  std::string msg = errorOf(OpKind::Div, {&a, &b}, out);
+  EXPECT_NE(msg.find("Div"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("division by zero"), std::string::npos) << msg;
+}
+
+TEST(CpuElementwise, PowWithMixedExponentTypes) {
+  Host base = f32({2, 2}, {1, 2, 3, 4});
+  Host e = f32({2}, {2, 0.5f});
+  F mixed = eval(OpKind::Pow, {&base, &e}, DType::F32, {2, 2}).values<float>();
+  F expect = {1, std::sqrt(2.0f), 9, 2};
+  for (int i = 0; i < 4; ++i)
+    EXPECT_FLOAT_EQ(mixed[i], expect[i]);
+  Host two = f32({}, {2});
+  EXPECT_EQ(eval(OpKind::Pow, {&base, &two}, DType::F32, {2, 2})
+                .values<float>(),
+            (F{1, 4, 9, 16}));
+  Host three = i64({}, {3});
+  EXPECT_EQ(eval(OpKind::Pow, {&base, &three}, DType::F32, {2, 2})
+                .values<float>(),
+            (F{1, 8, 27, 64}));
+  Host ib = i64({5}, {3, 2, -1, -1, 5});
+  Host ie = i64({5}, {4, -1, -3, 2, 0});
+  EXPECT_EQ(eval(OpKind::Pow, {&ib, &ie}, DType::I64, {5}).values<int64_t>(),
+            (std::vector<int64_t>{81, 0, -1, 1, 1}));
+  Host half = f32({}, {0.5f});
+  Host sq = i32({3}, {4, 10, 9});
+  EXPECT_EQ(eval(OpKind::Pow, {&sq, &half}, DType::I32, {3})
+                .values<int32_t>(),
+            (std::vector<int32_t>{2, 3, 3}));
+}
+
+TEST(CpuElementwise, VariadicMaxMin) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Host a = f32({2, 2}, {1, 5, 3, 0});
+  Host b = f32({2}, {2, 2});
+  Host c = f32({2, 1}, {0, 4});
+  EXPECT_EQ(eval(OpKind::Max, {&a}, DType::F32, {2, 2}).values<float>(),
+            a.values<float>());
+  EXPECT_EQ(eval(OpKind::Max, {&b, &a, &c}, DType::F32, {2, 2})
+                .values<float>(),
+            (F{2, 5, 4, 4}));
+  EXPECT_EQ(eval(OpKind::Min, {&a, &b, &c}, DType::F32, {2, 2})
+                .values<float>(),
+            (F{0, 0, 2, 0}));
+  // Broadcasting can happen in the first pair only.
+  EXPECT_EQ(eval(OpKind::Min, {&b, &c}, DType::F32, {2, 2}).values<float>(),
+            (F{0, 0, 2, 2}));
+  Host n = f32({2}, {nan, 1});
+  Host m = f32({2}, {1, nan});
+  F mx = eval(OpKind::Max, {&n, &m}, DType::F32, {2}).values<float>();
+  EXPECT_TRUE(std::isnan(mx[0]) && std::isnan(mx[1]));
+  Host ia = i32({3}, {-1, 5, 2}), ib = i32({1}, {3});
+  EXPECT_EQ(
+      eval(OpKind::Max, {&ia, &ib}, DType::I32, {3}).values<int32_t>(),
+      (std::vector<int32_t>{3, 5, 3}));
+}
+
+TEST(CpuElementwise, Comparisons) {
+  using B = std::vector<uint8_t>;
+  Host a = f32({2, 2}, {1, 2, 3, 4});
+  Host b = f32({2}, {2, 3});
+  EXPECT_EQ(eval(OpKind::Equal, {&a, &b}, DType::Bool, {2, 2})
+                .values<uint8_t>(),
+            (B{0, 0, 0, 0}));
+  EXPECT_EQ(eval(OpKind::Greater, {&a, &b}, DType::Bool, {2, 2})
+                .values<uint8_t>(),
+            (B{0, 0, 1, 1}));
+  EXPECT_EQ(eval(OpKind::Less, {&a, &b}, DType::Bool, {2, 2})
+                .values<uint8_t>(),
+            (B{1, 1, 0, 0}));
+  Host ia = i64({3}, {1, 2, 3}), ib = i64({}, {2});
+  EXPECT_EQ(
+      eval(OpKind::Equal, {&ia, &ib}, DType::Bool, {3}).values<uint8_t>(),
+      (B{0, 1, 0}));
+  Host ba = boolean({2}, {1, 0}), bb = boolean({2}, {1, 1});
+  EXPECT_EQ(
+      eval(OpKind::Equal, {&ba, &bb}, DType::Bool, {2}).values<uint8_t>(),
+      (B{1, 0}));
+  // f16 compares values: +0 == -0.
+  Host ha = f16({2}, {0.0f, 1.5f}), hb = f16({2}, {-0.0f, 1.5f});
+  EXPECT_EQ(
+      eval(OpKind::Equal, {&ha, &hb}, DType::Bool, {2}).values<uint8_t>(),
+      (B{1, 1}));
+}
+
+TEST(CpuElementwise, WhereBroadcastsAllThreeInputs) {
+  Host cond = boolean({2, 1}, {1, 0});
+  Host x = f32({1, 3}, {1, 2, 3});
+  Host y = f32({}, {-1});
+  EXPECT_EQ(eval(OpKind::Where, {&cond, &x, &y}, DType::F32, {2, 3})
+                .values<float>(),
+            (F{1, 2, 3, -1, -1, -1}));
+  Host c2 = boolean({3}, {0, 1, 0});
+  Host xi = i64({2, 3}, {1, 2, 3, 4, 5, 6});
+  Host yi = i64({2, 1}, {-7, -8});
+  EXPECT_EQ(eval(OpKind::Where, {&c2, &xi, &yi}, DType::I64, {2, 3})
+                .values<int64_t>(),
+            (std::vector<int64_t>{-7, 2, -7, -8, 5, -8}));
+  Host xh = f16({3}, {1, 2, 3}), yh = f16({3}, {4, 5, 6});
+  EXPECT_EQ(halfValues(eval(OpKind::Where, {&c2, &xh, &yh}, DType::F16, {3})),
+            (F{4, 2, 6}));
+}
+
+TEST(CpuElementwise, HalfPrecisionComputesInF32) {
+  Host a = f16({3}, {1.5f, 2.25f, -4.0f});
+  Host b = f16({}, {0.25f});
+  EXPECT_EQ(halfValues(eval(OpKind::Add, {&a, &b}, DType::F16, {3})),
+            (F{1.75f, 2.5f, -3.75f}));
+  EXPECT_EQ(halfValues(eval(OpKind::Relu, {&a}, DType::F16, {3})),
+            (F{1.5f, 2.25f, 0}));
+}
+
+// Large enough that the flat range splits across threads in the middle of a
+// row; checked against a direct index computation.
+TEST(CpuElementwise, LargeBroadcastMatchesReference) {
+  const int64_t rows = 63, cols = 301;
+  std::vector<float> av(rows * cols), rv(cols), cv(rows);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    av[i] = float(i % 1000) * 0.5f;
+  for (int64_t j = 0; j < cols; ++j)
+    rv[j] = float(j);
+  for (int64_t i = 0; i < rows; ++i)
+    cv[i] = float(i) * 1000.0f;
+  Host a = f32({rows, cols}, av), r = f32({cols}, rv), c = f32({rows, 1}, cv);
+  F sum = eval(OpKind::Add, {&a, &r}, DType::F32, {rows, cols})
+              .values<float>();
+  F diff = eval(OpKind::Sub, {&c, &a}, DType::F32, {rows, cols})
+               .values<float>();
+  F outer = eval(OpKind::Mul, {&c, &r}, DType::F32, {rows, cols})
+                .values<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      int64_t k = i * cols + j;
+      ASSERT_EQ(sum[k], av[k] + rv[j]) << i << "," << j;
+      ASSERT_EQ(diff[k], cv[i] - av[k]) << i << "," << j;
+      ASSERT_EQ(outer[k], cv[i] * rv[j]) << i << "," << j;
+    }
+
+  // General N-D: [4,1,50,3] + [7,1,3] -> [4,7,50,3] (more than one grain).
+  std::vector<float> xv(4 * 50 * 3), yv(7 * 3);
+  for (size_t i = 0; i < xv.size(); ++i)
+    xv[i] = float(i);
+  for (size_t i = 0; i < yv.size(); ++i)
+    yv[i] = float(i) * 10000.0f;
+  Host x = f32({4, 1, 50, 3}, xv), y = f32({7, 1, 3}, yv);
+  F z = eval(OpKind::Add, {&x, &y}, DType::F32, {4, 7, 50, 3})
+            .values<float>();
+  for (int64_t n = 0; n < 4; ++n)
+    for (int64_t m = 0; m < 7; ++m)
+      for (int64_t h = 0; h < 50; ++h)
+        for (int64_t w = 0; w < 3; ++w)
+          ASSERT_EQ(z[((n * 7 + m) * 50 + h) * 3 + w],
+                    xv[(n * 50 + h) * 3 + w] + yv[m * 3 + w]);
+}
+
+TEST(CpuElementwise, UnsupportedTypeIsAnErrorNotACrash) {
+  EXPECT_TRUE(backend().supports(OpKind::Exp, DType::F32));
+  EXPECT_TRUE(backend().supports(OpKind::Add, DType::I8));
+  EXPECT_FALSE(backend().supports(OpKind::Exp, DType::I32));
+  EXPECT_FALSE(backend().supports(OpKind::Add, DType::Bool));
+  Host x = i32({2}, {1, 2});
+  Host out = empty(DType::I32, {2});
+  std::string msg = errorOf(OpKind::Exp, {&x}, out);
+  EXPECT_NE(msg.find("Exp"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("i32"), std::string::npos) << msg;
+}

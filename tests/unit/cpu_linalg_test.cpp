@@ -1,0 +1,292 @@
+// CPU MatMul and Gemm kernels: hand-computed products, and NumPy-style
+// batched / broadcast / 1-D products against a naive double reference.
+#include "ir/OpInfo.h"
+#include "runtime/Kernel.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace cleave;
+using runtime::TensorRef;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+runtime::Backend &cpu() {
+  static std::unique_ptr<runtime::Backend> backend =
+      runtime::createCpuBackend(2);
+  return *backend;
+}
+
+int64_t numElements(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+template <typename T> ir::DType dtypeOf() {
+  if constexpr (std::is_same_v<T, float>)
+    return ir::DType::F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return ir::DType::F64;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return ir::DType::I64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return ir::DType::I32;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return ir::DType::I8;
+  else
+    return ir::DType::Bool;
+}
+
+// A dense host tensor; the CPU backend works on host memory directly.
+template <typename T> struct Host {
+  Ints shape;
+  std::vector<T> data;
+  explicit Host(Ints s, std::vector<T> d = {})
+      : shape(std::move(s)), data(std::move(d)) {
+    if (data.empty())
+      data.resize(numElements(shape));
+  }
+  TensorRef ref() { return {dtypeOf<T>(), shape, data.data()}; }
+  std::vector<double> asDouble() const {
+    return std::vector<double>(data.begin(), data.end());
+  }
+};
+
+template <typename T> Host<T> randomHost(Ints shape, unsigned seed) {
+  Host<T> h(std::move(shape));
+  std::mt19937 rng(seed);
+  for (T &v : h.data) {
+    if constexpr (std::is_floating_point_v<T>)
+      v = T(std::uniform_real_distribution<double>(-1, 1)(rng));
+    else
+      v = T(std::uniform_int_distribution<int>(-5, 5)(rng));
+  }
+  return h;
+}
+
+llvm::Error run(ir::OpKind op, const ir::AttrMap &attrs,
+                std::vector<TensorRef> ins, std::vector<TensorRef> outs) {
+  runtime::KernelCall call{op, attrs, ins, outs};
+  return cpu().run(call);
+}
+
+template <typename T>
+void expectClose(const std::vector<T> &got, const std::vector<double> &want,
+                 double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(double(got[i]) - want[i]) <=
+          tol * (1 + std::abs(want[i])))) {
+      ADD_FAILURE() << "element " << i << ": got " << double(got[i])
+                    << ", want " << want[i];
+      return;
+    }
+}
+
+// NumPy matmul in double, the slow obvious way.
+std::vector<double> referenceMatMul(Ints sa, const std::vector<double> &a,
+                                    Ints sb, const std::vector<double> &b) {
+  if (sa.size() == 1)
+    sa.insert(sa.begin(), 1);
+  if (sb.size() == 1)
+    sb.push_back(1);
+  int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  size_t r = std::max(sa.size(), sb.size()) - 2;
+  Ints ba(r, 1), bb(r, 1), batch(r);
+  for (size_t i = 0; i < r; ++i) {
+    if (i + sa.size() - 2 >= r)
+      ba[i] = sa[i + sa.size() - 2 - r];
+    if (i + sb.size() - 2 >= r)
+      bb[i] = sb[i + sb.size() - 2 - r];
+    batch[i] = std::max(ba[i], bb[i]);
+  }
+  int64_t count = numElements(batch);
+  std::vector<double> out(count * m * n, 0.0);
+  for (int64_t bi = 0; bi < count; ++bi) {
+    int64_t rest = bi, ia = 0, ib = 0, mulA = 1, mulB = 1;
+    for (size_t d = r; d-- > 0;) {
+      int64_t c = rest % batch[d];
+      rest /= batch[d];
+      ia += (ba[d] == 1 ? 0 : c) * mulA;
+      ib += (bb[d] == 1 ? 0 : c) * mulB;
+      mulA *= ba[d];
+      mulB *= bb[d];
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += a[ia * m * k + i * k + p] * b[ib * k * n + p * n + j];
+        out[bi * m * n + i * n + j] = acc;
+      }
+  }
+  return out;
+}
+
+Ints matMulShape(const Ints &a, const Ints &b) {
+  auto types = ir::inferResultTypes(
+      ir::OpKind::MatMul,
+      {ir::TensorType(ir::DType::F32, ir::Shape(a.begin(), a.end())),
+       ir::TensorType(ir::DType::F32, ir::Shape(b.begin(), b.end()))},
+      {}, 1);
+  EXPECT_TRUE(bool(types)) << llvm::toString(types.takeError());
+  return Ints((*types)[0].shape.begin(), (*types)[0].shape.end());
+}
+
+template <typename T> void checkMatMul(Ints sa, Ints sb, unsigned seed) {
+  SCOPED_TRACE(ir::shapeStr(sa) + " x " + ir::shapeStr(sb));
+  Host<T> a = randomHost<T>(sa, seed), b = randomHost<T>(sb, seed + 1);
+  Host<T> y(matMulShape(sa, sb));
+  ASSERT_FALSE(
+      bool(run(ir::OpKind::MatMul, {}, {a.ref(), b.ref()}, {y.ref()})));
+  double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  expectClose(y.data, referenceMatMul(sa, a.asDouble(), sb, b.asDouble()), tol);
+}
+
+ir::AttrMap gemmAttrs(float alpha, float beta, int64_t ta, int64_t tb) {
+  return {{"alpha", alpha}, {"beta", beta}, {"transA", ta}, {"transB", tb}};
+}
+
+// Gemm in double: alpha * op(A) op(B) + beta * C broadcast to [M, N].
+std::vector<double> referenceGemm(const Ints &sa, const std::vector<double> &a,
+                                  const Ints &sb, const std::vector<double> &b,
+                                  const Ints *sc, const std::vector<double> *c,
+                                  double alpha, double beta, bool ta, bool tb) {
+  int64_t m = ta ? sa[1] : sa[0], k = ta ? sa[0] : sa[1],
+          n = tb ? sb[0] : sb[1];
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p)
+        acc += (ta ? a[p * m + i] : a[i * k + p]) *
+               (tb ? b[j * k + p] : b[p * n + j]);
+      double cv = 0;
+      if (c) {
+        int64_t cm = sc->size() == 2 ? (*sc)[0] : 1;
+        int64_t cn = sc->empty() ? 1 : sc->back();
+        cv = (*c)[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
+      }
+      out[i * n + j] = alpha * acc + beta * cv;
+    }
+  return out;
+}
+
+} // namespace
+
+// --- MatMul --------------------------------------------------------------
+
+TEST(CpuMatMul, HandComputed2D) {
+  Host<float> a({2, 3}, {1, 2, 3, 4, 5, 6}), b({3, 2}, {7, 8, 9, 10, 11, 12});
+  Host<float> y({2, 2});
+  ASSERT_FALSE(
+      bool(run(ir::OpKind::MatMul, {}, {a.ref(), b.ref()}, {y.ref()})));
+  EXPECT_EQ(y.data, (std::vector<float>{58, 64, 139, 154}));
+}
+
+TEST(CpuMatMul, BatchedBroadcastMatchesReference) {
+  checkMatMul<float>({2, 1, 3, 4}, {3, 4, 5}, 1);
+  checkMatMul<double>({2, 1, 3, 4}, {3, 4, 5}, 2);
+  checkMatMul<float>({3, 4}, {2, 4, 5}, 3); // A broadcast over B's batch
+  checkMatMul<float>({1, 3, 4}, {2, 1, 4, 5}, 4);
+  checkMatMul<float>({2, 3, 4}, {2, 4, 5}, 5); // batch on both, no broadcast
+}
+
+TEST(CpuMatMul, BatchFoldsIntoRows) {
+  checkMatMul<float>({2, 3, 4}, {4, 5}, 6);
+  checkMatMul<double>({2, 3, 7, 4}, {1, 4, 5}, 7);
+}
+
+TEST(CpuMatMul, OneDimensionalOperands) {
+  checkMatMul<float>({4}, {2, 4, 3}, 8);
+  checkMatMul<float>({2, 3, 4}, {4}, 9);
+  checkMatMul<double>({4}, {4}, 10);
+  checkMatMul<float>({4}, {4, 6}, 11);
+}
+
+TEST(CpuMatMul, LargeBatchedProductsUseThreadedGemm) {
+  // 70^3 multiply-adds per batch entry is past the small-GEMM threshold.
+  checkMatMul<float>({3, 70, 70}, {3, 70, 70}, 12);
+  checkMatMul<float>({64, 8, 16}, {64, 16, 8}, 13); // many small ones
+}
+
+TEST(CpuMatMul, IntegerTypes) {
+  checkMatMul<int64_t>({2, 3, 4}, {4, 5}, 14);
+  checkMatMul<int32_t>({2, 1, 3, 4}, {3, 4, 2}, 15);
+  Host<int8_t> a({1, 2}, {100, 100}), b({2, 1}, {1, 1}), y({1, 1});
+  ASSERT_FALSE(
+      bool(run(ir::OpKind::MatMul, {}, {a.ref(), b.ref()}, {y.ref()})));
+  EXPECT_EQ(y.data[0], int8_t(200)); // wraps like the int8 result type does
+}
+
+TEST(CpuMatMul, EmptyInnerDimensionGivesZeros) {
+  Host<float> a({2, 0}), b({0, 3}), y({2, 3}, std::vector<float>(6, 7.0f));
+  ASSERT_FALSE(
+      bool(run(ir::OpKind::MatMul, {}, {a.ref(), b.ref()}, {y.ref()})));
+  EXPECT_EQ(y.data, std::vector<float>(6, 0.0f));
+}
+
+TEST(CpuMatMul, UnsupportedElementTypeIsAnError) {
+  Host<uint8_t> a({2, 2}), b({2, 2}), y({2, 2});
+  llvm::Error e = run(ir::OpKind::MatMul, {}, {a.ref(), b.ref()}, {y.ref()});
+  ASSERT_TRUE(bool(e));
+  EXPECT_THAT(llvm::toString(std::move(e)),
+              ::testing::AllOf(::testing::HasSubstr("MatMul"),
+                               ::testing::HasSubstr("bool")));
+  EXPECT_FALSE(cpu().supports(ir::OpKind::MatMul, ir::DType::Bool));
+  EXPECT_TRUE(cpu().supports(ir::OpKind::MatMul, ir::DType::I8));
+}
+
+// --- Gemm ----------------------------------------------------------------
+
+template <typename T>
+void checkGemm(bool ta, bool tb, Ints sc, float alpha, float beta,
+               unsigned seed) {
+  SCOPED_TRACE(::testing::Message() << "transA " << ta << " transB " << tb
+                                    << " C " << ir::shapeStr(sc));
+  int64_t m = 3, k = 4, n = 5;
+  Ints sa = ta ? Ints{k, m} : Ints{m, k}, sb = tb ? Ints{n, k} : Ints{k, n};
+  Host<T> a = randomHost<T>(sa, seed), b = randomHost<T>(sb, seed + 1);
+  Host<T> c = randomHost<T>(sc, seed + 2), y({m, n});
+  ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(alpha, beta, ta, tb),
+                        {a.ref(), b.ref(), c.ref()}, {y.ref()})));
+  std::vector<double> cd = c.asDouble();
+  double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  expectClose(y.data,
+              referenceGemm(sa, a.asDouble(), sb, b.asDouble(), &sc, &cd, alpha,
+                            beta, ta, tb),
+              tol);
+}
+
+TEST(CpuGemm, TransposesAndBroadcastBias) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (Ints sc : {Ints{}, Ints{5}, Ints{1, 5}, Ints{3, 1}, Ints{3, 5}}) {
+        checkGemm<float>(ta, tb, sc, 0.5f, 2.0f, 20);
+        checkGemm<double>(ta, tb, sc, 1.5f, -1.0f, 21);
+      }
+}
+
+TEST(CpuGemm, IntegerGemm) {
+  checkGemm<int32_t>(true, false, {5}, 1.0f, 1.0f, 22);
+  checkGemm<int64_t>(false, true, {3, 5}, 2.0f, 3.0f, 23);
+}
+
+TEST(CpuGemm, WithoutCAndBetaZeroIgnoresC) {
+  Host<float> a({1, 2}, {1, 2}), b({2, 2}, {3, 4, 5, 6}), y({1, 2});
+  ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(2.0f, 1.0f, 0, 0),
+                        {a.ref(), b.ref()}, {y.ref()})));
+  EXPECT_EQ(y.data, (std::vector<float>{26, 32}));
+  Host<float> c({2}, {std::numeric_limits<float>::quiet_NaN(), 1});
+  ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(1.0f, 0.0f, 0, 0),
+                        {a.ref(), b.ref(), c.ref()}, {y.ref()})));
+  EXPECT_EQ(y.data, (std::vector<float>{13, 16}));
+}

@@ -1,0 +1,217 @@
+// What the tools share: flag parsing, list splitting, shape flags, and
+// writing output files so that a failure leaves nothing behind.
+#include "tools/ToolSupport.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace cleave;
+using namespace cleave::tools;
+using ::testing::HasSubstr;
+
+namespace {
+
+using Strings = std::vector<std::string>;
+
+// The flags of a typical tool: -o/--output (value), --passes (value,
+// repeatable), --verbose (no value).
+Flags toolFlags() {
+  return Flags({{"o", true, false},
+                {"output", true, false},
+                {"passes", true, true},
+                {"input-shape", true, true},
+                {"microbatch-size", true, false},
+                {"verbose", false, false}});
+}
+
+// Parses `args` (without the program name); returns the error or "".
+std::string parseArgs(Flags &flags, Strings args) {
+  std::vector<char *> argv{const_cast<char *>("tool")};
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  return llvm::toString(flags.parse(int(argv.size()), argv.data()));
+}
+
+struct TempDir {
+  llvm::SmallString<128> path;
+  TempDir() {
+    std::error_code ec =
+        llvm::sys::fs::createUniqueDirectory("cleave-tool-test", path);
+    EXPECT_FALSE(ec) << ec.message();
+  }
+  ~TempDir() { llvm::sys::fs::remove_directories(path); }
+  std::string file(const std::string &name) const {
+    llvm::SmallString<128> p(path);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  }
+  Strings entries() const {
+    Strings out;
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(path, ec), end; !ec && it != end;
+         it.increment(ec))
+      out.push_back(llvm::sys::path::filename(it->path()).str());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+} // namespace
+
+// --- Flags ------------------------------------------------------------------
+
+TEST(Flags, ValueFormsAndPositionals) {
+  Flags f = toolFlags();
+  ASSERT_EQ(parseArgs(f, {"model.onnx", "--output=a.cir", "--passes", "dce",
+                          "-", "--verbose", "-o", "x"}),
+            "");
+  EXPECT_EQ(f.get("output"), "a.cir");
+  EXPECT_EQ(f.get("passes"), "dce");
+  EXPECT_EQ(f.get("o"), "x");
+  EXPECT_TRUE(f.has("verbose"));
+  EXPECT_FALSE(f.has("microbatch-size"));
+  EXPECT_EQ(f.get("microbatch-size"), std::nullopt);
+  EXPECT_EQ(f.positional(), (Strings{"model.onnx", "-"}));
+}
+
+TEST(Flags, ValueMayContainEqualsAndBeEmpty) {
+  Flags f = toolFlags();
+  ASSERT_EQ(parseArgs(f, {"--input-shape=x=2,3", "--output="}), "");
+  EXPECT_EQ(f.get("input-shape"), "x=2,3");
+  EXPECT_EQ(f.get("output"), "");
+}
+
+TEST(Flags, RepeatedFlags) {
+  Flags f = toolFlags();
+  ASSERT_EQ(parseArgs(f, {"--passes=dce", "--passes", "verify"}), "");
+  EXPECT_EQ(f.getAll("passes"), (Strings{"dce", "verify"}));
+  Flags g = toolFlags();
+  EXPECT_EQ(parseArgs(g, {"-o", "a", "-o", "b"}), "flag '--o' is given twice");
+  Flags h = toolFlags();
+  EXPECT_EQ(parseArgs(h, {"--verbose", "--verbose"}),
+            "flag '--verbose' is given twice");
+}
+
+TEST(Flags, UnknownFlag) {
+  Flags f = toolFlags();
+  EXPECT_EQ(parseArgs(f, {"--outptu=x"}),
+            "unknown flag '--outptu=x' (see --help)");
+  Flags g = toolFlags();
+  EXPECT_THAT(parseArgs(g, {"-x"}), HasSubstr("unknown flag '-x'"));
+}
+
+TEST(Flags, MissingOrUnexpectedValue) {
+  Flags f = toolFlags();
+  EXPECT_EQ(parseArgs(f, {"in.onnx", "-o"}), "flag '-o' needs a value");
+  Flags g = toolFlags();
+  EXPECT_EQ(parseArgs(g, {"--verbose=yes"}), "flag '--verbose' takes no value");
+}
+
+// --- parseCount, splitList, readImportFlags ---------------------------------
+
+TEST(ToolSupport, ParseCount) {
+  auto v = parseCount("microbatch-size", "12");
+  ASSERT_TRUE(bool(v));
+  EXPECT_EQ(*v, 12);
+  for (const char *bad : {"-1", "abc", "", "1.5", "3x"}) {
+    auto e = parseCount("microbatch-size", bad);
+    ASSERT_FALSE(bool(e)) << bad;
+    EXPECT_EQ(llvm::toString(e.takeError()),
+              std::string("--microbatch-size needs a non-negative integer, "
+                          "not '") +
+                  bad + "'");
+  }
+}
+
+TEST(ToolSupport, SplitList) {
+  EXPECT_EQ(splitList("a,b,c"), (Strings{"a", "b", "c"}));
+  EXPECT_EQ(splitList("dce"), (Strings{"dce"}));
+  EXPECT_EQ(splitList(""), Strings{});
+  EXPECT_EQ(splitList("a,,b,"), (Strings{"a", "b"}));
+  EXPECT_EQ(splitList(" a , b "), (Strings{"a", "b"}));
+}
+
+TEST(ToolSupport, SplitListDropsBlankParts) {
+  // Parts that are only spaces are dropped too.
+  EXPECT_EQ(splitList("a, ,b"), (Strings{"a", "b"}));
+}
+
+TEST(ToolSupport, ReadImportFlags) {
+  Flags f = toolFlags();
+  ASSERT_EQ(parseArgs(f, {"--input-shape", "x=2,3", "--input-shape=labels=2",
+                          "--microbatch-size", "4"}),
+            "");
+  frontend::ImportOptions opts;
+  ASSERT_FALSE(bool(readImportFlags(f, opts)));
+  EXPECT_EQ(opts.inputShapes["x"], (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(opts.inputShapes["labels"], (std::vector<int64_t>{2}));
+  EXPECT_EQ(opts.microbatchSize, 4);
+}
+
+TEST(ToolSupport, ReadImportFlagsErrors) {
+  auto errorFor = [](Strings args) {
+    Flags f = toolFlags();
+    std::string parsed = parseArgs(f, args);
+    if (!parsed.empty())
+      return "parse: " + parsed;
+    frontend::ImportOptions opts;
+    return llvm::toString(readImportFlags(f, opts));
+  };
+  EXPECT_EQ(errorFor({"--input-shape", "x"}),
+            "--input-shape needs NAME=d0,d1,..., not 'x'");
+  EXPECT_EQ(errorFor({"--input-shape", "=2,3"}),
+            "--input-shape needs NAME=d0,d1,..., not '=2,3'");
+  EXPECT_EQ(errorFor({"--input-shape", "x=2,-3"}),
+            "--input-shape needs a non-negative integer, not '-3'");
+  EXPECT_EQ(errorFor({"--input-shape", "x=2", "--input-shape", "x=3"}),
+            "--input-shape gives 'x' twice");
+  EXPECT_EQ(errorFor({"--microbatch-size", "0"}),
+            "--microbatch-size must be at least 1");
+}
+
+// --- fail -------------------------------------------------------------------
+
+TEST(ToolSupport, FailPrintsOneLine) {
+  ::testing::internal::CaptureStderr();
+  int code = fail("cleavec", "bad input\nsecond line", kBadInput);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(err, "cleavec: error: bad input second line\n");
+}
+
+// --- writeOutput ------------------------------------------------------------
+
+TEST(WriteOutput, WritesTheFileAndNothingElse) {
+  TempDir dir;
+  ASSERT_FALSE(bool(writeOutput(dir.file("out.cir"), "graph text\n")));
+  auto buf = llvm::MemoryBuffer::getFile(dir.file("out.cir"));
+  ASSERT_TRUE(bool(buf));
+  EXPECT_EQ((*buf)->getBuffer(), "graph text\n");
+  EXPECT_EQ(dir.entries(), Strings{"out.cir"});
+  // Overwrites an existing file.
+  ASSERT_FALSE(bool(writeOutput(dir.file("out.cir"), "v2")));
+  EXPECT_EQ((*llvm::MemoryBuffer::getFile(dir.file("out.cir")))->getBuffer(),
+            "v2");
+}
+
+TEST(WriteOutput, MissingFolderLeavesNoFileBehind) {
+  TempDir dir;
+  std::string target = dir.file("no/such/dir/out.cir");
+  std::string msg = llvm::toString(writeOutput(target, "text"));
+  EXPECT_THAT(msg, HasSubstr("cannot write '" + target + "'"));
+  EXPECT_FALSE(llvm::sys::fs::exists(target));
+  EXPECT_EQ(dir.entries(), Strings{});
+}
+
+TEST(WriteOutput, TargetThatIsAFolderLeavesNoTemporaryBehind) {
+  TempDir dir;
+  ASSERT_FALSE(llvm::sys::fs::create_directory(dir.file("taken")));
+  std::string msg = llvm::toString(writeOutput(dir.file("taken"), "text"));
+  EXPECT_THAT(msg, HasSubstr("cannot write"));
+  EXPECT_EQ(dir.entries(), Strings{"taken"});
+  EXPECT_TRUE(llvm::sys::fs::is_directory(dir.file("taken")));
+}
