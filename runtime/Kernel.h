@@ -82,7 +82,7 @@ public:
   virtual llvm::Error run(const KernelCall &call) = 0;
 };
 
-// The CPU backend (runtime/cpu): OpenBLAS for GEMM and convolution, OpenMP
+// The CPU backend (runtime/cpu): OpenBLAS for GEMM and convolution, a thread pool
 // for everything else. `threads` 0 means all cores.
 std::unique_ptr<Backend> createCpuBackend(int threads = 0);
 

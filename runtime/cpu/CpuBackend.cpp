@@ -1,12 +1,14 @@
 // The CPU backend: host memory, a dispatch table filled by the kernel files,
-// and the thread count shared by OpenMP loops and OpenBLAS.
+// and the thread count shared by the kernels' thread pool and OpenBLAS.
 #include "runtime/cpu/CpuKernels.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cblas.h>
 #include <cstdlib>
-#include <omp.h>
+#include "runtime/cpu/ThreadPool.h"
+
+#include <thread>
 
 namespace cleave::runtime {
 
@@ -28,31 +30,38 @@ std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
   return s;
 }
 
+// The pool parallelFor uses; one per process, sized by the last backend
+// created (all backends in a process share the cores anyway).
+static std::unique_ptr<ThreadPool> &pool() {
+  static std::unique_ptr<ThreadPool> p;
+  return p;
+}
+
 void parallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)> &f) {
-  int threads = omp_get_max_threads();
+  int threads = pool() ? pool()->size() : 1;
   if (n <= grain || threads <= 1) {
     if (n > 0)
       f(0, n);
     return;
   }
   int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-#pragma omp parallel for num_threads(chunks) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
+  pool()->run(chunks, [&](int64_t c) {
     int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     if (b < e)
       f(b, e);
-  }
+  });
 }
 
 namespace {
 class CpuBackend : public Backend {
 public:
   explicit CpuBackend(int threads) {
-    if (threads > 0) {
-      omp_set_num_threads(threads);
-      openblas_set_num_threads(threads);
-    }
+    if (threads <= 0)
+      threads = std::max(1u, std::thread::hardware_concurrency());
+    if (!pool() || pool()->size() != threads)
+      pool() = std::make_unique<ThreadPool>(threads);
+    openblas_set_num_threads(threads);
     registerElementwiseKernels(table_);
     registerReductionKernels(table_);
     registerDataMovementKernels(table_);

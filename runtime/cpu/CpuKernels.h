@@ -71,7 +71,7 @@ llvm::Error kernelError(const KernelCall &call, const char *fmt,
 std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
 
 // Runs f(begin, end) over [0, n) split across the backend's threads when n
-// is large enough to pay for it (OpenMP underneath).
+// is large enough to pay for it (ThreadPool.h underneath).
 void parallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)> &f);
 
