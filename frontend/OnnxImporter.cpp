@@ -135,6 +135,22 @@ llvm::Error Importer::bindInputs() {
     if (inits.count(in.name()))
       continue;
     inputNames.insert(in.name());
+    auto fixed = opts_.constantInputs.find(in.name());
+    if (fixed != opts_.constantInputs.end()) {
+      const Data &d = fixed->second;
+      auto declared = dtypeFromOnnx(in.type().tensor_type().elem_type());
+      if (!declared || *declared != d->type().dtype)
+        return err("constant input '{0}' is {1}, but the model declares "
+                   "another element type",
+                   in.name(), d->type().str());
+      env_[in.name()] = Entry{d->type(), nullptr, d, true};
+      // ONNX shape inference sees the constant's shape.
+      auto *shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
+      shape->clear_dim();
+      for (int64_t dim : d->type().shape)
+        shape->add_dim()->set_dim_value(dim);
+      continue;
+    }
     if (!in.type().has_tensor_type())
       return err("graph input '{0}' is not a tensor", in.name());
     auto *tt = in.mutable_type()->mutable_tensor_type();
@@ -183,6 +199,9 @@ llvm::Error Importer::bindInputs() {
     Value *v = g_->addInput(in.name(), TensorType(*dt, dims));
     env_[in.name()] = Entry{v->type(), v, nullptr, false};
   }
+  for (const auto &[name, data] : opts_.constantInputs)
+    if (!inputNames.count(name))
+      return err("constant input '{0}' is not an input of the model", name);
   for (const auto &[name, dims] : opts_.inputShapes)
     if (!inputNames.count(name))
       return err("--input-shape names '{0}', which is not an input of the "
@@ -367,10 +386,15 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     return err("unsupported op '{0}' (domain '{1}') at node '{2}'; "
                "`cleavec --list-ops` lists the supported ops",
                op, n.domain(), n.name());
-  if (kFoldOnly.count(op))
-    return err("{0}: its result depends on runtime data, but cleave needs "
-               "it to fold to a constant (static shapes)",
-               where);
+  if (kFoldOnly.count(op)) {
+    std::string runtimeInput;
+    for (int k = 0; k < n.input_size() && runtimeInput.empty(); ++k)
+      if (Entry *e = input(n, k); e && !e->foldable)
+        runtimeInput = n.input(k);
+    return err("{0}: its result depends on runtime data (input '{1}'), but "
+               "cleave needs it to fold to a constant (static shapes)",
+               where, runtimeInput);
+  }
   auto kind = lookupOp(op);
   if (!kind)
     return err("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at node "
@@ -458,6 +482,23 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
         if ((*xShape)[i] == 1)
           axes.push_back(i);
     attrs.emplace("axes", Attribute(axes));
+  } else if (op == "Slice" && opset_ < 10) {
+    // Before opset 10, starts/ends/axes are attributes and steps are 1.
+    auto starts = attrInts(n, "starts"), ends = attrInts(n, "ends");
+    if (!starts || !ends || starts->size() != ends->size())
+      return err("{0}: needs 'starts' and 'ends' of equal length", where);
+    std::vector<int64_t> axes;
+    for (size_t i = 0; i < starts->size(); ++i)
+      axes.push_back(i);
+    if (auto a = attrInts(n, "axes"))
+      axes = *a;
+    for (int64_t &a : axes)
+      if (a < 0)
+        a += xShape->size();
+    attrs.emplace("starts", Attribute(*starts));
+    attrs.emplace("ends", Attribute(*ends));
+    attrs.emplace("axes", Attribute(axes));
+    attrs.emplace("steps", Attribute(std::vector<int64_t>(starts->size(), 1)));
   } else if (op == "Slice") {
     auto starts = staticInts(n, index, 1, "starts");
     if (!starts)
@@ -546,6 +587,36 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
       return mode.takeError();
     if (*mode)
       attrs.emplace("training_mode", Attribute((*mode)->getInt(0)));
+  } else if ((op == "Softmax" || op == "LogSoftmax") && opset_ < 13) {
+    // Before opset 13, softmax treats the input as 2-D, [prod(dims before
+    // axis), prod(dims from axis on)] with axis defaulting to 1, and
+    // normalizes over the second dim. When axis is the last dim that is the
+    // same as today's op; otherwise it is a reshape, a softmax over the last
+    // dim and a reshape back.
+    int64_t r = xShape->size();
+    int64_t axis = attrInt(n, "axis", 1);
+    if (axis < 0)
+      axis += r;
+    if (axis < 0 || axis > r)
+      return err("{0}: axis {1} is out of range", where,
+                 attrInt(n, "axis", 1));
+    if (axis == r - 1)
+      return emit(n, index, *kind, operands, {{"axis", Attribute(int64_t(-1))}},
+                  false);
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < r; ++i)
+      (i < axis ? outer : inner) *= (*xShape)[i];
+    TensorType flat((*operands[0]).type().dtype, Shape{outer, inner});
+    Op *in2d = g_->appendOp(OpKind::Reshape, {operands[0]}, {flat}, {},
+                            {{"shape", Attribute(std::vector<int64_t>{
+                                           outer, inner})}},
+                            n.name());
+    Op *sm = g_->appendOp(*kind, {in2d->result()}, {flat}, {},
+                          {{"axis", Attribute(int64_t(-1))}}, n.name());
+    return emit(n, index, OpKind::Reshape, {sm->result()},
+                {{"shape", Attribute(std::vector<int64_t>(xShape->begin(),
+                                                          xShape->end()))}},
+                false);
   } else if (op == "Cast") {
     auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
     if (!dt)
@@ -558,6 +629,16 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
         perm.push_back(i);
       attrs.emplace("perm", Attribute(perm));
     }
+  } else if (op == "Pad" && opset_ < 11) {
+    // Before opset 11, pads and value are attributes.
+    auto pads = attrInts(n, "pads");
+    if (!pads)
+      return err("{0}: needs 'pads'", where);
+    if (std::all_of(pads->begin(), pads->end(),
+                    [](int64_t p) { return p == 0; }))
+      return emit(n, index, OpKind::Identity, operands, {}, false);
+    attrs.emplace("pads", Attribute(*pads));
+    attrs.emplace("value", Attribute(attrFloat(n, "value", 0.0f)));
   } else if (op == "Pad") {
     auto pads = staticInts(n, index, 1, "pads");
     if (!pads)
@@ -841,6 +922,21 @@ importOnnxFile(const std::string &path, const ImportOptions &opts) {
   llvm::sys::fs::make_absolute(abs);
   llvm::sys::path::remove_dots(abs, true);
   return Importer(**model, std::string(abs), opts).run();
+}
+
+llvm::Expected<std::vector<std::string>>
+onnxInputNames(const std::string &path) {
+  auto model = readModel(path);
+  if (!model)
+    return model.takeError();
+  std::set<std::string> inits;
+  for (const auto &t : (*model)->graph().initializer())
+    inits.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto &in : (*model)->graph().input())
+    if (!inits.count(in.name()))
+      names.push_back(in.name());
+  return names;
 }
 
 std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly) {

@@ -25,6 +25,10 @@ struct ImportOptions {
   std::map<std::string, std::vector<int64_t>> inputShapes;
   // Binds a symbolic leading dimension of every input (--microbatch-size).
   std::optional<int64_t> microbatchSize;
+  // Graph inputs to treat as compile-time constants with these values (they
+  // stop being inputs). For models that pass static operands, such as a
+  // Reshape target, as inputs; the conformance suite uses it.
+  std::map<std::string, std::shared_ptr<ir::TensorData>> constantInputs;
 };
 
 // Reads and imports `path`. Every failure is one line naming the file and,
@@ -32,12 +36,21 @@ struct ImportOptions {
 llvm::Expected<std::unique_ptr<ir::Graph>>
 importOnnxFile(const std::string &path, const ImportOptions &opts = {});
 
+// The model's graph inputs that are not initializers, in order (the order
+// of input_K.pb files in ONNX test data).
+llvm::Expected<std::vector<std::string>>
+onnxInputNames(const std::string &path);
+
 // The ONNX op types the frontend accepts, sorted; `foldedOnly` receives
 // those accepted only when they fold to constants (such as Shape or Range).
 std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly);
 
-// The lowest and highest default-domain opset versions accepted.
-constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
+// The lowest and highest default-domain opset versions accepted. PyTorch
+// exports target 13-17; older models (from opset 7, where ONNX broadcasting
+// became NumPy's) import too, with the older forms of Softmax, LogSoftmax,
+// Slice and Pad translated; an op whose older form cleave does not know is
+// rejected by name.
+constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
 
 // Installs the resolver that loads `onnx<"file", "initializer">` tensor
 // references found in parsed .cir text.

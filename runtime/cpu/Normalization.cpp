@@ -6,7 +6,8 @@
 // element type, which keeps f32 results within an ulp or two of a double
 // reference. Parameter tensors (scale, bias, running statistics, class
 // weights) may be a different float type than X in ONNX, so they are read
-// into doubles first. Semantics follow ONNX opsets 13-17.
+// into doubles first. Semantics follow ONNX opset 13 and later (the importer translates older
+// Softmax forms).
 #include "runtime/cpu/CpuKernels.h"
 
 #include <algorithm>

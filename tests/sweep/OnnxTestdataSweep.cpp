@@ -25,7 +25,8 @@ using namespace cleave;
 // The families of "not supported" errors, by a phrase each contains.
 static const char *const kUnsupported[][2] = {
     {"unsupported op", "unsupported op"},
-    {"cleave supports opsets", "opset outside 13-17"},
+    {"cleave supports opsets", "opset outside 7-17"},
+    {"has a symbolic dimension", "symbolic dimension left unbound"},
     {"imports no opset of the default", "no default-domain opset"},
     {"is not supported (cleave supports", "element type"},
     {"is not a tensor", "non-tensor input (sequence, optional)"},

@@ -235,14 +235,31 @@ TEST(OnnxImportBuilt, ShapeArithmeticFoldsIntoAttributes) {
 
 TEST(OnnxImportBuilt, OpsetOutsideTheSupportedRange) {
   TempDir dir;
-  ModelBuilder m(12);
+  ModelBuilder m(6);
   m.input("x", kFloat, {"2"});
   m.node("Relu", {"x"}, {"y"});
   m.output("y", kFloat, 1);
   std::string path = m.save(dir);
   EXPECT_THAT(importError(path, {}),
-              HasSubstr("uses opset 12 of the default ONNX domain; cleave "
-                        "supports opsets 13 to 17"));
+              HasSubstr("uses opset 6 of the default ONNX domain; cleave "
+                        "supports opsets 7 to 17"));
+}
+
+TEST(OnnxImportBuilt, OldSoftmaxFlattensAtItsAxis) {
+  // Before opset 13, Softmax normalizes over all dims from `axis` on
+  // (default 1): imported as reshape, softmax over the last dim, reshape.
+  TempDir dir;
+  ModelBuilder m(12);
+  m.input("x", kFloat, {"2", "3", "4"});
+  m.node("Softmax", {"x"}, {"y"});
+  m.output("y", kFloat, 3);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  ASSERT_EQ(g->ops().size(), 3u);
+  EXPECT_EQ(g->ops()[0]->kind(), OpKind::Reshape);
+  EXPECT_EQ(g->ops()[0]->result()->type().str(), "f32[2,12]");
+  EXPECT_EQ(g->ops()[1]->kind(), OpKind::Softmax);
+  EXPECT_EQ(g->ops()[2]->result()->type().str(), "f32[2,3,4]");
 }
 
 TEST(OnnxImportBuilt, UnsupportedOpNamesTheNode) {
