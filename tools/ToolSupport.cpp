@@ -93,6 +93,16 @@ std::vector<std::string> splitList(const std::string &s) {
   return out;
 }
 
+llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts) {
+  if (auto lim = flags.get("inline-limit")) {
+    auto v = parseCount("inline-limit", *lim);
+    if (!v)
+      return v.takeError();
+    opts.inlineLimit = *v;
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts) {
   for (const std::string &spec : flags.getAll("input-shape")) {

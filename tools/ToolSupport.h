@@ -5,6 +5,7 @@
 #pragma once
 
 #include "frontend/OnnxImporter.h"
+#include "ir/Printer.h"
 
 #include "llvm/Support/Error.h"
 
@@ -49,6 +50,9 @@ llvm::Expected<int64_t> parseCount(const std::string &flag,
                                    const std::string &value);
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> splitList(const std::string &s);
+
+// Fills PrintOptions from --inline-limit.
+llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts);
 
 // Fills ImportOptions from --input-shape and --microbatch-size.
 llvm::Error readImportFlags(const Flags &flags,

@@ -103,12 +103,8 @@ int main(int argc, char **argv) {
     return fail(kTool, "--emit must be 'summary' or 'ir', not '" + emit + "'",
                 tools::kUsage);
   ir::PrintOptions print;
-  if (auto lim = flags.get("inline-limit")) {
-    auto v = tools::parseCount("inline-limit", *lim);
-    if (!v)
-      return fail(kTool, llvm::toString(v.takeError()), tools::kUsage);
-    print.inlineLimit = *v;
-  }
+  if (auto e = tools::readPrintFlags(flags, print))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   frontend::ImportOptions importOpts;
   if (auto e = tools::readImportFlags(flags, importOpts))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);

@@ -48,6 +48,32 @@ void registerLinalgKernels(KernelTable &t);
 void registerConvPoolKernels(KernelTable &t);
 void registerNormalizationKernels(KernelTable &t);
 
+// Raw 16-bit float storage; the math on them runs in f32.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat {
+  uint16_t bits;
+};
+
+// How an element of storage type T is loaded into the type its math runs
+// in (Compute), and stored back.
+template <typename T> struct Elem {
+  using Compute = T;
+  static T load(T v) { return v; }
+  static T store(T v) { return v; }
+};
+template <> struct Elem<Half> {
+  using Compute = float;
+  static float load(Half h) { return ir::halfToFloat(h.bits); }
+  static Half store(float f) { return Half{ir::floatToHalf(f)}; }
+};
+template <> struct Elem<BFloat> {
+  using Compute = float;
+  static float load(BFloat h) { return ir::bf16ToFloat(h.bits); }
+  static BFloat store(float f) { return BFloat{ir::floatToBf16(f)}; }
+};
+
 // Type lists for registration.
 inline const std::vector<ir::DType> kFloatTypes = {ir::DType::F32,
                                                    ir::DType::F64};

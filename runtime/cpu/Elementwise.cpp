@@ -29,31 +29,6 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 
-// Storage types for the 16-bit float formats.
-struct Half {
-  uint16_t bits;
-};
-struct BFloat {
-  uint16_t bits;
-};
-
-// How an element is loaded into the type its math runs in, and stored back.
-template <typename T> struct Elem {
-  using Compute = T;
-  static T load(T v) { return v; }
-  static T store(T v) { return v; }
-};
-template <> struct Elem<Half> {
-  using Compute = float;
-  static float load(Half h) { return ir::halfToFloat(h.bits); }
-  static Half store(float f) { return Half{ir::floatToHalf(f)}; }
-};
-template <> struct Elem<BFloat> {
-  using Compute = float;
-  static float load(BFloat h) { return ir::bf16ToFloat(h.bits); }
-  static BFloat store(float f) { return BFloat{ir::floatToBf16(f)}; }
-};
-
 template <typename T> constexpr DType dtypeOf() {
   if constexpr (std::is_same_v<T, float>)
     return DType::F32;

@@ -29,29 +29,10 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 
-// Raw 16-bit float storage, loaded as f32.
-struct Half {
-  uint16_t bits;
-};
-struct BFloat {
-  uint16_t bits;
-};
-
-template <typename T> auto load(T v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return ir::halfToFloat(v.bits);
-  else if constexpr (std::is_same_v<T, BFloat>)
-    return ir::bf16ToFloat(v.bits);
-  else
-    return v;
-}
+// Half and BFloat load as f32 (Elem in CpuKernels.h).
+template <typename T> auto load(T v) { return Elem<T>::load(v); }
 template <typename T, typename C> T store(C v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return Half{ir::floatToHalf(float(v))};
-  else if constexpr (std::is_same_v<T, BFloat>)
-    return BFloat{ir::floatToBf16(float(v))};
-  else
-    return T(v);
+  return Elem<T>::store(typename Elem<T>::Compute(v));
 }
 
 enum class Kind { Sum, Mean, Max };

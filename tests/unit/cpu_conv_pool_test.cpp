@@ -2,6 +2,7 @@
 // hand-computed cases, and random cases against direct N-d window loops in
 // double (groups, strides, dilations, asymmetric pads, ceil_mode). Output
 // shapes come from the IR's own type rules.
+#include "CpuKernelTesting.h"
 #include "ir/OpInfo.h"
 #include "runtime/Kernel.h"
 
@@ -13,71 +14,9 @@
 
 using namespace cleave;
 using runtime::TensorRef;
+using namespace cleave::testsupport::typed;
 
 namespace {
-
-using Ints = std::vector<int64_t>;
-
-runtime::Backend &cpu() {
-  static std::unique_ptr<runtime::Backend> backend =
-      runtime::createCpuBackend(2);
-  return *backend;
-}
-
-int64_t numElements(llvm::ArrayRef<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
-template <typename T> ir::DType dtypeOf() {
-  if constexpr (std::is_same_v<T, float>)
-    return ir::DType::F32;
-  else if constexpr (std::is_same_v<T, double>)
-    return ir::DType::F64;
-  else
-    return ir::DType::I64;
-}
-
-// A dense host tensor; the CPU backend works on host memory directly.
-template <typename T> struct Host {
-  Ints shape;
-  std::vector<T> data;
-  explicit Host(Ints s, std::vector<T> d = {})
-      : shape(std::move(s)), data(std::move(d)) {
-    if (data.empty())
-      data.resize(numElements(shape));
-  }
-  TensorRef ref() { return {dtypeOf<T>(), shape, data.data()}; }
-};
-
-template <typename T> Host<T> randomHost(Ints shape, unsigned seed) {
-  Host<T> h(std::move(shape));
-  std::mt19937 rng(seed);
-  for (T &v : h.data)
-    v = T(std::uniform_real_distribution<double>(-1, 1)(rng));
-  return h;
-}
-
-llvm::Error run(ir::OpKind op, const ir::AttrMap &attrs,
-                std::vector<TensorRef> ins, std::vector<TensorRef> outs) {
-  runtime::KernelCall call{op, attrs, ins, outs};
-  return cpu().run(call);
-}
-
-template <typename T>
-void expectClose(const std::vector<T> &got, const std::vector<double> &want,
-                 double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::abs(double(got[i]) - want[i]) <=
-          tol * (1 + std::abs(want[i])))) {
-      ADD_FAILURE() << "element " << i << ": got " << double(got[i])
-                    << ", want " << want[i];
-      return;
-    }
-}
 
 // Result shape `i` of an op, by the IR's type rule.
 Ints resultShape(ir::OpKind op, const std::vector<Ints> &inputs,

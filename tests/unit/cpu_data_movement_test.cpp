@@ -3,6 +3,7 @@
 // clamping and negative steps, Gather with negative and out-of-range
 // indices, Expand, and Pad in constant / reflect / edge modes with negative
 // pads.
+#include "CpuKernelTesting.h"
 #include "runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -12,49 +13,9 @@
 #include <numeric>
 
 using namespace cleave;
-using runtime::TensorRef;
-using ir::DType;
-using ir::OpKind;
+using namespace cleave::testsupport::untyped;
 
 namespace {
-
-struct Host {
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint64_t> storage; // 8-byte aligned
-
-  int64_t numElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  TensorRef ref() const {
-    return {dtype, shape, const_cast<uint64_t *>(storage.data())};
-  }
-  template <typename V> std::vector<V> values() const {
-    std::vector<V> v(numElements());
-    if (!v.empty())
-      std::memcpy(v.data(), storage.data(), v.size() * sizeof(V));
-    return v;
-  }
-};
-
-Host empty(DType dt, std::vector<int64_t> shape) {
-  Host h{dt, std::move(shape), {}};
-  h.storage.assign((h.numElements() * ir::dtypeSize(dt) + 7) / 8 + 1,
-                   0xcdcdcdcdcdcdcdcdull);
-  return h;
-}
-
-template <typename V>
-Host make(DType dt, std::vector<int64_t> shape, std::vector<V> vals) {
-  Host h = empty(dt, std::move(shape));
-  EXPECT_EQ(int64_t(vals.size()), h.numElements());
-  if (!vals.empty())
-    std::memcpy(h.storage.data(), vals.data(), vals.size() * sizeof(V));
-  return h;
-}
 
 using I = std::vector<int64_t>;
 
@@ -64,11 +25,6 @@ Host iota(std::vector<int64_t> shape) {
   I v(h.numElements());
   std::iota(v.begin(), v.end(), 0);
   return make(DType::I64, std::move(shape), v);
-}
-
-runtime::Backend &backend() {
-  static std::unique_ptr<runtime::Backend> b = runtime::createCpuBackend(2);
-  return *b;
 }
 
 llvm::Error run(OpKind op, std::vector<const Host *> ins,

@@ -3,6 +3,7 @@
 // column and general N-D shapes, including runs split across threads),
 // integer wrap-around and division by zero, Pow with mixed types, variadic
 // Max/Min, comparisons, logic and Where.
+#include "CpuKernelTesting.h"
 #include "runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -12,51 +13,10 @@
 #include <limits>
 
 using namespace cleave;
-using runtime::TensorRef;
-using ir::DType;
-using ir::OpKind;
+using namespace cleave::testsupport::untyped;
 
 namespace {
 
-// A host tensor a test owns; values are copied in and out by element type.
-struct Host {
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint64_t> storage; // 8-byte aligned
-
-  int64_t numElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  TensorRef ref() const {
-    return {dtype, shape, const_cast<uint64_t *>(storage.data())};
-  }
-  template <typename V> std::vector<V> values() const {
-    std::vector<V> v(numElements());
-    if (!v.empty())
-      std::memcpy(v.data(), storage.data(), v.size() * sizeof(V));
-    return v;
-  }
-};
-
-Host empty(DType dt, std::vector<int64_t> shape) {
-  Host h{dt, std::move(shape), {}};
-  // Garbage, so an element a kernel forgets to write shows up.
-  h.storage.assign((h.numElements() * ir::dtypeSize(dt) + 7) / 8 + 1,
-                   0xcdcdcdcdcdcdcdcdull);
-  return h;
-}
-
-template <typename V>
-Host make(DType dt, std::vector<int64_t> shape, std::vector<V> vals) {
-  Host h = empty(dt, std::move(shape));
-  EXPECT_EQ(int64_t(vals.size()), h.numElements());
-  if (!vals.empty())
-    std::memcpy(h.storage.data(), vals.data(), vals.size() * sizeof(V));
-  return h;
-}
 Host f32(std::vector<int64_t> s, std::vector<float> v) {
   return make(DType::F32, std::move(s), std::move(v));
 }
@@ -80,11 +40,6 @@ std::vector<float> halfValues(const Host &h) {
   for (uint16_t x : h.values<uint16_t>())
     out.push_back(ir::halfToFloat(x));
   return out;
-}
-
-runtime::Backend &backend() {
-  static std::unique_ptr<runtime::Backend> b = runtime::createCpuBackend(2);
-  return *b;
 }
 
 llvm::Error run(OpKind op, std::vector<const Host *> ins, Host &out,

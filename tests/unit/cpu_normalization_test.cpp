@@ -3,6 +3,7 @@
 // and double references written out in the test, including the ONNX corner
 // cases: training-mode statistics, ignore_index, weighted means, and the
 // identity forms of Dropout.
+#include "CpuKernelTesting.h"
 #include "ir/OpInfo.h"
 #include "runtime/Kernel.h"
 
@@ -13,78 +14,11 @@
 
 using namespace cleave;
 using runtime::TensorRef;
+using namespace cleave::testsupport::typed;
 
 namespace {
 
-using Ints = std::vector<int64_t>;
-
-runtime::Backend &cpu() {
-  static std::unique_ptr<runtime::Backend> backend =
-      runtime::createCpuBackend(2);
-  return *backend;
-}
-
-int64_t numElements(llvm::ArrayRef<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
-template <typename T> ir::DType dtypeOf() {
-  if constexpr (std::is_same_v<T, float>)
-    return ir::DType::F32;
-  else if constexpr (std::is_same_v<T, double>)
-    return ir::DType::F64;
-  else if constexpr (std::is_same_v<T, int64_t>)
-    return ir::DType::I64;
-  else if constexpr (std::is_same_v<T, int32_t>)
-    return ir::DType::I32;
-  else
-    return ir::DType::Bool;
-}
-
-// A dense host tensor; the CPU backend works on host memory directly.
-template <typename T> struct Host {
-  Ints shape;
-  std::vector<T> data;
-  explicit Host(Ints s, std::vector<T> d = {})
-      : shape(std::move(s)), data(std::move(d)) {
-    if (data.empty())
-      data.resize(numElements(shape));
-  }
-  TensorRef ref() { return {dtypeOf<T>(), shape, data.data()}; }
-};
 using Mask = Host<uint8_t>; // bool tensors, one byte per element
-
-template <typename T>
-Host<T> randomHost(Ints shape, unsigned seed, double lo = -1, double hi = 1) {
-  Host<T> h(std::move(shape));
-  std::mt19937 rng(seed);
-  for (T &v : h.data)
-    v = T(std::uniform_real_distribution<double>(lo, hi)(rng));
-  return h;
-}
-
-llvm::Error run(ir::OpKind op, const ir::AttrMap &attrs,
-                std::vector<TensorRef> ins, std::vector<TensorRef> outs,
-                uint64_t seed = 0) {
-  runtime::KernelCall call{op, attrs, ins, outs, seed};
-  return cpu().run(call);
-}
-
-template <typename T>
-void expectClose(const std::vector<T> &got, const std::vector<double> &want,
-                 double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::abs(double(got[i]) - want[i]) <=
-          tol * (1 + std::abs(want[i])))) {
-      ADD_FAILURE() << "element " << i << ": got " << double(got[i])
-                    << ", want " << want[i];
-      return;
-    }
-}
 
 // Softmax or LogSoftmax along `axis` in double.
 template <typename T>

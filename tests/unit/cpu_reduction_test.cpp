@@ -2,6 +2,7 @@
 // trailing, middle and scattered axes, keepdims, negative axes, integer
 // types, NaN, empty reductions, and a comparison against a direct loop on
 // shapes large enough to run in parallel.
+#include "CpuKernelTesting.h"
 #include "runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -11,54 +12,9 @@
 #include <limits>
 
 using namespace cleave;
-using runtime::TensorRef;
-using ir::DType;
-using ir::OpKind;
+using namespace cleave::testsupport::untyped;
 
 namespace {
-
-struct Host {
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint64_t> storage; // 8-byte aligned
-
-  int64_t numElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  TensorRef ref() const {
-    return {dtype, shape, const_cast<uint64_t *>(storage.data())};
-  }
-  template <typename V> std::vector<V> values() const {
-    std::vector<V> v(numElements());
-    if (!v.empty())
-      std::memcpy(v.data(), storage.data(), v.size() * sizeof(V));
-    return v;
-  }
-};
-
-Host empty(DType dt, std::vector<int64_t> shape) {
-  Host h{dt, std::move(shape), {}};
-  h.storage.assign((h.numElements() * ir::dtypeSize(dt) + 7) / 8 + 1,
-                   0xcdcdcdcdcdcdcdcdull);
-  return h;
-}
-
-template <typename V>
-Host make(DType dt, std::vector<int64_t> shape, std::vector<V> vals) {
-  Host h = empty(dt, std::move(shape));
-  EXPECT_EQ(int64_t(vals.size()), h.numElements());
-  if (!vals.empty())
-    std::memcpy(h.storage.data(), vals.data(), vals.size() * sizeof(V));
-  return h;
-}
-
-runtime::Backend &backend() {
-  static std::unique_ptr<runtime::Backend> b = runtime::createCpuBackend(2);
-  return *b;
-}
 
 Host eval(OpKind op, const Host &in, std::vector<int64_t> outShape,
           ir::AttrMap attrs = {}) {

@@ -4,6 +4,7 @@
 // element types and unbound dims, each on the smallest model that shows it.
 #include "frontend/OnnxImporter.h"
 #include "ir/Verifier.h"
+#include "TestSupport.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
@@ -28,20 +29,7 @@ using ::testing::Not;
 
 namespace {
 
-struct TempDir {
-  llvm::SmallString<128> path;
-  TempDir() {
-    std::error_code ec =
-        llvm::sys::fs::createUniqueDirectory("cleave-built-model", path);
-    EXPECT_FALSE(ec) << ec.message();
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string file(const std::string &name) const {
-    llvm::SmallString<128> p(path);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-};
+using testsupport::TempDir;
 
 frontend::ImportOptions microbatch4() {
   frontend::ImportOptions o;

@@ -4,6 +4,7 @@
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "TestSupport.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
@@ -85,20 +86,7 @@ void expectWellFormed(const Graph &g) {
       staticShape(r);
 }
 
-struct TempDir {
-  llvm::SmallString<128> path;
-  TempDir() {
-    std::error_code ec =
-        llvm::sys::fs::createUniqueDirectory("cleave-import-test", path);
-    EXPECT_FALSE(ec) << ec.message();
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string file(const std::string &name) const {
-    llvm::SmallString<128> p(path);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-};
+using testsupport::TempDir;
 
 std::string readFile(const std::string &path) {
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,

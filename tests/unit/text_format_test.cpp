@@ -6,6 +6,7 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "TestSupport.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -56,21 +57,7 @@ std::string sourcePath(const std::string &rel) {
   return std::string(CLEAVE_SOURCE_DIR) + "/" + rel;
 }
 
-// A fresh folder under the system temp dir, removed at scope exit.
-struct TempDir {
-  llvm::SmallString<128> path;
-  TempDir() {
-    std::error_code ec =
-        llvm::sys::fs::createUniqueDirectory("cleave-text-test", path);
-    EXPECT_FALSE(ec) << ec.message();
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string file(const std::string &name) const {
-    llvm::SmallString<128> p(path);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-};
+using testsupport::TempDir;
 
 void writeFile(const std::string &path, const void *data, size_t size) {
   std::error_code ec;

@@ -1,6 +1,7 @@
 // What the tools share: flag parsing, list splitting, shape flags, and
 // writing output files so that a failure leaves nothing behind.
 #include "tools/ToolSupport.h"
+#include "TestSupport.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -36,29 +37,7 @@ std::string parseArgs(Flags &flags, Strings args) {
   return llvm::toString(flags.parse(int(argv.size()), argv.data()));
 }
 
-struct TempDir {
-  llvm::SmallString<128> path;
-  TempDir() {
-    std::error_code ec =
-        llvm::sys::fs::createUniqueDirectory("cleave-tool-test", path);
-    EXPECT_FALSE(ec) << ec.message();
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string file(const std::string &name) const {
-    llvm::SmallString<128> p(path);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-  Strings entries() const {
-    Strings out;
-    std::error_code ec;
-    for (llvm::sys::fs::directory_iterator it(path, ec), end; !ec && it != end;
-         it.increment(ec))
-      out.push_back(llvm::sys::path::filename(it->path()).str());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
+using testsupport::TempDir;
 
 } // namespace
 
