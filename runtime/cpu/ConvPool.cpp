@@ -15,7 +15,7 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
-#include <cblas.h>
+#include "runtime/cpu/Blas.h"
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -125,10 +125,10 @@ template <typename T>
 void gemm(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
           int64_t ldb, T beta, T *c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
+    blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
                 int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
   else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
+    blas().dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
                 int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cblas.h>
 #include <cstdlib>
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/ThreadPool.h"
 
 #include <thread>
@@ -61,7 +61,7 @@ public:
       threads = std::max(1u, std::thread::hardware_concurrency());
     if (!pool() || pool()->size() != threads)
       pool() = std::make_unique<ThreadPool>(threads);
-    openblas_set_num_threads(threads);
+    blas().setThreads(threads);
     registerElementwiseKernels(table_);
     registerReductionKernels(table_);
     registerDataMovementKernels(table_);

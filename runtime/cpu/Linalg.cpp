@@ -11,7 +11,7 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
-#include <cblas.h>
+#include "runtime/cpu/Blas.h"
 #include <climits>
 #include <type_traits>
 
@@ -31,10 +31,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
   auto opA = ta ? CblasTrans : CblasNoTrans,
        opB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), float(alpha),
+    blas().sgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), float(alpha),
                 a, int(lda), b, int(ldb), float(beta), c, int(ldc));
   else if constexpr (std::is_same_v<T, double>)
-    cblas_dgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), alpha, a,
+    blas().dgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), alpha, a,
                 int(lda), b, int(ldb), beta, c, int(ldc));
   else {
     // Integers: exact when alpha is 1 and beta is 0 or 1 (MatMul always).
