@@ -124,12 +124,7 @@ void im2col(const T *x, const Geometry &g, int64_t row0, int64_t row1, T *col) {
 template <typename T>
 void gemm(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, const T *b,
           int64_t ldb, T beta, T *c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
-                int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    blas().dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
-                int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  parallelGemm<T>(false, false, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename T> llvm::Error conv(const KernelCall &call) {

@@ -61,7 +61,7 @@ public:
       threads = std::max(1u, std::thread::hardware_concurrency());
     if (!pool() || pool()->size() != threads)
       pool() = std::make_unique<ThreadPool>(threads);
-    blas().setThreads(threads);
+    blas().setThreads(1); // the pool parallelizes GEMMs (Blas.h)
     registerElementwiseKernels(table_);
     registerReductionKernels(table_);
     registerDataMovementKernels(table_);

@@ -28,14 +28,9 @@ template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
           const T *a, int64_t lda, const T *b, int64_t ldb, double beta, T *c,
           int64_t ldc) {
-  auto opA = ta ? CblasTrans : CblasNoTrans,
-       opB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    blas().sgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), float(alpha),
-                a, int(lda), b, int(ldb), float(beta), c, int(ldc));
-  else if constexpr (std::is_same_v<T, double>)
-    blas().dgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), alpha, a,
-                int(lda), b, int(ldb), beta, c, int(ldc));
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    parallelGemm<T>(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), c,
+                    ldc);
   else {
     // Integers: exact when alpha is 1 and beta is 0 or 1 (MatMul always).
     bool exact = alpha == 1.0 && (beta == 0.0 || beta == 1.0);
