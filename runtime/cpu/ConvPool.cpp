@@ -114,8 +114,11 @@ void im2col(const T *x, const Geometry &g, int64_t row0, int64_t row1, T *col) {
       const T *src = plane + off + start[last];
       int64_t s = g.strides[last];
       std::fill(dst, dst + lo, T(0));
-      for (int64_t j = lo; j < hi; ++j)
-        dst[j] = src[j * s];
+      if (s == 1)
+        std::copy(src + lo, src + hi, dst + lo);
+      else
+        for (int64_t j = lo; j < hi; ++j)
+          dst[j] = src[j * s];
       std::fill(dst + hi, dst + outInner, T(0));
     }
   }

@@ -178,6 +178,33 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
 // outputs, returns running = input * momentum + batch * (1 - momentum) for
 // both, as ONNX specifies (population variance there too, unlike PyTorch's
 // unbiased running_var).
+// Sum of p[0..n) and of (p[i] - mu)^2 in double, with four independent
+// accumulators so the additions pipeline (a single running sum is one long
+// dependency chain).
+template <typename T> double sumRow(const T *p, int64_t n) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k)
+      s[k] += p[i + k];
+  for (; i < n; ++i)
+    s[0] += p[i];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+template <typename T> double squaredDeviationRow(const T *p, int64_t n,
+                                                 double mu) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k) {
+      double d = p[i + k] - mu;
+      s[k] += d * d;
+    }
+  for (; i < n; ++i)
+    s[0] += (p[i] - mu) * (p[i] - mu);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 template <typename T> llvm::Error batchNorm(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
   int64_t n = X.shape[0], c = X.shape[1],
@@ -197,25 +224,21 @@ template <typename T> llvm::Error batchNorm(const KernelCall &call) {
                   double mu = mean[ch], sigma2 = var[ch];
                   if (training) {
                     double sum = 0, sq = 0;
-                    for (int64_t i = 0; i < n; ++i) {
-                      const T *p = x + (i * c + ch) * spatial;
-                      for (int64_t s = 0; s < spatial; ++s)
-                        sum += p[s];
-                    }
+                    for (int64_t i = 0; i < n; ++i)
+                      sum += sumRow(x + (i * c + ch) * spatial, spatial);
                     mu = perChannel ? sum / double(perChannel) : 0.0;
-                    for (int64_t i = 0; i < n; ++i) {
-                      const T *p = x + (i * c + ch) * spatial;
-                      for (int64_t s = 0; s < spatial; ++s)
-                        sq += (p[s] - mu) * (p[s] - mu);
-                    }
+                    for (int64_t i = 0; i < n; ++i)
+                      sq += squaredDeviationRow(x + (i * c + ch) * spatial,
+                                                spatial, mu);
                     sigma2 = perChannel ? sq / double(perChannel) : 0.0;
                   }
                   double a = scale[ch] / std::sqrt(sigma2 + eps);
+                  double shift = bias[ch] - mu * a;
                   for (int64_t i = 0; i < n; ++i) {
                     const T *p = x + (i * c + ch) * spatial;
                     T *q = y + (i * c + ch) * spatial;
                     for (int64_t s = 0; s < spatial; ++s)
-                      q[s] = T((p[s] - mu) * a + bias[ch]);
+                      q[s] = T(p[s] * a + shift);
                   }
                   if (call.outputs.size() == 3) {
                     double runMean =
