@@ -19,6 +19,7 @@
 
 #include <climits>
 #include <set>
+#include <tuple>
 
 namespace cleave::frontend {
 
@@ -482,50 +483,39 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
         if ((*xShape)[i] == 1)
           axes.push_back(i);
     attrs.emplace("axes", Attribute(axes));
-  } else if (op == "Slice" && opset_ < 10) {
-    // Before opset 10, starts/ends/axes are attributes and steps are 1.
-    auto starts = attrInts(n, "starts"), ends = attrInts(n, "ends");
-    if (!starts || !ends || starts->size() != ends->size())
-      return err("{0}: needs 'starts' and 'ends' of equal length", where);
-    std::vector<int64_t> axes;
-    for (size_t i = 0; i < starts->size(); ++i)
-      axes.push_back(i);
-    if (auto a = attrInts(n, "axes"))
-      axes = *a;
-    for (int64_t &a : axes)
-      if (a < 0)
-        a += xShape->size();
-    attrs.emplace("starts", Attribute(*starts));
-    attrs.emplace("ends", Attribute(*ends));
-    attrs.emplace("axes", Attribute(axes));
-    attrs.emplace("steps", Attribute(std::vector<int64_t>(starts->size(), 1)));
   } else if (op == "Slice") {
-    auto starts = staticInts(n, index, 1, "starts");
-    if (!starts)
-      return starts.takeError();
-    auto ends = staticInts(n, index, 2, "ends");
-    if (!ends)
-      return ends.takeError();
-    std::vector<int64_t> axes, steps(starts->size(), 1);
-    for (size_t i = 0; i < starts->size(); ++i)
-      axes.push_back(i);
-    if (input(n, 3)) {
-      auto v = staticInts(n, index, 3, "axes");
-      if (!v)
-        return v.takeError();
-      axes = *v;
+    // Before opset 10, starts/ends/axes are attributes and steps are 1;
+    // since then all four are (constant) inputs.
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (opset_ < 10) {
+      auto s = attrInts(n, "starts"), e = attrInts(n, "ends");
+      if (!s || !e)
+        return err("{0}: needs 'starts' and 'ends'", where);
+      starts = *s;
+      ends = *e;
+      axes = attrInts(n, "axes").value_or(std::vector<int64_t>{});
+    } else {
+      for (auto [k, what, out] :
+           {std::tuple{1, "starts", &starts}, {2, "ends", &ends},
+            {3, "axes", &axes}, {4, "steps", &steps}}) {
+        if (k > 2 && !input(n, k))
+          continue;
+        auto v = staticInts(n, index, k, what);
+        if (!v)
+          return v.takeError();
+        *out = *v;
+      }
     }
-    if (input(n, 4)) {
-      auto v = staticInts(n, index, 4, "steps");
-      if (!v)
-        return v.takeError();
-      steps = *v;
-    }
+    if (axes.empty())
+      for (size_t i = 0; i < starts.size(); ++i)
+        axes.push_back(i);
+    if (steps.empty())
+      steps.assign(starts.size(), 1);
     for (int64_t &a : axes)
       if (a < 0)
         a += xShape->size();
-    attrs.emplace("starts", Attribute(*starts));
-    attrs.emplace("ends", Attribute(*ends));
+    attrs.emplace("starts", Attribute(starts));
+    attrs.emplace("ends", Attribute(ends));
     attrs.emplace("axes", Attribute(axes));
     attrs.emplace("steps", Attribute(steps));
   } else if (op == "Expand") {

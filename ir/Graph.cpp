@@ -41,12 +41,7 @@ void Op::setOperand(unsigned i, Value *v) {
 }
 
 const Attribute &Op::attr(std::string_view n) const {
-  auto it = attrs_.find(n);
-  if (it != attrs_.end())
-    return it->second;
-  const AttrSpec *spec = info().findAttr(n);
-  assert(spec && spec->defaultValue && "attribute has no default");
-  return *spec->defaultValue;
+  return attrOrDefault(info(), attrs_, n);
 }
 
 std::string Op::describe() const {

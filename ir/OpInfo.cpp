@@ -137,13 +137,18 @@ bool OpInfo::isDifferentiableOperand(unsigned i) const {
   return c == 'd';
 }
 
-const Attribute &TypeQuery::get(std::string_view n) const {
-  auto it = attrs.find(n);
+const Attribute &attrOrDefault(const OpInfo &info, const AttrMap &attrs,
+                               std::string_view name) {
+  auto it = attrs.find(name);
   if (it != attrs.end())
     return it->second;
-  const AttrSpec *spec = info.findAttr(n);
+  const AttrSpec *spec = info.findAttr(name);
   assert(spec && spec->defaultValue && "attribute has no default");
   return *spec->defaultValue;
+}
+
+const Attribute &TypeQuery::get(std::string_view n) const {
+  return attrOrDefault(info, attrs, n);
 }
 int64_t TypeQuery::getInt(std::string_view n) const { return get(n).getInt(); }
 float TypeQuery::getFloat(std::string_view n) const {

@@ -71,6 +71,11 @@ const OpInfo &opInfo(OpKind kind);
 std::optional<OpKind> lookupOp(std::string_view name);
 llvm::ArrayRef<OpInfo> allOps();
 
+// `attrs[name]`, or the op's declared default when the attribute is not set
+// (which must exist). Shared by Op, TypeQuery and the kernels' KernelCall.
+const Attribute &attrOrDefault(const OpInfo &info, const AttrMap &attrs,
+                               std::string_view name);
+
 // Computes result types for an op of `kind` with the given operand types and
 // attributes, checking operand counts, attributes and shape constraints on
 // the way. Errors say what is wrong without naming the op instance; callers

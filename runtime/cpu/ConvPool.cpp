@@ -336,16 +336,10 @@ template <typename T> llvm::Error globalAveragePool(const KernelCall &call) {
 }
 
 // f32 or f64 only: other element types were refused at dispatch.
-#define CLEAVE_FLOAT_DISPATCH(kernel, fn)                                      \
-  llvm::Error kernel(const KernelCall &call) {                                 \
-    return call.inputs[0].dtype == ir::DType::F64 ? fn<double>(call)           \
-                                                  : fn<float>(call);           \
-  }
 CLEAVE_FLOAT_DISPATCH(convKernel, conv)
 CLEAVE_FLOAT_DISPATCH(maxPoolKernel, maxPool)
 CLEAVE_FLOAT_DISPATCH(averagePoolKernel, averagePool)
 CLEAVE_FLOAT_DISPATCH(globalAveragePoolKernel, globalAveragePool)
-#undef CLEAVE_FLOAT_DISPATCH
 
 } // namespace
 

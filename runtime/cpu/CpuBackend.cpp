@@ -13,12 +13,7 @@
 namespace cleave::runtime {
 
 const ir::Attribute &KernelCall::attr(std::string_view name) const {
-  auto it = attrs.find(name);
-  if (it != attrs.end())
-    return it->second;
-  const ir::AttrSpec *spec = info().findAttr(name);
-  assert(spec && spec->defaultValue && "attribute has no default");
-  return *spec->defaultValue;
+  return ir::attrOrDefault(info(), attrs, name);
 }
 
 namespace cpu {

@@ -93,6 +93,14 @@ llvm::Error kernelError(const KernelCall &call, const char *fmt,
           llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
 }
 
+// Defines `kernel`, which runs the template `fn` on f32 or f64 inputs (for
+// kernel families registered with kFloatTypes only).
+#define CLEAVE_FLOAT_DISPATCH(kernel, fn)                                      \
+  llvm::Error kernel(const KernelCall &call) {                                 \
+    return call.inputs[0].dtype == ir::DType::F64 ? fn<double>(call)           \
+                                                  : fn<float>(call);           \
+  }
+
 // Row-major strides of a shape.
 std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
 

@@ -372,12 +372,6 @@ template <typename T> llvm::Error dropout(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-// f32 or f64 only: other element types were refused at dispatch.
-#define CLEAVE_FLOAT_DISPATCH(kernel, fn)                                      \
-  llvm::Error kernel(const KernelCall &call) {                                 \
-    return call.inputs[0].dtype == ir::DType::F64 ? fn<double>(call)           \
-                                                  : fn<float>(call);           \
-  }
 template <typename T> llvm::Error plainSoftmax(const KernelCall &c) {
   return softmax<T, false>(c);
 }
@@ -390,7 +384,6 @@ CLEAVE_FLOAT_DISPATCH(layerNormKernel, layerNorm)
 CLEAVE_FLOAT_DISPATCH(batchNormKernel, batchNorm)
 CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyKernel, softmaxCrossEntropy)
 CLEAVE_FLOAT_DISPATCH(dropoutKernel, dropout)
-#undef CLEAVE_FLOAT_DISPATCH
 
 } // namespace
 
