@@ -87,6 +87,69 @@ void Graph::setKind(Value *v, ValueKind kind) {
   v->kind_ = kind;
 }
 
+std::string_view phaseName(Phase p) {
+  switch (p) {
+  case Phase::Fwd:
+    return "fwd";
+  case Phase::B:
+    return "B";
+  case Phase::W:
+    return "W";
+  case Phase::Opt:
+    return "opt";
+  }
+  return "?";
+}
+
+std::optional<Phase> parsePhase(std::string_view s) {
+  for (Phase p : {Phase::Fwd, Phase::B, Phase::W, Phase::Opt})
+    if (phaseName(p) == s)
+      return p;
+  return std::nullopt;
+}
+
+Op *Graph::insertOpBefore(Op *before, OpKind kind,
+                          llvm::ArrayRef<Value *> operands,
+                          llvm::ArrayRef<TensorType> resultTypes,
+                          llvm::ArrayRef<std::string> resultNames,
+                          AttrMap attrs, std::string loc) {
+  Op *op = appendOp(kind, operands, resultTypes, resultNames, std::move(attrs),
+                    std::move(loc));
+  auto pos = std::find_if(ops_.begin(), ops_.end(),
+                          [&](auto &p) { return p.get() == before; });
+  assert(pos != ops_.end());
+  std::rotate(pos, ops_.end() - 1, ops_.end());
+  return op;
+}
+
+Value *Graph::appendResult(Op *op, TensorType type, const std::string &name) {
+  Value *r = newValue(uniqueName(name), std::move(type), ValueKind::Result);
+  r->def_ = op;
+  r->resultIndex_ = op->results_.size();
+  op->results_.push_back(r);
+  return r;
+}
+
+void Graph::rename(Value *v, const std::string &name) {
+  assert(!byName_.count(name) && "renaming onto a name in use");
+  byName_.erase(v->name_);
+  v->name_ = name;
+  byName_[name] = v;
+}
+
+bool Graph::isTraining() const {
+  return std::any_of(ops_.begin(), ops_.end(),
+                     [](auto &op) { return op->phase() != Phase::Fwd; });
+}
+
+bool Graph::isPinned(const Value *v) const {
+  if (isOutput(v) || std::find(stash_.begin(), stash_.end(), v) != stash_.end())
+    return true;
+  return std::any_of(updates_.begin(), updates_.end(), [&](auto &u) {
+    return u.state == v || u.value == v;
+  });
+}
+
 Op *Graph::appendOp(OpKind kind, llvm::ArrayRef<Value *> operands,
                     llvm::ArrayRef<TensorType> resultTypes,
                     llvm::ArrayRef<std::string> resultNames, AttrMap attrs,
@@ -118,7 +181,7 @@ void Graph::eraseOp(Op *op) {
   for (unsigned i = 0; i < op->operands_.size(); ++i)
     removeUse(op->operands_[i], op, i, op->operands_[i]->uses_);
   for (Value *r : op->results_) {
-    assert(!r->hasUses() && !isOutput(r) && "erasing an op still in use");
+    assert(!r->hasUses() && !isPinned(r) && "erasing an op still in use");
     byName_.erase(r->name_);
     auto it = std::find_if(values_.begin(), values_.end(),
                            [&](auto &p) { return p.get() == r; });
@@ -130,7 +193,7 @@ void Graph::eraseOp(Op *op) {
 }
 
 void Graph::eraseDeclared(Value *v) {
-  assert(v->isDeclared() && !v->hasUses() && !isOutput(v));
+  assert(v->isDeclared() && !v->hasUses() && !isPinned(v));
   auto &list = v->kind_ == ValueKind::Input ? inputs_ : declared_;
   list.erase(std::find(list.begin(), list.end(), v));
   byName_.erase(v->name_);
@@ -146,6 +209,12 @@ void Graph::replaceAllUsesWith(Value *from, Value *to) {
   for (Value *&o : outputs_)
     if (o == from)
       o = to;
+  for (Value *&s : stash_)
+    if (s == from)
+      s = to;
+  for (StateUpdate &u : updates_)
+    if (u.value == from)
+      u.value = to;
 }
 
 bool Graph::isOutput(const Value *v) const {

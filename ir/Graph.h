@@ -17,15 +17,31 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace cleave::ir {
 
 class Op;
+class Value;
 
 enum class ValueKind { Input, Param, Buffer, Const, Result };
 std::string_view valueKindName(ValueKind k);
+
+// Which part of a training step an op belongs to: the forward pass, the
+// input-gradient (B) or weight-gradient (W) half of the backward pass, or the
+// optimizer update. Forward-only graphs are all Fwd.
+enum class Phase : uint8_t { Fwd, B, W, Opt };
+std::string_view phaseName(Phase p); // "fwd", "B", "W", "opt"
+std::optional<Phase> parsePhase(std::string_view s);
+
+// A state tensor (parameter, buffer) and the value that replaces it after a
+// training step.
+struct StateUpdate {
+  Value *state;
+  Value *value;
+};
 
 struct Use {
   Op *user;
@@ -96,6 +112,9 @@ public:
   // "Gemm '/fc1/Gemm'" or "Gemm producing %x", for error messages.
   std::string describe() const;
 
+  Phase phase() const { return phase_; }
+  void setPhase(Phase p) { phase_ = p; }
+
 private:
   friend class Graph;
   OpKind kind_;
@@ -103,6 +122,7 @@ private:
   std::vector<Value *> results_;
   AttrMap attrs_;
   std::string loc_;
+  Phase phase_ = Phase::Fwd;
 };
 
 class Graph {
@@ -127,6 +147,8 @@ public:
   Value *addConst(const std::string &name, std::shared_ptr<TensorData> d) {
     return addDeclared(ValueKind::Const, name, std::move(d));
   }
+  // Gives `v` a new name, which must be unused.
+  void rename(Value *v, const std::string &name);
   // Changes a declared tensor between Param, Buffer and Const.
   void setKind(Value *v, ValueKind kind);
 
@@ -136,6 +158,14 @@ public:
                llvm::ArrayRef<TensorType> resultTypes,
                llvm::ArrayRef<std::string> resultNames = {},
                AttrMap attrs = {}, std::string loc = {});
+  // Inserts a new op right before `before` (see appendOp).
+  Op *insertOpBefore(Op *before, OpKind kind, llvm::ArrayRef<Value *> operands,
+                     llvm::ArrayRef<TensorType> resultTypes,
+                     llvm::ArrayRef<std::string> resultNames = {},
+                     AttrMap attrs = {}, std::string loc = {});
+  // Gives an existing op one more result (an optional result it did not
+  // produce before, such as Dropout's mask).
+  Value *appendResult(Op *op, TensorType type, const std::string &name);
   // Erases an op whose results have no uses.
   void eraseOp(Op *op);
   // Removes a declared value that has no uses and is not an output.
@@ -145,6 +175,20 @@ public:
 
   void addOutput(Value *v) { outputs_.push_back(v); }
   void setOutputs(std::vector<Value *> outs) { outputs_ = std::move(outs); }
+
+  // Values produced by fwd/B ops that W ops read: what a pipeline stage
+  // keeps per microbatch until its W work has run (set by split-backward).
+  llvm::ArrayRef<Value *> stash() const { return stash_; }
+  void setStash(std::vector<Value *> s) { stash_ = std::move(s); }
+  // State written back after each training step (set by the optimizer).
+  llvm::ArrayRef<StateUpdate> updates() const { return updates_; }
+  void addUpdate(Value *state, Value *value) {
+    updates_.push_back({state, value});
+  }
+  // True when some op is not Fwd (the text form then tags every op).
+  bool isTraining() const;
+  // True when an output, update or stash entry refers to `v`.
+  bool isPinned(const Value *v) const;
 
   llvm::ArrayRef<Value *> inputs() const { return inputs_; }
   // Parameters, buffers and constants, in declaration order.
@@ -162,7 +206,8 @@ private:
 
   std::string name_ = "main";
   std::vector<std::unique_ptr<Value>> values_;
-  std::vector<Value *> inputs_, declared_, outputs_;
+  std::vector<Value *> inputs_, declared_, outputs_, stash_;
+  std::vector<StateUpdate> updates_;
   std::vector<std::unique_ptr<Op>> ops_;
   llvm::StringMap<Value *> byName_;
   mutable unsigned nextTemp_ = 0;

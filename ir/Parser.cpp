@@ -68,7 +68,9 @@ private:
   llvm::Expected<std::shared_ptr<TensorData>> parseData(const TensorType &t);
   llvm::Expected<Attribute> parseAttrValue(AttrKind kind);
   llvm::Error parseDeclaration(llvm::StringRef keyword);
-  llvm::Error parseOp();
+  llvm::Error parseOp(Phase phase = Phase::Fwd);
+  llvm::Error parseStash();
+  llvm::Error parseUpdate();
   llvm::Error checkNewName(const std::string &name);
 
   llvm::StringRef text_, buffer_;
@@ -522,7 +524,7 @@ llvm::Error Parser::parseDeclaration(llvm::StringRef keyword) {
   return llvm::Error::success();
 }
 
-llvm::Error Parser::parseOp() {
+llvm::Error Parser::parseOp(Phase phase) {
   std::vector<std::string> names;
   while (true) {
     auto n = parseValueName();
@@ -601,7 +603,37 @@ llvm::Error Parser::parseOp() {
       return l.takeError();
     loc = *l;
   }
-  graph_->appendOp(*kind, operands, types, names, std::move(attrs), loc);
+  graph_->appendOp(*kind, operands, types, names, std::move(attrs), loc)
+      ->setPhase(phase);
+  return llvm::Error::success();
+}
+
+llvm::Error Parser::parseStash() {
+  std::vector<Value *> stash;
+  do {
+    auto v = parseValueUse();
+    if (!v)
+      return v.takeError();
+    stash.push_back(*v);
+  } while (consume(","));
+  graph_->setStash(std::move(stash));
+  return llvm::Error::success();
+}
+
+llvm::Error Parser::parseUpdate() {
+  auto state = parseValueUse();
+  if (!state)
+    return state.takeError();
+  if ((*state)->kind() != ValueKind::Param &&
+      (*state)->kind() != ValueKind::Buffer)
+    return error("update target " + valueRef((*state)->name()) +
+                 " must be a param or buffer");
+  if (auto e = expect("="))
+    return e;
+  auto value = parseValueUse();
+  if (!value)
+    return value.takeError();
+  graph_->addUpdate(*state, *value);
   return llvm::Error::success();
 }
 
@@ -629,6 +661,16 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::run() {
     if (kw == "input" || kw == "param" || kw == "buffer" || kw == "const") {
       if (auto e = parseDeclaration(kw))
         return std::move(e);
+    } else if (auto phase = parsePhase(std::string_view(kw.data(), kw.size()));
+               phase && peek() == '%') {
+      if (auto e = parseOp(*phase))
+        return std::move(e);
+    } else if (kw == "stash" && graph_->stash().empty()) {
+      if (auto e = parseStash())
+        return std::move(e);
+    } else if (kw == "update") {
+      if (auto e = parseUpdate())
+        return std::move(e);
     } else if (kw == "output") {
       auto v = parseValueUse();
       if (!v)
@@ -638,8 +680,8 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::run() {
                      " is listed as an output twice");
       graph_->addOutput(*v);
     } else {
-      return error("expected 'input', 'param', 'buffer', 'const', 'output' "
-                   "or an op, found '" +
+      return error("expected 'input', 'param', 'buffer', 'const', 'stash', "
+                   "'update', 'output' or an op, found '" +
                    printable(kw.empty() ? text_.substr(pos_, 1) : kw) + "'");
     }
   }

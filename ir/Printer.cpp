@@ -1,5 +1,7 @@
 #include "ir/Printer.h"
 
+#include "llvm/Support/Format.h"
+
 #include "llvm/ADT/StringExtras.h"
 
 #include <cmath>
@@ -142,8 +144,13 @@ void printGraph(const Graph &g, llvm::raw_ostream &os,
     os << "  " << valueKindName(v->kind()) << " " << valueRef(v->name())
        << " : " << v->type().str() << " = " << dataText(*v->data(), opts)
        << "\n";
+  bool tagged = g.isTraining();
   for (const auto &op : g.ops()) {
     os << "  ";
+    if (tagged)
+      os << llvm::left_justify(llvm::StringRef(phaseName(op->phase()).data(),
+                                              phaseName(op->phase()).size()),
+                              4);
     for (unsigned i = 0; i < op->numResults(); ++i)
       os << (i ? ", " : "") << valueRef(op->result(i)->name());
     os << " = " << op->name() << "(";
@@ -166,6 +173,15 @@ void printGraph(const Graph &g, llvm::raw_ostream &os,
       os << " @" << quoteString(op->loc());
     os << "\n";
   }
+  if (!g.stash().empty()) {
+    os << "  stash ";
+    for (size_t i = 0; i < g.stash().size(); ++i)
+      os << (i ? ", " : "") << valueRef(g.stash()[i]->name());
+    os << "\n";
+  }
+  for (const StateUpdate &u : g.updates())
+    os << "  update " << valueRef(u.state->name()) << " = "
+       << valueRef(u.value->name()) << "\n";
   for (const Value *v : g.outputs())
     os << "  output " << valueRef(v->name()) << "\n";
   os << "}\n";

@@ -624,3 +624,132 @@ Types globalPool(const TypeQuery &q) {
 
 } // namespace typerules
 } // namespace cleave::ir
+
+// Gradient and optimizer ops (made by passes, not imported). The checks are
+// lighter than for forward ops: the autodiff pass builds these from a graph
+// that already verified, so the rules mainly compute result types and catch
+// hand-written IR that mixes up operands.
+namespace cleave::ir {
+
+static llvm::Expected<Shape> shapeAttr(const TypeQuery &q) {
+  const auto &s = q.getInts("shape");
+  Shape shape(s.begin(), s.end());
+  if (auto e = checkShape(shape))
+    return std::move(e);
+  return shape;
+}
+
+static llvm::Error requireSameType(const TensorType &a, const TensorType &b,
+                                   const char *what) {
+  if (a != b)
+    return err("{0}: {1} and {2} differ", what, a.str(), b.str());
+  return llvm::Error::success();
+}
+
+namespace typerules {
+
+Types gradient(const TypeQuery &q) {
+  const TensorType &dy = q.operands[0];
+  if (auto e = requireFloat(dy, "the incoming gradient"))
+    return std::move(e);
+  auto typed = [&](Shape s) { return TensorType(dy.dtype, std::move(s)); };
+  switch (q.info.kind) {
+  case OpKind::UnaryGrad:
+  case OpKind::SoftmaxGrad:
+  case OpKind::LogSoftmaxGrad:
+  case OpKind::MaxPoolGrad:
+  case OpKind::LayerNormalizationGradData:
+  case OpKind::BatchNormalizationGradData:
+    if (q.info.kind != OpKind::MaxPoolGrad)
+      if (auto e = requireSameType(dy, q.operands[1], "gradient and operand"))
+        return std::move(e);
+    return std::vector{q.operands[1]};
+  case OpKind::DropoutGrad:
+    return std::vector{dy};
+  case OpKind::SumTo: {
+    auto s = shapeAttr(q);
+    if (!s)
+      return s.takeError();
+    auto b = broadcastShapes(*s, dy.shape);
+    if (!b || *b != dy.shape)
+      return err("shape {0} does not broadcast to the operand {1}",
+                 shapeStr(*s), dy.str());
+    return std::vector{typed(*s)};
+  }
+  case OpKind::MatMulGrad:
+  case OpKind::GemmGrad:
+  case OpKind::ConvGrad:
+    return std::vector{q.operands[1], q.operands[2]};
+  case OpKind::LayerNormalizationGrad: {
+    if (auto e = requireSameType(dy, q.operands[1], "gradient and X"))
+      return std::move(e);
+    auto axis = normalizeAxis(q.getInt("axis"), dy.rank());
+    if (!axis)
+      return axis.takeError();
+    Shape norm(dy.shape.begin() + *axis, dy.shape.end());
+    return std::vector{q.operands[1], typed(norm)};
+  }
+  case OpKind::LayerNormalizationGradParams: {
+    auto axis = normalizeAxis(q.getInt("axis"), dy.rank());
+    if (!axis)
+      return axis.takeError();
+    return std::vector{typed(Shape(dy.shape.begin() + *axis, dy.shape.end()))};
+  }
+  case OpKind::BatchNormalizationGrad:
+    if (auto e = requireSameType(dy, q.operands[1], "gradient and X"))
+      return std::move(e);
+    return std::vector{q.operands[1], q.operands[2]};
+  case OpKind::BatchNormalizationGradParams:
+    if (dy.rank() < 2)
+      return err("X must have rank >= 2, got {0}", dy.str());
+    return std::vector{typed(Shape{dy.shape[1]})};
+  case OpKind::SoftmaxCrossEntropyLossGrad:
+    if (dy.numElements() != 1 && q.getString("reduction") != "none")
+      return err("the gradient of a reduced loss must be a scalar, got {0}",
+                 dy.str());
+    return std::vector{q.operands[1]};
+  case OpKind::MatMulGradA:
+  case OpKind::MatMulGradB:
+  case OpKind::GemmGradA:
+  case OpKind::GemmGradB:
+  case OpKind::ConvGradData:
+  case OpKind::ConvGradFilter:
+  case OpKind::GatherGrad:
+  case OpKind::SliceGrad:
+  case OpKind::AveragePoolGrad: {
+    auto s = shapeAttr(q);
+    if (!s)
+      return s.takeError();
+    return std::vector{typed(*s)};
+  }
+  default:
+    return err("no gradient type rule for {0}", q.info.name);
+  }
+}
+
+Types optimizer(const TypeQuery &q) {
+  const TensorType &param = q.operands[0];
+  if (auto e = requireFloat(param, "the parameter"))
+    return std::move(e);
+  if (auto e = requireSameType(param, q.operands[1], "parameter and gradient"))
+    return std::move(e);
+  if (q.operands[2].numElements() != 1)
+    return err("the learning rate must be a scalar, got {0}",
+               q.operands[2].str());
+  std::vector<TensorType> out{param};
+  size_t firstState = q.info.kind == OpKind::AdamW ? 4 : 3;
+  for (size_t i = firstState; i < q.operands.size(); ++i) {
+    if (auto e = requireSameType(param, q.operands[i],
+                                 "parameter and optimizer state"))
+      return std::move(e);
+    out.push_back(param);
+  }
+  if (out.size() != q.numResults)
+    return err("{0} results given, {1} expected (the parameter, then one per "
+               "state operand)",
+               q.numResults, out.size());
+  return out;
+}
+
+} // namespace typerules
+} // namespace cleave::ir

@@ -37,6 +37,8 @@ CLEAVE_RULE(unsqueeze)
 CLEAVE_RULE(conv)
 CLEAVE_RULE(pool)
 CLEAVE_RULE(globalPool)
+CLEAVE_RULE(gradient)
+CLEAVE_RULE(optimizer)
 #undef CLEAVE_RULE
 
 } // namespace cleave::ir::typerules

@@ -76,6 +76,22 @@ llvm::Error verifyGraph(const Graph &g) {
         return e;
     }
   }
+  for (const Value *v : g.stash())
+    if (!defined.count(v))
+      return fail("stash entry " + valueRef(v->name()) + " is not defined");
+  for (const StateUpdate &u : g.updates()) {
+    if (!defined.count(u.state) || !defined.count(u.value))
+      return fail("update of " + valueRef(u.state->name()) +
+                  " refers to an undefined value");
+    if (u.state->kind() != ValueKind::Param &&
+        u.state->kind() != ValueKind::Buffer)
+      return fail("update target " + valueRef(u.state->name()) +
+                  " is not a param or buffer");
+    if (u.state->type() != u.value->type())
+      return fail("update of " + valueRef(u.state->name()) + " (" +
+                  u.state->type().str() + ") by " + valueRef(u.value->name()) +
+                  " (" + u.value->type().str() + "): types differ");
+  }
   if (g.outputs().empty())
     return fail("graph @" + g.name() + " has no outputs");
   llvm::DenseSet<const Value *> seen;

@@ -1,4 +1,5 @@
-// dce: removes ops none of whose results reach a graph output, then declared
+// dce: removes ops none of whose results reach a graph output (or a state
+// update or the stash), then declared
 // tensors (parameters, buffers, constants) nothing uses. Graph inputs stay:
 // they are the graph's interface.
 #include "passes/Pass.h"
@@ -7,7 +8,7 @@
 
 namespace cleave::passes {
 
-llvm::Expected<bool> eliminateDeadCode(ir::Graph &g) {
+llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &) {
   bool changed = false;
   // Walk backwards so an op's users are gone before it is looked at.
   std::vector<ir::Op *> order;
@@ -17,7 +18,7 @@ llvm::Expected<bool> eliminateDeadCode(ir::Graph &g) {
     ir::Op *op = *it;
     bool used = false;
     for (ir::Value *r : op->results())
-      used |= r->hasUses() || g.isOutput(r);
+      used |= r->hasUses() || g.isPinned(r);
     if (!used) {
       g.eraseOp(op);
       changed = true;
@@ -25,7 +26,7 @@ llvm::Expected<bool> eliminateDeadCode(ir::Graph &g) {
   }
   std::vector<ir::Value *> declared(g.declared().begin(), g.declared().end());
   for (ir::Value *v : declared)
-    if (!v->hasUses() && !g.isOutput(v)) {
+    if (!v->hasUses() && !g.isPinned(v)) {
       g.eraseDeclared(v);
       changed = true;
     }

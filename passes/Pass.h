@@ -10,16 +10,36 @@
 #include "ir/Graph.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace cleave::passes {
 
-using PassFn = llvm::Expected<bool> (*)(ir::Graph &);
+// How a training graph is made (cleavec/cleave-opt flags; docs/design/
+// training.md). Passes that do not train ignore it.
+struct TrainingOptions {
+  std::string loss;   // the loss output's name; empty: the only output
+  std::string freeze; // regex of parameters to keep fixed; empty: none
+  std::string optimizer = "sgd"; // sgd | adamw
+  double lr = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+  std::optional<double> weightDecay; // default: 0 for SGD, 0.01 for AdamW
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  int64_t microbatches = 1; // the optimizer averages this many gradients
+};
+
+struct PassContext {
+  TrainingOptions training;
+};
+
+using PassFn = llvm::Expected<bool> (*)(ir::Graph &, const PassContext &);
 
 struct PassInfo {
   std::string_view name;
@@ -31,13 +51,30 @@ llvm::ArrayRef<PassInfo> allPasses();
 const PassInfo *lookupPass(std::string_view name);
 
 // The passes, one per file.
-llvm::Expected<bool> eliminateDeadCode(ir::Graph &g);
-llvm::Expected<bool> removeIdentities(ir::Graph &g);
+llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx);
+llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);
+llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &ctx);
+llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx);
+
+// Tags every backward op B or W by the dependency slice of the activation
+// gradients (values that are gradients of forward activations, not of
+// parameters): B when such a value depends on it, else W. Records the stash.
+void tagPhases(ir::Graph &g,
+               const llvm::DenseSet<const ir::Value *> &activationGradients);
+
+// Appends a loss to an inference graph: kind "cross-entropy" (LOGITS [N,C]
+// or [N,C,...], LABELS a new i64 input) or "mse" (TARGET a new input shaped
+// like OUTPUT). The loss becomes the graph's only output.
+llvm::Error addLoss(ir::Graph &g, llvm::StringRef kind,
+                    llvm::StringRef output, llvm::StringRef target);
 
 struct PipelineOptions {
   // Pass names after which to print the IR; "all" for every pass.
   std::vector<std::string> dumpAfter;
   bool verifyEach = true;
+  PassContext context;
   llvm::raw_ostream *dumpStream = &llvm::errs();
 };
 

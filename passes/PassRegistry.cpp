@@ -15,7 +15,24 @@ static const PassInfo kPasses[] = {
     {"remove-identity", "forward the operand of every Identity op to its users",
      removeIdentities},
     {"verify", "check the IR invariants (types, SSA order, attributes)",
-     [](ir::Graph &) -> llvm::Expected<bool> { return false; }},
+     [](ir::Graph &, const PassContext &) -> llvm::Expected<bool> {
+       return false;
+     }},
+    {"autodiff",
+     "append the backward graph: outputs become the loss and grad.<param> "
+     "per trainable parameter",
+     autodiff},
+    {"split-backward",
+     "split combined gradient ops into data (B) and weight (W) parts, tag "
+     "every op fwd/B/W/opt, record the stash",
+     splitBackward},
+    {"verify-2bp",
+     "check the fwd/B/W/opt tags and the stash against the graph's "
+     "dependencies",
+     verify2BP},
+    {"optimizer",
+     "append SGD or AdamW updates for every trainable parameter (tagged opt)",
+     addOptimizer},
 };
 
 llvm::ArrayRef<PassInfo> allPasses() { return kPasses; }
@@ -60,7 +77,7 @@ llvm::Error runPipeline(ir::Graph &g, llvm::ArrayRef<std::string> names,
     return e;
   for (const std::string &name : names) {
     const PassInfo *p = lookupPass(name);
-    auto changed = p->run(g);
+    auto changed = p->run(g, opts.context);
     if (!changed)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "pass " + name + ": " +

@@ -5,7 +5,7 @@
 
 namespace cleave::passes {
 
-llvm::Expected<bool> removeIdentities(ir::Graph &g) {
+llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &) {
   std::vector<ir::Op *> identities;
   for (const auto &op : g.ops())
     if (op->kind() == ir::OpKind::Identity)

@@ -1,5 +1,7 @@
 #include "tools/ToolSupport.h"
 
+#include <cmath>
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -128,6 +130,108 @@ llvm::Error readImportFlags(const Flags &flags,
     if (*v == 0)
       return usageError("--microbatch-size must be at least 1");
     opts.microbatchSize = *v;
+  }
+  return llvm::Error::success();
+}
+
+std::vector<Flags::Spec> trainingFlagSpecs() {
+  return {{"loss", true, false},         {"add-loss", true, false},
+          {"freeze", true, false},       {"optimizer", true, false},
+          {"lr", true, false},           {"momentum", true, false},
+          {"nesterov", false, false},    {"weight-decay", true, false},
+          {"adam-betas", true, false},   {"adam-eps", true, false},
+          {"microbatches", true, false}};
+}
+
+const char kTrainingHelp[] = R"(training:
+  --loss=NAME            the output that is the loss (needed when the model
+                         has several outputs); it must be a float scalar
+  --add-loss=cross-entropy:LOGITS,LABELS | mse:OUTPUT,TARGET
+                         give an inference model a loss: mean cross-entropy
+                         of output LOGITS ([N,C,...]) against a new i64 input
+                         LABELS, or mean squared error of OUTPUT against a
+                         new input TARGET
+  --freeze=REGEX         keep parameters whose whole name matches REGEX
+                         fixed (they become buffers; no gradient work)
+  --optimizer=sgd|adamw  the update rule (default sgd)
+  --lr=X                 learning rate (default 0.01; a runtime scalar)
+  --momentum=X           SGD momentum (default 0)
+  --nesterov             SGD with Nesterov momentum
+  --weight-decay=X       default 0 for SGD (L2), 0.01 for AdamW (decoupled)
+  --adam-betas=B1,B2     AdamW betas (default 0.9,0.999)
+  --adam-eps=X           AdamW epsilon (default 1e-8)
+  --microbatches=M       gradients of M microbatches are averaged per step
+                         (default 1)
+)";
+
+static llvm::Expected<double> parseReal(const std::string &flag,
+                                        const std::string &value) {
+  double v;
+  if (llvm::StringRef(value).getAsDouble(v) || !std::isfinite(v) || v < 0)
+    return usageError("--" + flag + " needs a non-negative number, not '" +
+                      value + "'");
+  return v;
+}
+
+llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
+                              std::optional<LossRequest> &addLoss) {
+  opts.loss = flags.get("loss").value_or("");
+  opts.freeze = flags.get("freeze").value_or("");
+  opts.optimizer = flags.get("optimizer").value_or("sgd");
+  if (opts.optimizer != "sgd" && opts.optimizer != "adamw")
+    return usageError("--optimizer must be 'sgd' or 'adamw', not '" +
+                      opts.optimizer + "'");
+  opts.nesterov = flags.has("nesterov");
+  struct Real {
+    const char *flag;
+    double *dst;
+  };
+  double wd = -1;
+  for (Real r : {Real{"lr", &opts.lr}, Real{"momentum", &opts.momentum},
+                 Real{"weight-decay", &wd}, Real{"adam-eps", &opts.epsilon}})
+    if (auto v = flags.get(r.flag)) {
+      auto x = parseReal(r.flag, *v);
+      if (!x)
+        return x.takeError();
+      *r.dst = *x;
+    }
+  if (wd >= 0)
+    opts.weightDecay = wd;
+  if (opts.nesterov && opts.momentum == 0)
+    return usageError("--nesterov needs --momentum above 0");
+  if (auto v = flags.get("adam-betas")) {
+    auto parts = splitList(*v);
+    if (parts.size() != 2)
+      return usageError("--adam-betas needs B1,B2, not '" + *v + "'");
+    auto b1 = parseReal("adam-betas", parts[0]);
+    if (!b1)
+      return b1.takeError();
+    auto b2 = parseReal("adam-betas", parts[1]);
+    if (!b2)
+      return b2.takeError();
+    if (*b1 >= 1 || *b2 >= 1)
+      return usageError("--adam-betas must be below 1");
+    opts.beta1 = *b1;
+    opts.beta2 = *b2;
+  }
+  if (auto v = flags.get("microbatches")) {
+    auto m = parseCount("microbatches", *v);
+    if (!m)
+      return m.takeError();
+    if (*m == 0)
+      return usageError("--microbatches must be at least 1");
+    opts.microbatches = *m;
+  }
+  if (auto v = flags.get("add-loss")) {
+    auto [kind, rest] = llvm::StringRef(*v).split(':');
+    auto names = splitList(rest.str());
+    if (names.size() != 2 || (kind != "cross-entropy" && kind != "mse"))
+      return usageError("--add-loss needs cross-entropy:LOGITS,LABELS or "
+                        "mse:OUTPUT,TARGET, not '" +
+                        *v + "'");
+    addLoss = LossRequest{kind.str(), names[0], names[1]};
+    if (!opts.loss.empty())
+      return usageError("--loss and --add-loss do not go together");
   }
   return llvm::Error::success();
 }

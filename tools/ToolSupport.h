@@ -6,6 +6,7 @@
 
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
+#include "passes/Pass.h"
 
 #include "llvm/Support/Error.h"
 
@@ -57,6 +58,21 @@ llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts);
 // Fills ImportOptions from --input-shape and --microbatch-size.
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts);
+
+// The flags that shape a training graph, shared by cleavec and cleave-opt,
+// and their --help text.
+std::vector<Flags::Spec> trainingFlagSpecs();
+extern const char kTrainingHelp[];
+
+// What --add-loss KIND:OUTPUT,TARGET asks for.
+struct LossRequest {
+  std::string kind, output, target;
+};
+
+// Fills TrainingOptions (and `addLoss` when --add-loss is given) from the
+// training flags; usage errors name the flag.
+llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
+                              std::optional<LossRequest> &addLoss);
 
 // Writes `text` to `path` ("-" for stdout) through a temporary file that is
 // renamed into place only when complete.

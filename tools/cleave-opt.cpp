@@ -61,7 +61,8 @@ readInput(const std::string &path, const frontend::ImportOptions &opts) {
 }
 
 int main(int argc, char **argv) {
-  tools::Flags flags({{"passes", true, false},
+  std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
+  specs.insert(specs.end(), {{"passes", true, false},
                       {"dump-ir-after", true, true},
                       {"no-verify-each", false, false},
                       {"o", true, false},
@@ -74,10 +75,12 @@ int main(int argc, char **argv) {
                       {"outputs", true, false},
                       {"help", false, false},
                       {"h", false, false}});
+  tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << kHelp;
+    llvm::outs() << kHelp << "\n" << tools::kTrainingHelp
+                 << "  (--add-loss is applied before the passes)\n";
     return tools::kOk;
   }
   if (flags.has("list-passes")) {
@@ -107,6 +110,9 @@ int main(int argc, char **argv) {
                   "--dump-ir-after names '" + d +
                       "', which is not among --passes",
                   tools::kUsage);
+  std::optional<tools::LossRequest> addLoss;
+  if (auto e = tools::readTrainingFlags(flags, pipe.context.training, addLoss))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   bool run = flags.has("run");
   if (run && (!flags.has("inputs") || !flags.has("outputs")))
     return fail(kTool, "--run needs --inputs DIR and --outputs DIR",
@@ -127,6 +133,10 @@ int main(int argc, char **argv) {
   if (auto e = ir::verifyGraph(**graph))
     return fail(kTool, "invalid IR: " + llvm::toString(std::move(e)),
                 tools::kBadInput);
+  if (addLoss)
+    if (auto e = passes::addLoss(**graph, addLoss->kind, addLoss->output,
+                                 addLoss->target))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   if (auto e = passes::runPipeline(**graph, names, pipe))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   if (!pipe.verifyEach)

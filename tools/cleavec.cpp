@@ -1,6 +1,7 @@
-// cleavec: the cleave compiler driver. Today it imports an ONNX model and
-// prints it as cleave IR or as a summary; the training passes, partitioner
-// and schedules join its pipeline as they land.
+// cleavec: the cleave compiler driver. It imports an ONNX model, makes the
+// training graph when the model has a loss (autodiff, the 2BP split,
+// optimizer) and prints it as cleave IR or as a summary; the partitioner and
+// schedules join its pipeline as they land.
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
 #include "ir/Summary.h"
@@ -17,9 +18,12 @@ static const char kTool[] = "cleavec";
 
 static const char kHelp[] = R"(usage: cleavec MODEL.onnx [options]
 
-Compiles an ONNX model for pipeline-parallel training. Today cleavec imports
-the model (ONNX checker and shape inference, shape folding, static shapes)
-and prints it; the training, partitioning and scheduling passes follow.
+Compiles an ONNX model for pipeline-parallel training. cleavec imports the
+model (ONNX checker and shape inference, shape folding, static shapes); when
+the model's output is a scalar loss (or --loss / --add-loss name one) it
+makes the training graph: autodiff, the split of every backward op into
+input-gradient (B) and weight-gradient (W) work, and the optimizer update,
+every op tagged fwd, B, W or opt. Partitioning and scheduling follow.
 
 output:
   --emit=summary|ir      what to print (default: summary): inputs, outputs,
@@ -36,11 +40,15 @@ shapes:
   --input-shape=NAME=D0,D1,...
                          give input NAME this static shape (repeatable)
 
+  --inference            do not make a training graph, even when the model
+                         has a scalar loss
+
+%TRAINING%
 inspection:
   --dump-ir-after=PASS|all
-                         print the IR to stderr after PASS (repeatable);
-                         passes: import, then those of the pipeline
-                         (remove-identity, dce)
+                         print the IR to stderr after PASS (repeatable):
+                         import, remove-identity, dce, then for training
+                         autodiff, split-backward, optimizer
   --list-ops             list the ONNX ops cleave imports and exit
   --help                 show this help
   --version              show the version
@@ -53,6 +61,30 @@ static const std::vector<std::string> kPipeline = {
     "remove-identity", // exporters emit Identity copies that carry no work
     "dce",             // drop what no output needs (unused folded results)
 };
+// Then, for a model with a loss:
+static const std::vector<std::string> kTrainingPipeline = {
+    "autodiff",       // the backward graph: loss and one gradient per param
+    "split-backward", // 2BP: B and W parts, tags, the stash
+    "verify-2bp",     // the tags hold against the dependencies
+    "optimizer",      // the update of every trainable parameter
+};
+
+// Train when asked to, or when the model's only output is a float scalar.
+static bool wantsTraining(const ir::Graph &g, const tools::Flags &flags) {
+  if (flags.has("inference"))
+    return false;
+  if (flags.has("loss") || flags.has("add-loss"))
+    return true;
+  return g.outputs().size() == 1 && ir::isFloat(g.outputs()[0]->type().dtype) &&
+         g.outputs()[0]->type().numElements() == 1 &&
+         g.outputs()[0]->type().rank() == 0;
+}
+
+static std::string helpText() {
+  std::string h = kHelp;
+  h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
+  return h;
+}
 
 static int listOps() {
   std::vector<std::string> folded;
@@ -68,7 +100,8 @@ static int listOps() {
 }
 
 int main(int argc, char **argv) {
-  tools::Flags flags({{"emit", true, false},
+  std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
+  specs.insert(specs.end(), {{"emit", true, false},
                       {"o", true, false},
                       {"inline-limit", true, false},
                       {"microbatch-size", true, false},
@@ -77,11 +110,13 @@ int main(int argc, char **argv) {
                       {"list-ops", false, false},
                       {"help", false, false},
                       {"h", false, false},
+                      {"inference", false, false},
                       {"version", false, false}});
+  tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << kHelp;
+    llvm::outs() << helpText();
     return tools::kOk;
   }
   if (flags.has("version")) {
@@ -109,14 +144,23 @@ int main(int argc, char **argv) {
   if (auto e = tools::readImportFlags(flags, importOpts))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   passes::PipelineOptions pipe;
+  std::optional<tools::LossRequest> addLoss;
+  if (auto e = tools::readTrainingFlags(flags, pipe.context.training, addLoss))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  if (flags.has("inference") && (addLoss || flags.has("loss")))
+    return fail(kTool, "--inference does not go with --loss or --add-loss",
+                tools::kUsage);
   pipe.dumpAfter = flags.getAll("dump-ir-after");
   for (const std::string &d : pipe.dumpAfter)
-    if (d != "all" && d != "import" &&
-        std::find(kPipeline.begin(), kPipeline.end(), d) == kPipeline.end())
+    if (d != "all" && d != "import" && d != "verify-2bp" &&
+        std::find(kPipeline.begin(), kPipeline.end(), d) == kPipeline.end() &&
+        std::find(kTrainingPipeline.begin(), kTrainingPipeline.end(), d) ==
+            kTrainingPipeline.end())
       return fail(kTool,
                   "--dump-ir-after names '" + d +
                       "', which is not in cleavec's pipeline (import, "
-                      "remove-identity, dce, or all)",
+                      "remove-identity, dce, autodiff, split-backward, "
+                      "optimizer, or all)",
                   tools::kUsage);
 
   auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
@@ -127,7 +171,15 @@ int main(int argc, char **argv) {
                 tools::kBadInput);
   if (passes::wantsDump(pipe, "import"))
     passes::dumpIR(**graph, "import", llvm::errs());
-  if (auto e = passes::runPipeline(**graph, kPipeline, pipe))
+  if (addLoss)
+    if (auto e = passes::addLoss(**graph, addLoss->kind, addLoss->output,
+                                 addLoss->target))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  std::vector<std::string> pipeline = kPipeline;
+  if (wantsTraining(**graph, flags))
+    pipeline.insert(pipeline.end(), kTrainingPipeline.begin(),
+                    kTrainingPipeline.end());
+  if (auto e = passes::runPipeline(**graph, pipeline, pipe))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
   std::string out = emit == "ir" ? ir::printGraph(**graph, print)

@@ -27,8 +27,8 @@ std::unique_ptr<Graph> parse(llvm::StringRef text) {
 
 // Runs `pass` and returns whether it reported a change (failing the test if
 // it returned an error).
-bool run(llvm::Expected<bool> (*pass)(Graph &), Graph &g) {
-  auto changed = pass(g);
+bool run(passes::PassFn pass, Graph &g) {
+  auto changed = pass(g, passes::PassContext{});
   if (!changed) {
     ADD_FAILURE() << llvm::toString(changed.takeError());
     return false;

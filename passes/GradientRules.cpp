@@ -1,0 +1,572 @@
+// The gradient rule of every differentiable op (docs/design/training.md
+// lists them by family), and the builder they emit through.
+#include "passes/GradientBuilder.h"
+
+#include "ir/TypeRules.h"
+
+#include "llvm/Support/ErrorHandling.h"
+
+#include <numeric>
+
+namespace cleave::passes::grad {
+
+using ir::AttrMap;
+using ir::OpKind;
+using ir::Value;
+
+// --- Builder ---------------------------------------------------------------
+
+void Builder::setSource(const ir::Op *fwd) {
+  loc_ = fwd->loc();
+  base_ = "grad." + fwd->result(0)->name() + ".t";
+}
+
+std::vector<Value *> Builder::emitN(OpKind kind,
+                                    llvm::ArrayRef<Value *> operands,
+                                    AttrMap attrs, unsigned numResults) {
+  std::vector<ir::TensorType> in;
+  for (Value *v : operands)
+    in.push_back(v->type());
+  auto types = ir::inferResultTypes(kind, in, attrs, numResults);
+  if (!types)
+    llvm::report_fatal_error(
+        llvm::Twine("internal error: gradient op ") +
+        std::string(ir::opInfo(kind).name) + " for " + loc_ + ": " +
+        llvm::toString(types.takeError()));
+  std::vector<std::string> names(numResults, base_);
+  ir::Op *op = g_.appendOp(kind, operands, *types, names, std::move(attrs),
+                           loc_);
+  return std::vector<Value *>(op->results().begin(), op->results().end());
+}
+
+Value *Builder::emit(OpKind kind, llvm::ArrayRef<Value *> operands,
+                     AttrMap attrs) {
+  return emitN(kind, operands, std::move(attrs), 1)[0];
+}
+
+Value *Builder::scalar(double v, ir::DType dtype) {
+  Value *&c = scalars_[{int(dtype), v}];
+  if (!c)
+    c = g_.addConst(g_.uniqueName("grad.const"),
+                    ir::TensorData::fromDoubles(dtype, {}, {v}));
+  return c;
+}
+
+Value *Builder::zeros(const ir::TensorType &type) {
+  return g_.addConst(
+      g_.uniqueName("grad.zeros"),
+      std::make_shared<ir::TensorData>(type,
+                                       std::string(type.byteSize(), '\0')));
+}
+
+Value *Builder::sumTo(Value *v, llvm::ArrayRef<int64_t> shape) {
+  if (llvm::ArrayRef<int64_t>(v->type().shape) == shape)
+    return v;
+  return emit(OpKind::SumTo, {v},
+              {{"shape", std::vector<int64_t>(shape.begin(), shape.end())}});
+}
+
+Value *Builder::reshape(Value *v, llvm::ArrayRef<int64_t> shape) {
+  if (llvm::ArrayRef<int64_t>(v->type().shape) == shape)
+    return v;
+  return emit(OpKind::Reshape, {v},
+              {{"shape", std::vector<int64_t>(shape.begin(), shape.end())}});
+}
+
+// --- helpers ---------------------------------------------------------------
+
+static std::vector<int64_t> shapeOf(const Value *v) {
+  return std::vector<int64_t>(v->type().shape.begin(), v->type().shape.end());
+}
+
+static llvm::Error noRule(const ir::Op &op, const llvm::Twine &why) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "no gradient rule for " + op.describe() +
+                                     ": " + why);
+}
+
+// Copies the named attributes of the forward op (with defaults filled in).
+static AttrMap copyAttrs(const ir::Op &op,
+                         std::initializer_list<const char *> names) {
+  AttrMap a;
+  for (const char *n : names)
+    if (op.hasAttr(n) || op.info().findAttr(n)->defaultValue)
+      a.emplace(n, op.attr(n));
+  return a;
+}
+
+static AttrMap with(AttrMap a, const char *name, ir::Attribute v) {
+  a.insert_or_assign(name, std::move(v));
+  return a;
+}
+
+// The shape `x` has after reducing `axes` with keepdims.
+static std::vector<int64_t> keptShape(const Value *x,
+                                      const std::vector<int64_t> &axes) {
+  std::vector<int64_t> s = shapeOf(x);
+  int64_t r = s.size();
+  if (axes.empty())
+    std::fill(s.begin(), s.end(), 1);
+  for (int64_t a : axes)
+    s[a < 0 ? a + r : a] = 1;
+  return s;
+}
+
+// Spatial axes of an [N, C, ...] tensor plus the batch axis: what a
+// per-channel bias or scale gradient sums over.
+static std::vector<int64_t> nonChannelAxes(const Value *x) {
+  std::vector<int64_t> axes{0};
+  for (size_t i = 2; i < x->type().rank(); ++i)
+    axes.push_back(i);
+  return axes;
+}
+
+// --- rules -----------------------------------------------------------------
+
+static llvm::Error unaryRule(RuleContext &c, const char *fn, AttrMap extra) {
+  c.dX[0] = c.b.emit(OpKind::UnaryGrad, {c.dY[0], c.in(0)},
+                     with(std::move(extra), "fn", fn));
+  return llvm::Error::success();
+}
+
+#define UNARY(Name, fn)                                                        \
+  static llvm::Error rule##Name(RuleContext &c) {                             \
+    return unaryRule(c, fn, {});                                               \
+  }
+UNARY(Abs, "abs")
+UNARY(Erf, "erf")
+UNARY(Exp, "exp")
+UNARY(Log, "log")
+UNARY(Reciprocal, "reciprocal")
+UNARY(Relu, "relu")
+UNARY(Sigmoid, "sigmoid")
+UNARY(Sqrt, "sqrt")
+UNARY(Tanh, "tanh")
+#undef UNARY
+
+static llvm::Error ruleLeakyRelu(RuleContext &c) {
+  return unaryRule(c, "leaky_relu", copyAttrs(c.op, {"alpha"}));
+}
+
+static llvm::Error ruleClip(RuleContext &c) {
+  return unaryRule(c, "clip", copyAttrs(c.op, {"min", "max"}));
+}
+
+static llvm::Error ruleIdentity(RuleContext &c) {
+  c.dX[0] = c.dY[0];
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleNeg(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::Neg, {c.dY[0]});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleCast(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::Cast, {c.dY[0]},
+                     {{"to", std::string(ir::dtypeName(c.in(0)->type().dtype))}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleAdd(RuleContext &c) {
+  for (unsigned i = 0; i < 2; ++i)
+    if (c.needs[i])
+      c.dX[i] = c.b.sumTo(c.dY[0], shapeOf(c.in(i)));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleSub(RuleContext &c) {
+  if (c.needs[0])
+    c.dX[0] = c.b.sumTo(c.dY[0], shapeOf(c.in(0)));
+  if (c.needs[1])
+    c.dX[1] = c.b.emit(OpKind::Neg, {c.b.sumTo(c.dY[0], shapeOf(c.in(1)))});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleMul(RuleContext &c) {
+  for (unsigned i = 0; i < 2; ++i)
+    if (c.needs[i])
+      c.dX[i] = c.b.sumTo(c.b.mul(c.dY[0], c.in(1 - i)), shapeOf(c.in(i)));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleDiv(RuleContext &c) {
+  Value *q = c.b.emit(OpKind::Div, {c.dY[0], c.in(1)}); // dY / B
+  if (c.needs[0])
+    c.dX[0] = c.b.sumTo(q, shapeOf(c.in(0)));
+  if (c.needs[1]) // -dY * A / B^2 = -(dY / B) * Y
+    c.dX[1] = c.b.sumTo(c.b.emit(OpKind::Neg, {c.b.mul(q, c.out())}),
+                        shapeOf(c.in(1)));
+  return llvm::Error::success();
+}
+
+static llvm::Error rulePow(RuleContext &c) {
+  ir::DType t = c.in(0)->type().dtype;
+  Value *b = c.in(1);
+  if (b->type().dtype != t)
+    b = c.b.emit(OpKind::Cast, {b}, {{"to", std::string(ir::dtypeName(t))}});
+  if (c.needs[0]) { // dY * B * A^(B-1)
+    Value *bm1 = c.b.emit(OpKind::Sub, {b, c.b.scalar(1.0, t)});
+    Value *d = c.b.mul(c.dY[0], c.b.mul(b, c.b.emit(OpKind::Pow,
+                                                     {c.in(0), bm1})));
+    c.dX[0] = c.b.sumTo(d, shapeOf(c.in(0)));
+  }
+  if (c.needs[1]) { // dY * Y * log(A)
+    Value *d = c.b.mul(c.b.mul(c.dY[0], c.out()),
+                       c.b.emit(OpKind::Log, {c.in(0)}));
+    c.dX[1] = c.b.sumTo(d, shapeOf(c.in(1)));
+  }
+  return llvm::Error::success();
+}
+
+// Max / Min: the gradient goes to every operand equal to the result.
+static llvm::Error ruleMaxMin(RuleContext &c) {
+  Value *zero = c.b.scalar(0.0, c.dY[0]->type().dtype);
+  for (unsigned i = 0; i < c.op.numOperands(); ++i)
+    if (c.needs[i]) {
+      Value *hit = c.b.emit(OpKind::Equal, {c.in(i), c.out()});
+      c.dX[i] = c.b.sumTo(c.b.emit(OpKind::Where, {hit, c.dY[0], zero}),
+                          shapeOf(c.in(i)));
+    }
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleWhere(RuleContext &c) {
+  Value *zero = c.b.scalar(0.0, c.dY[0]->type().dtype);
+  if (c.needs[1])
+    c.dX[1] = c.b.sumTo(c.b.emit(OpKind::Where, {c.in(0), c.dY[0], zero}),
+                        shapeOf(c.in(1)));
+  if (c.needs[2])
+    c.dX[2] = c.b.sumTo(c.b.emit(OpKind::Where, {c.in(0), zero, c.dY[0]}),
+                        shapeOf(c.in(2)));
+  return llvm::Error::success();
+}
+
+// Ops whose data and weight gradients come from one combined op (split
+// later by split-backward) or, when only one is needed, from its part.
+static void emitPair(RuleContext &c, OpKind combined, OpKind partA,
+                     OpKind partB, std::vector<Value *> combinedOperands,
+                     std::vector<Value *> operandsA,
+                     std::vector<Value *> operandsB, const AttrMap &attrs,
+                     const AttrMap &attrsA, const AttrMap &attrsB) {
+  if (c.needs[0] && c.needs[1]) {
+    auto r = c.b.emitN(combined, combinedOperands, attrs, 2);
+    c.dX[0] = r[0];
+    c.dX[1] = r[1];
+  } else if (c.needs[0]) {
+    c.dX[0] = c.b.emit(partA, operandsA, attrsA);
+  } else if (c.needs[1]) {
+    c.dX[1] = c.b.emit(partB, operandsB, attrsB);
+  }
+}
+
+static llvm::Error ruleMatMul(RuleContext &c) {
+  if (c.in(0)->type().rank() < 2 || c.in(1)->type().rank() < 2)
+    return noRule(c.op, "1-D operands are not supported");
+  emitPair(c, OpKind::MatMulGrad, OpKind::MatMulGradA, OpKind::MatMulGradB,
+           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(1)},
+           {c.in(0), c.dY[0]}, {}, {{"shape", shapeOf(c.in(0))}},
+           {{"shape", shapeOf(c.in(1))}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleGemm(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"alpha", "transA", "transB"});
+  emitPair(c, OpKind::GemmGrad, OpKind::GemmGradA, OpKind::GemmGradB,
+           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(1)},
+           {c.in(0), c.dY[0]}, attrs, with(attrs, "shape", shapeOf(c.in(0))),
+           with(attrs, "shape", shapeOf(c.in(1))));
+  if (c.op.numOperands() == 3 && c.needs[2]) {
+    Value *d = c.b.sumTo(c.dY[0], shapeOf(c.in(2)));
+    float beta = c.op.getFloat("beta");
+    if (beta != 1.0f)
+      d = c.b.mul(d, c.b.scalar(beta, d->type().dtype));
+    c.dX[2] = d;
+  }
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleConv(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"dilations", "group", "pads", "strides"});
+  emitPair(c, OpKind::ConvGrad, OpKind::ConvGradData, OpKind::ConvGradFilter,
+           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(1)},
+           {c.in(0), c.dY[0]}, attrs, with(attrs, "shape", shapeOf(c.in(0))),
+           with(attrs, "shape", shapeOf(c.in(1))));
+  if (c.op.numOperands() == 3 && c.needs[2])
+    c.dX[2] = c.b.emit(OpKind::ReduceSum, {c.dY[0]},
+                       {{"axes", nonChannelAxes(c.dY[0])},
+                        {"keepdims", int64_t(0)}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleLayerNorm(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"axis", "epsilon"});
+  emitPair(c, OpKind::LayerNormalizationGrad,
+           OpKind::LayerNormalizationGradData,
+           OpKind::LayerNormalizationGradParams,
+           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(0), c.in(1)},
+           {c.dY[0], c.in(0)}, attrs, attrs, attrs);
+  if (c.dX[1]) // the scale may broadcast to the normalized shape
+    c.dX[1] = c.b.sumTo(c.dX[1], shapeOf(c.in(1)));
+  if (c.op.numOperands() == 3 && c.needs[2])
+    c.dX[2] = c.b.sumTo(c.dY[0], shapeOf(c.in(2)));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleBatchNorm(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"epsilon", "training_mode"});
+  Value *mean = c.in(3), *var = c.in(4);
+  emitPair(c, OpKind::BatchNormalizationGrad,
+           OpKind::BatchNormalizationGradData,
+           OpKind::BatchNormalizationGradParams,
+           {c.dY[0], c.in(0), c.in(1), mean, var},
+           {c.dY[0], c.in(0), c.in(1), mean, var},
+           {c.dY[0], c.in(0), mean, var}, attrs, attrs, attrs);
+  if (c.needs[2])
+    c.dX[2] = c.b.emit(OpKind::ReduceSum, {c.dY[0]},
+                       {{"axes", nonChannelAxes(c.dY[0])},
+                        {"keepdims", int64_t(0)}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleSoftmax(RuleContext &c) {
+  OpKind k = c.op.kind() == OpKind::Softmax ? OpKind::SoftmaxGrad
+                                            : OpKind::LogSoftmaxGrad;
+  c.dX[0] = c.b.emit(k, {c.dY[0], c.out()}, copyAttrs(c.op, {"axis"}));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleSoftmaxCrossEntropy(RuleContext &c) {
+  Value *d = nullptr;
+  if (c.dY[0]) {
+    std::vector<Value *> ops{c.dY[0], c.in(0), c.in(1)};
+    if (c.op.numOperands() == 3)
+      ops.push_back(c.in(2));
+    AttrMap attrs = copyAttrs(c.op, {"reduction"});
+    if (c.op.hasAttr("ignore_index"))
+      attrs.emplace("ignore_index", c.op.attr("ignore_index"));
+    d = c.b.emit(OpKind::SoftmaxCrossEntropyLossGrad, ops, attrs);
+  }
+  if (c.op.numResults() > 1 && c.dY[1]) { // log_prob used downstream
+    Value *lp = c.b.emit(OpKind::LogSoftmaxGrad, {c.dY[1], c.out(1)},
+                         {{"axis", int64_t(1)}});
+    d = d ? c.b.emit(OpKind::Add, {d, lp}) : lp;
+  }
+  c.dX[0] = d;
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleDropout(RuleContext &c) {
+  if (!c.op.getInt("training_mode") || c.op.getFloat("ratio") == 0.0f) {
+    c.dX[0] = c.dY[0];
+    return llvm::Error::success();
+  }
+  Value *mask = c.op.numResults() > 1
+                    ? c.out(1)
+                    : c.b.graph().appendResult(
+                          &c.op,
+                          ir::TensorType(ir::DType::Bool, c.out()->type().shape),
+                          c.out()->name() + ".mask");
+  c.dX[0] = c.b.emit(OpKind::DropoutGrad, {c.dY[0], mask},
+                     copyAttrs(c.op, {"ratio"}));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleReduce(RuleContext &c) {
+  const auto &axes = c.op.getInts("axes");
+  std::vector<int64_t> kept = keptShape(c.in(0), axes);
+  Value *dy = c.b.reshape(c.dY[0], kept);
+  std::vector<int64_t> full = shapeOf(c.in(0));
+  switch (c.op.kind()) {
+  case OpKind::ReduceSum:
+    break;
+  case OpKind::ReduceMean: {
+    int64_t n = c.in(0)->type().numElements() /
+                std::max<int64_t>(1, c.out()->type().numElements());
+    dy = c.b.mul(dy, c.b.scalar(1.0 / double(std::max<int64_t>(n, 1)),
+                                dy->type().dtype));
+    break;
+  }
+  default: { // ReduceMax: to every element equal to the maximum
+    Value *hit = c.b.emit(OpKind::Equal,
+                          {c.in(0), c.b.reshape(c.out(), kept)});
+    c.dX[0] = c.b.emit(OpKind::Where,
+                       {hit, dy, c.b.scalar(0.0, dy->type().dtype)});
+    return llvm::Error::success();
+  }
+  }
+  c.dX[0] = c.b.emit(OpKind::Expand, {dy}, {{"shape", full}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleGlobalAveragePool(RuleContext &c) {
+  int64_t n = c.in(0)->type().numElements() /
+              std::max<int64_t>(1, c.out()->type().numElements());
+  Value *dy = c.b.mul(c.dY[0], c.b.scalar(1.0 / double(std::max<int64_t>(n, 1)),
+                                          c.dY[0]->type().dtype));
+  c.dX[0] = c.b.emit(OpKind::Expand, {dy}, {{"shape", shapeOf(c.in(0))}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleReshapeLike(RuleContext &c) {
+  c.dX[0] = c.b.reshape(c.dY[0], shapeOf(c.in(0)));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleExpand(RuleContext &c) {
+  c.dX[0] = c.b.sumTo(c.dY[0], shapeOf(c.in(0)));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleTranspose(RuleContext &c) {
+  const auto &perm = c.op.getInts("perm");
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inv[perm[i]] = i;
+  c.dX[0] = c.b.emit(OpKind::Transpose, {c.dY[0]}, {{"perm", inv}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleConcat(RuleContext &c) {
+  int64_t r = c.out()->type().rank();
+  int64_t axis = c.op.getInt("axis");
+  axis = axis < 0 ? axis + r : axis;
+  std::vector<int64_t> sizes;
+  for (Value *v : c.op.operands())
+    sizes.push_back(v->type().shape[axis]);
+  auto parts = c.b.emitN(OpKind::Split, {c.dY[0]},
+                         {{"axis", axis}, {"split", sizes}}, sizes.size());
+  for (unsigned i = 0; i < parts.size(); ++i)
+    if (c.needs[i])
+      c.dX[i] = parts[i];
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleSplit(RuleContext &c) {
+  std::vector<Value *> parts;
+  for (unsigned i = 0; i < c.op.numResults(); ++i)
+    parts.push_back(c.dY[i] ? c.dY[i] : c.b.zeros(c.out(i)->type()));
+  int64_t r = c.in(0)->type().rank(), axis = c.op.getInt("axis");
+  c.dX[0] = c.b.emit(OpKind::Concat, parts, {{"axis", axis < 0 ? axis + r : axis}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleSlice(RuleContext &c) {
+  c.dX[0] = c.b.emit(
+      OpKind::SliceGrad, {c.dY[0]},
+      with(copyAttrs(c.op, {"axes", "ends", "starts", "steps"}), "shape",
+           shapeOf(c.in(0))));
+  return llvm::Error::success();
+}
+
+static llvm::Error rulePad(RuleContext &c) {
+  if (c.op.getString("mode") != "constant")
+    return noRule(c.op, "only mode \"constant\" is differentiable");
+  const auto &pads = c.op.getInts("pads");
+  size_t r = c.in(0)->type().rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  for (size_t i = 0; i < r; ++i) {
+    if (pads[i] < 0 || pads[r + i] < 0)
+      return noRule(c.op, "negative pads are not supported");
+    starts.push_back(pads[i]);
+    ends.push_back(pads[i] + c.in(0)->type().shape[i]);
+    axes.push_back(i);
+    steps.push_back(1);
+  }
+  c.dX[0] = c.b.emit(OpKind::Slice, {c.dY[0]},
+                     {{"axes", axes},
+                      {"ends", ends},
+                      {"starts", starts},
+                      {"steps", steps}});
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleGather(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::GatherGrad, {c.dY[0], c.in(1)},
+                     with(copyAttrs(c.op, {"axis"}), "shape", shapeOf(c.in(0))));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleMaxPool(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::MaxPoolGrad, {c.dY[0], c.in(0)},
+                     copyAttrs(c.op, {"ceil_mode", "dilations", "kernel_shape",
+                                      "pads", "strides"}));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleAveragePool(RuleContext &c) {
+  c.dX[0] = c.b.emit(
+      OpKind::AveragePoolGrad, {c.dY[0]},
+      with(copyAttrs(c.op, {"ceil_mode", "count_include_pad", "kernel_shape",
+                            "pads", "strides"}),
+           "shape", shapeOf(c.in(0))));
+  return llvm::Error::success();
+}
+
+Rule findRule(OpKind kind) {
+  switch (kind) {
+  case OpKind::Abs: return ruleAbs;
+  case OpKind::Erf: return ruleErf;
+  case OpKind::Exp: return ruleExp;
+  case OpKind::Log: return ruleLog;
+  case OpKind::Reciprocal: return ruleReciprocal;
+  case OpKind::Relu: return ruleRelu;
+  case OpKind::Sigmoid: return ruleSigmoid;
+  case OpKind::Sqrt: return ruleSqrt;
+  case OpKind::Tanh: return ruleTanh;
+  case OpKind::LeakyRelu: return ruleLeakyRelu;
+  case OpKind::Clip: return ruleClip;
+  case OpKind::Identity: return ruleIdentity;
+  case OpKind::Neg: return ruleNeg;
+  case OpKind::Cast: return ruleCast;
+  case OpKind::Add: return ruleAdd;
+  case OpKind::Sub: return ruleSub;
+  case OpKind::Mul: return ruleMul;
+  case OpKind::Div: return ruleDiv;
+  case OpKind::Pow: return rulePow;
+  case OpKind::Max:
+  case OpKind::Min: return ruleMaxMin;
+  case OpKind::Where: return ruleWhere;
+  case OpKind::MatMul: return ruleMatMul;
+  case OpKind::Gemm: return ruleGemm;
+  case OpKind::Conv: return ruleConv;
+  case OpKind::LayerNormalization: return ruleLayerNorm;
+  case OpKind::BatchNormalization: return ruleBatchNorm;
+  case OpKind::Softmax:
+  case OpKind::LogSoftmax: return ruleSoftmax;
+  case OpKind::SoftmaxCrossEntropyLoss: return ruleSoftmaxCrossEntropy;
+  case OpKind::Dropout: return ruleDropout;
+  case OpKind::ReduceMax:
+  case OpKind::ReduceMean:
+  case OpKind::ReduceSum: return ruleReduce;
+  case OpKind::GlobalAveragePool: return ruleGlobalAveragePool;
+  case OpKind::Flatten:
+  case OpKind::Reshape:
+  case OpKind::Squeeze:
+  case OpKind::Unsqueeze: return ruleReshapeLike;
+  case OpKind::Expand: return ruleExpand;
+  case OpKind::Transpose: return ruleTranspose;
+  case OpKind::Concat: return ruleConcat;
+  case OpKind::Split: return ruleSplit;
+  case OpKind::Slice: return ruleSlice;
+  case OpKind::Pad: return rulePad;
+  case OpKind::Gather: return ruleGather;
+  case OpKind::MaxPool: return ruleMaxPool;
+  case OpKind::AveragePool: return ruleAveragePool;
+  default: return nullptr;
+  }
+}
+
+bool isDifferentiableResult(const ir::Op &op, unsigned i) {
+  switch (op.kind()) {
+  case OpKind::BatchNormalization:
+  case OpKind::LayerNormalization:
+  case OpKind::Dropout:
+  case OpKind::MaxPool:
+    return i == 0;
+  default:
+    return ir::isFloat(op.result(i)->type().dtype);
+  }
+}
+
+} // namespace cleave::passes::grad

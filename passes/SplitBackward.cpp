@@ -1,0 +1,228 @@
+// split-backward: the 2BP split. Every combined gradient op becomes its data
+// part and its weight part; then every backward op is tagged B (some
+// activation gradient depends on it) or W (it only feeds parameter
+// gradients), and the stash (what W needs from fwd and B) is recorded.
+// verify-2bp re-derives all of it and compares.
+#include "passes/Pass.h"
+
+#include "ir/Printer.h"
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace cleave::passes {
+
+using ir::Op;
+using ValueSet = llvm::DenseSet<const ir::Value *>;
+using ir::OpKind;
+using ir::Phase;
+using ir::Value;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+namespace {
+// One part of a combined gradient op: its kind, which of the combined op's
+// operands it takes (in order), and the operand whose shape its `shape`
+// attribute records (-1: none).
+struct Part {
+  OpKind kind;
+  std::vector<unsigned> operands;
+  int shapeOf;
+};
+struct SplitRule {
+  OpKind combined;
+  Part data, weight;
+};
+} // namespace
+
+static const SplitRule kSplits[] = {
+    {OpKind::MatMulGrad,
+     {OpKind::MatMulGradA, {0, 2}, 1},
+     {OpKind::MatMulGradB, {1, 0}, 2}},
+    {OpKind::GemmGrad,
+     {OpKind::GemmGradA, {0, 2}, 1},
+     {OpKind::GemmGradB, {1, 0}, 2}},
+    {OpKind::ConvGrad,
+     {OpKind::ConvGradData, {0, 2}, 1},
+     {OpKind::ConvGradFilter, {1, 0}, 2}},
+    {OpKind::LayerNormalizationGrad,
+     {OpKind::LayerNormalizationGradData, {0, 1, 2}, -1},
+     {OpKind::LayerNormalizationGradParams, {0, 1}, -1}},
+    {OpKind::BatchNormalizationGrad,
+     {OpKind::BatchNormalizationGradData, {0, 1, 2, 3, 4}, -1},
+     {OpKind::BatchNormalizationGradParams, {0, 1, 3, 4}, -1}},
+};
+
+static const SplitRule *findSplit(OpKind k) {
+  for (const SplitRule &r : kSplits)
+    if (r.combined == k)
+      return &r;
+  return nullptr;
+}
+
+// Replaces `op` by its two parts, which take over its result names. A part
+// whose forward operand (operand 1 + i of the combined op) is an activation,
+// not a declared tensor, makes an activation gradient: it joins `seeds`.
+static void splitOp(ir::Graph &g, Op *op, const SplitRule &rule,
+                    ValueSet &seeds) {
+  Value *results[2] = {op->result(0), op->result(1)};
+  Value *parts[2];
+  const Part *p[2] = {&rule.data, &rule.weight};
+  for (int i = 0; i < 2; ++i) {
+    std::vector<Value *> operands;
+    for (unsigned k : p[i]->operands)
+      operands.push_back(op->operand(k));
+    ir::AttrMap attrs = op->attrs();
+    if (p[i]->shapeOf >= 0) {
+      const auto &s = op->operand(p[i]->shapeOf)->type().shape;
+      attrs.insert_or_assign("shape", std::vector<int64_t>(s.begin(), s.end()));
+    }
+    Op *part = g.insertOpBefore(op, p[i]->kind, operands,
+                                {results[i]->type()}, {}, std::move(attrs),
+                                op->loc());
+    part->setPhase(op->phase());
+    parts[i] = part->result(0);
+    if (!op->operand(1 + i)->isDeclared())
+      seeds.insert(parts[i]);
+  }
+  std::string names[2] = {results[0]->name(), results[1]->name()};
+  for (int i = 0; i < 2; ++i)
+    g.replaceAllUsesWith(results[i], parts[i]);
+  g.eraseOp(op);
+  for (int i = 0; i < 2; ++i)
+    g.rename(parts[i], names[i]);
+}
+
+static bool isBackward(const Op &op) {
+  return op.phase() == Phase::B || op.phase() == Phase::W;
+}
+
+// The phase every op should have: fwd and opt stay; a backward op is B when
+// one of its results is an activation gradient (a seed) or is read by a B
+// op, else W (it only feeds parameter gradients). One reverse sweep: the
+// dependency slice of the activation gradients.
+static std::vector<Phase> computePhases(const ir::Graph &g,
+                                        const ValueSet &seeds) {
+  const auto &ops = g.ops();
+  llvm::DenseMap<const Op *, Phase> phase;
+  std::vector<Phase> out(ops.size());
+  for (size_t i = ops.size(); i-- > 0;) {
+    const Op &op = *ops[i];
+    Phase p = op.phase();
+    if (isBackward(op)) {
+      bool data = false;
+      for (const Value *r : op.results()) {
+        data |= seeds.count(r) != 0;
+        for (const ir::Use &u : r->uses())
+          data |= phase.lookup(u.user) == Phase::B;
+      }
+      p = data ? Phase::B : Phase::W;
+    }
+    phase[&op] = p;
+    out[i] = p;
+  }
+  return out;
+}
+
+// Values made by fwd or B ops, or fed as graph inputs, that W ops read.
+static std::vector<Value *> computeStash(const ir::Graph &g) {
+  llvm::DenseSet<const Value *> read;
+  for (const auto &op : g.ops())
+    if (op->phase() == Phase::W)
+      for (Value *v : op->operands())
+        read.insert(v);
+  std::vector<Value *> stash;
+  for (Value *v : g.inputs())
+    if (read.count(v))
+      stash.push_back(v);
+  for (const auto &op : g.ops())
+    if (op->phase() == Phase::Fwd || op->phase() == Phase::B)
+      for (Value *r : op->results())
+        if (read.count(r))
+          stash.push_back(r);
+  return stash;
+}
+
+void tagPhases(ir::Graph &g, const ValueSet &activationGradients) {
+  std::vector<Phase> phases = computePhases(g, activationGradients);
+  for (size_t i = 0; i < phases.size(); ++i)
+    g.ops()[i]->setPhase(phases[i]);
+  g.setStash(computeStash(g));
+}
+
+llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &) {
+  if (!g.isTraining())
+    return fail("the graph has no backward ops; run autodiff first");
+  // Results of B ops stay activation gradients; the parts of combined ops
+  // are judged by the operand they differentiate.
+  ValueSet seeds;
+  std::vector<Op *> combined;
+  for (const auto &op : g.ops()) {
+    if (findSplit(op->kind()))
+      combined.push_back(op.get());
+    else if (op->phase() == Phase::B)
+      seeds.insert(op->results().begin(), op->results().end());
+  }
+  for (Op *op : combined)
+    splitOp(g, op, *findSplit(op->kind()), seeds);
+  tagPhases(g, seeds);
+  return true;
+}
+
+static std::string phaseStr(Phase p) { return std::string(ir::phaseName(p)); }
+
+llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &) {
+  if (!g.isTraining())
+    return fail("verify-2bp: the graph has no backward ops");
+  auto producer = [](const Value *v) {
+    return v->definingOp() ? v->definingOp()->phase() : Phase::Fwd;
+  };
+  for (const auto &opPtr : g.ops()) {
+    const Op &op = *opPtr;
+    for (const Value *v : op.operands()) {
+      Phase from = producer(v);
+      bool ok = true;
+      switch (op.phase()) {
+      case Phase::Fwd:
+        ok = from == Phase::Fwd;
+        break;
+      case Phase::B:
+        ok = from == Phase::Fwd || from == Phase::B;
+        break;
+      case Phase::W:
+        ok = from != Phase::Opt;
+        break;
+      case Phase::Opt:
+        break;
+      }
+      if (!ok)
+        return fail("verify-2bp: " + phaseStr(op.phase()) + " op " +
+                    op.describe() + " reads " + ir::valueRef(v->name()) +
+                    ", made by a " + phaseStr(from) + " op");
+    }
+    if (op.phase() == Phase::Fwd &&
+        (op.info().typeRule == ir::typerules::gradient ||
+         op.info().typeRule == ir::typerules::optimizer))
+      return fail("verify-2bp: gradient op " + op.describe() +
+                  " is tagged fwd");
+    if (op.phase() == Phase::W)
+      for (const Value *r : op.results())
+        for (const ir::Use &u : r->uses())
+          if (u.user->phase() != Phase::W && u.user->phase() != Phase::Opt)
+            return fail("verify-2bp: W op " + op.describe() + " feeds " +
+                        phaseStr(u.user->phase()) + " op " +
+                        u.user->describe());
+  }
+  std::vector<Value *> stash = computeStash(g);
+  if (stash != std::vector<Value *>(g.stash().begin(), g.stash().end()))
+    return fail("verify-2bp: the recorded stash differs from the values W "
+                "ops read from fwd and B (" +
+                std::to_string(g.stash().size()) + " recorded, " +
+                std::to_string(stash.size()) + " expected)");
+  return false;
+}
+
+} // namespace cleave::passes
