@@ -63,6 +63,11 @@ public:
     registerLinalgKernels(table_);
     registerConvPoolKernels(table_);
     registerNormalizationKernels(table_);
+    registerGradientKernels(table_);
+    registerLinalgGradientKernels(table_);
+    registerNormalizationGradientKernels(table_);
+    registerConvPoolGradientKernels(table_);
+    registerOptimizerKernels(table_);
   }
 
   std::string_view name() const override { return "cpu"; }

@@ -47,6 +47,12 @@ void registerDataMovementKernels(KernelTable &t);
 void registerLinalgKernels(KernelTable &t);
 void registerConvPoolKernels(KernelTable &t);
 void registerNormalizationKernels(KernelTable &t);
+// Gradient and optimizer kernels (Gradients*.cpp, Optimizers.cpp).
+void registerGradientKernels(KernelTable &t);
+void registerLinalgGradientKernels(KernelTable &t);
+void registerNormalizationGradientKernels(KernelTable &t);
+void registerConvPoolGradientKernels(KernelTable &t);
+void registerOptimizerKernels(KernelTable &t);
 
 // Raw 16-bit float storage; the math on them runs in f32.
 struct Half {

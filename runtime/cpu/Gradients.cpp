@@ -1,0 +1,486 @@
+// Gradient kernels for the CPU backend that are elementwise, reduce along
+// one axis, or move data: UnaryGrad, SumTo, SoftmaxGrad, LogSoftmaxGrad,
+// SoftmaxCrossEntropyLossGrad, DropoutGrad, GatherGrad, SliceGrad.
+// docs/design/training.md gives the formulas.
+//
+// Every reduction runs in a fixed order per output element (sums in
+// double), and threads split the outputs, never a sum, so the results are
+// the same bits whatever the thread count.
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/GradientSupport.h"
+
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+constexpr int64_t kGrain = 1 << 14; // elements per thread
+
+int64_t normalizedAxis(const KernelCall &call, size_t rank) {
+  int64_t axis = call.getInt("axis");
+  return axis < 0 ? axis + int64_t(rank) : axis;
+}
+
+// --- UnaryGrad -------------------------------------------------------------
+
+// dX[i] = grad(dY[i], X[i]) over all elements.
+template <typename T, typename F>
+llvm::Error mapGradient(const KernelCall &call, F grad) {
+  const T *dy = call.inputs[0].as<T>(), *x = call.inputs[1].as<T>();
+  T *dx = call.outputs[0].as<T>();
+  parallelFor(call.outputs[0].numElements(), kGrain,
+              [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i)
+                  dx[i] = grad(dy[i], x[i]);
+              });
+  return llvm::Error::success();
+}
+
+// Masks (relu, clip) select dY or 0 rather than multiply, so an infinite dY
+// where the mask is off gives 0, not NaN.
+template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
+  const std::string &fn = call.getString("fn");
+  if (fn == "abs")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return x > 0 ? dy : x < 0 ? T(-dy) : T(0);
+    });
+  if (fn == "clip") {
+    T lo = T(call.getFloat("min")), hi = T(call.getFloat("max"));
+    return mapGradient<T>(
+        call, [=](T dy, T x) { return x >= lo && x <= hi ? dy : T(0); });
+  }
+  if (fn == "erf")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy * T(M_2_SQRTPI) * std::exp(-x * x));
+    });
+  if (fn == "exp")
+    return mapGradient<T>(call, [](T dy, T x) { return T(dy * std::exp(x)); });
+  if (fn == "leaky_relu") {
+    T alpha = T(call.getFloat("alpha"));
+    return mapGradient<T>(call,
+                          [=](T dy, T x) { return x > 0 ? dy : T(dy * alpha); });
+  }
+  if (fn == "log")
+    return mapGradient<T>(call, [](T dy, T x) { return T(dy / x); });
+  if (fn == "reciprocal")
+    return mapGradient<T>(call, [](T dy, T x) { return T(-dy / (x * x)); });
+  if (fn == "relu")
+    return mapGradient<T>(call, [](T dy, T x) { return x > 0 ? dy : T(0); });
+  if (fn == "sigmoid")
+    return mapGradient<T>(call, [](T dy, T x) {
+      T s = T(1) / (T(1) + std::exp(-x));
+      return T(dy * s * (T(1) - s));
+    });
+  if (fn == "sqrt")
+    return mapGradient<T>(call,
+                          [](T dy, T x) { return T(dy / (T(2) * std::sqrt(x))); });
+  if (fn == "tanh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      T t = std::tanh(x);
+      return T(dy * (T(1) - t * t));
+    });
+  return kernelError(call, "unknown fn '{0}'", fn);
+}
+
+// --- SumTo ----------------------------------------------------------------
+
+// A run of adjacent dims of X that are all kept (present in the result) or
+// all reduced; dims of size 1 are dropped, so runs of one kind merge.
+struct DimRun {
+  int64_t size;
+  int64_t stride; // in X's elements
+  bool kept;
+};
+
+llvm::SmallVector<DimRun, 6> sumToRuns(llvm::ArrayRef<int64_t> in,
+                                       llvm::ArrayRef<int64_t> out) {
+  std::vector<int64_t> strides = stridesOf(in);
+  size_t lead = in.size() - out.size();
+  llvm::SmallVector<DimRun, 6> runs;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] == 1)
+      continue;
+    bool kept = d >= lead && out[d - lead] == in[d];
+    if (!runs.empty() && runs.back().kept == kept) {
+      runs.back().size *= in[d];
+      runs.back().stride = strides[d];
+    } else {
+      runs.push_back({in[d], strides[d], kept});
+    }
+  }
+  return runs;
+}
+
+// X's offset of index `i` over the runs of one kind (row-major).
+int64_t runOffset(llvm::ArrayRef<DimRun> runs, int64_t i) {
+  int64_t off = 0;
+  for (size_t r = runs.size(); r-- > 0;) {
+    off += (i % runs[r].size) * runs[r].stride;
+    i /= runs[r].size;
+  }
+  return off;
+}
+
+// Each output element sums its inputs in row-major order of the reduced
+// dims. The innermost run is contiguous: when kept, a block of neighbouring
+// outputs accumulates whole input rows; when reduced, each output sums
+// contiguous runs of input.
+template <typename T> llvm::Error sumTo(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0], &Y = call.outputs[0];
+  if (X.rank() < Y.rank())
+    return kernelError(call, "shape {0} has more dims than the operand {1}",
+                       ir::shapeStr(Y.shape), ir::shapeStr(X.shape));
+  for (size_t d = 0; d < Y.rank(); ++d) {
+    int64_t xd = X.shape[X.rank() - Y.rank() + d];
+    if (Y.shape[d] != xd && Y.shape[d] != 1)
+      return kernelError(call, "shape {0} does not broadcast to {1}",
+                         ir::shapeStr(Y.shape), ir::shapeStr(X.shape));
+  }
+  const T *x = X.as<T>();
+  T *y = Y.as<T>();
+  int64_t outCount = Y.numElements();
+  if (X.numElements() == 0) {
+    std::fill(y, y + outCount, T(0));
+    return llvm::Error::success();
+  }
+  llvm::SmallVector<DimRun, 6> runs = sumToRuns(X.shape, Y.shape);
+  bool innerKept = runs.empty() || runs.back().kept;
+  int64_t inner = runs.empty() ? 1 : runs.back().size;
+  llvm::SmallVector<DimRun, 6> outerKept, outerReduced;
+  for (size_t r = 0; r + 1 < runs.size(); ++r)
+    (runs[r].kept ? outerKept : outerReduced).push_back(runs[r]);
+  int64_t keptInner = innerKept ? inner : 1;
+  int64_t reducedInner = innerKept ? 1 : inner;
+  int64_t rows = outCount / keptInner;
+  int64_t reductions = X.numElements() / outCount / reducedInner;
+  std::vector<int64_t> reducedOff(reductions);
+  for (int64_t q = 0; q < reductions; ++q)
+    reducedOff[q] = runOffset(outerReduced, q);
+
+  constexpr int64_t block = 256; // outputs accumulated together
+  int64_t blocks = (keptInner + block - 1) / block;
+  int64_t work = reductions * reducedInner * std::min(block, keptInner);
+  parallelFor(rows * blocks, std::max<int64_t>(1, kGrain / work),
+              [&](int64_t b, int64_t e) {
+                double acc[block];
+                for (int64_t item = b; item < e; ++item) {
+                  int64_t row = item / blocks;
+                  int64_t j0 = (item % blocks) * block,
+                          j1 = std::min(keptInner, j0 + block);
+                  int64_t rowOff = runOffset(outerKept, row) + j0;
+                  std::fill(acc, acc + (j1 - j0), 0.0);
+                  for (int64_t q = 0; q < reductions; ++q) {
+                    const T *src = x + rowOff + reducedOff[q];
+                    if (innerKept)
+                      for (int64_t j = 0; j < j1 - j0; ++j)
+                        acc[j] += src[j];
+                    else
+                      for (int64_t t = 0; t < reducedInner; ++t)
+                        acc[0] += src[t];
+                  }
+                  for (int64_t j = j0; j < j1; ++j)
+                    y[row * keptInner + j] = T(acc[j - j0]);
+                }
+              });
+  return llvm::Error::success();
+}
+
+// --- SoftmaxGrad, LogSoftmaxGrad ------------------------------------------
+
+// Calls f(base, inner, len) for every lane along `axis` of `shape`: the
+// lane's elements are base + j * inner for j in [0, len). Lanes are spread
+// over threads.
+template <typename F>
+void forEachLane(llvm::ArrayRef<int64_t> shape, int64_t axis, F &&f) {
+  int64_t len = shape[axis], inner = elementCount(shape.drop_front(axis + 1));
+  int64_t lanes = elementCount(shape.take_front(axis)) * inner;
+  parallelFor(lanes, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, len)),
+              [&](int64_t l0, int64_t l1) {
+                for (int64_t l = l0; l < l1; ++l)
+                  f((l / inner) * len * inner + l % inner, inner, len);
+              });
+}
+
+// Softmax: dX = Y * (dY - sum(dY * Y)). LogSoftmax: dX = dY - exp(Y) *
+// sum(dY). Y is the forward result.
+template <typename T, bool Log> llvm::Error softmaxGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0];
+  int64_t axis = normalizedAxis(call, dY.rank());
+  if (axis < 0 || axis >= int64_t(dY.rank()))
+    return kernelError(call, "axis {0} is out of range for {1}",
+                       call.getInt("axis"), ir::shapeStr(dY.shape));
+  const T *dy = dY.as<T>(), *y = call.inputs[1].as<T>();
+  T *dx = call.outputs[0].as<T>();
+  forEachLane(dY.shape, axis,
+              [&](int64_t base, int64_t inner, int64_t len) {
+                double sum = 0;
+                for (int64_t j = 0; j < len; ++j) {
+                  int64_t i = base + j * inner;
+                  sum += Log ? double(dy[i]) : double(dy[i]) * y[i];
+                }
+                for (int64_t j = 0; j < len; ++j) {
+                  int64_t i = base + j * inner;
+                  dx[i] = Log ? T(dy[i] - std::exp(double(y[i])) * sum)
+                              : T(y[i] * (dy[i] - sum));
+                }
+              });
+  return llvm::Error::success();
+}
+
+// --- SoftmaxCrossEntropyLossGrad ------------------------------------------
+
+// Labels as int64 (any integer type).
+std::vector<int64_t> readLabels(const TensorRef &L) {
+  std::vector<int64_t> labels(L.numElements());
+  dispatchType(L.dtype, [&](auto v) {
+    const auto *p = L.as<decltype(v)>();
+    for (size_t i = 0; i < labels.size(); ++i)
+      labels[i] = int64_t(p[i]);
+  });
+  return labels;
+}
+
+// (dL, scores [N, C, d...], labels [N, d...][, weights [C]]). Per position
+// not ignored: dS = (softmax(S) - onehot(label)) * w[label] * dL (dL per
+// position for reduction "none", else the scalar), divided by the summed
+// weights of the positions not ignored for "mean". Ignored positions get 0.
+template <typename T> llvm::Error softmaxCrossEntropyGrad(const KernelCall &call) {
+  const TensorRef &dL = call.inputs[0], &S = call.inputs[1];
+  if (S.rank() < 2)
+    return kernelError(call, "scores must have rank >= 2 ([N, C, ...]), got "
+                             "{0}",
+                       ir::shapeStr(S.shape));
+  int64_t classes = S.shape[1], inner = elementCount(S.shape.drop_front(2));
+  int64_t lanes = S.shape[0] * inner;
+  std::vector<int64_t> labels = readLabels(call.inputs[2]);
+  if (int64_t(labels.size()) != lanes)
+    return kernelError(call, "labels {0} do not match scores {1}",
+                       ir::shapeStr(call.inputs[2].shape),
+                       ir::shapeStr(S.shape));
+  const std::string &reduction = call.getString("reduction");
+  if (reduction == "none" ? dL.numElements() != lanes : dL.numElements() != 1)
+    return kernelError(call, "incoming gradient {0} does not fit reduction "
+                             "'{1}' of scores {2}",
+                       ir::shapeStr(dL.shape), reduction,
+                       ir::shapeStr(S.shape));
+  std::optional<int64_t> ignore;
+  if (call.hasAttr("ignore_index"))
+    ignore = call.getInt("ignore_index");
+  auto ignored = [&](int64_t l) { return ignore && labels[l] == *ignore; };
+  for (int64_t l = 0; l < lanes; ++l)
+    if (!ignored(l) && (labels[l] < 0 || labels[l] >= classes))
+      return kernelError(call, "label {0} at position {1} is out of range "
+                               "[0, {2})",
+                         labels[l], l, classes);
+  std::vector<double> weights = call.inputs.size() == 4
+                                    ? readDoubles(call.inputs[3])
+                                    : std::vector<double>(classes, 1.0);
+  double divisor = 1;
+  if (reduction == "mean") {
+    divisor = 0;
+    for (int64_t l = 0; l < lanes; ++l)
+      if (!ignored(l))
+        divisor += weights[labels[l]];
+  }
+
+  const T *s = S.as<T>();
+  T *ds = call.outputs[0].as<T>();
+  forEachLane(S.shape, 1, [&](int64_t base, int64_t step, int64_t len) {
+    int64_t l = (base / (len * step)) * step + base % step;
+    if (ignored(l)) {
+      for (int64_t j = 0; j < len; ++j)
+        ds[base + j * step] = T(0);
+      return;
+    }
+    double coef = loadDouble(dL, reduction == "none" ? l : 0) *
+                  weights[labels[l]] / divisor;
+    double max = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < len; ++j)
+      max = std::max(max, double(s[base + j * step]));
+    for (int64_t j = 0; j < len; ++j)
+      sum += std::exp(double(s[base + j * step]) - max);
+    for (int64_t j = 0; j < len; ++j) {
+      double p = std::exp(double(s[base + j * step]) - max) / sum;
+      ds[base + j * step] = T((p - (j == labels[l] ? 1.0 : 0.0)) * coef);
+    }
+  });
+  return llvm::Error::success();
+}
+
+// --- DropoutGrad ----------------------------------------------------------
+
+// dX = dY / (1 - ratio) where the mask (the forward op's bool result) kept
+// the element, else 0 (selected, so ratio 1 gives 0 rather than NaN).
+template <typename T> llvm::Error dropoutGrad(const KernelCall &call) {
+  const TensorRef &M = call.inputs[1];
+  if (M.dtype != ir::DType::Bool || M.shape != call.inputs[0].shape)
+    return kernelError(call, "the mask must be bool and shaped like the "
+                             "gradient {0}, not {1} {2}",
+                       ir::shapeStr(call.inputs[0].shape),
+                       ir::dtypeName(M.dtype), ir::shapeStr(M.shape));
+  const T *dy = call.inputs[0].as<T>();
+  const bool *mask = M.as<bool>();
+  T *dx = call.outputs[0].as<T>();
+  T scale = T(1.0 / (1.0 - double(call.getFloat("ratio"))));
+  parallelFor(call.outputs[0].numElements(), kGrain,
+              [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i)
+                  dx[i] = mask[i] ? T(dy[i] * scale) : T(0);
+              });
+  return llvm::Error::success();
+}
+
+// --- GatherGrad -----------------------------------------------------------
+
+// Indices as int64 in [0, dim), negative ones wrapped.
+llvm::Expected<std::vector<int64_t>>
+gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim) {
+  if (idx.dtype != ir::DType::I64 && idx.dtype != ir::DType::I32)
+    return kernelError(call, "indices must be i64 or i32, not {0}",
+                       ir::dtypeName(idx.dtype));
+  std::vector<int64_t> index = readLabels(idx);
+  for (size_t i = 0; i < index.size(); ++i) {
+    int64_t v = index[i];
+    if (v < -dim || v >= dim)
+      return kernelError(call, "index {0} (at position {1}) is out of range "
+                               "for an axis of size {2}",
+                         v, i, dim);
+    index[i] = v < 0 ? v + dim : v;
+  }
+  return index;
+}
+
+// dX = zeros(shape); dX[o, index[k], i] += dY[o, k, i]. Threads split the
+// (o, i) positions, and each adds its k in order, so repeated indices sum
+// in a fixed order.
+template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &idx = call.inputs[1],
+                  &dX = call.outputs[0];
+  int64_t axis = normalizedAxis(call, dX.rank());
+  if (axis < 0 || axis >= int64_t(dX.rank()))
+    return kernelError(call, "axis {0} is out of range for shape {1}",
+                       call.getInt("axis"), ir::shapeStr(dX.shape));
+  int64_t dim = dX.shape[axis], n = idx.numElements();
+  int64_t outer = elementCount(dX.shape.take_front(axis));
+  int64_t inner = elementCount(dX.shape.drop_front(axis + 1));
+  if (dY.numElements() != outer * n * inner)
+    return kernelError(call, "gradient {0} does not match shape {1} gathered "
+                             "by indices {2}",
+                       ir::shapeStr(dY.shape), ir::shapeStr(dX.shape),
+                       ir::shapeStr(idx.shape));
+  auto index = gatherIndices(call, idx, dim);
+  if (!index)
+    return index.takeError();
+  const T *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  parallelFor(outer * inner,
+              std::max<int64_t>(64, kGrain / std::max<int64_t>(1, n)),
+              [&](int64_t b, int64_t e) {
+                for (int64_t p = b; p < e;) {
+                  int64_t o = p / inner, i0 = p % inner;
+                  int64_t i1 = std::min(inner, i0 + (e - p));
+                  T *dst = dx + o * dim * inner;
+                  for (int64_t r = 0; r < dim; ++r)
+                    std::fill(dst + r * inner + i0, dst + r * inner + i1, T(0));
+                  for (int64_t k = 0; k < n; ++k) {
+                    const T *src = dy + (o * n + k) * inner;
+                    T *row = dst + (*index)[k] * inner;
+                    for (int64_t i = i0; i < i1; ++i)
+                      row[i] += src[i];
+                  }
+                  p += i1 - i0;
+                }
+              });
+  return llvm::Error::success();
+}
+
+// --- SliceGrad ------------------------------------------------------------
+
+// dX = zeros(shape) with dY written where Slice read from: the slice is a
+// strided view of dX (start offset, per-dim strides, negative for negative
+// steps), walked with an odometer per thread's range of dY.
+template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &dX = call.outputs[0];
+  const auto &starts = call.getInts("starts"), &ends = call.getInts("ends"),
+             &axes = call.getInts("axes"), &steps = call.getInts("steps");
+  int64_t rank = dX.rank();
+  std::vector<int64_t> xStrides = stridesOf(dX.shape);
+  std::vector<int64_t> strides = xStrides, lengths(dX.shape.begin(),
+                                                   dX.shape.end());
+  int64_t start = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank || steps[i] == 0)
+      return kernelError(call, "bad axis {0} or step {1}", axes[i], steps[i]);
+    int64_t first = 0;
+    lengths[a] =
+        ir::sliceLength(dX.shape[a], starts[i], ends[i], steps[i], &first);
+    start += first * xStrides[a];
+    strides[a] = xStrides[a] * steps[i];
+  }
+  if (llvm::ArrayRef<int64_t>(lengths) != dY.shape)
+    return kernelError(call, "gradient {0} does not match the slice {1} of {2}",
+                       ir::shapeStr(dY.shape), ir::shapeStr(lengths),
+                       ir::shapeStr(dX.shape));
+  const T *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  std::fill(dx, dx + dX.numElements(), T(0));
+  parallelFor(dY.numElements(), kGrain, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> pos(rank);
+    int64_t off = start, rest = b;
+    for (int64_t d = rank; d-- > 0;) {
+      pos[d] = rest % lengths[d];
+      rest /= lengths[d];
+      off += pos[d] * strides[d];
+    }
+    for (int64_t i = b; i < e; ++i) {
+      dx[off] = dy[i];
+      for (int64_t d = rank; d-- > 0;) {
+        off += strides[d];
+        if (++pos[d] < lengths[d])
+          break;
+        off -= pos[d] * strides[d];
+        pos[d] = 0;
+      }
+    }
+  });
+  return llvm::Error::success();
+}
+
+template <typename T> llvm::Error plainSoftmaxGrad(const KernelCall &c) {
+  return softmaxGrad<T, false>(c);
+}
+template <typename T> llvm::Error logSoftmaxGrad(const KernelCall &c) {
+  return softmaxGrad<T, true>(c);
+}
+
+CLEAVE_FLOAT_DISPATCH(unaryGradKernel, unaryGrad)
+CLEAVE_FLOAT_DISPATCH(sumToKernel, sumTo)
+CLEAVE_FLOAT_DISPATCH(softmaxGradKernel, plainSoftmaxGrad)
+CLEAVE_FLOAT_DISPATCH(logSoftmaxGradKernel, logSoftmaxGrad)
+CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyGradKernel, softmaxCrossEntropyGrad)
+CLEAVE_FLOAT_DISPATCH(dropoutGradKernel, dropoutGrad)
+CLEAVE_FLOAT_DISPATCH(gatherGradKernel, gatherGrad)
+CLEAVE_FLOAT_DISPATCH(sliceGradKernel, sliceGrad)
+
+} // namespace
+
+void registerGradientKernels(KernelTable &t) {
+  t.add(ir::OpKind::UnaryGrad, unaryGradKernel, kFloatTypes);
+  t.add(ir::OpKind::SumTo, sumToKernel, kFloatTypes);
+  t.add(ir::OpKind::SoftmaxGrad, softmaxGradKernel, kFloatTypes);
+  t.add(ir::OpKind::LogSoftmaxGrad, logSoftmaxGradKernel, kFloatTypes);
+  t.add(ir::OpKind::SoftmaxCrossEntropyLossGrad, softmaxCrossEntropyGradKernel,
+        kFloatTypes);
+  t.add(ir::OpKind::DropoutGrad, dropoutGradKernel, kFloatTypes);
+  t.add(ir::OpKind::GatherGrad, gatherGradKernel, kFloatTypes);
+  t.add(ir::OpKind::SliceGrad, sliceGradKernel, kFloatTypes);
+}
+
+} // namespace cleave::runtime::cpu

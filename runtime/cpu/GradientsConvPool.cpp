@@ -1,0 +1,462 @@
+// Gradient kernels of convolution and pooling for the CPU backend:
+// ConvGradData, ConvGradFilter, ConvGrad, MaxPoolGrad, AveragePoolGrad,
+// over any number of spatial dims (NCHW-style layouts).
+//
+// Conv's forward pass multiplies each (image, group)'s filters [Mg, R] by
+// the im2col matrix [R, P] of its input (R = Cg * prod(kernel) rows, P
+// output positions). So, per (image, group):
+//   ConvGradData:   col = W^T * dY, then col2im adds each column entry back
+//                   onto the input position it was read from;
+//   ConvGradFilter: dW += dY * im2col(X)^T, images added in order.
+// Both GEMMs go to OpenBLAS (Blas.h). A 1x1 conv that maps the input onto
+// the output position for position needs no im2col or col2im. Pooling
+// gradients walk each window again, one (image, channel) plane per task.
+//
+// Every scatter-add is done by one thread in a fixed order (col2im by
+// channel, pools by plane), so results do not depend on the thread count.
+#include "runtime/cpu/Blas.h"
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/GradientSupport.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+using Dims = llvm::SmallVector<int64_t, 4>;
+
+// Below this many multiply-adds a GEMM is not split over threads, so the
+// (image, group) products are spread over threads instead.
+constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Values of i in [0, count) with 0 <= start + i * step < limit, as [lo, hi).
+std::pair<int64_t, int64_t> insideRange(int64_t start, int64_t step,
+                                        int64_t count, int64_t limit) {
+  int64_t lo = start >= 0 ? 0 : ceilDiv(-start, step);
+  int64_t hi =
+      start <= limit - 1 ? std::min(count, (limit - 1 - start) / step + 1) : 0;
+  return {std::min(lo, hi), hi};
+}
+
+// The window geometry of a conv or pool whose input has spatial dims `in`
+// and whose output has spatial dims `out`. (ConvPool.cpp has its own, built
+// from a forward call's operands; a gradient's operands are arranged
+// differently.)
+struct Window {
+  Dims in, out, kernel, strides, padBegin, padEnd, dilations, inStrides;
+  int64_t inSize = 1, outSize = 1, kernelSize = 1;
+  size_t rank() const { return in.size(); }
+};
+
+llvm::Expected<Window> window(const KernelCall &call,
+                              llvm::ArrayRef<int64_t> inShape,
+                              llvm::ArrayRef<int64_t> outShape,
+                              llvm::ArrayRef<int64_t> kernel,
+                              bool hasDilations) {
+  size_t sp = inShape.size() - 2;
+  const auto &st = call.getInts("strides"), &pd = call.getInts("pads");
+  bool dilationsOk = !hasDilations || call.getInts("dilations").size() == sp;
+  if (inShape.size() < 3 || outShape.size() != inShape.size() ||
+      kernel.size() != sp || st.size() != sp || pd.size() != 2 * sp ||
+      !dilationsOk || outShape[0] != inShape[0])
+    return kernelError(call, "input {0}, output {1} and kernel {2} do not fit "
+                             "together or with the attributes",
+                       ir::shapeStr(inShape), ir::shapeStr(outShape),
+                       ir::shapeStr(kernel));
+  Window g;
+  g.in.assign(inShape.begin() + 2, inShape.end());
+  g.out.assign(outShape.begin() + 2, outShape.end());
+  g.kernel.assign(kernel.begin(), kernel.end());
+  g.strides.assign(st.begin(), st.end());
+  g.padBegin.assign(pd.begin(), pd.begin() + sp);
+  g.padEnd.assign(pd.begin() + sp, pd.end());
+  if (hasDilations) {
+    const auto &dl = call.getInts("dilations");
+    g.dilations.assign(dl.begin(), dl.end());
+  } else {
+    g.dilations.assign(sp, 1);
+  }
+  std::vector<int64_t> s = stridesOf(g.in);
+  g.inStrides.assign(s.begin(), s.end());
+  g.inSize = elementCount(g.in);
+  g.outSize = elementCount(g.out);
+  g.kernelSize = elementCount(g.kernel);
+  return g;
+}
+
+// For one kernel tap (first input coordinate start[d] per dim), calls
+// f(outLine, inLine, lo, hi) for every line of output positions (all dims
+// but the last fixed) that reads inside the input: output outLine + j reads
+// input inLine + j * stride for j in [lo, hi).
+template <typename F>
+void forEachTapLine(const Window &g, llvm::ArrayRef<int64_t> start, F &&f) {
+  size_t last = g.rank() - 1;
+  int64_t outInner = g.out[last], outOuter = g.outSize / outInner;
+  auto [lo, hi] =
+      insideRange(start[last], g.strides[last], outInner, g.in[last]);
+  if (lo >= hi)
+    return;
+  for (int64_t o = 0; o < outOuter; ++o) {
+    int64_t off = 0, rest = o;
+    for (size_t d = last; d-- > 0 && off >= 0;) {
+      int64_t i = (rest % g.out[d]) * g.strides[d] + start[d];
+      rest /= g.out[d];
+      off = i < 0 || i >= g.in[d] ? -1 : off + i * g.inStrides[d];
+    }
+    if (off >= 0)
+      f(o * outInner, off + start[last], lo, hi);
+  }
+}
+
+// The first input coordinate, per spatial dim, of im2col row `row`'s tap.
+Dims tapStart(const Window &g, int64_t row) {
+  Dims start(g.rank());
+  int64_t t = row % g.kernelSize;
+  for (size_t d = g.rank(); d-- > 0;) {
+    start[d] = (t % g.kernel[d]) * g.dilations[d] - g.padBegin[d];
+    t /= g.kernel[d];
+  }
+  return start;
+}
+
+// Rows [row0, row1) of the im2col matrix [Cg * kernelSize, outSize] of the
+// planes at x: row (c, tap) holds the input under that tap for every output
+// position, 0 in the padding.
+template <typename T>
+void im2col(const T *x, const Window &g, int64_t row0, int64_t row1, T *col) {
+  int64_t s = g.strides.back();
+  for (int64_t row = row0; row < row1; ++row) {
+    const T *plane = x + (row / g.kernelSize) * g.inSize;
+    T *dst = col + row * g.outSize;
+    std::fill(dst, dst + g.outSize, T(0));
+    forEachTapLine(g, tapStart(g, row),
+                   [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
+                     for (int64_t j = lo; j < hi; ++j)
+                       dst[outLine + j] = plane[inLine + j * s];
+                   });
+  }
+}
+
+// The adjoint of im2col for channels [c0, c1): adds every entry of those
+// channels' rows onto the input position it was read from (taps in order).
+template <typename T>
+void col2im(const T *col, const Window &g, int64_t c0, int64_t c1, T *x) {
+  int64_t s = g.strides.back();
+  for (int64_t row = c0 * g.kernelSize; row < c1 * g.kernelSize; ++row) {
+    T *plane = x + (row / g.kernelSize) * g.inSize;
+    const T *src = col + row * g.outSize;
+    forEachTapLine(g, tapStart(g, row),
+                   [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
+                     for (int64_t j = lo; j < hi; ++j)
+                       plane[inLine + j * s] += src[outLine + j];
+                   });
+  }
+}
+
+// A 1x1 conv whose input positions are its output positions.
+bool isPointwise(const Window &g) {
+  if (g.kernelSize != 1 || g.in != g.out)
+    return false;
+  for (size_t d = 0; d < g.rank(); ++d)
+    if (g.strides[d] != 1 || g.padBegin[d] != 0)
+      return false;
+  return true;
+}
+
+// --- Conv -------------------------------------------------------------------
+
+// Conv of X [N, C, in...] with W [M, C/group, kernel...] into Y [N, M,
+// out...], and the GEMM sizes of one (image, group).
+struct ConvDims {
+  Window g;
+  int64_t n, c, m, groups, cg, mg, rows;
+};
+
+llvm::Expected<ConvDims> convDims(const KernelCall &call,
+                                  llvm::ArrayRef<int64_t> x,
+                                  llvm::ArrayRef<int64_t> w,
+                                  llvm::ArrayRef<int64_t> y) {
+  auto g = window(call, x, y, w.drop_front(std::min<size_t>(2, w.size())),
+                  /*hasDilations=*/true);
+  if (!g)
+    return g.takeError();
+  ConvDims d{*g, x[0], x[1], w[0], call.getInt("group"), 0, 0, 0};
+  if (d.groups <= 0 || d.c % d.groups || d.m % d.groups ||
+      w[1] != d.c / d.groups || y[1] != d.m)
+    return kernelError(call, "input {0}, weights {1} and output {2} do not "
+                             "fit group {3}",
+                       ir::shapeStr(x), ir::shapeStr(w), ir::shapeStr(y),
+                       d.groups);
+  d.cg = d.c / d.groups;
+  d.mg = d.m / d.groups;
+  d.rows = d.cg * d.g.kernelSize;
+  if (d.rows > INT_MAX || d.g.outSize > INT_MAX || d.g.inSize > INT_MAX)
+    return kernelError(call, "input {0} with weights {1} is too large for BLAS",
+                       ir::shapeStr(x), ir::shapeStr(w));
+  return d;
+}
+
+// Runs one(i, col, parallelInner) for i in [0, count) with a scratch
+// buffer of colSize elements: spread over threads when each GEMM is small,
+// else in order with the work inside each spread over threads.
+template <typename T, typename F>
+void forEachProduct(int64_t count, int64_t gemmWork, size_t colSize, F &&one) {
+  if (gemmWork <= kSmallGemmWork) {
+    parallelFor(count, 1, [&](int64_t b, int64_t e) {
+      std::vector<T> col(colSize);
+      for (int64_t i = b; i < e; ++i)
+        one(i, col.data(), false);
+    });
+  } else {
+    std::vector<T> col(colSize);
+    for (int64_t i = 0; i < count; ++i)
+      one(i, col.data(), true);
+  }
+}
+
+// dX of Conv: per (image, group), col = W_g^T * dY_g, then col2im.
+template <typename T>
+llvm::Error convGradData(const KernelCall &call, const TensorRef &dY,
+                         const TensorRef &W, const TensorRef &dX) {
+  auto d = convDims(call, dX.shape, W.shape, dY.shape);
+  if (!d)
+    return d.takeError();
+  const Window &g = d->g;
+  const T *dy = dY.as<T>(), *w = W.as<T>();
+  T *dx = dX.as<T>();
+  if (g.outSize == 0) {
+    std::fill_n(dx, dX.numElements(), T(0));
+    return llvm::Error::success();
+  }
+  bool pointwise = isPointwise(g);
+  auto one = [&](int64_t ng, T *col, bool parallelInner) {
+    int64_t img = ng / d->groups, grp = ng % d->groups;
+    const T *dyg = dy + (img * d->m + grp * d->mg) * g.outSize;
+    const T *wg = w + grp * d->mg * d->rows;
+    T *dxg = dx + (img * d->c + grp * d->cg) * g.inSize;
+    if (d->mg == 0) {
+      std::fill_n(dxg, d->cg * g.inSize, T(0));
+      return;
+    }
+    T *dst = pointwise ? dxg : col;
+    parallelGemm<T>(true, false, d->rows, g.outSize, d->mg, T(1), wg, d->rows,
+                    dyg, g.outSize, T(0), dst, g.outSize);
+    if (pointwise)
+      return;
+    std::fill_n(dxg, d->cg * g.inSize, T(0));
+    if (parallelInner)
+      parallelFor(d->cg, 1, [&](int64_t c0, int64_t c1) {
+        col2im(col, g, c0, c1, dxg);
+      });
+    else
+      col2im(col, g, 0, d->cg, dxg);
+  };
+  forEachProduct<T>(d->n * d->groups, d->mg * g.outSize * d->rows,
+                    pointwise ? 0 : size_t(d->rows * g.outSize), one);
+  return llvm::Error::success();
+}
+
+// dW of Conv: per group, dW_g = sum over images of dY_g * im2col(X_g)^T,
+// images added in order.
+template <typename T>
+llvm::Error convGradFilter(const KernelCall &call, const TensorRef &X,
+                           const TensorRef &dY, const TensorRef &dW) {
+  auto d = convDims(call, X.shape, dW.shape, dY.shape);
+  if (!d)
+    return d.takeError();
+  const Window &g = d->g;
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  T *dw = dW.as<T>();
+  std::fill_n(dw, dW.numElements(), T(0));
+  if (g.outSize == 0 || dW.numElements() == 0)
+    return llvm::Error::success();
+  bool pointwise = isPointwise(g);
+  auto one = [&](int64_t grp, T *col, bool parallelInner) {
+    T *dwg = dw + grp * d->mg * d->rows;
+    for (int64_t img = 0; img < d->n; ++img) {
+      const T *xg = x + (img * d->c + grp * d->cg) * g.inSize;
+      const T *dyg = dy + (img * d->m + grp * d->mg) * g.outSize;
+      const T *cols = xg;
+      if (!pointwise) {
+        if (parallelInner)
+          parallelFor(d->rows, std::max<int64_t>(1, 16384 / g.outSize),
+                      [&](int64_t r0, int64_t r1) {
+                        im2col(xg, g, r0, r1, col);
+                      });
+        else
+          im2col(xg, g, 0, d->rows, col);
+        cols = col;
+      }
+      parallelGemm<T>(false, true, d->mg, d->rows, g.outSize, T(1), dyg,
+                      g.outSize, cols, g.outSize, T(1), dwg, d->rows);
+    }
+  };
+  forEachProduct<T>(d->groups, d->n * d->mg * g.outSize * d->rows,
+                    pointwise ? 0 : size_t(d->rows * g.outSize), one);
+  return llvm::Error::success();
+}
+
+// ConvGradData(dY, W), ConvGradFilter(X, dY), ConvGrad(dY, X, W) -> dX, dW.
+template <typename T> llvm::Error convGradDataOp(const KernelCall &call) {
+  return convGradData<T>(call, call.inputs[0], call.inputs[1],
+                         call.outputs[0]);
+}
+template <typename T> llvm::Error convGradFilterOp(const KernelCall &call) {
+  return convGradFilter<T>(call, call.inputs[0], call.inputs[1],
+                           call.outputs[0]);
+}
+template <typename T> llvm::Error convGradOp(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &W = call.inputs[2];
+  if (auto e = convGradData<T>(call, dY, W, call.outputs[0]))
+    return e;
+  return convGradFilter<T>(call, X, dY, call.outputs[1]);
+}
+
+// --- Pooling ----------------------------------------------------------------
+
+// Calls f(flat input offset) for every tap of the window starting at
+// `start` that lands inside the input, in row-major tap order (the order
+// the forward kernels visit them).
+template <typename F>
+void forEachTap(const Window &g, llvm::ArrayRef<int64_t> start, F &&f) {
+  size_t sp = g.rank();
+  Dims lo(sp), hi(sp), k(sp);
+  for (size_t d = 0; d < sp; ++d) {
+    std::tie(lo[d], hi[d]) =
+        insideRange(start[d], g.dilations[d], g.kernel[d], g.in[d]);
+    if (lo[d] >= hi[d])
+      return;
+    k[d] = lo[d];
+  }
+  for (;;) {
+    int64_t off = 0;
+    for (size_t d = 0; d < sp; ++d)
+      off += (start[d] + k[d] * g.dilations[d]) * g.inStrides[d];
+    f(off);
+    size_t d = sp;
+    while (d-- > 0 && ++k[d] == hi[d])
+      k[d] = lo[d];
+    if (d == size_t(-1))
+      return;
+  }
+}
+
+// Zeroes dX and runs f(dxPlane, dyPlane, start) for every output position
+// of every (image, channel) plane; planes are spread over threads, and one
+// plane's positions run in order.
+template <typename T, typename F>
+void forEachPoolWindow(const Window &g, int64_t planes, T *dx, const T *dy,
+                       F &&f) {
+  size_t sp = g.rank();
+  int64_t work = std::max<int64_t>(1, g.outSize * g.kernelSize);
+  parallelFor(planes, std::max<int64_t>(1, 32768 / work),
+              [&](int64_t p0, int64_t p1) {
+                Dims pos(sp), start(sp);
+                for (int64_t p = p0; p < p1; ++p) {
+                  T *dxp = dx + p * g.inSize;
+                  std::fill(dxp, dxp + g.inSize, T(0));
+                  for (size_t d = 0; d < sp; ++d) {
+                    pos[d] = 0;
+                    start[d] = -g.padBegin[d];
+                  }
+                  for (int64_t o = 0; o < g.outSize; ++o) {
+                    f(dxp, dy[p * g.outSize + o], start);
+                    for (size_t d = sp; d-- > 0;) {
+                      start[d] += g.strides[d];
+                      if (++pos[d] < g.out[d])
+                        break;
+                      pos[d] = 0;
+                      start[d] = -g.padBegin[d];
+                    }
+                  }
+                }
+              });
+}
+
+// MaxPoolGrad(dY, X): each window's dY goes to the first maximum of the
+// window (the tap MaxPool picked); windows wholly in the padding pass none.
+template <typename T> llvm::Error maxPoolGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1];
+  auto g = window(call, X.shape, dY.shape, call.getInts("kernel_shape"),
+                  /*hasDilations=*/true);
+  if (!g)
+    return g.takeError();
+  if (dY.shape[1] != X.shape[1])
+    return kernelError(call, "gradient {0} and X {1} have different channels",
+                       ir::shapeStr(dY.shape), ir::shapeStr(X.shape));
+  const T *x = X.as<T>();
+  T *dx = call.outputs[0].as<T>();
+  forEachPoolWindow(*g, X.shape[0] * X.shape[1], dx, dY.as<T>(),
+                    [&](T *dxp, T dy, llvm::ArrayRef<int64_t> start) {
+                      const T *xp = x + (dxp - dx);
+                      int64_t at = -1;
+                      forEachTap(*g, start, [&](int64_t off) {
+                        if (at < 0 || xp[off] > xp[at])
+                          at = off;
+                      });
+                      if (at >= 0)
+                        dxp[at] += dy;
+                    });
+  return llvm::Error::success();
+}
+
+// AveragePoolGrad(dY){shape}: each window's dY / count goes to every tap
+// inside the input, count as AveragePool counts (taps inside the input, or
+// with count_include_pad those inside the padded input).
+template <typename T> llvm::Error averagePoolGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &dX = call.outputs[0];
+  auto g = window(call, dX.shape, dY.shape, call.getInts("kernel_shape"),
+                  /*hasDilations=*/false);
+  if (!g)
+    return g.takeError();
+  if (dY.shape[1] != dX.shape[1])
+    return kernelError(call, "gradient {0} and shape {1} have different "
+                             "channels",
+                       ir::shapeStr(dY.shape), ir::shapeStr(dX.shape));
+  bool includePad = call.getInt("count_include_pad");
+  forEachPoolWindow(
+      *g, dX.shape[0] * dX.shape[1], dX.as<T>(), dY.as<T>(),
+      [&](T *dxp, T dy, llvm::ArrayRef<int64_t> start) {
+        int64_t count = 0;
+        if (includePad) {
+          count = 1;
+          for (size_t d = 0; d < g->rank(); ++d) {
+            auto [lo, hi] =
+                insideRange(start[d] + g->padBegin[d], 1, g->kernel[d],
+                            g->in[d] + g->padBegin[d] + g->padEnd[d]);
+            count *= hi - lo;
+          }
+        } else {
+          forEachTap(*g, start, [&](int64_t) { ++count; });
+        }
+        if (count == 0)
+          return;
+        T share = T(double(dy) / double(count));
+        forEachTap(*g, start, [&](int64_t off) { dxp[off] += share; });
+      });
+  return llvm::Error::success();
+}
+
+CLEAVE_FLOAT_DISPATCH(convGradDataKernel, convGradDataOp)
+CLEAVE_FLOAT_DISPATCH(convGradFilterKernel, convGradFilterOp)
+CLEAVE_FLOAT_DISPATCH(convGradKernel, convGradOp)
+CLEAVE_FLOAT_DISPATCH(maxPoolGradKernel, maxPoolGrad)
+CLEAVE_FLOAT_DISPATCH(averagePoolGradKernel, averagePoolGrad)
+
+} // namespace
+
+void registerConvPoolGradientKernels(KernelTable &t) {
+  t.add(ir::OpKind::ConvGradData, convGradDataKernel, kFloatTypes);
+  t.add(ir::OpKind::ConvGradFilter, convGradFilterKernel, kFloatTypes);
+  t.add(ir::OpKind::ConvGrad, convGradKernel, kFloatTypes);
+  t.add(ir::OpKind::MaxPoolGrad, maxPoolGradKernel, kFloatTypes);
+  t.add(ir::OpKind::AveragePoolGrad, averagePoolGradKernel, kFloatTypes);
+}
+
+} // namespace cleave::runtime::cpu

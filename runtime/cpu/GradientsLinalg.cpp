@@ -1,0 +1,304 @@
+// Gradient kernels of MatMul and Gemm for the CPU backend: MatMulGradA,
+// MatMulGradB, MatMulGrad, GemmGradA, GemmGradB, GemmGrad. Every product is
+// an OpenBLAS GEMM with transposes (Blas.h); nothing is transposed in memory.
+//
+// MatMul broadcasts batch dims, so the gradient of an operand that was
+// broadcast sums the products of every output batch entry that read it.
+// Each gradient matrix is written by one thread, which adds its products in
+// increasing batch order, so the sums do not depend on the thread count.
+// The combined ops run the two part functions, so their results are the
+// split form's bits.
+#include "runtime/cpu/Blas.h"
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/GradientSupport.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+// Below this many multiply-adds a GEMM is not split over threads, so small
+// batched products are spread over threads instead.
+constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
+
+// Row-major C = alpha * op(A) * op(B) + beta * C; an empty sum (k = 0)
+// leaves beta * C.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
+          const T *a, int64_t lda, const T *b, int64_t ldb, T beta, T *c,
+          int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  parallelGemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// OpenBLAS's CBLAS interface takes 32-bit sizes.
+bool fitsBlas(std::initializer_list<int64_t> dims) {
+  return std::all_of(dims.begin(), dims.end(),
+                     [](int64_t d) { return d <= INT_MAX; });
+}
+
+// --- MatMul ----------------------------------------------------------------
+
+// A MatMul Y[batch, m, n] = A[batchA, m, k] x B[batchB, k, n] and, per
+// output batch entry, the index of the A and B matrices it reads.
+struct MatMulLayout {
+  int64_t m = 0, k = 0, n = 0, count = 1, countA = 1, countB = 1;
+  std::vector<int64_t> matA, matB;
+};
+
+llvm::Expected<MatMulLayout> matMulLayout(const KernelCall &call,
+                                          llvm::ArrayRef<int64_t> a,
+                                          llvm::ArrayRef<int64_t> b,
+                                          llvm::ArrayRef<int64_t> y) {
+  if (a.size() < 2 || b.size() < 2)
+    return kernelError(call, "operands {0} and {1}: 1-D MatMul operands are "
+                             "not supported (autodiff reshapes them to 2-D)",
+                       ir::shapeStr(a), ir::shapeStr(b));
+  MatMulLayout l;
+  l.m = a[a.size() - 2];
+  l.k = a.back();
+  l.n = b.back();
+  size_t ra = a.size() - 2, rb = b.size() - 2, r = std::max(ra, rb);
+  auto mismatch = [&] {
+    return kernelError(call, "operands {0} x {1} do not give the gradient {2}",
+                       ir::shapeStr(a), ir::shapeStr(b), ir::shapeStr(y));
+  };
+  if (b[rb] != l.k || y.size() != r + 2 || y[r] != l.m || y[r + 1] != l.n)
+    return mismatch();
+  // Per output batch dim, each operand's stride in matrices (0 where it
+  // broadcasts).
+  std::vector<int64_t> strideA(r, 0), strideB(r, 0);
+  for (size_t i = r; i-- > 0;) {
+    int64_t da = i >= r - ra ? a[i - (r - ra)] : 1;
+    int64_t db = i >= r - rb ? b[i - (r - rb)] : 1;
+    if ((da != 1 && da != y[i]) || (db != 1 && db != y[i]) ||
+        (da == 1 && db == 1 && y[i] != 1))
+      return mismatch();
+    if (da != 1)
+      strideA[i] = l.countA;
+    if (db != 1)
+      strideB[i] = l.countB;
+    l.countA *= da;
+    l.countB *= db;
+    l.count *= y[i];
+  }
+  l.matA.resize(l.count);
+  l.matB.resize(l.count);
+  for (int64_t e = 0; e < l.count; ++e) {
+    int64_t rest = e;
+    for (size_t i = r; i-- > 0;) {
+      int64_t c = rest % y[i];
+      rest /= y[i];
+      l.matA[e] += c * strideA[i];
+      l.matB[e] += c * strideB[i];
+    }
+  }
+  if (!fitsBlas({l.count * l.m, l.n, l.k, l.count * l.k}))
+    return kernelError(call, "operands {0} x {1} are too large for BLAS",
+                       ir::shapeStr(a), ir::shapeStr(b));
+  return l;
+}
+
+// For every target matrix t in [0, targets), runs product(e, beta) for the
+// output batch entries e with target[e] == t in increasing order: beta 0
+// for the first, 1 after, so the products sum into the target. Targets no
+// entry reads (an empty output batch) are set to zero by `zero`.
+template <typename T, typename Product, typename Zero>
+void sumProducts(int64_t targets, const std::vector<int64_t> &target,
+                 int64_t work, Product product, Zero zero) {
+  std::vector<std::vector<int64_t>> entries(targets);
+  for (int64_t e = 0; e < int64_t(target.size()); ++e)
+    entries[target[e]].push_back(e);
+  auto one = [&](int64_t t) {
+    if (entries[t].empty())
+      zero(t);
+    for (size_t i = 0; i < entries[t].size(); ++i)
+      product(entries[t][i], i == 0 ? T(0) : T(1));
+  };
+  if (work <= kSmallGemmWork)
+    parallelFor(targets, std::max<int64_t>(1, kSmallGemmWork / (work + 1)),
+                [&](int64_t t0, int64_t t1) {
+                  for (int64_t t = t0; t < t1; ++t)
+                    one(t);
+                });
+  else
+    for (int64_t t = 0; t < targets; ++t)
+      one(t);
+}
+
+// dA = SumTo(dY x B^T) over A's broadcast batch dims.
+template <typename T>
+llvm::Error matMulGradA(const KernelCall &call, const TensorRef &dY,
+                        const TensorRef &B, const TensorRef &dA) {
+  auto l = matMulLayout(call, dA.shape, B.shape, dY.shape);
+  if (!l)
+    return l.takeError();
+  int64_t m = l->m, k = l->k, n = l->n;
+  const T *dy = dY.as<T>(), *b = B.as<T>();
+  T *da = dA.as<T>();
+  // One B for the whole batch and no broadcast A: the batch folds into M.
+  if (l->countB == 1 && l->countA == l->count) {
+    gemm<T>(false, true, l->count * m, k, n, T(1), dy, n, b, n, T(0), da, k);
+    return llvm::Error::success();
+  }
+  sumProducts<T>(
+      l->countA, l->matA, m * n * k,
+      [&](int64_t e, T beta) {
+        gemm<T>(false, true, m, k, n, T(1), dy + e * m * n, n,
+                b + l->matB[e] * k * n, n, beta, da + l->matA[e] * m * k, k);
+      },
+      [&](int64_t t) { std::fill_n(da + t * m * k, m * k, T(0)); });
+  return llvm::Error::success();
+}
+
+// dB = SumTo(A^T x dY) over B's broadcast batch dims.
+template <typename T>
+llvm::Error matMulGradB(const KernelCall &call, const TensorRef &A,
+                        const TensorRef &dY, const TensorRef &dB) {
+  auto l = matMulLayout(call, A.shape, dB.shape, dY.shape);
+  if (!l)
+    return l.takeError();
+  int64_t m = l->m, k = l->k, n = l->n;
+  const T *a = A.as<T>(), *dy = dY.as<T>();
+  T *db = dB.as<T>();
+  // One B for the whole batch and no broadcast A: the batch folds into the
+  // GEMM's inner dimension ([batch*m, k]^T x [batch*m, n]).
+  if (l->countB == 1 && l->countA == l->count) {
+    gemm<T>(true, false, k, n, l->count * m, T(1), a, k, dy, n, T(0), db, n);
+    return llvm::Error::success();
+  }
+  sumProducts<T>(
+      l->countB, l->matB, m * n * k,
+      [&](int64_t e, T beta) {
+        gemm<T>(true, false, k, n, m, T(1), a + l->matA[e] * m * k, k,
+                dy + e * m * n, n, beta, db + l->matB[e] * k * n, n);
+      },
+      [&](int64_t t) { std::fill_n(db + t * k * n, k * n, T(0)); });
+  return llvm::Error::success();
+}
+
+// MatMulGradA(dY, B), MatMulGradB(A, dY), MatMulGrad(dY, A, B) -> dA, dB.
+template <typename T> llvm::Error matMulGradAOp(const KernelCall &call) {
+  return matMulGradA<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
+}
+template <typename T> llvm::Error matMulGradBOp(const KernelCall &call) {
+  return matMulGradB<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
+}
+template <typename T> llvm::Error matMulGradOp(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &A = call.inputs[1],
+                  &B = call.inputs[2];
+  if (auto e = matMulGradA<T>(call, dY, B, call.outputs[0]))
+    return e;
+  return matMulGradB<T>(call, A, dY, call.outputs[1]);
+}
+
+// --- Gemm -----------------------------------------------------------------
+
+// Y[m, n] = alpha * op(A)[m, k] * op(B)[k, n] (+ beta * C, whose gradient
+// is a plain reduction the autodiff pass emits).
+struct GemmDims {
+  int64_t m, n, k;
+};
+
+llvm::Expected<GemmDims> gemmDims(const KernelCall &call,
+                                  llvm::ArrayRef<int64_t> a,
+                                  llvm::ArrayRef<int64_t> b,
+                                  llvm::ArrayRef<int64_t> y) {
+  bool ta = call.getInt("transA"), tb = call.getInt("transB");
+  if (a.size() != 2 || b.size() != 2 || y.size() != 2 ||
+      a[ta ? 0 : 1] != b[tb ? 1 : 0] || y[0] != a[ta ? 1 : 0] ||
+      y[1] != b[tb ? 0 : 1])
+    return kernelError(call,
+                       "operands {0} x {1} (transA {2}, transB {3}) do not "
+                       "give the gradient {4}",
+                       ir::shapeStr(a), ir::shapeStr(b), int(ta), int(tb),
+                       ir::shapeStr(y));
+  GemmDims d{y[0], y[1], a[ta ? 0 : 1]};
+  if (!fitsBlas({d.m, d.n, d.k}))
+    return kernelError(call, "operands {0} x {1} are too large for BLAS",
+                       ir::shapeStr(a), ir::shapeStr(b));
+  return d;
+}
+
+// d op(A) = alpha * dY * op(B)^T, transposed back into dA when transA.
+template <typename T>
+llvm::Error gemmGradA(const KernelCall &call, const TensorRef &dY,
+                      const TensorRef &B, const TensorRef &dA) {
+  auto d = gemmDims(call, dA.shape, B.shape, dY.shape);
+  if (!d)
+    return d.takeError();
+  bool ta = call.getInt("transA"), tb = call.getInt("transB");
+  T alpha = T(call.getFloat("alpha"));
+  const T *dy = dY.as<T>(), *b = B.as<T>();
+  T *da = dA.as<T>();
+  if (ta) // dA[k, m] = alpha * op(B) * dY^T
+    gemm<T>(tb, true, d->k, d->m, d->n, alpha, b, B.shape[1], dy, d->n, T(0),
+            da, d->m);
+  else // dA[m, k] = alpha * dY * op(B)^T
+    gemm<T>(false, !tb, d->m, d->k, d->n, alpha, dy, d->n, b, B.shape[1], T(0),
+            da, d->k);
+  return llvm::Error::success();
+}
+
+// d op(B) = alpha * op(A)^T * dY, transposed back into dB when transB.
+template <typename T>
+llvm::Error gemmGradB(const KernelCall &call, const TensorRef &A,
+                      const TensorRef &dY, const TensorRef &dB) {
+  auto d = gemmDims(call, A.shape, dB.shape, dY.shape);
+  if (!d)
+    return d.takeError();
+  bool ta = call.getInt("transA"), tb = call.getInt("transB");
+  T alpha = T(call.getFloat("alpha"));
+  const T *a = A.as<T>(), *dy = dY.as<T>();
+  T *db = dB.as<T>();
+  if (tb) // dB[n, k] = alpha * dY^T * op(A)
+    gemm<T>(true, ta, d->n, d->k, d->m, alpha, dy, d->n, a, A.shape[1], T(0),
+            db, d->k);
+  else // dB[k, n] = alpha * op(A)^T * dY
+    gemm<T>(!ta, false, d->k, d->n, d->m, alpha, a, A.shape[1], dy, d->n, T(0),
+            db, d->n);
+  return llvm::Error::success();
+}
+
+// GemmGradA(dY, B), GemmGradB(A, dY), GemmGrad(dY, A, B) -> dA, dB.
+template <typename T> llvm::Error gemmGradAOp(const KernelCall &call) {
+  return gemmGradA<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
+}
+template <typename T> llvm::Error gemmGradBOp(const KernelCall &call) {
+  return gemmGradB<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
+}
+template <typename T> llvm::Error gemmGradOp(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &A = call.inputs[1],
+                  &B = call.inputs[2];
+  if (auto e = gemmGradA<T>(call, dY, B, call.outputs[0]))
+    return e;
+  return gemmGradB<T>(call, A, dY, call.outputs[1]);
+}
+
+CLEAVE_FLOAT_DISPATCH(matMulGradAKernel, matMulGradAOp)
+CLEAVE_FLOAT_DISPATCH(matMulGradBKernel, matMulGradBOp)
+CLEAVE_FLOAT_DISPATCH(matMulGradKernel, matMulGradOp)
+CLEAVE_FLOAT_DISPATCH(gemmGradAKernel, gemmGradAOp)
+CLEAVE_FLOAT_DISPATCH(gemmGradBKernel, gemmGradBOp)
+CLEAVE_FLOAT_DISPATCH(gemmGradKernel, gemmGradOp)
+
+} // namespace
+
+void registerLinalgGradientKernels(KernelTable &t) {
+  t.add(ir::OpKind::MatMulGradA, matMulGradAKernel, kFloatTypes);
+  t.add(ir::OpKind::MatMulGradB, matMulGradBKernel, kFloatTypes);
+  t.add(ir::OpKind::MatMulGrad, matMulGradKernel, kFloatTypes);
+  t.add(ir::OpKind::GemmGradA, gemmGradAKernel, kFloatTypes);
+  t.add(ir::OpKind::GemmGradB, gemmGradBKernel, kFloatTypes);
+  t.add(ir::OpKind::GemmGrad, gemmGradKernel, kFloatTypes);
+}
+
+} // namespace cleave::runtime::cpu

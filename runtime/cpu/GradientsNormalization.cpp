@@ -1,0 +1,370 @@
+// Gradient kernels of LayerNormalization and BatchNormalization for the CPU
+// backend: the ...GradData part (dX), the ...GradParams part (dscale) and
+// the combined op, which runs the two part functions so its results are the
+// split form's bits.
+//
+// With x̂ = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) and
+// y = x̂ * scale + bias, over the n values one statistic covers:
+//   dX     = inv * (g - mean(g) - x̂ * mean(g * x̂)),  g = dY * scale
+//   dscale = sum(dY * x̂)
+// (BatchNorm in inference mode normalizes with the given running
+// statistics, which are constants: dX = dY * scale * inv.) The statistics
+// are recomputed from X the way the forward kernels compute them. Sums are
+// in double, in a fixed order per output element; threads split rows,
+// columns or channels, never a sum.
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/GradientSupport.h"
+
+#include <cmath>
+
+namespace cleave::runtime::cpu {
+namespace {
+
+struct Stats {
+  double mean, inv;
+};
+
+// The sum of f(i) for i in [0, n), in double, with four independent
+// accumulators so the additions pipeline (one running sum is a long
+// dependency chain); the order is fixed, so the bits are too.
+template <typename F> double sum4(int64_t n, F &&f) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k)
+      s[k] += f(i + k);
+  for (; i < n; ++i)
+    s[0] += f(i);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// --- LayerNormalization -----------------------------------------------------
+
+// The normalized block [axis:] of X and the rows before it.
+struct LayerNormDims {
+  int64_t axis, rows, size;
+};
+
+llvm::Expected<LayerNormDims> layerNormDims(const KernelCall &call,
+                                            const TensorRef &dY,
+                                            const TensorRef &X) {
+  if (dY.shape != X.shape)
+    return kernelError(call, "gradient {0} and X {1} differ",
+                       ir::shapeStr(dY.shape), ir::shapeStr(X.shape));
+  int64_t rank = X.rank(), axis = call.getInt("axis");
+  if (axis < -rank || axis >= rank)
+    return kernelError(call, "axis {0} is out of range for X {1}", axis,
+                       ir::shapeStr(X.shape));
+  if (axis < 0)
+    axis += rank;
+  return LayerNormDims{axis, elementCount(X.shape.take_front(axis)),
+                       elementCount(X.shape.drop_front(axis))};
+}
+
+// Mean and 1/sqrt(biased variance + epsilon) of one row (the formulas of
+// the LayerNormalization kernel).
+template <typename T> Stats rowStats(const T *x, int64_t size, double eps) {
+  double sum = sum4(size, [&](int64_t i) { return double(x[i]); });
+  double mean = size ? sum / double(size) : 0.0;
+  double sq = sum4(size, [&](int64_t i) {
+    double d = x[i] - mean;
+    return d * d;
+  });
+  return {mean, 1.0 / std::sqrt((size ? sq / size : 0.0) + eps)};
+}
+
+// `t` broadcast (NumPy, unidirectionally) to `shape`, as doubles.
+llvm::Expected<std::vector<double>>
+broadcastDoubles(const KernelCall &call, const TensorRef &t,
+                 llvm::ArrayRef<int64_t> shape) {
+  size_t r = shape.size();
+  if (t.rank() > r)
+    return kernelError(call, "{0} does not broadcast to {1}",
+                       ir::shapeStr(t.shape), ir::shapeStr(shape));
+  size_t lead = r - t.rank();
+  for (size_t d = lead; d < r; ++d)
+    if (t.shape[d - lead] != 1 && t.shape[d - lead] != shape[d])
+      return kernelError(call, "{0} does not broadcast to {1}",
+                         ir::shapeStr(t.shape), ir::shapeStr(shape));
+  std::vector<int64_t> srcStrides = stridesOf(t.shape);
+  std::vector<double> out(elementCount(shape));
+  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
+    int64_t rest = i, off = 0;
+    for (size_t d = r; d-- > lead;) {
+      int64_t c = rest % shape[d];
+      rest /= shape[d];
+      if (t.shape[d - lead] != 1)
+        off += c * srcStrides[d - lead];
+    }
+    out[i] = loadDouble(t, off);
+  }
+  return out;
+}
+
+template <typename T>
+llvm::Error layerNormGradData(const KernelCall &call, const TensorRef &dY,
+                              const TensorRef &X, const TensorRef &scaleRef,
+                              const TensorRef &dX) {
+  auto dims = layerNormDims(call, dY, X);
+  if (!dims)
+    return dims.takeError();
+  auto scale = broadcastDoubles(call, scaleRef, X.shape.drop_front(dims->axis));
+  if (!scale)
+    return scale.takeError();
+  int64_t size = dims->size;
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  parallelFor(dims->rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  const T *xr = x + r * size, *dyr = dy + r * size;
+                  Stats s = rowStats(xr, size, eps);
+                  double sumG = sum4(size, [&](int64_t i) {
+                    return dyr[i] * (*scale)[i];
+                  });
+                  double sumGX = sum4(size, [&](int64_t i) {
+                    return dyr[i] * (*scale)[i] * ((xr[i] - s.mean) * s.inv);
+                  });
+                  double meanG = sumG / double(size),
+                         meanGX = sumGX / double(size);
+                  for (int64_t i = 0; i < size; ++i) {
+                    double g = dyr[i] * (*scale)[i];
+                    double xh = (xr[i] - s.mean) * s.inv;
+                    dx[r * size + i] = T(s.inv * (g - meanG - xh * meanGX));
+                  }
+                }
+              });
+  return llvm::Error::success();
+}
+
+// dscale[j] = sum over rows of dY * x̂: row statistics first, then threads
+// take columns and add the rows in order.
+template <typename T>
+llvm::Error layerNormGradParams(const KernelCall &call, const TensorRef &dY,
+                                const TensorRef &X, const TensorRef &dScale) {
+  auto dims = layerNormDims(call, dY, X);
+  if (!dims)
+    return dims.takeError();
+  int64_t rows = dims->rows, size = dims->size;
+  if (dScale.numElements() != size)
+    return kernelError(call, "dscale {0} does not match the normalized shape "
+                             "of X {1}",
+                       ir::shapeStr(dScale.shape), ir::shapeStr(X.shape));
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  std::vector<Stats> stats(rows);
+  parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r)
+                  stats[r] = rowStats(x + r * size, size, eps);
+              });
+  T *ds = dScale.as<T>();
+  parallelFor(size, std::max<int64_t>(16, 8192 / std::max<int64_t>(1, rows)),
+              [&](int64_t j0, int64_t j1) {
+                std::vector<double> acc(j1 - j0, 0.0);
+                for (int64_t r = 0; r < rows; ++r) {
+                  const T *xr = x + r * size, *dyr = dy + r * size;
+                  for (int64_t j = j0; j < j1; ++j)
+                    acc[j - j0] +=
+                        dyr[j] * ((xr[j] - stats[r].mean) * stats[r].inv);
+                }
+                for (int64_t j = j0; j < j1; ++j)
+                  ds[j] = T(acc[j - j0]);
+              });
+  return llvm::Error::success();
+}
+
+// LayerNormalizationGradData(dY, X, scale), ...GradParams(dY, X),
+// LayerNormalizationGrad(dY, X, scale) -> dX, dscale.
+template <typename T> llvm::Error layerNormGradDataOp(const KernelCall &call) {
+  return layerNormGradData<T>(call, call.inputs[0], call.inputs[1],
+                              call.inputs[2], call.outputs[0]);
+}
+template <typename T> llvm::Error layerNormGradParamsOp(const KernelCall &call) {
+  return layerNormGradParams<T>(call, call.inputs[0], call.inputs[1],
+                                call.outputs[0]);
+}
+template <typename T> llvm::Error layerNormGradOp(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1];
+  if (auto e = layerNormGradData<T>(call, dY, X, call.inputs[2],
+                                    call.outputs[0]))
+    return e;
+  return layerNormGradParams<T>(call, dY, X, call.outputs[1]);
+}
+
+// --- BatchNormalization -----------------------------------------------------
+
+// X [N, C, spatial...]: channel c's values are the N blocks of `spatial`
+// elements at (n * C + c) * spatial.
+struct BatchNormDims {
+  int64_t n, c, spatial;
+};
+
+llvm::Expected<BatchNormDims>
+batchNormDims(const KernelCall &call, const TensorRef &dY, const TensorRef &X,
+              std::initializer_list<const TensorRef *> perChannel) {
+  if (dY.shape != X.shape || X.rank() < 2)
+    return kernelError(call, "gradient {0} and X {1} differ or X has rank < 2",
+                       ir::shapeStr(dY.shape), ir::shapeStr(X.shape));
+  BatchNormDims d{X.shape[0], X.shape[1], elementCount(X.shape.drop_front(2))};
+  for (const TensorRef *t : perChannel)
+    if (t->numElements() != d.c)
+      return kernelError(call, "per-channel operand {0} does not have {1} "
+                               "elements",
+                         ir::shapeStr(t->shape), d.c);
+  return d;
+}
+
+// The sum of f(offset) over the offsets of channel ch's values, image by
+// image.
+template <typename F>
+double channelSum(const BatchNormDims &d, int64_t ch, F &&f) {
+  double sum = 0;
+  for (int64_t i = 0; i < d.n; ++i) {
+    int64_t base = (i * d.c + ch) * d.spatial;
+    sum += sum4(d.spatial, [&](int64_t k) { return f(base + k); });
+  }
+  return sum;
+}
+
+// Training mode: the batch mean and population variance of the channel (the
+// formulas of the BatchNormalization kernel); otherwise the running ones.
+template <typename T>
+Stats channelStats(const T *x, const BatchNormDims &d, int64_t ch,
+                   bool training, double runMean, double runVar, double eps) {
+  double mean = runMean, var = runVar;
+  if (training) {
+    double count = double(d.n * d.spatial);
+    auto value = [&](int64_t o) { return double(x[o]); };
+    auto square = [&](int64_t o) {
+      double v = x[o] - mean;
+      return v * v;
+    };
+    mean = count ? channelSum(d, ch, value) / count : 0.0;
+    var = count ? channelSum(d, ch, square) / count : 0.0;
+  }
+  return {mean, 1.0 / std::sqrt(var + eps)};
+}
+
+// The sum of dY * x̂ over channel ch.
+template <typename T>
+double sumGradTimesNormalized(const T *dy, const T *x, const BatchNormDims &d,
+                              int64_t ch, Stats s) {
+  return channelSum(d, ch, [&](int64_t o) {
+    return dy[o] * ((x[o] - s.mean) * s.inv);
+  });
+}
+
+// Runs f(channel) for every channel, channels spread over threads.
+template <typename F> void forEachChannel(const BatchNormDims &d, F &&f) {
+  int64_t perChannel = std::max<int64_t>(1, d.n * d.spatial);
+  parallelFor(d.c, std::max<int64_t>(1, 8192 / perChannel),
+              [&](int64_t c0, int64_t c1) {
+                for (int64_t ch = c0; ch < c1; ++ch)
+                  f(ch);
+              });
+}
+
+template <typename T>
+llvm::Error batchNormGradData(const KernelCall &call, const TensorRef &dY,
+                              const TensorRef &X, const TensorRef &scaleRef,
+                              const TensorRef &meanRef, const TensorRef &varRef,
+                              const TensorRef &dX) {
+  auto d = batchNormDims(call, dY, X, {&scaleRef, &meanRef, &varRef});
+  if (!d)
+    return d.takeError();
+  std::vector<double> scale = readDoubles(scaleRef),
+                      runMean = readDoubles(meanRef),
+                      runVar = readDoubles(varRef);
+  bool training = call.getInt("training_mode");
+  double eps = call.getFloat("epsilon");
+  double count = double(d->n * d->spatial);
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  forEachChannel(*d, [&](int64_t ch) {
+    Stats s = channelStats(x, *d, ch, training, runMean[ch], runVar[ch], eps);
+    // Training mode also flows through the batch statistics.
+    double meanDY = 0, meanDYX = 0;
+    if (training) {
+      auto grad = [&](int64_t o) { return double(dy[o]); };
+      meanDY = channelSum(*d, ch, grad) / count;
+      meanDYX = sumGradTimesNormalized(dy, x, *d, ch, s) / count;
+    }
+    double a = scale[ch] * s.inv;
+    for (int64_t i = 0; i < d->n; ++i) {
+      int64_t base = (i * d->c + ch) * d->spatial;
+      for (int64_t k = 0; k < d->spatial; ++k) {
+        double xh = (x[base + k] - s.mean) * s.inv;
+        dx[base + k] = T(a * (dy[base + k] - meanDY - xh * meanDYX));
+      }
+    }
+  });
+  return llvm::Error::success();
+}
+
+template <typename T>
+llvm::Error batchNormGradParams(const KernelCall &call, const TensorRef &dY,
+                                const TensorRef &X, const TensorRef &meanRef,
+                                const TensorRef &varRef,
+                                const TensorRef &dScale) {
+  auto d = batchNormDims(call, dY, X, {&meanRef, &varRef, &dScale});
+  if (!d)
+    return d.takeError();
+  std::vector<double> runMean = readDoubles(meanRef),
+                      runVar = readDoubles(varRef);
+  bool training = call.getInt("training_mode");
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  forEachChannel(*d, [&](int64_t ch) {
+    Stats s = channelStats(x, *d, ch, training, runMean[ch], runVar[ch], eps);
+    storeDouble(dScale, ch, sumGradTimesNormalized(dy, x, *d, ch, s));
+  });
+  return llvm::Error::success();
+}
+
+// BatchNormalizationGradData(dY, X, scale, mean, var), ...GradParams(dY, X,
+// mean, var), BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale.
+template <typename T> llvm::Error batchNormGradDataOp(const KernelCall &call) {
+  const auto &in = call.inputs;
+  return batchNormGradData<T>(call, in[0], in[1], in[2], in[3], in[4],
+                              call.outputs[0]);
+}
+template <typename T> llvm::Error batchNormGradParamsOp(const KernelCall &call) {
+  const auto &in = call.inputs;
+  return batchNormGradParams<T>(call, in[0], in[1], in[2], in[3],
+                                call.outputs[0]);
+}
+template <typename T> llvm::Error batchNormGradOp(const KernelCall &call) {
+  const auto &in = call.inputs;
+  if (auto e = batchNormGradData<T>(call, in[0], in[1], in[2], in[3], in[4],
+                                    call.outputs[0]))
+    return e;
+  return batchNormGradParams<T>(call, in[0], in[1], in[3], in[4],
+                                call.outputs[1]);
+}
+
+CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradDataOp)
+CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParamsOp)
+CLEAVE_FLOAT_DISPATCH(layerNormGradKernel, layerNormGradOp)
+CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradDataOp)
+CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParamsOp)
+CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGradOp)
+
+} // namespace
+
+void registerNormalizationGradientKernels(KernelTable &t) {
+  using ir::OpKind;
+  t.add(OpKind::LayerNormalizationGradData, layerNormGradDataKernel,
+        kFloatTypes);
+  t.add(OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel,
+        kFloatTypes);
+  t.add(OpKind::LayerNormalizationGrad, layerNormGradKernel, kFloatTypes);
+  t.add(OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
+        kFloatTypes);
+  t.add(OpKind::BatchNormalizationGradParams, batchNormGradParamsKernel,
+        kFloatTypes);
+  t.add(OpKind::BatchNormalizationGrad, batchNormGradKernel, kFloatTypes);
+}
+
+} // namespace cleave::runtime::cpu

@@ -1,0 +1,398 @@
+#!/usr/bin/env python3
+"""Regenerate the gradient-parity fixtures in tests/models/training/.
+
+Run with Debian's PyTorch 1.13 / onnx 1.12 / numpy:
+    /usr/bin/python3 tests/models/export_training.py
+
+For every model it writes tests/models/training/<name>/:
+    model.onnx                 training-mode export (opset 17, fixed shapes,
+                               do_constant_folding=False) of a module whose
+                               forward returns the scalar loss
+    inputs/<input>.npy         the exact inputs (float32 / int64)
+    reference/loss.npy         the loss, float32, shape ()
+    reference/grad.<init>.npy  d loss / d parameter for every trainable
+                               parameter, keyed by its ONNX initializer name
+    reference/params.txt       those initializer names, in the order of the
+                               graph's initializer list
+
+References come from PyTorch autograd in float32 on the same module and
+inputs in train() mode. They are also computed in float64; when the f32 and
+f64 gradients of a model differ by more than F64_THRESHOLD (relative error
+norm, see rel_err) the f64 references, cast to float32, are stored instead.
+Everything is seeded, so two runs write identical files. See README.md.
+"""
+
+import collections
+import copy
+import math
+import os
+import shutil
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OUT = os.path.join(HERE, "training")
+OPSET = 17
+F64_THRESHOLD = 1e-5
+
+
+# --------------------------------------------------------------------------
+# mlp: Gemm and the common activations, cross-entropy
+
+class MLP(nn.Module):
+    def __init__(self, d_in=16, d_hidden=24, n_classes=10):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_in, d_hidden), nn.ReLU(),
+            nn.Linear(d_hidden, d_hidden), nn.Tanh(),
+            nn.Linear(d_hidden, d_hidden), nn.Sigmoid(),
+            nn.Linear(d_hidden, d_hidden), nn.GELU(),  # exact (erf) GELU
+            nn.Linear(d_hidden, n_classes),
+        )
+
+    def forward(self, x, labels):
+        return F.cross_entropy(self.net(x), labels)
+
+
+def make_mlp():
+    torch.manual_seed(11)
+    model = MLP()
+    x = torch.randn(8, 16)
+    labels = torch.randint(0, 10, (8,))
+    return model, collections.OrderedDict([("x", x), ("labels", labels)])
+
+
+# --------------------------------------------------------------------------
+# gpt: tiny GPT, tied embeddings, split in attention, chunk in the MLP
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.n_head = n_head
+        self.n_embd = n_embd
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        mask = torch.tril(torch.ones(block_size, block_size))
+        self.register_buffer("mask", mask.view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)   # Split
+        hs = self.n_embd // self.n_head
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class GatedMLP(nn.Module):
+    """GEGLU-style MLP: one projection chunked into value and gate."""
+
+    def __init__(self, n_embd, hidden):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 2 * hidden)
+        self.c_proj = nn.Linear(hidden, n_embd)
+
+    def forward(self, x):
+        a, g = self.c_fc(x).chunk(2, dim=-1)                  # chunk -> Split
+        return self.c_proj(a * F.gelu(g))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = GatedMLP(n_embd, n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class TiedGPT(nn.Module):
+    def __init__(self, vocab=64, block_size=16, n_layer=2, n_head=2, n_embd=32):
+        super().__init__()
+        self.vocab = vocab
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.blocks = nn.ModuleList(
+            [Block(n_embd, n_head, block_size) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight                 # tied
+        # nn.Embedding starts at N(0, 1), which with the tied lm_head gives
+        # logits of std ~6 and a saturated softmax; use N(0, 0.1^2).
+        # LayerNorm starts at weight 1, bias 0; perturb them so that their
+        # gradients (and a wrong sign or transpose) are not hidden.
+        with torch.no_grad():
+            self.wte.weight.normal_(0.0, 0.1)
+            self.wpe.weight.normal_(0.0, 0.1)
+            for m in self.modules():
+                if isinstance(m, nn.LayerNorm):
+                    m.weight.add_(0.1 * torch.randn_like(m.weight))
+                    m.bias.add_(0.1 * torch.randn_like(m.bias))
+
+    def forward(self, idx, targets):
+        B, T = idx.size()
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, self.vocab), targets.view(-1))
+
+
+def make_gpt():
+    torch.manual_seed(12)
+    model = TiedGPT()
+    idx = torch.randint(0, 64, (2, 16))
+    targets = torch.randint(0, 64, (2, 16))
+    return model, collections.OrderedDict([("idx", idx), ("targets", targets)])
+
+
+# --------------------------------------------------------------------------
+# cnn: small ResNet, BatchNorm with batch statistics, residual adds, pooling
+
+class ResidualBlock(nn.Module):
+    def __init__(self, ch):
+        super().__init__()
+        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(ch)
+        self.conv2 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(ch)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + x)
+
+
+class CNN(nn.Module):
+    def __init__(self, n_classes=10):
+        super().__init__()
+        # A conv bias right before a BatchNorm has an exactly zero gradient
+        # (the batch mean removes it; autograd returns rounding noise), so
+        # the conv with a bias is the last one, which feeds no BatchNorm.
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.MaxPool2d(2))                      # 12x12 -> 6x6
+        self.block = ResidualBlock(8)
+        self.pool = nn.AvgPool2d(2)              # 6x6 -> 3x3 (Pad + AveragePool)
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+        self.gap = nn.AdaptiveAvgPool2d(1)       # GlobalAveragePool
+        self.fc = nn.Linear(16, n_classes)
+        # BatchNorm starts at weight 1, bias 0; perturb (see TiedGPT).
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.weight.add_(0.1 * torch.randn_like(m.weight))
+                    m.bias.add_(0.1 * torch.randn_like(m.bias))
+
+    def forward(self, x, labels):
+        x = self.pool(self.block(self.stem(x)))
+        x = F.relu(self.conv(x))
+        x = torch.flatten(self.gap(x), 1)
+        return F.cross_entropy(self.fc(x), labels)
+
+
+def make_cnn():
+    torch.manual_seed(13)
+    model = CNN()
+    x = torch.randn(4, 3, 12, 12)
+    labels = torch.randint(0, 10, (4,))
+    return model, collections.OrderedDict([("x", x), ("labels", labels)])
+
+
+# --------------------------------------------------------------------------
+# mlp_mse: MSE loss (Sub, Pow, ReduceMean), a Linear without bias
+#
+# PyTorch 1.13 cannot export aten::mse_loss (UnsupportedOperatorError at
+# every opset), so the loss is spelled out; it is checked against
+# F.mse_loss below.
+
+class MLPMSE(nn.Module):
+    def __init__(self, d_in=8, d_hidden=16, d_out=4):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.fc2 = nn.Linear(d_hidden, d_hidden, bias=False)
+        self.fc3 = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.fc1(x))
+        h = F.relu(self.fc2(h))
+        return ((self.fc3(h) - y) ** 2).mean()
+
+
+def make_mlp_mse():
+    torch.manual_seed(14)
+    model = MLPMSE()
+    x = torch.randn(4, 8)
+    y = torch.randn(4, 4)
+    with torch.no_grad():
+        h = F.relu(model.fc2(torch.tanh(model.fc1(x))))
+        assert torch.allclose(model(x, y), F.mse_loss(model.fc3(h), y), rtol=1e-6, atol=0)
+    return model, collections.OrderedDict([("x", x), ("y", y)])
+
+
+MODELS = [("mlp", make_mlp), ("gpt", make_gpt), ("cnn", make_cnn),
+          ("mlp_mse", make_mlp_mse)]
+
+
+# --------------------------------------------------------------------------
+
+def rel_err(g, ref):
+    """max over elements |g - ref| / max(max|ref|, 1e-6)."""
+    g = np.asarray(g, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-6)
+    return float(np.max(np.abs(g - ref))) / scale if ref.size else 0.0
+
+
+def autograd(model, inputs, dtype):
+    """Loss and {parameter name: gradient} in dtype, on a copy of model."""
+    m = copy.deepcopy(model).to(dtype)
+    m.train()
+    args = [t.to(dtype) if t.is_floating_point() else t for t in inputs.values()]
+    m.zero_grad()
+    loss = m(*args)
+    loss.backward()
+    grads = collections.OrderedDict(
+        (n, p.grad.detach().clone()) for n, p in m.named_parameters())
+    return loss.detach(), grads
+
+
+def map_params(model, graph):
+    """{parameter name: initializer name}, and a list of naming surprises."""
+    inits = {i.name: i for i in graph.initializer}
+    mapping, notes = {}, []
+    for name, p in model.named_parameters():  # tied weights appear once
+        if name in inits:
+            mapping[name] = name
+            continue
+        # renamed by the exporter: find it by value
+        want = p.detach().numpy()
+        hits = [i.name for i in graph.initializer
+                if tuple(i.dims) == want.shape and i.data_type == onnx.TensorProto.FLOAT
+                and np.array_equal(onnx.numpy_helper.to_array(i), want)]
+        if len(hits) != 1:
+            raise SystemExit("parameter %s: %d matching initializers %s" % (name, len(hits), hits))
+        mapping[name] = hits[0]
+        notes.append("parameter %s exported as initializer %s" % (name, hits[0]))
+    return mapping, notes
+
+
+def save(path, array):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    np.save(path, array, allow_pickle=False)
+
+
+def build(name, make):
+    model, inputs = make()
+    folder = os.path.join(OUT, name)
+    if os.path.exists(folder):
+        shutil.rmtree(folder)
+    os.makedirs(folder)
+
+    # References first, on copies (the export's tracing run in train mode
+    # updates BatchNorm running statistics of the module it is given).
+    loss32, g32 = autograd(model, inputs, torch.float32)
+    loss64, g64 = autograd(model, inputs, torch.float64)
+
+    path = os.path.join(folder, "model.onnx")
+    model.train()
+    torch.onnx.export(copy.deepcopy(model), tuple(inputs.values()), path,
+                      input_names=list(inputs.keys()), output_names=["loss"],
+                      opset_version=OPSET, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False)
+    onnx.checker.check_model(path)
+    m = onnx.load(path)
+    onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
+    graph = m.graph
+
+    mapping, notes = map_params(model, graph)
+    param_inits = set(mapping.values())
+    if len(param_inits) != len(mapping):
+        raise SystemExit("%s: two parameters share an initializer" % name)
+
+    # f32 vs f64
+    diffs = {n: rel_err(g32[n].numpy(), g64[n].numpy()) for n in g32}
+    worst = max(diffs.values())
+    loss_diff = abs(float(loss32) - float(loss64)) / max(abs(float(loss64)), 1e-6)
+    use64 = worst > F64_THRESHOLD
+    loss_ref = (loss64 if use64 else loss32).to(torch.float32).numpy()
+    grads = g64 if use64 else g32
+
+    for k, t in inputs.items():
+        a = t.numpy()
+        assert a.dtype in (np.float32, np.int64), (k, a.dtype)
+        save(os.path.join(folder, "inputs", k + ".npy"), a)
+    save(os.path.join(folder, "reference", "loss.npy"), np.asarray(loss_ref, dtype=np.float32).reshape(()))
+    for pname, init in mapping.items():
+        save(os.path.join(folder, "reference", "grad.%s.npy" % init),
+             grads[pname].to(torch.float32).numpy())
+    order = [i.name for i in graph.initializer if i.name in param_inits]
+    with open(os.path.join(folder, "reference", "params.txt"), "w") as f:
+        f.write("".join(n + "\n" for n in order))
+
+    # Checks: every float initializer that is a parameter has exactly one
+    # reference of the same shape; graph inputs are the fixture inputs.
+    ref_dir = os.path.join(folder, "reference")
+    files = sorted(x for x in os.listdir(ref_dir) if x.startswith("grad."))
+    assert files == sorted("grad.%s.npy" % n for n in param_inits), files
+    for i in graph.initializer:
+        if i.name in param_inits:
+            assert i.data_type == onnx.TensorProto.FLOAT, i.name
+            g = np.load(os.path.join(ref_dir, "grad.%s.npy" % i.name))
+            assert g.shape == tuple(i.dims) and g.dtype == np.float32, (i.name, g.shape, i.dims)
+    params = dict(model.named_parameters())
+    inv = {v: k for k, v in mapping.items()}
+    for i in graph.initializer:
+        if i.name in param_inits:  # the exported values are the parameters
+            assert np.array_equal(onnx.numpy_helper.to_array(i),
+                                  params[inv[i.name]].detach().numpy()), i.name
+    init_names = {i.name for i in graph.initializer}
+    graph_inputs = [i.name for i in graph.input if i.name not in init_names]
+    assert graph_inputs == list(inputs.keys()), graph_inputs
+    assert [o.name for o in graph.output] == ["loss"]
+    others = [i.name for i in graph.initializer if i.name not in param_inits]
+
+    # Report
+    hist = collections.Counter(n.op_type for n in graph.node)
+    n_params = sum(p.numel() for p in model.parameters())
+    size = sum(os.path.getsize(os.path.join(d, f))
+               for d, _, fs in os.walk(folder) for f in fs)
+    print("%s: %d parameter tensors, %d parameters, %d nodes, model.onnx %d bytes, folder %d bytes" % (
+        name, len(mapping), n_params, len(graph.node), os.path.getsize(path), size))
+    print("  ops: " + ", ".join("%s %d" % kv for kv in sorted(hist.items())))
+    print("  loss %.6f; f32 vs f64: loss rel %.2e, max grad rel err %.2e (%s); stored %s" % (
+        float(loss32), loss_diff, worst, max(diffs, key=diffs.get), "f64->f32" if use64 else "f32"))
+    print("  other initializers (not parameters): %s" % (", ".join(others) or "none"))
+    for n in notes:
+        print("  note: " + n)
+    return {"name": name, "worst": worst, "use64": use64}
+
+
+def main():
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    results = [build(name, make) for name, make in MODELS]
+    print("f32-vs-f64 max relative gradient difference: " + ", ".join(
+        "%s %.2e" % (r["name"], r["worst"]) for r in results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+// Whole-model gradients against PyTorch autograd: the fixtures in
+// tests/models/training/<model>/ (made by tests/models/export_training.py)
+// hold the ONNX export, the inputs and PyTorch's loss and gradients. The
+// relative error of a parameter's gradient is max|g - g_ref| /
+// max(max|g_ref|, 1e-6); the test prints the largest per model and requires
+// it below 1e-4. It also checks that split-backward leaves every gradient
+// bit-identical.
+#include "frontend/OnnxImporter.h"
+#include "frontend/TensorFiles.h"
+#include "interp/Interpreter.h"
+#include "ir/Printer.h"
+#include "passes/Pass.h"
+#include "runtime/Kernel.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace cleave;
+
+namespace {
+
+std::string fixture(const std::string &model, const std::string &rel) {
+  return std::string(CLEAVE_SOURCE_DIR) + "/tests/models/training/" + model +
+         "/" + rel;
+}
+
+struct ModelRun {
+  std::unique_ptr<ir::Graph> graph;
+  std::vector<interp::Tensor> outputs;
+};
+
+ModelRun trainGraph(const std::string &model,
+               const std::vector<std::string> &passNames) {
+  ModelRun r;
+  auto g = frontend::importOnnxFile(fixture(model, "model.onnx"), {});
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return r;
+  }
+  passes::PipelineOptions opts;
+  if (auto e = passes::runPipeline(**g, passNames, opts)) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return r;
+  }
+  std::vector<interp::Tensor> inputs;
+  for (const ir::Value *v : (*g)->inputs()) {
+    auto t = frontend::readNpyFile(fixture(model, "inputs/" + v->name() + ".npy"));
+    if (!t) {
+      ADD_FAILURE() << llvm::toString(t.takeError());
+      return r;
+    }
+    inputs.push_back(*t);
+  }
+  static auto backend = runtime::createCpuBackend(2);
+  auto in = interp::Interpreter::create(**g, *backend);
+  if (!in) {
+    ADD_FAILURE() << llvm::toString(in.takeError());
+    return r;
+  }
+  auto out = (*in)->run(inputs);
+  if (!out) {
+    ADD_FAILURE() << llvm::toString(out.takeError());
+    return r;
+  }
+  r.graph = std::move(*g);
+  r.outputs = std::move(*out);
+  return r;
+}
+
+double relativeError(const ir::TensorData &got, const ir::TensorData &ref) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < ref.type().numElements(); ++i) {
+    diff = std::max(diff, std::abs(got.getDouble(i) - ref.getDouble(i)));
+    scale = std::max(scale, std::abs(ref.getDouble(i)));
+  }
+  return diff / std::max(scale, 1e-6);
+}
+
+class TrainingParity : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(TrainingParity, GradientsMatchPyTorch) {
+  const std::string model = GetParam();
+  ModelRun r = trainGraph(model, {"remove-identity", "dce", "autodiff",
+                             "split-backward", "verify-2bp"});
+  ASSERT_TRUE(r.graph);
+  const ir::Graph &g = *r.graph;
+  ASSERT_EQ(g.outputs().size(), r.outputs.size());
+
+  auto loss = frontend::readNpyFile(fixture(model, "reference/loss.npy"));
+  ASSERT_TRUE(bool(loss)) << llvm::toString(loss.takeError());
+  double lossErr = relativeError(*r.outputs[0], **loss);
+  EXPECT_LT(lossErr, 1e-5) << "loss";
+
+  double worst = 0;
+  std::string worstName;
+  size_t checked = 0;
+  for (size_t k = 1; k < g.outputs().size(); ++k) {
+    std::string name = g.outputs()[k]->name(); // grad.<param>
+    auto ref = frontend::readNpyFile(fixture(model, "reference/" + name + ".npy"));
+    ASSERT_TRUE(bool(ref)) << name << ": " << llvm::toString(ref.takeError());
+    ASSERT_EQ((*ref)->type(), r.outputs[k]->type()) << name;
+    double e = relativeError(*r.outputs[k], **ref);
+    EXPECT_LT(e, 1e-4) << name;
+    if (e >= worst) {
+      worst = e;
+      worstName = name;
+    }
+    ++checked;
+  }
+  // Every PyTorch parameter has a gradient here.
+  std::string params;
+  {
+    auto buf = llvm::MemoryBuffer::getFile(fixture(model, "reference/params.txt"));
+    ASSERT_TRUE(bool(buf));
+    params = (*buf)->getBuffer().str();
+  }
+  size_t expected = std::count(params.begin(), params.end(), '\n');
+  EXPECT_EQ(checked, expected);
+  std::printf("[parity] %-8s %zu parameter gradients, max relative error "
+              "%.3g (%s), loss %.3g\n",
+              model.c_str(), checked, worst, worstName.c_str(), lossErr);
+
+  // split-backward changes no bit of any output.
+  ModelRun unsplit = trainGraph(model, {"remove-identity", "dce", "autodiff"});
+  ASSERT_EQ(unsplit.outputs.size(), r.outputs.size());
+  for (size_t k = 0; k < r.outputs.size(); ++k)
+    EXPECT_EQ(unsplit.outputs[k]->bytes(), r.outputs[k]->bytes())
+        << g.outputs()[k]->name();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TrainingParity,
+                         ::testing::Values("mlp", "mlp_mse", "gpt", "cnn"));
+
+} // namespace
