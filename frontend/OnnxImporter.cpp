@@ -4,6 +4,7 @@
 #include "frontend/OnnxTensor.h"
 #include "frontend/ShapeFolding.h"
 #include "ir/TypeRules.h"
+#include "passes/Pass.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
@@ -76,6 +77,7 @@ private:
   llvm::Error bindInputs();
   llvm::Error addInitializers();
   llvm::Error importNode(const onnx::NodeProto &n, int index);
+  llvm::Error importGradient(const onnx::NodeProto &n, int index);
   llvm::Error convert(const onnx::NodeProto &n, int index);
   // Appends the IR op for node `n`; `copyAttrs` also takes the node's ONNX
   // attributes that the IR op declares.
@@ -106,6 +108,9 @@ private:
   llvm::StringMap<Entry> env_;
   std::unique_ptr<onnx::ModelProto> checkerCopy_;
 };
+
+static const char kTrainingDomain[] = "ai.onnx.preview.training";
+static const char kGradientOp[] = "Gradient (ai.onnx.preview.training)";
 
 llvm::Error Importer::checkOpset() {
   bool found = false;
@@ -397,7 +402,7 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
                where, runtimeInput);
   }
   auto kind = lookupOp(op);
-  if (!kind)
+  if (!kind || isTrainingOp(*kind))
     return err("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at node "
                "'{2}'; `cleavec --list-ops` lists the supported ops",
                op, opset_, n.name());
@@ -688,6 +693,59 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
   return emit(n, index, *kind, operands, std::move(attrs));
 }
 
+// ONNX's own training form: Gradient(xs, y) in the ai.onnx.preview.training
+// domain gives dy/dx for each x. The same autodiff the training pipeline
+// uses appends the backward ops (tagged B); the node's outputs name them.
+llvm::Error Importer::importGradient(const onnx::NodeProto &n, int index) {
+  std::vector<std::string> xs;
+  std::string y;
+  for (const auto &a : n.attribute()) {
+    if (a.name() == "xs")
+      xs.assign(a.strings().begin(), a.strings().end());
+    else if (a.name() == "y")
+      y = a.s();
+    else
+      return err("{0}: attribute '{1}' of Gradient is not supported",
+                 describeNode(n, index), a.name());
+  }
+  if (xs.empty() || y.empty() || int(xs.size()) != n.output_size())
+    return err("{0}: Gradient needs attributes 'xs' and 'y' and one output "
+               "per x",
+               describeNode(n, index));
+  auto valueOf = [&](const std::string &name) -> Value * {
+    auto it = env_.find(name);
+    return it == env_.end() ? nullptr : materialize(name, it->second);
+  };
+  Value *yv = valueOf(y);
+  if (!yv)
+    return err("{0}: y '{1}' is not defined before the Gradient node",
+               describeNode(n, index), y);
+  std::vector<Value *> xv;
+  for (const std::string &x : xs) {
+    Value *v = valueOf(x);
+    if (!v || !isFloat(v->type().dtype))
+      return err("{0}: x '{1}' is not a float value defined before the "
+                 "Gradient node",
+                 describeNode(n, index), x);
+    xv.push_back(v);
+  }
+  size_t first = g_->ops().size();
+  auto grads = passes::differentiate(*g_, yv, xv);
+  if (!grads)
+    return err("{0}: {1}", describeNode(n, index),
+               llvm::toString(grads.takeError()));
+  for (size_t i = first; i < g_->ops().size(); ++i)
+    g_->ops()[i]->setPhase(Phase::B);
+  for (int i = 0; i < n.output_size(); ++i) {
+    if (env_.count(n.output(i)))
+      return err("{0}: output '{1}' is defined twice", describeNode(n, index),
+                 n.output(i));
+    Value *d = (*grads)[i];
+    env_[n.output(i)] = Entry{d->type(), d, nullptr, false};
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
   for (const auto &a : n.attribute())
     if (a.type() == onnx::AttributeProto::GRAPH ||
@@ -726,6 +784,8 @@ llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
     env_[n.output(0)] = Entry{d->type(), nullptr, d, true};
     return llvm::Error::success();
   }
+  if (n.domain() == kTrainingDomain && n.op_type() == "Gradient")
+    return importGradient(n, index);
   if (n.domain().empty() || n.domain() == "ai.onnx") {
     std::vector<FoldInput> ins;
     for (int k = 0; k < n.input_size(); ++k) {
@@ -932,7 +992,9 @@ onnxInputNames(const std::string &path) {
 std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly) {
   std::set<std::string> ops(kFoldOnly.begin(), kFoldOnly.end());
   for (const OpInfo &i : allOps())
-    ops.insert(std::string(i.name));
+    if (!isTrainingOp(i.kind))
+      ops.insert(std::string(i.name));
+  ops.insert(std::string(kGradientOp));
   if (foldedOnly)
     foldedOnly->assign(kFoldOnly.begin(), kFoldOnly.end());
   return {ops.begin(), ops.end()};

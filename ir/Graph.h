@@ -185,6 +185,7 @@ public:
   void addUpdate(Value *state, Value *value) {
     updates_.push_back({state, value});
   }
+  void clearUpdates() { updates_.clear(); }
   // True when some op is not Fwd (the text form then tags every op).
   bool isTraining() const;
   // True when an output, update or stash entry refers to `v`.

@@ -106,6 +106,11 @@ static const std::vector<OpInfo> &table() {
   return ops;
 }
 
+bool isTrainingOp(OpKind kind) {
+  TypeRule r = opInfo(kind).typeRule;
+  return r == typerules::gradient || r == typerules::optimizer;
+}
+
 const OpInfo &opInfo(OpKind kind) { return table()[size_t(kind)]; }
 
 llvm::ArrayRef<OpInfo> allOps() { return table(); }

@@ -68,6 +68,9 @@ struct OpInfo {
 };
 
 const OpInfo &opInfo(OpKind kind);
+// True for the ops passes make (gradients, optimizer updates), which are not
+// ONNX ops and never come from an imported model.
+bool isTrainingOp(OpKind kind);
 std::optional<OpKind> lookupOp(std::string_view name);
 llvm::ArrayRef<OpInfo> allOps();
 

@@ -62,20 +62,33 @@ static llvm::Error freezeParameters(ir::Graph &g, const std::string &regex) {
   if (!re.isValid(why))
     return fail("--freeze: invalid regular expression '" + regex +
                 "': " + why);
+  bool any = false;
   std::vector<Value *> declared(g.declared().begin(), g.declared().end());
   for (Value *v : declared)
-    if (v->kind() == ir::ValueKind::Param && re.match(v->name()))
+    if (v->kind() == ir::ValueKind::Param && re.match(v->name())) {
       g.setKind(v, ir::ValueKind::Buffer);
+      any = true;
+    }
+  if (!any)
+    return fail("--freeze: '" + regex + "' matches no parameter");
   return llvm::Error::success();
 }
 
 namespace {
 
+// Reverse-mode differentiation of `y` with respect to a set of source values.
 class Autodiff {
 public:
-  Autodiff(ir::Graph &g, Value *loss) : g_(g), loss_(loss), b_(g) {}
+  Autodiff(ir::Graph &g, Value *y, llvm::ArrayRef<Value *> sources)
+      : g_(g), y_(y), sources_(sources.begin(), sources.end()), b_(g) {}
 
+  // Appends the backward ops; afterwards gradientOf(source) is its gradient
+  // (null when y does not depend on it).
   llvm::Error run();
+  bool reaches(const Value *source) const { return needed_.count(source); }
+  // Sums the contributions to `v` into one value (null when nothing
+  // contributed).
+  Value *gradientOf(Value *v);
   // Gradients of forward activations (not of parameters): what B computes.
   const llvm::DenseSet<const Value *> &activationGradients() const {
     return activationGradients_;
@@ -85,27 +98,23 @@ private:
   void markNeeded();
   bool needs(const Value *v) const { return needed_.count(v); }
   void contribute(Value *v, Value *grad) { parts_[v].push_back(grad); }
-  // Sums the contributions to `v` into one value named grad.<v> (null when
-  // nothing contributed).
-  Value *gradientOf(Value *v);
 
   ir::Graph &g_;
-  Value *loss_;
+  Value *y_;
+  std::vector<Value *> sources_;
   grad::Builder b_;
   llvm::DenseSet<const Value *> needed_;
   llvm::DenseMap<Value *, std::vector<Value *>> parts_;
   llvm::DenseSet<const Value *> activationGradients_;
+  llvm::DenseSet<const Value *> dataDependent_;
 };
 
 } // namespace
 
 void Autodiff::markNeeded() {
-  // Forward: values a trainable parameter reaches through differentiable
-  // operands and float results.
-  llvm::DenseSet<const Value *> active;
-  for (Value *v : g_.declared())
-    if (v->kind() == ir::ValueKind::Param)
-      active.insert(v);
+  // Forward: values a source reaches through differentiable operands and
+  // float results.
+  llvm::DenseSet<const Value *> active(sources_.begin(), sources_.end());
   std::vector<Op *> ops;
   for (const auto &op : g_.ops())
     ops.push_back(op.get());
@@ -119,9 +128,9 @@ void Autodiff::markNeeded() {
         if (grad::isDifferentiableResult(*op, i))
           active.insert(op->result(i));
   }
-  // Backward: of those, the ones the loss depends on.
-  if (active.count(loss_))
-    needed_.insert(loss_);
+  // Backward: of those, the ones y depends on.
+  if (active.count(y_))
+    needed_.insert(y_);
   for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
     Op *op = *it;
     bool live = false;
@@ -146,26 +155,22 @@ Value *Autodiff::gradientOf(Value *v) {
   for (size_t i = 1; i < parts.size(); ++i)
     sum = b_.emit(ir::OpKind::Add, {sum, parts[i]});
   parts = {sum};
-  if (!v->isDeclared())
+  if (dataDependent_.count(v))
     activationGradients_.insert(sum);
   return sum;
 }
 
 llvm::Error Autodiff::run() {
   markNeeded();
-  std::vector<Value *> params;
-  for (Value *v : g_.declared())
-    if (v->kind() == ir::ValueKind::Param)
-      params.push_back(v);
-  if (params.empty())
-    return fail("the graph has no trainable parameters (all frozen or none "
-                "imported)");
-  if (std::none_of(params.begin(), params.end(),
-                   [&](Value *p) { return needs(p); }))
-    return fail("the loss " + ir::valueRef(loss_->name()) +
-                " does not depend on any trainable parameter");
-
-  contribute(loss_, b_.scalar(1.0, loss_->type().dtype));
+  dataDependent_ = dataDependentValues(g_);
+  // dy = 1 everywhere: the gradient of y (of its sum, when not a scalar).
+  const ir::TensorType &t = y_->type();
+  contribute(y_, t.numElements() == 1 && t.rank() == 0
+                     ? b_.scalar(1.0, t.dtype)
+                     : g_.addConst(g_.uniqueName("grad.ones"),
+                                   ir::TensorData::fromDoubles(
+                                       t.dtype, t.shape,
+                                       std::vector<double>(t.numElements(), 1))));
   std::vector<Op *> ops;
   for (const auto &op : g_.ops())
     ops.push_back(op.get());
@@ -201,37 +206,58 @@ llvm::Error Autodiff::run() {
     for (unsigned i = 0; i < op.numOperands(); ++i)
       if (ctx.needs[i] && ctx.dX[i]) {
         contribute(op.operand(i), ctx.dX[i]);
-        if (!op.operand(i)->isDeclared())
+        if (dataDependent_.count(op.operand(i)))
           activationGradients_.insert(ctx.dX[i]);
       }
   }
-
-  // Outputs: the loss, then one gradient per trainable parameter.
-  std::vector<Value *> outputs{loss_};
-  for (Value *p : params) {
-    Value *d = gradientOf(p);
-    std::string name = "grad." + p->name();
-    if (!d) { // the loss does not depend on this parameter
-      d = g_.addConst(g_.uniqueName(name),
-                      std::make_shared<ir::TensorData>(
-                          p->type(), std::string(p->type().byteSize(), '\0')));
-    } else if (d->name() != name && !g_.lookup(name) &&
-               d->definingOp() && !g_.isOutput(d) &&
-               std::find(outputs.begin(), outputs.end(), d) == outputs.end()) {
-      g_.rename(d, name);
-    }
-    if (std::find(outputs.begin(), outputs.end(), d) != outputs.end() ||
-        d->isDeclared()) {
-      // Two parameters with one gradient value (or a constant): give each
-      // output a value of its own.
-      d = b_.emit(ir::OpKind::Identity, {d});
-      if (!g_.lookup(name))
-        g_.rename(d, name);
-    }
-    outputs.push_back(d);
-  }
-  g_.setOutputs(outputs);
   return llvm::Error::success();
+}
+
+// A value of its own named `name` (when free) holding gradient `d`, so each
+// gradient output is a distinct, recognisable value.
+static Value *namedGradient(ir::Graph &g, grad::Builder &b, Value *d,
+                            const std::string &name,
+                            llvm::ArrayRef<Value *> taken) {
+  bool shared = d->isDeclared() || g.isOutput(d) ||
+                std::find(taken.begin(), taken.end(), d) != taken.end();
+  if (shared) {
+    if (!d->isDeclared())
+      b.setSource(d->definingOp());
+    d = b.emit(ir::OpKind::Identity, {d});
+  }
+  if (d->name() != name && !g.lookup(name))
+    g.rename(d, name);
+  return d;
+}
+
+static Value *zerosLike(ir::Graph &g, const Value *v, const std::string &name) {
+  return g.addConst(g.uniqueName(name),
+                    std::make_shared<ir::TensorData>(
+                        v->type(), std::string(v->type().byteSize(), '\0')));
+}
+
+llvm::DenseSet<const Value *> dataDependentValues(const ir::Graph &g) {
+  llvm::DenseSet<const Value *> dep(g.inputs().begin(), g.inputs().end());
+  for (const auto &op : g.ops())
+    if (llvm::any_of(op->operands(), [&](Value *v) { return dep.count(v); }))
+      dep.insert(op->results().begin(), op->results().end());
+  return dep;
+}
+
+llvm::Expected<std::vector<Value *>>
+differentiate(ir::Graph &g, Value *y, llvm::ArrayRef<Value *> xs) {
+  Autodiff ad(g, y, xs);
+  if (auto e = ad.run())
+    return std::move(e);
+  grad::Builder b(g);
+  std::vector<Value *> grads;
+  for (Value *x : xs) {
+    std::string name = "grad." + x->name();
+    Value *d = ad.gradientOf(x);
+    grads.push_back(d ? namedGradient(g, b, d, name, grads)
+                      : zerosLike(g, x, name));
+  }
+  return grads;
 }
 
 llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx) {
@@ -242,10 +268,32 @@ llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx) {
   auto loss = findLoss(g, ctx.training.loss);
   if (!loss)
     return loss.takeError();
+  std::vector<Value *> params;
+  for (Value *v : g.declared())
+    if (v->kind() == ir::ValueKind::Param)
+      params.push_back(v);
+  if (params.empty())
+    return fail("the graph has no trainable parameters (all frozen or none "
+                "imported)");
+
   size_t numForward = g.ops().size();
-  Autodiff ad(g, *loss);
+  Autodiff ad(g, *loss, params);
   if (auto e = ad.run())
     return std::move(e);
+  if (std::none_of(params.begin(), params.end(),
+                   [&](Value *p) { return ad.reaches(p); }))
+    return fail("the loss " + ir::valueRef((*loss)->name()) +
+                " does not depend on any trainable parameter");
+  // Outputs: the loss, then one gradient per trainable parameter.
+  grad::Builder b(g);
+  std::vector<Value *> outputs{*loss};
+  for (Value *p : params) {
+    std::string name = "grad." + p->name();
+    Value *d = ad.gradientOf(p);
+    outputs.push_back(d ? namedGradient(g, b, d, name, outputs)
+                        : zerosLike(g, p, name));
+  }
+  g.setOutputs(outputs);
   // Every new op is backward work; the dependency slice says which is W.
   for (size_t i = numForward; i < g.ops().size(); ++i)
     g.ops()[i]->setPhase(ir::Phase::B);

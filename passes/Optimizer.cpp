@@ -67,7 +67,7 @@ llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx) {
     if (v->kind() == ir::ValueKind::Param)
       params.push_back(v);
   if (!g.isTraining() || g.outputs().size() != params.size() + 1)
-    return fail("optimizer: expected the outputs autodiff makes (the loss, "
+    return fail("expected the outputs autodiff makes (the loss, "
                 "then one gradient per trainable parameter); run autodiff "
                 "first");
   if (t.optimizer != "sgd" && t.optimizer != "adamw")

@@ -58,6 +58,19 @@ llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx);
 
+// Appends the gradients of `y` (of its sum, when not a scalar) with respect
+// to each of `xs` (inputs, parameters or results): one value per x, named
+// grad.<x> where free, zeros when y does not depend on x. What autodiff and
+// ONNX's Gradient op are built on.
+llvm::Expected<std::vector<ir::Value *>>
+differentiate(ir::Graph &g, ir::Value *y, llvm::ArrayRef<ir::Value *> xs);
+
+// Values that depend on the graph's inputs (the data): the inputs and every
+// result of an op with such an operand. Their gradients are activation
+// gradients; gradients of values made from parameters alone (a transposed
+// weight, a position embedding) are weight gradients.
+llvm::DenseSet<const ir::Value *> dataDependentValues(const ir::Graph &g);
+
 // Tags every backward op B or W by the dependency slice of the activation
 // gradients (values that are gradients of forward activations, not of
 // parameters): B when such a value depends on it, else W. Records the stash.
@@ -74,8 +87,8 @@ struct PipelineOptions {
   // Pass names after which to print the IR; "all" for every pass.
   std::vector<std::string> dumpAfter;
   bool verifyEach = true;
-  PassContext context;
   llvm::raw_ostream *dumpStream = &llvm::errs();
+  PassContext context;
 };
 
 // Prints the IR dump banner and graph as `--dump-ir-after` does.

@@ -5,6 +5,7 @@
 // verify-2bp re-derives all of it and compares.
 #include "passes/Pass.h"
 
+#include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/TypeRules.h"
 
@@ -64,10 +65,10 @@ static const SplitRule *findSplit(OpKind k) {
 }
 
 // Replaces `op` by its two parts, which take over its result names. A part
-// whose forward operand (operand 1 + i of the combined op) is an activation,
-// not a declared tensor, makes an activation gradient: it joins `seeds`.
+// whose forward operand (operand 1 + i of the combined op) depends on the
+// data makes an activation gradient: it joins `seeds`.
 static void splitOp(ir::Graph &g, Op *op, const SplitRule &rule,
-                    ValueSet &seeds) {
+                    const ValueSet &dataDependent, ValueSet &seeds) {
   Value *results[2] = {op->result(0), op->result(1)};
   Value *parts[2];
   const Part *p[2] = {&rule.data, &rule.weight};
@@ -85,7 +86,7 @@ static void splitOp(ir::Graph &g, Op *op, const SplitRule &rule,
                                 op->loc());
     part->setPhase(op->phase());
     parts[i] = part->result(0);
-    if (!op->operand(1 + i)->isDeclared())
+    if (dataDependent.count(op->operand(1 + i)))
       seeds.insert(parts[i]);
   }
   std::string names[2] = {results[0]->name(), results[1]->name()};
@@ -166,17 +167,75 @@ llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &) {
     else if (op->phase() == Phase::B)
       seeds.insert(op->results().begin(), op->results().end());
   }
+  ValueSet dataDependent = dataDependentValues(g);
   for (Op *op : combined)
-    splitOp(g, op, *findSplit(op->kind()), seeds);
+    splitOp(g, op, *findSplit(op->kind()), dataDependent, seeds);
   tagPhases(g, seeds);
   return true;
 }
 
 static std::string phaseStr(Phase p) { return std::string(ir::phaseName(p)); }
 
+// The tags must be what the passes derive: the forward part of the graph,
+// differentiated and split again, gives the same backward ops with the same
+// tags, in the same order. Applies to graphs shaped by autodiff (the loss
+// first among the outputs, then one gradient per parameter).
+static llvm::Error checkTagsByRegeneration(const ir::Graph &g) {
+  size_t params = llvm::count_if(g.declared(), [](const Value *v) {
+    return v->kind() == ir::ValueKind::Param;
+  });
+  if (g.outputs().size() < params + 1 || params == 0)
+    return llvm::Error::success();
+  auto copy = ir::parseGraph(ir::printGraph(g), "<verify-2bp>");
+  if (!copy)
+    return copy.takeError();
+  ir::Graph &f = **copy;
+  f.setOutputs({f.outputs()[0]});
+  f.setStash({});
+  f.clearUpdates();
+  std::vector<Op *> later;
+  for (const auto &op : f.ops())
+    if (op->phase() != Phase::Fwd)
+      later.push_back(op.get());
+  for (auto it = later.rbegin(); it != later.rend(); ++it)
+    f.eraseOp(*it);
+  PassContext ctx;
+  ctx.training.loss = f.outputs()[0]->name();
+  auto ad = autodiff(f, ctx);
+  if (!ad)
+    return ad.takeError();
+  auto split = splitBackward(f, ctx);
+  if (!split)
+    return split.takeError();
+  std::vector<const Op *> mine, derived;
+  for (const auto &op : g.ops())
+    if (isBackward(*op))
+      mine.push_back(op.get());
+  for (const auto &op : f.ops())
+    if (isBackward(*op))
+      derived.push_back(op.get());
+  for (size_t i = 0; i < std::min(mine.size(), derived.size()); ++i) {
+    if (mine[i]->kind() != derived[i]->kind())
+      return fail("backward op " + mine[i]->describe() +
+                  " is not what autodiff and split-backward make from the "
+                  "forward graph (" + std::string(derived[i]->name()) +
+                  " expected)");
+    if (mine[i]->phase() != derived[i]->phase())
+      return fail(mine[i]->describe() + " is tagged " +
+                  phaseStr(mine[i]->phase()) +
+                  " but the dependency slice of the activation gradients "
+                  "makes it " + phaseStr(derived[i]->phase()));
+  }
+  if (mine.size() != derived.size())
+    return fail("the graph has " + std::to_string(mine.size()) +
+                " backward ops; autodiff and split-backward make " +
+                std::to_string(derived.size()) + " from its forward part");
+  return llvm::Error::success();
+}
+
 llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &) {
   if (!g.isTraining())
-    return fail("verify-2bp: the graph has no backward ops");
+    return fail("the graph has no backward ops; run autodiff first");
   auto producer = [](const Value *v) {
     return v->definingOp() ? v->definingOp()->phase() : Phase::Fwd;
   };
@@ -199,26 +258,28 @@ llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &) {
         break;
       }
       if (!ok)
-        return fail("verify-2bp: " + phaseStr(op.phase()) + " op " +
+        return fail( phaseStr(op.phase()) + " op " +
                     op.describe() + " reads " + ir::valueRef(v->name()) +
                     ", made by a " + phaseStr(from) + " op");
     }
     if (op.phase() == Phase::Fwd &&
         (op.info().typeRule == ir::typerules::gradient ||
          op.info().typeRule == ir::typerules::optimizer))
-      return fail("verify-2bp: gradient op " + op.describe() +
+      return fail("gradient op " + op.describe() +
                   " is tagged fwd");
     if (op.phase() == Phase::W)
       for (const Value *r : op.results())
         for (const ir::Use &u : r->uses())
           if (u.user->phase() != Phase::W && u.user->phase() != Phase::Opt)
-            return fail("verify-2bp: W op " + op.describe() + " feeds " +
+            return fail("W op " + op.describe() + " feeds " +
                         phaseStr(u.user->phase()) + " op " +
                         u.user->describe());
   }
+  if (auto e = checkTagsByRegeneration(g))
+    return e;
   std::vector<Value *> stash = computeStash(g);
   if (stash != std::vector<Value *>(g.stash().begin(), g.stash().end()))
-    return fail("verify-2bp: the recorded stash differs from the values W "
+    return fail("the recorded stash differs from the values W "
                 "ops read from fwd and B (" +
                 std::to_string(g.stash().size()) + " recorded, " +
                 std::to_string(stash.size()) + " expected)");

@@ -14,6 +14,23 @@ For every model it writes tests/models/training/<name>/:
                                parameter, keyed by its ONNX initializer name
     reference/params.txt       those initializer names, in the order of the
                                graph's initializer list
+    reference/sgd/<init>.npy   every parameter after one torch.optim.SGD step
+                               (lr 0.1, momentum 0.9, Nesterov, weight decay
+                               0.01) from the exported values with the f32
+                               gradients above
+    reference/adamw/<init>.npy the same for one torch.optim.AdamW step (lr
+                               0.01, betas (0.9, 0.999), eps 1e-8, weight
+                               decay 0.01)
+    reference/running/<buf>.npy        (models with BatchNorm) the module's
+                               running_mean / running_var after the forward
+                               pass in train mode: PyTorch's update, momentum
+                               0.1, running_var from the UNBIASED batch
+                               variance
+    reference/running_onnx/<buf>.npy   the same statistics as the ONNX
+                               BatchNormalization spec (training_mode=1)
+                               defines them: input * momentum + current *
+                               (1 - momentum) with the node's float momentum
+                               attribute and the POPULATION batch variance
 
 References come from PyTorch autograd in float32 on the same module and
 inputs in train() mode. They are also computed in float64; when the f32 and
@@ -251,6 +268,16 @@ def make_mlp_mse():
 MODELS = [("mlp", make_mlp), ("gpt", make_gpt), ("cnn", make_cnn),
           ("mlp_mse", make_mlp_mse)]
 
+# One optimizer step per model from the exported parameters (see
+# optimizer_step). The hyper-parameters are the ones the optimizer parity
+# test (tests/unit/optimizer_parity_test.cpp) gives cleave.
+OPTIMIZERS = collections.OrderedDict([
+    ("sgd", lambda params: torch.optim.SGD(
+        params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("adamw", lambda params: torch.optim.AdamW(
+        params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)),
+])
+
 
 # --------------------------------------------------------------------------
 
@@ -273,6 +300,87 @@ def autograd(model, inputs, dtype):
     grads = collections.OrderedDict(
         (n, p.grad.detach().clone()) for n, p in m.named_parameters())
     return loss.detach(), grads
+
+
+def optimizer_step(model, inputs, make_opt, dtype):
+    """{parameter name: value after one step}, on a copy of model in dtype.
+
+    The forward and backward pass are autograd()'s (train mode, zeroed
+    gradients); the optimizer starts with empty state, as cleave's does."""
+    m = copy.deepcopy(model).to(dtype)
+    m.train()
+    args = [t.to(dtype) if t.is_floating_point() else t for t in inputs.values()]
+    opt = make_opt(m.parameters())
+    opt.zero_grad()
+    m(*args).backward()
+    opt.step()
+    return collections.OrderedDict(
+        (n, p.detach().clone()) for n, p in m.named_parameters())
+
+
+def running_statistics(model, inputs, graph):
+    """BatchNorm running statistics after one train-mode forward pass.
+
+    Both start from the running statistics exported in model.onnx, which
+    are not the module's initial 0 / 1: the exporter's tracing forward pass
+    in train mode updated them once before they were written. They are
+    copied into the module first.
+
+    Returns ({buffer: PyTorch's value}, {buffer: the ONNX spec's value}),
+    both float32, keyed by initializer name. PyTorch: running = (1 - 0.1) *
+    running + 0.1 * batch, with the unbiased batch variance. ONNX
+    (BatchNormalization-15, training_mode=1): running = input * momentum +
+    current * (1 - momentum), momentum the node's float attribute (0.9 as
+    float32), current_var the population variance. The batch statistics are
+    taken in float64 from each BatchNorm's float32 input."""
+    m = copy.deepcopy(model)
+    m.train()
+    bns = collections.OrderedDict(
+        (n, mod) for n, mod in m.named_modules() if isinstance(mod, nn.BatchNorm2d))
+    if not bns:
+        return {}, {}
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    with torch.no_grad():
+        for n, mod in bns.items():
+            for suffix in ("running_mean", "running_var"):
+                getattr(mod, suffix).copy_(torch.from_numpy(inits[n + "." + suffix]))
+    seen = {}
+    hooks = [mod.register_forward_hook(
+        lambda mod, args, out, n=n: seen.__setitem__(n, args[0].detach().clone()))
+        for n, mod in bns.items()]
+    before = {n: (mod.running_mean.clone(), mod.running_var.clone())
+              for n, mod in bns.items()}
+    with torch.no_grad():
+        m(*inputs.values())
+    for h in hooks:
+        h.remove()
+    nodes = {n.input[3]: n for n in graph.node if n.op_type == "BatchNormalization"}
+    torch_ref, onnx_ref = {}, {}
+    for n, mod in bns.items():
+        x = seen[n].double()
+        count = x.numel() // x.shape[1]
+        dims = [d for d in range(x.dim()) if d != 1]
+        mean = x.mean(dims)
+        pop_var = x.var(dims, unbiased=False)
+        rm0, rv0 = (t.double() for t in before[n])
+        # PyTorch's update, recomputed: the unbiased variance, momentum 0.1.
+        assert mod.momentum == 0.1
+        assert torch.allclose(mod.running_mean.double(), 0.9 * rm0 + 0.1 * mean,
+                              rtol=1e-6, atol=1e-7), n
+        assert torch.allclose(mod.running_var.double(),
+                              0.9 * rv0 + 0.1 * pop_var * count / (count - 1),
+                              rtol=1e-6, atol=1e-7), n
+        node = nodes[n + ".running_mean"]
+        assert list(node.input[3:5]) == [n + ".running_mean", n + ".running_var"]
+        attrs = {a.name: a for a in node.attribute}
+        assert attrs["training_mode"].i == 1 and len(node.output) == 3, n
+        momentum = float(attrs["momentum"].f)  # float32 0.9 = 0.8999999762
+        for suffix, t_val, batch, init in (("running_mean", mod.running_mean, mean, rm0),
+                                           ("running_var", mod.running_var, pop_var, rv0)):
+            torch_ref[n + "." + suffix] = t_val.detach().to(torch.float32).numpy()
+            onnx_ref[n + "." + suffix] = (init * momentum + batch * (1.0 - momentum)) \
+                .to(torch.float32).numpy()
+    return torch_ref, onnx_ref
 
 
 def map_params(model, graph):
@@ -370,6 +478,22 @@ def build(name, make):
     assert [o.name for o in graph.output] == ["loss"]
     others = [i.name for i in graph.initializer if i.name not in param_inits]
 
+    # One optimizer step per optimizer (f32, stored) and its f32-vs-f64
+    # difference (printed), from the same parameters and inputs.
+    step_diffs = {}
+    for opt_name, make_opt in OPTIMIZERS.items():
+        p32 = optimizer_step(model, inputs, make_opt, torch.float32)
+        p64 = optimizer_step(model, inputs, make_opt, torch.float64)
+        for pname, init in mapping.items():
+            save(os.path.join(folder, "reference", opt_name, init + ".npy"),
+                 p32[pname].numpy())
+        step_diffs[opt_name] = max((rel_err(p32[n].numpy(), p64[n].numpy()), n) for n in p32)
+    torch_running, onnx_running = running_statistics(model, inputs, graph)
+    for sub, values in (("running", torch_running), ("running_onnx", onnx_running)):
+        for buf, a in sorted(values.items()):
+            assert buf in others and a.dtype == np.float32, buf
+            save(os.path.join(folder, "reference", sub, buf + ".npy"), a)
+
     # Report
     hist = collections.Counter(n.op_type for n in graph.node)
     n_params = sum(p.numel() for p in model.parameters())
@@ -381,6 +505,15 @@ def build(name, make):
     print("  loss %.6f; f32 vs f64: loss rel %.2e, max grad rel err %.2e (%s); stored %s" % (
         float(loss32), loss_diff, worst, max(diffs, key=diffs.get), "f64->f32" if use64 else "f32"))
     print("  other initializers (not parameters): %s" % (", ".join(others) or "none"))
+    for opt_name, (err, pname) in step_diffs.items():
+        print("  %s step: f32 vs f64 max param rel err %.2e (%s)" % (opt_name, err, pname))
+    if torch_running:
+        var_diff = max(rel_err(onnx_running[b], torch_running[b])
+                       for b in torch_running if b.endswith("running_var"))
+        mean_diff = max(rel_err(onnx_running[b], torch_running[b])
+                        for b in torch_running if b.endswith("running_mean"))
+        print("  BatchNorm running stats, ONNX spec vs PyTorch: running_mean rel %.2e, "
+              "running_var rel %.2e" % (mean_diff, var_diff))
     for n in notes:
         print("  note: " + n)
     return {"name": name, "worst": worst, "use64": use64}
