@@ -75,8 +75,28 @@ std::string summarizeGraph(const Graph &g) {
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](auto &a, auto &b) { return a.second > b.second; });
   os << "ops: " << g.ops().size() << "\n";
+  size_t nameWidth = 24;
   for (auto &[name, n] : sorted)
-    os << llvm::formatv("  {0,-24} {1,5}\n", name, n);
+    nameWidth = std::max(nameWidth, name.size());
+  for (auto &[name, n] : sorted)
+    os << "  " << name << std::string(nameWidth - name.size() + 1, ' ')
+       << llvm::formatv("{0,5}\n", n);
+  if (g.isTraining()) {
+    std::map<Phase, int> phases;
+    for (const auto &op : g.ops())
+      ++phases[op->phase()];
+    os << "training step:";
+    for (Phase p : {Phase::Fwd, Phase::B, Phase::W, Phase::Opt})
+      os << " " << phaseName(p) << " " << phases[p]
+         << (p == Phase::Opt ? "" : ",");
+    os << " ops\n";
+    int64_t stashBytes = 0;
+    for (const Value *v : g.stash())
+      stashBytes += v->type().byteSize();
+    os << "stash (kept per microbatch until its W runs): " << g.stash().size()
+       << " values, " << formatBytes(stashBytes) << "\n";
+    os << "state updates per step: " << g.updates().size() << "\n";
+  }
   return os.str();
 }
 

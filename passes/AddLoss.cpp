@@ -18,7 +18,7 @@ llvm::Error addLoss(ir::Graph &g, llvm::StringRef kind, llvm::StringRef output,
   if (!out) {
     std::string names;
     for (ir::Value *v : g.outputs())
-      names += (names.empty() ? "" : ", ") + v->name();
+      names += (names.empty() ? "" : ", ") + ir::valueRef(v->name());
     return fail("--add-loss: the graph has no output named '" + output +
                 "' (outputs: " + names + ")");
   }

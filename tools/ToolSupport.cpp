@@ -1,5 +1,7 @@
 #include "tools/ToolSupport.h"
 
+#include "llvm/Support/Regex.h"
+
 #include <cmath>
 
 #include "llvm/ADT/StringRef.h"
@@ -177,6 +179,12 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
                               std::optional<LossRequest> &addLoss) {
   opts.loss = flags.get("loss").value_or("");
   opts.freeze = flags.get("freeze").value_or("");
+  if (!opts.freeze.empty()) {
+    std::string why;
+    if (!llvm::Regex("^(" + opts.freeze + ")$").isValid(why))
+      return usageError("--freeze: invalid regular expression '" +
+                        opts.freeze + "': " + why);
+  }
   opts.optimizer = flags.get("optimizer").value_or("sgd");
   if (opts.optimizer != "sgd" && opts.optimizer != "adamw")
     return usageError("--optimizer must be 'sgd' or 'adamw', not '" +

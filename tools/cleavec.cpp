@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
                   "--dump-ir-after names '" + d +
                       "', which is not in cleavec's pipeline (import, "
                       "remove-identity, dce, autodiff, split-backward, "
-                      "optimizer, or all)",
+                      "verify-2bp, optimizer, or all)",
                   tools::kUsage);
 
   auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
@@ -176,9 +176,29 @@ int main(int argc, char **argv) {
                                  addLoss->target))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   std::vector<std::string> pipeline = kPipeline;
-  if (wantsTraining(**graph, flags))
+  if (wantsTraining(**graph, flags)) {
     pipeline.insert(pipeline.end(), kTrainingPipeline.begin(),
                     kTrainingPipeline.end());
+  } else if (!flags.has("inference")) {
+    // Flags that only mean something for training must not pass silently.
+    for (const char *f : {"freeze", "optimizer", "lr", "momentum", "nesterov",
+                          "weight-decay", "adam-betas", "adam-eps"})
+      if (flags.has(f))
+        return fail(kTool,
+                    std::string("--") + f +
+                        " needs a training graph, but the model's outputs "
+                        "are not a scalar loss; name the loss with --loss or "
+                        "add one with --add-loss",
+                    tools::kUsage);
+    for (const std::string &d : pipe.dumpAfter)
+      if (std::find(kTrainingPipeline.begin(), kTrainingPipeline.end(), d) !=
+          kTrainingPipeline.end())
+        return fail(kTool,
+                    "--dump-ir-after=" + d +
+                        ": this model gets no training graph (its outputs "
+                        "are not a scalar loss; see --loss, --add-loss)",
+                    tools::kUsage);
+  }
   if (auto e = passes::runPipeline(**graph, pipeline, pipe))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
