@@ -53,9 +53,9 @@ const Blas &blas() {
 }
 
 template <typename T>
-static void gemmBlock(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      T alpha, const T *a, int64_t lda, const T *b,
-                      int64_t ldb, T beta, T *c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
+          const T *a, int64_t lda, const T *b, int64_t ldb, T beta, T *c,
+          int64_t ldc) {
   auto opA = ta ? CblasTrans : CblasNoTrans,
        opB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
@@ -73,28 +73,33 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   // Blocks of at least this many multiply-adds are worth a thread.
   const int64_t minWork = int64_t(1) << 17;
   if (m * n * std::max<int64_t>(k, 1) < 2 * minWork) {
-    gemmBlock(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   if (m >= n) {
     int64_t grain = std::max<int64_t>(1, minWork / std::max<int64_t>(1, n * k));
     parallelFor(m, grain, [&](int64_t r0, int64_t r1) {
-      gemmBlock(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda,
-                b, ldb, beta, c + r0 * ldc, ldc);
+      gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b,
+           ldb, beta, c + r0 * ldc, ldc);
     });
   } else {
     int64_t grain = std::max<int64_t>(1, minWork / std::max<int64_t>(1, m * k));
     parallelFor(n, grain, [&](int64_t c0, int64_t c1) {
-      gemmBlock(ta, tb, m, c1 - c0, k, alpha, a, lda,
-                tb ? b + c0 * ldb : b + c0, ldb, beta, c + c0, ldc);
+      gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0,
+           ldb, beta, c + c0, ldc);
     });
   }
 }
 
-template void parallelGemm<float>(bool, bool, int64_t, int64_t, int64_t,
-                                  float, const float *, int64_t,
-                                  const float *, int64_t, float, float *,
-                                  int64_t);
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float,
+                          const float *, int64_t, const float *, int64_t, float,
+                          float *, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double,
+                           const double *, int64_t, const double *, int64_t,
+                           double, double *, int64_t);
+template void parallelGemm<float>(bool, bool, int64_t, int64_t, int64_t, float,
+                                  const float *, int64_t, const float *,
+                                  int64_t, float, float *, int64_t);
 template void parallelGemm<double>(bool, bool, int64_t, int64_t, int64_t,
                                    double, const double *, int64_t,
                                    const double *, int64_t, double, double *,

@@ -22,11 +22,17 @@ struct Blas {
 // Loads OpenBLAS on first use; exits with one error line if it is missing.
 const Blas &blas();
 
-// Row-major C = alpha * op(A) * op(B) + beta * C for float or double, split
-// into row or column blocks over the backend's thread pool. OpenBLAS itself
-// runs single-threaded: its idle threads yield in a loop, and on two cores
-// they took the time the pool's threads needed for im2col and the
-// elementwise work around each GEMM.
+// Row-major C = alpha * op(A) * op(B) + beta * C for float or double, on the
+// calling thread: for kernels that already spread their work over the pool.
+template <typename T>
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T alpha,
+          const T *a, int64_t lda, const T *b, int64_t ldb, T beta, T *c,
+          int64_t ldc);
+
+// The same product split into row or column blocks over the backend's
+// thread pool. OpenBLAS itself runs single-threaded: its idle threads yield
+// in a loop, and on two cores they took the time the pool's threads needed
+// for im2col and the elementwise work around each GEMM.
 template <typename T>
 void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                   T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,

@@ -220,9 +220,32 @@ TEST(CpuConv, OneAndThreeSpatialDims) {
 }
 
 TEST(CpuConv, LargeConvUsesThreadedGemm) {
-  // 32 x 400 x 144 multiply-adds per image: OpenBLAS threads this one.
+  // 32 x 400 x 144 multiply-adds per image: one task per image.
   checkConv<float>({2, 16, 20, 20}, {32, 16, 3, 3}, true,
                    convAttrs({1, 1}, {1, 1, 1, 1}, {1, 1}), 8);
+}
+
+TEST(CpuConv, ShiftedTapsMatchReference) {
+  // 2-D, stride 1, at least 8 channels per group: one GEMM per kernel tap
+  // over a zero-padded copy of the input.
+  checkConv<float>({3, 8, 12, 10}, {5, 8, 3, 3}, true,
+                   convAttrs({1, 1}, {1, 1, 1, 1}, {1, 1}), 9);
+  // A 2x3 kernel, asymmetric pads, dilations, groups, no bias.
+  checkConv<double>({2, 16, 9, 11}, {6, 8, 2, 3}, false,
+                    convAttrs({1, 1}, {0, 2, 1, 1}, {2, 2}, 2), 10);
+  // Enough work per image for two blocks of output rows (19 and 18).
+  checkConv<float>({1, 8, 37, 30}, {32, 8, 3, 3}, true,
+                   convAttrs({1, 1}, {1, 1, 1, 1}, {1, 1}), 11);
+}
+
+TEST(CpuConv, Im2colInBlocksOfOutputRows) {
+  // Two blocks of output rows per image (23 and 22), strided.
+  checkConv<float>({2, 6, 90, 80}, {32, 6, 3, 3}, true,
+                   convAttrs({2, 2}, {1, 1, 1, 1}, {1, 1}), 12);
+  // 3-D: two blocks of 35 (depth, row) positions, the second starting in
+  // the middle of a depth plane.
+  checkConv<float>({1, 4, 5, 14, 20}, {16, 4, 3, 3, 3}, false,
+                   convAttrs({1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}), 13);
 }
 
 TEST(CpuConv, IntegerInputIsRefused) {
