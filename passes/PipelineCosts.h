@@ -1,0 +1,37 @@
+// What the partitioner hands the schedule generators and the simulator: the
+// predicted cost of each pipeline stage per microbatch, and the link
+// between stages. With `--cost-model uniform` every stage's F, B and W take
+// one unit and sends are free; otherwise the cost model fills these in from
+// the graph (docs/design/partition.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cleave::passes {
+
+struct StageCost {
+  double f = 1, b = 1, w = 1;     // forward, input-gradient, weight-gradient
+                                  // time of one microbatch on this stage
+  int64_t activationBytes = 0;    // kept per microbatch from F until its W
+  int64_t sendBytes = 0;          // sent downstream per microbatch (F)
+  int64_t recvBytes = 0;          // received from upstream per microbatch
+  int64_t staticBytes = 0;        // parameters, gradients, optimizer state
+};
+
+struct PipelineCosts {
+  std::vector<StageCost> stages;
+  double linkLatency = 0;         // per message, in timeUnit
+  double linkBytesPerUnit = 0;    // bandwidth; 0 means sends are free
+  std::string timeUnit = "unit";  // "unit" (uniform model) or "s"
+
+  // Uniform model: P stages, F = B = W = 1, free communication.
+  static PipelineCosts uniform(int stages) {
+    PipelineCosts c;
+    c.stages.assign(stages, StageCost{});
+    return c;
+  }
+};
+
+} // namespace cleave::passes

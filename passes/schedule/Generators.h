@@ -1,0 +1,47 @@
+// The schedule generators. Each makes per-stage action lists (with their
+// SEND/RECV messages and a final STEP) for P stages and M microbatches:
+//
+//   gpipe      all forwards, then all full backwards (BW)
+//   1f1b       PipeDream-flush: P-s-1 warm-up forwards on stage s, then one
+//              forward and one full backward in turn
+//   gpipe-2bp  gpipe's order with B in place of BW; every W deferred into
+//   1f1b-2bp   1f1b's  idle time, the rest at the end (the 2BP paper)
+//   zb-h1      zero bubble H1 (Qi et al.): 1f1b's F/B order with B in place
+//              of BW and W in idle time, but a stage runs a W before an F
+//              that would hold more than min(P, M) microbatches: the peak
+//              of 1F1B (its first stage), which later stages reach too
+//   zb-h2      zero bubble H2: a ready B first, else an F while fewer than
+//              min(2P-1, M) are held (extra warm-up forwards), else a W
+//   auto       the lowest simulated step time whose peak fits the memory cap
+//
+// Where W goes depends on when each stage would idle, so the 2BP and zero
+// bubble generators place it by timing the stages with the real per-stage
+// costs (the same cost model as Simulator.h); the simulator then gives the
+// figures of the finished schedule.
+#pragma once
+
+#include "passes/PipelineCosts.h"
+#include "passes/schedule/Schedule.h"
+
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+
+namespace cleave::passes::schedule {
+
+// The names makeSchedule accepts, `auto` last.
+const std::vector<std::string> &scheduleNames();
+
+// Fails, listing the known names, unless `name` is one of them.
+llvm::Error checkScheduleName(const std::string &name);
+
+// Makes the named schedule; `memCap` (peak activation microbatches on any
+// stage) matters only to `auto`. Errors: unknown name, P or M below 1, costs
+// not for P stages or with F or B not positive.
+llvm::Expected<Schedule> makeSchedule(const std::string &name, int stages,
+                                      int microbatches,
+                                      const PipelineCosts &costs,
+                                      std::optional<int> memCap = {});
+
+} // namespace cleave::passes::schedule

@@ -1,0 +1,60 @@
+// Predicts one training step of a schedule: the single source of the step
+// time, bubble and memory figures cleave prints, so the runtime can later be
+// compared against it.
+//
+// Semantics: each stage runs its actions in order, one at a time. F, B, W
+// and BW take the stage's cost (BW = B + W); STEP takes no time. A SEND is
+// eager: the stage posts it and goes on, and the data arrives at its peer
+// after linkLatency + bytes / linkBytesPerUnit. A RECV blocks its stage
+// until the matching SEND (same direction, microbatch and pair of stages)
+// has arrived. A stage that waits on a RECV whose SEND can never be posted
+// is a deadlock, reported with the chain of waiting stages.
+//
+// Memory: an F adds one microbatch of activations to its stage; its W (or
+// BW) releases it, so under 2BP a microbatch stays held from F until W.
+#pragma once
+
+#include "passes/PipelineCosts.h"
+#include "passes/schedule/Schedule.h"
+
+#include "llvm/Support/Error.h"
+
+namespace cleave::passes::schedule {
+
+struct Span {
+  double start = 0, end = 0; // for a SEND: posted .. arrived at the peer
+};
+
+struct StageStats {
+  double start = 0;  // start of the stage's first compute action
+  double finish = 0; // end of its last compute action
+  double busy = 0;   // time spent computing
+  double bubble = 0; // idle / step time
+  int peakActivationMicrobatches = 0;
+  int64_t peakBytes = 0; // activationBytes x peak held + staticBytes
+};
+
+struct SimResult {
+  // The step time: the longest any stage spends from its first compute to
+  // its last. Steps repeat back to back, and a stage starts the next step as
+  // soon as it finished this one (no global barrier before the optimizer,
+  // as the zero-bubble paper's post-validation allows), so this is the
+  // period of training in steady state.
+  double stepTime = 0;
+  // One isolated step with every stage starting at time 0.
+  double makespan = 0;
+  std::vector<StageStats> stages;
+  std::vector<std::vector<Span>> spans; // [stage][action index]
+};
+
+// The cost of one compute action on `stage` (0 for SEND/RECV/STEP).
+double computeCost(const PipelineCosts &costs, int stage, ActionKind kind);
+// How long a message from a SEND on `stage` takes to arrive.
+double transferTime(const PipelineCosts &costs, int stage, ActionKind send);
+
+// Fails (one line) on a deadlock or a RECV whose SEND never comes; the
+// costs must have one entry per stage.
+llvm::Expected<SimResult> simulate(const Schedule &s,
+                                   const PipelineCosts &costs);
+
+} // namespace cleave::passes::schedule

@@ -1,0 +1,235 @@
+#include "passes/schedule/Timeline.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace cleave::passes::schedule {
+
+namespace {
+
+// Chrome traces count microseconds; a uniform-model unit is drawn as 1 ms.
+double microsPerUnit(const PipelineCosts &costs) {
+  return costs.timeUnit == "s" ? 1e6 : 1e3;
+}
+
+llvm::json::Object metadata(const char *what, int tid, llvm::json::Value v) {
+  return llvm::json::Object{{"name", what},
+                            {"ph", "M"},
+                            {"pid", 0},
+                            {"tid", tid},
+                            {"args", llvm::json::Object{{"name", std::move(v)}}}};
+}
+
+llvm::json::Object span(std::string name, const char *cat, int tid,
+                        const Span &sp, double scale, int microbatch) {
+  return llvm::json::Object{{"name", std::move(name)},
+                            {"cat", cat},
+                            {"ph", "X"},
+                            {"pid", 0},
+                            {"tid", tid},
+                            {"ts", sp.start * scale},
+                            {"dur", (sp.end - sp.start) * scale},
+                            {"args", llvm::json::Object{{"microbatch", microbatch}}}};
+}
+
+// One colour per compute kind (colour-blind safe Tableau hues).
+const char *fillOf(ActionKind kind) {
+  switch (kind) {
+  case ActionKind::F: return "#4C78A8";
+  case ActionKind::B: return "#F58518";
+  case ActionKind::W: return "#54A24B";
+  case ActionKind::BW: return "#B279A2";
+  default: return "#555555";
+  }
+}
+
+const char *legendText(ActionKind kind) {
+  switch (kind) {
+  case ActionKind::F: return "F forward";
+  case ActionKind::B: return "B input gradient";
+  case ActionKind::W: return "W weight gradient";
+  case ActionKind::BW: return "BW full backward";
+  default: return "";
+  }
+}
+
+// Geometry of the Gantt chart, in pixels.
+struct GanttLayout {
+  double left = 70, top = 44, rowHeight = 26, rowGap = 8, width = 960;
+  double scale = 1; // pixels per time unit
+  double rowY(int stage) const { return top + stage * (rowHeight + rowGap); }
+  double x(double t) const { return left + t * scale; }
+};
+
+// A tick spacing of 1, 2 or 5 times a power of ten, about 10 ticks.
+double tickStep(double span) {
+  double raw = span / 10, pow10 = std::pow(10, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (raw <= m * pow10)
+      return m * pow10;
+  return 10 * pow10;
+}
+
+// Short numbers for labels: 33, 2.5, 0.000125.
+std::string fmt(double v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
+              const GanttLayout &g) {
+  for (int st = 0; st < s.stages; ++st) {
+    double y = g.rowY(st);
+    os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">stage "
+                        "{2}</text>\n",
+                        g.left - 8, y + g.rowHeight * 0.65, st);
+    // The grey background is the idle time: whatever no box covers.
+    os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
+                        "fill=\"#E6E6E6\"/>\n",
+                        g.x(0), y, r.makespan * g.scale, g.rowHeight);
+    for (size_t i = 0; i < s.actions[st].size(); ++i) {
+      const Action &a = s.actions[st][i];
+      const Span &sp = r.spans[st][i];
+      double w = (sp.end - sp.start) * g.scale;
+      if (isSend(a.kind) && w > 0) // the message in flight, under the row
+        os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" "
+                            "height=\"3\" fill=\"#333333\"><title>{3} to stage "
+                            "{4}</title></rect>\n",
+                            g.x(sp.start), y + g.rowHeight + 1, w,
+                            actionName(a), a.peer);
+      if (isComm(a.kind) || a.kind == ActionKind::Step || w <= 0)
+        continue;
+      os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
+                          "fill=\"{4}\" stroke=\"white\" stroke-width=\"1\">"
+                          "<title>{5}: {6} to {7}</title></rect>\n",
+                          g.x(sp.start), y, w, g.rowHeight, fillOf(a.kind),
+                          actionName(a), fmt(sp.start), fmt(sp.end));
+      if (w >= 12)
+        os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\" "
+                            "fill=\"white\">{2}</text>\n",
+                            g.x(sp.start) + w / 2, y + g.rowHeight * 0.65,
+                            a.microbatch);
+    }
+  }
+}
+
+void drawAxis(llvm::raw_ostream &os, const SimResult &r, const GanttLayout &g,
+              double y, const std::string &unit) {
+  double step = tickStep(r.makespan);
+  for (double t = 0; t <= r.makespan + 1e-9; t += step) {
+    os << llvm::formatv("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" "
+                        "stroke=\"#999999\"/>\n",
+                        g.x(t), y, y + 5);
+    os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\">{2}"
+                        "</text>\n",
+                        g.x(t), y + 18, fmt(t));
+  }
+  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\">time ({2})</text>\n",
+                      g.x(r.makespan) + 10, y + 18, unit);
+}
+
+void drawLegend(llvm::raw_ostream &os, const Schedule &s, double y, double x) {
+  std::vector<ActionKind> used;
+  for (ActionKind k : {ActionKind::F, ActionKind::B, ActionKind::W,
+                       ActionKind::BW})
+    for (const auto &list : s.actions)
+      if (std::any_of(list.begin(), list.end(),
+                      [&](const Action &a) { return a.kind == k; })) {
+        used.push_back(k);
+        break;
+      }
+  for (ActionKind k : used) {
+    os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"14\" height=\"14\" "
+                        "fill=\"{2}\"/><text x=\"{3}\" y=\"{4}\">{5}</text>\n",
+                        x, y, fillOf(k), x + 20, y + 12, legendText(k));
+    x += 170;
+  }
+  os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"14\" height=\"14\" "
+                      "fill=\"#E6E6E6\"/><text x=\"{2}\" y=\"{3}\">idle</text>\n",
+                      x, y, x + 20, y + 12);
+}
+
+} // namespace
+
+std::string chromeTrace(const Schedule &s, const SimResult &r,
+                        const PipelineCosts &costs) {
+  double scale = microsPerUnit(costs);
+  llvm::json::Array events;
+  events.push_back(metadata("process_name", 0,
+                            "cleave schedule " + s.name + " (P=" +
+                                std::to_string(s.stages) + ", M=" +
+                                std::to_string(s.microbatches) + ")"));
+  for (int st = 0; st < s.stages; ++st) {
+    int computeTid = 2 * st, sendTid = 2 * st + 1;
+    events.push_back(metadata("thread_name", computeTid, "stage " + std::to_string(st)));
+    events.push_back(metadata("thread_name", sendTid,
+                              "stage " + std::to_string(st) + " sends"));
+    for (size_t i = 0; i < s.actions[st].size(); ++i) {
+      const Action &a = s.actions[st][i];
+      if (isSend(a.kind))
+        events.push_back(span(actionName(a) + " to stage " + std::to_string(a.peer),
+                              kindName(a.kind), sendTid, r.spans[st][i], scale,
+                              a.microbatch));
+      else if (!isComm(a.kind))
+        events.push_back(span(actionName(a), kindName(a.kind), computeTid,
+                              r.spans[st][i], scale, a.microbatch));
+    }
+  }
+  llvm::json::Object trace{
+      {"traceEvents", std::move(events)},
+      {"displayTimeUnit", "ms"},
+      {"otherData",
+       llvm::json::Object{{"schedule", s.name},
+                          {"time_unit", costs.timeUnit},
+                          {"microseconds_per_time_unit", scale},
+                          {"step_time", r.stepTime}}}};
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(trace))) << "\n";
+  return os.str();
+}
+
+std::string ganttSvg(const Schedule &s, const SimResult &r,
+                     const PipelineCosts &costs) {
+  GanttLayout g;
+  g.scale = r.makespan > 0 ? g.width / r.makespan : 1;
+  double axisY = g.rowY(s.stages) + 2;
+  double legendY = axisY + 34;
+  double height = legendY + 30, width = g.left + g.width + 110;
+  double worst = 0;
+  for (const StageStats &st : r.stages)
+    worst = std::max(worst, st.bubble);
+
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+                      "height=\"{1}\" font-family=\"sans-serif\" "
+                      "font-size=\"12\">\n",
+                      width, height);
+  os << llvm::formatv("<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
+                      width, height);
+  // Without a barrier between steps the step time can be shorter than the
+  // isolated step drawn here (Simulator.h); then say both.
+  std::string isolated = r.makespan > r.stepTime
+                             ? " (one isolated step, as drawn: " +
+                                   fmt(r.makespan) + ")"
+                             : "";
+  os << llvm::formatv("<text x=\"{0}\" y=\"22\" font-size=\"15\" "
+                      "font-weight=\"bold\">{1}: P={2}, M={3}, step time {4} "
+                      "{5}{6}, bubble up to {7:P1}</text>\n",
+                      g.left, s.name, s.stages, s.microbatches,
+                      fmt(r.stepTime), costs.timeUnit, isolated, worst);
+  drawRows(os, s, r, g);
+  drawAxis(os, r, g, axisY, costs.timeUnit);
+  drawLegend(os, s, legendY, g.left);
+  os << "</svg>\n";
+  return os.str();
+}
+
+} // namespace cleave::passes::schedule

@@ -1,0 +1,23 @@
+// Pictures of a simulated step: a Chrome trace / Perfetto JSON file (one
+// track per stage for F/B/W/BW spans named like `F3`, one per stage for the
+// messages it sends), and an SVG Gantt chart for people: stages as rows,
+// one colour per kind, microbatch numbers in the boxes, idle time as grey
+// background, a legend and the step time. Both show one isolated step,
+// every stage starting at time 0.
+#pragma once
+
+#include "passes/PipelineCosts.h"
+#include "passes/schedule/Schedule.h"
+#include "passes/schedule/Simulator.h"
+
+#include <string>
+
+namespace cleave::passes::schedule {
+
+std::string chromeTrace(const Schedule &s, const SimResult &r,
+                        const PipelineCosts &costs);
+
+std::string ganttSvg(const Schedule &s, const SimResult &r,
+                     const PipelineCosts &costs);
+
+} // namespace cleave::passes::schedule

@@ -1,0 +1,201 @@
+#include "passes/schedule/Validator.h"
+
+#include "passes/schedule/Simulator.h"
+
+#include <set>
+
+namespace cleave::passes::schedule {
+
+namespace {
+
+// Where a broken rule is: the stage and the action's index and name.
+llvm::Error ruleBroken(int stage, size_t index, const Action &a,
+                       const std::string &rule) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "stage " + std::to_string(stage) + ", action " + std::to_string(index) +
+          " (" + actionName(a) + "): " + rule);
+}
+
+llvm::Error stageError(int stage, const std::string &rule) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "stage " + std::to_string(stage) + ": " +
+                                     rule);
+}
+
+std::string mbText(const Action &a) {
+  return "microbatch " + std::to_string(a.microbatch);
+}
+
+// Rule 1.
+llvm::Error checkWellFormed(const Schedule &s, int stage) {
+  const auto &list = s.actions[stage];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action &a = list[i];
+    if (a.kind == ActionKind::Step) {
+      if (i + 1 != list.size())
+        return ruleBroken(stage, i, a, "STEP must be the stage's last action");
+      continue;
+    }
+    if (a.microbatch < 0 || a.microbatch >= s.microbatches)
+      return ruleBroken(stage, i, a,
+                        "microbatch " + std::to_string(a.microbatch) +
+                            " is out of range (the step has " +
+                            std::to_string(s.microbatches) + ")");
+    if (!isComm(a.kind))
+      continue;
+    int peer = messagePeer(stage, a.kind);
+    if (peer < 0 || peer >= s.stages)
+      return ruleBroken(stage, i, a,
+                        std::string(kindName(a.kind)) + " on the " +
+                            (peer < 0 ? "first" : "last") +
+                            " stage has no stage to talk to");
+    if (a.peer != peer)
+      return ruleBroken(stage, i, a,
+                        std::string(kindName(a.kind)) + " names stage " +
+                            std::to_string(a.peer) + ", but must go to stage " +
+                            std::to_string(peer));
+  }
+  return llvm::Error::success();
+}
+
+// Rule 2: F before B before W (BW counts as B and W), each once.
+llvm::Error checkMicrobatchOrder(const Schedule &s, int stage) {
+  std::vector<bool> hasF(s.microbatches), hasB(s.microbatches),
+      hasW(s.microbatches);
+  const auto &list = s.actions[stage];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action &a = list[i];
+    if (isComm(a.kind) || a.kind == ActionKind::Step)
+      continue;
+    int mb = a.microbatch;
+    std::string kind = kindName(a.kind);
+    bool again = a.kind == ActionKind::F   ? hasF[mb]
+                 : a.kind == ActionKind::B ? hasB[mb]
+                 : a.kind == ActionKind::W ? hasW[mb]
+                                           : hasB[mb] || hasW[mb];
+    if (again)
+      return ruleBroken(stage, i, a,
+                        kind + " of " + mbText(a) +
+                            " again (each microbatch has one F, then one B "
+                            "and one W or one BW)");
+    if (a.kind != ActionKind::F && !hasF[mb])
+      return ruleBroken(stage, i, a, kind + " of " + mbText(a) + " before its F");
+    if (a.kind == ActionKind::W && !hasB[mb])
+      return ruleBroken(stage, i, a, "W of " + mbText(a) + " before its B");
+    hasF[mb] = hasF[mb] || a.kind == ActionKind::F;
+    hasB[mb] = hasB[mb] || a.kind == ActionKind::B || a.kind == ActionKind::BW;
+    hasW[mb] = hasW[mb] || a.kind == ActionKind::W || a.kind == ActionKind::BW;
+  }
+  for (int mb = 0; mb < s.microbatches; ++mb) {
+    const char *missing = !hasF[mb] ? "F" : !hasB[mb] ? "B" : !hasW[mb] ? "W" : nullptr;
+    if (missing)
+      return stageError(stage, "microbatch " + std::to_string(mb) + " has no " +
+                                   missing);
+  }
+  return llvm::Error::success();
+}
+
+// True if `list` has `kind` of `mb` before (or after) index i.
+bool hasMessage(const std::vector<Action> &list, size_t i, ActionKind kind,
+                int mb, bool before) {
+  size_t from = before ? 0 : i + 1, to = before ? i : list.size();
+  for (size_t j = from; j < to; ++j)
+    if (list[j].kind == kind && list[j].microbatch == mb)
+      return true;
+  return false;
+}
+
+// Rule 3: each F and backward has its messages on the right side of it.
+llvm::Error checkMessagesAround(const Schedule &s, int stage) {
+  const auto &list = s.actions[stage];
+  bool first = stage == 0, last = stage == s.stages - 1;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action &a = list[i];
+    bool fwd = a.kind == ActionKind::F;
+    bool bwd = a.kind == ActionKind::B || a.kind == ActionKind::BW;
+    if (!fwd && !bwd)
+      continue;
+    struct Need {
+      bool applies;
+      ActionKind kind;
+      bool before;
+    };
+    Need needs[] = {{fwd && !first, ActionKind::RecvF, true},
+                    {fwd && !last, ActionKind::SendF, false},
+                    {bwd && !last, ActionKind::RecvB, true},
+                    {bwd && !first, ActionKind::SendB, false}};
+    for (const Need &n : needs)
+      if (n.applies && !hasMessage(list, i, n.kind, a.microbatch, n.before))
+        return ruleBroken(
+            stage, i, a,
+            std::string(kindName(a.kind)) + " of " + mbText(a) + " has no " +
+                kindName(n.kind) + " " + (n.before ? "from" : "to") +
+                " stage " + std::to_string(messagePeer(stage, n.kind)) +
+                (n.before ? " before it" : " after it"));
+  }
+  return llvm::Error::success();
+}
+
+// Rule 4. Rules 2 and 3 already demand both ends of every message each F
+// and backward needs, so SENDs and RECVs pair up one to one as long as
+// none is repeated.
+llvm::Error checkMessagesOnce(const Schedule &s, int stage) {
+  std::set<std::pair<ActionKind, int>> seen;
+  const auto &list = s.actions[stage];
+  for (size_t i = 0; i < list.size(); ++i)
+    if (isComm(list[i].kind) &&
+        !seen.insert({list[i].kind, list[i].microbatch}).second)
+      return ruleBroken(stage, i, list[i],
+                        actionName(list[i]) + " appears twice");
+  return llvm::Error::success();
+}
+
+// Rule 6.
+llvm::Error checkMemory(const Schedule &s, int stage, int cap) {
+  int held = 0;
+  const auto &list = s.actions[stage];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action &a = list[i];
+    held += a.kind == ActionKind::F;
+    held -= a.kind == ActionKind::W || a.kind == ActionKind::BW;
+    if (held > cap)
+      return ruleBroken(stage, i, a,
+                        std::to_string(held) +
+                            " microbatches of activations held, above the "
+                            "memory cap of " +
+                            std::to_string(cap));
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
+                             std::optional<int> memCap) {
+  if (s.stages < 1 || s.microbatches < 1 || int(s.actions.size()) != s.stages)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "a schedule needs at least 1 stage and 1 microbatch and one action "
+        "list per stage");
+  for (int st = 0; st < s.stages; ++st) {
+    if (auto e = checkWellFormed(s, st))
+      return e;
+    if (auto e = checkMicrobatchOrder(s, st))
+      return e;
+    if (auto e = checkMessagesAround(s, st))
+      return e;
+    if (auto e = checkMessagesOnce(s, st))
+      return e;
+  }
+  auto sim = simulate(s, costs);
+  if (!sim)
+    return sim.takeError();
+  if (memCap)
+    for (int st = 0; st < s.stages; ++st)
+      if (auto e = checkMemory(s, st, *memCap))
+        return e;
+  return llvm::Error::success();
+}
+
+} // namespace cleave::passes::schedule

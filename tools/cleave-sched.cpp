@@ -1,0 +1,203 @@
+// cleave-sched: builds, checks and simulates one pipeline schedule without a
+// model, for the lit tests and the pictures in docs/schedules.md. Its flags
+// are the ones cleavec takes for schedules; all the work is in
+// passes/schedule.
+#include "passes/schedule/Generators.h"
+#include "passes/schedule/ScheduleCsv.h"
+#include "passes/schedule/ScheduleReport.h"
+#include "passes/schedule/Simulator.h"
+#include "passes/schedule/Timeline.h"
+#include "passes/schedule/Validator.h"
+#include "tools/ToolSupport.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace cleave;
+using namespace cleave::passes::schedule;
+using tools::fail;
+
+static const char kTool[] = "cleave-sched";
+
+static const char kHelp[] = R"(usage: cleave-sched --stages P --microbatches M --schedule NAME [options]
+
+Builds a pipeline schedule for P stages and M microbatches, checks it and
+simulates one training step: step time, bubble fraction, peak activation
+memory per stage.
+
+  --schedule=NAME        gpipe, 1f1b, gpipe-2bp, 1f1b-2bp, zb-h1, zb-h2, auto
+                         (fastest that fits --mem-cap), or csv:FILE (PyTorch
+                         torch.distributed.pipelining notation; P and M come
+                         from the file)
+  --stages=P             pipeline stages
+  --microbatches=M       microbatches per step
+  --costs=F,B,W          time of a forward, input-gradient and
+                         weight-gradient step on every stage (default 1,1,1)
+  --mem-cap=N            at most N microbatches of activations held on any
+                         stage
+  --emit=summary|schedule-csv
+                         print the figures (default) or the schedule as CSV
+  -o FILE                write that output to FILE instead of stdout
+  --timeline=FILE        FILE.json: Chrome trace / Perfetto; FILE.svg: Gantt
+                         chart (repeatable)
+  --report=FILE          the figures as JSON ({"schedule": {...}})
+  --help                 show this help
+
+exit status: 0 success, 1 bad schedule, 2 bad usage. No file is written
+unless everything succeeds.
+)";
+
+namespace {
+
+struct Request {
+  std::string schedule;
+  std::optional<int> stages, microbatches, memCap;
+  double f = 1, b = 1, w = 1;
+  std::string emit = "summary";
+};
+
+llvm::Error usage(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+llvm::Error readCount(const tools::Flags &flags, const char *name,
+                      std::optional<int> &out) {
+  auto v = flags.get(name);
+  if (!v)
+    return llvm::Error::success();
+  auto n = tools::parseCount(name, *v);
+  if (!n)
+    return n.takeError();
+  if (*n < 1)
+    return usage(std::string("--") + name + " must be at least 1");
+  out = int(*n);
+  return llvm::Error::success();
+}
+
+llvm::Error readCosts(const std::string &text, Request &req) {
+  auto parts = tools::splitList(text);
+  double v[3];
+  for (size_t i = 0; i < parts.size() && i < 3; ++i)
+    if (llvm::StringRef(parts[i]).getAsDouble(v[i]) || !std::isfinite(v[i]))
+      parts.clear();
+  if (parts.size() != 3 || !(v[0] > 0) || !(v[1] > 0) || v[2] < 0)
+    return usage("--costs needs F,B,W with F and B above 0 and W at least 0, "
+                 "not '" + text + "'");
+  req.f = v[0], req.b = v[1], req.w = v[2];
+  return llvm::Error::success();
+}
+
+llvm::Expected<Request> readRequest(const tools::Flags &flags) {
+  Request req;
+  req.schedule = flags.get("schedule").value_or("");
+  if (req.schedule.empty())
+    return usage("--schedule is required (see --help)");
+  for (auto [name, dst] : {std::pair{"stages", &req.stages},
+                           std::pair{"microbatches", &req.microbatches},
+                           std::pair{"mem-cap", &req.memCap}})
+    if (auto e = readCount(flags, name, *dst))
+      return std::move(e);
+  bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
+  if (!fromCsv)
+    if (auto e = checkScheduleName(req.schedule))
+      return std::move(e);
+  if (!fromCsv && (!req.stages || !req.microbatches))
+    return usage("--schedule " + req.schedule +
+                 " needs --stages and --microbatches");
+  if (auto c = flags.get("costs"))
+    if (auto e = readCosts(*c, req))
+      return std::move(e);
+  req.emit = flags.get("emit").value_or("summary");
+  if (req.emit != "summary" && req.emit != "schedule-csv")
+    return usage("--emit must be 'summary' or 'schedule-csv', not '" +
+                 req.emit + "'");
+  for (const std::string &t : flags.getAll("timeline"))
+    if (!llvm::StringRef(t).endswith(".json") &&
+        !llvm::StringRef(t).endswith(".svg"))
+      return usage("--timeline needs a .json or .svg file, not '" + t + "'");
+  return req;
+}
+
+passes::PipelineCosts costsFor(const Request &req, int stages) {
+  passes::PipelineCosts costs = passes::PipelineCosts::uniform(stages);
+  for (passes::StageCost &c : costs.stages)
+    c.f = req.f, c.b = req.b, c.w = req.w;
+  return costs;
+}
+
+// The CSV's own P and M, checked against --stages / --microbatches if given.
+llvm::Expected<Schedule> loadCsv(const Request &req) {
+  auto s = readScheduleCsvFile(req.schedule.substr(4));
+  if (!s)
+    return s.takeError();
+  if (req.stages && *req.stages != s->stages)
+    return usage(req.schedule + " has " + std::to_string(s->stages) +
+                 " ranks, but --stages is " + std::to_string(*req.stages));
+  if (req.microbatches && *req.microbatches != s->microbatches)
+    return usage(req.schedule + " has " + std::to_string(s->microbatches) +
+                 " microbatches, but --microbatches is " +
+                 std::to_string(*req.microbatches));
+  return s;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  tools::Flags flags({{"schedule", true, false},
+                      {"stages", true, false},
+                      {"microbatches", true, false},
+                      {"costs", true, false},
+                      {"mem-cap", true, false},
+                      {"emit", true, false},
+                      {"o", true, false},
+                      {"timeline", true, true},
+                      {"report", true, false},
+                      {"help", false, false},
+                      {"h", false, false}});
+  if (auto e = flags.parse(argc, argv))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  if (flags.has("help") || flags.has("h")) {
+    llvm::outs() << kHelp;
+    return tools::kOk;
+  }
+  if (!flags.positional().empty())
+    return fail(kTool, "unexpected argument '" + flags.positional()[0] + "'",
+                tools::kUsage);
+  auto req = readRequest(flags);
+  if (!req)
+    return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
+
+  bool fromCsv = llvm::StringRef(req->schedule).startswith("csv:");
+  auto sched = fromCsv ? loadCsv(*req)
+                       : makeSchedule(req->schedule, *req->stages,
+                                      *req->microbatches,
+                                      costsFor(*req, *req->stages), req->memCap);
+  if (!sched)
+    return fail(kTool, llvm::toString(sched.takeError()), tools::kBadInput);
+  passes::PipelineCosts costs = costsFor(*req, sched->stages);
+  if (auto e = validateSchedule(*sched, costs, req->memCap))
+    return fail(kTool, sched->name + ": " + llvm::toString(std::move(e)),
+                tools::kBadInput);
+  auto sim = simulate(*sched, costs);
+  if (!sim)
+    return fail(kTool, llvm::toString(sim.takeError()), tools::kBadInput);
+
+  // Every output is made before any is written.
+  std::vector<std::pair<std::string, std::string>> outputs;
+  outputs.push_back({flags.get("o").value_or("-"),
+                     req->emit == "schedule-csv"
+                         ? scheduleToCsv(*sched)
+                         : scheduleSummary(*sched, *sim, costs)});
+  for (const std::string &t : flags.getAll("timeline"))
+    outputs.push_back({t, llvm::StringRef(t).endswith(".svg")
+                              ? ganttSvg(*sched, *sim, costs)
+                              : chromeTrace(*sched, *sim, costs)});
+  if (auto r = flags.get("report"))
+    outputs.push_back({*r, scheduleReportJson(*sched, *sim, costs)});
+  for (const auto &[path, text] : outputs)
+    if (auto e = tools::writeOutput(path, text))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  return tools::kOk;
+}
