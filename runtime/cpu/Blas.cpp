@@ -70,6 +70,14 @@ template <typename T>
 void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
                   const T *a, int64_t lda, const T *b, int64_t ldb, T beta,
                   T *c, int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
   // Blocks of at least this many multiply-adds are worth a thread.
   const int64_t minWork = int64_t(1) << 17;
   if (m * n * std::max<int64_t>(k, 1) < 2 * minWork) {

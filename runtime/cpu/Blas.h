@@ -8,7 +8,11 @@
 #pragma once
 
 #include <cblas.h>
+
+#include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <initializer_list>
 
 namespace cleave::runtime::cpu {
 
@@ -32,10 +36,24 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T alpha,
 // The same product split into row or column blocks over the backend's
 // thread pool. OpenBLAS itself runs single-threaded: its idle threads yield
 // in a loop, and on two cores they took the time the pool's threads needed
-// for im2col and the elementwise work around each GEMM.
+// for im2col and the elementwise work around each GEMM. An empty product
+// (m or n 0) does nothing, and an empty sum (k 0) leaves beta * C, 0 for
+// beta 0, without calling OpenBLAS (which rejects a k-0 operand's leading
+// dimension).
 template <typename T>
 void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                   T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,
                   T beta, T *c, int64_t ldc);
+
+// Below this many multiply-adds parallelGemm does not split a GEMM well
+// (it keeps one under 2^18 on one thread), so kernels that run many such
+// products spread the products over threads instead.
+constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
+
+// OpenBLAS's CBLAS interface takes 32-bit sizes.
+inline bool fitsBlas(std::initializer_list<int64_t> dims) {
+  return std::all_of(dims.begin(), dims.end(),
+                     [](int64_t d) { return d <= INT_MAX; });
+}
 
 } // namespace cleave::runtime::cpu

@@ -10,6 +10,7 @@
 #include "runtime/cpu/CpuKernels.h"
 
 #include "runtime/cpu/Blas.h"
+#include "runtime/cpu/ConvGeometry.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -25,64 +26,13 @@ namespace {
 
 using Dims = llvm::SmallVector<int64_t, 4>;
 
-int64_t product(llvm::ArrayRef<int64_t> d) {
-  int64_t p = 1;
-  for (int64_t v : d)
-    p *= v;
-  return p;
-}
-
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Values of i in [0, count) with 0 <= start + i * step < limit, as [lo, hi).
-// Gives the output columns an im2col row reads from the input, and the
-// kernel taps of a pooling window that land inside the input.
-std::pair<int64_t, int64_t> insideRange(int64_t start, int64_t step,
-                                        int64_t count, int64_t limit) {
-  int64_t lo = start >= 0 ? 0 : ceilDiv(-start, step);
-  int64_t hi =
-      start <= limit - 1 ? std::min(count, (limit - 1 - start) / step + 1) : 0;
-  return {std::min(lo, hi), hi};
-}
-
-// Window geometry of one conv or pool call, per spatial dim.
-struct Geometry {
-  Dims in, out, kernel, strides, padBegin, padEnd, dilations, inStrides;
-  int64_t inSize = 1, outSize = 1, kernelSize = 1;
-
-  Geometry(const KernelCall &call, llvm::ArrayRef<int64_t> kernelDims,
-           bool hasDilations) {
-    llvm::ArrayRef<int64_t> x = call.inputs[0].shape, y = call.outputs[0].shape;
-    size_t sp = x.size() - 2;
-    in.assign(x.begin() + 2, x.end());
-    out.assign(y.begin() + 2, y.end());
-    kernel.assign(kernelDims.begin(), kernelDims.end());
-    const auto &st = call.getInts("strides"), &pd = call.getInts("pads");
-    strides.assign(st.begin(), st.end());
-    padBegin.assign(pd.begin(), pd.begin() + sp);
-    padEnd.assign(pd.begin() + sp, pd.end());
-    if (hasDilations) {
-      const auto &dl = call.getInts("dilations");
-      dilations.assign(dl.begin(), dl.end());
-    } else {
-      dilations.assign(sp, 1);
-    }
-    std::vector<int64_t> s = stridesOf(in);
-    inStrides.assign(s.begin(), s.end());
-    inSize = product(in);
-    outSize = product(out);
-    kernelSize = product(kernel);
-  }
-  size_t rank() const { return in.size(); }
-};
-
 // Writes `rows` rows of the im2col matrix of the input planes starting at x,
 // for the output positions whose outer coordinates (all spatial dims but the
 // last) have flat index in [outer0, outer1): row (c, kernel tap) holds, for
 // each of those positions, the input value under that tap, or 0 in the
 // padding.
 template <typename T>
-void im2col(const T *x, const Geometry &g, int64_t rows, int64_t outer0,
+void im2col(const T *x, const WindowGeometry &g, int64_t rows, int64_t outer0,
             int64_t outer1, T *col) {
   size_t sp = g.rank(), last = sp - 1;
   int64_t outInner = g.out[last], s = g.strides[last];
@@ -169,7 +119,7 @@ constexpr int64_t kMinTaskColumns = 256;
 // outer output positions), where the outer positions are those along all
 // spatial dims but the last (output rows, for 2-D).
 template <typename T> struct ConvProblem {
-  Geometry g;
+  WindowGeometry g;
   const T *x, *w, *bias;
   T *y;
   int64_t c, m, groups, cg, mg;
@@ -182,7 +132,8 @@ template <typename T> struct ConvProblem {
   std::vector<T> tapWeights;
 
   ConvProblem(const KernelCall &call)
-      : g(call, call.inputs[1].shape.drop_front(2), /*hasDilations=*/true) {
+      : g(call, call.inputs[0].shape, call.outputs[0].shape,
+          call.inputs[1].shape.drop_front(2), /*hasDilations=*/true) {
     const TensorRef &X = call.inputs[0], &W = call.inputs[1];
     x = X.as<T>();
     w = W.as<T>();
@@ -349,7 +300,7 @@ template <typename T> llvm::Error conv(const KernelCall &call) {
   if (n == 0 || W.shape[0] == 0)
     return llvm::Error::success();
   ConvProblem<T> p(call);
-  const Geometry &g = p.g;
+  const WindowGeometry &g = p.g;
   if (p.rows > INT_MAX || g.outSize > INT_MAX)
     return kernelError(call, "input {0} with weights {1} is too large for BLAS",
                        ir::shapeStr(X.shape), ir::shapeStr(W.shape));
@@ -368,71 +319,10 @@ template <typename T> llvm::Error conv(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-// Walks the kernel taps of one pooling window that land inside the input,
-// calling f(flat input offset). `start` is the window's first input
-// coordinate per dim; returns false if no tap lands inside.
-template <typename F>
-bool forEachTap(const Geometry &g, llvm::ArrayRef<int64_t> start, F &&f) {
-  size_t sp = g.rank(), last = sp - 1;
-  Dims lo(sp), hi(sp), k(sp);
-  for (size_t d = 0; d < sp; ++d) {
-    std::tie(lo[d], hi[d]) =
-        insideRange(start[d], g.dilations[d], g.kernel[d], g.in[d]);
-    if (lo[d] >= hi[d])
-      return false;
-    k[d] = lo[d];
-  }
-  int64_t step = g.dilations[last];
-  while (true) {
-    // Outer dims pick a row of the input; the last dim runs along it.
-    int64_t row = start[last];
-    for (size_t d = 0; d < last; ++d)
-      row += (start[d] + k[d] * g.dilations[d]) * g.inStrides[d];
-    for (int64_t t = lo[last]; t < hi[last]; ++t)
-      f(row + t * step);
-    size_t d = last;
-    while (d-- > 0) {
-      if (++k[d] < hi[d])
-        break;
-      k[d] = lo[d];
-    }
-    if (d == size_t(-1))
-      return true;
-  }
-}
-
-// Runs f(plane, output position, window start) for every output element,
-// planes spread over threads.
-template <typename F>
-void forEachWindow(const Geometry &g, int64_t planes, F &&f) {
-  int64_t work = std::max<int64_t>(1, g.outSize * g.kernelSize);
-  size_t sp = g.rank();
-  parallelFor(planes, std::max<int64_t>(1, 32768 / work),
-              [&](int64_t p0, int64_t p1) {
-                Dims pos(sp), start(sp);
-                for (int64_t p = p0; p < p1; ++p) {
-                  for (size_t d = 0; d < sp; ++d) {
-                    pos[d] = 0;
-                    start[d] = -g.padBegin[d];
-                  }
-                  for (int64_t o = 0; o < g.outSize; ++o) {
-                    f(p, o, llvm::ArrayRef<int64_t>(start));
-                    // Step to the next output position, last dim fastest.
-                    for (size_t d = sp; d-- > 0;) {
-                      start[d] += g.strides[d];
-                      if (++pos[d] < g.out[d])
-                        break;
-                      pos[d] = 0;
-                      start[d] = -g.padBegin[d];
-                    }
-                  }
-                }
-              });
-}
-
 template <typename T> llvm::Error maxPool(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
-  Geometry g(call, call.getInts("kernel_shape"), /*hasDilations=*/true);
+  WindowGeometry g(call, X.shape, call.outputs[0].shape,
+                   call.getInts("kernel_shape"), /*hasDilations=*/true);
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
   int64_t *indices =
@@ -459,7 +349,8 @@ template <typename T> llvm::Error maxPool(const KernelCall &call) {
 
 template <typename T> llvm::Error averagePool(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
-  Geometry g(call, call.getInts("kernel_shape"), /*hasDilations=*/false);
+  WindowGeometry g(call, X.shape, call.outputs[0].shape,
+                   call.getInts("kernel_shape"), /*hasDilations=*/false);
   bool includePad = call.getInt("count_include_pad");
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
@@ -472,19 +363,8 @@ template <typename T> llvm::Error averagePool(const KernelCall &call) {
                     sum += plane[off];
                     ++inside;
                   });
-                  // count_include_pad counts the taps inside the padded
-                  // input; the extra cells a ceil_mode window reaches past
-                  // the end padding never count.
-                  int64_t count = inside;
-                  if (includePad) {
-                    count = 1;
-                    for (size_t d = 0; d < g.rank(); ++d) {
-                      auto [lo, hi] =
-                          insideRange(start[d] + g.padBegin[d], 1, g.kernel[d],
-                                      g.in[d] + g.padBegin[d] + g.padEnd[d]);
-                      count *= hi - lo;
-                    }
-                  }
+                  int64_t count =
+                      includePad ? tapsInsidePadding(g, start) : inside;
                   y[p * g.outSize + o] = count ? T(sum / double(count)) : T(0);
                 });
   return llvm::Error::success();
@@ -493,7 +373,7 @@ template <typename T> llvm::Error averagePool(const KernelCall &call) {
 template <typename T> llvm::Error globalAveragePool(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
   int64_t planes = X.shape[0] * X.shape[1];
-  int64_t size = product(X.shape.drop_front(2));
+  int64_t size = elementCount(X.shape.drop_front(2));
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
   parallelFor(planes, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, size)),

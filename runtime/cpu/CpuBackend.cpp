@@ -8,6 +8,8 @@
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/ThreadPool.h"
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <thread>
 
 namespace cleave::runtime {
@@ -46,6 +48,29 @@ void parallelFor(int64_t n, int64_t grain,
     if (b < e)
       f(b, e);
   });
+}
+
+void addSplitGradient(KernelTable &t, ir::OpKind combined, GradientPart first,
+                      GradientPart second,
+                      const std::vector<ir::DType> &dtypes) {
+  t.add(first.op, first.fn, dtypes);
+  t.add(second.op, second.fn, dtypes);
+  t.add(
+      combined,
+      [first, second](const KernelCall &call) -> llvm::Error {
+        auto runPart = [&](const GradientPart &part, size_t output) {
+          llvm::SmallVector<TensorRef, 5> inputs;
+          for (int i : part.inputs)
+            inputs.push_back(call.inputs[i]);
+          KernelCall sub{call.op, call.attrs, inputs,
+                         call.outputs.slice(output, 1), call.seed};
+          return part.fn(sub);
+        };
+        if (auto e = runPart(first, 0))
+          return e;
+        return runPart(second, 1);
+      },
+      dtypes);
 }
 
 namespace {

@@ -18,10 +18,12 @@
 
 namespace cleave::runtime::cpu {
 
-using KernelFn = llvm::Error (*)(const KernelCall &call);
+// A std::function so that a combined gradient op's kernel can carry its
+// parts (addSplitGradient).
+using KernelFn = std::function<llvm::Error(const KernelCall &call)>;
 
 struct KernelEntry {
-  KernelFn fn = nullptr;
+  KernelFn fn;
   // Element types (of input 0) the kernel handles.
   std::vector<ir::DType> dtypes;
 };
@@ -29,7 +31,7 @@ struct KernelEntry {
 class KernelTable {
 public:
   void add(ir::OpKind op, KernelFn fn, std::vector<ir::DType> dtypes) {
-    entries_[size_t(op)] = KernelEntry{fn, std::move(dtypes)};
+    entries_[size_t(op)] = KernelEntry{std::move(fn), std::move(dtypes)};
   }
   const KernelEntry *find(ir::OpKind op) const {
     auto it = entries_.find(size_t(op));
@@ -39,6 +41,23 @@ public:
 private:
   std::map<size_t, KernelEntry> entries_;
 };
+
+// One part of a gradient op that is also split in two (MatMulGradA of
+// MatMulGrad): its op, its kernel, and which of the combined op's inputs
+// are its inputs, in its own order.
+struct GradientPart {
+  ir::OpKind op;
+  KernelFn fn;
+  std::vector<int> inputs;
+};
+
+// Registers the two parts and the combined op, whose kernel runs `first`
+// into output 0 and then `second` into output 1, each on the inputs it
+// picks, with the combined op's attributes. So the combined op's results are
+// the split form's bits, and error messages name the combined op.
+void addSplitGradient(KernelTable &t, ir::OpKind combined, GradientPart first,
+                      GradientPart second,
+                      const std::vector<ir::DType> &dtypes);
 
 // One per kernel file.
 void registerElementwiseKernels(KernelTable &t);
@@ -100,15 +119,31 @@ llvm::Error kernelError(const KernelCall &call, const char *fmt,
 }
 
 // Defines `kernel`, which runs the template `fn` on f32 or f64 inputs (for
-// kernel families registered with kFloatTypes only).
-#define CLEAVE_FLOAT_DISPATCH(kernel, fn)                                      \
+// kernel families registered with kFloatTypes only). Template arguments
+// after the element type may follow: CLEAVE_FLOAT_DISPATCH(k, softmax, true)
+// runs softmax<double, true> or softmax<float, true>.
+#define CLEAVE_FLOAT_DISPATCH(kernel, fn, ...)                                 \
   llvm::Error kernel(const KernelCall &call) {                                 \
-    return call.inputs[0].dtype == ir::DType::F64 ? fn<double>(call)           \
-                                                  : fn<float>(call);           \
+    return call.inputs[0].dtype == ir::DType::F64                              \
+               ? fn<double __VA_OPT__(, ) __VA_ARGS__>(call)                   \
+               : fn<float __VA_OPT__(, ) __VA_ARGS__>(call);                   \
   }
 
 // Row-major strides of a shape.
 std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
+
+inline int64_t elementCount(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+// The "axis" attribute, a negative one counted from the end.
+inline int64_t normalizedAxis(const KernelCall &call, size_t rank) {
+  int64_t axis = call.getInt("axis");
+  return axis < 0 ? axis + int64_t(rank) : axis;
+}
 
 // Runs f(begin, end) over [0, n) split across the backend's threads when n
 // is large enough to pay for it (ThreadPool.h underneath).
@@ -133,5 +168,79 @@ template <typename F> auto dispatchType(ir::DType dtype, F &&f) {
     return f(float{});
   }
 }
+
+// --- Float operands of any float type, as doubles ----------------------------
+
+// Element i of a float tensor of any float type.
+inline double loadDouble(const TensorRef &t, int64_t i) {
+  switch (t.dtype) {
+  case ir::DType::F64:
+    return t.as<double>()[i];
+  case ir::DType::F16:
+    return ir::halfToFloat(t.as<uint16_t>()[i]);
+  case ir::DType::BF16:
+    return ir::bf16ToFloat(t.as<uint16_t>()[i]);
+  default:
+    return t.as<float>()[i];
+  }
+}
+
+// Parameter-like operands (scale, running statistics, class weights) may be
+// another float type than the data in ONNX, so kernels read them as doubles.
+inline std::vector<double> readDoubles(const TensorRef &t) {
+  std::vector<double> v(t.numElements());
+  for (int64_t i = 0; i < int64_t(v.size()); ++i)
+    v[i] = loadDouble(t, i);
+  return v;
+}
+
+inline void storeDouble(const TensorRef &t, int64_t i, double v) {
+  switch (t.dtype) {
+  case ir::DType::F64:
+    t.as<double>()[i] = v;
+    break;
+  case ir::DType::F16:
+    t.as<uint16_t>()[i] = ir::floatToHalf(float(v));
+    break;
+  case ir::DType::BF16:
+    t.as<uint16_t>()[i] = ir::floatToBf16(float(v));
+    break;
+  default:
+    t.as<float>()[i] = float(v);
+  }
+}
+
+// The value of a one-element tensor of any numeric type (a learning rate, a
+// step count).
+inline double scalarAsDouble(const TensorRef &t) {
+  if (t.dtype == ir::DType::F16 || t.dtype == ir::DType::BF16)
+    return loadDouble(t, 0);
+  return dispatchType(t.dtype, [&](auto v) {
+    return double(t.as<decltype(v)>()[0]);
+  });
+}
+
+// `t` broadcast (NumPy, unidirectionally) to `shape`, as doubles; an error
+// if it does not broadcast (Normalization.cpp).
+llvm::Expected<std::vector<double>>
+broadcastDoubles(const KernelCall &call, const TensorRef &t,
+                 llvm::ArrayRef<int64_t> shape);
+
+// The view of a tensor of `shape` that Slice reads and SliceGrad writes:
+// the flat offset of its first element, and per dim its length and its
+// stride in elements (negative for a negative step); an error for a bad
+// axis or a 0 step (DataMovement.cpp).
+struct SliceView {
+  int64_t start = 0;
+  std::vector<int64_t> lengths, strides;
+};
+llvm::Expected<SliceView> sliceView(const KernelCall &call,
+                                    llvm::ArrayRef<int64_t> shape);
+
+// The indices of Gather (and GatherGrad) as int64 in [0, dim), negative ones
+// wrapped; an error for another type than i64 or i32 or an index out of
+// range (DataMovement.cpp).
+llvm::Expected<std::vector<int64_t>>
+gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim);
 
 } // namespace cleave::runtime::cpu

@@ -222,22 +222,10 @@ llvm::Error expand(const KernelCall &c) {
 
 llvm::Error slice(const KernelCall &c) {
   const TensorRef &in = c.inputs[0], &out = c.outputs[0];
-  const auto &starts = c.getInts("starts"), &ends = c.getInts("ends"),
-             &axes = c.getInts("axes"), &steps = c.getInts("steps");
-  int64_t rank = in.rank();
-  std::vector<int64_t> inStrides = stridesOf(in.shape);
-  llvm::SmallVector<int64_t, 6> strides(inStrides.begin(), inStrides.end());
-  int64_t start = 0;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
-    if (a < 0 || a >= rank || steps[i] == 0)
-      return kernelError(c, "bad axis {0} or step {1}", axes[i], steps[i]);
-    int64_t first = 0;
-    ir::sliceLength(in.shape[a], starts[i], ends[i], steps[i], &first);
-    start += first * inStrides[a];
-    strides[a] = inStrides[a] * steps[i];
-  }
-  copyView(out, in, start, strides);
+  auto view = sliceView(c, in.shape);
+  if (!view)
+    return view.takeError();
+  copyView(out, in, view->start, view->strides);
   return llvm::Error::success();
 }
 
@@ -284,21 +272,6 @@ llvm::Error split(const KernelCall &c) {
   return llvm::Error::success();
 }
 
-template <typename I>
-llvm::Error normalizeIndices(const KernelCall &c, const TensorRef &idx,
-                             int64_t dim, std::vector<int64_t> &out) {
-  const I *p = idx.as<I>();
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t v = p[i];
-    if (v < -dim || v >= dim)
-      return kernelError(c, "index {0} (at position {1}) is out of range for "
-                            "an axis of size {2}",
-                         v, i, dim);
-    out[i] = v < 0 ? v + dim : v;
-  }
-  return llvm::Error::success();
-}
-
 llvm::Error gather(const KernelCall &c) {
   const TensorRef &data = c.inputs[0], &idx = c.inputs[1];
   const TensorRef &out = c.outputs[0];
@@ -306,15 +279,10 @@ llvm::Error gather(const KernelCall &c) {
   if (axis < 0)
     axis += rank;
   int64_t dim = data.shape[axis];
-  std::vector<int64_t> index(idx.numElements());
-  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
-    return kernelError(c, "indices must be i64 or i32, not {0}",
-                       ir::dtypeName(idx.dtype));
-  if (llvm::Error err =
-          idx.dtype == DType::I64
-              ? normalizeIndices<int64_t>(c, idx, dim, index)
-              : normalizeIndices<int32_t>(c, idx, dim, index))
-    return err;
+  auto indexOr = gatherIndices(c, idx, dim);
+  if (!indexOr)
+    return indexOr.takeError();
+  const std::vector<int64_t> &index = *indexOr;
   auto [outer, unit] = aroundAxis(data, axis);
   int64_t n = index.size(), items = outer * n;
   if (items == 0 || unit == 0)
@@ -460,6 +428,50 @@ llvm::Error pad(const KernelCall &c) {
 }
 
 } // namespace
+
+// Shared with SliceGrad (CpuKernels.h).
+llvm::Expected<SliceView> sliceView(const KernelCall &call,
+                                    llvm::ArrayRef<int64_t> shape) {
+  const auto &starts = call.getInts("starts"), &ends = call.getInts("ends"),
+             &axes = call.getInts("axes"), &steps = call.getInts("steps");
+  int64_t rank = shape.size();
+  std::vector<int64_t> strides = stridesOf(shape);
+  SliceView v{0, std::vector<int64_t>(shape.begin(), shape.end()), strides};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank || steps[i] == 0)
+      return kernelError(call, "bad axis {0} or step {1}", axes[i], steps[i]);
+    int64_t first = 0;
+    v.lengths[a] =
+        ir::sliceLength(shape[a], starts[i], ends[i], steps[i], &first);
+    v.start += first * strides[a];
+    v.strides[a] = strides[a] * steps[i];
+  }
+  return v;
+}
+
+// Shared with GatherGrad (CpuKernels.h).
+llvm::Expected<std::vector<int64_t>>
+gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim) {
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return kernelError(call, "indices must be i64 or i32, not {0}",
+                       ir::dtypeName(idx.dtype));
+  std::vector<int64_t> index(idx.numElements());
+  dispatchType(idx.dtype, [&](auto v) {
+    const auto *p = idx.as<decltype(v)>();
+    for (size_t i = 0; i < index.size(); ++i)
+      index[i] = int64_t(p[i]);
+  });
+  for (size_t i = 0; i < index.size(); ++i) {
+    int64_t v = index[i];
+    if (v < -dim || v >= dim)
+      return kernelError(call, "index {0} (at position {1}) is out of range "
+                               "for an axis of size {2}",
+                         v, i, dim);
+    index[i] = v < 0 ? v + dim : v;
+  }
+  return index;
+}
 
 void registerDataMovementKernels(KernelTable &t) {
   for (OpKind op : {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze,

@@ -7,9 +7,6 @@
 // double), and threads split the outputs, never a sum, so the results are
 // the same bits whatever the thread count.
 #include "runtime/cpu/CpuKernels.h"
-#include "runtime/cpu/GradientSupport.h"
-
-#include "ir/TypeRules.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -21,11 +18,6 @@ namespace cleave::runtime::cpu {
 namespace {
 
 constexpr int64_t kGrain = 1 << 14; // elements per thread
-
-int64_t normalizedAxis(const KernelCall &call, size_t rank) {
-  int64_t axis = call.getInt("axis");
-  return axis < 0 ? axis + int64_t(rank) : axis;
-}
 
 // --- UnaryGrad -------------------------------------------------------------
 
@@ -338,24 +330,6 @@ template <typename T> llvm::Error dropoutGrad(const KernelCall &call) {
 
 // --- GatherGrad -----------------------------------------------------------
 
-// Indices as int64 in [0, dim), negative ones wrapped.
-llvm::Expected<std::vector<int64_t>>
-gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim) {
-  if (idx.dtype != ir::DType::I64 && idx.dtype != ir::DType::I32)
-    return kernelError(call, "indices must be i64 or i32, not {0}",
-                       ir::dtypeName(idx.dtype));
-  std::vector<int64_t> index = readLabels(idx);
-  for (size_t i = 0; i < index.size(); ++i) {
-    int64_t v = index[i];
-    if (v < -dim || v >= dim)
-      return kernelError(call, "index {0} (at position {1}) is out of range "
-                               "for an axis of size {2}",
-                         v, i, dim);
-    index[i] = v < 0 ? v + dim : v;
-  }
-  return index;
-}
-
 // dX = zeros(shape); dX[o, index[k], i] += dY[o, k, i]. Threads split the
 // (o, i) positions, and each adds its k in order, so repeated indices sum
 // in a fixed order.
@@ -407,23 +381,12 @@ template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
 // steps), walked with an odometer per thread's range of dY.
 template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &dX = call.outputs[0];
-  const auto &starts = call.getInts("starts"), &ends = call.getInts("ends"),
-             &axes = call.getInts("axes"), &steps = call.getInts("steps");
-  int64_t rank = dX.rank();
-  std::vector<int64_t> xStrides = stridesOf(dX.shape);
-  std::vector<int64_t> strides = xStrides, lengths(dX.shape.begin(),
-                                                   dX.shape.end());
-  int64_t start = 0;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
-    if (a < 0 || a >= rank || steps[i] == 0)
-      return kernelError(call, "bad axis {0} or step {1}", axes[i], steps[i]);
-    int64_t first = 0;
-    lengths[a] =
-        ir::sliceLength(dX.shape[a], starts[i], ends[i], steps[i], &first);
-    start += first * xStrides[a];
-    strides[a] = xStrides[a] * steps[i];
-  }
+  auto view = sliceView(call, dX.shape);
+  if (!view)
+    return view.takeError();
+  int64_t rank = dX.rank(), start = view->start;
+  const std::vector<int64_t> &lengths = view->lengths,
+                             &strides = view->strides;
   if (llvm::ArrayRef<int64_t>(lengths) != dY.shape)
     return kernelError(call, "gradient {0} does not match the slice {1} of {2}",
                        ir::shapeStr(dY.shape), ir::shapeStr(lengths),
@@ -453,17 +416,10 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-template <typename T> llvm::Error plainSoftmaxGrad(const KernelCall &c) {
-  return softmaxGrad<T, false>(c);
-}
-template <typename T> llvm::Error logSoftmaxGrad(const KernelCall &c) {
-  return softmaxGrad<T, true>(c);
-}
-
 CLEAVE_FLOAT_DISPATCH(unaryGradKernel, unaryGrad)
 CLEAVE_FLOAT_DISPATCH(sumToKernel, sumTo)
-CLEAVE_FLOAT_DISPATCH(softmaxGradKernel, plainSoftmaxGrad)
-CLEAVE_FLOAT_DISPATCH(logSoftmaxGradKernel, logSoftmaxGrad)
+CLEAVE_FLOAT_DISPATCH(softmaxGradKernel, softmaxGrad, /*Log=*/false)
+CLEAVE_FLOAT_DISPATCH(logSoftmaxGradKernel, softmaxGrad, /*Log=*/true)
 CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyGradKernel, softmaxCrossEntropyGrad)
 CLEAVE_FLOAT_DISPATCH(dropoutGradKernel, dropoutGrad)
 CLEAVE_FLOAT_DISPATCH(gatherGradKernel, gatherGrad)

@@ -15,8 +15,8 @@
 // Every scatter-add is done by one thread in a fixed order (col2im by
 // channel, pools by plane), so results do not depend on the thread count.
 #include "runtime/cpu/Blas.h"
+#include "runtime/cpu/ConvGeometry.h"
 #include "runtime/cpu/CpuKernels.h"
-#include "runtime/cpu/GradientSupport.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -26,67 +26,28 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-using Dims = llvm::SmallVector<int64_t, 4>;
+using Dims = WindowGeometry::Dims;
 
-// Below this many multiply-adds a GEMM is not split over threads, so the
-// (image, group) products are spread over threads instead.
-constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
-
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Values of i in [0, count) with 0 <= start + i * step < limit, as [lo, hi).
-std::pair<int64_t, int64_t> insideRange(int64_t start, int64_t step,
-                                        int64_t count, int64_t limit) {
-  int64_t lo = start >= 0 ? 0 : ceilDiv(-start, step);
-  int64_t hi =
-      start <= limit - 1 ? std::min(count, (limit - 1 - start) / step + 1) : 0;
-  return {std::min(lo, hi), hi};
-}
-
-// The window geometry of a conv or pool whose input has spatial dims `in`
-// and whose output has spatial dims `out`. (ConvPool.cpp has its own, built
-// from a forward call's operands; a gradient's operands are arranged
-// differently.)
-struct Window {
-  Dims in, out, kernel, strides, padBegin, padEnd, dilations, inStrides;
-  int64_t inSize = 1, outSize = 1, kernelSize = 1;
-  size_t rank() const { return in.size(); }
-};
-
-llvm::Expected<Window> window(const KernelCall &call,
-                              llvm::ArrayRef<int64_t> inShape,
-                              llvm::ArrayRef<int64_t> outShape,
-                              llvm::ArrayRef<int64_t> kernel,
-                              bool hasDilations) {
+// The window geometry of a gradient call whose forward input has shape
+// `inShape` and whose forward output has shape `outShape`, checked against
+// each other and the attributes.
+llvm::Expected<WindowGeometry> window(const KernelCall &call,
+                                      llvm::ArrayRef<int64_t> inShape,
+                                      llvm::ArrayRef<int64_t> outShape,
+                                      llvm::ArrayRef<int64_t> kernel,
+                                      bool hasDilations) {
   size_t sp = inShape.size() - 2;
   const auto &st = call.getInts("strides"), &pd = call.getInts("pads");
   bool dilationsOk = !hasDilations || call.getInts("dilations").size() == sp;
   if (inShape.size() < 3 || outShape.size() != inShape.size() ||
       kernel.size() != sp || st.size() != sp || pd.size() != 2 * sp ||
       !dilationsOk || outShape[0] != inShape[0])
-    return kernelError(call, "input {0}, output {1} and kernel {2} do not fit "
-                             "together or with the attributes",
+    return kernelError(call,
+                       "input {0}, output {1} and kernel {2} do not fit "
+                       "together or with the attributes",
                        ir::shapeStr(inShape), ir::shapeStr(outShape),
                        ir::shapeStr(kernel));
-  Window g;
-  g.in.assign(inShape.begin() + 2, inShape.end());
-  g.out.assign(outShape.begin() + 2, outShape.end());
-  g.kernel.assign(kernel.begin(), kernel.end());
-  g.strides.assign(st.begin(), st.end());
-  g.padBegin.assign(pd.begin(), pd.begin() + sp);
-  g.padEnd.assign(pd.begin() + sp, pd.end());
-  if (hasDilations) {
-    const auto &dl = call.getInts("dilations");
-    g.dilations.assign(dl.begin(), dl.end());
-  } else {
-    g.dilations.assign(sp, 1);
-  }
-  std::vector<int64_t> s = stridesOf(g.in);
-  g.inStrides.assign(s.begin(), s.end());
-  g.inSize = elementCount(g.in);
-  g.outSize = elementCount(g.out);
-  g.kernelSize = elementCount(g.kernel);
-  return g;
+  return WindowGeometry(call, inShape, outShape, kernel, hasDilations);
 }
 
 // For one kernel tap (first input coordinate start[d] per dim), calls
@@ -94,7 +55,8 @@ llvm::Expected<Window> window(const KernelCall &call,
 // but the last fixed) that reads inside the input: output outLine + j reads
 // input inLine + j * stride for j in [lo, hi).
 template <typename F>
-void forEachTapLine(const Window &g, llvm::ArrayRef<int64_t> start, F &&f) {
+void forEachTapLine(const WindowGeometry &g, llvm::ArrayRef<int64_t> start,
+                    F &&f) {
   size_t last = g.rank() - 1;
   int64_t outInner = g.out[last], outOuter = g.outSize / outInner;
   auto [lo, hi] =
@@ -114,7 +76,7 @@ void forEachTapLine(const Window &g, llvm::ArrayRef<int64_t> start, F &&f) {
 }
 
 // The first input coordinate, per spatial dim, of im2col row `row`'s tap.
-Dims tapStart(const Window &g, int64_t row) {
+Dims tapStart(const WindowGeometry &g, int64_t row) {
   Dims start(g.rank());
   int64_t t = row % g.kernelSize;
   for (size_t d = g.rank(); d-- > 0;) {
@@ -128,38 +90,42 @@ Dims tapStart(const Window &g, int64_t row) {
 // planes at x: row (c, tap) holds the input under that tap for every output
 // position, 0 in the padding.
 template <typename T>
-void im2col(const T *x, const Window &g, int64_t row0, int64_t row1, T *col) {
+void im2col(const T *x, const WindowGeometry &g, int64_t row0, int64_t row1,
+            T *col) {
   int64_t s = g.strides.back();
   for (int64_t row = row0; row < row1; ++row) {
     const T *plane = x + (row / g.kernelSize) * g.inSize;
     T *dst = col + row * g.outSize;
     std::fill(dst, dst + g.outSize, T(0));
-    forEachTapLine(g, tapStart(g, row),
-                   [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
-                     for (int64_t j = lo; j < hi; ++j)
-                       dst[outLine + j] = plane[inLine + j * s];
-                   });
+    forEachTapLine(
+        g, tapStart(g, row),
+        [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
+          for (int64_t j = lo; j < hi; ++j)
+            dst[outLine + j] = plane[inLine + j * s];
+        });
   }
 }
 
 // The adjoint of im2col for channels [c0, c1): adds every entry of those
 // channels' rows onto the input position it was read from (taps in order).
 template <typename T>
-void col2im(const T *col, const Window &g, int64_t c0, int64_t c1, T *x) {
+void col2im(const T *col, const WindowGeometry &g, int64_t c0, int64_t c1,
+            T *x) {
   int64_t s = g.strides.back();
   for (int64_t row = c0 * g.kernelSize; row < c1 * g.kernelSize; ++row) {
     T *plane = x + (row / g.kernelSize) * g.inSize;
     const T *src = col + row * g.outSize;
-    forEachTapLine(g, tapStart(g, row),
-                   [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
-                     for (int64_t j = lo; j < hi; ++j)
-                       plane[inLine + j * s] += src[outLine + j];
-                   });
+    forEachTapLine(
+        g, tapStart(g, row),
+        [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
+          for (int64_t j = lo; j < hi; ++j)
+            plane[inLine + j * s] += src[outLine + j];
+        });
   }
 }
 
 // A 1x1 conv whose input positions are its output positions.
-bool isPointwise(const Window &g) {
+bool isPointwise(const WindowGeometry &g) {
   if (g.kernelSize != 1 || g.in != g.out)
     return false;
   for (size_t d = 0; d < g.rank(); ++d)
@@ -173,7 +139,7 @@ bool isPointwise(const Window &g) {
 // Conv of X [N, C, in...] with W [M, C/group, kernel...] into Y [N, M,
 // out...], and the GEMM sizes of one (image, group).
 struct ConvDims {
-  Window g;
+  WindowGeometry g;
   int64_t n, c, m, groups, cg, mg, rows;
 };
 
@@ -219,14 +185,15 @@ void forEachProduct(int64_t count, int64_t gemmWork, size_t colSize, F &&one) {
   }
 }
 
-// dX of Conv: per (image, group), col = W_g^T * dY_g, then col2im.
-template <typename T>
-llvm::Error convGradData(const KernelCall &call, const TensorRef &dY,
-                         const TensorRef &W, const TensorRef &dX) {
+// ConvGradData(dY, W) -> dX of Conv: per (image, group), col = W_g^T *
+// dY_g, then col2im.
+template <typename T> llvm::Error convGradData(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &W = call.inputs[1],
+                  &dX = call.outputs[0];
   auto d = convDims(call, dX.shape, W.shape, dY.shape);
   if (!d)
     return d.takeError();
-  const Window &g = d->g;
+  const WindowGeometry &g = d->g;
   const T *dy = dY.as<T>(), *w = W.as<T>();
   T *dx = dX.as<T>();
   if (g.outSize == 0) {
@@ -261,15 +228,15 @@ llvm::Error convGradData(const KernelCall &call, const TensorRef &dY,
   return llvm::Error::success();
 }
 
-// dW of Conv: per group, dW_g = sum over images of dY_g * im2col(X_g)^T,
-// images added in order.
-template <typename T>
-llvm::Error convGradFilter(const KernelCall &call, const TensorRef &X,
-                           const TensorRef &dY, const TensorRef &dW) {
+// ConvGradFilter(X, dY) -> dW of Conv: per group, dW_g = sum over images
+// of dY_g * im2col(X_g)^T, images added in order.
+template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0], &dY = call.inputs[1],
+                  &dW = call.outputs[0];
   auto d = convDims(call, X.shape, dW.shape, dY.shape);
   if (!d)
     return d.takeError();
-  const Window &g = d->g;
+  const WindowGeometry &g = d->g;
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dw = dW.as<T>();
   std::fill_n(dw, dW.numElements(), T(0));
@@ -301,82 +268,28 @@ llvm::Error convGradFilter(const KernelCall &call, const TensorRef &X,
   return llvm::Error::success();
 }
 
-// ConvGradData(dY, W), ConvGradFilter(X, dY), ConvGrad(dY, X, W) -> dX, dW.
-template <typename T> llvm::Error convGradDataOp(const KernelCall &call) {
-  return convGradData<T>(call, call.inputs[0], call.inputs[1],
-                         call.outputs[0]);
-}
-template <typename T> llvm::Error convGradFilterOp(const KernelCall &call) {
-  return convGradFilter<T>(call, call.inputs[0], call.inputs[1],
-                           call.outputs[0]);
-}
-template <typename T> llvm::Error convGradOp(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
-                  &W = call.inputs[2];
-  if (auto e = convGradData<T>(call, dY, W, call.outputs[0]))
-    return e;
-  return convGradFilter<T>(call, X, dY, call.outputs[1]);
-}
-
 // --- Pooling ----------------------------------------------------------------
 
-// Calls f(flat input offset) for every tap of the window starting at
-// `start` that lands inside the input, in row-major tap order (the order
-// the forward kernels visit them).
-template <typename F>
-void forEachTap(const Window &g, llvm::ArrayRef<int64_t> start, F &&f) {
-  size_t sp = g.rank();
-  Dims lo(sp), hi(sp), k(sp);
-  for (size_t d = 0; d < sp; ++d) {
-    std::tie(lo[d], hi[d]) =
-        insideRange(start[d], g.dilations[d], g.kernel[d], g.in[d]);
-    if (lo[d] >= hi[d])
-      return;
-    k[d] = lo[d];
-  }
-  for (;;) {
-    int64_t off = 0;
-    for (size_t d = 0; d < sp; ++d)
-      off += (start[d] + k[d] * g.dilations[d]) * g.inStrides[d];
-    f(off);
-    size_t d = sp;
-    while (d-- > 0 && ++k[d] == hi[d])
-      k[d] = lo[d];
-    if (d == size_t(-1))
-      return;
-  }
-}
-
-// Zeroes dX and runs f(dxPlane, dyPlane, start) for every output position
-// of every (image, channel) plane; planes are spread over threads, and one
-// plane's positions run in order.
+// Zeroes dX and runs f(dxPlane, dyValue, start) for every output position
+// of every (image, channel) plane, walking the windows as the forward
+// kernels do (forEachWindow): planes spread over threads, one plane's
+// positions in order.
 template <typename T, typename F>
-void forEachPoolWindow(const Window &g, int64_t planes, T *dx, const T *dy,
-                       F &&f) {
-  size_t sp = g.rank();
-  int64_t work = std::max<int64_t>(1, g.outSize * g.kernelSize);
-  parallelFor(planes, std::max<int64_t>(1, 32768 / work),
-              [&](int64_t p0, int64_t p1) {
-                Dims pos(sp), start(sp);
-                for (int64_t p = p0; p < p1; ++p) {
+void forEachPoolWindow(const WindowGeometry &g, int64_t planes, T *dx,
+                       const T *dy, F &&f) {
+  if (g.outSize == 0) { // no windows to visit the planes
+    std::fill_n(dx, planes * g.inSize, T(0));
+    return;
+  }
+  forEachWindow(g, planes,
+                [&](int64_t p, int64_t o, llvm::ArrayRef<int64_t> start) {
                   T *dxp = dx + p * g.inSize;
-                  std::fill(dxp, dxp + g.inSize, T(0));
-                  for (size_t d = 0; d < sp; ++d) {
-                    pos[d] = 0;
-                    start[d] = -g.padBegin[d];
-                  }
-                  for (int64_t o = 0; o < g.outSize; ++o) {
-                    f(dxp, dy[p * g.outSize + o], start);
-                    for (size_t d = sp; d-- > 0;) {
-                      start[d] += g.strides[d];
-                      if (++pos[d] < g.out[d])
-                        break;
-                      pos[d] = 0;
-                      start[d] = -g.padBegin[d];
-                    }
-                  }
-                }
-              });
+                  // Zero the plane, on its thread, before its first window
+                  // adds into it.
+                  if (o == 0)
+                    std::fill(dxp, dxp + g.inSize, T(0));
+                  f(dxp, dy[p * g.outSize + o], start);
+                });
 }
 
 // MaxPoolGrad(dY, X): each window's dY goes to the first maximum of the
@@ -424,17 +337,10 @@ template <typename T> llvm::Error averagePoolGrad(const KernelCall &call) {
       *g, dX.shape[0] * dX.shape[1], dX.as<T>(), dY.as<T>(),
       [&](T *dxp, T dy, llvm::ArrayRef<int64_t> start) {
         int64_t count = 0;
-        if (includePad) {
-          count = 1;
-          for (size_t d = 0; d < g->rank(); ++d) {
-            auto [lo, hi] =
-                insideRange(start[d] + g->padBegin[d], 1, g->kernel[d],
-                            g->in[d] + g->padBegin[d] + g->padEnd[d]);
-            count *= hi - lo;
-          }
-        } else {
+        if (includePad)
+          count = tapsInsidePadding(*g, start);
+        else
           forEachTap(*g, start, [&](int64_t) { ++count; });
-        }
         if (count == 0)
           return;
         T share = T(double(dy) / double(count));
@@ -443,18 +349,19 @@ template <typename T> llvm::Error averagePoolGrad(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-CLEAVE_FLOAT_DISPATCH(convGradDataKernel, convGradDataOp)
-CLEAVE_FLOAT_DISPATCH(convGradFilterKernel, convGradFilterOp)
-CLEAVE_FLOAT_DISPATCH(convGradKernel, convGradOp)
+CLEAVE_FLOAT_DISPATCH(convGradDataKernel, convGradData)
+CLEAVE_FLOAT_DISPATCH(convGradFilterKernel, convGradFilter)
 CLEAVE_FLOAT_DISPATCH(maxPoolGradKernel, maxPoolGrad)
 CLEAVE_FLOAT_DISPATCH(averagePoolGradKernel, averagePoolGrad)
 
 } // namespace
 
 void registerConvPoolGradientKernels(KernelTable &t) {
-  t.add(ir::OpKind::ConvGradData, convGradDataKernel, kFloatTypes);
-  t.add(ir::OpKind::ConvGradFilter, convGradFilterKernel, kFloatTypes);
-  t.add(ir::OpKind::ConvGrad, convGradKernel, kFloatTypes);
+  // ConvGrad(dY, X, W) -> dX, dW.
+  addSplitGradient(t, ir::OpKind::ConvGrad,
+                   {ir::OpKind::ConvGradData, convGradDataKernel, {0, 2}},
+                   {ir::OpKind::ConvGradFilter, convGradFilterKernel, {1, 0}},
+                   kFloatTypes);
   t.add(ir::OpKind::MaxPoolGrad, maxPoolGradKernel, kFloatTypes);
   t.add(ir::OpKind::AveragePoolGrad, averagePoolGradKernel, kFloatTypes);
 }

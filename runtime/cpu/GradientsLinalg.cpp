@@ -6,44 +6,16 @@
 // broadcast sums the products of every output batch entry that read it.
 // Each gradient matrix is written by one thread, which adds its products in
 // increasing batch order, so the sums do not depend on the thread count.
-// The combined ops run the two part functions, so their results are the
-// split form's bits.
+// The combined ops run the two part kernels (addSplitGradient), so their
+// results are the split form's bits.
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/CpuKernels.h"
-#include "runtime/cpu/GradientSupport.h"
 
 #include <algorithm>
 #include <climits>
 
 namespace cleave::runtime::cpu {
 namespace {
-
-// Below this many multiply-adds a GEMM is not split over threads, so small
-// batched products are spread over threads instead.
-constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
-
-// Row-major C = alpha * op(A) * op(B) + beta * C; an empty sum (k = 0)
-// leaves beta * C.
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
-          const T *a, int64_t lda, const T *b, int64_t ldb, T beta, T *c,
-          int64_t ldc) {
-  if (m == 0 || n == 0)
-    return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j)
-        c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    return;
-  }
-  parallelGemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// OpenBLAS's CBLAS interface takes 32-bit sizes.
-bool fitsBlas(std::initializer_list<int64_t> dims) {
-  return std::all_of(dims.begin(), dims.end(),
-                     [](int64_t d) { return d <= INT_MAX; });
-}
 
 // --- MatMul ----------------------------------------------------------------
 
@@ -134,10 +106,10 @@ void sumProducts(int64_t targets, const std::vector<int64_t> &target,
       one(t);
 }
 
-// dA = SumTo(dY x B^T) over A's broadcast batch dims.
-template <typename T>
-llvm::Error matMulGradA(const KernelCall &call, const TensorRef &dY,
-                        const TensorRef &B, const TensorRef &dA) {
+// MatMulGradA(dY, B) -> dA = SumTo(dY x B^T) over A's broadcast batch dims.
+template <typename T> llvm::Error matMulGradA(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &B = call.inputs[1],
+                  &dA = call.outputs[0];
   auto l = matMulLayout(call, dA.shape, B.shape, dY.shape);
   if (!l)
     return l.takeError();
@@ -146,23 +118,24 @@ llvm::Error matMulGradA(const KernelCall &call, const TensorRef &dY,
   T *da = dA.as<T>();
   // One B for the whole batch and no broadcast A: the batch folds into M.
   if (l->countB == 1 && l->countA == l->count) {
-    gemm<T>(false, true, l->count * m, k, n, T(1), dy, n, b, n, T(0), da, k);
+    parallelGemm<T>(false, true, l->count * m, k, n, T(1), dy, n, b, n, T(0),
+                    da, k);
     return llvm::Error::success();
   }
   sumProducts<T>(
       l->countA, l->matA, m * n * k,
       [&](int64_t e, T beta) {
-        gemm<T>(false, true, m, k, n, T(1), dy + e * m * n, n,
+        parallelGemm<T>(false, true, m, k, n, T(1), dy + e * m * n, n,
                 b + l->matB[e] * k * n, n, beta, da + l->matA[e] * m * k, k);
       },
       [&](int64_t t) { std::fill_n(da + t * m * k, m * k, T(0)); });
   return llvm::Error::success();
 }
 
-// dB = SumTo(A^T x dY) over B's broadcast batch dims.
-template <typename T>
-llvm::Error matMulGradB(const KernelCall &call, const TensorRef &A,
-                        const TensorRef &dY, const TensorRef &dB) {
+// MatMulGradB(A, dY) -> dB = SumTo(A^T x dY) over B's broadcast batch dims.
+template <typename T> llvm::Error matMulGradB(const KernelCall &call) {
+  const TensorRef &A = call.inputs[0], &dY = call.inputs[1],
+                  &dB = call.outputs[0];
   auto l = matMulLayout(call, A.shape, dB.shape, dY.shape);
   if (!l)
     return l.takeError();
@@ -172,32 +145,18 @@ llvm::Error matMulGradB(const KernelCall &call, const TensorRef &A,
   // One B for the whole batch and no broadcast A: the batch folds into the
   // GEMM's inner dimension ([batch*m, k]^T x [batch*m, n]).
   if (l->countB == 1 && l->countA == l->count) {
-    gemm<T>(true, false, k, n, l->count * m, T(1), a, k, dy, n, T(0), db, n);
+    parallelGemm<T>(true, false, k, n, l->count * m, T(1), a, k, dy, n, T(0),
+                    db, n);
     return llvm::Error::success();
   }
   sumProducts<T>(
       l->countB, l->matB, m * n * k,
       [&](int64_t e, T beta) {
-        gemm<T>(true, false, k, n, m, T(1), a + l->matA[e] * m * k, k,
+        parallelGemm<T>(true, false, k, n, m, T(1), a + l->matA[e] * m * k, k,
                 dy + e * m * n, n, beta, db + l->matB[e] * k * n, n);
       },
       [&](int64_t t) { std::fill_n(db + t * k * n, k * n, T(0)); });
   return llvm::Error::success();
-}
-
-// MatMulGradA(dY, B), MatMulGradB(A, dY), MatMulGrad(dY, A, B) -> dA, dB.
-template <typename T> llvm::Error matMulGradAOp(const KernelCall &call) {
-  return matMulGradA<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
-}
-template <typename T> llvm::Error matMulGradBOp(const KernelCall &call) {
-  return matMulGradB<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
-}
-template <typename T> llvm::Error matMulGradOp(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &A = call.inputs[1],
-                  &B = call.inputs[2];
-  if (auto e = matMulGradA<T>(call, dY, B, call.outputs[0]))
-    return e;
-  return matMulGradB<T>(call, A, dY, call.outputs[1]);
 }
 
 // --- Gemm -----------------------------------------------------------------
@@ -228,10 +187,11 @@ llvm::Expected<GemmDims> gemmDims(const KernelCall &call,
   return d;
 }
 
-// d op(A) = alpha * dY * op(B)^T, transposed back into dA when transA.
-template <typename T>
-llvm::Error gemmGradA(const KernelCall &call, const TensorRef &dY,
-                      const TensorRef &B, const TensorRef &dA) {
+// GemmGradA(dY, B) -> d op(A) = alpha * dY * op(B)^T, transposed back into
+// dA when transA.
+template <typename T> llvm::Error gemmGradA(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &B = call.inputs[1],
+                  &dA = call.outputs[0];
   auto d = gemmDims(call, dA.shape, B.shape, dY.shape);
   if (!d)
     return d.takeError();
@@ -240,18 +200,19 @@ llvm::Error gemmGradA(const KernelCall &call, const TensorRef &dY,
   const T *dy = dY.as<T>(), *b = B.as<T>();
   T *da = dA.as<T>();
   if (ta) // dA[k, m] = alpha * op(B) * dY^T
-    gemm<T>(tb, true, d->k, d->m, d->n, alpha, b, B.shape[1], dy, d->n, T(0),
-            da, d->m);
+    parallelGemm<T>(tb, true, d->k, d->m, d->n, alpha, b, B.shape[1], dy, d->n,
+                    T(0), da, d->m);
   else // dA[m, k] = alpha * dY * op(B)^T
-    gemm<T>(false, !tb, d->m, d->k, d->n, alpha, dy, d->n, b, B.shape[1], T(0),
-            da, d->k);
+    parallelGemm<T>(false, !tb, d->m, d->k, d->n, alpha, dy, d->n, b,
+                    B.shape[1], T(0), da, d->k);
   return llvm::Error::success();
 }
 
-// d op(B) = alpha * op(A)^T * dY, transposed back into dB when transB.
-template <typename T>
-llvm::Error gemmGradB(const KernelCall &call, const TensorRef &A,
-                      const TensorRef &dY, const TensorRef &dB) {
+// GemmGradB(A, dY) -> d op(B) = alpha * op(A)^T * dY, transposed back into
+// dB when transB.
+template <typename T> llvm::Error gemmGradB(const KernelCall &call) {
+  const TensorRef &A = call.inputs[0], &dY = call.inputs[1],
+                  &dB = call.outputs[0];
   auto d = gemmDims(call, A.shape, dB.shape, dY.shape);
   if (!d)
     return d.takeError();
@@ -260,45 +221,31 @@ llvm::Error gemmGradB(const KernelCall &call, const TensorRef &A,
   const T *a = A.as<T>(), *dy = dY.as<T>();
   T *db = dB.as<T>();
   if (tb) // dB[n, k] = alpha * dY^T * op(A)
-    gemm<T>(true, ta, d->n, d->k, d->m, alpha, dy, d->n, a, A.shape[1], T(0),
-            db, d->k);
+    parallelGemm<T>(true, ta, d->n, d->k, d->m, alpha, dy, d->n, a, A.shape[1],
+                    T(0), db, d->k);
   else // dB[k, n] = alpha * op(A)^T * dY
-    gemm<T>(!ta, false, d->k, d->n, d->m, alpha, a, A.shape[1], dy, d->n, T(0),
-            db, d->n);
+    parallelGemm<T>(!ta, false, d->k, d->n, d->m, alpha, a, A.shape[1], dy,
+                    d->n, T(0), db, d->n);
   return llvm::Error::success();
 }
 
-// GemmGradA(dY, B), GemmGradB(A, dY), GemmGrad(dY, A, B) -> dA, dB.
-template <typename T> llvm::Error gemmGradAOp(const KernelCall &call) {
-  return gemmGradA<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
-}
-template <typename T> llvm::Error gemmGradBOp(const KernelCall &call) {
-  return gemmGradB<T>(call, call.inputs[0], call.inputs[1], call.outputs[0]);
-}
-template <typename T> llvm::Error gemmGradOp(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &A = call.inputs[1],
-                  &B = call.inputs[2];
-  if (auto e = gemmGradA<T>(call, dY, B, call.outputs[0]))
-    return e;
-  return gemmGradB<T>(call, A, dY, call.outputs[1]);
-}
-
-CLEAVE_FLOAT_DISPATCH(matMulGradAKernel, matMulGradAOp)
-CLEAVE_FLOAT_DISPATCH(matMulGradBKernel, matMulGradBOp)
-CLEAVE_FLOAT_DISPATCH(matMulGradKernel, matMulGradOp)
-CLEAVE_FLOAT_DISPATCH(gemmGradAKernel, gemmGradAOp)
-CLEAVE_FLOAT_DISPATCH(gemmGradBKernel, gemmGradBOp)
-CLEAVE_FLOAT_DISPATCH(gemmGradKernel, gemmGradOp)
+CLEAVE_FLOAT_DISPATCH(matMulGradAKernel, matMulGradA)
+CLEAVE_FLOAT_DISPATCH(matMulGradBKernel, matMulGradB)
+CLEAVE_FLOAT_DISPATCH(gemmGradAKernel, gemmGradA)
+CLEAVE_FLOAT_DISPATCH(gemmGradBKernel, gemmGradB)
 
 } // namespace
 
 void registerLinalgGradientKernels(KernelTable &t) {
-  t.add(ir::OpKind::MatMulGradA, matMulGradAKernel, kFloatTypes);
-  t.add(ir::OpKind::MatMulGradB, matMulGradBKernel, kFloatTypes);
-  t.add(ir::OpKind::MatMulGrad, matMulGradKernel, kFloatTypes);
-  t.add(ir::OpKind::GemmGradA, gemmGradAKernel, kFloatTypes);
-  t.add(ir::OpKind::GemmGradB, gemmGradBKernel, kFloatTypes);
-  t.add(ir::OpKind::GemmGrad, gemmGradKernel, kFloatTypes);
+  using ir::OpKind;
+  // MatMulGrad(dY, A, B) -> dA, dB; GemmGrad likewise.
+  addSplitGradient(t, OpKind::MatMulGrad,
+                   {OpKind::MatMulGradA, matMulGradAKernel, {0, 2}},
+                   {OpKind::MatMulGradB, matMulGradBKernel, {1, 0}},
+                   kFloatTypes);
+  addSplitGradient(t, OpKind::GemmGrad,
+                   {OpKind::GemmGradA, gemmGradAKernel, {0, 2}},
+                   {OpKind::GemmGradB, gemmGradBKernel, {1, 0}}, kFloatTypes);
 }
 
 } // namespace cleave::runtime::cpu

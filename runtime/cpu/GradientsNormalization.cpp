@@ -1,7 +1,7 @@
 // Gradient kernels of LayerNormalization and BatchNormalization for the CPU
 // backend: the ...GradData part (dX), the ...GradParams part (dscale) and
-// the combined op, which runs the two part functions so its results are the
-// split form's bits.
+// the combined op, which runs the two part kernels (addSplitGradient) so its
+// results are the split form's bits.
 //
 // With x̂ = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) and
 // y = x̂ * scale + bias, over the n values one statistic covers:
@@ -13,7 +13,6 @@
 // in double, in a fixed order per output element; threads split rows,
 // columns or channels, never a sum.
 #include "runtime/cpu/CpuKernels.h"
-#include "runtime/cpu/GradientSupport.h"
 
 #include <cmath>
 
@@ -73,42 +72,15 @@ template <typename T> Stats rowStats(const T *x, int64_t size, double eps) {
   return {mean, 1.0 / std::sqrt((size ? sq / size : 0.0) + eps)};
 }
 
-// `t` broadcast (NumPy, unidirectionally) to `shape`, as doubles.
-llvm::Expected<std::vector<double>>
-broadcastDoubles(const KernelCall &call, const TensorRef &t,
-                 llvm::ArrayRef<int64_t> shape) {
-  size_t r = shape.size();
-  if (t.rank() > r)
-    return kernelError(call, "{0} does not broadcast to {1}",
-                       ir::shapeStr(t.shape), ir::shapeStr(shape));
-  size_t lead = r - t.rank();
-  for (size_t d = lead; d < r; ++d)
-    if (t.shape[d - lead] != 1 && t.shape[d - lead] != shape[d])
-      return kernelError(call, "{0} does not broadcast to {1}",
-                         ir::shapeStr(t.shape), ir::shapeStr(shape));
-  std::vector<int64_t> srcStrides = stridesOf(t.shape);
-  std::vector<double> out(elementCount(shape));
-  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
-    int64_t rest = i, off = 0;
-    for (size_t d = r; d-- > lead;) {
-      int64_t c = rest % shape[d];
-      rest /= shape[d];
-      if (t.shape[d - lead] != 1)
-        off += c * srcStrides[d - lead];
-    }
-    out[i] = loadDouble(t, off);
-  }
-  return out;
-}
-
-template <typename T>
-llvm::Error layerNormGradData(const KernelCall &call, const TensorRef &dY,
-                              const TensorRef &X, const TensorRef &scaleRef,
-                              const TensorRef &dX) {
+// LayerNormalizationGradData(dY, X, scale) -> dX.
+template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &scaleRef = call.inputs[2], &dX = call.outputs[0];
   auto dims = layerNormDims(call, dY, X);
   if (!dims)
     return dims.takeError();
-  auto scale = broadcastDoubles(call, scaleRef, X.shape.drop_front(dims->axis));
+  auto scale =
+      broadcastDoubles(call, scaleRef, X.shape.drop_front(dims->axis));
   if (!scale)
     return scale.takeError();
   int64_t size = dims->size;
@@ -138,11 +110,12 @@ llvm::Error layerNormGradData(const KernelCall &call, const TensorRef &dY,
   return llvm::Error::success();
 }
 
-// dscale[j] = sum over rows of dY * x̂: row statistics first, then threads
-// take columns and add the rows in order.
-template <typename T>
-llvm::Error layerNormGradParams(const KernelCall &call, const TensorRef &dY,
-                                const TensorRef &X, const TensorRef &dScale) {
+// LayerNormalizationGradParams(dY, X) -> dscale, dscale[j] = sum over rows
+// of dY * x̂: row statistics first, then threads take columns and add the
+// rows in order.
+template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &dScale = call.outputs[0];
   auto dims = layerNormDims(call, dY, X);
   if (!dims)
     return dims.takeError();
@@ -173,24 +146,6 @@ llvm::Error layerNormGradParams(const KernelCall &call, const TensorRef &dY,
                   ds[j] = T(acc[j - j0]);
               });
   return llvm::Error::success();
-}
-
-// LayerNormalizationGradData(dY, X, scale), ...GradParams(dY, X),
-// LayerNormalizationGrad(dY, X, scale) -> dX, dscale.
-template <typename T> llvm::Error layerNormGradDataOp(const KernelCall &call) {
-  return layerNormGradData<T>(call, call.inputs[0], call.inputs[1],
-                              call.inputs[2], call.outputs[0]);
-}
-template <typename T> llvm::Error layerNormGradParamsOp(const KernelCall &call) {
-  return layerNormGradParams<T>(call, call.inputs[0], call.inputs[1],
-                                call.outputs[0]);
-}
-template <typename T> llvm::Error layerNormGradOp(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &X = call.inputs[1];
-  if (auto e = layerNormGradData<T>(call, dY, X, call.inputs[2],
-                                    call.outputs[0]))
-    return e;
-  return layerNormGradParams<T>(call, dY, X, call.outputs[1]);
 }
 
 // --- BatchNormalization -----------------------------------------------------
@@ -266,11 +221,11 @@ template <typename F> void forEachChannel(const BatchNormDims &d, F &&f) {
               });
 }
 
-template <typename T>
-llvm::Error batchNormGradData(const KernelCall &call, const TensorRef &dY,
-                              const TensorRef &X, const TensorRef &scaleRef,
-                              const TensorRef &meanRef, const TensorRef &varRef,
-                              const TensorRef &dX) {
+// BatchNormalizationGradData(dY, X, scale, mean, var) -> dX.
+template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &scaleRef = call.inputs[2], &meanRef = call.inputs[3],
+                  &varRef = call.inputs[4], &dX = call.outputs[0];
   auto d = batchNormDims(call, dY, X, {&scaleRef, &meanRef, &varRef});
   if (!d)
     return d.takeError();
@@ -303,11 +258,11 @@ llvm::Error batchNormGradData(const KernelCall &call, const TensorRef &dY,
   return llvm::Error::success();
 }
 
-template <typename T>
-llvm::Error batchNormGradParams(const KernelCall &call, const TensorRef &dY,
-                                const TensorRef &X, const TensorRef &meanRef,
-                                const TensorRef &varRef,
-                                const TensorRef &dScale) {
+// BatchNormalizationGradParams(dY, X, mean, var) -> dscale.
+template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &meanRef = call.inputs[2], &varRef = call.inputs[3],
+                  &dScale = call.outputs[0];
   auto d = batchNormDims(call, dY, X, {&meanRef, &varRef, &dScale});
   if (!d)
     return d.takeError();
@@ -323,48 +278,28 @@ llvm::Error batchNormGradParams(const KernelCall &call, const TensorRef &dY,
   return llvm::Error::success();
 }
 
-// BatchNormalizationGradData(dY, X, scale, mean, var), ...GradParams(dY, X,
-// mean, var), BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale.
-template <typename T> llvm::Error batchNormGradDataOp(const KernelCall &call) {
-  const auto &in = call.inputs;
-  return batchNormGradData<T>(call, in[0], in[1], in[2], in[3], in[4],
-                              call.outputs[0]);
-}
-template <typename T> llvm::Error batchNormGradParamsOp(const KernelCall &call) {
-  const auto &in = call.inputs;
-  return batchNormGradParams<T>(call, in[0], in[1], in[2], in[3],
-                                call.outputs[0]);
-}
-template <typename T> llvm::Error batchNormGradOp(const KernelCall &call) {
-  const auto &in = call.inputs;
-  if (auto e = batchNormGradData<T>(call, in[0], in[1], in[2], in[3], in[4],
-                                    call.outputs[0]))
-    return e;
-  return batchNormGradParams<T>(call, in[0], in[1], in[3], in[4],
-                                call.outputs[1]);
-}
-
-CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradDataOp)
-CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParamsOp)
-CLEAVE_FLOAT_DISPATCH(layerNormGradKernel, layerNormGradOp)
-CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradDataOp)
-CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParamsOp)
-CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGradOp)
+CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradData)
+CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParams)
+CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradData)
+CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParams)
 
 } // namespace
 
 void registerNormalizationGradientKernels(KernelTable &t) {
   using ir::OpKind;
-  t.add(OpKind::LayerNormalizationGradData, layerNormGradDataKernel,
-        kFloatTypes);
-  t.add(OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel,
-        kFloatTypes);
-  t.add(OpKind::LayerNormalizationGrad, layerNormGradKernel, kFloatTypes);
-  t.add(OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
-        kFloatTypes);
-  t.add(OpKind::BatchNormalizationGradParams, batchNormGradParamsKernel,
-        kFloatTypes);
-  t.add(OpKind::BatchNormalizationGrad, batchNormGradKernel, kFloatTypes);
+  // LayerNormalizationGrad(dY, X, scale) -> dX, dscale.
+  addSplitGradient(
+      t, OpKind::LayerNormalizationGrad,
+      {OpKind::LayerNormalizationGradData, layerNormGradDataKernel, {0, 1, 2}},
+      {OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel, {0, 1}},
+      kFloatTypes);
+  // BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale.
+  addSplitGradient(t, OpKind::BatchNormalizationGrad,
+                   {OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
+                    {0, 1, 2, 3, 4}},
+                   {OpKind::BatchNormalizationGradParams,
+                    batchNormGradParamsKernel, {0, 1, 3, 4}},
+                   kFloatTypes);
 }
 
 } // namespace cleave::runtime::cpu

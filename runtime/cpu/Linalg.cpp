@@ -18,11 +18,6 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-// Below this many multiply-adds OpenBLAS runs a GEMM on one thread (its
-// GEMM_MULTITHREAD_THRESHOLD), so batches of small products are spread over
-// threads here instead.
-constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
-
 // Row-major C = alpha * op(A) * op(B) + beta * C.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
@@ -50,12 +45,6 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                     }
                 });
   }
-}
-
-// OpenBLAS's CBLAS interface takes 32-bit sizes.
-bool fitsBlas(std::initializer_list<int64_t> dims) {
-  return std::all_of(dims.begin(), dims.end(),
-                     [](int64_t d) { return d <= INT_MAX; });
 }
 
 template <typename T> llvm::Error matMul(const KernelCall &call) {

@@ -18,83 +18,14 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-int64_t product(llvm::ArrayRef<int64_t> d) {
-  int64_t p = 1;
-  for (int64_t v : d)
-    p *= v;
-  return p;
-}
-
-int64_t normalizedAxis(const KernelCall &call, size_t rank) {
-  int64_t axis = call.getInt("axis");
-  return axis < 0 ? axis + int64_t(rank) : axis;
-}
-
-// A float tensor of any float type, as doubles.
-std::vector<double> readDoubles(const TensorRef &t) {
-  int64_t n = t.numElements();
-  std::vector<double> v(n);
-  for (int64_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
-    case ir::DType::F64:
-      v[i] = t.as<double>()[i];
-      break;
-    case ir::DType::F16:
-      v[i] = ir::halfToFloat(t.as<uint16_t>()[i]);
-      break;
-    case ir::DType::BF16:
-      v[i] = ir::bf16ToFloat(t.as<uint16_t>()[i]);
-      break;
-    default:
-      v[i] = t.as<float>()[i];
-    }
-  }
-  return v;
-}
-
-void writeDouble(const TensorRef &t, int64_t i, double v) {
-  switch (t.dtype) {
-  case ir::DType::F64:
-    t.as<double>()[i] = v;
-    break;
-  case ir::DType::F16:
-    t.as<uint16_t>()[i] = ir::floatToHalf(float(v));
-    break;
-  case ir::DType::BF16:
-    t.as<uint16_t>()[i] = ir::floatToBf16(float(v));
-    break;
-  default:
-    t.as<float>()[i] = float(v);
-  }
-}
-
-// `t` broadcast (NumPy, unidirectionally) to `shape`, as doubles.
-std::vector<double> broadcastDoubles(const TensorRef &t,
-                                     llvm::ArrayRef<int64_t> shape) {
-  std::vector<double> src = readDoubles(t);
-  size_t r = shape.size(), lead = r - t.rank();
-  std::vector<int64_t> srcStrides = stridesOf(t.shape);
-  std::vector<double> out(product(shape));
-  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
-    int64_t rest = i, off = 0;
-    for (size_t d = r; d-- > lead;) {
-      int64_t c = rest % shape[d];
-      rest /= shape[d];
-      if (t.shape[d - lead] != 1)
-        off += c * srcStrides[d - lead];
-    }
-    out[i] = src[off];
-  }
-  return out;
-}
-
 // --- Softmax, LogSoftmax --------------------------------------------------
 
 template <typename T, bool Log> llvm::Error softmax(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
   int64_t axis = normalizedAxis(call, X.rank());
-  int64_t len = X.shape[axis], inner = product(X.shape.drop_front(axis + 1));
-  int64_t lanes = product(X.shape.take_front(axis)) * inner;
+  int64_t len = X.shape[axis],
+          inner = elementCount(X.shape.drop_front(axis + 1));
+  int64_t lanes = elementCount(X.shape.take_front(axis)) * inner;
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
   parallelFor(lanes, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, len)),
@@ -133,11 +64,17 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
   int64_t axis = normalizedAxis(call, X.rank());
   llvm::ArrayRef<int64_t> normShape = X.shape.drop_front(axis);
-  int64_t rows = product(X.shape.take_front(axis)), size = product(normShape);
-  std::vector<double> scale = broadcastDoubles(call.inputs[1], normShape);
-  std::vector<double> bias = call.inputs.size() == 3
-                                 ? broadcastDoubles(call.inputs[2], normShape)
-                                 : std::vector<double>(size, 0.0);
+  int64_t rows = elementCount(X.shape.take_front(axis)),
+          size = elementCount(normShape);
+  auto scaleOr = broadcastDoubles(call, call.inputs[1], normShape);
+  if (!scaleOr)
+    return scaleOr.takeError();
+  auto biasOr = call.inputs.size() == 3
+                    ? broadcastDoubles(call, call.inputs[2], normShape)
+                    : std::vector<double>(size, 0.0);
+  if (!biasOr)
+    return biasOr.takeError();
+  const std::vector<double> &scale = *scaleOr, &bias = *biasOr;
   double eps = call.getFloat("epsilon");
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
@@ -267,7 +204,7 @@ void batchMoments(const T *x, int64_t n, int64_t c, int64_t spatial,
 template <typename T> llvm::Error batchNorm(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
   int64_t n = X.shape[0], c = X.shape[1],
-          spatial = product(X.shape.drop_front(2));
+          spatial = elementCount(X.shape.drop_front(2));
   std::vector<double> scale = readDoubles(call.inputs[1]),
                       bias = readDoubles(call.inputs[2]),
                       mean = readDoubles(call.inputs[3]),
@@ -306,8 +243,8 @@ template <typename T> llvm::Error batchNorm(const KernelCall &call) {
       double runVar = training
                           ? var[ch] * momentum + sigma2[ch] * (1.0 - momentum)
                           : var[ch];
-      writeDouble(call.outputs[1], ch, runMean);
-      writeDouble(call.outputs[2], ch, runVar);
+      storeDouble(call.outputs[1], ch, runMean);
+      storeDouble(call.outputs[2], ch, runVar);
     }
   return llvm::Error::success();
 }
@@ -322,7 +259,7 @@ template <typename T> llvm::Error batchNorm(const KernelCall &call) {
 template <typename T> llvm::Error softmaxCrossEntropy(const KernelCall &call) {
   const TensorRef &S = call.inputs[0], &L = call.inputs[1];
   int64_t n = S.shape[0], classes = S.shape[1];
-  int64_t inner = product(S.shape.drop_front(2)), lanes = n * inner;
+  int64_t inner = elementCount(S.shape.drop_front(2)), lanes = n * inner;
   std::vector<int64_t> labels(lanes);
   dispatchType(L.dtype, [&](auto v) {
     using Label = decltype(v);
@@ -429,20 +366,42 @@ template <typename T> llvm::Error dropout(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-template <typename T> llvm::Error plainSoftmax(const KernelCall &c) {
-  return softmax<T, false>(c);
-}
-template <typename T> llvm::Error logSoftmax(const KernelCall &c) {
-  return softmax<T, true>(c);
-}
-CLEAVE_FLOAT_DISPATCH(softmaxKernel, plainSoftmax)
-CLEAVE_FLOAT_DISPATCH(logSoftmaxKernel, logSoftmax)
+CLEAVE_FLOAT_DISPATCH(softmaxKernel, softmax, /*Log=*/false)
+CLEAVE_FLOAT_DISPATCH(logSoftmaxKernel, softmax, /*Log=*/true)
 CLEAVE_FLOAT_DISPATCH(layerNormKernel, layerNorm)
 CLEAVE_FLOAT_DISPATCH(batchNormKernel, batchNorm)
 CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyKernel, softmaxCrossEntropy)
 CLEAVE_FLOAT_DISPATCH(dropoutKernel, dropout)
 
 } // namespace
+
+// Shared with the LayerNormalization gradients (CpuKernels.h).
+llvm::Expected<std::vector<double>>
+broadcastDoubles(const KernelCall &call, const TensorRef &t,
+                 llvm::ArrayRef<int64_t> shape) {
+  size_t r = shape.size();
+  if (t.rank() > r)
+    return kernelError(call, "{0} does not broadcast to {1}",
+                       ir::shapeStr(t.shape), ir::shapeStr(shape));
+  size_t lead = r - t.rank();
+  for (size_t d = lead; d < r; ++d)
+    if (t.shape[d - lead] != 1 && t.shape[d - lead] != shape[d])
+      return kernelError(call, "{0} does not broadcast to {1}",
+                         ir::shapeStr(t.shape), ir::shapeStr(shape));
+  std::vector<int64_t> srcStrides = stridesOf(t.shape);
+  std::vector<double> out(elementCount(shape));
+  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
+    int64_t rest = i, off = 0;
+    for (size_t d = r; d-- > lead;) {
+      int64_t c = rest % shape[d];
+      rest /= shape[d];
+      if (t.shape[d - lead] != 1)
+        off += c * srcStrides[d - lead];
+    }
+    out[i] = loadDouble(t, off);
+  }
+  return out;
+}
 
 void registerNormalizationKernels(KernelTable &t) {
   t.add(ir::OpKind::Softmax, softmaxKernel, kFloatTypes);

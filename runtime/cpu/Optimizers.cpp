@@ -4,7 +4,6 @@
 // its operands before writing, so an executor may alias a result with its
 // state operand.
 #include "runtime/cpu/CpuKernels.h"
-#include "runtime/cpu/GradientSupport.h"
 
 #include <cmath>
 

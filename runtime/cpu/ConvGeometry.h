@@ -1,0 +1,149 @@
+// Window geometry shared by the convolution and pooling kernels
+// (ConvPool.cpp) and their gradients (GradientsConvPool.cpp): where each
+// output position's window lies in the input, over any number of spatial
+// dims (NCHW-style layouts, explicit strides, pads and dilations as the
+// importer resolved them). The gradients walk the windows the way the
+// forward kernels do, so both use these helpers.
+#pragma once
+
+#include "runtime/cpu/CpuKernels.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+namespace cleave::runtime::cpu {
+
+inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Values of i in [0, count) with 0 <= start + i * step < limit, as [lo, hi).
+// Gives the output columns an im2col row reads from the input, and the
+// kernel taps of a pooling window that land inside the input.
+inline std::pair<int64_t, int64_t> insideRange(int64_t start, int64_t step,
+                                               int64_t count, int64_t limit) {
+  int64_t lo = start >= 0 ? 0 : ceilDiv(-start, step);
+  int64_t hi =
+      start <= limit - 1 ? std::min(count, (limit - 1 - start) / step + 1) : 0;
+  return {std::min(lo, hi), hi};
+}
+
+// Window geometry of one conv or pool whose input has shape `inShape` and
+// whose output has shape `outShape` ([N, C, spatial...] both), per spatial
+// dim. The shapes come from the call's operands, which a forward op and its
+// gradients arrange differently; the kernels check them (the forward ones
+// rely on the verifier).
+struct WindowGeometry {
+  using Dims = llvm::SmallVector<int64_t, 4>;
+  Dims in, out, kernel, strides, padBegin, padEnd, dilations, inStrides;
+  int64_t inSize = 1, outSize = 1, kernelSize = 1;
+
+  WindowGeometry(const KernelCall &call, llvm::ArrayRef<int64_t> inShape,
+                 llvm::ArrayRef<int64_t> outShape,
+                 llvm::ArrayRef<int64_t> kernelDims, bool hasDilations) {
+    size_t sp = inShape.size() - 2;
+    in.assign(inShape.begin() + 2, inShape.end());
+    out.assign(outShape.begin() + 2, outShape.end());
+    kernel.assign(kernelDims.begin(), kernelDims.end());
+    const auto &st = call.getInts("strides"), &pd = call.getInts("pads");
+    strides.assign(st.begin(), st.end());
+    padBegin.assign(pd.begin(), pd.begin() + sp);
+    padEnd.assign(pd.begin() + sp, pd.end());
+    if (hasDilations) {
+      const auto &dl = call.getInts("dilations");
+      dilations.assign(dl.begin(), dl.end());
+    } else {
+      dilations.assign(sp, 1);
+    }
+    std::vector<int64_t> s = stridesOf(in);
+    inStrides.assign(s.begin(), s.end());
+    inSize = elementCount(in);
+    outSize = elementCount(out);
+    kernelSize = elementCount(kernel);
+  }
+  size_t rank() const { return in.size(); }
+};
+
+// Walks the kernel taps of one pooling window that land inside the input,
+// in row-major tap order, calling f(flat input offset). `start` is the
+// window's first input coordinate per dim; returns false if no tap lands
+// inside.
+template <typename F>
+bool forEachTap(const WindowGeometry &g, llvm::ArrayRef<int64_t> start,
+                F &&f) {
+  using Dims = WindowGeometry::Dims;
+  size_t sp = g.rank(), last = sp - 1;
+  Dims lo(sp), hi(sp), k(sp);
+  for (size_t d = 0; d < sp; ++d) {
+    std::tie(lo[d], hi[d]) =
+        insideRange(start[d], g.dilations[d], g.kernel[d], g.in[d]);
+    if (lo[d] >= hi[d])
+      return false;
+    k[d] = lo[d];
+  }
+  int64_t step = g.dilations[last];
+  while (true) {
+    // Outer dims pick a row of the input; the last dim runs along it.
+    int64_t row = start[last];
+    for (size_t d = 0; d < last; ++d)
+      row += (start[d] + k[d] * g.dilations[d]) * g.inStrides[d];
+    for (int64_t t = lo[last]; t < hi[last]; ++t)
+      f(row + t * step);
+    size_t d = last;
+    while (d-- > 0) {
+      if (++k[d] < hi[d])
+        break;
+      k[d] = lo[d];
+    }
+    if (d == size_t(-1))
+      return true;
+  }
+}
+
+// The taps of the window starting at `start` that land inside the padded
+// input: AveragePool's count with count_include_pad. The extra cells a
+// ceil_mode window reaches past the end padding never count.
+inline int64_t tapsInsidePadding(const WindowGeometry &g,
+                                 llvm::ArrayRef<int64_t> start) {
+  int64_t count = 1;
+  for (size_t d = 0; d < g.rank(); ++d) {
+    auto [lo, hi] = insideRange(start[d] + g.padBegin[d], 1, g.kernel[d],
+                                g.in[d] + g.padBegin[d] + g.padEnd[d]);
+    count *= hi - lo;
+  }
+  return count;
+}
+
+// Runs f(plane, output position, window start) for every output element of
+// `planes` (image, channel) planes; planes are spread over threads, and one
+// plane's positions run in order.
+template <typename F>
+void forEachWindow(const WindowGeometry &g, int64_t planes, F &&f) {
+  using Dims = WindowGeometry::Dims;
+  int64_t work = std::max<int64_t>(1, g.outSize * g.kernelSize);
+  size_t sp = g.rank();
+  parallelFor(planes, std::max<int64_t>(1, 32768 / work),
+              [&](int64_t p0, int64_t p1) {
+                Dims pos(sp), start(sp);
+                for (int64_t p = p0; p < p1; ++p) {
+                  for (size_t d = 0; d < sp; ++d) {
+                    pos[d] = 0;
+                    start[d] = -g.padBegin[d];
+                  }
+                  for (int64_t o = 0; o < g.outSize; ++o) {
+                    f(p, o, llvm::ArrayRef<int64_t>(start));
+                    // Step to the next output position, last dim fastest.
+                    for (size_t d = sp; d-- > 0;) {
+                      start[d] += g.strides[d];
+                      if (++pos[d] < g.out[d])
+                        break;
+                      pos[d] = 0;
+                      start[d] = -g.padBegin[d];
+                    }
+                  }
+                }
+              });
+}
+
+} // namespace cleave::runtime::cpu
