@@ -7,6 +7,7 @@
 #include "ir/Summary.h"
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
+#include "tools/PipelinePlanning.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -44,6 +45,7 @@ shapes:
                          has a scalar loss
 
 %TRAINING%
+%PLANNING%
 inspection:
   --dump-ir-after=PASS|all
                          print the IR to stderr after PASS (repeatable):
@@ -83,6 +85,7 @@ static bool wantsTraining(const ir::Graph &g, const tools::Flags &flags) {
 static std::string helpText() {
   std::string h = kHelp;
   h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
+  h.replace(h.find("%PLANNING%"), 10, tools::kPlanningHelp);
   return h;
 }
 
@@ -101,6 +104,8 @@ static int listOps() {
 
 int main(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
+  for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
+    specs.push_back(p);
   specs.insert(specs.end(), {{"emit", true, false},
                       {"o", true, false},
                       {"inline-limit", true, false},
@@ -134,9 +139,27 @@ int main(int argc, char **argv) {
                           std::to_string(flags.positional().size()),
                 tools::kUsage);
   std::string emit = flags.get("emit").value_or("summary");
-  if (emit != "summary" && emit != "ir")
-    return fail(kTool, "--emit must be 'summary' or 'ir', not '" + emit + "'",
+  if (emit != "summary" && emit != "ir" && emit != "schedule-csv")
+    return fail(kTool,
+                "--emit must be 'summary', 'ir' or 'schedule-csv', not '" +
+                    emit + "'",
                 tools::kUsage);
+  std::optional<tools::PlanningRequest> planning;
+  if (tools::wantsPlanning(flags) || emit == "schedule-csv") {
+    auto req = tools::readPlanningFlags(flags);
+    if (!req)
+      return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
+    planning = std::move(*req);
+  } else {
+    for (const char *f : {"mem-cap", "cost-model", "device-profile",
+                          "split-at", "layer-depth", "timeline", "report"})
+      if (flags.has(f))
+        return fail(kTool,
+                    std::string("--") + f +
+                        " goes with --stages or --schedule (pipeline "
+                        "planning)",
+                    tools::kUsage);
+  }
   ir::PrintOptions print;
   if (auto e = tools::readPrintFlags(flags, print))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
@@ -176,7 +199,14 @@ int main(int argc, char **argv) {
                                  addLoss->target))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   std::vector<std::string> pipeline = kPipeline;
-  if (wantsTraining(**graph, flags)) {
+  bool training = wantsTraining(**graph, flags);
+  if (planning && !training)
+    return fail(kTool,
+                "pipeline planning (--stages, --schedule) needs a training "
+                "graph, but the model's outputs are not a scalar loss; name "
+                "the loss with --loss or add one with --add-loss",
+                tools::kUsage);
+  if (training) {
     pipeline.insert(pipeline.end(), kTrainingPipeline.begin(),
                     kTrainingPipeline.end());
   } else if (!flags.has("inference")) {
@@ -202,9 +232,23 @@ int main(int argc, char **argv) {
   if (auto e = passes::runPipeline(**graph, pipeline, pipe))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
+  std::vector<std::pair<std::string, std::string>> files;
   std::string out = emit == "ir" ? ir::printGraph(**graph, print)
                                  : ir::summarizeGraph(**graph);
-  if (auto e = tools::writeOutput(flags.get("o").value_or("-"), out))
-    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  if (planning) {
+    auto plan = tools::planPipeline(**graph, *planning);
+    if (!plan)
+      return fail(kTool, llvm::toString(plan.takeError()), tools::kBadInput);
+    if (emit == "schedule-csv")
+      out = plan->text;
+    else if (emit == "summary")
+      out += "\n" + plan->text;
+    files = std::move(plan->files);
+  }
+  // Every output is made before any is written.
+  files.insert(files.begin(), {flags.get("o").value_or("-"), out});
+  for (const auto &[path, text] : files)
+    if (auto e = tools::writeOutput(path, text))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   return tools::kOk;
 }

@@ -140,8 +140,11 @@ private:
     }
     for (int st = 0; st < s_.stages; ++st) {
       StageStats &stats = result_.stages[st];
+      // Busy time summed in a different order than the step time can exceed
+      // it by a rounding error; a bubble is never negative.
       stats.bubble = result_.stepTime > 0
-                         ? (result_.stepTime - stats.busy) / result_.stepTime
+                         ? std::max(0.0, (result_.stepTime - stats.busy) /
+                                             result_.stepTime)
                          : 0;
       const StageCost &c = costs_.stages[st];
       stats.peakBytes =

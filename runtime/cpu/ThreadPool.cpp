@@ -1,5 +1,7 @@
 #include "runtime/cpu/ThreadPool.h"
 
+#include <climits>
+
 namespace cleave::runtime::cpu {
 
 ThreadPool::ThreadPool(int threads) {
@@ -17,14 +19,17 @@ ThreadPool::~ThreadPool() {
     t.join();
 }
 
-// Takes task indices until none are left.
-void ThreadPool::drain() {
+void ThreadPool::drain(uint32_t gen, int64_t count,
+                       const std::function<void(int64_t)> &task) {
   for (;;) {
-    int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= count_)
-      return;
-    (*task_)(i);
-    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    do {
+      if (uint32_t(t >> 32) != gen || int64_t(t & 0xffffffffu) >= count)
+        return;
+    } while (!ticket_.compare_exchange_weak(t, t + 1,
+                                            std::memory_order_acq_rel));
+    task(int64_t(t & 0xffffffffu));
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
       std::lock_guard<std::mutex> lock(mu_);
       done_.notify_all();
     }
@@ -32,37 +37,43 @@ void ThreadPool::drain() {
 }
 
 void ThreadPool::workerLoop() {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
+    const std::function<void(int64_t)> *task;
+    int64_t count;
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_)
         return;
       seen = generation_;
+      task = task_;
+      count = count_;
     }
-    drain();
+    if (task)
+      drain(seen, count, *task);
   }
 }
 
 void ThreadPool::run(int64_t n, const std::function<void(int64_t)> &task) {
   bool expected = false;
-  if (n <= 1 || workers_.empty() ||
+  if (n <= 1 || n > INT32_MAX || workers_.empty() ||
       !busy_.compare_exchange_strong(expected, true)) {
     for (int64_t i = 0; i < n; ++i)
       task(i);
     return;
   }
+  uint32_t gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     task_ = &task;
     count_ = n;
-    next_.store(0);
     finished_.store(0);
-    ++generation_;
+    gen = ++generation_;
+    ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
   }
   wake_.notify_all();
-  drain();
+  drain(gen, n, task);
   // Spin briefly (the other share is usually nearly done), then sleep.
   for (int spin = 0; spin < 4000; ++spin)
     if (finished_.load(std::memory_order_acquire) == n)

@@ -30,15 +30,21 @@ public:
 
 private:
   void workerLoop();
-  void drain();
+  // Runs tasks of generation `gen` until none are left. A thread still
+  // draining an earlier generation claims nothing of a newer one: tasks are
+  // claimed by a compare-and-swap on `ticket_`, which holds the generation
+  // (high 32 bits) and the next task index (low 32 bits) together.
+  void drain(uint32_t gen, int64_t count,
+             const std::function<void(int64_t)> &task);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  const std::function<void(int64_t)> *task_ = nullptr;
-  int64_t count_ = 0;
-  std::atomic<int64_t> next_{0}, finished_{0};
-  uint64_t generation_ = 0;
+  const std::function<void(int64_t)> *task_ = nullptr; // guarded by mu_
+  int64_t count_ = 0;                                  // guarded by mu_
+  uint32_t generation_ = 0;                            // guarded by mu_
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int64_t> finished_{0};
   bool stop_ = false;
   std::atomic<bool> busy_{false};
 };

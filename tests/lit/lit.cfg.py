@@ -26,6 +26,7 @@ config.substitutions.append(("%python", config.python_executable))
 # PATH. Whole words only (not inside paths or longer names); lit substitutes
 # in order, so the longer name goes first.
 tool_subs = [
+    ("cleave-partition", os.path.join(config.cleave_tools_dir, "cleave-partition")),
     ("cleave-opt", os.path.join(config.cleave_tools_dir, "cleave-opt")),
     ("cleavec", os.path.join(config.cleave_tools_dir, "cleavec")),
     ("FileCheck", config.filecheck),

@@ -1,0 +1,307 @@
+// The cost model (Cost.h): FLOPs and bytes per op, device profiles, measured
+// profiles, and the predicted time of every op of a graph.
+#include "passes/Cost.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <map>
+
+namespace cleave::passes {
+
+using ir::OpKind;
+
+static double elements(const ir::TensorType &t) {
+  return double(t.numElements());
+}
+
+static double elements(llvm::ArrayRef<int64_t> shape) {
+  double n = 1;
+  for (int64_t d : shape)
+    n *= double(d);
+  return n;
+}
+
+// 2·M·N·K of a product whose result (or result gradient) has `outElements`
+// elements and whose reduced dimension is `k`.
+static double productFlops(double outElements, double k) {
+  return 2 * outElements * k;
+}
+
+// Matrix-product and convolution work, forward and gradient parts. Each
+// gradient part is one product as large as the forward one: dY (the size
+// of the forward result) times the reduced extent of the operand it
+// differentiates.
+static std::optional<double> productWork(const ir::Op &op) {
+  auto type = [&](unsigned i) { return op.operand(i)->type(); };
+  auto lastDim = [](const ir::TensorType &t) {
+    return t.rank() ? double(t.shape.back()) : 1.0;
+  };
+  // Extent reduced when a product with weights of this shape makes one
+  // output element: all but the leading (output-channel) dimension.
+  auto perOutput = [](llvm::ArrayRef<int64_t> w) {
+    return w.empty() ? 1.0 : elements(w) / double(std::max<int64_t>(w[0], 1));
+  };
+  switch (op.kind()) {
+  case OpKind::MatMul:
+    return productFlops(elements(op.result()->type()), lastDim(type(0)));
+  case OpKind::Gemm: {
+    double k = double(type(0).shape[op.getInt("transA") ? 0 : 1]);
+    double bias = op.numOperands() > 2 ? elements(op.result()->type()) : 0;
+    return productFlops(elements(op.result()->type()), k) + bias;
+  }
+  case OpKind::MatMulGradA: // dA = dY·Bᵀ, reduced over A's last dim
+    return productFlops(elements(type(0)), double(op.getInts("shape").back()));
+  case OpKind::MatMulGradB: // dB = Aᵀ·dY, reduced over A's last dim
+    return productFlops(elements(type(1)), lastDim(type(0)));
+  case OpKind::MatMulGrad:
+    return productFlops(elements(type(0)), lastDim(type(1))) * 2;
+  case OpKind::GemmGradA: // dA[M,K] from dY[M,N]: K = |A| / M
+    return productFlops(elements(type(0)),
+                        elements(op.getInts("shape")) / double(type(0).shape[0]));
+  case OpKind::GemmGradB: // dB[K,N] from dY[M,N]: K = |B| / N
+    return productFlops(elements(type(1)),
+                        elements(op.getInts("shape")) / double(type(1).shape[1]));
+  case OpKind::GemmGrad:
+    return productFlops(elements(type(0)), lastDim(type(1))) * 2;
+  case OpKind::Conv:
+    return productFlops(elements(op.result()->type()),
+                        perOutput(type(1).shape));
+  case OpKind::ConvGradData:
+    return productFlops(elements(type(0)), perOutput(type(1).shape));
+  case OpKind::ConvGradFilter:
+    return productFlops(elements(type(1)), perOutput(op.getInts("shape")));
+  case OpKind::ConvGrad:
+    return productFlops(elements(type(0)), perOutput(type(2).shape)) * 2;
+  default:
+    return std::nullopt;
+  }
+}
+
+// FLOPs per result element of the other ops. The numbers only need to be
+// right in order of magnitude: these ops are bound by memory traffic on
+// every device we model, so their bytes decide their time.
+static double flopsPerElement(OpKind kind) {
+  switch (kind) {
+  case OpKind::Reshape:
+  case OpKind::Flatten:
+  case OpKind::Squeeze:
+  case OpKind::Unsqueeze:
+  case OpKind::Identity:
+  case OpKind::Transpose:
+  case OpKind::Concat:
+  case OpKind::Split:
+  case OpKind::Slice:
+  case OpKind::Gather:
+  case OpKind::Expand:
+  case OpKind::Pad:
+  case OpKind::Cast:
+    return 0;
+  case OpKind::Erf:
+  case OpKind::Exp:
+  case OpKind::Log:
+  case OpKind::Sigmoid:
+  case OpKind::Tanh:
+  case OpKind::Sqrt:
+  case OpKind::Pow:
+  case OpKind::UnaryGrad:
+    return 4;
+  case OpKind::Softmax:
+  case OpKind::LogSoftmax:
+  case OpKind::SoftmaxGrad:
+  case OpKind::LogSoftmaxGrad:
+  case OpKind::SoftmaxCrossEntropyLoss:
+  case OpKind::SoftmaxCrossEntropyLossGrad:
+  case OpKind::LayerNormalization:
+  case OpKind::LayerNormalizationGrad:
+  case OpKind::LayerNormalizationGradData:
+  case OpKind::LayerNormalizationGradParams:
+  case OpKind::BatchNormalization:
+  case OpKind::BatchNormalizationGrad:
+  case OpKind::BatchNormalizationGradData:
+  case OpKind::BatchNormalizationGradParams:
+    return 8;
+  case OpKind::SGD:
+    return 4;
+  case OpKind::AdamW:
+    return 16;
+  default:
+    return 1;
+  }
+}
+
+OpWork opWork(const ir::Op &op) {
+  OpWork work;
+  for (const ir::Value *v : op.operands())
+    work.bytes += double(v->type().byteSize());
+  double resultElements = 0;
+  for (const ir::Value *v : op.results()) {
+    work.bytes += double(v->type().byteSize());
+    resultElements += elements(v->type());
+  }
+  // Reductions and pooling read more than they write: count their inputs.
+  double elementsSeen = resultElements;
+  if (op.numOperands())
+    elementsSeen = std::max(elementsSeen, elements(op.operand(0)->type()));
+  work.flops = productWork(op).value_or(flopsPerElement(op.kind()) *
+                                        elementsSeen);
+  return work;
+}
+
+double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
+  OpWork work = opWork(op);
+  return device.opOverhead + std::max(work.flops / device.peakFlops,
+                                      work.bytes / device.memBandwidth);
+}
+
+// The figures and where they come from: docs/design/partition.md.
+static const DeviceProfile kProfiles[] = {
+    // Measured with tests/bench/DeviceProfileBench.cpp on this machine
+    // kind (2 cores, 2026-11-29, best of 3 runs on a busy host): the
+    // runtime's f32 GEMM on 1024³ reached 1.15e11 FLOP/s, a STREAM-like
+    // triad over 64 MiB arrays 1.0e10 bytes/s. Stages on one host pass
+    // tensors by memcpy, so the link runs at memory bandwidth. The op
+    // overhead and link latency are estimates (an op's dispatch through the
+    // thread pool; a channel hand-off), not measurements.
+    {"cpu", /*peakFlops=*/1.15e11, /*memBandwidth=*/1.0e10,
+     /*opOverhead=*/2e-6, /*linkBandwidth=*/1.0e10, /*linkLatency=*/5e-6},
+    // NVIDIA H200 SXM datasheet: FP32 67 TFLOP/s (no TF32 tensor cores:
+    // cleave runs f32), HBM3e 4.8 TB/s, NVLink 900 GB/s total (450 GB/s
+    // each way); overhead and latency are typical kernel-launch and NCCL
+    // p2p figures, not datasheet numbers.
+    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6},
+};
+
+llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name) {
+  for (const DeviceProfile &p : kProfiles)
+    if (p.name == name)
+      return p;
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "unknown device profile '" + name.str() +
+                                     "' (known: cpu, h200)");
+}
+
+llvm::Expected<CostModelSpec> parseCostModel(llvm::StringRef text) {
+  CostModelSpec spec;
+  if (text == "analytic")
+    return spec;
+  if (text == "uniform") {
+    spec.kind = CostModelKind::Uniform;
+    return spec;
+  }
+  if (llvm::StringRef path = text; path.consume_front("profile:") &&
+                                    !path.empty()) {
+    spec.kind = CostModelKind::Profile;
+    spec.profilePath = path.str();
+    return spec;
+  }
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "--cost-model must be analytic, uniform or profile:FILE, not '" +
+          text.str() + "'");
+}
+
+std::string OpProfile::key(llvm::StringRef loc, ir::Phase phase) {
+  return loc.str() + "\n" + std::string(ir::phaseName(phase));
+}
+
+static llvm::Error profileError(llvm::StringRef source, const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "profile '" + source + "': " + msg);
+}
+
+llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
+                                           llvm::StringRef source) {
+  llvm::Expected<llvm::json::Value> root = llvm::json::parse(json);
+  if (!root)
+    return profileError(source, llvm::toString(root.takeError()));
+  const llvm::json::Object *top = root->getAsObject();
+  if (!top)
+    return profileError(source, "expected a JSON object");
+  if (auto unit = top->getString("time_unit"); unit && *unit != "s")
+    return profileError(source, "time_unit must be \"s\", not \"" + *unit +
+                                    "\"");
+  const llvm::json::Array *ops = top->getArray("ops");
+  if (!ops)
+    return profileError(source, "expected an \"ops\" array");
+  OpProfile profile;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const llvm::json::Object *entry = (*ops)[i].getAsObject();
+    llvm::Optional<llvm::StringRef> loc, phaseText;
+    llvm::Optional<double> time;
+    if (entry) {
+      loc = entry->getString("loc");
+      phaseText = entry->getString("phase");
+      time = entry->getNumber("time");
+    }
+    std::optional<ir::Phase> phase;
+    if (phaseText)
+      phase = ir::parsePhase(std::string_view(*phaseText));
+    if (!loc || !phase || !time || *time < 0)
+      return profileError(source,
+                          "ops[" + llvm::Twine(i) +
+                              "] needs \"loc\" (string), \"phase\" (fwd, B, "
+                              "W or opt) and \"time\" (seconds, >= 0)");
+    profile.times_[key(*loc, *phase)] += *time;
+  }
+  return profile;
+}
+
+llvm::Expected<OpProfile> OpProfile::load(const std::string &path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buf)
+    return profileError(path, "cannot read: " + buf.getError().message());
+  return parse((*buf)->getBuffer(), path);
+}
+
+std::optional<double> OpProfile::time(llvm::StringRef loc,
+                                      ir::Phase phase) const {
+  auto it = times_.find(key(loc, phase));
+  if (it == times_.end())
+    return std::nullopt;
+  return it->second;
+}
+
+// Shares each (location, phase) group's measured time evenly among the
+// group's ops: the profile knows the group, not how its ops divide it.
+static llvm::Expected<std::vector<double>>
+profiledOpTimes(const ir::Graph &g, const OpProfile &profile,
+                llvm::StringRef source) {
+  std::map<std::pair<std::string, ir::Phase>, int> groupSize;
+  for (const auto &op : g.ops())
+    ++groupSize[{op->loc(), op->phase()}];
+  std::vector<double> times;
+  for (const auto &op : g.ops()) {
+    std::optional<double> t = profile.time(op->loc(), op->phase());
+    if (!t)
+      return profileError(source, "no time for " + op->describe() +
+                                      " in phase " +
+                                      std::string(ir::phaseName(op->phase())));
+    times.push_back(*t / groupSize[{op->loc(), op->phase()}]);
+  }
+  return times;
+}
+
+llvm::Expected<std::vector<double>>
+predictOpTimes(const ir::Graph &g, const CostModelSpec &spec,
+               const DeviceProfile &device) {
+  assert(spec.kind != CostModelKind::Uniform && "uniform has no op times");
+  if (spec.kind == CostModelKind::Profile) {
+    auto profile = OpProfile::load(spec.profilePath);
+    if (!profile)
+      return profile.takeError();
+    return profiledOpTimes(g, *profile, spec.profilePath);
+  }
+  std::vector<double> times;
+  for (const auto &op : g.ops())
+    times.push_back(predictOpTime(*op, device));
+  return times;
+}
+
+int64_t staticBytes(const ir::Value &declared) {
+  int64_t bytes = declared.type().byteSize();
+  return declared.kind() == ir::ValueKind::Param ? 2 * bytes : bytes;
+}
+
+} // namespace cleave::passes

@@ -1,0 +1,97 @@
+// The cost model: how long each op of a training graph takes and how much
+// memory its values need, which is what the partitioner balances.
+//
+// Three sources of op times (`--cost-model`):
+//   analytic      FLOPs and bytes moved per op (from the op's kind and its
+//                 operand and result shapes) against a device profile: the
+//                 roofline max(FLOPs / peak FLOP/s, bytes / bandwidth) plus a
+//                 fixed per-op overhead;
+//   uniform       every layer's F, B and W take one unit (for studying
+//                 schedules; the partitioner then balances layer counts);
+//   profile:FILE  measured per-op times, keyed by op location and phase
+//                 (the JSON format is in docs/design/partition.md).
+// The device profiles (`cpu`, `h200`) and how their figures were obtained
+// are documented in docs/design/partition.md.
+#pragma once
+
+#include "ir/Graph.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace cleave::passes {
+
+// Work of one op: floating-point operations and bytes read plus written.
+struct OpWork {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// FLOPs from the op's kind and shapes: 2·M·N·K for the matrix products and
+// convolutions (forward and each gradient part), a few per element for the
+// rest; bytes are every operand read once and every result written once.
+OpWork opWork(const ir::Op &op);
+
+// A device, as the analytic model sees it.
+struct DeviceProfile {
+  std::string name;
+  double peakFlops = 0;       // FLOP/s of f32 matrix products
+  double memBandwidth = 0;    // bytes/s of streaming memory traffic
+  double opOverhead = 0;      // s per op (dispatch, kernel launch)
+  double linkBandwidth = 0;   // bytes/s between two pipeline stages
+  double linkLatency = 0;     // s per message between two stages
+};
+
+// The built-in profiles: "cpu" (this machine kind, measured) and "h200"
+// (NVIDIA's published H200 SXM figures). Unknown names are an error that
+// lists the known ones.
+llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name);
+
+// Predicted time of one op on a device, in seconds.
+double predictOpTime(const ir::Op &op, const DeviceProfile &device);
+
+enum class CostModelKind { Analytic, Uniform, Profile };
+
+// What `--cost-model analytic|uniform|profile:FILE` asks for.
+struct CostModelSpec {
+  CostModelKind kind = CostModelKind::Analytic;
+  std::string profilePath; // for Profile
+};
+llvm::Expected<CostModelSpec> parseCostModel(llvm::StringRef text);
+
+// Measured op times: seconds per microbatch (per step for `opt` ops) of all
+// ops that share a location and a phase.
+class OpProfile {
+public:
+  // Reads the JSON text of a profile; `source` names it in errors.
+  static llvm::Expected<OpProfile> parse(llvm::StringRef json,
+                                         llvm::StringRef source);
+  static llvm::Expected<OpProfile> load(const std::string &path);
+
+  // The time of the ops at `loc` in `phase`, if the profile has one.
+  std::optional<double> time(llvm::StringRef loc, ir::Phase phase) const;
+
+private:
+  static std::string key(llvm::StringRef loc, ir::Phase phase);
+  llvm::StringMap<double> times_;
+};
+
+// The predicted time of every op of `g`, in program order, in seconds:
+// analytic from `device`, or from `profile` (each (location, phase) group's
+// measured time shared evenly by its ops; an op the profile does not cover
+// is an error naming it). Not for the uniform model, which has no op times.
+llvm::Expected<std::vector<double>>
+predictOpTimes(const ir::Graph &g, const CostModelSpec &spec,
+               const DeviceProfile &device);
+
+// Bytes a declared tensor keeps on its stage for the whole step: a
+// parameter twice (the value and its gradient, summed over microbatches),
+// buffers (optimizer state among them: `<param>.momentum`, `.adam_m`,
+// `.adam_v`) and constants once.
+int64_t staticBytes(const ir::Value &declared);
+
+} // namespace cleave::passes

@@ -1,0 +1,60 @@
+// Layers: the units the partitioner cuts between.
+//
+// A layer is a contiguous run of forward ops, in program order, together
+// with the backward and optimizer ops that belong to them. Layers come from
+// the ONNX node names exporters write: `/blocks.3/attn/MatMul` is in scope
+// `blocks.3` at depth 1 and `blocks.3/attn` at depth 2 (a container such as
+// nn.Sequential's `/layers/layers.0/...` is looked through). Ops outside any
+// scope (`/Add`, the loss) join the layer before them. A graph whose ops
+// carry no scopes, or depth 0, falls back to cut points: places in the
+// forward program where a single value separates what came before from what
+// comes after. Backward ops join the layer of the forward op they came from
+// (the same `loc`); optimizer ops (`optimizer/<param>`) and declared tensors
+// join the layer that first uses the parameter.
+//
+// Layers are always in dependency order: when a layer reads a value made by
+// a later one (scopes that interleave), the layers in between are merged.
+#pragma once
+
+#include "ir/Graph.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cleave::passes {
+
+struct Layer {
+  std::string name;
+  std::vector<const ir::Op *> ops; // every phase, in program order
+};
+
+struct Layering {
+  std::vector<Layer> layers;
+  llvm::DenseMap<const ir::Op *, unsigned> layerOfOp;
+  // Graph inputs, parameters, buffers and constants: the first layer that
+  // reads them (through a forward op when one does).
+  llvm::DenseMap<const ir::Value *, unsigned> layerOfDeclared;
+
+  std::optional<unsigned> find(llvm::StringRef name) const;
+  // The layer that makes `v` (for inputs: the first that reads it).
+  std::optional<unsigned> layerOf(const ir::Value *v) const;
+};
+
+struct LayerOptions {
+  unsigned depth = 1; // scope components per layer name; 0: cut points
+};
+
+// Groups the ops of `g` into layers. Fails only for a graph without
+// forward ops.
+llvm::Expected<Layering> groupLayers(const ir::Graph &g,
+                                     const LayerOptions &opts);
+
+// The scope of an op location at `depth` ("blocks.3" for
+// "/blocks.3/attn/MatMul" at depth 1), or "" when the op is in no scope.
+std::string scopeOf(llvm::StringRef loc, unsigned depth);
+
+} // namespace cleave::passes

@@ -1,0 +1,256 @@
+// Partitioning a training graph (Partition.h): layers, their costs and the
+// values between them become a LayerChain; the solver (or --split-at) picks
+// the cuts; every op then takes its layer's stage, and the stage table and
+// the PipelineCosts for the schedules are read off the cost table.
+#include "passes/Partition.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+namespace cleave::passes {
+
+static llvm::Error partitionError(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+static void sortUnique(std::vector<int> &v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+// The values that can cross a cut: graph inputs and forward results, with
+// the layers that read them forward and keep them for the backward pass.
+static std::vector<ChainValue> chainValues(const ir::Graph &g,
+                                           const Layering &layering) {
+  std::vector<const ir::Value *> sources(g.inputs().begin(), g.inputs().end());
+  for (const auto &op : g.ops())
+    if (op->phase() == ir::Phase::Fwd)
+      sources.insert(sources.end(), op->results().begin(),
+                     op->results().end());
+  std::vector<ChainValue> values;
+  for (const ir::Value *v : sources) {
+    ChainValue cv;
+    if (v->definingOp())
+      cv.producer = int(layering.layerOfOp.lookup(v->definingOp()));
+    for (const ir::Use &u : v->uses()) {
+      ir::Phase phase = u.user->phase();
+      int layer = int(layering.layerOfOp.lookup(u.user));
+      if (phase == ir::Phase::Fwd)
+        cv.readers.push_back(layer);
+      else if (phase == ir::Phase::B || phase == ir::Phase::W)
+        cv.holders.push_back(layer);
+    }
+    if (cv.readers.empty() && cv.holders.empty())
+      continue;
+    sortUnique(cv.readers);
+    sortUnique(cv.holders);
+    cv.bytes = v->type().byteSize();
+    // Float activations get a gradient of their size back (an
+    // approximation: one that no trainable parameter depends on gets none).
+    cv.gradBytes = ir::isFloat(v->type().dtype) ? cv.bytes : 0;
+    values.push_back(std::move(cv));
+  }
+  return values;
+}
+
+LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
+                           llvm::ArrayRef<double> opTimes) {
+  LayerChain chain;
+  chain.layers.resize(layering.layers.size());
+  for (const Layer &l : layering.layers)
+    chain.names.push_back(l.name);
+  if (opTimes.empty()) {
+    for (LayerCost &c : chain.layers)
+      c.f = c.b = c.w = 1;
+  }
+  for (size_t i = 0; i < opTimes.size(); ++i) {
+    const ir::Op &op = *g.ops()[i];
+    LayerCost &c = chain.layers[layering.layerOfOp.lookup(&op)];
+    // Optimizer ops run once per step, not per microbatch: they are not
+    // part of a stage's F, B or W.
+    if (op.phase() == ir::Phase::Fwd)
+      c.f += opTimes[i];
+    else if (op.phase() == ir::Phase::B)
+      c.b += opTimes[i];
+    else if (op.phase() == ir::Phase::W)
+      c.w += opTimes[i];
+  }
+  for (const auto &[value, layer] : layering.layerOfDeclared) {
+    if (value->kind() == ir::ValueKind::Input)
+      continue;
+    LayerCost &c = chain.layers[layer];
+    if (value->kind() == ir::ValueKind::Param)
+      c.paramBytes += value->type().byteSize();
+    c.staticBytes += staticBytes(*value);
+  }
+  chain.values = chainValues(g, layering);
+  return chain;
+}
+
+// "a, b, c": every layer name, or the first six and last three of a long
+// list.
+static std::string layerList(const Layering &l) {
+  std::vector<std::string> names;
+  size_t n = l.layers.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 12 && i == 6) {
+      names.push_back("...");
+      i = n - 3;
+    }
+    names.push_back(l.layers[i].name);
+  }
+  return llvm::join(names, ", ");
+}
+
+// The stage starts --split-at names: each name is the first layer of a
+// stage after the first, in model order.
+static llvm::Expected<std::vector<int>>
+splitAtStarts(const Layering &layering, llvm::ArrayRef<std::string> names) {
+  std::vector<int> starts = {0};
+  for (const std::string &name : names) {
+    std::optional<unsigned> layer = layering.find(name);
+    if (!layer)
+      return partitionError("--split-at names '" + name +
+                            "', which is not a layer (layers: " +
+                            layerList(layering) + ")");
+    if (*layer == 0)
+      return partitionError("--split-at names '" + name +
+                            "', the first layer; name the first layer of "
+                            "each stage after the first");
+    if (int(*layer) <= starts.back())
+      return partitionError("--split-at: '" + name + "' comes before or "
+                            "with the layer named before it; list the "
+                            "layers in model order");
+    starts.push_back(int(*layer));
+  }
+  return starts;
+}
+
+// The split a user gave must still fit the cap.
+static llvm::Error checkSplitFits(const StageCostTable &table,
+                                  const SolverOptions &opts,
+                                  llvm::ArrayRef<int> starts,
+                                  const Layering &layering) {
+  if (!opts.memCap)
+    return llvm::Error::success();
+  for (size_t s = 0; s < starts.size(); ++s) {
+    int end = s + 1 < starts.size() ? starts[s + 1] : table.numLayers();
+    int64_t peak = table.peakBytes(starts[s], end, heldMicrobatches(opts, s));
+    if (peak > *opts.memCap)
+      return partitionError(llvm::formatv(
+          "--split-at: stage {0} ({1}..{2}) needs {3}, over the memory cap "
+          "of {4}; move its cuts or raise --mem-cap",
+          s, layering.layers[starts[s]].name, layering.layers[end - 1].name,
+          formatBytes(peak), formatBytes(*opts.memCap)));
+  }
+  return llvm::Error::success();
+}
+
+static llvm::Expected<std::vector<int>>
+chooseStarts(const StageCostTable &table, const SolverOptions &solver,
+             const PartitionOptions &opts, const Layering &layering) {
+  if (opts.splitAt.empty()) {
+    auto split = solveChain(table, solver);
+    if (!split)
+      return split.takeError();
+    return split->starts;
+  }
+  auto starts = splitAtStarts(layering, opts.splitAt);
+  if (!starts)
+    return starts.takeError();
+  if (auto e = checkSplitFits(table, solver, *starts, layering))
+    return e;
+  return starts;
+}
+
+// The stage table and the schedules' view of it.
+static void fillStages(PartitionResult &r, const StageCostTable &table,
+                       const SolverOptions &solver, llvm::ArrayRef<int> starts,
+                       bool uniform, const LinkModel &link) {
+  int n = table.numLayers();
+  r.stageOfLayer.assign(n, 0);
+  double slowest = 0, total = 0;
+  for (size_t s = 0; s < starts.size(); ++s) {
+    int first = starts[s], end = s + 1 < starts.size() ? starts[s + 1] : n;
+    StageReport st;
+    st.index = int(s);
+    st.firstLayer = first;
+    st.lastLayer = end - 1;
+    st.paramBytes = table.paramBytes(first, end);
+    st.staticBytes = table.staticBytes(first, end);
+    st.activationBytes = table.activationBytes(first, end);
+    st.heldMicrobatches = heldMicrobatches(solver, int(s));
+    st.peakBytes = table.peakBytes(first, end, st.heldMicrobatches);
+    st.f = table.f(first, end);
+    st.b = table.b(first, end);
+    st.w = table.w(first, end);
+    st.comm = table.commTime(first, end);
+    st.sendBytes = table.sendBytes(first, end);
+    st.recvBytes = table.recvBytes(first, end);
+    for (int l = first; l < end; ++l)
+      r.stageOfLayer[l] = int(s);
+    slowest = std::max(slowest, st.time());
+    total += st.time();
+    StageCost cost{st.f, st.b, st.w, st.activationBytes, st.sendBytes,
+                   st.recvBytes, st.staticBytes};
+    if (uniform)
+      cost.f = cost.b = cost.w = 1;
+    r.costs.stages.push_back(cost);
+    r.stages.push_back(st);
+  }
+  r.imbalance = total > 0 ? slowest / (total / double(starts.size())) : 1;
+  r.stepTime = predictedStepTime(table, starts, solver.microbatches);
+  r.costs.timeUnit = uniform ? "unit" : "s";
+  r.costs.linkLatency = link.latency;
+  r.costs.linkBytesPerUnit = link.bytesPerSecond;
+}
+
+llvm::Expected<PartitionResult> partition(const ir::Graph &g,
+                                          const PartitionOptions &opts) {
+  auto layering = groupLayers(g, opts.layers);
+  if (!layering)
+    return layering.takeError();
+  bool uniform = opts.costModel.kind == CostModelKind::Uniform;
+  auto device = lookupDeviceProfile(opts.deviceProfile);
+  if (!device)
+    return device.takeError();
+  std::vector<double> opTimes;
+  if (!uniform) {
+    auto times = predictOpTimes(g, opts.costModel, *device);
+    if (!times)
+      return times.takeError();
+    opTimes = std::move(*times);
+  }
+  LinkModel link;
+  if (!uniform)
+    link = {device->linkLatency, device->linkBandwidth};
+  LayerChain chain = buildLayerChain(g, *layering, opTimes);
+  StageCostTable table(chain, link);
+
+  SolverOptions solver;
+  solver.stages = opts.stages ? opts.stages : int(opts.splitAt.size()) + 1;
+  if (!opts.splitAt.empty() && solver.stages != int(opts.splitAt.size()) + 1)
+    return partitionError(llvm::formatv(
+        "--split-at names {0} layers, which makes {1} stages, but --stages "
+        "is {2}",
+        opts.splitAt.size(), opts.splitAt.size() + 1, opts.stages));
+  solver.microbatches = opts.microbatches;
+  solver.memCap = opts.memCap;
+  solver.heldMicrobatches = opts.heldMicrobatches;
+  auto starts = chooseStarts(table, solver, opts, *layering);
+  if (!starts)
+    return starts.takeError();
+
+  PartitionResult r;
+  r.memCap = opts.memCap;
+  r.microbatches = opts.microbatches;
+  fillStages(r, table, solver, *starts, uniform, link);
+  for (const auto &[op, layer] : layering->layerOfOp)
+    r.stageOfOp[op] = r.stageOfLayer[layer];
+  r.layering = std::move(*layering);
+  return r;
+}
+
+} // namespace cleave::passes

@@ -1,0 +1,172 @@
+// The cost model: FLOPs of the matrix products and their gradient parts,
+// the roofline time against a device profile, measured profiles (their
+// JSON form and errors), and the flag values it parses.
+#include "ir/Parser.h"
+#include "passes/Cost.h"
+#include "passes/Partition.h"
+
+#include <gtest/gtest.h>
+
+using namespace cleave;
+using namespace cleave::passes;
+
+namespace {
+
+std::unique_ptr<ir::Graph> parse(llvm::StringRef text) {
+  auto g = ir::parseGraph(text, "test");
+  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  return g ? std::move(*g) : nullptr;
+}
+
+const char kProducts[] = R"(graph @products {
+  input %a : f32[4,8]
+  input %dy : f32[4,16]
+  input %x : f32[2,3,8,8]
+  input %dx : f32[2,5,8,8]
+  param %b : f32[8,16] = splat<0.5>
+  param %w : f32[5,3,3,3] = splat<0.5>
+  fwd %y = MatMul(%a, %b) : f32[4,16] @"/fc/MatMul"
+  fwd %g = Gemm(%a, %b) : f32[4,16] @"/fc/Gemm"
+  fwd %c = Conv(%x, %w) {dilations = [1, 1], pads = [1, 1, 1, 1], strides = [1, 1]} : f32[2,5,8,8] @"/conv/Conv"
+  B   %da = MatMulGradA(%dy, %b) {shape = [4, 8]} : f32[4,8] @"/fc/MatMul"
+  W   %db = MatMulGradB(%a, %dy) {shape = [8, 16]} : f32[8,16] @"/fc/MatMul"
+  B   %ga = GemmGradA(%dy, %b) {shape = [4, 8]} : f32[4,8] @"/fc/Gemm"
+  W   %gb = GemmGradB(%a, %dy) {shape = [8, 16]} : f32[8,16] @"/fc/Gemm"
+  B   %cx = ConvGradData(%dx, %w) {dilations = [1, 1], pads = [1, 1, 1, 1], shape = [2, 3, 8, 8], strides = [1, 1]} : f32[2,3,8,8] @"/conv/Conv"
+  W   %cw = ConvGradFilter(%x, %dx) {dilations = [1, 1], pads = [1, 1, 1, 1], shape = [5, 3, 3, 3], strides = [1, 1]} : f32[5,3,3,3] @"/conv/Conv"
+  fwd %r = Relu(%y) : f32[4,16] @"/relu"
+  output %r
+  output %g
+  output %c
+  output %da
+  output %db
+  output %ga
+  output %gb
+  output %cx
+  output %cw
+}
+)";
+
+double flopsOf(const ir::Graph &g, llvm::StringRef result) {
+  return opWork(*g.lookup(result)->definingOp()).flops;
+}
+
+TEST(CostModel, ProductFlopsForwardAndGradientParts) {
+  auto g = parse(kProducts);
+  ASSERT_TRUE(g);
+  // 2·M·N·K = 2·4·16·8 for the product and for each gradient part.
+  EXPECT_EQ(flopsOf(*g, "y"), 1024);
+  EXPECT_EQ(flopsOf(*g, "g"), 1024);
+  EXPECT_EQ(flopsOf(*g, "da"), 1024);
+  EXPECT_EQ(flopsOf(*g, "db"), 1024);
+  EXPECT_EQ(flopsOf(*g, "ga"), 1024);
+  EXPECT_EQ(flopsOf(*g, "gb"), 1024);
+  // Conv: 2 · |Y| · (C_in · kh · kw) = 2 · 640 · 27, and so each part.
+  EXPECT_EQ(flopsOf(*g, "c"), 2 * 640 * 27);
+  EXPECT_EQ(flopsOf(*g, "cx"), 2 * 640 * 27);
+  EXPECT_EQ(flopsOf(*g, "cw"), 2 * 640 * 27);
+  // Relu: one per element; bytes: read 64 floats, write 64.
+  OpWork relu = opWork(*g->lookup("r")->definingOp());
+  EXPECT_EQ(relu.flops, 64);
+  EXPECT_EQ(relu.bytes, 2 * 64 * 4);
+}
+
+TEST(CostModel, RooflineTime) {
+  auto g = parse(kProducts);
+  ASSERT_TRUE(g);
+  DeviceProfile d{"test", /*peakFlops=*/1024, /*memBandwidth=*/64,
+                  /*opOverhead=*/0.5, 0, 0};
+  // MatMul: 1024 FLOPs = 1 s; bytes (4·8 + 8·16 + 4·16)·4 = 896 = 14 s.
+  EXPECT_DOUBLE_EQ(predictOpTime(*g->lookup("y")->definingOp(), d), 14.5);
+  d.memBandwidth = 1e9; // now compute-bound
+  EXPECT_DOUBLE_EQ(predictOpTime(*g->lookup("y")->definingOp(), d), 1.5);
+}
+
+TEST(CostModel, DeviceProfiles) {
+  auto cpu = lookupDeviceProfile("cpu");
+  ASSERT_TRUE(bool(cpu));
+  EXPECT_GT(cpu->peakFlops, 1e9);
+  auto h200 = lookupDeviceProfile("h200");
+  ASSERT_TRUE(bool(h200));
+  EXPECT_EQ(h200->memBandwidth, 4.8e12);
+  auto bad = lookupDeviceProfile("tpu");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "unknown device profile 'tpu' (known: cpu, h200)");
+}
+
+TEST(CostModel, ParsesCostModelFlag) {
+  EXPECT_EQ(parseCostModel("analytic")->kind, CostModelKind::Analytic);
+  EXPECT_EQ(parseCostModel("uniform")->kind, CostModelKind::Uniform);
+  auto p = parseCostModel("profile:/tmp/p.json");
+  ASSERT_TRUE(bool(p));
+  EXPECT_EQ(p->kind, CostModelKind::Profile);
+  EXPECT_EQ(p->profilePath, "/tmp/p.json");
+  for (const char *bad : {"profile:", "roofline"}) {
+    auto e = parseCostModel(bad);
+    ASSERT_FALSE(bool(e));
+    EXPECT_EQ(llvm::toString(e.takeError()),
+              std::string("--cost-model must be analytic, uniform or "
+                          "profile:FILE, not '") + bad + "'");
+  }
+}
+
+TEST(CostModel, ProfileSharesAGroupsTimeAmongItsOps) {
+  auto g = parse(kProducts);
+  ASSERT_TRUE(g);
+  auto profile = OpProfile::parse(R"({"time_unit": "s", "ops": [
+    {"loc": "/fc/MatMul", "phase": "fwd", "time": 3.0},
+    {"loc": "/fc/MatMul", "phase": "B", "time": 1.0},
+    {"loc": "/fc/MatMul", "phase": "B", "time": 1.0}]})", "p.json");
+  ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
+  EXPECT_EQ(profile->time("/fc/MatMul", ir::Phase::Fwd), 3.0);
+  EXPECT_EQ(profile->time("/fc/MatMul", ir::Phase::B), 2.0); // entries add
+  EXPECT_FALSE(profile->time("/fc/MatMul", ir::Phase::W));
+}
+
+TEST(CostModel, ProfileErrorsAreOneLine) {
+  auto bad = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "X",
+                                            "time": 1}]})", "p.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "profile 'p.json': ops[0] needs \"loc\" (string), \"phase\" (fwd, "
+            "B, W or opt) and \"time\" (seconds, >= 0)");
+  auto unit = OpProfile::parse(R"({"time_unit": "ms", "ops": []})", "p.json");
+  ASSERT_FALSE(bool(unit));
+  EXPECT_EQ(llvm::toString(unit.takeError()),
+            "profile 'p.json': time_unit must be \"s\", not \"ms\"");
+}
+
+TEST(CostModel, ProfileMissingAnOpNamesIt) {
+  auto g = parse(kProducts);
+  ASSERT_TRUE(g);
+  CostModelSpec spec{CostModelKind::Profile, "/nonexistent/profile.json"};
+  auto times = predictOpTimes(*g, spec, *lookupDeviceProfile("cpu"));
+  ASSERT_FALSE(bool(times));
+  EXPECT_NE(llvm::toString(times.takeError())
+                .find("profile '/nonexistent/profile.json': cannot read"),
+            std::string::npos);
+}
+
+TEST(CostModel, StaticBytesCountGradientsOfParameters) {
+  auto g = parse(kProducts);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(staticBytes(*g->lookup("b")), 2 * 8 * 16 * 4);
+}
+
+TEST(CostModel, ByteSizes) {
+  EXPECT_EQ(*parseByteSize("2GiB"), int64_t(2) << 30);
+  EXPECT_EQ(*parseByteSize("512MiB"), int64_t(512) << 20);
+  EXPECT_EQ(*parseByteSize("1.5GB"), 1500000000);
+  EXPECT_EQ(*parseByteSize("1000"), 1000);
+  EXPECT_EQ(*parseByteSize("64KB"), 64000);
+  auto bad = parseByteSize("2 gigs");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "expected a byte size such as 2GiB, 512MiB, 1.5GB or 1000000, not "
+            "'2 gigs'");
+  EXPECT_EQ(formatBytes(400), "400 B");
+  EXPECT_EQ(formatBytes(int64_t(3) << 29), "1.50 GiB");
+}
+
+} // namespace

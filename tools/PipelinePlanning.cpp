@@ -1,0 +1,208 @@
+#include "tools/PipelinePlanning.h"
+
+#include "passes/Partition.h"
+#include "passes/schedule/Generators.h"
+#include "passes/schedule/ScheduleCsv.h"
+#include "passes/schedule/ScheduleReport.h"
+#include "passes/schedule/Simulator.h"
+#include "passes/schedule/Timeline.h"
+#include "passes/schedule/Validator.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cleave::tools {
+
+namespace sched = passes::schedule;
+
+static llvm::Error usage(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+std::vector<Flags::Spec> planningFlagSpecs() {
+  return {{"stages", true, false},       {"schedule", true, false},
+          {"mem-cap", true, false},      {"cost-model", true, false},
+          {"device-profile", true, false}, {"split-at", true, false},
+          {"layer-depth", true, false},  {"timeline", true, true},
+          {"report", true, false}};
+}
+
+const char kPlanningHelp[] = R"(pipeline (needs a training graph):
+  --stages=P             split the training step into P pipeline stages
+  --schedule=NAME        gpipe, 1f1b (default), gpipe-2bp, 1f1b-2bp, zb-h1,
+                         zb-h2, auto (fastest simulated schedule within
+                         --mem-cap), or csv:FILE (PyTorch pipelining notation)
+  --microbatches=M       microbatches per step (also averages the gradients)
+  --mem-cap=SIZE         bytes per stage (2GiB, 512MiB, ...): the partition
+                         and the schedule must fit it
+  --cost-model=analytic|uniform|profile:FILE
+                         where times come from (default analytic: FLOPs and
+                         bytes against --device-profile cpu|h200)
+  --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
+  --layer-depth=N        name-scope components per layer (default 1)
+  --timeline=FILE.json|FILE.svg
+                         the predicted step as a Perfetto trace or a Gantt
+                         picture (repeatable)
+  --report=FILE.json     stage table and schedule figures as JSON
+  --emit=schedule-csv    print the schedule in PyTorch's notation
+)";
+
+bool wantsPlanning(const Flags &flags) {
+  return flags.has("stages") || flags.has("schedule");
+}
+
+llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
+  PlanningRequest req;
+  if (auto s = flags.get("stages")) {
+    auto n = parseCount("stages", *s);
+    if (!n)
+      return n.takeError();
+    if (*n < 1 || *n > 4096)
+      return usage("--stages must be between 1 and 4096");
+    req.stages = int(*n);
+  }
+  if (auto m = flags.get("microbatches")) {
+    auto n = parseCount("microbatches", *m);
+    if (!n)
+      return n.takeError();
+    req.microbatches = std::max<int64_t>(*n, 1);
+  }
+  req.schedule = flags.get("schedule").value_or("1f1b");
+  if (!llvm::StringRef(req.schedule).startswith("csv:"))
+    if (auto e = sched::checkScheduleName(req.schedule))
+      return std::move(e);
+  if (auto c = flags.get("mem-cap")) {
+    auto bytes = passes::parseByteSize(*c);
+    if (!bytes)
+      return usage("--mem-cap: " + llvm::toString(bytes.takeError()));
+    req.memCap = *bytes;
+  }
+  req.costModel = flags.get("cost-model").value_or("analytic");
+  req.deviceProfile = flags.get("device-profile").value_or("cpu");
+  if (auto s = flags.get("split-at"))
+    req.splitAt = splitList(*s);
+  if (auto d = flags.get("layer-depth")) {
+    auto n = parseCount("layer-depth", *d);
+    if (!n)
+      return n.takeError();
+    req.layerDepth = unsigned(*n);
+  }
+  req.timelines = flags.getAll("timeline");
+  for (const std::string &t : req.timelines)
+    if (!llvm::StringRef(t).endswith(".json") &&
+        !llvm::StringRef(t).endswith(".svg"))
+      return usage("--timeline needs a .json or .svg file, not '" + t + "'");
+  req.report = flags.get("report");
+  req.emitCsv = flags.get("emit").value_or("") == "schedule-csv";
+  return req;
+}
+
+// Microbatches of activations stage s holds under the named schedule: what
+// the partition's memory check counts.
+static int64_t heldUnder(const std::string &schedule, int p, int64_t m,
+                         int s) {
+  if (schedule == "1f1b" || schedule == "auto")
+    return std::min<int64_t>(p - s, m);
+  if (schedule == "zb-h1")
+    return std::min<int64_t>(p, m);
+  if (schedule == "zb-h2")
+    return std::min<int64_t>(2 * p - 1, m);
+  return m; // gpipe and the 2BP schedules hold every microbatch until W
+}
+
+// The largest number of held microbatches every stage can afford under
+// `cap` bytes.
+static std::optional<int> microbatchCap(const passes::PipelineCosts &costs,
+                                        std::optional<int64_t> cap) {
+  if (!cap)
+    return std::nullopt;
+  int64_t most = INT32_MAX;
+  for (const passes::StageCost &c : costs.stages)
+    if (c.activationBytes > 0)
+      most = std::min(most, std::max<int64_t>(0, (*cap - c.staticBytes) /
+                                                     c.activationBytes));
+  return int(std::min<int64_t>(most, INT32_MAX));
+}
+
+llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
+                                            const PlanningRequest &req) {
+  bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
+  std::optional<sched::Schedule> csv;
+  int stages = req.stages;
+  int64_t microbatches = req.microbatches;
+  if (fromCsv) {
+    auto s = sched::readScheduleCsvFile(req.schedule.substr(4));
+    if (!s)
+      return s.takeError();
+    csv = std::move(*s);
+    stages = csv->stages;
+    microbatches = csv->microbatches;
+  }
+
+  passes::PartitionOptions popts;
+  popts.stages = stages;
+  popts.microbatches = microbatches;
+  popts.memCap = req.memCap;
+  for (int s = 0; s < stages; ++s)
+    popts.heldMicrobatches.push_back(
+        heldUnder(fromCsv ? "gpipe" : req.schedule, stages, microbatches, s));
+  popts.splitAt = req.splitAt;
+  auto model = passes::parseCostModel(req.costModel);
+  if (!model)
+    return model.takeError();
+  popts.costModel = *model;
+  popts.deviceProfile = req.deviceProfile;
+  popts.layers.depth = req.layerDepth;
+  auto part = passes::partition(g, popts);
+  if (!part)
+    return part.takeError();
+
+  std::optional<int> cap = microbatchCap(part->costs, req.memCap);
+  llvm::Expected<sched::Schedule> schedule =
+      fromCsv ? llvm::Expected<sched::Schedule>(std::move(*csv))
+              : sched::makeSchedule(req.schedule, stages, int(microbatches),
+                                    part->costs, cap);
+  if (!schedule)
+    return schedule.takeError();
+  if (auto e = sched::validateSchedule(*schedule, part->costs, cap))
+    return usage(schedule->name + ": " + llvm::toString(std::move(e)));
+  auto sim = sched::simulate(*schedule, part->costs);
+  if (!sim)
+    return sim.takeError();
+
+  PlanningResult out;
+  llvm::raw_string_ostream text(out.text);
+  if (req.emitCsv) {
+    text << sched::scheduleToCsv(*schedule);
+  } else {
+    passes::printStageTable(*part, text);
+    text << sched::scheduleSummary(*schedule, *sim, part->costs);
+  }
+  text.flush();
+  for (const std::string &t : req.timelines)
+    out.files.push_back({t, llvm::StringRef(t).endswith(".svg")
+                                ? sched::ganttSvg(*schedule, *sim, part->costs)
+                                : sched::chromeTrace(*schedule, *sim,
+                                                     part->costs)});
+  if (req.report) {
+    std::string stageJson;
+    llvm::raw_string_ostream os(stageJson);
+    passes::writeStageReportJson(*part, os);
+    os.flush();
+    auto parsed = llvm::json::parse(stageJson);
+    if (!parsed)
+      return parsed.takeError();
+    llvm::json::Object *obj = parsed->getAsObject();
+    if (!obj)
+      return usage("internal error: the stage report is not a JSON object");
+    (*obj)["schedule"] = sched::scheduleReport(*schedule, *sim, part->costs);
+    std::string json;
+    llvm::raw_string_ostream js(json);
+    js << llvm::formatv("{0:2}", llvm::json::Value(std::move(*obj))) << "\n";
+    js.flush();
+    out.files.push_back({*req.report, json});
+  }
+  return out;
+}
+
+} // namespace cleave::tools

@@ -1,0 +1,49 @@
+// The pipeline half of cleavec: partition the training graph into stages,
+// build and validate the schedule, simulate it, and produce what the user
+// asked for (stage table and schedule figures, timeline, JSON report,
+// schedule CSV). Everything is computed before anything is written.
+#pragma once
+
+#include "ir/Graph.h"
+#include "tools/ToolSupport.h"
+
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cleave::tools {
+
+std::vector<Flags::Spec> planningFlagSpecs();
+extern const char kPlanningHelp[];
+
+// True when the flags ask for pipeline planning (--stages or --schedule).
+bool wantsPlanning(const Flags &flags);
+
+struct PlanningRequest {
+  int stages = 1;
+  int64_t microbatches = 1;
+  std::string schedule = "1f1b"; // a name or csv:FILE
+  std::optional<int64_t> memCap; // bytes per stage
+  std::string costModel = "analytic";
+  std::string deviceProfile = "cpu";
+  std::vector<std::string> splitAt;
+  unsigned layerDepth = 1;
+  std::vector<std::string> timelines; // .json or .svg paths
+  std::optional<std::string> report;
+  bool emitCsv = false; // --emit=schedule-csv
+};
+
+llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags);
+
+struct PlanningResult {
+  std::string text; // stage table and schedule figures, or the CSV
+  std::vector<std::pair<std::string, std::string>> files; // path, contents
+};
+
+llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
+                                            const PlanningRequest &req);
+
+} // namespace cleave::tools
