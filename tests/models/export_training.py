@@ -184,18 +184,8 @@ def make_gpt():
 # --------------------------------------------------------------------------
 # cnn: small ResNet, BatchNorm with batch statistics, residual adds, pooling
 
-class ResidualBlock(nn.Module):
-    def __init__(self, ch):
-        super().__init__()
-        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(ch)
-        self.conv2 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(ch)
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + x)
+# The residual block is the one of the forward test models (export_models.py).
+from export_models import ResidualBlock  # noqa: E402
 
 
 class CNN(nn.Module):
