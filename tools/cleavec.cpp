@@ -1,7 +1,8 @@
 // cleavec: the cleave compiler driver. It imports an ONNX model, makes the
 // training graph when the model has a loss (autodiff, the 2BP split,
-// optimizer) and prints it as cleave IR or as a summary; the partitioner and
-// schedules join its pipeline as they land.
+// optimizer), plans the pipeline when asked (partition, schedule,
+// simulation; tools/PipelinePlanning.h) and prints IR, a summary or the
+// schedule. The Plan file joins its outputs with the runtime.
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
 #include "ir/Summary.h"
@@ -24,7 +25,9 @@ model (ONNX checker and shape inference, shape folding, static shapes); when
 the model's output is a scalar loss (or --loss / --add-loss name one) it
 makes the training graph: autodiff, the split of every backward op into
 input-gradient (B) and weight-gradient (W) work, and the optimizer update,
-every op tagged fwd, B, W or opt. Partitioning and scheduling follow.
+every op tagged fwd, B, W or opt. With --stages it cuts the training step
+into pipeline stages, builds the schedule, checks it and predicts the step
+by simulation.
 
 output:
   --emit=summary|ir      what to print (default: summary): inputs, outputs,
