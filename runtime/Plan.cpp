@@ -1,0 +1,48 @@
+#include "runtime/Plan.h"
+
+namespace cleave::runtime {
+
+const char *slotKindName(SlotKind k) {
+  switch (k) {
+  case SlotKind::Input: return "input";
+  case SlotKind::State: return "state";
+  case SlotKind::Const: return "const";
+  case SlotKind::MicroTemp: return "micro";
+  case SlotKind::StepTemp: return "step";
+  case SlotKind::Accum: return "accum";
+  }
+  return "?";
+}
+
+const char *phaseName(Phase p) {
+  switch (p) {
+  case Phase::F: return "F";
+  case Phase::B: return "B";
+  case Phase::W: return "W";
+  case Phase::Step: return "STEP";
+  }
+  return "?";
+}
+
+const char *actionKindName(ActionKind k) {
+  switch (k) {
+  case ActionKind::F: return "F";
+  case ActionKind::B: return "B";
+  case ActionKind::W: return "W";
+  case ActionKind::BW: return "BW";
+  case ActionKind::Step: return "STEP";
+  }
+  return "?";
+}
+
+uint64_t fnv1a64(const void *data, size_t bytes) {
+  const auto *p = static_cast<const uint8_t *>(data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,138 @@
+// The Plan: everything the runtime needs to train a compiled model, and
+// nothing of ONNX or the IR graph. codegen/ makes one from a partitioned,
+// scheduled training graph; runtime/PlanFile.h writes and reads it
+// (docs/design/plan.md); runtime/Executor.h runs it.
+//
+// One training step runs M microbatches. Each stage owns
+//  - slots: every tensor it touches (inputs, state, constants, per-microbatch
+//    temporaries, per-step temporaries, per-step accumulators);
+//  - four programs, one per phase: F, B and W run once per microbatch, Step
+//    once per step; each is a list of kernel calls and point-to-point
+//    messages over slots;
+//  - its action list from the schedule (F/B/W/BW of a microbatch, STEP).
+//
+// Memory: MicroTemp slots live in a per-microbatch frame at a fixed byte
+// offset (frameBytes in all, planned from liveness over F, B and W, so a
+// stashed activation keeps its bytes until its B and W have run); a frame is
+// taken at the microbatch's F and given back after its last backward action.
+// StepTemp slots live in one step frame. State, Const and Accum slots are
+// allocated once.
+//
+// Messages: a Send copies its slot to the peer stage, tagged with `tag` and
+// the microbatch (-1 in Step programs); the matching Recv on the peer has the
+// same tag. Sends never block; a Recv waits for its message.
+//
+// Accumulators: a per-microbatch value that a Step instruction reads is
+// summed over the step's microbatches, in microbatch order (the first
+// copied, then Add), into an Accum slot, right after the action that
+// computes it for that microbatch; Step instructions read the Accum slot.
+#pragma once
+
+#include "ir/Attribute.h"
+#include "ir/DType.h"
+#include "ir/OpInfo.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cleave::runtime {
+
+inline constexpr int kPlanVersion = 1;
+
+enum class SlotKind : uint8_t {
+  Input,     // a graph input, loaded per microbatch from the data
+  State,     // a parameter or buffer: persistent, replaced by StateUpdates
+  Const,     // a read-only declared tensor
+  MicroTemp, // computed per microbatch, in the microbatch frame
+  StepTemp,  // computed by the Step program, in the step frame
+  Accum,     // the microbatch sum of a MicroTemp, read by Step
+};
+const char *slotKindName(SlotKind k);
+
+struct Slot {
+  std::string name; // the value's name in the training graph
+  SlotKind kind = SlotKind::MicroTemp;
+  ir::DType dtype = ir::DType::F32;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;   // element size x element count
+  int64_t offset = -1; // MicroTemp, StepTemp: byte offset in its frame
+  int blob = -1;       // State, Const: index into Plan::blobs (initial data)
+  int accum = -1;      // MicroTemp: the Accum slot that sums it, or -1
+  bool trainable = false; // State: a parameter the optimizer updates
+};
+
+enum class InstrKind : uint8_t { Kernel, Send, Recv };
+
+struct Instr {
+  InstrKind kind = InstrKind::Kernel;
+  ir::OpKind op = ir::OpKind::Identity; // Kernel
+  ir::AttrMap attrs;                    // Kernel
+  std::vector<int> inputs;  // slot indices; Send: the one slot it sends
+  std::vector<int> outputs; // slot indices; Recv: the one slot it fills
+  int peer = -1;            // Send, Recv: the other stage
+  int64_t tag = 0;          // Send, Recv: same on both ends
+  uint64_t seedSalt = 0;    // Kernel: mixed with step and microbatch (Dropout)
+  std::string loc;          // the ONNX node name, for errors and profiles
+};
+
+enum class Phase : uint8_t { F, B, W, Step };
+inline constexpr int kNumPhases = 4;
+const char *phaseName(Phase p); // "F", "B", "W", "STEP"
+
+enum class ActionKind : uint8_t { F, B, W, BW, Step };
+struct Action {
+  ActionKind kind = ActionKind::F;
+  int microbatch = -1; // -1 for Step
+};
+const char *actionKindName(ActionKind k); // "F", "B", "W", "BW", "STEP"
+
+// After each F of a microbatch (BatchNorm running statistics) or after the
+// Step program (parameters, optimizer state), `state` takes `value`'s bytes.
+struct StateUpdate {
+  int state = -1;
+  int value = -1;
+};
+
+struct StagePlan {
+  int index = 0;
+  std::vector<Slot> slots;
+  std::vector<Instr> programs[kNumPhases];
+  std::vector<StateUpdate> fwdUpdates, stepUpdates;
+  std::vector<Action> actions;
+  int64_t frameBytes = 0;     // one microbatch frame
+  int64_t stepFrameBytes = 0; // the step frame
+  int lossSlot = -1;          // MicroTemp holding the loss, on one stage
+  // The compiler's predictions for this stage.
+  double predictedF = 0, predictedB = 0, predictedW = 0; // per microbatch
+  int64_t predictedPeakBytes = 0;
+};
+
+struct Blob {
+  std::vector<uint8_t> bytes;
+  uint64_t checksum = 0; // FNV-1a 64 of bytes
+};
+
+struct PlanInput {
+  std::string name;
+  ir::DType dtype = ir::DType::F32;
+  std::vector<int64_t> shape; // one microbatch; shape[0] is its sample count
+};
+
+struct Plan {
+  int version = kPlanVersion;
+  std::string modelName;
+  std::string sourceModel; // the .onnx the plan was compiled from (--save)
+  std::string schedule;    // the schedule's name
+  int microbatches = 1;
+  std::vector<PlanInput> inputs;
+  std::string optimizer; // "sgd" or "adamw"
+  double lr = 0;         // the default learning rate (slot optimizer.lr)
+  std::vector<StagePlan> stages;
+  std::vector<Blob> blobs;
+  double predictedStepTime = 0; // seconds (0: not predicted)
+};
+
+uint64_t fnv1a64(const void *data, size_t bytes);
+
+} // namespace cleave::runtime
