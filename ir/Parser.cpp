@@ -10,6 +10,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -526,7 +527,8 @@ llvm::Error Parser::parseDeclaration(llvm::StringRef keyword) {
 
 llvm::Error Parser::parseOp(Phase phase) {
   std::vector<std::string> names;
-  while (true) {
+  // An op without results (Send) starts with its name.
+  while (peek() == '%') {
     auto n = parseValueName();
     if (!n)
       return n.takeError();
@@ -539,13 +541,16 @@ llvm::Error Parser::parseOp(Phase phase) {
     if (!consume(","))
       break;
   }
-  if (auto e = expect("="))
-    return e;
+  if (!names.empty())
+    if (auto e = expect("="))
+      return e;
   llvm::StringRef opName = readWord();
   auto kind = lookupOp(std::string_view(opName.data(), opName.size()));
   if (!kind)
     return error("unknown op '" + opName + "'");
   const OpInfo &info = opInfo(*kind);
+  if (names.empty() && info.minResults != 0)
+    return error("op " + opName + " needs a result name before it");
   if (auto e = expect("("))
     return e;
   std::vector<Value *> operands;
@@ -584,8 +589,9 @@ llvm::Error Parser::parseOp(Phase phase) {
         return e;
     }
   }
-  if (auto e = expect(":"))
-    return e;
+  if (!names.empty())
+    if (auto e = expect(":"))
+      return e;
   std::vector<TensorType> types;
   for (size_t i = 0; i < names.size(); ++i) {
     if (i)
@@ -662,8 +668,14 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::run() {
       if (auto e = parseDeclaration(kw))
         return std::move(e);
     } else if (auto phase = parsePhase(std::string_view(kw.data(), kw.size()));
-               phase && peek() == '%') {
+               phase && (peek() == '%' ||
+                         std::isupper((unsigned char)peek()))) {
       if (auto e = parseOp(*phase))
+        return std::move(e);
+    } else if (lookupOp(std::string_view(kw.data(), kw.size())) &&
+               peek() == '(') {
+      pos_ = size_t(kw.data() - text_.data()); // an untagged op, no results
+      if (auto e = parseOp())
         return std::move(e);
     } else if (kw == "stash" && graph_->stash().empty()) {
       if (auto e = parseStash())

@@ -153,7 +153,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os,
                               4);
     for (unsigned i = 0; i < op->numResults(); ++i)
       os << (i ? ", " : "") << valueRef(op->result(i)->name());
-    os << " = " << op->name() << "(";
+    os << (op->numResults() ? " = " : "") << op->name() << "(";
     for (unsigned i = 0; i < op->numOperands(); ++i)
       os << (i ? ", " : "") << valueRef(op->operand(i)->name());
     os << ")";
@@ -166,7 +166,8 @@ void printGraph(const Graph &g, llvm::raw_ostream &os,
       }
       os << "}";
     }
-    os << " : ";
+    if (op->numResults())
+      os << " : ";
     for (unsigned i = 0; i < op->numResults(); ++i)
       os << (i ? ", " : "") << op->result(i)->type().str();
     if (!op->loc().empty())

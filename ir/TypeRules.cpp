@@ -622,6 +622,20 @@ Types globalPool(const TypeQuery &q) {
   return std::vector{TensorType(x.dtype, out)};
 }
 
+Types comm(const TypeQuery &q) {
+  if (q.info.kind == OpKind::Send)
+    return std::vector<TensorType>{};
+  auto dtype = parseDType(q.getString("dtype"));
+  if (!dtype)
+    return err("unknown dtype '{0}'", q.getString("dtype"));
+  for (int64_t d : q.getInts("shape"))
+    if (d < 0)
+      return err("negative dimension {0} in shape", d);
+  const std::vector<int64_t> &dims = q.getInts("shape");
+  return std::vector<TensorType>{
+      TensorType(*dtype, Shape(dims.begin(), dims.end()))};
+}
+
 } // namespace typerules
 } // namespace cleave::ir
 

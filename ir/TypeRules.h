@@ -39,6 +39,7 @@ CLEAVE_RULE(pool)
 CLEAVE_RULE(globalPool)
 CLEAVE_RULE(gradient)
 CLEAVE_RULE(optimizer)
+CLEAVE_RULE(comm)
 #undef CLEAVE_RULE
 
 } // namespace cleave::ir::typerules

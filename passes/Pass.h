@@ -76,6 +76,8 @@ llvm::DenseSet<const ir::Value *> dataDependentValues(const ir::Graph &g);
 // parameters): B when such a value depends on it, else W. Records the stash.
 void tagPhases(ir::Graph &g,
                const llvm::DenseSet<const ir::Value *> &activationGradients);
+// The stash of a tagged graph: the inputs and fwd/B results W ops read.
+std::vector<ir::Value *> computeStash(const ir::Graph &g);
 
 // Appends a loss to an inference graph: kind "cross-entropy" (LOGITS [N,C]
 // or [N,C,...], LABELS a new i64 input) or "mse" (TARGET a new input shaped

@@ -129,7 +129,7 @@ static std::vector<Phase> computePhases(const ir::Graph &g,
 }
 
 // Values made by fwd or B ops, or fed as graph inputs, that W ops read.
-static std::vector<Value *> computeStash(const ir::Graph &g) {
+std::vector<Value *> computeStash(const ir::Graph &g) {
   llvm::DenseSet<const Value *> read;
   for (const auto &op : g.ops())
     if (op->phase() == Phase::W)

@@ -1,6 +1,7 @@
 #include "tools/PipelinePlanning.h"
 
 #include "passes/Partition.h"
+#include "passes/Stages.h"
 #include "passes/schedule/Generators.h"
 #include "passes/schedule/ScheduleCsv.h"
 #include "passes/schedule/ScheduleReport.h"
@@ -13,7 +14,6 @@
 
 namespace cleave::tools {
 
-namespace sched = passes::schedule;
 
 static llvm::Error usage(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
@@ -171,6 +171,14 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
     return sim.takeError();
 
   PlanningResult out;
+  auto stageGraphs = passes::splitStages(g, part->stageOfOp, stages);
+  if (!stageGraphs)
+    return stageGraphs.takeError();
+  out.stageGraphs = std::move(*stageGraphs);
+  out.schedule = *schedule;
+  out.stageReports = part->stages;
+  out.predictedStepTime = sim->stepTime;
+  out.timeUnit = part->costs.timeUnit;
   llvm::raw_string_ostream text(out.text);
   if (req.emitCsv) {
     text << sched::scheduleToCsv(*schedule);

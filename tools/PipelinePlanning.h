@@ -5,6 +5,8 @@
 #pragma once
 
 #include "ir/Graph.h"
+#include "passes/Partition.h"
+#include "passes/schedule/Schedule.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/Error.h"
@@ -15,6 +17,8 @@
 #include <vector>
 
 namespace cleave::tools {
+
+namespace sched = passes::schedule;
 
 std::vector<Flags::Spec> planningFlagSpecs();
 extern const char kPlanningHelp[];
@@ -41,6 +45,12 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags);
 struct PlanningResult {
   std::string text; // stage table and schedule figures, or the CSV
   std::vector<std::pair<std::string, std::string>> files; // path, contents
+  // One graph per stage with its Send and Recv ops (passes/Stages.h).
+  std::vector<std::unique_ptr<ir::Graph>> stageGraphs;
+  sched::Schedule schedule;
+  std::vector<passes::StageReport> stageReports;
+  double predictedStepTime = 0; // simulated, in timeUnit
+  std::string timeUnit;
 };
 
 llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,

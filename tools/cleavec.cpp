@@ -242,8 +242,13 @@ int main(int argc, char **argv) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)
       return fail(kTool, llvm::toString(plan.takeError()), tools::kBadInput);
-    if (emit == "schedule-csv")
+    if (emit == "schedule-csv") {
       out = plan->text;
+    } else if (emit == "ir") {
+      out.clear();
+      for (const auto &stage : plan->stageGraphs)
+        out += ir::printGraph(*stage, print);
+    }
     else if (emit == "summary")
       out += "\n" + plan->text;
     files = std::move(plan->files);

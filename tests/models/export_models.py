@@ -222,9 +222,38 @@ def report(path):
     print("  " + ", ".join("%s %d" % kv for kv in sorted(hist.items())))
 
 
+# --------------------------------------------------------------------------
+# A tied embedding and a skip connection across layers (stage graphs)
+
+class TiedSkip(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+        self.l1 = nn.Linear(8, 8)
+        self.l2 = nn.Linear(8, 8)
+        self.l3 = nn.Linear(8, 8)
+
+    def forward(self, idx, targets):
+        x0 = self.emb(idx)                      # layer emb
+        h = torch.relu(self.l1(x0))             # layer l1
+        h = torch.relu(self.l2(h))              # layer l2
+        h = self.l3(h) + x0                     # layer l3, skip from emb
+        logits = h @ self.emb.weight.t()        # tied with the embedding
+        return F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
+
+
+def export_tied_skip():
+    torch.manual_seed(7)
+    model = TiedSkip()
+    idx = torch.randint(0, 16, (2, 4))
+    targets = torch.randint(0, 16, (2, 4))
+    return export(model, (idx, targets), "tied_skip.onnx", ["idx", "targets"],
+                  ["loss"], TRAINING)
+
+
 def main():
     paths = [export_mlp(), export_mlp_infer(), export_cnn(), export_elementwise(),
-             export_gpt_opset13(), export_gpt_tiny_ext()]
+             export_gpt_opset13(), export_gpt_tiny_ext(), export_tied_skip()]
     for p in paths:
         report(p)
 

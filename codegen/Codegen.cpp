@@ -1,0 +1,313 @@
+#include "codegen/Codegen.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+#include <map>
+
+namespace cleave::codegen {
+
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+using runtime::Instr;
+using runtime::InstrKind;
+using runtime::Phase;
+using runtime::Slot;
+using runtime::SlotKind;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+static Phase planPhase(ir::Phase p) {
+  switch (p) {
+  case ir::Phase::Fwd: return Phase::F;
+  case ir::Phase::B: return Phase::B;
+  case ir::Phase::W: return Phase::W;
+  case ir::Phase::Opt: return Phase::Step;
+  }
+  return Phase::F;
+}
+
+static int64_t align64(int64_t n) { return (std::max<int64_t>(n, 1) + 63) / 64 * 64; }
+
+namespace {
+
+// A value's lifetime over a program, in instruction positions.
+struct Interval {
+  int slot;
+  int64_t from, to, bytes;
+};
+
+// First-fit placement of intervals into one arena; returns its size.
+int64_t placeIntervals(std::vector<Interval> intervals,
+                       std::vector<Slot> &slots) {
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval &a, const Interval &b) {
+              return a.from != b.from ? a.from < b.from : a.slot < b.slot;
+            });
+  struct Live {
+    int64_t offset, bytes, to;
+  };
+  std::vector<Live> live;
+  int64_t size = 0;
+  for (const Interval &iv : intervals) {
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](const Live &l) { return l.to < iv.from; }),
+               live.end());
+    std::sort(live.begin(), live.end(),
+              [](const Live &a, const Live &b) { return a.offset < b.offset; });
+    int64_t need = align64(iv.bytes), offset = 0;
+    for (const Live &l : live) {
+      if (offset + need <= l.offset)
+        break;
+      offset = std::max(offset, l.offset + l.bytes);
+    }
+    live.push_back({offset, need, iv.to});
+    slots[iv.slot].offset = offset;
+    size = std::max(size, offset + need);
+  }
+  return size;
+}
+
+class StageLowering {
+public:
+  StageLowering(const ir::Graph &g, int index, runtime::Plan &plan,
+                const PlanInfo &info)
+      : g_(g), plan_(plan), info_(info) {
+    stage_.index = index;
+  }
+  llvm::Expected<runtime::StagePlan> run();
+
+private:
+  int addSlot(const Value *v, SlotKind kind);
+  llvm::Error addDeclared();
+  void planFrames();
+
+  const ir::Graph &g_;
+  runtime::Plan &plan_;
+  const PlanInfo &info_;
+  runtime::StagePlan stage_;
+  llvm::DenseMap<const Value *, int> slotOf_;
+  llvm::DenseMap<const Value *, int> accumOf_;
+};
+
+int StageLowering::addSlot(const Value *v, SlotKind kind) {
+  Slot s;
+  s.name = v->name();
+  s.kind = kind;
+  s.dtype = v->type().dtype;
+  s.shape.assign(v->type().shape.begin(), v->type().shape.end());
+  s.bytes = v->type().byteSize();
+  s.trainable = v->kind() == ir::ValueKind::Param;
+  stage_.slots.push_back(std::move(s));
+  int index = int(stage_.slots.size()) - 1;
+  slotOf_[v] = index;
+  return index;
+}
+
+llvm::Error StageLowering::addDeclared() {
+  for (const Value *v : g_.inputs())
+    addSlot(v, SlotKind::Input);
+  for (const Value *v : g_.declared()) {
+    if (auto e = v->data()->load())
+      return fail("%" + v->name() + ": " + llvm::toString(std::move(e)));
+    int s = addSlot(v, v->kind() == ir::ValueKind::Const ? SlotKind::Const
+                                                         : SlotKind::State);
+    runtime::Blob blob;
+    llvm::ArrayRef<uint8_t> bytes = v->data()->bytes();
+    blob.bytes.assign(bytes.begin(), bytes.end());
+    blob.checksum = runtime::fnv1a64(blob.bytes.data(), blob.bytes.size());
+    plan_.blobs.push_back(std::move(blob));
+    stage_.slots[s].blob = int(plan_.blobs.size()) - 1;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<runtime::StagePlan> StageLowering::run() {
+  if (auto e = addDeclared())
+    return std::move(e);
+  // Results: per microbatch or per step, by the phase of their op.
+  for (const auto &op : g_.ops())
+    for (const Value *r : op->results())
+      addSlot(r, op->phase() == ir::Phase::Opt ? SlotKind::StepTemp
+                                               : SlotKind::MicroTemp);
+  // Per-microbatch values the step reads are summed into Accum slots.
+  for (const auto &op : g_.ops()) {
+    if (op->phase() != ir::Phase::Opt)
+      continue;
+    for (const Value *v : op->operands()) {
+      int s = slotOf_.lookup(v);
+      SlotKind k = stage_.slots[s].kind;
+      if ((k != SlotKind::MicroTemp && k != SlotKind::Input) ||
+          accumOf_.count(v))
+        continue;
+      Slot acc = stage_.slots[s];
+      acc.name = v->name() + ".sum";
+      acc.kind = SlotKind::Accum;
+      acc.offset = -1;
+      stage_.slots.push_back(std::move(acc));
+      int a = int(stage_.slots.size()) - 1;
+      stage_.slots[s].accum = a;
+      accumOf_[v] = a;
+    }
+  }
+  for (const auto &op : g_.ops()) {
+    Instr in;
+    bool step = op->phase() == ir::Phase::Opt;
+    auto use = [&](const Value *v) {
+      return step && accumOf_.count(v) ? accumOf_.lookup(v)
+                                        : slotOf_.lookup(v);
+    };
+    for (const Value *v : op->operands())
+      in.inputs.push_back(use(v));
+    for (const Value *r : op->results())
+      in.outputs.push_back(slotOf_.lookup(r));
+    in.loc = op->loc();
+    if (op->kind() == OpKind::Send || op->kind() == OpKind::Recv) {
+      in.kind = op->kind() == OpKind::Send ? InstrKind::Send : InstrKind::Recv;
+      in.peer = int(op->getInt("peer"));
+      in.tag = op->getInt("tag");
+    } else {
+      in.kind = InstrKind::Kernel;
+      in.op = op->kind();
+      in.attrs = op->attrs();
+      const std::string &key =
+          op->numResults() ? op->result()->name() : op->loc();
+      in.seedSalt = runtime::fnv1a64(key.data(), key.size());
+    }
+    stage_.programs[int(planPhase(op->phase()))].push_back(std::move(in));
+  }
+  for (const ir::StateUpdate &u : g_.updates()) {
+    runtime::StateUpdate su{slotOf_.lookup(u.state), slotOf_.lookup(u.value)};
+    if (stage_.slots[su.value].kind == SlotKind::StepTemp)
+      stage_.stepUpdates.push_back(su);
+    else
+      stage_.fwdUpdates.push_back(su);
+  }
+  if (const Value *loss = g_.lookup(info_.lossName))
+    if (loss->definingOp())
+      stage_.lossSlot = slotOf_.lookup(loss);
+  planFrames();
+  return std::move(stage_);
+}
+
+// Lifetimes: the frame's programs F, B, W run in that order for one
+// microbatch (BW runs B then W); a value lives from the instruction that
+// makes it to its last reader, an input from the start. A value the step
+// sums, a state update's value and the loss live to the end of their
+// program (they are read after it).
+void StageLowering::planFrames() {
+  auto &slots = stage_.slots;
+  std::vector<int64_t> from(slots.size(), INT64_MAX), to(slots.size(), -1);
+  int64_t pos = 0;
+  std::vector<int64_t> programEnd(runtime::kNumPhases, 0);
+  for (int p = 0; p < runtime::kNumPhases; ++p) {
+    if (p == int(Phase::Step))
+      pos = 0; // the step frame is its own arena
+    for (const Instr &in : stage_.programs[p]) {
+      for (int s : in.inputs)
+        to[s] = std::max(to[s], pos);
+      for (int s : in.outputs) {
+        from[s] = std::min(from[s], pos);
+        to[s] = std::max(to[s], pos);
+      }
+      ++pos;
+    }
+    programEnd[p] = pos;
+  }
+  auto phaseOfDef = [&](int s) {
+    for (int p = 0; p < runtime::kNumPhases; ++p)
+      for (const Instr &in : stage_.programs[p])
+        for (int o : in.outputs)
+          if (o == s)
+            return p;
+    return 0;
+  };
+  auto keepToEnd = [&](int s) {
+    if (s >= 0 && slots[s].kind != SlotKind::Input)
+      to[s] = std::max(to[s], programEnd[phaseOfDef(s)]);
+  };
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (slots[s].accum >= 0)
+      keepToEnd(int(s));
+  for (const runtime::StateUpdate &u : stage_.fwdUpdates)
+    keepToEnd(u.value);
+  keepToEnd(stage_.lossSlot);
+  std::vector<Interval> micro, step;
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const Slot &sl = slots[s];
+    if (sl.kind == SlotKind::Input)
+      micro.push_back({int(s), -1, std::max<int64_t>(to[s], 0), sl.bytes});
+    else if (sl.kind == SlotKind::MicroTemp && from[s] != INT64_MAX)
+      micro.push_back({int(s), from[s], to[s], sl.bytes});
+    else if (sl.kind == SlotKind::StepTemp && from[s] != INT64_MAX)
+      step.push_back({int(s), from[s], to[s], sl.bytes});
+  }
+  stage_.frameBytes = placeIntervals(std::move(micro), slots);
+  stage_.stepFrameBytes = placeIntervals(std::move(step), slots);
+}
+
+} // namespace
+
+llvm::Expected<runtime::Plan>
+buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
+          const passes::schedule::Schedule &schedule, const PlanInfo &info) {
+  namespace sched = passes::schedule;
+  if (int(stages.size()) != schedule.stages)
+    return fail("the schedule has " + std::to_string(schedule.stages) +
+                " stages but there are " + std::to_string(stages.size()) +
+                " stage graphs");
+  runtime::Plan plan;
+  plan.modelName = info.modelName;
+  plan.sourceModel = info.sourceModel;
+  plan.schedule = schedule.name;
+  plan.microbatches = schedule.microbatches;
+  plan.optimizer = info.optimizer;
+  plan.lr = info.lr;
+  plan.predictedStepTime = info.predictedStepTime;
+  for (const auto &g : stages)
+    for (const Value *v : g->inputs())
+      if (std::none_of(plan.inputs.begin(), plan.inputs.end(),
+                       [&](const runtime::PlanInput &i) {
+                         return i.name == v->name();
+                       }))
+        plan.inputs.push_back(
+            {v->name(), v->type().dtype,
+             std::vector<int64_t>(v->type().shape.begin(),
+                                  v->type().shape.end())});
+  for (size_t s = 0; s < stages.size(); ++s) {
+    auto sp = StageLowering(*stages[s], int(s), plan, info).run();
+    if (!sp)
+      return sp.takeError();
+    for (const sched::Action &a : schedule.actions[s]) {
+      runtime::ActionKind k;
+      switch (a.kind) {
+      case sched::ActionKind::F: k = runtime::ActionKind::F; break;
+      case sched::ActionKind::B: k = runtime::ActionKind::B; break;
+      case sched::ActionKind::W: k = runtime::ActionKind::W; break;
+      case sched::ActionKind::BW: k = runtime::ActionKind::BW; break;
+      case sched::ActionKind::Step: k = runtime::ActionKind::Step; break;
+      default: continue; // messages are in the programs
+      }
+      sp->actions.push_back({k, a.microbatch});
+    }
+    if (std::none_of(sp->actions.begin(), sp->actions.end(),
+                     [](const runtime::Action &a) {
+                       return a.kind == runtime::ActionKind::Step;
+                     }))
+      sp->actions.push_back({runtime::ActionKind::Step, -1});
+    if (s < info.stageReports.size()) {
+      const passes::StageReport &r = info.stageReports[s];
+      sp->predictedF = r.f;
+      sp->predictedB = r.b;
+      sp->predictedW = r.w;
+      sp->predictedPeakBytes = r.peakBytes;
+    }
+    plan.stages.push_back(std::move(*sp));
+  }
+  return plan;
+}
+
+} // namespace cleave::codegen

@@ -1,0 +1,43 @@
+// Code generation: stage graphs (passes/Stages.h) and a schedule become a
+// runtime::Plan (runtime/Plan.h). The only place that knows both the IR
+// and the Plan.
+//
+// Per stage graph: inputs become Input slots, parameters and buffers State
+// slots (parameters trainable), constants Const slots, results of fwd/B/W
+// ops MicroTemp slots and results of opt ops StepTemp slots. A per-
+// microbatch value that an opt op reads gets an Accum slot (its microbatch
+// sum), which the opt op reads instead. Ops go to the program of their
+// phase in program order. Frame offsets come from liveness over the
+// concatenated F, B and W programs (a value lives from the instruction that
+// makes it to its last reader; stashed activations thus span F to W), with
+// first-fit placement; the step frame likewise over the Step program.
+#pragma once
+
+#include "ir/Graph.h"
+#include "passes/Partition.h"
+#include "passes/schedule/Schedule.h"
+#include "runtime/Plan.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cleave::codegen {
+
+struct PlanInfo {
+  std::string modelName;
+  std::string sourceModel;
+  std::string lossName;  // the loss value of the training graph
+  std::string optimizer; // "sgd" or "adamw"
+  double lr = 0;
+  double predictedStepTime = 0; // seconds; 0 when not in seconds
+  std::vector<passes::StageReport> stageReports; // may be empty
+};
+
+llvm::Expected<runtime::Plan>
+buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
+          const passes::schedule::Schedule &schedule, const PlanInfo &info);
+
+} // namespace cleave::codegen
