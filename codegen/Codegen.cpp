@@ -232,8 +232,9 @@ void StageLowering::planFrames() {
   for (size_t s = 0; s < slots.size(); ++s)
     if (slots[s].accum >= 0)
       keepToEnd(int(s));
-  for (const runtime::StateUpdate &u : stage_.fwdUpdates)
-    keepToEnd(u.value);
+  for (const auto *updates : {&stage_.fwdUpdates, &stage_.stepUpdates})
+    for (const runtime::StateUpdate &u : *updates)
+      keepToEnd(u.value);
   keepToEnd(stage_.lossSlot);
   std::vector<Interval> micro, step;
   for (size_t s = 0; s < slots.size(); ++s) {
@@ -247,6 +248,27 @@ void StageLowering::planFrames() {
   }
   stage_.frameBytes = placeIntervals(std::move(micro), slots);
   stage_.stepFrameBytes = placeIntervals(std::move(step), slots);
+}
+
+// The bound an integer input's values must stay under: the size of the
+// gathered axis, or the class count of a cross-entropy; 0 when unknown.
+int64_t indexLimit(const Value *input) {
+  int64_t limit = 0;
+  for (const ir::Use &u : input->uses()) {
+    const Op *op = u.user;
+    if (op->kind() == OpKind::Gather && u.operandIndex == 1) {
+      const auto &shape = op->operand(0)->type().shape;
+      int64_t axis = op->getInt("axis");
+      if (axis < 0)
+        axis += int64_t(shape.size());
+      if (axis >= 0 && axis < int64_t(shape.size()))
+        limit = std::max(limit, shape[axis]);
+    } else if (op->kind() == OpKind::SoftmaxCrossEntropyLoss &&
+               u.operandIndex == 1 && op->operand(0)->type().shape.size() > 1) {
+      limit = std::max(limit, op->operand(0)->type().shape[1]);
+    }
+  }
+  return limit;
 }
 
 } // namespace
@@ -268,15 +290,20 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
   plan.lr = info.lr;
   plan.predictedStepTime = info.predictedStepTime;
   for (const auto &g : stages)
-    for (const Value *v : g->inputs())
-      if (std::none_of(plan.inputs.begin(), plan.inputs.end(),
-                       [&](const runtime::PlanInput &i) {
-                         return i.name == v->name();
-                       }))
+    for (const Value *v : g->inputs()) {
+      auto it = std::find_if(plan.inputs.begin(), plan.inputs.end(),
+                             [&](const runtime::PlanInput &i) {
+                               return i.name == v->name();
+                             });
+      if (it == plan.inputs.end()) {
         plan.inputs.push_back(
             {v->name(), v->type().dtype,
              std::vector<int64_t>(v->type().shape.begin(),
                                   v->type().shape.end())});
+        it = plan.inputs.end() - 1;
+      }
+      it->indexLimit = std::max(it->indexLimit, indexLimit(v));
+    }
   for (size_t s = 0; s < stages.size(); ++s) {
     auto sp = StageLowering(*stages[s], int(s), plan, info).run();
     if (!sp)

@@ -117,6 +117,9 @@ struct PlanInput {
   std::string name;
   ir::DType dtype = ir::DType::F32;
   std::vector<int64_t> shape; // one microbatch; shape[0] is its sample count
+  // Integer inputs used as indices (Gather) or class labels: values must
+  // be below this (synthetic data stays in range); 0 when unknown.
+  int64_t indexLimit = 0;
 };
 
 struct Plan {

@@ -3,14 +3,18 @@
 // optimizer), plans the pipeline when asked (partition, schedule,
 // simulation; tools/PipelinePlanning.h) and prints IR, a summary or the
 // schedule. The Plan file joins its outputs with the runtime.
+#include "codegen/Codegen.h"
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
 #include "ir/Summary.h"
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
+#include "runtime/PlanFile.h"
 #include "tools/PipelinePlanning.h"
 #include "tools/ToolSupport.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace cleave;
@@ -148,7 +152,11 @@ int main(int argc, char **argv) {
                     emit + "'",
                 tools::kUsage);
   std::optional<tools::PlanningRequest> planning;
-  if (tools::wantsPlanning(flags) || emit == "schedule-csv") {
+  bool planOut = llvm::StringRef(flags.get("o").value_or("")).endswith(".cplan");
+  if (planOut && emit != "summary")
+    return fail(kTool, "-o FILE.cplan writes a plan; it does not go with --emit",
+                tools::kUsage);
+  if (tools::wantsPlanning(flags) || emit == "schedule-csv" || planOut) {
     auto req = tools::readPlanningFlags(flags);
     if (!req)
       return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
@@ -205,7 +213,10 @@ int main(int argc, char **argv) {
   bool training = wantsTraining(**graph, flags);
   if (planning && !training)
     return fail(kTool,
-                "pipeline planning (--stages, --schedule) needs a training "
+                std::string(planOut && !tools::wantsPlanning(flags)
+                                ? "a plan (-o FILE.cplan)"
+                                : "pipeline planning (--stages, --schedule)") +
+                " needs a training "
                 "graph, but the model's outputs are not a scalar loss; name "
                 "the loss with --loss or add one with --add-loss",
                 tools::kUsage);
@@ -242,6 +253,30 @@ int main(int argc, char **argv) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)
       return fail(kTool, llvm::toString(plan.takeError()), tools::kBadInput);
+    if (planOut) {
+      codegen::PlanInfo info;
+      info.modelName = llvm::sys::path::stem(flags.positional()[0]).str();
+      llvm::SmallString<256> abs(flags.positional()[0]);
+      llvm::sys::fs::make_absolute(abs);
+      info.sourceModel = abs.str().str();
+      info.lossName = (*graph)->outputs()[0]->name();
+      info.optimizer = pipe.context.training.optimizer;
+      info.lr = pipe.context.training.lr;
+      if (plan->timeUnit == "s")
+        info.predictedStepTime = plan->predictedStepTime;
+      info.stageReports = plan->stageReports;
+      auto built = codegen::buildPlan(plan->stageGraphs, plan->schedule, info);
+      if (!built)
+        return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);
+      for (const auto &[path, text] : plan->files)
+        if (auto e = tools::writeOutput(path, text))
+          return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+      if (auto e = runtime::writePlanFile(*built, *flags.get("o")))
+        return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+      llvm::outs() << out << "\n" << plan->text << "wrote " << *flags.get("o")
+                   << "\n";
+      return tools::kOk;
+    }
     if (emit == "schedule-csv") {
       out = plan->text;
     } else if (emit == "ir") {

@@ -31,6 +31,30 @@ For every model it writes tests/models/training/<name>/:
                                defines them: input * momentum + current *
                                (1 - momentum) with the node's float momentum
                                attribute and the POPULATION batch variance
+    steps/                     a multi-step training fixture (write_steps),
+                               after everything above and from a generator
+                               of its own, so the files above are unchanged:
+      data/<input>.npy         a dataset of 3 steps x 4 microbatches, N =
+                               12 * B rows (B the exported batch size), the
+                               inputs' dtypes; floats standard normal,
+                               integers uniform in make_<model>'s range;
+                               row (s * 4 + m) * B + k is sample k of
+                               microbatch m of step s
+      params/<init>.npy        every parameter after 3 steps of plain
+                               torch.optim.SGD (lr 0.1, momentum 0.9, no
+                               Nesterov, no weight decay) from the exported
+                               values in train mode, float32; each step:
+                               zero_grad, (loss(microbatch m) / 4).backward()
+                               for m = 0..3, opt.step()
+      losses.npy               float32 [3]: each step's mean microbatch loss
+                               (before its update)
+      buffers/<buf>.npy        (models with BatchNorm) the running statistics
+                               after the 12 microbatch forwards, PyTorch's
+                               rule, starting from the values in model.onnx
+      buffers_onnx/<buf>.npy   the same by the ONNX rule of running_onnx/,
+                               one update per microbatch forward in order,
+                               rounded to float32 after each
+      hyper.txt                lr, momentum, microbatches, steps, batch
 
 References come from PyTorch autograd in float32 on the same module and
 inputs in train() mode. They are also computed in float64; when the f32 and
@@ -265,6 +289,24 @@ OPTIMIZERS = collections.OrderedDict([
         params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)),
 ])
 
+# The multi-step fixture (steps/, see multi_step): STEPS optimizer steps of
+# plain SGD, each accumulating the gradients of MICROBATCHES microbatches of
+# the exported batch size, over a dataset drawn with its own generator
+# (seeded STEPS_SEED + the model's index in MODELS), so that the RNG use of
+# everything above is unchanged. STEPS_INT_RANGE: the exclusive upper bound
+# of each integer input, the one make_<model> draws it with (lower bound 0).
+STEPS = 3
+MICROBATCHES = 4
+STEPS_LR = 0.1
+STEPS_MOMENTUM = 0.9
+STEPS_SEED = 1000
+STEPS_INT_RANGE = {
+    "mlp": {"labels": 10},
+    "gpt": {"idx": 64, "targets": 64},
+    "cnn": {"labels": 10},
+    "mlp_mse": {},
+}
+
 
 # --------------------------------------------------------------------------
 
@@ -368,6 +410,148 @@ def running_statistics(model, inputs, graph):
             onnx_ref[n + "." + suffix] = (init * momentum + batch * (1.0 - momentum)) \
                 .to(torch.float32).numpy()
     return torch_ref, onnx_ref
+
+
+def steps_dataset(name, inputs):
+    """{input: array of STEPS * MICROBATCHES * B rows}, B the exported batch.
+
+    Same dtypes and trailing shapes as the exported inputs; float inputs
+    standard normal, integer inputs uniform in [0, STEPS_INT_RANGE). Drawn
+    with a generator of its own. Row (s * MICROBATCHES + m) * B + k is
+    sample k of microbatch m of step s."""
+    gen = torch.Generator().manual_seed(
+        STEPS_SEED + [n for n, _ in MODELS].index(name))
+    ranges = STEPS_INT_RANGE[name]
+    data = collections.OrderedDict()
+    for k, t in inputs.items():
+        shape = (STEPS * MICROBATCHES * t.shape[0],) + tuple(t.shape[1:])
+        if t.is_floating_point():
+            assert k not in ranges, k
+            d = torch.randn(shape, generator=gen, dtype=t.dtype)
+        else:
+            assert int(t.min()) >= 0 and int(t.max()) < ranges[k], k
+            d = torch.randint(0, ranges[k], shape, generator=gen, dtype=t.dtype)
+        data[k] = d
+    assert set(ranges) <= set(data), ranges
+    return data
+
+
+def multi_step(model, data, batch, graph, dtype):
+    """STEPS steps of SGD (lr STEPS_LR, momentum STEPS_MOMENTUM, no
+    Nesterov, no weight decay) on a copy of model in dtype, train mode.
+
+    Each step: zero_grad; for each of the MICROBATCHES microbatches of B
+    rows, loss = model(microbatch); (loss / MICROBATCHES).backward(); then
+    opt.step(). Returns ({parameter name: value after the steps}, [mean
+    microbatch loss of each step, before its update], {buffer: PyTorch's
+    running statistic}, {buffer: the ONNX spec's}), the buffer dicts float32
+    and empty without BatchNorm.
+
+    The BatchNorm running statistics start from the values in model.onnx
+    (see running_statistics) and are updated once per microbatch forward,
+    in order. PyTorch's are the module's own. The ONNX ones follow
+    running_statistics' ONNX rule (float32 momentum attribute, population
+    variance, computed in float64 from the BatchNorm's input) and are
+    rounded to float32 after every update, as the float32 buffers of the
+    graph are."""
+    m = copy.deepcopy(model).to(dtype)
+    m.train()
+    bns = collections.OrderedDict(
+        (n, mod) for n, mod in m.named_modules() if isinstance(mod, nn.BatchNorm2d))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    nodes = {n.input[3]: n for n in graph.node if n.op_type == "BatchNormalization"}
+    onnx_state, momenta = {}, {}
+    with torch.no_grad():
+        for n, mod in bns.items():
+            for suffix in ("running_mean", "running_var"):
+                a = inits[n + "." + suffix]
+                getattr(mod, suffix).copy_(torch.from_numpy(a))
+                onnx_state[n + "." + suffix] = torch.from_numpy(a.copy())
+            attrs = {a.name: a for a in nodes[n + ".running_mean"].attribute}
+            assert attrs["training_mode"].i == 1, n
+            momenta[n] = float(attrs["momentum"].f)
+
+    def onnx_update(mod, args, out, n):
+        x = args[0].detach().to(torch.float32).double()
+        dims = [d for d in range(x.dim()) if d != 1]
+        mom = momenta[n]
+        for suffix, batch in (("running_mean", x.mean(dims)),
+                              ("running_var", x.var(dims, unbiased=False))):
+            key = n + "." + suffix
+            onnx_state[key] = (onnx_state[key].double() * mom
+                               + batch * (1.0 - mom)).to(torch.float32)
+
+    hooks = [mod.register_forward_hook(
+        lambda mod, args, out, n=n: onnx_update(mod, args, out, n))
+        for n, mod in bns.items()]
+    opt = torch.optim.SGD(m.parameters(), lr=STEPS_LR, momentum=STEPS_MOMENTUM,
+                          nesterov=False, weight_decay=0)
+    losses = []
+    for s in range(STEPS):
+        opt.zero_grad()
+        step_losses = []
+        for mb in range(MICROBATCHES):
+            rows = slice((s * MICROBATCHES + mb) * batch,
+                         (s * MICROBATCHES + mb + 1) * batch)
+            args = [t[rows].to(dtype) if t.is_floating_point() else t[rows]
+                    for t in data.values()]
+            loss = m(*args)
+            (loss / MICROBATCHES).backward()
+            step_losses.append(float(loss.detach()))
+        losses.append(sum(step_losses) / MICROBATCHES)
+        opt.step()
+    for h in hooks:
+        h.remove()
+    params = collections.OrderedDict(
+        (n, p.detach().clone()) for n, p in m.named_parameters())
+    torch_bufs = {}
+    for n, mod in bns.items():
+        for suffix in ("running_mean", "running_var"):
+            torch_bufs[n + "." + suffix] = \
+                getattr(mod, suffix).detach().to(torch.float32).numpy()
+    onnx_bufs = {k: v.numpy() for k, v in onnx_state.items()}
+    return params, losses, torch_bufs, onnx_bufs
+
+
+def write_steps(name, model, inputs, graph, mapping, folder):
+    """Write <folder>/steps/ (see the module docstring); returns report lines."""
+    sdir = os.path.join(folder, "steps")
+    batch = next(iter(inputs.values())).shape[0]
+    assert all(t.shape[0] == batch for t in inputs.values())
+    data = steps_dataset(name, inputs)
+    p32, l32, tb32, ob32 = multi_step(model, data, batch, graph, torch.float32)
+    p64, l64, _, ob64 = multi_step(model, data, batch, graph, torch.float64)
+    for k, t in data.items():
+        a = t.numpy()
+        assert a.dtype == inputs[k].numpy().dtype, k
+        save(os.path.join(sdir, "data", k + ".npy"), a)
+    for pname, init in mapping.items():
+        a = p32[pname].numpy()
+        assert a.dtype == np.float32
+        save(os.path.join(sdir, "params", init + ".npy"), a)
+    save(os.path.join(sdir, "losses.npy"), np.asarray(l32, dtype=np.float32))
+    for sub, values in (("buffers", tb32), ("buffers_onnx", ob32)):
+        for buf, a in sorted(values.items()):
+            assert a.dtype == np.float32, buf
+            save(os.path.join(sdir, sub, buf + ".npy"), a)
+    with open(os.path.join(sdir, "hyper.txt"), "w") as f:
+        f.write("lr %g\nmomentum %g\nmicrobatches %d\nsteps %d\nbatch %d\n" % (
+            STEPS_LR, STEPS_MOMENTUM, MICROBATCHES, STEPS, batch))
+    size = sum(os.path.getsize(os.path.join(d, f))
+               for d, _, fs in os.walk(sdir) for f in fs)
+    err, worst = max((rel_err(p32[n].numpy(), p64[n].numpy()), n) for n in p32)
+    moved = max(rel_err(p32[n].numpy(), p.detach().numpy())
+                for n, p in model.named_parameters())
+    lines = ["steps/: %d x %d microbatches of %d, %d bytes; losses %s; "
+             "params moved (rel) %.2e; f32 vs f64 max param rel err %.2e (%s)" % (
+                 STEPS, MICROBATCHES, batch, size,
+                 " ".join("%.6f" % v for v in l32), moved, err, worst)]
+    if ob32:
+        bdiff = max(rel_err(ob32[b], ob64[b]) for b in ob32)
+        tdiff = max(rel_err(ob32[b], tb32[b]) for b in ob32 if b.endswith("running_var"))
+        lines.append("steps/ running stats: ONNX f32 vs f64 %.2e; running_var "
+                     "ONNX vs PyTorch %.2e" % (bdiff, tdiff))
+    return lines
 
 
 def map_params(model, graph):
@@ -503,6 +687,10 @@ def build(name, make):
               "running_var rel %.2e" % (mean_diff, var_diff))
     for n in notes:
         print("  note: " + n)
+
+    # Multi-step fixture: after everything above, with its own generator.
+    for line in write_steps(name, model, inputs, graph, mapping, folder):
+        print("  " + line)
     return {"name": name, "worst": worst, "use64": use64}
 
 

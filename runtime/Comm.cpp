@@ -1,0 +1,186 @@
+// The in-process Comm group (runtime/Comm.h): one mailbox shared by all
+// ranks, keyed by (source, destination, tag, microbatch), each key a FIFO
+// queue of byte copies. One mutex guards the mailbox, the abort flag and the
+// barrier; one condition variable wakes waiters on any change (the groups
+// are small, a pipeline's stages, so waking everyone is cheap).
+#include "runtime/Comm.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace cleave::runtime {
+namespace {
+
+llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+struct Group {
+  explicit Group(int size) : size(size) {}
+  using Key = std::tuple<int, int, int64_t, int>; // src, dst, tag, microbatch
+
+  const int size;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<Key, std::deque<std::vector<uint8_t>>> mailbox;
+  bool aborted = false;
+  std::string why;
+  int barrierArrived = 0;
+  uint64_t barrierGeneration = 0;
+};
+
+class InProcessComm : public Comm {
+public:
+  InProcessComm(std::shared_ptr<Group> g, int rank, double timeout)
+      : g_(std::move(g)), rank_(rank), timeout_(timeout) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return g_->size; }
+
+  llvm::Error send(int peer, int64_t tag, int microbatch, const void *data,
+                   size_t bytes) override {
+    if (peer < 0 || peer >= g_->size || peer == rank_)
+      return fail(llvm::formatv("send from rank {0} to rank {1}: no such peer "
+                                "(group of {2})",
+                                rank_, peer, g_->size));
+    std::vector<uint8_t> copy(bytes);
+    if (bytes)
+      std::memcpy(copy.data(), data, bytes);
+    {
+      std::lock_guard<std::mutex> lock(g_->mu);
+      if (g_->aborted)
+        return fail(what("send to", peer, tag, microbatch) +
+                    ": aborted: " + g_->why);
+      g_->mailbox[{rank_, peer, tag, microbatch}].push_back(std::move(copy));
+    }
+    g_->cv.notify_all();
+    return llvm::Error::success();
+  }
+
+  llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
+                   size_t bytes) override {
+    if (peer < 0 || peer >= g_->size || peer == rank_)
+      return fail(llvm::formatv("recv on rank {0} from rank {1}: no such peer "
+                                "(group of {2})",
+                                rank_, peer, g_->size));
+    Group::Key key{peer, rank_, tag, microbatch};
+    std::vector<uint8_t> msg;
+    {
+      std::unique_lock<std::mutex> lock(g_->mu);
+      auto ready = [&] {
+        if (g_->aborted)
+          return true;
+        auto it = g_->mailbox.find(key);
+        return it != g_->mailbox.end() && !it->second.empty();
+      };
+      if (!waitFor(lock, ready))
+        return fail(what("recv from", peer, tag, microbatch) +
+                    llvm::formatv(": no message after {0} s", timeout_).str());
+      if (g_->aborted)
+        return fail(what("recv from", peer, tag, microbatch) +
+                    ": aborted: " + g_->why);
+      auto it = g_->mailbox.find(key);
+      msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty())
+        g_->mailbox.erase(it);
+    }
+    if (msg.size() != bytes)
+      return fail(what("recv from", peer, tag, microbatch) +
+                  llvm::formatv(": the message has {0} bytes, the buffer {1}",
+                                msg.size(), bytes)
+                      .str());
+    if (bytes)
+      std::memcpy(data, msg.data(), bytes);
+    return llvm::Error::success();
+  }
+
+  void abort(const std::string &why) override {
+    {
+      std::lock_guard<std::mutex> lock(g_->mu);
+      if (g_->aborted)
+        return;
+      g_->aborted = true;
+      g_->why = why;
+    }
+    g_->cv.notify_all();
+  }
+
+  bool aborted() const override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    return g_->aborted;
+  }
+
+  llvm::Error barrier() override {
+    std::unique_lock<std::mutex> lock(g_->mu);
+    if (g_->aborted)
+      return fail(llvm::formatv("barrier on rank {0}: aborted: {1}", rank_,
+                                g_->why));
+    uint64_t gen = g_->barrierGeneration;
+    if (++g_->barrierArrived == g_->size) {
+      g_->barrierArrived = 0;
+      ++g_->barrierGeneration;
+      lock.unlock();
+      g_->cv.notify_all();
+      return llvm::Error::success();
+    }
+    bool ok = waitFor(lock, [&] {
+      return g_->aborted || g_->barrierGeneration != gen;
+    });
+    if (g_->barrierGeneration != gen)
+      return llvm::Error::success();
+    --g_->barrierArrived; // leaving without the others
+    if (!ok)
+      return fail(llvm::formatv("barrier on rank {0}: not all {1} ranks "
+                                "arrived within {2} s",
+                                rank_, g_->size, timeout_));
+    return fail(llvm::formatv("barrier on rank {0}: aborted: {1}", rank_,
+                              g_->why));
+  }
+
+  void setTimeout(double seconds) override { timeout_ = seconds; }
+
+private:
+  // Waits until `pred` holds; false if the timeout ran out first.
+  template <typename Pred>
+  bool waitFor(std::unique_lock<std::mutex> &lock, Pred pred) {
+    if (timeout_ <= 0) {
+      g_->cv.wait(lock, pred);
+      return true;
+    }
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::duration<double>(timeout_));
+    return g_->cv.wait_until(lock, deadline, pred);
+  }
+
+  std::string what(const char *verb, int peer, int64_t tag, int mb) const {
+    return llvm::formatv("{0} rank {1} on rank {2} (tag {3}, microbatch {4})",
+                         verb, peer, rank_, tag, mb)
+        .str();
+  }
+
+  std::shared_ptr<Group> g_;
+  int rank_;
+  double timeout_;
+};
+
+} // namespace
+
+std::vector<std::unique_ptr<Comm>> createInProcessComms(int size,
+                                                        double timeoutSeconds) {
+  auto g = std::make_shared<Group>(size);
+  std::vector<std::unique_ptr<Comm>> out;
+  for (int r = 0; r < size; ++r)
+    out.push_back(std::make_unique<InProcessComm>(g, r, timeoutSeconds));
+  return out;
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,761 @@
+// The Plan executor (see Executor.h for what it does). Layout of this file:
+// seeds and error helpers, create() and its checks (slots, programs, state
+// updates, the action list), runStep() and its pieces (frames, inputs,
+// instructions, accumulation, loss), slot access, and the threaded driver.
+#include "runtime/Executor.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace cleave::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+// Prefixes an error's message with `where` (no-op on success).
+llvm::Error wrap(llvm::Error e, const llvm::Twine &where) {
+  if (!e)
+    return e;
+  return fail(where + ": " + llvm::toString(std::move(e)));
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+const ir::AttrMap &noAttrs() {
+  static const ir::AttrMap m;
+  return m;
+}
+
+std::string describeAction(const Action &a) {
+  if (a.kind == ActionKind::Step)
+    return "STEP";
+  return llvm::formatv("{0} of microbatch {1}", actionKindName(a.kind),
+                       a.microbatch)
+      .str();
+}
+
+bool inFrame(SlotKind k) {
+  return k == SlotKind::MicroTemp || k == SlotKind::Input;
+}
+bool isPersistent(SlotKind k) {
+  return k == SlotKind::State || k == SlotKind::Const || k == SlotKind::Accum;
+}
+
+// The program phases an action runs, in order.
+llvm::SmallVector<Phase, 2> phasesOf(ActionKind k) {
+  switch (k) {
+  case ActionKind::F: return {Phase::F};
+  case ActionKind::B: return {Phase::B};
+  case ActionKind::W: return {Phase::W};
+  case ActionKind::BW: return {Phase::B, Phase::W};
+  case ActionKind::Step: return {Phase::Step};
+  }
+  return {};
+}
+
+} // namespace
+
+uint64_t kernelSeed(int64_t step, int microbatch, uint64_t seedSalt) {
+  uint64_t h = splitmix64(uint64_t(step));
+  h = splitmix64(h ^ uint64_t(int64_t(microbatch)));
+  return splitmix64(h ^ seedSalt);
+}
+
+// ---------------------------------------------------------------------------
+// Creation and checks.
+
+StageExecutor::StageExecutor(const StagePlan &sp, int microbatches,
+                             Backend &backend, Comm &comm)
+    : stage_(sp), microbatches_(microbatches), backend_(backend), comm_(comm),
+      hostMemory_(backend.name() == "cpu") {}
+
+StageExecutor::~StageExecutor() {
+  for (void *p : persistent_)
+    if (p)
+      backend_.release(p);
+  if (stepFrame_)
+    backend_.release(stepFrame_);
+  for (void *p : allFrames_)
+    backend_.release(p);
+}
+
+llvm::Expected<std::unique_ptr<StageExecutor>>
+StageExecutor::create(const Plan &plan, int stage, Backend &backend,
+                      Comm &comm) {
+  if (stage < 0 || stage >= int(plan.stages.size()))
+    return fail(llvm::formatv("stage {0}: the plan has {1} stages", stage,
+                              plan.stages.size()));
+  if (comm.rank() != stage || comm.size() != int(plan.stages.size()))
+    return fail(llvm::formatv("stage {0}: the comm is rank {1} of {2}, the "
+                              "plan has {3} stages",
+                              stage, comm.rank(), comm.size(),
+                              plan.stages.size()));
+  if (plan.microbatches < 1)
+    return fail(llvm::formatv("stage {0}: the plan has {1} microbatches",
+                              stage, plan.microbatches));
+  std::unique_ptr<StageExecutor> ex(new StageExecutor(
+      plan.stages[stage], plan.microbatches, backend, comm));
+  if (auto e = ex->prepare(plan))
+    return wrap(std::move(e), "stage " + llvm::Twine(stage));
+  return ex;
+}
+
+llvm::Error StageExecutor::prepare(const Plan &plan) {
+  const StagePlan &sp = stage_;
+  const int n = int(sp.slots.size());
+  auto slotName = [&](int s) {
+    return std::string("slot '") + sp.slots[s].name + "'";
+  };
+  persistent_.assign(n, nullptr);
+  accumCount_.assign(n, 0);
+  std::vector<int> feeders(n, 0); // by Accum slot: MicroTemps summed into it
+
+  // Slots: sizes, placement, initial data.
+  for (int s = 0; s < n; ++s) {
+    const Slot &sl = sp.slots[s];
+    byName_.emplace(sl.name, s);
+    int64_t elems = 1;
+    for (int64_t d : sl.shape) {
+      if (d < 0)
+        return fail(slotName(s) + ": negative dimension in its shape");
+      elems *= d;
+    }
+    if (sl.bytes != elems * int64_t(ir::dtypeSize(sl.dtype)))
+      return fail(llvm::formatv("{0}: {1} bytes, but {2} elements of {3} "
+                                "need {4}",
+                                slotName(s), sl.bytes, elems,
+                                ir::dtypeName(sl.dtype),
+                                elems * int64_t(ir::dtypeSize(sl.dtype))));
+    switch (sl.kind) {
+    case SlotKind::Input:
+    case SlotKind::MicroTemp:
+    case SlotKind::StepTemp: {
+      int64_t frame = sl.kind == SlotKind::StepTemp ? sp.stepFrameBytes
+                                                    : sp.frameBytes;
+      if (sl.offset < 0 || sl.offset + sl.bytes > frame)
+        return fail(llvm::formatv("{0} ({1}): bytes [{2}, {3}) outside its "
+                                  "{4}-byte frame",
+                                  slotName(s), slotKindName(sl.kind),
+                                  sl.offset, sl.offset + sl.bytes, frame));
+      break;
+    }
+    case SlotKind::State:
+    case SlotKind::Const: {
+      if (sl.blob < 0 || sl.blob >= int(plan.blobs.size()))
+        return fail(llvm::formatv("{0} ({1}): blob {2} does not exist "
+                                  "(the plan has {3})",
+                                  slotName(s), slotKindName(sl.kind), sl.blob,
+                                  plan.blobs.size()));
+      const Blob &b = plan.blobs[sl.blob];
+      if (int64_t(b.bytes.size()) != sl.bytes)
+        return fail(llvm::formatv("{0} ({1}): blob {2} has {3} bytes, the "
+                                  "slot {4}",
+                                  slotName(s), slotKindName(sl.kind), sl.blob,
+                                  b.bytes.size(), sl.bytes));
+      uint64_t sum = fnv1a64(b.bytes.data(), b.bytes.size());
+      if (sum != b.checksum)
+        return fail(llvm::formatv("{0} ({1}): blob {2} is corrupt (checksum "
+                                  "{3:x16}, expected {4:x16})",
+                                  slotName(s), slotKindName(sl.kind), sl.blob,
+                                  sum, b.checksum));
+      persistent_[s] = backend_.allocate(size_t(sl.bytes));
+      if (!persistent_[s])
+        return fail(llvm::formatv("{0}: cannot allocate {1} bytes",
+                                  slotName(s), sl.bytes));
+      backend_.copyToDevice(persistent_[s], b.bytes.data(), b.bytes.size());
+      stats_.persistentBytes += sl.bytes;
+      break;
+    }
+    case SlotKind::Accum:
+      persistent_[s] = backend_.allocate(size_t(sl.bytes));
+      if (!persistent_[s])
+        return fail(llvm::formatv("{0}: cannot allocate {1} bytes",
+                                  slotName(s), sl.bytes));
+      stats_.persistentBytes += sl.bytes;
+      break;
+    }
+    if (sl.accum >= 0) {
+      if (sl.kind != SlotKind::MicroTemp)
+        return fail(slotName(s) + " (" + slotKindName(sl.kind) +
+                    "): only microbatch temporaries are accumulated");
+      if (sl.accum >= n || sp.slots[sl.accum].kind != SlotKind::Accum)
+        return fail(llvm::formatv("{0}: accumulator {1} is not an accum slot",
+                                  slotName(s), sl.accum));
+      const Slot &acc = sp.slots[sl.accum];
+      if (acc.dtype != sl.dtype || acc.bytes != sl.bytes)
+        return fail(slotName(s) + ": its accumulator '" + acc.name +
+                    "' has a different type or size");
+      if (++feeders[sl.accum] > 1)
+        return fail("accum slot '" + acc.name +
+                    "' sums more than one microbatch value");
+      if (!backend_.supports(ir::OpKind::Add, sl.dtype))
+        return fail(llvm::formatv("{0}: the {1} backend has no Add kernel "
+                                  "for {2} to accumulate it",
+                                  slotName(s), backend_.name(),
+                                  ir::dtypeName(sl.dtype)));
+    }
+  }
+  stepFrame_ = backend_.allocate(size_t(std::max<int64_t>(sp.stepFrameBytes, 0)));
+  stats_.frameBytes = sp.frameBytes;
+  stats_.stepFrameBytes = sp.stepFrameBytes;
+  stats_.peakBytes = stats_.persistentBytes + sp.stepFrameBytes;
+
+  // Programs: slot references, kernels, messages; which phase writes each
+  // accumulated slot (the last phase that does, in F, B, W order).
+  std::vector<int> writer(n, -1);
+  for (int p = 0; p < kNumPhases; ++p) {
+    Phase phase = Phase(p);
+    for (size_t i = 0; i < sp.programs[p].size(); ++i) {
+      const Instr &in = sp.programs[p][i];
+      std::string where = llvm::formatv("{0} instr {1}", phaseName(phase), i);
+      if (!in.loc.empty())
+        where += " ('" + in.loc + "')";
+      for (const auto *list : {&in.inputs, &in.outputs})
+        for (int s : *list) {
+          if (s < 0 || s >= n)
+            return fail(llvm::formatv("{0}: slot {1} does not exist (the "
+                                      "stage has {2})",
+                                      where, s, n));
+          if (phase == Phase::Step && inFrame(sp.slots[s].kind))
+            return fail(where + ": the Step program uses " +
+                        slotKindName(sp.slots[s].kind) + " slot '" +
+                        sp.slots[s].name + "'");
+        }
+      for (int s : in.outputs) {
+        SlotKind k = sp.slots[s].kind;
+        if (k == SlotKind::Const || k == SlotKind::Input)
+          return fail(where + ": writes " + slotKindName(k) + " slot '" +
+                      sp.slots[s].name + "'");
+        if (sp.slots[s].accum >= 0 && phase != Phase::Step)
+          writer[s] = p;
+      }
+      switch (in.kind) {
+      case InstrKind::Kernel: {
+        ir::DType dt =
+            in.inputs.empty() ? ir::DType::F32 : sp.slots[in.inputs[0]].dtype;
+        if (!backend_.supports(in.op, dt))
+          return fail(llvm::formatv("{0}: the {1} backend has no kernel for "
+                                    "{2} on {3}",
+                                    where, backend_.name(),
+                                    ir::opInfo(in.op).name,
+                                    ir::dtypeName(dt)));
+        break;
+      }
+      case InstrKind::Send:
+      case InstrKind::Recv: {
+        bool send = in.kind == InstrKind::Send;
+        if ((send ? in.inputs.size() : in.outputs.size()) != 1 ||
+            (send ? in.outputs.size() : in.inputs.size()) != 0)
+          return fail(where + (send ? ": a send takes one input slot"
+                                    : ": a recv fills one output slot"));
+        if (in.peer < 0 || in.peer >= comm_.size() || in.peer == sp.index)
+          return fail(llvm::formatv("{0}: peer stage {1} is not another "
+                                    "stage",
+                                    where, in.peer));
+        break;
+      }
+      }
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    if (sp.slots[s].accum < 0)
+      continue;
+    if (writer[s] < 0)
+      return fail(slotName(s) + ": accumulated, but no F, B or W instruction "
+                                "writes it");
+    accumWrites_[writer[s]].push_back(s);
+  }
+
+  // State updates.
+  for (int which = 0; which < 2; ++which) {
+    const auto &updates = which ? sp.stepUpdates : sp.fwdUpdates;
+    const char *what = which ? "step update" : "forward update";
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const StateUpdate &u = updates[i];
+      if (u.state < 0 || u.state >= n || u.value < 0 || u.value >= n)
+        return fail(llvm::formatv("{0} {1}: slot out of range", what, i));
+      const Slot &st = sp.slots[u.state], &v = sp.slots[u.value];
+      if (st.kind != SlotKind::State)
+        return fail(llvm::formatv("{0} {1}: '{2}' is a {3} slot, not state",
+                                  what, i, st.name, slotKindName(st.kind)));
+      if (st.dtype != v.dtype || st.bytes != v.bytes)
+        return fail(llvm::formatv("{0} {1}: '{2}' and '{3}' differ in type "
+                                  "or size",
+                                  what, i, st.name, v.name));
+      if (which && inFrame(v.kind))
+        return fail(llvm::formatv("{0} {1}: '{2}' is a microbatch value",
+                                  what, i, v.name));
+    }
+  }
+
+  // The loss.
+  if (sp.lossSlot >= 0) {
+    if (sp.lossSlot >= n)
+      return fail(llvm::formatv("loss slot {0} does not exist", sp.lossSlot));
+    const Slot &l = sp.slots[sp.lossSlot];
+    if (!inFrame(l.kind) ||
+        (l.dtype != ir::DType::F32 && l.dtype != ir::DType::F64) ||
+        l.bytes != int64_t(ir::dtypeSize(l.dtype)))
+      return fail("loss slot '" + l.name +
+                  "' must be a microbatch f32 or f64 scalar");
+  }
+  return checkActions();
+}
+
+llvm::Error StageExecutor::checkActions() {
+  const int M = microbatches_;
+  const auto &acts = stage_.actions;
+  lastAction_.assign(M, -1);
+  std::vector<int> forwards(M, 0);
+  std::vector<int> count(stage_.slots.size(), 0);
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const Action &a = acts[i];
+    std::string where =
+        llvm::formatv("action {0} ({1})", i, describeAction(a)).str();
+    if (a.kind == ActionKind::Step) {
+      for (int p = 0; p < 3; ++p)
+        for (int s : accumWrites_[p]) {
+          int acc = stage_.slots[s].accum;
+          if (count[acc] != M)
+            return fail(llvm::formatv("{0}: accumulator '{1}' has {2} of {3} "
+                                      "microbatches summed",
+                                      where, stage_.slots[acc].name,
+                                      count[acc], M));
+        }
+      continue;
+    }
+    int mb = a.microbatch;
+    if (mb < 0 || mb >= M)
+      return fail(llvm::formatv("{0}: microbatch out of range (the plan has "
+                                "{1})",
+                                where, M));
+    if (a.kind == ActionKind::F) {
+      if (forwards[mb]++)
+        return fail(where + ": a second F of the microbatch");
+    } else if (!forwards[mb]) {
+      return fail(where + ": comes before the microbatch's F");
+    }
+    for (Phase p : phasesOf(a.kind))
+      for (int s : accumWrites_[int(p)]) {
+        int acc = stage_.slots[s].accum;
+        if (count[acc] != mb)
+          return fail(llvm::formatv("{0}: sums '{1}' into '{2}' out of "
+                                    "microbatch order (microbatch {3} is next)",
+                                    where, stage_.slots[s].name,
+                                    stage_.slots[acc].name, count[acc]));
+        ++count[acc];
+      }
+    lastAction_[mb] = int(i);
+  }
+  for (int mb = 0; mb < M; ++mb)
+    if (!forwards[mb])
+      return fail(llvm::formatv("microbatch {0} has no F action", mb));
+  return llvm::Error::success();
+}
+
+// ---------------------------------------------------------------------------
+// Running a step.
+
+void *StageExecutor::slotData(int slot, void *frame) const {
+  const Slot &s = stage_.slots[slot];
+  switch (s.kind) {
+  case SlotKind::Input:
+  case SlotKind::MicroTemp:
+    return static_cast<char *>(frame) + s.offset;
+  case SlotKind::StepTemp:
+    return static_cast<char *>(stepFrame_) + s.offset;
+  default:
+    return persistent_[slot];
+  }
+}
+
+llvm::Expected<void *> StageExecutor::takeFrame() {
+  if (freeFrames_.empty()) {
+    void *p = backend_.allocate(size_t(std::max<int64_t>(stage_.frameBytes, 0)));
+    if (!p)
+      return fail(llvm::formatv("cannot allocate a {0}-byte microbatch frame",
+                                stage_.frameBytes));
+    allFrames_.push_back(p);
+    freeFrames_.push_back(p);
+    stats_.framesAllocated = int(allFrames_.size());
+  }
+  void *f = freeFrames_.back();
+  freeFrames_.pop_back();
+  int inFlight = int(allFrames_.size() - freeFrames_.size());
+  if (inFlight > stats_.maxFramesInFlight) {
+    stats_.maxFramesInFlight = inFlight;
+    stats_.peakBytes = stats_.persistentBytes +
+                       int64_t(inFlight) * stage_.frameBytes +
+                       stage_.stepFrameBytes;
+  }
+  return f;
+}
+
+void StageExecutor::giveFrame(void *frame) { freeFrames_.push_back(frame); }
+
+std::string StageExecutor::instrKey(const Instr &in) const {
+  if (!in.loc.empty())
+    return in.loc;
+  switch (in.kind) {
+  case InstrKind::Send:
+    return "send " + stage_.slots[in.inputs[0]].name;
+  case InstrKind::Recv:
+    return "recv " + stage_.slots[in.outputs[0]].name;
+  case InstrKind::Kernel:
+    break;
+  }
+  std::string key(ir::opInfo(in.op).name);
+  if (!in.outputs.empty())
+    key += " " + stage_.slots[in.outputs[0]].name;
+  return key;
+}
+
+llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
+                                    int64_t step, int microbatch,
+                                    void *frame) {
+  auto where = [&] {
+    std::string w = llvm::formatv("{0} instr {1}", phaseName(phase), index);
+    if (in.kind == InstrKind::Kernel)
+      w += " (" + std::string(ir::opInfo(in.op).name) +
+           (in.loc.empty() ? "" : " '" + in.loc + "'") + ")";
+    else
+      w += in.kind == InstrKind::Send ? " (send" : " (recv";
+    if (in.kind != InstrKind::Kernel)
+      w += llvm::formatv(" '{0}' {1} stage {2}, tag {3})",
+                         stage_.slots[in.kind == InstrKind::Send
+                                          ? in.inputs[0]
+                                          : in.outputs[0]]
+                             .name,
+                         in.kind == InstrKind::Send ? "to" : "from", in.peer,
+                         in.tag)
+               .str();
+    return w;
+  };
+  switch (in.kind) {
+  case InstrKind::Kernel: {
+    llvm::SmallVector<TensorRef, 6> ins, outs;
+    for (int s : in.inputs) {
+      const Slot &sl = stage_.slots[s];
+      ins.push_back({sl.dtype, sl.shape, slotData(s, frame)});
+    }
+    for (int s : in.outputs) {
+      const Slot &sl = stage_.slots[s];
+      outs.push_back({sl.dtype, sl.shape, slotData(s, frame)});
+    }
+    KernelCall call{in.op, in.attrs, ins, outs,
+                    kernelSeed(step, microbatch, in.seedSalt)};
+    return wrap(backend_.run(call), where());
+  }
+  case InstrKind::Send: {
+    const Slot &sl = stage_.slots[in.inputs[0]];
+    void *p = slotData(in.inputs[0], frame);
+    if (!hostMemory_) {
+      staging_.resize(size_t(sl.bytes));
+      backend_.copyToHost(staging_.data(), p, size_t(sl.bytes));
+      p = staging_.data();
+    }
+    return wrap(comm_.send(in.peer, in.tag, microbatch, p, size_t(sl.bytes)),
+                where());
+  }
+  case InstrKind::Recv: {
+    const Slot &sl = stage_.slots[in.outputs[0]];
+    void *dst = slotData(in.outputs[0], frame);
+    void *p = dst;
+    if (!hostMemory_) {
+      staging_.resize(size_t(sl.bytes));
+      p = staging_.data();
+    }
+    auto t0 = Clock::now();
+    llvm::Error e =
+        comm_.recv(in.peer, in.tag, microbatch, p, size_t(sl.bytes));
+    stats_.recvWaitSeconds += secondsSince(t0);
+    if (e)
+      return wrap(std::move(e), where());
+    if (!hostMemory_)
+      backend_.copyToDevice(dst, p, size_t(sl.bytes));
+    return llvm::Error::success();
+  }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error StageExecutor::runProgram(Phase phase, int64_t step,
+                                      int microbatch, void *frame) {
+  const auto &prog = stage_.programs[int(phase)];
+  for (size_t i = 0; i < prog.size(); ++i) {
+    if (!profiling_) {
+      if (auto e = runInstr(prog[i], i, phase, step, microbatch, frame))
+        return e;
+      continue;
+    }
+    auto t0 = Clock::now();
+    llvm::Error e = runInstr(prog[i], i, phase, step, microbatch, frame);
+    InstrProfile &p = profile_[{instrKey(prog[i]), phase}];
+    p.seconds += secondsSince(t0);
+    ++p.calls;
+    if (e)
+      return e;
+  }
+  return llvm::Error::success();
+}
+
+// dst takes src's bytes (same type and size, checked at create): the
+// backend's Identity kernel where it has one, else through host memory.
+llvm::Error StageExecutor::copySlot(int dst, void *dstFrame, int src,
+                                    void *srcFrame) {
+  const Slot &d = stage_.slots[dst], &s = stage_.slots[src];
+  void *dp = slotData(dst, dstFrame), *sp = slotData(src, srcFrame);
+  if (dp == sp || d.bytes == 0)
+    return llvm::Error::success();
+  if (backend_.supports(ir::OpKind::Identity, s.dtype)) {
+    TensorRef in{s.dtype, d.shape, sp}, out{d.dtype, d.shape, dp};
+    KernelCall call{ir::OpKind::Identity, noAttrs(), in, out, 0};
+    return wrap(backend_.run(call),
+                "copying '" + s.name + "' to '" + d.name + "'");
+  }
+  staging_.resize(size_t(s.bytes));
+  backend_.copyToHost(staging_.data(), sp, size_t(s.bytes));
+  backend_.copyToDevice(dp, staging_.data(), size_t(s.bytes));
+  return llvm::Error::success();
+}
+
+llvm::Error StageExecutor::accumulate(Phase phase, int microbatch,
+                                      void *frame) {
+  for (int s : accumWrites_[int(phase)]) {
+    const Slot &v = stage_.slots[s];
+    int acc = v.accum;
+    const Slot &a = stage_.slots[acc];
+    // checkActions() proved the order for this action list; keep the
+    // runtime check cheap and loud anyway.
+    if (accumCount_[acc] != microbatch)
+      return fail(llvm::formatv("sums '{0}' into '{1}' out of microbatch "
+                                "order (microbatch {2} is next)",
+                                v.name, a.name, accumCount_[acc]));
+    if (accumCount_[acc] == 0) {
+      if (auto e = copySlot(acc, nullptr, s, frame))
+        return e;
+    } else {
+      TensorRef ins[2] = {{a.dtype, a.shape, persistent_[acc]},
+                          {v.dtype, a.shape, slotData(s, frame)}};
+      TensorRef out{a.dtype, a.shape, persistent_[acc]};
+      KernelCall call{ir::OpKind::Add, noAttrs(), ins, out, 0};
+      if (auto e = backend_.run(call))
+        return wrap(std::move(e),
+                    "summing '" + v.name + "' into '" + a.name + "'");
+    }
+    ++accumCount_[acc];
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error StageExecutor::fillInputs(int microbatch, void *frame,
+                                      const DataFn &data) {
+  for (size_t s = 0; s < stage_.slots.size(); ++s) {
+    const Slot &sl = stage_.slots[s];
+    if (sl.kind != SlotKind::Input)
+      continue;
+    if (!data)
+      return fail("input '" + sl.name + "': no data function given");
+    void *dst = slotData(int(s), frame), *p = dst;
+    if (!hostMemory_) {
+      staging_.resize(size_t(sl.bytes));
+      p = staging_.data();
+    }
+    if (auto e = data(microbatch, sl.name, p, size_t(sl.bytes)))
+      return wrap(std::move(e), "input '" + sl.name + "'");
+    if (!hostMemory_)
+      backend_.copyToDevice(dst, p, size_t(sl.bytes));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error StageExecutor::recordLoss(void *frame) {
+  const Slot &l = stage_.slots[stage_.lossSlot];
+  const void *p = slotData(stage_.lossSlot, frame);
+  double v;
+  if (l.dtype == ir::DType::F64) {
+    backend_.copyToHost(&v, p, sizeof v);
+  } else {
+    float f;
+    backend_.copyToHost(&f, p, sizeof f);
+    v = f;
+  }
+  losses_.push_back(v);
+  return llvm::Error::success();
+}
+
+double StageExecutor::lastLoss() const {
+  if (losses_.empty())
+    return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (double v : losses_)
+    sum += v;
+  return sum / double(losses_.size());
+}
+
+llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
+  auto t0 = Clock::now();
+  // A failed earlier step may have left frames out; take them back.
+  for (auto &[mb, f] : live_)
+    giveFrame(f);
+  live_.clear();
+  std::fill(accumCount_.begin(), accumCount_.end(), 0);
+  losses_.clear();
+  stats_.busySeconds.fill(0);
+  stats_.recvWaitSeconds = 0;
+
+  const auto &acts = stage_.actions;
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const Action &a = acts[i];
+    auto ta = Clock::now();
+    llvm::Error e = [&]() -> llvm::Error {
+      if (a.kind == ActionKind::Step) {
+        if (auto e = runProgram(Phase::Step, step, -1, nullptr))
+          return e;
+        for (const StateUpdate &u : stage_.stepUpdates)
+          if (auto e = copySlot(u.state, nullptr, u.value, nullptr))
+            return e;
+        return llvm::Error::success();
+      }
+      int mb = a.microbatch;
+      void *frame;
+      if (a.kind == ActionKind::F) {
+        auto f = takeFrame();
+        if (!f)
+          return f.takeError();
+        frame = *f;
+        live_[mb] = frame;
+        if (auto e = fillInputs(mb, frame, data))
+          return e;
+      } else {
+        auto it = live_.find(mb);
+        if (it == live_.end()) // checkActions() rules this out
+          return fail("the microbatch has no frame");
+        frame = it->second;
+      }
+      for (Phase p : phasesOf(a.kind))
+        if (auto e = runProgram(p, step, mb, frame))
+          return e;
+      if (a.kind == ActionKind::F) {
+        for (const StateUpdate &u : stage_.fwdUpdates)
+          if (auto e = copySlot(u.state, nullptr, u.value, frame))
+            return e;
+        if (stage_.lossSlot >= 0)
+          if (auto e = recordLoss(frame))
+            return e;
+      }
+      for (Phase p : phasesOf(a.kind))
+        if (auto e = accumulate(p, mb, frame))
+          return e;
+      if (lastAction_[mb] == int(i)) {
+        live_.erase(mb);
+        giveFrame(frame);
+      }
+      return llvm::Error::success();
+    }();
+    stats_.busySeconds[size_t(a.kind)] += secondsSince(ta);
+    if (e)
+      return wrap(std::move(e), describeAction(a));
+  }
+  stats_.stepSeconds = secondsSince(t0);
+  return llvm::Error::success();
+}
+
+// ---------------------------------------------------------------------------
+// Slot access.
+
+int StageExecutor::findSlot(const std::string &name) const {
+  auto it = byName_.find(name);
+  return it == byName_.end() ? -1 : it->second;
+}
+
+llvm::Expected<std::vector<uint8_t>>
+StageExecutor::readSlot(const std::string &name) const {
+  int s = findSlot(name);
+  if (s < 0)
+    return fail(llvm::formatv("stage {0}: no slot named '{1}'", stage_.index,
+                              name));
+  const Slot &sl = stage_.slots[s];
+  if (!isPersistent(sl.kind))
+    return fail(llvm::formatv("stage {0}: slot '{1}' is a {2} slot; only "
+                              "state, const and accum slots can be read",
+                              stage_.index, name, slotKindName(sl.kind)));
+  std::vector<uint8_t> out(size_t(sl.bytes));
+  backend_.copyToHost(out.data(), persistent_[s], out.size());
+  return out;
+}
+
+llvm::Error StageExecutor::writeSlot(const std::string &name,
+                                     const std::vector<uint8_t> &bytes) {
+  int s = findSlot(name);
+  if (s < 0)
+    return fail(llvm::formatv("stage {0}: no slot named '{1}'", stage_.index,
+                              name));
+  const Slot &sl = stage_.slots[s];
+  if (sl.kind != SlotKind::State)
+    return fail(llvm::formatv("stage {0}: slot '{1}' is a {2} slot; only "
+                              "state slots can be written",
+                              stage_.index, name, slotKindName(sl.kind)));
+  if (int64_t(bytes.size()) != sl.bytes)
+    return fail(llvm::formatv("stage {0}: slot '{1}' has {2} bytes, {3} "
+                              "given",
+                              stage_.index, name, sl.bytes, bytes.size()));
+  backend_.copyToDevice(persistent_[s], bytes.data(), bytes.size());
+  return llvm::Error::success();
+}
+
+// ---------------------------------------------------------------------------
+// The threaded driver.
+
+llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
+                               int64_t step, const DataFn &data) {
+  std::mutex mu;
+  std::optional<std::string> first;
+  std::vector<std::thread> threads;
+  threads.reserve(stages.size());
+  for (StageExecutor *ex : stages)
+    threads.emplace_back([&, ex] {
+      llvm::Error e = ex->runStep(step, data);
+      if (!e)
+        return;
+      std::string msg = llvm::formatv("stage {0}: {1}", ex->stage(),
+                                      llvm::toString(std::move(e)))
+                            .str();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first)
+          first = msg;
+      }
+      // Wake every stage blocked on a message that will not come.
+      for (StageExecutor *other : stages)
+        other->comm().abort(msg);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  if (first)
+    return fail(*first);
+  return llvm::Error::success();
+}
+
+} // namespace cleave::runtime

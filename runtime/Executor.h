@@ -1,0 +1,181 @@
+// The Plan executor: runs one pipeline stage of a Plan (runtime/Plan.h) on
+// any Backend (runtime/Kernel.h), talking to the other stages through a Comm
+// (runtime/Comm.h). It knows nothing of ONNX or the IR graph.
+//
+// StageExecutor::create allocates the stage's memory and checks the plan:
+//  - State and Const slots get their own buffers, filled from their blob
+//    (whose FNV-1a checksum must match); Accum slots get their own buffers;
+//  - one step frame of stepFrameBytes holds the StepTemp slots;
+//  - microbatch frames of frameBytes hold the MicroTemp and Input slots at
+//    their `offset`. Frames are allocated lazily and recycled: a microbatch
+//    takes one at its F and gives it back after its last action on this
+//    stage (its W or BW; its B when it has no W; its F when the stage has
+//    no backward action for it), so a 1F1B order needs fewer than GPipe's;
+//  - every kernel must be supported by the backend for the element type of
+//    its first input, every slot index and byte range must be in bounds, and
+//    the action list must take each microbatch's F before its B/W and
+//    accumulate in increasing microbatch order.
+//
+// runStep(step, data) walks the stage's action list once:
+//   F  fills the Input slots from `data`, runs programs[F], applies the
+//      fwdUpdates (state takes value's bytes) and records the loss;
+//   B, W run programs[B] / programs[W]; BW runs programs[B] then [W];
+//   STEP runs programs[Step] (microbatch -1), then the stepUpdates.
+// After the action in which a MicroTemp slot with `accum >= 0` is written
+// for microbatch i, it is summed into its Accum slot: i = 0 copies, later
+// microbatches run the backend's Add kernel (acc = acc + value), so the sum
+// has one fixed order whatever the schedule. Kernel instructions get seed
+// kernelSeed(step, microbatch, seedSalt). Send/Recv go through the Comm with
+// the instruction's tag and the microbatch (-1 in the Step program).
+//
+// runPipelineThreads() runs every stage of a pipeline on its own thread (the
+// in-process Comm group) and, when one stage fails, aborts the group so the
+// others stop instead of waiting forever.
+#pragma once
+
+#include "runtime/Comm.h"
+#include "runtime/Kernel.h"
+#include "runtime/Plan.h"
+
+#include "llvm/Support/Error.h"
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cleave::runtime {
+
+// Fills graph input `inputName` of `microbatch`: writes exactly `bytes`
+// bytes (the Input slot's size) to `dst`, which is host memory.
+using DataFn = std::function<llvm::Error(int microbatch,
+                                         const std::string &inputName,
+                                         void *dst, size_t bytes)>;
+
+// The seed a kernel instruction gets (Dropout): a hash of the step, the
+// microbatch (-1 in the Step program) and the instruction's seedSalt.
+uint64_t kernelSeed(int64_t step, int microbatch, uint64_t seedSalt);
+
+struct StageStats {
+  int64_t persistentBytes = 0; // State + Const + Accum buffers
+  int64_t frameBytes = 0;      // one microbatch frame
+  int64_t stepFrameBytes = 0;
+  int maxFramesInFlight = 0;   // the most frames held at once, over all steps
+  int framesAllocated = 0;     // frames ever allocated (<= maxFramesInFlight)
+  // persistentBytes + maxFramesInFlight * frameBytes + stepFrameBytes.
+  int64_t peakBytes = 0;
+  // Wall seconds spent in each ActionKind during the last runStep (indexed
+  // by the ActionKind's value), including time blocked in Recv.
+  std::array<double, 5> busySeconds{};
+  double recvWaitSeconds = 0; // of those, blocked in Comm::recv
+  double stepSeconds = 0;     // the whole last runStep
+};
+
+// Per-instruction time with profiling on, summed over calls.
+struct InstrProfile {
+  double seconds = 0;
+  int64_t calls = 0;
+};
+// (loc, phase) -> time. Instructions without a loc are keyed by a made-up
+// one: "send <slot>", "recv <slot>" or "<Op> <first output slot>".
+using ProfileMap = std::map<std::pair<std::string, Phase>, InstrProfile>;
+
+class StageExecutor {
+public:
+  // The executor copies what it needs of `plan`; `backend` and `comm` must
+  // outlive it. comm.rank() must equal `stage`.
+  static llvm::Expected<std::unique_ptr<StageExecutor>>
+  create(const Plan &plan, int stage, Backend &backend, Comm &comm);
+  ~StageExecutor();
+  StageExecutor(const StageExecutor &) = delete;
+  StageExecutor &operator=(const StageExecutor &) = delete;
+
+  // Runs the stage's action list once (one training step). Errors name the
+  // action and instruction ("F of microbatch 2, instr 3 (Relu 'fc1'): ...")
+  // but not the stage: runPipelineThreads adds "stage N: ".
+  llvm::Error runStep(int64_t step, const DataFn &data);
+
+  int stage() const { return stage_.index; }
+  Comm &comm() { return comm_; }
+  Backend &backend() { return backend_; }
+
+  // The loss, when this stage computes it (StagePlan::lossSlot): the mean of
+  // the last step's per-microbatch values, and those values in the order
+  // their F ran.
+  bool hasLoss() const { return stage_.lossSlot >= 0; }
+  double lastLoss() const;
+  const std::vector<double> &lastLosses() const { return losses_; }
+
+  const StageStats &stats() const { return stats_; }
+
+  // Per-instruction timing (off by default; on, every kernel, send and recv
+  // is timed). profile() accumulates until clearProfile().
+  void setProfiling(bool on) { profiling_ = on; }
+  const ProfileMap &profile() const { return profile_; }
+  void clearProfile() { profile_.clear(); }
+
+  // A State, Const or Accum slot's current bytes (trained parameters,
+  // optimizer state) copied to host memory.
+  llvm::Expected<std::vector<uint8_t>> readSlot(const std::string &name) const;
+  // Replaces a State slot's bytes (--lr on "optimizer.lr", resuming);
+  // `bytes` must be the slot's size.
+  llvm::Error writeSlot(const std::string &name,
+                        const std::vector<uint8_t> &bytes);
+  // The slot named `name`, or -1.
+  int findSlot(const std::string &name) const;
+
+private:
+  StageExecutor(const StagePlan &sp, int microbatches, Backend &backend,
+                Comm &comm);
+  llvm::Error prepare(const Plan &plan);
+  llvm::Error checkActions();
+
+  void *slotData(int slot, void *frame) const;
+  llvm::Expected<void *> takeFrame();
+  void giveFrame(void *frame);
+  llvm::Error runProgram(Phase phase, int64_t step, int microbatch,
+                         void *frame);
+  llvm::Error runInstr(const Instr &in, size_t index, Phase phase,
+                       int64_t step, int microbatch, void *frame);
+  llvm::Error copySlot(int dst, void *dstFrame, int src, void *srcFrame);
+  llvm::Error accumulate(Phase phase, int microbatch, void *frame);
+  llvm::Error fillInputs(int microbatch, void *frame, const DataFn &data);
+  llvm::Error recordLoss(void *frame);
+  std::string instrKey(const Instr &in) const;
+
+  StagePlan stage_;
+  int microbatches_;
+  Backend &backend_;
+  Comm &comm_;
+  bool hostMemory_; // backend memory is host memory (send/recv in place)
+
+  std::vector<void *> persistent_; // by slot: State/Const/Accum buffers
+  void *stepFrame_ = nullptr;
+  std::vector<void *> freeFrames_, allFrames_;
+  std::map<int, void *> live_; // microbatch -> its frame
+  // lastAction_[mb]: index into stage_.actions after which mb's frame goes.
+  std::vector<int> lastAction_;
+  // The Accum-fed slots each phase writes (F, B, W).
+  std::vector<int> accumWrites_[3];
+  std::vector<int> accumCount_; // by Accum slot: microbatches summed so far
+  std::vector<double> losses_;
+  std::map<std::string, int> byName_;
+  std::vector<uint8_t> staging_; // host bounce buffer (non-host backends)
+
+  StageStats stats_;
+  bool profiling_ = false;
+  ProfileMap profile_;
+};
+
+// Runs stages[i]->runStep(step, data) for all i at once, one thread each.
+// When a stage fails it aborts its Comm group (waking every blocked recv)
+// and the first failure is returned as "stage N: <error>". `data` is called
+// from every stage's thread.
+llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
+                               int64_t step, const DataFn &data);
+
+} // namespace cleave::runtime

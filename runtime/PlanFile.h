@@ -1,0 +1,47 @@
+// The .cplan file: a Plan written to disk and read back, and its text form.
+//
+// A .cplan is self-contained: a short preamble (magic, format version, header
+// length), a protobuf header (runtime/plan.proto) holding everything in the
+// Plan but the parameter bytes, then the blobs back to back, each 64-byte
+// aligned and checksummed. Blobs live outside protobuf, so a plan has no
+// 2 GiB limit, and a rank can read just its own stage's blobs. The layout is
+// in docs/design/plan.md.
+//
+// Reading never trusts the file: a wrong magic or version, a truncated file,
+// a corrupt header or blob each give one clear error line naming the file
+// (and the slot, for a blob), never a crash.
+#pragma once
+
+#include "runtime/Plan.h"
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <optional>
+#include <string>
+
+namespace cleave::runtime {
+
+// The format version this build writes and reads (the preamble's u32).
+inline constexpr uint32_t kPlanFileVersion = 1;
+
+// Checks a Plan's internal consistency: indices in range, op names and
+// attributes valid for their ops, slot sizes matching dtype and shape, frame
+// offsets inside their frames, blob sizes matching their slots. The error
+// says "invalid plan: ..." and names the stage, slot or instruction.
+llvm::Error verifyPlan(const Plan &plan);
+
+// Writes `plan` to `path` atomically: to `path.tmp-<pid>` first, then a
+// rename. On failure no file is left at either name. Blob checksums are
+// computed from the bytes (Blob::checksum is not trusted).
+llvm::Error writePlanFile(const Plan &plan, const std::string &path);
+
+// Reads a plan. With `onlyStage`, loads only the blobs that stage's slots
+// use; the other blobs keep their checksum and have no bytes.
+llvm::Expected<Plan> readPlanFile(const std::string &path,
+                                  std::optional<int> onlyStage = std::nullopt);
+
+// A readable, deterministic text form (cleave-run --print-plan).
+void printPlan(const Plan &plan, llvm::raw_ostream &os);
+
+} // namespace cleave::runtime
