@@ -2,7 +2,7 @@
 //
 // For each committed training model (tests/models/training/: an MLP, a GPT
 // with a tied embedding, a CNN with BatchNorm) the test compiles plans with
-// P = 1, 2 and 4 stages under every schedule, runs 3 SGD steps of M = 4
+// P = 1, 2 and 4 stages (3 for the three-layer mlp_mse) under every schedule, runs 3 SGD steps of M = 4
 // microbatches on the CPU executor (one thread per stage, in-process
 // messages) with the same data, and requires every trainable parameter,
 // every replica of a tied parameter, every BatchNorm running statistic and
@@ -17,9 +17,14 @@
 #include "runtime/Executor.h"
 #include "tools/PipelinePlanning.h"
 
+#include "llvm/Support/FileSystem.h"
+
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 
 using namespace cleave;
@@ -97,8 +102,11 @@ struct Trained {
   bool ok = false;
 };
 
+using DataForStep = std::function<runtime::DataFn(int64_t step)>;
+
 Trained train(const std::string &model, int stages, int64_t microbatches,
-              const std::string &schedule, int steps) {
+              const std::string &schedule, int steps,
+              DataForStep data = nullptr) {
   Trained out;
   auto g = trainingGraph(model, microbatches);
   if (!g)
@@ -139,8 +147,10 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
     raw.push_back(execs.back().get());
   }
   Inputs inputs(model, *g);
+  if (!data)
+    data = [&](int64_t step) { return inputs.forStep(step); };
   for (int step = 0; step < steps; ++step) {
-    if (auto e = runtime::runPipelineThreads(raw, step, inputs.forStep(step))) {
+    if (auto e = runtime::runPipelineThreads(raw, step, data(step))) {
       ADD_FAILURE() << llvm::toString(std::move(e));
       return out;
     }
@@ -194,7 +204,8 @@ TEST_P(PipelineParity, EveryScheduleAndStageCountMatchesOneStage) {
   ASSERT_TRUE(ref.ok);
   ASSERT_EQ(ref.losses.size(), 3u);
   EXPECT_NE(ref.losses[0], ref.losses[2]) << "training changed nothing";
-  for (int p : {2, 4})
+  // mlp_mse has three layers.
+  for (int p : {2, model == "mlp_mse" ? 3 : 4})
     for (const char *s : kSchedules)
       expectSame(ref, train(model, p, 4, s, 3),
                  model + " P=" + std::to_string(p) + " " + s);
@@ -235,8 +246,76 @@ TEST_P(PipelineParity, OneStageStepEqualsInterpreter) {
   EXPECT_GT(compared, 3);
 }
 
+// Three steps of M = 4 microbatches on two stages (zb-h1) against PyTorch's
+// SGD (lr 0.1, momentum 0.9, loss / 4 per microbatch) on the same data:
+// tests/models/training/<model>/steps/ from export_training.py. Prints the
+// largest relative error per model; requires it below 1e-4.
+double relativeError(const std::vector<uint8_t> &got,
+                     const ir::TensorData &ref) {
+  double diff = 0, scale = 0;
+  const auto *g = reinterpret_cast<const float *>(got.data());
+  for (int64_t i = 0; i < ref.type().numElements(); ++i) {
+    diff = std::max(diff, std::abs(double(g[i]) - ref.getDouble(i)));
+    scale = std::max(scale, std::abs(ref.getDouble(i)));
+  }
+  return diff / std::max(scale, 1e-6);
+}
+
+TEST_P(PipelineParity, ThreeStepsMatchPyTorchSgd) {
+  std::string model = GetParam();
+  auto g = trainingGraph(model, 4);
+  ASSERT_TRUE(g);
+  std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
+  for (const ir::Value *v : g->inputs()) {
+    auto t = frontend::readNpyFile(fixture(model, "steps/data/" + v->name() +
+                                                      ".npy"));
+    ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+    arrays[v->name()] = *t;
+  }
+  DataForStep data = [&](int64_t step) -> runtime::DataFn {
+    return [&arrays, step](int mb, const std::string &name, void *dst,
+                           size_t bytes) -> llvm::Error {
+      const ir::TensorData &t = *arrays.at(name);
+      size_t offset = size_t(step * 4 + mb) * bytes;
+      if (offset + bytes > t.bytes().size())
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "fixture too short for " + name);
+      std::memcpy(dst, t.bytes().data() + offset, bytes);
+      return llvm::Error::success();
+    };
+  };
+  Trained got = train(model, 2, 4, "zb-h1", 3, data);
+  ASSERT_TRUE(got.ok);
+  auto losses = frontend::readNpyFile(fixture(model, "steps/losses.npy"));
+  ASSERT_TRUE(bool(losses)) << llvm::toString(losses.takeError());
+  for (int s = 0; s < 3; ++s)
+    EXPECT_NEAR(got.losses[s], (*losses)->getDouble(s),
+                1e-5 * std::abs((*losses)->getDouble(s)))
+        << "step " << s;
+  double worst = 0;
+  int compared = 0;
+  for (const ir::Value *v : g->declared()) {
+    std::string dir = v->kind() == ir::ValueKind::Param ? "steps/params/"
+                                                        : "steps/buffers_onnx/";
+    std::string file = fixture(model, dir + v->name() + ".npy");
+    if (v->kind() == ir::ValueKind::Const || !llvm::sys::fs::exists(file))
+      continue;
+    auto ref = frontend::readNpyFile(file);
+    ASSERT_TRUE(bool(ref)) << llvm::toString(ref.takeError());
+    ASSERT_TRUE(got.state.count(v->name())) << v->name();
+    double err = relativeError(got.state.at(v->name()), **ref);
+    EXPECT_LT(err, 1e-4) << v->name();
+    worst = std::max(worst, err);
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
+  std::printf("%s: %d tensors after 3 SGD steps on 2 stages (zb-h1), largest "
+              "relative error against PyTorch %.3g\n",
+              model.c_str(), compared, worst);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PipelineParity,
-                         testing::Values("mlp", "gpt", "cnn"),
+                         testing::Values("mlp", "gpt", "cnn", "mlp_mse"),
                          [](const auto &info) {
                            return std::string(info.param);
                          });
