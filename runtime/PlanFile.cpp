@@ -7,11 +7,11 @@
 //
 // The reader treats the file as untrusted input: every index, enum, dtype and
 // op name coming from the header is checked while converting it to a Plan,
-// and the Plan then goes through verifyPlan, so a corrupt file ends in one
-// error line. Blobs are read with seeks, one at a time, only those wanted.
+// and the Plan then goes through verifyPlan (PlanVerifier.cpp), so a corrupt
+// file ends in one error line. Blobs are read with seeks, one at a time, only
+// those wanted.
 #include "runtime/PlanFile.h"
 
-#include "ir/Printer.h"
 #include "plan.pb.h" // generated from runtime/plan.proto
 
 #include "llvm/Support/FormatVariadic.h"
@@ -66,217 +66,7 @@ std::string typeText(ir::DType dtype, llvm::ArrayRef<int64_t> shape) {
   return ir::TensorType(dtype, ir::Shape(shape.begin(), shape.end())).str();
 }
 
-bool validDType(ir::DType t) { return size_t(t) <= size_t(ir::DType::Bool); }
-
 } // namespace
-
-//===----------------------------------------------------------------------===//
-// verifyPlan
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-std::string instrWhere(const StagePlan &s, int phase, size_t i,
-                       const Instr &in) {
-  std::string w = llvm::formatv("stage {0} {1} instr {2}", s.index,
-                                phaseName(Phase(phase)), i)
-                      .str();
-  if (!in.loc.empty())
-    w += " (" + in.loc + ")";
-  return w;
-}
-
-// Attributes an op declares must have the declared kind, and required ones
-// must be present; kernels read only declared attributes, so others are
-// carried along unchecked.
-llvm::Error checkDeclaredAttributes(const ir::OpInfo &info,
-                                    const ir::AttrMap &attrs) {
-  for (const ir::AttrSpec &spec : info.attrs) {
-    auto it = attrs.find(spec.name);
-    if (it == attrs.end()) {
-      if (spec.required())
-        return fail("missing required attribute '" + spec.name + "'");
-      continue;
-    }
-    if (it->second.kind() != spec.kind)
-      return fail(llvm::formatv("attribute '{0}' must be of kind {1}, not {2}",
-                                spec.name, ir::attrKindName(spec.kind),
-                                ir::attrKindName(it->second.kind()))
-                      .str());
-  }
-  for (const auto &[name, a] : attrs)
-    if (a.kind() == ir::AttrKind::Tensor && !a.getTensor())
-      return fail("attribute '" + name + "' has no tensor");
-  return llvm::Error::success();
-}
-
-llvm::Error verifyInstr(const Plan &plan, const StagePlan &s, int phase,
-                        size_t i, const Instr &in) {
-  int nslots = int(s.slots.size());
-  auto where = [&] { return instrWhere(s, phase, i, in); };
-  auto checkSlots = [&](const std::vector<int> &v,
-                        const char *what) -> llvm::Error {
-    for (int x : v)
-      if (x < 0 || x >= nslots)
-        return invalid(llvm::formatv("{0}: {1} slot {2} out of range (the "
-                                     "stage has {3} slots)",
-                                     where(), what, x, nslots));
-    return llvm::Error::success();
-  };
-  if (llvm::Error e = checkSlots(in.inputs, "input"))
-    return e;
-  if (llvm::Error e = checkSlots(in.outputs, "output"))
-    return e;
-  auto checkPeer = [&]() -> llvm::Error {
-    if (in.peer < 0 || in.peer >= int(plan.stages.size()) ||
-        in.peer == s.index)
-      return invalid(llvm::formatv("{0}: bad peer stage {1}", where(),
-                                   in.peer));
-    return llvm::Error::success();
-  };
-  switch (in.kind) {
-  case InstrKind::Kernel: {
-    if (size_t(in.op) >= ir::allOps().size())
-      return invalid(where() + ": unknown op");
-    const ir::OpInfo &info = ir::opInfo(in.op);
-    int n = int(in.inputs.size()), r = int(in.outputs.size());
-    if (n < info.minOperands || (info.maxOperands >= 0 && n > info.maxOperands))
-      return invalid(llvm::formatv("{0}: {1} has {2} inputs", where(),
-                                   info.name, n));
-    if (r < info.minResults || (info.maxResults >= 0 && r > info.maxResults))
-      return invalid(llvm::formatv("{0}: {1} has {2} outputs", where(),
-                                   info.name, r));
-    if (llvm::Error e = checkDeclaredAttributes(info, in.attrs))
-      return invalid(where() + ": " + std::string(info.name) + ": " +
-                     llvm::toString(std::move(e)));
-    return llvm::Error::success();
-  }
-  case InstrKind::Send:
-    if (in.inputs.size() != 1 || !in.outputs.empty())
-      return invalid(where() + ": a send takes one input and no outputs");
-    return checkPeer();
-  case InstrKind::Recv:
-    if (!in.inputs.empty() || in.outputs.size() != 1)
-      return invalid(where() + ": a recv takes no inputs and one output");
-    return checkPeer();
-  }
-  return invalid(where() + ": unknown instruction kind");
-}
-
-llvm::Error verifyUpdates(const StagePlan &s, const char *what,
-                          const std::vector<StateUpdate> &updates) {
-  int nslots = int(s.slots.size());
-  for (const StateUpdate &u : updates) {
-    if (u.state < 0 || u.state >= nslots || u.value < 0 || u.value >= nslots)
-      return invalid(llvm::formatv("stage {0}: {1} update {2} <- {3} out of "
-                                   "range",
-                                   s.index, what, u.state, u.value));
-    const Slot &st = s.slots[u.state], &v = s.slots[u.value];
-    if (st.kind != SlotKind::State)
-      return invalid(llvm::formatv("stage {0}: {1} update of slot '{2}', "
-                                   "which is not state",
-                                   s.index, what, st.name));
-    if (st.bytes != v.bytes)
-      return invalid(llvm::formatv("stage {0}: {1} update of slot '{2}' "
-                                   "({3} bytes) from '{4}' ({5} bytes)",
-                                   s.index, what, st.name, st.bytes, v.name,
-                                   v.bytes));
-  }
-  return llvm::Error::success();
-}
-
-// verifyPlan with the blob sizes given separately (the reader checks a
-// header before, or without, loading the blobs).
-llvm::Error verifyPlanWith(const Plan &plan,
-                           llvm::ArrayRef<uint64_t> blobSizes) {
-  if (plan.microbatches < 1)
-    return invalid(llvm::formatv("{0} microbatches", plan.microbatches));
-  for (const PlanInput &in : plan.inputs)
-    if (!validDType(in.dtype) || !denseBytes(in.dtype, in.shape))
-      return invalid("input '" + in.name + "' has a bad type");
-  int nstages = int(plan.stages.size());
-  for (int si = 0; si < nstages; ++si) {
-    const StagePlan &s = plan.stages[si];
-    if (s.index != si)
-      return invalid(llvm::formatv("stage {0} says it is stage {1}", si,
-                                   s.index));
-    if (s.frameBytes < 0 || s.stepFrameBytes < 0)
-      return invalid(llvm::formatv("stage {0}: negative frame size", si));
-    int nslots = int(s.slots.size());
-    for (int i = 0; i < nslots; ++i) {
-      const Slot &sl = s.slots[i];
-      auto bad = [&](const llvm::Twine &msg) {
-        return invalid(llvm::formatv("stage {0} slot {1} '{2}': ", si, i,
-                                     sl.name) +
-                       msg);
-      };
-      if (!validDType(sl.dtype) || uint8_t(sl.kind) > uint8_t(SlotKind::Accum))
-        return bad("bad dtype or kind");
-      std::optional<int64_t> bytes = denseBytes(sl.dtype, sl.shape);
-      if (!bytes || *bytes != sl.bytes)
-        return bad(llvm::formatv("{0} bytes for {1}", sl.bytes,
-                                 typeText(sl.dtype, sl.shape)));
-      if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp) {
-        int64_t frame = sl.kind == SlotKind::MicroTemp ? s.frameBytes
-                                                       : s.stepFrameBytes;
-        if (sl.offset < 0 || sl.offset > frame - sl.bytes)
-          return bad(llvm::formatv("offset {0} + {1} bytes is outside its "
-                                   "frame ({2} bytes)",
-                                   sl.offset, sl.bytes, frame));
-      }
-      if (sl.blob != -1) {
-        if (sl.kind != SlotKind::State && sl.kind != SlotKind::Const)
-          return bad("only state and const slots have blobs");
-        if (sl.blob < 0 || size_t(sl.blob) >= blobSizes.size())
-          return bad(llvm::formatv("blob {0} out of range ({1} blobs)",
-                                   sl.blob, blobSizes.size()));
-        if (blobSizes[sl.blob] != uint64_t(sl.bytes))
-          return bad(llvm::formatv("its blob {0} has {1} bytes, not {2}",
-                                   sl.blob, blobSizes[sl.blob], sl.bytes));
-      }
-      if (sl.accum != -1) {
-        if (sl.kind != SlotKind::MicroTemp)
-          return bad("only micro slots have accumulators");
-        if (sl.accum < 0 || sl.accum >= nslots ||
-            s.slots[sl.accum].kind != SlotKind::Accum ||
-            s.slots[sl.accum].bytes != sl.bytes)
-          return bad(llvm::formatv("bad accumulator slot {0}", sl.accum));
-      }
-    }
-    for (int p = 0; p < kNumPhases; ++p)
-      for (size_t i = 0; i < s.programs[p].size(); ++i)
-        if (llvm::Error e = verifyInstr(plan, s, p, i, s.programs[p][i]))
-          return e;
-    if (llvm::Error e = verifyUpdates(s, "forward", s.fwdUpdates))
-      return e;
-    if (llvm::Error e = verifyUpdates(s, "step", s.stepUpdates))
-      return e;
-    for (const Action &a : s.actions) {
-      if (uint8_t(a.kind) > uint8_t(ActionKind::Step))
-        return invalid(llvm::formatv("stage {0}: bad action kind", si));
-      bool ok = a.kind == ActionKind::Step
-                    ? a.microbatch == -1
-                    : a.microbatch >= 0 && a.microbatch < plan.microbatches;
-      if (!ok)
-        return invalid(llvm::formatv("stage {0}: action {1} of microbatch {2}",
-                                     si, actionKindName(a.kind),
-                                     a.microbatch));
-    }
-    if (s.lossSlot < -1 || s.lossSlot >= nslots)
-      return invalid(llvm::formatv("stage {0}: loss slot {1} out of range", si,
-                                   s.lossSlot));
-  }
-  return llvm::Error::success();
-}
-
-} // namespace
-
-llvm::Error verifyPlan(const Plan &plan) {
-  std::vector<uint64_t> sizes;
-  for (const Blob &b : plan.blobs)
-    sizes.push_back(b.bytes.size());
-  return verifyPlanWith(plan, sizes);
-}
 
 //===----------------------------------------------------------------------===//
 // Plan -> header
@@ -435,7 +225,8 @@ llvm::Expected<ir::Attribute> fromProto(const pb::Attr &p,
   case pb::ATTR_STRING:
     return ir::Attribute(p.s());
   case pb::ATTR_INTS:
-    return ir::Attribute(std::vector<int64_t>(p.ints().begin(), p.ints().end()));
+    return ir::Attribute(
+        std::vector<int64_t>(p.ints().begin(), p.ints().end()));
   case pb::ATTR_FLOATS:
     return ir::Attribute(
         std::vector<float>(p.floats().begin(), p.floats().end()));
@@ -461,8 +252,7 @@ llvm::Expected<ir::Attribute> fromProto(const pb::Attr &p,
   }
 }
 
-llvm::Error fromProto(const pb::Instr &p, const std::string &where,
-                      Instr &in) {
+llvm::Error fromProto(const pb::Instr &p, const std::string &where, Instr &in) {
   if (!pb::InstrKind_IsValid(p.kind()))
     return invalid(where + ": unknown instruction kind");
   in.kind = InstrKind(p.kind());
@@ -493,8 +283,8 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
   for (const pb::Slot &ps : p.slots()) {
     Slot sl;
     sl.name = ps.name();
-    std::string what = llvm::formatv("stage {0} slot {1} '{2}'", si,
-                                     s.slots.size(), sl.name);
+    std::string what =
+        llvm::formatv("stage {0} slot {1} '{2}'", si, s.slots.size(), sl.name);
     if (!pb::SlotKind_IsValid(ps.kind()))
       return invalid(what + " has an unknown kind");
     sl.kind = SlotKind(ps.kind());
@@ -515,9 +305,9 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
                                  p.programs_size(), kNumPhases));
   for (int ph = 0; ph < kNumPhases; ++ph)
     for (const pb::Instr &pi : p.programs(ph).instrs()) {
-      std::string where = llvm::formatv("stage {0} {1} instr {2}", si,
-                                        phaseName(Phase(ph)),
-                                        s.programs[ph].size());
+      std::string where =
+          llvm::formatv("stage {0} {1} instr {2}", si, phaseName(Phase(ph)),
+                        s.programs[ph].size());
       Instr in;
       if (llvm::Error e = fromProto(pi, where, in))
         return e;
@@ -555,7 +345,8 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   for (const pb::Input &pi : h.inputs()) {
     PlanInput in;
     in.name = pi.name();
-    llvm::Expected<ir::DType> dtype = dtypeFrom(pi.dtype(), "input '" + in.name + "'");
+    llvm::Expected<ir::DType> dtype =
+        dtypeFrom(pi.dtype(), "input '" + in.name + "'");
     if (!dtype)
       return dtype.takeError();
     in.dtype = *dtype;
@@ -656,8 +447,8 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
         for (const auto &[name, a] : in.attrs)
           if (a.kind() == ir::AttrKind::Tensor && !a.getTensor()->isLoaded())
             if (llvm::Error e = a.getTensor()->load())
-              return fail(path + ": cannot write: " +
-                          llvm::toString(std::move(e)));
+              return fail(path +
+                          ": cannot write: " + llvm::toString(std::move(e)));
   pb::Header header = toProto(plan);
 
   // Place the blobs after the header. Offsets are fixed64 and never 0, so
@@ -775,7 +566,7 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
   std::vector<uint64_t> sizes;
   for (const pb::BlobRef &r : header.blobs())
     sizes.push_back(r.size());
-  if (llvm::Error e = verifyPlanWith(plan, sizes))
+  if (llvm::Error e = verifyPlan(plan, sizes))
     return atPath(path, std::move(e));
 
   // What a blob is called in errors: its first slot.
@@ -798,8 +589,7 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
     if (r.offset() > fileSize || r.size() > fileSize - r.offset())
       return error(llvm::formatv("truncated: {0} ends at byte {1}; the file "
                                  "has {2} bytes",
-                                 blobName(b), r.offset() + r.size(),
-                                 fileSize));
+                                 blobName(b), r.offset() + r.size(), fileSize));
   }
 
   std::vector<bool> wanted(plan.blobs.size(), !onlyStage);
@@ -826,174 +616,6 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
       return error(blobName(int(b)) + " is corrupt: checksum mismatch");
   }
   return std::move(plan);
-}
-
-//===----------------------------------------------------------------------===//
-// printPlan
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-std::string quoted(llvm::StringRef s) { return ir::quoteString(s); }
-std::string number(double v) { return ir::formatDouble(v); }
-
-std::string attrText(const ir::Attribute &a) {
-  auto list = [](const auto &vals, auto fmt) {
-    std::string s = "[";
-    for (size_t i = 0; i < vals.size(); ++i)
-      s += (i ? ", " : "") + fmt(vals[i]);
-    return s + "]";
-  };
-  auto floatText = [](float f) { return ir::formatFloat(f); };
-  switch (a.kind()) {
-  case ir::AttrKind::Int:
-    return std::to_string(a.getInt());
-  case ir::AttrKind::Float:
-    return floatText(a.getFloat());
-  case ir::AttrKind::String:
-    return quoted(a.getString());
-  case ir::AttrKind::Ints:
-    return list(a.getInts(), [](int64_t v) { return std::to_string(v); });
-  case ir::AttrKind::Floats:
-    return list(a.getFloats(), floatText);
-  case ir::AttrKind::Strings:
-    return list(a.getStrings(), quoted);
-  case ir::AttrKind::Tensor: {
-    const ir::TensorData &t = *a.getTensor();
-    std::string s = t.type().str();
-    int64_t n = t.type().numElements();
-    if (!t.isLoaded() || n > 8)
-      return s + " <" + std::to_string(t.type().byteSize()) + " bytes>";
-    s += " [";
-    for (int64_t i = 0; i < n; ++i)
-      s += (i ? ", " : "") + (ir::isFloat(t.type().dtype)
-                                  ? number(t.getDouble(i))
-                                  : std::to_string(t.getInt(i)));
-    return s + "]";
-  }
-  }
-  return "?";
-}
-
-std::string slotList(const std::vector<int> &slots) {
-  std::string s;
-  for (size_t i = 0; i < slots.size(); ++i)
-    s += (i ? ", %" : "%") + std::to_string(slots[i]);
-  return s;
-}
-
-void printInstr(const Instr &in, llvm::raw_ostream &os) {
-  os << "    ";
-  switch (in.kind) {
-  case InstrKind::Send:
-    os << "send " << slotList(in.inputs) << " -> stage " << in.peer << " tag "
-       << in.tag;
-    break;
-  case InstrKind::Recv:
-    os << slotList(in.outputs) << " = recv <- stage " << in.peer << " tag "
-       << in.tag;
-    break;
-  case InstrKind::Kernel: {
-    if (!in.outputs.empty())
-      os << slotList(in.outputs) << " = ";
-    os << ir::opInfo(in.op).name << "(" << slotList(in.inputs) << ")";
-    if (!in.attrs.empty()) {
-      os << " {";
-      bool first = true;
-      for (const auto &[name, a] : in.attrs) {
-        os << (first ? "" : ", ") << name << " = " << attrText(a);
-        first = false;
-      }
-      os << "}";
-    }
-    if (in.seedSalt)
-      os << " seed " << in.seedSalt;
-    break;
-  }
-  }
-  if (!in.loc.empty())
-    os << " @" << quoted(in.loc);
-  os << "\n";
-}
-
-void printUpdates(const char *what, const std::vector<StateUpdate> &updates,
-                  llvm::raw_ostream &os) {
-  if (updates.empty())
-    return;
-  os << "  " << what << ":";
-  for (const StateUpdate &u : updates)
-    os << " %" << u.state << " <- %" << u.value;
-  os << "\n";
-}
-
-std::string ms(double seconds) {
-  return llvm::formatv("{0:F3} ms", seconds * 1e3).str();
-}
-
-} // namespace
-
-void printPlan(const Plan &plan, llvm::raw_ostream &os) {
-  uint64_t blobBytes = 0;
-  for (const Blob &b : plan.blobs)
-    blobBytes += b.bytes.size();
-  os << "plan " << quoted(plan.modelName) << " (format version "
-     << plan.version << ")\n";
-  if (!plan.sourceModel.empty())
-    os << "  source " << quoted(plan.sourceModel) << "\n";
-  os << "  schedule " << plan.schedule << ", " << plan.stages.size()
-     << " stages, " << plan.microbatches << " microbatches\n";
-  for (const PlanInput &in : plan.inputs)
-    os << "  input " << quoted(in.name) << " : "
-       << typeText(in.dtype, in.shape) << "\n";
-  os << "  optimizer " << (plan.optimizer.empty() ? "none" : plan.optimizer)
-     << ", lr " << number(plan.lr) << "\n";
-  os << "  blobs " << plan.blobs.size() << " (" << blobBytes
-     << " bytes loaded)\n";
-  if (plan.predictedStepTime > 0)
-    os << "  predicted step time " << ms(plan.predictedStepTime) << "\n";
-
-  for (const StagePlan &s : plan.stages) {
-    os << "\nstage " << s.index << "\n";
-    os << "  slots:\n";
-    for (size_t i = 0; i < s.slots.size(); ++i) {
-      const Slot &sl = s.slots[i];
-      os << "    %" << i << " " << slotKindName(sl.kind) << " "
-         << quoted(sl.name) << " " << typeText(sl.dtype, sl.shape) << " "
-         << sl.bytes << " B";
-      if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp)
-        os << " @" << sl.offset;
-      if (sl.blob >= 0)
-        os << " blob " << sl.blob;
-      if (sl.accum >= 0)
-        os << " accum %" << sl.accum;
-      if (sl.trainable)
-        os << " trainable";
-      os << "\n";
-    }
-    os << "  frame " << s.frameBytes << " B, step frame " << s.stepFrameBytes
-       << " B\n";
-    if (s.lossSlot >= 0)
-      os << "  loss %" << s.lossSlot << "\n";
-    for (int p = 0; p < kNumPhases; ++p) {
-      size_t n = s.programs[p].size();
-      os << "  program " << phaseName(Phase(p)) << " (" << n
-         << (n == 1 ? " instr)\n" : " instrs)\n");
-      for (const Instr &in : s.programs[p])
-        printInstr(in, os);
-    }
-    printUpdates("forward updates", s.fwdUpdates, os);
-    printUpdates("step updates", s.stepUpdates, os);
-    os << "  actions:";
-    for (const Action &a : s.actions) {
-      os << " " << actionKindName(a.kind);
-      if (a.kind != ActionKind::Step)
-        os << a.microbatch;
-    }
-    os << "\n";
-    os << "  predicted: F " << ms(s.predictedF) << ", B " << ms(s.predictedB)
-       << ", W " << ms(s.predictedW) << ", peak " << s.predictedPeakBytes
-       << " B\n";
-  }
 }
 
 } // namespace cleave::runtime

@@ -14,6 +14,7 @@
 
 #include "runtime/Plan.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -28,8 +29,13 @@ inline constexpr uint32_t kPlanFileVersion = 1;
 // Checks a Plan's internal consistency: indices in range, op names and
 // attributes valid for their ops, slot sizes matching dtype and shape, frame
 // offsets inside their frames, blob sizes matching their slots. The error
-// says "invalid plan: ..." and names the stage, slot or instruction.
+// says "invalid plan: ..." and names the stage, slot or instruction
+// (PlanVerifier.cpp).
 llvm::Error verifyPlan(const Plan &plan);
+// The same, with blob sizes given separately (the reader checks a header
+// before, or without, loading the blobs): blobSizes[i] stands for
+// plan.blobs[i].bytes.size().
+llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes);
 
 // Writes `plan` to `path` atomically: to `path.tmp-<pid>` first, then a
 // rename. On failure no file is left at either name. Blob checksums are
@@ -41,7 +47,8 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path);
 llvm::Expected<Plan> readPlanFile(const std::string &path,
                                   std::optional<int> onlyStage = std::nullopt);
 
-// A readable, deterministic text form (cleave-run --print-plan).
+// A readable, deterministic text form (cleave-run --print-plan);
+// PlanPrinter.cpp.
 void printPlan(const Plan &plan, llvm::raw_ostream &os);
 
 } // namespace cleave::runtime

@@ -11,6 +11,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
@@ -41,6 +42,10 @@ data:
                          samples in order, wrapping around. Without --data:
                          deterministic synthetic data (floats in [-1, 1],
                          integer inputs in the range the model indexes)
+  --data=text:FILE       byte-level language modelling on a text file: a
+                         model with two integer inputs [B, T] gets windows
+                         of T bytes as tokens and the same windows shifted
+                         by one byte as targets
   --seed=N               seed of the synthetic data and of dropout (default 0)
 
 training:
@@ -94,9 +99,53 @@ llvm::Error badData(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
+// Byte-level language-model data from a text file: the model's two
+// integer inputs [B, T] (tokens, then targets) get windows of T bytes and
+// the same windows one byte later.
+static llvm::Expected<std::map<std::string, std::shared_ptr<ir::TensorData>>>
+textArrays(const runtime::Plan &plan, const std::string &file) {
+  const auto &in = plan.inputs;
+  bool ok = in.size() == 2 && in[0].shape.size() == 2 &&
+            in[0].shape == in[1].shape;
+  for (const runtime::PlanInput &i : in)
+    ok = ok && (i.dtype == ir::DType::I64 || i.dtype == ir::DType::I32);
+  if (!ok)
+    return badData("--data text:FILE needs a model with two integer inputs "
+                   "[B, T] (tokens and next-token targets)");
+  if (in[0].indexLimit > 0 && in[0].indexLimit < 256)
+    return badData("--data text:FILE feeds bytes (0..255) but '" +
+                   in[0].name + "' indexes a table of " +
+                   std::to_string(in[0].indexLimit) + " entries");
+  auto buf = llvm::MemoryBuffer::getFile(file);
+  if (!buf)
+    return badData(file + ": " + buf.getError().message());
+  llvm::StringRef text = (*buf)->getBuffer();
+  int64_t t = in[0].shape[1];
+  int64_t windows = text.size() > 1 ? int64_t(text.size() - 1) / t : 0;
+  if (windows < in[0].shape[0])
+    return badData(file + ": " + std::to_string(text.size()) +
+                   " bytes is too short for one microbatch of " +
+                   std::to_string(in[0].shape[0]) + " windows of " +
+                   std::to_string(t) + " bytes");
+  std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<int64_t> values(size_t(windows * t));
+    for (int64_t i = 0; i < windows * t; ++i)
+      values[size_t(i)] = uint8_t(text[size_t(i + k)]);
+    arrays[in[k].name] =
+        ir::TensorData::fromInts(in[k].dtype, {windows, t}, values);
+  }
+  return arrays;
+}
+
 llvm::Error DataSource::load(const std::string &path) {
   std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
-  if (llvm::StringRef(path).endswith(".npz")) {
+  if (llvm::StringRef(path).startswith("text:")) {
+    auto a = textArrays(plan_, path.substr(5));
+    if (!a)
+      return a.takeError();
+    arrays = std::move(*a);
+  } else if (llvm::StringRef(path).endswith(".npz")) {
     auto a = frontend::readNpzFile(path);
     if (!a)
       return a.takeError();
@@ -427,7 +476,10 @@ int main(int argc, char **argv) {
   }
 
   if (auto out = flags.get("save")) {
-    auto model = frontend::importOnnxFile(plan.sourceModel, {});
+    frontend::ImportOptions importOpts;
+    if (!plan.inputs.empty() && !plan.inputs[0].shape.empty())
+      importOpts.microbatchSize = plan.inputs[0].shape[0];
+    auto model = frontend::importOnnxFile(plan.sourceModel, importOpts);
     if (!model)
       return fail(kTool,
                   "--save needs the model the plan was compiled from (" +

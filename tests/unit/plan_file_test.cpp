@@ -117,8 +117,9 @@ Plan makePlan(int64_t bigElems = 300000) {
   gemm.attrs.emplace("tags", std::vector<std::string>{"a", "b"});
   gemm.attrs.emplace("value",
                      ir::TensorData::fromDoubles(ir::DType::F32, {2}, {1, 2}));
-  gemm.attrs.emplace("table", ir::TensorData::fromInts(ir::DType::I64, {3, 4},
-                                                       std::vector<int64_t>(12, 7)));
+  gemm.attrs.emplace("table",
+                     ir::TensorData::fromInts(ir::DType::I64, {3, 4},
+                                              std::vector<int64_t>(12, 7)));
   s0.programs[int(Phase::F)] = {gemm, send(3, 1, 7)};
   s0.programs[int(Phase::B)] = {recv(8, 1, 8)};
   s0.programs[int(Phase::W)] = {kernel(ir::OpKind::MatMul, {0, 8}, {4})};
@@ -126,8 +127,8 @@ Plan makePlan(int64_t bigElems = 300000) {
   update.seedSalt = 42;
   s0.programs[int(Phase::Step)] = {update};
   s0.stepUpdates = {{1, 6}};
-  s0.actions = {{ActionKind::F, 0}, {ActionKind::F, 1}, {ActionKind::B, 0},
-                {ActionKind::W, 0}, {ActionKind::B, 1}, {ActionKind::W, 1},
+  s0.actions = {{ActionKind::F, 0},    {ActionKind::F, 1}, {ActionKind::B, 0},
+                {ActionKind::W, 0},    {ActionKind::B, 1}, {ActionKind::W, 1},
                 {ActionKind::Step, -1}};
   s0.predictedF = 0.001;
   s0.predictedB = 0.002;
@@ -171,12 +172,24 @@ void expectAttrEq(const ir::Attribute &a, const ir::Attribute &b,
   SCOPED_TRACE("attribute " + name);
   ASSERT_EQ(a.kind(), b.kind());
   switch (a.kind()) {
-  case ir::AttrKind::Int: EXPECT_EQ(a.getInt(), b.getInt()); break;
-  case ir::AttrKind::Float: EXPECT_EQ(a.getFloat(), b.getFloat()); break;
-  case ir::AttrKind::String: EXPECT_EQ(a.getString(), b.getString()); break;
-  case ir::AttrKind::Ints: EXPECT_EQ(a.getInts(), b.getInts()); break;
-  case ir::AttrKind::Floats: EXPECT_EQ(a.getFloats(), b.getFloats()); break;
-  case ir::AttrKind::Strings: EXPECT_EQ(a.getStrings(), b.getStrings()); break;
+  case ir::AttrKind::Int:
+    EXPECT_EQ(a.getInt(), b.getInt());
+    break;
+  case ir::AttrKind::Float:
+    EXPECT_EQ(a.getFloat(), b.getFloat());
+    break;
+  case ir::AttrKind::String:
+    EXPECT_EQ(a.getString(), b.getString());
+    break;
+  case ir::AttrKind::Ints:
+    EXPECT_EQ(a.getInts(), b.getInts());
+    break;
+  case ir::AttrKind::Floats:
+    EXPECT_EQ(a.getFloats(), b.getFloats());
+    break;
+  case ir::AttrKind::Strings:
+    EXPECT_EQ(a.getStrings(), b.getStrings());
+    break;
   case ir::AttrKind::Tensor:
     EXPECT_EQ(a.getTensor()->type(), b.getTensor()->type());
     EXPECT_EQ(a.getTensor()->bytes().vec(), b.getTensor()->bytes().vec());
@@ -332,8 +345,8 @@ TEST(PlanFile, LayoutIsAlignedAndDeterministic) {
   // The first blob starts at the first 64-byte boundary after the header,
   // and its bytes are there verbatim.
   uint64_t first = (23 + headerLength(a) + 63) / 64 * 64;
-  EXPECT_EQ(a.substr(first, 64),
-            std::string(plan.blobs[0].bytes.begin(), plan.blobs[0].bytes.end()));
+  EXPECT_EQ(a.substr(first, 64), std::string(plan.blobs[0].bytes.begin(),
+                                             plan.blobs[0].bytes.end()));
   // The big blob is stored whole, outside the header.
   EXPECT_LT(headerLength(a), 4096u);
   EXPECT_GT(a.size(), plan.blobs[2].bytes.size());
@@ -372,8 +385,7 @@ TEST(PlanFile, OnlyStageLoadsThatStagesBlobs) {
     EXPECT_EQ(s0->blobs[b].bytes, plan.blobs[b].bytes) << "blob " << b;
   EXPECT_TRUE(s0->blobs[3].bytes.empty());
 
-  EXPECT_EQ(readError(path, 2),
-            path + ": no stage 2 (the plan has 2 stages)");
+  EXPECT_EQ(readError(path, 2), path + ": no stage 2 (the plan has 2 stages)");
 }
 
 TEST(PlanFile, WrongMagic) {
@@ -619,8 +631,9 @@ TEST(PlanFile, PrintPlan) {
            "  forward updates: %5 <- %6\n",
            "  actions: F0 BW0 F1 BW1 STEP\n",
        })
-    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line
-                                                  << "in:\n" << text;
+    EXPECT_NE(text.find(line), std::string::npos)
+        << "missing: " << line << "in:\n"
+        << text;
 }
 
 TEST(PlanFile, PrintAfterRoundTripIsTheSame) {

@@ -1,0 +1,236 @@
+// verifyPlan: the checks a Plan must pass before it is written, and again
+// when it is read back (runtime/PlanFile.h). They are what the executor
+// relies on without checking: indices in range, sizes that agree, frame
+// offsets inside their frames, kernels with the operands and attributes
+// their ops declare. Errors say "invalid plan: ..." and name the stage, slot
+// or instruction.
+#include "runtime/PlanFile.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace cleave::runtime {
+
+namespace {
+
+llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+llvm::Error invalid(const llvm::Twine &msg) {
+  return fail("invalid plan: " + msg);
+}
+
+// Byte size of a dense tensor, or nullopt for a negative dimension or an
+// overflow.
+std::optional<int64_t> denseBytes(ir::DType dtype,
+                                  llvm::ArrayRef<int64_t> shape) {
+  int64_t n = int64_t(ir::dtypeSize(dtype));
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return std::nullopt;
+  return n;
+}
+
+std::string typeText(ir::DType dtype, llvm::ArrayRef<int64_t> shape) {
+  return ir::TensorType(dtype, ir::Shape(shape.begin(), shape.end())).str();
+}
+
+bool validDType(ir::DType t) { return size_t(t) <= size_t(ir::DType::Bool); }
+
+std::string instrWhere(const StagePlan &s, int phase, size_t i,
+                       const Instr &in) {
+  std::string w = llvm::formatv("stage {0} {1} instr {2}", s.index,
+                                phaseName(Phase(phase)), i)
+                      .str();
+  if (!in.loc.empty())
+    w += " (" + in.loc + ")";
+  return w;
+}
+
+// Attributes an op declares must have the declared kind, and required ones
+// must be present; kernels read only declared attributes, so others are
+// carried along unchecked.
+llvm::Error checkDeclaredAttributes(const ir::OpInfo &info,
+                                    const ir::AttrMap &attrs) {
+  for (const ir::AttrSpec &spec : info.attrs) {
+    auto it = attrs.find(spec.name);
+    if (it == attrs.end()) {
+      if (spec.required())
+        return fail("missing required attribute '" + spec.name + "'");
+      continue;
+    }
+    if (it->second.kind() != spec.kind)
+      return fail(llvm::formatv("attribute '{0}' must be of kind {1}, not {2}",
+                                spec.name, ir::attrKindName(spec.kind),
+                                ir::attrKindName(it->second.kind()))
+                      .str());
+  }
+  for (const auto &[name, a] : attrs)
+    if (a.kind() == ir::AttrKind::Tensor && !a.getTensor())
+      return fail("attribute '" + name + "' has no tensor");
+  return llvm::Error::success();
+}
+
+llvm::Error verifyInstr(const Plan &plan, const StagePlan &s, int phase,
+                        size_t i, const Instr &in) {
+  int nslots = int(s.slots.size());
+  auto where = [&] { return instrWhere(s, phase, i, in); };
+  auto checkSlots = [&](const std::vector<int> &v,
+                        const char *what) -> llvm::Error {
+    for (int x : v)
+      if (x < 0 || x >= nslots)
+        return invalid(llvm::formatv("{0}: {1} slot {2} out of range (the "
+                                     "stage has {3} slots)",
+                                     where(), what, x, nslots));
+    return llvm::Error::success();
+  };
+  if (llvm::Error e = checkSlots(in.inputs, "input"))
+    return e;
+  if (llvm::Error e = checkSlots(in.outputs, "output"))
+    return e;
+  auto checkPeer = [&]() -> llvm::Error {
+    if (in.peer < 0 || in.peer >= int(plan.stages.size()) || in.peer == s.index)
+      return invalid(
+          llvm::formatv("{0}: bad peer stage {1}", where(), in.peer));
+    return llvm::Error::success();
+  };
+  switch (in.kind) {
+  case InstrKind::Kernel: {
+    if (size_t(in.op) >= ir::allOps().size())
+      return invalid(where() + ": unknown op");
+    const ir::OpInfo &info = ir::opInfo(in.op);
+    int n = int(in.inputs.size()), r = int(in.outputs.size());
+    if (n < info.minOperands || (info.maxOperands >= 0 && n > info.maxOperands))
+      return invalid(
+          llvm::formatv("{0}: {1} has {2} inputs", where(), info.name, n));
+    if (r < info.minResults || (info.maxResults >= 0 && r > info.maxResults))
+      return invalid(
+          llvm::formatv("{0}: {1} has {2} outputs", where(), info.name, r));
+    if (llvm::Error e = checkDeclaredAttributes(info, in.attrs))
+      return invalid(where() + ": " + std::string(info.name) + ": " +
+                     llvm::toString(std::move(e)));
+    return llvm::Error::success();
+  }
+  case InstrKind::Send:
+    if (in.inputs.size() != 1 || !in.outputs.empty())
+      return invalid(where() + ": a send takes one input and no outputs");
+    return checkPeer();
+  case InstrKind::Recv:
+    if (!in.inputs.empty() || in.outputs.size() != 1)
+      return invalid(where() + ": a recv takes no inputs and one output");
+    return checkPeer();
+  }
+  return invalid(where() + ": unknown instruction kind");
+}
+
+llvm::Error verifyUpdates(const StagePlan &s, const char *what,
+                          const std::vector<StateUpdate> &updates) {
+  int nslots = int(s.slots.size());
+  for (const StateUpdate &u : updates) {
+    if (u.state < 0 || u.state >= nslots || u.value < 0 || u.value >= nslots)
+      return invalid(llvm::formatv("stage {0}: {1} update {2} <- {3} out of "
+                                   "range",
+                                   s.index, what, u.state, u.value));
+    const Slot &st = s.slots[u.state], &v = s.slots[u.value];
+    if (st.kind != SlotKind::State)
+      return invalid(llvm::formatv("stage {0}: {1} update of slot '{2}', "
+                                   "which is not state",
+                                   s.index, what, st.name));
+    if (st.bytes != v.bytes)
+      return invalid(llvm::formatv("stage {0}: {1} update of slot '{2}' "
+                                   "({3} bytes) from '{4}' ({5} bytes)",
+                                   s.index, what, st.name, st.bytes, v.name,
+                                   v.bytes));
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
+  if (plan.microbatches < 1)
+    return invalid(llvm::formatv("{0} microbatches", plan.microbatches));
+  for (const PlanInput &in : plan.inputs)
+    if (!validDType(in.dtype) || !denseBytes(in.dtype, in.shape))
+      return invalid("input '" + in.name + "' has a bad type");
+  int nstages = int(plan.stages.size());
+  for (int si = 0; si < nstages; ++si) {
+    const StagePlan &s = plan.stages[si];
+    if (s.index != si)
+      return invalid(
+          llvm::formatv("stage {0} says it is stage {1}", si, s.index));
+    if (s.frameBytes < 0 || s.stepFrameBytes < 0)
+      return invalid(llvm::formatv("stage {0}: negative frame size", si));
+    int nslots = int(s.slots.size());
+    for (int i = 0; i < nslots; ++i) {
+      const Slot &sl = s.slots[i];
+      auto bad = [&](const llvm::Twine &msg) {
+        return invalid(
+            llvm::formatv("stage {0} slot {1} '{2}': ", si, i, sl.name) + msg);
+      };
+      if (!validDType(sl.dtype) || uint8_t(sl.kind) > uint8_t(SlotKind::Accum))
+        return bad("bad dtype or kind");
+      std::optional<int64_t> bytes = denseBytes(sl.dtype, sl.shape);
+      if (!bytes || *bytes != sl.bytes)
+        return bad(llvm::formatv("{0} bytes for {1}", sl.bytes,
+                                 typeText(sl.dtype, sl.shape)));
+      if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp) {
+        int64_t frame =
+            sl.kind == SlotKind::MicroTemp ? s.frameBytes : s.stepFrameBytes;
+        if (sl.offset < 0 || sl.offset > frame - sl.bytes)
+          return bad(llvm::formatv("offset {0} + {1} bytes is outside its "
+                                   "frame ({2} bytes)",
+                                   sl.offset, sl.bytes, frame));
+      }
+      if (sl.blob != -1) {
+        if (sl.kind != SlotKind::State && sl.kind != SlotKind::Const)
+          return bad("only state and const slots have blobs");
+        if (sl.blob < 0 || size_t(sl.blob) >= blobSizes.size())
+          return bad(llvm::formatv("blob {0} out of range ({1} blobs)", sl.blob,
+                                   blobSizes.size()));
+        if (blobSizes[sl.blob] != uint64_t(sl.bytes))
+          return bad(llvm::formatv("its blob {0} has {1} bytes, not {2}",
+                                   sl.blob, blobSizes[sl.blob], sl.bytes));
+      }
+      if (sl.accum != -1) {
+        if (sl.kind != SlotKind::MicroTemp)
+          return bad("only micro slots have accumulators");
+        if (sl.accum < 0 || sl.accum >= nslots ||
+            s.slots[sl.accum].kind != SlotKind::Accum ||
+            s.slots[sl.accum].bytes != sl.bytes)
+          return bad(llvm::formatv("bad accumulator slot {0}", sl.accum));
+      }
+    }
+    for (int p = 0; p < kNumPhases; ++p)
+      for (size_t i = 0; i < s.programs[p].size(); ++i)
+        if (llvm::Error e = verifyInstr(plan, s, p, i, s.programs[p][i]))
+          return e;
+    if (llvm::Error e = verifyUpdates(s, "forward", s.fwdUpdates))
+      return e;
+    if (llvm::Error e = verifyUpdates(s, "step", s.stepUpdates))
+      return e;
+    for (const Action &a : s.actions) {
+      if (uint8_t(a.kind) > uint8_t(ActionKind::Step))
+        return invalid(llvm::formatv("stage {0}: bad action kind", si));
+      bool ok = a.kind == ActionKind::Step
+                    ? a.microbatch == -1
+                    : a.microbatch >= 0 && a.microbatch < plan.microbatches;
+      if (!ok)
+        return invalid(llvm::formatv("stage {0}: action {1} of microbatch {2}",
+                                     si, actionKindName(a.kind), a.microbatch));
+    }
+    if (s.lossSlot < -1 || s.lossSlot >= nslots)
+      return invalid(llvm::formatv("stage {0}: loss slot {1} out of range", si,
+                                   s.lossSlot));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error verifyPlan(const Plan &plan) {
+  std::vector<uint64_t> sizes;
+  for (const Blob &b : plan.blobs)
+    sizes.push_back(b.bytes.size());
+  return verifyPlan(plan, sizes);
+}
+
+} // namespace cleave::runtime
