@@ -271,6 +271,29 @@ int64_t indexLimit(const Value *input) {
   return limit;
 }
 
+// The stage's memory under its action list: persistent slots, the step
+// frame, and one frame per microbatch from its F to its last action.
+int64_t plannedPeakBytes(const runtime::StagePlan &sp) {
+  int64_t persistent = sp.stepFrameBytes;
+  for (const Slot &sl : sp.slots)
+    if (sl.kind == SlotKind::State || sl.kind == SlotKind::Const ||
+        sl.kind == SlotKind::Accum)
+      persistent += sl.bytes;
+  std::map<int, size_t> last;
+  for (size_t i = 0; i < sp.actions.size(); ++i)
+    if (sp.actions[i].microbatch >= 0)
+      last[sp.actions[i].microbatch] = i;
+  int live = 0, most = 0;
+  for (size_t i = 0; i < sp.actions.size(); ++i) {
+    const runtime::Action &a = sp.actions[i];
+    if (a.kind == runtime::ActionKind::F)
+      most = std::max(most, ++live);
+    if (a.microbatch >= 0 && last[a.microbatch] == i)
+      --live;
+  }
+  return persistent + int64_t(most) * sp.frameBytes;
+}
+
 } // namespace
 
 llvm::Expected<runtime::Plan>
@@ -330,8 +353,8 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
       sp->predictedF = r.f;
       sp->predictedB = r.b;
       sp->predictedW = r.w;
-      sp->predictedPeakBytes = r.peakBytes;
     }
+    sp->predictedPeakBytes = plannedPeakBytes(*sp);
     plan.stages.push_back(std::move(*sp));
   }
   return plan;

@@ -24,6 +24,10 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+double clockSeconds(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
@@ -489,7 +493,11 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
     auto t0 = Clock::now();
     llvm::Error e =
         comm_.recv(in.peer, in.tag, microbatch, p, size_t(sl.bytes));
-    stats_.recvWaitSeconds += secondsSince(t0);
+    double waited = secondsSince(t0);
+    stats_.recvWaitSeconds += waited;
+    if (waited > 1e-6)
+      stats_.spans.push_back({"RECV", microbatch, clockSeconds(t0),
+                              clockSeconds(t0) + waited});
     if (e)
       return wrap(std::move(e), where());
     if (!hostMemory_)
@@ -624,6 +632,7 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
   losses_.clear();
   stats_.busySeconds.fill(0);
   stats_.recvWaitSeconds = 0;
+  stats_.spans.clear();
 
   const auto &acts = stage_.actions;
   for (size_t i = 0; i < acts.size(); ++i) {
@@ -674,7 +683,11 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
       }
       return llvm::Error::success();
     }();
-    stats_.busySeconds[size_t(a.kind)] += secondsSince(ta);
+    double took = secondsSince(ta);
+    stats_.busySeconds[size_t(a.kind)] += took;
+    stats_.spans.push_back(
+        {actionKindName(a.kind), a.microbatch, clockSeconds(ta),
+         clockSeconds(ta) + took});
     if (e)
       return wrap(std::move(e), describeAction(a));
   }

@@ -73,6 +73,15 @@ struct StageStats {
   std::array<double, 5> busySeconds{};
   double recvWaitSeconds = 0; // of those, blocked in Comm::recv
   double stepSeconds = 0;     // the whole last runStep
+  // What ran in the last runStep, in seconds of the steady clock (comparable
+  // across stages of one process): each action, and each wait in a recv
+  // longer than a microsecond (name "RECV", microbatch of the message).
+  struct Span {
+    std::string name; // F, B, W, BW, STEP or RECV
+    int microbatch = -1;
+    double start = 0, end = 0;
+  };
+  std::vector<Span> spans;
 };
 
 // Per-instruction time with profiling on, summed over calls.

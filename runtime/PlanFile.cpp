@@ -178,6 +178,7 @@ pb::Header toProto(const Plan &plan) {
     pi->set_name(in.name);
     pi->set_dtype(std::string(ir::dtypeName(in.dtype)));
     pi->mutable_shape()->Add(in.shape.begin(), in.shape.end());
+    pi->set_index_limit(in.indexLimit);
   }
   h.set_optimizer(plan.optimizer);
   h.set_lr(plan.lr);
@@ -351,6 +352,7 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
       return dtype.takeError();
     in.dtype = *dtype;
     in.shape.assign(pi.shape().begin(), pi.shape().end());
+    in.indexLimit = pi.index_limit();
     plan.inputs.push_back(std::move(in));
   }
   plan.optimizer = h.optimizer();

@@ -126,6 +126,8 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
      << " stages, " << plan.microbatches << " microbatches\n";
   for (const PlanInput &in : plan.inputs)
     os << "  input " << quoted(in.name) << " : " << typeText(in.dtype, in.shape)
+       << (in.indexLimit > 0 ? " (values below " + std::to_string(in.indexLimit) + ")"
+                             : std::string())
        << "\n";
   os << "  optimizer " << (plan.optimizer.empty() ? "none" : plan.optimizer)
      << ", lr " << number(plan.lr) << "\n";

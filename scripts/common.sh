@@ -4,9 +4,11 @@
 
 CLEAVE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Packages the build needs.
+# Packages the build needs (Open MPI: cleave-run under mpirun, one stage
+# per process; the build works without it).
 CLEAVE_BUILD_PACKAGES="g++ cmake ninja-build llvm-14-dev libgtest-dev
-  libonnx-dev libprotobuf-dev protobuf-compiler libopenblas-dev"
+  libonnx-dev libprotobuf-dev protobuf-compiler libopenblas-dev
+  libopenmpi-dev openmpi-bin"
 # Packages the tests need on top: lit and FileCheck, the ONNX backend test
 # data, and a Python for lit.
 CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3"

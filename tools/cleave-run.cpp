@@ -1,10 +1,15 @@
 // cleave-run: trains a compiled Plan (runtime/Plan.h) on the CPU, one
-// thread per pipeline stage in one process. Data comes from .npy files in a
-// folder, an .npz archive, or a deterministic synthetic stream.
+// thread per pipeline stage in one process, or, started by mpirun, one
+// process per stage (runtime/MpiComm.h; the functions under "MPI" below).
+// Data comes from .npy files in a folder, an .npz archive, or a
+// deterministic synthetic stream.
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
 #include "frontend/TrainedModel.h"
 #include "runtime/Executor.h"
+#ifdef CLEAVE_HAVE_MPI
+#include "runtime/MpiComm.h"
+#endif
 #include "runtime/PlanFile.h"
 #include "tools/ToolSupport.h"
 
@@ -19,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -55,12 +61,26 @@ training:
                          at least 1)
 
 output:
+  --checkpoint-dir=DIR   write DIR/checkpoint.bin (every parameter, buffer and
+                         optimizer state, atomically) every --checkpoint-every
+                         steps (default: only after the last step)
+  --checkpoint-every=K   steps between checkpoints
+  --resume=DIR           continue from DIR/checkpoint.bin: --steps counts the
+                         steps in all, so a resumed run ends where an
+                         uninterrupted one would, with the same bits
   --save=FILE.onnx       the source model with the trained parameters
+  --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
+                         last step: one track per stage, its F, B, W and STEP
+                         actions and its waits for messages (RECV)
   --profile=FILE.json    measured per-op times of the last step, in the format
                          `cleavec --cost-model profile:FILE` reads
   --print-plan           print the plan as text and exit
   --quiet                no per-step lines, only the summary
   --help                 show this help
+
+MPI: `mpirun -np P cleave-run PLAN.cplan ...` runs one stage per process (P
+must be the plan's stage count), each loading only its own stage; rank 0
+prints the same lines as the threaded run and writes --save and --profile.
 
 exit status: 0 success, 1 bad input (plan, data) or a failed step, 2 bad usage.
 )";
@@ -276,10 +296,510 @@ runtime::DataFn DataSource::forStep(int64_t step) {
   };
 }
 
+// Checkpoints: every State slot of every stage (parameters, buffers,
+// optimizer state) after a step, in one file DIR/checkpoint.bin written
+// atomically (a temp file, then rename):
+//   "CLEAVECKPT1\n", u64 step count, u64 entry count, then per entry:
+//   u32 stage, u32 name length, name, u64 byte count, u64 FNV-1a, bytes.
+const char kCheckpointMagic[] = "CLEAVECKPT1\n";
+
+llvm::Error writeCheckpoint(
+    const std::string &dir, int64_t stepsDone,
+    const std::vector<std::unique_ptr<runtime::StageExecutor>> &execs,
+    const runtime::Plan &plan) {
+  std::string blob(kCheckpointMagic);
+  auto put = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i)
+      blob.push_back(char((v >> (8 * i)) & 0xff));
+  };
+  std::vector<std::pair<int, const runtime::Slot *>> slots;
+  for (const runtime::StagePlan &sp : plan.stages)
+    for (const runtime::Slot &sl : sp.slots)
+      if (sl.kind == runtime::SlotKind::State)
+        slots.push_back({sp.index, &sl});
+  put(uint64_t(stepsDone), 8);
+  put(slots.size(), 8);
+  for (const auto &[stage, sl] : slots) {
+    auto bytes = execs[stage]->readSlot(sl->name);
+    if (!bytes)
+      return bytes.takeError();
+    put(uint32_t(stage), 4);
+    put(sl->name.size(), 4);
+    blob += sl->name;
+    put(bytes->size(), 8);
+    put(runtime::fnv1a64(bytes->data(), bytes->size()), 8);
+    blob.append(reinterpret_cast<const char *>(bytes->data()), bytes->size());
+  }
+  if (auto ec = llvm::sys::fs::create_directories(dir))
+    return badData(dir + ": " + ec.message());
+  return tools::writeOutput(dir + "/checkpoint.bin", blob);
+}
+
+// Loads a checkpoint into the executors; returns the steps it had done.
+llvm::Expected<int64_t> readCheckpoint(
+    const std::string &dir,
+    std::vector<std::unique_ptr<runtime::StageExecutor>> &execs) {
+  std::string path = dir + "/checkpoint.bin";
+  auto buf = llvm::MemoryBuffer::getFile(path);
+  if (!buf)
+    return badData(path + ": " + buf.getError().message());
+  llvm::StringRef data = (*buf)->getBuffer();
+  size_t pos = 0;
+  bool truncated = false;
+  auto get = [&](int bytes) -> uint64_t {
+    if (pos + size_t(bytes) > data.size()) {
+      truncated = true;
+      return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i)
+      v |= uint64_t(uint8_t(data[pos + size_t(i)])) << (8 * i);
+    pos += size_t(bytes);
+    return v;
+  };
+  if (!data.startswith(kCheckpointMagic))
+    return badData(path + ": not a cleave checkpoint");
+  pos = sizeof(kCheckpointMagic) - 1;
+  int64_t stepsDone = int64_t(get(8));
+  uint64_t entries = get(8);
+  for (uint64_t k = 0; k < entries && !truncated; ++k) {
+    uint32_t stage = uint32_t(get(4));
+    uint32_t nameLen = uint32_t(get(4));
+    if (truncated || pos + nameLen > data.size())
+      break;
+    std::string name = data.substr(pos, nameLen).str();
+    pos += nameLen;
+    uint64_t size = get(8), sum = get(8);
+    if (truncated || size > data.size() - pos) {
+      truncated = true;
+      break;
+    }
+    std::vector<uint8_t> bytes(data.bytes_begin() + pos,
+                               data.bytes_begin() + pos + size);
+    pos += size;
+    if (runtime::fnv1a64(bytes.data(), bytes.size()) != sum)
+      return badData(path + ": '" + name + "' is corrupt (checksum mismatch)");
+    if (stage >= execs.size() || execs[stage]->findSlot(name) < 0)
+      return badData(path + ": '" + name + "' on stage " +
+                     std::to_string(stage) +
+                     " is not in this plan (a checkpoint of another plan?)");
+    if (auto e = execs[stage]->writeSlot(name, bytes))
+      return badData(path + ": " + llvm::toString(std::move(e)) +
+                     " (a checkpoint of another plan?)");
+  }
+  if (truncated)
+    return badData(path + ": truncated");
+  return stepsDone;
+}
+
 std::string formatSeconds(double s) {
   int64_t t = int64_t(std::lround(s));
   return llvm::formatv("{0}:{1:2}", t / 60, t % 60).str();
 }
+
+// --profile's entries for one stage's measured instructions, appended to
+// `ops`: per-microbatch seconds, except the optimizer step's.
+void appendProfileOps(const runtime::Plan &plan,
+                      const runtime::ProfileMap &profile,
+                      llvm::json::Array &ops) {
+  for (const auto &[key, prof] : profile) {
+    if (key.first.empty())
+      continue;
+    bool step = key.second == runtime::Phase::Step;
+    const char *phase = key.second == runtime::Phase::F   ? "fwd"
+                        : key.second == runtime::Phase::B ? "B"
+                        : key.second == runtime::Phase::W ? "W"
+                                                          : "opt";
+    double per = step ? prof.seconds : prof.seconds / double(plan.microbatches);
+    ops.push_back(llvm::json::Object{
+        {"loc", key.first}, {"phase", phase}, {"time", per}});
+  }
+}
+
+// Writes the --profile file (the format `cleavec --cost-model profile:FILE`
+// reads) from its entries.
+llvm::Error writeProfile(const std::string &path, llvm::json::Array ops) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}\n",
+                      llvm::json::Value(llvm::json::Object{
+                          {"time_unit", "s"}, {"ops", std::move(ops)}}));
+  os.flush();
+  return tools::writeOutput(path, text);
+}
+
+// Whether mpirun (Open MPI, MPICH, or any PMIx launcher) started us.
+bool launchedByMpirun() {
+  for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var))
+      return true;
+  return false;
+}
+
+//===-- MPI: one stage per process ----------------------------------------===//
+#ifdef CLEAVE_HAVE_MPI
+
+// What cleave-run's main parsed, for the MPI driver.
+struct RunOptions {
+  std::string planPath;
+  int64_t steps = 10, seed = 0, threads = 0;
+  std::optional<float> lr;
+};
+
+// An error on this rank alone while the others may be waiting for it: print
+// it, then end the whole job (MPI_Abort).
+[[noreturn]] void mpiFailHere(runtime::MpiComm &comm, const std::string &msg) {
+  llvm::outs().flush();
+  fail(kTool, msg, tools::kBadInput);
+  llvm::errs().flush();
+  comm.abort(msg);
+  std::abort(); // not reached: MPI_Abort ends the process
+}
+
+// Every rank calls it with its outcome (`error` empty when it succeeded):
+// when a rank failed, the lowest failing rank prints its error, once even
+// when every rank failed alike, and every rank gets `code` (0 when all
+// succeeded), so they all exit together without MPI_Abort.
+int mpiAgree(runtime::MpiComm &comm, const std::optional<std::string> &error,
+             int code) {
+  auto all = comm.allGather({error ? 1.0 : 0.0});
+  if (!all)
+    mpiFailHere(comm, llvm::toString(all.takeError()));
+  for (int r = 0; r < comm.size(); ++r)
+    if ((*all)[size_t(r)] != 0) {
+      if (r == comm.rank())
+        fail(kTool, *error, code);
+      return code;
+    }
+  return tools::kOk;
+}
+
+std::optional<std::string> errorText(llvm::Error e) {
+  if (!e)
+    return std::nullopt;
+  return llvm::toString(std::move(e));
+}
+
+// (name, bytes) pairs in one byte string, for gatherToRoot.
+void putBytes(std::vector<uint8_t> &out, const void *data, uint64_t n) {
+  const uint8_t *len = reinterpret_cast<const uint8_t *>(&n);
+  out.insert(out.end(), len, len + sizeof(n));
+  const uint8_t *p = static_cast<const uint8_t *>(data);
+  out.insert(out.end(), p, p + n);
+}
+std::map<std::string, std::vector<uint8_t>>
+takeNamedBytes(const std::vector<uint8_t> &in) {
+  std::map<std::string, std::vector<uint8_t>> out;
+  size_t pos = 0;
+  auto get = [&]() {
+    uint64_t n = 0;
+    std::memcpy(&n, in.data() + pos, sizeof(n));
+    pos += sizeof(n);
+    std::vector<uint8_t> v(in.begin() + long(pos), in.begin() + long(pos + n));
+    pos += n;
+    return v;
+  };
+  while (pos < in.size()) {
+    std::vector<uint8_t> name = get();
+    out[std::string(name.begin(), name.end())] = get();
+  }
+  return out;
+}
+
+// --save under MPI: every rank sends the trained values it holds to rank 0,
+// which picks each value from the lowest stage holding it (as the threaded
+// run does) and writes the model.
+int mpiSave(runtime::MpiComm &comm, const runtime::Plan &plan,
+            runtime::StageExecutor &ex, const std::string &out) {
+  frontend::ImportOptions importOpts;
+  if (!plan.inputs.empty() && !plan.inputs[0].shape.empty())
+    importOpts.microbatchSize = plan.inputs[0].shape[0];
+  auto model = frontend::importOnnxFile(plan.sourceModel, importOpts);
+  std::optional<std::string> err;
+  if (!model)
+    err = "--save needs the model the plan was compiled from (" +
+          plan.sourceModel + "): " + llvm::toString(model.takeError());
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  std::vector<uint8_t> mine;
+  for (const ir::Value *v : (*model)->declared()) {
+    if (v->kind() == ir::ValueKind::Const || ex.findSlot(v->name()) < 0)
+      continue;
+    auto bytes = ex.readSlot(v->name());
+    if (!bytes) {
+      err = llvm::toString(bytes.takeError());
+      break;
+    }
+    putBytes(mine, v->name().data(), v->name().size());
+    putBytes(mine, bytes->data(), bytes->size());
+  }
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  auto all = comm.gatherToRoot(mine);
+  if (!all)
+    mpiFailHere(comm, llvm::toString(all.takeError()));
+  size_t saved = 0;
+  if (comm.rank() == 0) {
+    std::vector<std::map<std::string, std::vector<uint8_t>>> byRank;
+    for (const std::vector<uint8_t> &b : *all)
+      byRank.push_back(takeNamedBytes(b));
+    std::map<std::string, std::shared_ptr<ir::TensorData>> values;
+    for (const ir::Value *v : (*model)->declared()) {
+      if (v->kind() == ir::ValueKind::Const || values.count(v->name()))
+        continue;
+      for (auto &m : byRank) {
+        auto it = m.find(v->name());
+        if (it == m.end())
+          continue;
+        values[v->name()] = std::make_shared<ir::TensorData>(v->type(),
+                                                             it->second);
+        break;
+      }
+    }
+    saved = values.size();
+    err = errorText(frontend::writeTrainedOnnx(plan.sourceModel, values, out));
+  }
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  if (comm.rank() == 0)
+    llvm::outs() << "wrote " << out << " (" << saved << " trained tensors)\n";
+  return tools::kOk;
+}
+
+// --profile under MPI: each rank's entries, concatenated in stage order on
+// rank 0, which writes the file.
+int mpiProfile(runtime::MpiComm &comm, const runtime::Plan &plan,
+               runtime::StageExecutor &ex, const std::string &path) {
+  llvm::json::Array ops;
+  appendProfileOps(plan, ex.profile(), ops);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(ops));
+  os.flush();
+  auto all = comm.gatherToRoot(std::vector<uint8_t>(text.begin(), text.end()));
+  if (!all)
+    mpiFailHere(comm, llvm::toString(all.takeError()));
+  std::optional<std::string> err;
+  if (comm.rank() == 0) {
+    llvm::json::Array merged;
+    for (const std::vector<uint8_t> &b : *all) {
+      auto v = llvm::json::parse(llvm::StringRef(
+          reinterpret_cast<const char *>(b.data()), b.size()));
+      if (!v) {
+        err = "--profile: " + llvm::toString(v.takeError());
+        break;
+      }
+      if (llvm::json::Array *a = v->getAsArray())
+        for (llvm::json::Value &op : *a)
+          merged.push_back(std::move(op));
+    }
+    if (!err)
+      err = errorText(writeProfile(path, std::move(merged)));
+  }
+  return mpiAgree(comm, err, tools::kBadInput);
+}
+
+// Training under mpirun: rank r runs stage r on this thread; rank 0 prints
+// what the threaded run prints.
+int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
+                char **&argv) {
+  auto commOr = runtime::initMpi(argc, argv);
+  if (!commOr)
+    return fail(kTool, llvm::toString(commOr.takeError()), tools::kBadInput);
+  std::unique_ptr<runtime::MpiComm> commPtr = std::move(*commOr);
+  runtime::MpiComm &comm = *commPtr;
+  int rank = comm.rank(), world = comm.size();
+  // The threaded run's flags that have no MPI version yet.
+  for (const char *f : {"resume", "checkpoint-dir", "checkpoint-every", "trace"})
+    if (flags.has(f))
+      return mpiAgree(comm,
+                      "--" + std::string(f) +
+                          " is not supported under mpirun yet; use it with "
+                          "the threaded run (without mpirun)",
+                      tools::kUsage);
+
+  if (flags.has("print-plan")) {
+    std::optional<std::string> err;
+    if (rank == 0) {
+      auto plan = runtime::readPlanFile(opt.planPath);
+      if (plan)
+        runtime::printPlan(*plan, llvm::outs());
+      else
+        err = llvm::toString(plan.takeError());
+    }
+    return mpiAgree(comm, err, tools::kBadInput);
+  }
+
+  // Each rank loads only its own stage. The stage count decides first: a
+  // rank past the plan's last stage fails to load, but the mismatch is the
+  // error to report.
+  auto planOr = runtime::readPlanFile(opt.planPath, rank);
+  std::optional<std::string> err;
+  double stages = 0;
+  if (planOr)
+    stages = double(planOr->stages.size());
+  else
+    err = llvm::toString(planOr.takeError());
+  auto loaded = comm.allGather({stages});
+  if (!loaded)
+    mpiFailHere(comm, llvm::toString(loaded.takeError()));
+  for (int r = 0; r < world; ++r) {
+    double s = (*loaded)[size_t(r)];
+    if (s > 0 && s != world) {
+      if (r == rank)
+        fail(kTool,
+             llvm::formatv("the plan has {0} stages but mpirun started {1} "
+                           "processes: use mpirun -np {0}",
+                           int64_t(s), world)
+                 .str(),
+             tools::kBadInput);
+      return tools::kBadInput;
+    }
+    if (s > 0)
+      break; // the first rank that loaded agrees with the world size
+  }
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  runtime::Plan &plan = *planOr;
+  int p = int(plan.stages.size());
+  comm.setMicrobatches(plan.microbatches);
+
+  DataSource data(plan, uint64_t(opt.seed));
+  if (auto d = flags.get("data"))
+    err = errorText(data.load(*d));
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+
+  int64_t threads = opt.threads;
+  if (threads == 0)
+    threads = std::max<int64_t>(
+        1, int64_t(std::thread::hardware_concurrency()) / std::max(p, 1));
+  std::unique_ptr<runtime::Backend> backend =
+      runtime::createCpuBackend(int(threads));
+  auto exOr = runtime::StageExecutor::create(plan, rank, *backend, comm);
+  if (!exOr)
+    err = "stage " + std::to_string(rank) + ": " +
+          llvm::toString(exOr.takeError());
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  runtime::StageExecutor &ex = **exOr;
+  if (opt.lr && ex.findSlot("optimizer.lr") >= 0) {
+    std::vector<uint8_t> bytes(sizeof(float));
+    std::memcpy(bytes.data(), &*opt.lr, sizeof(float));
+    err = errorText(ex.writeSlot("optimizer.lr", bytes));
+  }
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  bool profiling = flags.has("profile");
+
+  int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
+                       ? 1
+                       : plan.inputs[0].shape[0];
+  int64_t samplesPerStep = mbRows * plan.microbatches;
+  bool quiet = flags.has("quiet");
+  int64_t steps = opt.steps;
+  if (rank == 0) {
+    llvm::outs() << llvm::formatv(
+        "training {0}: {1} stage(s), schedule {2}, {3} microbatches of {4} "
+        "samples per step, {5} step(s), data: {6}\n",
+        plan.modelName, p, plan.schedule, plan.microbatches, mbRows, steps,
+        data.synthetic() ? std::string("synthetic")
+                         : *flags.get("data") + " (" +
+                               std::to_string(data.samples()) + " samples)");
+    llvm::outs().flush();
+  }
+  auto start = std::chrono::steady_clock::now();
+  double firstLoss = NAN, lastLoss = NAN, stepSum = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    if (profiling && step + 1 == steps)
+      ex.setProfiling(true);
+    if (auto e = ex.runStep(step, data.forStep(step)))
+      mpiFailHere(comm, "step " + std::to_string(step + 1) + ": stage " +
+                            std::to_string(rank) + ": " +
+                            llvm::toString(std::move(e)));
+    // The loss lives on one stage; every rank learns it (and the slowest
+    // stage's time), so all of them stop together on a non-finite loss.
+    auto all = comm.allGather({ex.hasLoss() ? 1.0 : 0.0,
+                               ex.hasLoss() ? ex.lastLoss() : 0.0,
+                               ex.stats().stepSeconds});
+    if (!all)
+      mpiFailHere(comm, llvm::toString(all.takeError()));
+    double stepTime = 0;
+    for (int r = 0; r < world; ++r) {
+      if ((*all)[size_t(3 * r)] != 0)
+        lastLoss = (*all)[size_t(3 * r + 1)];
+      stepTime = std::max(stepTime, (*all)[size_t(3 * r + 2)]);
+    }
+    if (step == 0)
+      firstLoss = lastLoss;
+    if (!std::isfinite(lastLoss)) {
+      if (rank == 0)
+        fail(kTool,
+             "step " + std::to_string(step + 1) +
+                 ": the loss is not finite (" + std::to_string(lastLoss) +
+                 "); try a smaller --lr",
+             tools::kBadInput);
+      return tools::kBadInput;
+    }
+    double elapsed = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    stepSum += stepTime;
+    if (!quiet && rank == 0) {
+      double rate = double(samplesPerStep * (step + 1)) / elapsed;
+      double eta = elapsed / double(step + 1) * double(steps - step - 1);
+      llvm::outs() << llvm::formatv(
+          "step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}\n", step + 1,
+          steps, lastLoss, rate, formatSeconds(eta));
+      llvm::outs().flush();
+    }
+  }
+  double total = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+
+  // Per-stage figures of the last step, gathered for rank 0's table.
+  const runtime::StageStats &st = ex.stats();
+  double busy = 0;
+  for (double b : st.busySeconds)
+    busy += b;
+  busy -= st.recvWaitSeconds;
+  auto figures =
+      comm.allGather({busy, double(st.peakBytes), st.stepSeconds});
+  if (!figures)
+    mpiFailHere(comm, llvm::toString(figures.takeError()));
+  if (rank == 0) {
+    llvm::outs() << llvm::formatv(
+        "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n", steps, total,
+        firstLoss, lastLoss);
+    // As the threaded run: busy time of the last step, the mean step time.
+    double measuredStep = stepSum / double(std::max<int64_t>(steps, 1));
+    llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
+                    "step ms (measured / predicted)\n";
+    for (int s = 0; s < p; ++s) {
+      double b = (*figures)[size_t(3 * s)];
+      double stageStep = (*figures)[size_t(3 * s + 2)];
+      double busyPct = stageStep > 0 ? 100 * b / stageStep : 0;
+      llvm::outs() << llvm::formatv(
+          "{0,-5}  {1,6:F1}  {2,8:F1}  {3,14} / {4,-14}  {5,8:F3} / {6:F3}\n",
+          s, busyPct, 100 - busyPct, int64_t((*figures)[size_t(3 * s + 1)]),
+          plan.stages[s].predictedPeakBytes, 1e3 * measuredStep,
+          1e3 * plan.predictedStepTime);
+    }
+    llvm::outs().flush();
+  }
+
+  if (auto path = flags.get("profile"))
+    if (int rc = mpiProfile(comm, plan, ex, *path))
+      return rc;
+  if (auto out = flags.get("save"))
+    if (int rc = mpiSave(comm, plan, ex, *out))
+      return rc;
+  llvm::outs().flush();
+  return tools::kOk;
+}
+
+#endif // CLEAVE_HAVE_MPI
 
 } // namespace
 
@@ -292,6 +812,10 @@ int main(int argc, char **argv) {
                       {"threads", true, false},
                       {"save", true, false},
                       {"profile", true, false},
+                      {"trace", true, false},
+                      {"checkpoint-dir", true, false},
+                      {"checkpoint-every", true, false},
+                      {"resume", true, false},
                       {"print-plan", false, false},
                       {"quiet", false, false}});
   if (auto e = flags.parse(argc, argv))
@@ -329,6 +853,18 @@ int main(int argc, char **argv) {
   }
 
   const std::string &planPath = flags.positional()[0];
+  if (launchedByMpirun()) {
+#ifdef CLEAVE_HAVE_MPI
+    return runUnderMpi(flags, RunOptions{planPath, steps, seed, threads, lr},
+                       argc, argv);
+#else
+    return fail(kTool,
+                "this cleave-run was built without MPI (install "
+                "libopenmpi-dev and rebuild); run it without mpirun to train "
+                "with one thread per stage",
+                tools::kUsage);
+#endif
+  }
   auto planOr = runtime::readPlanFile(planPath);
   if (!planOr)
     return fail(kTool, llvm::toString(planOr.takeError()), tools::kBadInput);
@@ -387,7 +923,30 @@ int main(int argc, char **argv) {
   llvm::outs().flush();
   auto start = std::chrono::steady_clock::now();
   double firstLoss = NAN, lastLoss = NAN, stepSum = 0;
-  for (int64_t step = 0; step < steps; ++step) {
+  int64_t firstStep = 0;
+  if (auto dir = flags.get("resume")) {
+    auto done = readCheckpoint(*dir, execs);
+    if (!done)
+      return fail(kTool, llvm::toString(done.takeError()), tools::kBadInput);
+    firstStep = *done;
+    llvm::outs() << "resumed from " << *dir << " after step " << firstStep
+                 << "\n";
+  }
+  std::optional<std::string> checkpointDir = flags.get("checkpoint-dir");
+  int64_t checkpointEvery = 0;
+  if (auto k = flags.get("checkpoint-every")) {
+    auto n = tools::parseCount("checkpoint-every", *k);
+    if (!n || *n == 0)
+      return fail(kTool,
+                  n ? "--checkpoint-every needs a positive step count"
+                    : llvm::toString(n.takeError()),
+                  tools::kUsage);
+    if (!checkpointDir)
+      return fail(kTool, "--checkpoint-every goes with --checkpoint-dir",
+                  tools::kUsage);
+    checkpointEvery = *n;
+  }
+  for (int64_t step = firstStep; step < steps; ++step) {
     if (profiling && step + 1 == steps)
       for (auto &ex : execs)
         ex->setProfiling(true);
@@ -398,7 +957,7 @@ int main(int argc, char **argv) {
     for (auto &ex : execs)
       if (ex->hasLoss())
         lastLoss = ex->lastLoss();
-    if (step == 0)
+    if (step == firstStep)
       firstLoss = lastLoss;
     if (!std::isfinite(lastLoss))
       return fail(kTool,
@@ -413,9 +972,15 @@ int main(int argc, char **argv) {
     for (auto &ex : execs)
       stepTime = std::max(stepTime, ex->stats().stepSeconds);
     stepSum += stepTime;
+    if (checkpointDir &&
+        ((checkpointEvery && (step + 1) % checkpointEvery == 0) ||
+         step + 1 == steps))
+      if (auto e = writeCheckpoint(*checkpointDir, step + 1, execs, plan))
+        return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
     if (!quiet) {
-      double rate = double(samplesPerStep * (step + 1)) / elapsed;
-      double eta = elapsed / double(step + 1) * double(steps - step - 1);
+      int64_t done = step + 1 - firstStep;
+      double rate = double(samplesPerStep * done) / elapsed;
+      double eta = elapsed / double(done) * double(steps - step - 1);
       llvm::outs() << llvm::formatv(
           "step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}\n", step + 1,
           steps, lastLoss, rate, formatSeconds(eta));
@@ -426,13 +991,13 @@ int main(int argc, char **argv) {
                      std::chrono::steady_clock::now() - start)
                      .count();
   llvm::outs() << llvm::formatv(
-      "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n", steps, total,
+      "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n",
+      steps - firstStep, total,
       firstLoss, lastLoss);
 
-  // Per-stage figures of the last step.
-  double measuredStep = 0;
-  for (auto &ex : execs)
-    measuredStep = std::max(measuredStep, ex->stats().stepSeconds);
+  // Per-stage figures: busy time of the last step, the mean step time.
+  double measuredStep =
+      stepSum / double(std::max<int64_t>(steps - firstStep, 1));
   llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
                   "step ms (measured / predicted)\n";
   for (int s = 0; s < p; ++s) {
@@ -441,7 +1006,7 @@ int main(int argc, char **argv) {
     for (double b : st.busySeconds)
       busy += b;
     busy -= st.recvWaitSeconds;
-    double busyPct = measuredStep > 0 ? 100 * busy / measuredStep : 0;
+    double busyPct = st.stepSeconds > 0 ? 100 * busy / st.stepSeconds : 0;
     llvm::outs() << llvm::formatv(
         "{0,-5}  {1,6:F1}  {2,8:F1}  {3,14} / {4,-14}  {5,8:F3} / {6:F3}\n", s,
         busyPct, 100 - busyPct, st.peakBytes,
@@ -452,24 +1017,38 @@ int main(int argc, char **argv) {
   if (auto path = flags.get("profile")) {
     llvm::json::Array ops;
     for (auto &ex : execs)
-      for (const auto &[key, prof] : ex->profile()) {
-        if (key.first.empty())
-          continue;
-        bool step = key.second == runtime::Phase::Step;
-        const char *phase = key.second == runtime::Phase::F   ? "fwd"
-                            : key.second == runtime::Phase::B ? "B"
-                            : key.second == runtime::Phase::W ? "W"
-                                                              : "opt";
-        double per = step ? prof.seconds
-                          : prof.seconds / double(plan.microbatches);
-        ops.push_back(llvm::json::Object{
-            {"loc", key.first}, {"phase", phase}, {"time", per}});
+      appendProfileOps(plan, ex->profile(), ops);
+    if (auto e = writeProfile(*path, std::move(ops)))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  }
+
+  if (auto path = flags.get("trace")) {
+    double t0 = INFINITY;
+    for (auto &ex : execs)
+      for (const auto &span : ex->stats().spans)
+        t0 = std::min(t0, span.start);
+    llvm::json::Array events;
+    for (auto &ex : execs) {
+      events.push_back(llvm::json::Object{
+          {"name", "thread_name"}, {"ph", "M"}, {"pid", 0},
+          {"tid", ex->stage()},
+          {"args", llvm::json::Object{
+                       {"name", "stage " + std::to_string(ex->stage())}}}});
+      for (const auto &span : ex->stats().spans) {
+        std::string name = span.name;
+        if (span.microbatch >= 0)
+          name += std::to_string(span.microbatch);
+        events.push_back(llvm::json::Object{
+            {"name", name}, {"cat", span.name}, {"ph", "X"}, {"pid", 0},
+            {"tid", ex->stage()}, {"ts", 1e6 * (span.start - t0)},
+            {"dur", 1e6 * (span.end - span.start)}});
       }
+    }
     std::string text;
     llvm::raw_string_ostream os(text);
-    os << llvm::formatv(
-        "{0:2}\n", llvm::json::Value(llvm::json::Object{
-                       {"time_unit", "s"}, {"ops", std::move(ops)}}));
+    os << llvm::formatv("{0:2}\n", llvm::json::Value(llvm::json::Object{
+                                       {"traceEvents", std::move(events)},
+                                       {"displayTimeUnit", "ms"}}));
     os.flush();
     if (auto e = tools::writeOutput(*path, text))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);

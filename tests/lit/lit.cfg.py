@@ -27,6 +27,7 @@ config.substitutions.append(("%python", config.python_executable))
 # in order, so the longer name goes first.
 tool_subs = [
     ("cleave-partition", os.path.join(config.cleave_tools_dir, "cleave-partition")),
+    ("cleave-run", os.path.join(config.cleave_tools_dir, "cleave-run")),
     ("cleave-opt", os.path.join(config.cleave_tools_dir, "cleave-opt")),
     ("cleavec", os.path.join(config.cleave_tools_dir, "cleavec")),
     ("FileCheck", config.filecheck),
@@ -43,3 +44,10 @@ for name, path in tool_subs:
 
 # Give the tools a predictable environment.
 config.environment["LC_ALL"] = "C"
+
+# mpirun on PATH: the MPI tests (REQUIRES: mpi) run cleave-run one stage per
+# process. They pass --allow-run-as-root (Open MPI refuses root otherwise)
+# and --oversubscribe (more ranks than cores) themselves.
+import shutil
+if shutil.which("mpirun"):
+    config.available_features.add("mpi")

@@ -1,0 +1,276 @@
+// The MPI Comm (runtime/MpiComm.h): non-blocking sends of private copies,
+// receives by polling a matched probe (MPI_Improbe) so a wrong-sized message
+// is reported with both sizes and a timeout can interrupt the wait, and the
+// few collectives cleave-run needs to report one pipeline from rank 0.
+#include "runtime/MpiComm.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+// The C API only (no MPI C++ bindings, which need another library).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <list>
+#include <thread>
+
+namespace cleave::runtime {
+namespace {
+
+llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+std::string mpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, size_t(len));
+}
+
+// Large transfers (--save) go in pieces that fit MPI's int counts.
+constexpr size_t kChunk = size_t(1) << 30;
+
+} // namespace
+
+struct MpiComm::Impl {
+  struct PendingSend {
+    std::vector<uint8_t> bytes;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  MPI_Comm pipe = MPI_COMM_NULL;   // pipeline messages
+  MPI_Comm driver = MPI_COMM_NULL; // driver collectives
+  std::list<PendingSend> pending;
+};
+
+MpiComm::MpiComm() : impl_(std::make_unique<Impl>()) {}
+
+MpiComm::~MpiComm() {
+  reapSends(/*wait=*/true);
+  if (impl_->pipe != MPI_COMM_NULL)
+    MPI_Comm_free(&impl_->pipe);
+  if (impl_->driver != MPI_COMM_NULL)
+    MPI_Comm_free(&impl_->driver);
+  MPI_Finalize();
+}
+
+void MpiComm::reapSends(bool wait) {
+  for (auto it = impl_->pending.begin(); it != impl_->pending.end();) {
+    int done = 1;
+    if (wait)
+      MPI_Wait(&it->request, MPI_STATUS_IGNORE);
+    else
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+    it = done ? impl_->pending.erase(it) : std::next(it);
+  }
+}
+
+std::string MpiComm::what(const char *verb, int peer, int64_t tag,
+                          int mb) const {
+  return llvm::formatv("{0} rank {1} on rank {2} (tag {3}, microbatch {4})",
+                       verb, peer, rank_, tag, mb)
+      .str();
+}
+
+llvm::Expected<int> MpiComm::mpiTag(int64_t tag, int microbatch, int peer,
+                                    const char *verb) const {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    return fail(llvm::formatv("{0} rank {1} on rank {2}: no such peer (group "
+                              "of {3})",
+                              verb, peer, rank_, size_));
+  if (microbatch < -1 || microbatch >= microbatches_)
+    return fail(what(verb, peer, tag, microbatch) +
+                llvm::formatv(": the microbatch is outside -1..{0}",
+                              microbatches_ - 1)
+                    .str());
+  int64_t m = int64_t(microbatches_) + 1;
+  if (tag < 0 || tag > (tagUb_ - microbatch - 1) / m)
+    return fail(what(verb, peer, tag, microbatch) +
+                llvm::formatv(": the MPI tag would exceed MPI_TAG_UB ({0})",
+                              tagUb_)
+                    .str());
+  return int(tag * m + microbatch + 1);
+}
+
+llvm::Error MpiComm::send(int peer, int64_t tag, int microbatch,
+                          const void *data, size_t bytes) {
+  if (aborted_)
+    return fail(what("send to", peer, tag, microbatch) + ": aborted");
+  auto t = mpiTag(tag, microbatch, peer, "send to");
+  if (!t)
+    return t.takeError();
+  if (bytes > size_t(INT_MAX))
+    return fail(what("send to", peer, tag, microbatch) +
+                llvm::formatv(": {0} bytes is over MPI's limit of {1} per "
+                              "message",
+                              bytes, INT_MAX)
+                    .str());
+  reapSends(/*wait=*/false);
+  impl_->pending.emplace_back();
+  Impl::PendingSend &p = impl_->pending.back();
+  p.bytes.resize(bytes);
+  if (bytes)
+    std::memcpy(p.bytes.data(), data, bytes);
+  int rc = MPI_Isend(p.bytes.data(), int(bytes), MPI_BYTE, peer, *t,
+                     impl_->pipe, &p.request);
+  if (rc != MPI_SUCCESS) {
+    impl_->pending.pop_back();
+    return fail(what("send to", peer, tag, microbatch) + ": " + mpiError(rc));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error MpiComm::recv(int peer, int64_t tag, int microbatch, void *data,
+                          size_t bytes) {
+  if (aborted_)
+    return fail(what("recv from", peer, tag, microbatch) + ": aborted");
+  auto t = mpiTag(tag, microbatch, peer, "recv from");
+  if (!t)
+    return t.takeError();
+  auto start = std::chrono::steady_clock::now();
+  MPI_Message msg = MPI_MESSAGE_NULL;
+  MPI_Status status;
+  for (int polls = 0;; ++polls) {
+    int found = 0;
+    int rc = MPI_Improbe(peer, *t, impl_->pipe, &found, &msg, &status);
+    if (rc != MPI_SUCCESS)
+      return fail(what("recv from", peer, tag, microbatch) + ": " +
+                  mpiError(rc));
+    if (found)
+      break;
+    reapSends(/*wait=*/false);
+    if (aborted_)
+      return fail(what("recv from", peer, tag, microbatch) + ": aborted");
+    if (timeout_ > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                .count() > timeout_)
+      return fail(what("recv from", peer, tag, microbatch) +
+                  llvm::formatv(": no message after {0} s", timeout_).str());
+    // Spin briefly (the peer is usually close behind), then sleep a little.
+    if (polls > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  if (size_t(count) != bytes) {
+    std::vector<uint8_t> scratch(size_t(std::max(count, 0)));
+    MPI_Mrecv(scratch.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    return fail(what("recv from", peer, tag, microbatch) +
+                llvm::formatv(": the message has {0} bytes, the buffer {1}",
+                              count, bytes)
+                    .str());
+  }
+  int rc = MPI_Mrecv(data, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS)
+    return fail(what("recv from", peer, tag, microbatch) + ": " +
+                mpiError(rc));
+  return llvm::Error::success();
+}
+
+void MpiComm::abort(const std::string &) {
+  aborted_ = true;
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+llvm::Error MpiComm::barrier() {
+  if (aborted_)
+    return fail(llvm::formatv("barrier on rank {0}: aborted", rank_));
+  MPI_Request req;
+  int rc = MPI_Ibarrier(impl_->pipe, &req);
+  if (rc != MPI_SUCCESS)
+    return fail(llvm::formatv("barrier on rank {0}: {1}", rank_, mpiError(rc)));
+  auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done)
+      break;
+    reapSends(/*wait=*/false);
+    if (timeout_ > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                .count() > timeout_)
+      // A barrier cannot be cancelled: the caller is expected to abort.
+      return fail(llvm::formatv("barrier on rank {0}: not all {1} ranks "
+                                "arrived within {2} s",
+                                rank_, size_, timeout_));
+    if (polls > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  reapSends(/*wait=*/false);
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<double>>
+MpiComm::allGather(const std::vector<double> &mine) {
+  std::vector<double> all(mine.size() * size_t(size_));
+  int rc = MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(),
+                         int(mine.size()), MPI_DOUBLE, impl_->driver);
+  if (rc != MPI_SUCCESS)
+    return fail(llvm::formatv("rank {0}: MPI_Allgather: {1}", rank_,
+                              mpiError(rc)));
+  return all;
+}
+
+llvm::Expected<std::vector<std::vector<uint8_t>>>
+MpiComm::gatherToRoot(const std::vector<uint8_t> &mine) {
+  uint64_t n = mine.size();
+  std::vector<uint64_t> sizes(static_cast<size_t>(size_));
+  int rc = MPI_Gather(&n, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, 0,
+                      impl_->driver);
+  if (rc != MPI_SUCCESS)
+    return fail(llvm::formatv("rank {0}: MPI_Gather: {1}", rank_,
+                              mpiError(rc)));
+  std::vector<std::vector<uint8_t>> out;
+  if (rank_ != 0) {
+    for (size_t off = 0; off < mine.size(); off += kChunk) {
+      size_t len = std::min(kChunk, mine.size() - off);
+      rc = MPI_Send(mine.data() + off, int(len), MPI_BYTE, 0, 0,
+                    impl_->driver);
+      if (rc != MPI_SUCCESS)
+        return fail(llvm::formatv("rank {0}: MPI_Send to rank 0: {1}", rank_,
+                                  mpiError(rc)));
+    }
+    return out;
+  }
+  out.resize(size_t(size_));
+  out[0] = mine;
+  for (int r = 1; r < size_; ++r) {
+    out[size_t(r)].resize(sizes[size_t(r)]);
+    for (size_t off = 0; off < out[size_t(r)].size(); off += kChunk) {
+      size_t len = std::min(kChunk, out[size_t(r)].size() - off);
+      rc = MPI_Recv(out[size_t(r)].data() + off, int(len), MPI_BYTE, r, 0,
+                    impl_->driver, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        return fail(llvm::formatv("rank 0: MPI_Recv from rank {0}: {1}", r,
+                                  mpiError(rc)));
+    }
+  }
+  return out;
+}
+
+llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc, char **&argv) {
+  int provided = 0;
+  int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS)
+    return fail("MPI_Init_thread failed: " + mpiError(rc));
+  std::unique_ptr<MpiComm> c(new MpiComm());
+  if (provided < MPI_THREAD_FUNNELED)
+    return fail("this MPI does not support MPI_THREAD_FUNNELED");
+  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
+  int *ub = nullptr, flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  c->tagUb_ = flag && ub ? *ub : 32767; // the standard's guaranteed minimum
+  MPI_Comm_dup(MPI_COMM_WORLD, &c->impl_->pipe);
+  MPI_Comm_dup(MPI_COMM_WORLD, &c->impl_->driver);
+  // Errors come back as return codes, reported as one line each.
+  MPI_Comm_set_errhandler(c->impl_->pipe, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(c->impl_->driver, MPI_ERRORS_RETURN);
+  return std::move(c);
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,87 @@
+// A Comm (runtime/Comm.h) over MPI: one process per pipeline stage, rank =
+// MPI_COMM_WORLD rank = stage. Built only when CMake finds MPI
+// (CLEAVE_HAVE_MPI); cleave-run uses it when started by mpirun.
+//
+//  - send() never blocks: it copies the bytes and posts an MPI_Isend; the
+//    copies and requests stay alive in a list, reaped with MPI_Test on later
+//    calls, at barrier() and at destruction.
+//  - (tag, microbatch) maps to the MPI tag tag * (M + 1) + (microbatch + 1),
+//    M the plan's microbatches (setMicrobatches); a tag over MPI_TAG_UB is an
+//    error. MPI delivers messages with the same (source, tag) in order, which
+//    is the FIFO order the Comm interface promises.
+//  - recv() posts an MPI_Irecv and polls it with MPI_Test and a short sleep,
+//    so abort() and the timeout can interrupt it; a message whose size is not
+//    the buffer's is an error.
+//  - abort() cannot wake the other processes: it calls MPI_Abort, which ends
+//    every rank. The caller prints its one-line error before.
+//
+// Pipeline traffic runs on a duplicate of MPI_COMM_WORLD; the driver's
+// collectives below (losses, statistics, --save, --profile) run on another,
+// so they never match a pipeline message. Every call is made from the thread
+// that called initMpi (MPI_THREAD_FUNNELED).
+#pragma once
+
+#include "runtime/Comm.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cleave::runtime {
+
+class MpiComm : public Comm {
+public:
+  ~MpiComm() override; // waits for pending sends, then MPI_Finalize
+  MpiComm(const MpiComm &) = delete;
+  MpiComm &operator=(const MpiComm &) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  llvm::Error send(int peer, int64_t tag, int microbatch, const void *data,
+                   size_t bytes) override;
+  llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
+                   size_t bytes) override;
+  // Ends every process of the job (MPI_Abort with error code 1).
+  void abort(const std::string &why) override;
+  bool aborted() const override { return aborted_; }
+  llvm::Error barrier() override;
+  void setTimeout(double seconds) override { timeout_ = seconds; }
+
+  // The plan's microbatch count, which the tag mapping needs; must be set
+  // before the first send or recv.
+  void setMicrobatches(int m) { microbatches_ = m; }
+
+  // Driver collectives (every rank calls them, in the same order):
+  // every rank's `mine` (all the same length) concatenated in rank order,
+  // on every rank.
+  llvm::Expected<std::vector<double>> allGather(const std::vector<double> &mine);
+  // Every rank's bytes, in rank order, on rank 0; empty on the others.
+  llvm::Expected<std::vector<std::vector<uint8_t>>>
+  gatherToRoot(const std::vector<uint8_t> &mine);
+
+private:
+  friend llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc,
+                                                          char **&argv);
+  MpiComm();
+  llvm::Expected<int> mpiTag(int64_t tag, int microbatch, int peer,
+                             const char *verb) const;
+  void reapSends(bool wait);
+  std::string what(const char *verb, int peer, int64_t tag, int mb) const;
+
+  struct Impl; // the MPI handles (MpiComm.cpp), so mpi.h stays private
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, size_ = 1;
+  int microbatches_ = 0;
+  int64_t tagUb_ = 0;
+  double timeout_ = 0;
+  bool aborted_ = false;
+};
+
+// MPI_Init_thread (MPI_THREAD_FUNNELED) and the group of MPI_COMM_WORLD.
+// The returned object finalizes MPI when destroyed.
+llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc, char **&argv);
+
+} // namespace cleave::runtime
