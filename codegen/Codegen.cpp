@@ -309,6 +309,7 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
   plan.sourceModel = info.sourceModel;
   plan.schedule = schedule.name;
   plan.microbatches = schedule.microbatches;
+  plan.dataParallel = info.dataParallel;
   plan.optimizer = info.optimizer;
   plan.lr = info.lr;
   plan.predictedStepTime = info.predictedStepTime;

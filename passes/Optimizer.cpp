@@ -79,7 +79,9 @@ llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx) {
   ir::TensorType scalarType(ir::DType::F32, {});
   Value *lr = stateBuffer(g, "optimizer.lr", scalarType, t.lr);
   Value *step = adam ? stateBuffer(g, "optimizer.step", scalarType, 0) : nullptr;
-  float gradScale = float(1.0 / double(t.microbatches));
+  if (t.dataParallel < 1)
+    return fail("the number of data-parallel replicas must be at least 1");
+  float gradScale = float(1.0 / double(t.microbatches * t.dataParallel));
   double wd = t.weightDecay.value_or(adam ? 0.01 : 0.0);
 
   for (size_t i = 0; i < params.size(); ++i) {

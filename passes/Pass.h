@@ -33,6 +33,7 @@ struct TrainingOptions {
   std::optional<double> weightDecay; // default: 0 for SGD, 0.01 for AdamW
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   int64_t microbatches = 1; // the optimizer averages this many gradients
+  int64_t dataParallel = 1; // ... on each of this many replicas
 };
 
 struct PassContext {

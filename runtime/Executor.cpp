@@ -577,6 +577,52 @@ llvm::Error StageExecutor::accumulate(Phase phase, int microbatch,
   return llvm::Error::success();
 }
 
+llvm::Error StageExecutor::allReduceAccums() {
+  Comm &dp = *dataParallel_;
+  int replicas = dp.size();
+  if (replicas <= 1)
+    return llvm::Error::success();
+  for (size_t s = 0; s < stage_.slots.size(); ++s) {
+    const Slot &a = stage_.slots[s];
+    if (a.kind != SlotKind::Accum)
+      continue;
+    void *acc = persistent_[s];
+    size_t bytes = size_t(a.bytes);
+    int64_t tag = int64_t(s);
+    auto where = [&] { return "summing '" + a.name + "' over the replicas"; };
+    std::vector<uint8_t> host(bytes);
+    if (dp.rank() == 0) {
+      reduceBuffer_.resize(bytes);
+      void *other = backend_.allocate(bytes);
+      llvm::Error err = llvm::Error::success();
+      for (int r = 1; r < replicas && !err; ++r) {
+        if ((err = dp.recv(r, tag, -1, reduceBuffer_.data(), bytes)))
+          break;
+        backend_.copyToDevice(other, reduceBuffer_.data(), bytes);
+        TensorRef ins[2] = {{a.dtype, a.shape, acc}, {a.dtype, a.shape, other}};
+        TensorRef out{a.dtype, a.shape, acc};
+        KernelCall call{ir::OpKind::Add, noAttrs(), ins, out, 0};
+        err = backend_.run(call);
+      }
+      backend_.release(other);
+      if (err)
+        return wrap(std::move(err), where());
+      backend_.copyToHost(host.data(), acc, bytes);
+      for (int r = 1; r < replicas; ++r)
+        if (auto e = dp.send(r, tag, -1, host.data(), bytes))
+          return wrap(std::move(e), where());
+    } else {
+      backend_.copyToHost(host.data(), acc, bytes);
+      if (auto e = dp.send(0, tag, -1, host.data(), bytes))
+        return wrap(std::move(e), where());
+      if (auto e = dp.recv(0, tag, -1, host.data(), bytes))
+        return wrap(std::move(e), where());
+      backend_.copyToDevice(acc, host.data(), bytes);
+    }
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error StageExecutor::fillInputs(int microbatch, void *frame,
                                       const DataFn &data) {
   for (size_t s = 0; s < stage_.slots.size(); ++s) {
@@ -640,6 +686,9 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
     auto ta = Clock::now();
     llvm::Error e = [&]() -> llvm::Error {
       if (a.kind == ActionKind::Step) {
+        if (dataParallel_)
+          if (auto e = allReduceAccums())
+            return e;
         if (auto e = runProgram(Phase::Step, step, -1, nullptr))
           return e;
         for (const StateUpdate &u : stage_.stepUpdates)
@@ -743,13 +792,20 @@ llvm::Error StageExecutor::writeSlot(const std::string &name,
 
 llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
                                int64_t step, const DataFn &data) {
+  std::vector<DataFn> each(stages.size(), data);
+  return runPipelineThreads(std::move(stages), step, each);
+}
+
+llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
+                               int64_t step, const std::vector<DataFn> &data) {
   std::mutex mu;
   std::optional<std::string> first;
   std::vector<std::thread> threads;
   threads.reserve(stages.size());
-  for (StageExecutor *ex : stages)
-    threads.emplace_back([&, ex] {
-      llvm::Error e = ex->runStep(step, data);
+  for (size_t i = 0; i < stages.size(); ++i)
+    threads.emplace_back([&, i] {
+      StageExecutor *ex = stages[i];
+      llvm::Error e = ex->runStep(step, data[i]);
       if (!e)
         return;
       std::string msg = llvm::formatv("stage {0}: {1}", ex->stage(),
@@ -761,8 +817,11 @@ llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
           first = msg;
       }
       // Wake every stage blocked on a message that will not come.
-      for (StageExecutor *other : stages)
+      for (StageExecutor *other : stages) {
         other->comm().abort(msg);
+        if (other->dataParallel())
+          other->dataParallel()->abort(msg);
+      }
     });
   for (std::thread &t : threads)
     t.join();

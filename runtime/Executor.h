@@ -137,6 +137,14 @@ public:
   // The slot named `name`, or -1.
   int findSlot(const std::string &name) const;
 
+  // Data parallelism: `group` connects this stage's replicas (its rank is
+  // the replica). Before the step program, every Accum slot (the step's
+  // gradient sums) is summed over the replicas in replica order (replica 0
+  // adds 1, 2, ... and sends the total back), so every replica applies the
+  // same update. `group` must outlive the executor; null turns it off.
+  void setDataParallel(Comm *group) { dataParallel_ = group; }
+  Comm *dataParallel() const { return dataParallel_; }
+
 private:
   StageExecutor(const StagePlan &sp, int microbatches, Backend &backend,
                 Comm &comm);
@@ -152,6 +160,7 @@ private:
                        int64_t step, int microbatch, void *frame);
   llvm::Error copySlot(int dst, void *dstFrame, int src, void *srcFrame);
   llvm::Error accumulate(Phase phase, int microbatch, void *frame);
+  llvm::Error allReduceAccums();
   llvm::Error fillInputs(int microbatch, void *frame, const DataFn &data);
   llvm::Error recordLoss(void *frame);
   std::string instrKey(const Instr &in) const;
@@ -177,6 +186,8 @@ private:
 
   StageStats stats_;
   bool profiling_ = false;
+  Comm *dataParallel_ = nullptr;
+  std::vector<uint8_t> reduceBuffer_; // host copy of a replica's sum
   ProfileMap profile_;
 };
 
@@ -186,5 +197,9 @@ private:
 // from every stage's thread.
 llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
                                int64_t step, const DataFn &data);
+// The same with data[i] feeding stages[i] (data-parallel replicas read
+// different samples).
+llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
+                               int64_t step, const std::vector<DataFn> &data);
 
 } // namespace cleave::runtime

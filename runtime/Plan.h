@@ -127,7 +127,8 @@ struct Plan {
   std::string modelName;
   std::string sourceModel; // the .onnx the plan was compiled from (--save)
   std::string schedule;    // the schedule's name
-  int microbatches = 1;
+  int microbatches = 1;  // per replica and step
+  int dataParallel = 1;  // replicas of the pipeline (gradients summed)
   std::vector<PlanInput> inputs;
   std::string optimizer; // "sgd" or "adamw"
   double lr = 0;         // the default learning rate (slot optimizer.lr)

@@ -173,6 +173,7 @@ pb::Header toProto(const Plan &plan) {
   h.set_source_model(plan.sourceModel);
   h.set_schedule(plan.schedule);
   h.set_microbatches(plan.microbatches);
+  h.set_data_parallel(plan.dataParallel);
   for (const PlanInput &in : plan.inputs) {
     pb::Input *pi = h.add_inputs();
     pi->set_name(in.name);
@@ -343,6 +344,7 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   plan.sourceModel = h.source_model();
   plan.schedule = h.schedule();
   plan.microbatches = h.microbatches();
+  plan.dataParallel = h.data_parallel() > 0 ? h.data_parallel() : 1;
   for (const pb::Input &pi : h.inputs()) {
     PlanInput in;
     in.name = pi.name();

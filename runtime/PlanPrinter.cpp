@@ -123,7 +123,12 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
   if (!plan.sourceModel.empty())
     os << "  source " << quoted(plan.sourceModel) << "\n";
   os << "  schedule " << plan.schedule << ", " << plan.stages.size()
-     << " stages, " << plan.microbatches << " microbatches\n";
+     << " stages, " << plan.microbatches << " microbatches"
+     << (plan.dataParallel > 1
+             ? " per replica, " + std::to_string(plan.dataParallel) +
+                   " data-parallel replicas"
+             : std::string())
+     << "\n";
   for (const PlanInput &in : plan.inputs)
     os << "  input " << quoted(in.name) << " : " << typeText(in.dtype, in.shape)
        << (in.indexLimit > 0 ? " (values below " + std::to_string(in.indexLimit) + ")"

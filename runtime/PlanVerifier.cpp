@@ -150,6 +150,9 @@ llvm::Error verifyUpdates(const StagePlan &s, const char *what,
 llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
   if (plan.microbatches < 1)
     return invalid(llvm::formatv("{0} microbatches", plan.microbatches));
+  if (plan.dataParallel < 1)
+    return invalid(llvm::formatv("{0} data-parallel replicas",
+                                 plan.dataParallel));
   for (const PlanInput &in : plan.inputs)
     if (!validDType(in.dtype) || !denseBytes(in.dtype, in.shape))
       return invalid("input '" + in.name + "' has a bad type");

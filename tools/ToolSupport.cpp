@@ -142,7 +142,7 @@ std::vector<Flags::Spec> trainingFlagSpecs() {
           {"lr", true, false},           {"momentum", true, false},
           {"nesterov", false, false},    {"weight-decay", true, false},
           {"adam-betas", true, false},   {"adam-eps", true, false},
-          {"microbatches", true, false}};
+          {"microbatches", true, false}, {"data-parallel", true, false}};
 }
 
 const char kTrainingHelp[] = R"(training:
@@ -164,6 +164,9 @@ const char kTrainingHelp[] = R"(training:
   --adam-eps=X           AdamW epsilon (default 1e-8)
   --microbatches=M       gradients of M microbatches are averaged per step
                          (default 1)
+  --data-parallel=D      D replicas of the pipeline each run M microbatches
+                         of different samples; their gradients are summed
+                         before the update (average over M x D; default 1)
 )";
 
 static llvm::Expected<double> parseReal(const std::string &flag,
@@ -229,6 +232,14 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
     if (*m == 0)
       return usageError("--microbatches must be at least 1");
     opts.microbatches = *m;
+  }
+  if (auto v = flags.get("data-parallel")) {
+    auto d = parseCount("data-parallel", *v);
+    if (!d)
+      return d.takeError();
+    if (*d == 0)
+      return usageError("--data-parallel must be at least 1");
+    opts.dataParallel = *d;
   }
   if (auto v = flags.get("add-loss")) {
     auto [kind, rest] = llvm::StringRef(*v).split(':');

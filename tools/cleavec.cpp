@@ -262,6 +262,7 @@ int main(int argc, char **argv) {
       info.lossName = (*graph)->outputs()[0]->name();
       info.optimizer = pipe.context.training.optimizer;
       info.lr = pipe.context.training.lr;
+      info.dataParallel = int(pipe.context.training.dataParallel);
       if (plan->timeUnit == "s")
         info.predictedStepTime = plan->predictedStepTime;
       info.stageReports = plan->stageReports;

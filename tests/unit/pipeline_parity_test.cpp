@@ -40,7 +40,8 @@ const std::vector<std::string> kTrainingPasses = {
     "remove-identity", "dce", "autodiff", "split-backward", "optimizer"};
 
 std::unique_ptr<ir::Graph> trainingGraph(const std::string &model,
-                                         int64_t microbatches) {
+                                         int64_t microbatches,
+                                         int64_t replicas = 1) {
   auto g = frontend::importOnnxFile(fixture(model, "model.onnx"), {});
   if (!g) {
     ADD_FAILURE() << llvm::toString(g.takeError());
@@ -48,6 +49,7 @@ std::unique_ptr<ir::Graph> trainingGraph(const std::string &model,
   }
   passes::PipelineOptions opts;
   opts.context.training.microbatches = microbatches;
+  opts.context.training.dataParallel = replicas;
   opts.context.training.lr = 0.1;
   opts.context.training.momentum = 0.9;
   if (auto e = passes::runPipeline(**g, kTrainingPasses, opts)) {
@@ -106,9 +108,9 @@ using DataForStep = std::function<runtime::DataFn(int64_t step)>;
 
 Trained train(const std::string &model, int stages, int64_t microbatches,
               const std::string &schedule, int steps,
-              DataForStep data = nullptr) {
+              DataForStep data = nullptr, int replicas = 1) {
   Trained out;
-  auto g = trainingGraph(model, microbatches);
+  auto g = trainingGraph(model, microbatches, replicas);
   if (!g)
     return out;
   tools::PlanningRequest req;
@@ -131,40 +133,65 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
     ADD_FAILURE() << llvm::toString(plan.takeError());
     return out;
   }
+  // Replica r, stage s is executor r * stages + s; pipeline comms per
+  // replica, data-parallel comms per stage.
   std::vector<std::unique_ptr<runtime::Backend>> backends;
-  auto comms = runtime::createInProcessComms(stages);
+  std::vector<std::vector<std::unique_ptr<runtime::Comm>>> pipes, groups;
+  for (int r = 0; r < replicas; ++r)
+    pipes.push_back(runtime::createInProcessComms(stages));
+  for (int s = 0; s < stages; ++s)
+    groups.push_back(runtime::createInProcessComms(replicas));
   std::vector<std::unique_ptr<runtime::StageExecutor>> execs;
   std::vector<runtime::StageExecutor *> raw;
-  for (int s = 0; s < stages; ++s) {
-    backends.push_back(runtime::createCpuBackend(1));
-    auto ex = runtime::StageExecutor::create(*plan, s, *backends.back(),
-                                             *comms[s]);
-    if (!ex) {
-      ADD_FAILURE() << llvm::toString(ex.takeError());
-      return out;
+  for (int r = 0; r < replicas; ++r)
+    for (int s = 0; s < stages; ++s) {
+      backends.push_back(runtime::createCpuBackend(1));
+      auto ex = runtime::StageExecutor::create(*plan, s, *backends.back(),
+                                               *pipes[r][s]);
+      if (!ex) {
+        ADD_FAILURE() << llvm::toString(ex.takeError());
+        return out;
+      }
+      if (replicas > 1)
+        (*ex)->setDataParallel(groups[s][r].get());
+      execs.push_back(std::move(*ex));
+      raw.push_back(execs.back().get());
     }
-    execs.push_back(std::move(*ex));
-    raw.push_back(execs.back().get());
-  }
   Inputs inputs(model, *g);
   if (!data)
     data = [&](int64_t step) { return inputs.forStep(step); };
   for (int step = 0; step < steps; ++step) {
-    if (auto e = runtime::runPipelineThreads(raw, step, data(step))) {
+    // Replica r's microbatch m is microbatch r * M + m of the step.
+    runtime::DataFn all = data(step);
+    std::vector<runtime::DataFn> each;
+    for (int r = 0; r < replicas; ++r)
+      for (int s = 0; s < stages; ++s)
+        each.push_back([all, r, microbatches](int mb, const std::string &n,
+                                              void *dst, size_t bytes) {
+          return all(int(r * microbatches + mb), n, dst, bytes);
+        });
+    if (auto e = runtime::runPipelineThreads(raw, step, each)) {
       ADD_FAILURE() << llvm::toString(std::move(e));
       return out;
     }
+    double loss = 0;
     for (auto &ex : execs)
       if (ex->hasLoss())
-        out.losses.push_back(ex->lastLoss());
+        loss += ex->lastLoss() / replicas;
+    out.losses.push_back(loss);
   }
   // Every declared parameter and buffer of the model, from every stage that
   // holds one: replicas must agree.
   for (const ir::Value *v : g->declared()) {
     if (v->kind() == ir::ValueKind::Const)
       continue;
-    for (auto &ex : execs) {
+    for (size_t i = 0; i < execs.size(); ++i) {
+      auto &ex = execs[i];
       if (ex->findSlot(v->name()) < 0)
+        continue;
+      // Data-parallel replicas keep their own BatchNorm statistics.
+      if (i >= size_t(stages) &&
+          v->name().find("running_") != std::string::npos)
         continue;
       auto bytes = ex->readSlot(v->name());
       if (!bytes) {
@@ -312,6 +339,33 @@ TEST_P(PipelineParity, ThreeStepsMatchPyTorchSgd) {
   std::printf("%s: %d tensors after 3 SGD steps on 2 stages (zb-h1), largest "
               "relative error against PyTorch %.3g\n",
               model.c_str(), compared, worst);
+}
+
+// Two data-parallel replicas of a two-stage pipeline, two microbatches
+// each, against one pipeline with four microbatches on the same samples:
+// the same update up to the order of the gradient additions.
+TEST_P(PipelineParity, DataParallelReplicasMatchMoreMicrobatches) {
+  std::string model = GetParam();
+  Trained one = train(model, 2, 4, "1f1b", 3);
+  Trained two = train(model, 2, 2, "zb-h1", 3, nullptr, 2);
+  ASSERT_TRUE(one.ok && two.ok);
+  for (int s = 0; s < 3; ++s)
+    EXPECT_NEAR(one.losses[s], two.losses[s], 1e-5 * std::abs(one.losses[s]));
+  int compared = 0;
+  for (const auto &[name, bytes] : one.state) {
+    if (name.find("running_") != std::string::npos)
+      continue; // each replica keeps its own BatchNorm statistics
+    const auto *a = reinterpret_cast<const float *>(bytes.data());
+    const auto *b = reinterpret_cast<const float *>(two.state.at(name).data());
+    double diff = 0, scale = 1e-6;
+    for (size_t i = 0; i < bytes.size() / 4; ++i) {
+      diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+      scale = std::max(scale, std::abs(double(a[i])));
+    }
+    EXPECT_LT(diff / scale, 1e-5) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PipelineParity,
