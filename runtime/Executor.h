@@ -121,8 +121,9 @@ public:
 
   const StageStats &stats() const { return stats_; }
 
-  // Per-instruction timing (off by default; on, every kernel, send and recv
-  // is timed). profile() accumulates until clearProfile().
+  // Per-kernel timing (off by default; on, every kernel call is timed;
+  // sends and recvs are not, their time is mostly waiting for the other
+  // stage). profile() accumulates until clearProfile().
   void setProfiling(bool on) { profiling_ = on; }
   const ProfileMap &profile() const { return profile_; }
   void clearProfile() { profile_.clear(); }

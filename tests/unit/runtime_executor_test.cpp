@@ -421,8 +421,9 @@ TEST(ExecutorTest, ProfilingTimesEachInstructionByLocAndPhase) {
     return it == prof.end() ? -1 : it->second.calls;
   };
   EXPECT_EQ(calls("mul", Phase::F), M);
-  EXPECT_EQ(calls("recv y", Phase::F), M);
-  EXPECT_EQ(calls("send gy", Phase::B), M);
+  // Messages are not timed: their time is mostly waiting for the peer.
+  EXPECT_EQ(calls("recv y", Phase::F), -1);
+  EXPECT_EQ(calls("send gy", Phase::B), -1);
   EXPECT_EQ(calls("dw", Phase::W), M);
   EXPECT_EQ(calls("sgd", Phase::Step), 1);
   EXPECT_TRUE(pipe.stages[0]->profile().empty()); // off by default
