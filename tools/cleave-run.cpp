@@ -649,8 +649,9 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
       if (r == rank)
         fail(kTool,
              llvm::formatv("the plan has {0} stages but mpirun started {1} "
-                           "processes: use mpirun -np {0}",
-                           int64_t(s), world)
+                           "{2}: use mpirun -np {0}",
+                           int64_t(s), world,
+                           world == 1 ? "process" : "processes")
                  .str(),
              tools::kBadInput);
       return tools::kBadInput;
