@@ -100,7 +100,8 @@ public:
       : plan_(plan), seed_(seed) {}
 
   llvm::Error load(const std::string &path);
-  runtime::DataFn forStep(int64_t step);
+  // Replica r's microbatch m of a step is the step's microbatch r * M + m.
+  runtime::DataFn forStep(int64_t step, int replica = 0);
   bool synthetic() const { return feeds_.empty(); }
   int64_t samples() const {
     return feeds_.empty() ? 0 : feeds_.begin()->second.rows;
@@ -239,7 +240,8 @@ llvm::Error DataSource::fill(int64_t step, int microbatch,
                              const runtime::PlanInput &in, void *dst,
                              size_t bytes) const {
   int64_t mbRows = in.shape.empty() ? 1 : in.shape[0];
-  int64_t first = (step * plan_.microbatches + microbatch) * mbRows;
+  int64_t first =
+      (step * plan_.microbatches * plan_.dataParallel + microbatch) * mbRows;
   auto it = feeds_.find(in.name);
   if (it != feeds_.end()) {
     const Feed &f = it->second;
@@ -286,12 +288,13 @@ llvm::Error DataSource::fill(int64_t step, int microbatch,
   return llvm::Error::success();
 }
 
-runtime::DataFn DataSource::forStep(int64_t step) {
-  return [this, step](int microbatch, const std::string &name, void *dst,
-                      size_t bytes) -> llvm::Error {
+runtime::DataFn DataSource::forStep(int64_t step, int replica) {
+  return [this, step, replica](int microbatch, const std::string &name,
+                               void *dst, size_t bytes) -> llvm::Error {
     for (const runtime::PlanInput &in : plan_.inputs)
       if (in.name == name)
-        return fill(step, microbatch, in, dst, bytes);
+        return fill(step, replica * plan_.microbatches + microbatch, in, dst,
+                    bytes);
     return badData("the plan has no input '" + name + "'");
   };
 }
@@ -338,7 +341,7 @@ llvm::Error writeCheckpoint(
 // Loads a checkpoint into the executors; returns the steps it had done.
 llvm::Expected<int64_t> readCheckpoint(
     const std::string &dir,
-    std::vector<std::unique_ptr<runtime::StageExecutor>> &execs) {
+    std::vector<std::unique_ptr<runtime::StageExecutor>> &execs, int stages) {
   std::string path = dir + "/checkpoint.bin";
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
@@ -379,13 +382,15 @@ llvm::Expected<int64_t> readCheckpoint(
     pos += size;
     if (runtime::fnv1a64(bytes.data(), bytes.size()) != sum)
       return badData(path + ": '" + name + "' is corrupt (checksum mismatch)");
-    if (stage >= execs.size() || execs[stage]->findSlot(name) < 0)
+    if (stage >= size_t(stages) || execs[stage]->findSlot(name) < 0)
       return badData(path + ": '" + name + "' on stage " +
                      std::to_string(stage) +
                      " is not in this plan (a checkpoint of another plan?)");
-    if (auto e = execs[stage]->writeSlot(name, bytes))
-      return badData(path + ": " + llvm::toString(std::move(e)) +
-                     " (a checkpoint of another plan?)");
+    // Every data-parallel replica of the stage gets the saved values.
+    for (size_t i = stage; i < execs.size(); i += size_t(stages))
+      if (auto e = execs[i]->writeSlot(name, bytes))
+        return badData(path + ": " + llvm::toString(std::move(e)) +
+                       " (a checkpoint of another plan?)");
   }
   if (truncated)
     return badData(path + ": truncated");
@@ -881,24 +886,35 @@ int main(int argc, char **argv) {
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
   int p = int(plan.stages.size());
+  // D data-parallel replicas of the pipeline: executor r * P + s runs
+  // stage s of replica r; pipeline messages within a replica, the gradient
+  // all-reduce among the replicas of a stage.
+  int d = plan.dataParallel;
   if (threads == 0)
     threads = std::max<int64_t>(
-        1, int64_t(std::thread::hardware_concurrency()) / std::max(p, 1));
+        1, int64_t(std::thread::hardware_concurrency()) / std::max(p * d, 1));
   std::vector<std::unique_ptr<runtime::Backend>> backends;
-  auto comms = runtime::createInProcessComms(p);
+  std::vector<std::vector<std::unique_ptr<runtime::Comm>>> pipes, groups;
+  for (int r = 0; r < d; ++r)
+    pipes.push_back(runtime::createInProcessComms(p));
+  for (int s = 0; s < p; ++s)
+    groups.push_back(runtime::createInProcessComms(d));
   std::vector<std::unique_ptr<runtime::StageExecutor>> execs;
   std::vector<runtime::StageExecutor *> raw;
-  for (int s = 0; s < p; ++s) {
-    backends.push_back(runtime::createCpuBackend(int(threads)));
-    auto ex = runtime::StageExecutor::create(plan, s, *backends.back(),
-                                             *comms[s]);
-    if (!ex)
-      return fail(kTool, "stage " + std::to_string(s) + ": " +
-                             llvm::toString(ex.takeError()),
-                  tools::kBadInput);
-    execs.push_back(std::move(*ex));
-    raw.push_back(execs.back().get());
-  }
+  for (int r = 0; r < d; ++r)
+    for (int s = 0; s < p; ++s) {
+      backends.push_back(runtime::createCpuBackend(int(threads)));
+      auto ex = runtime::StageExecutor::create(plan, s, *backends.back(),
+                                               *pipes[r][s]);
+      if (!ex)
+        return fail(kTool, "stage " + std::to_string(s) + ": " +
+                               llvm::toString(ex.takeError()),
+                    tools::kBadInput);
+      if (d > 1)
+        (*ex)->setDataParallel(groups[s][r].get());
+      execs.push_back(std::move(*ex));
+      raw.push_back(execs.back().get());
+    }
   if (lr) {
     std::vector<uint8_t> bytes(sizeof(float));
     std::memcpy(bytes.data(), &*lr, sizeof(float));
@@ -912,21 +928,26 @@ int main(int argc, char **argv) {
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
                        ? 1
                        : plan.inputs[0].shape[0];
-  int64_t samplesPerStep = mbRows * plan.microbatches;
+  int64_t samplesPerStep = mbRows * plan.microbatches * d;
   bool quiet = flags.has("quiet");
   llvm::outs() << llvm::formatv(
-      "training {0}: {1} stage(s), schedule {2}, {3} microbatches of {4} "
+      "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
       "samples per step, {5} step(s), data: {6}\n",
-      plan.modelName, p, plan.schedule, plan.microbatches, mbRows, steps,
+      plan.modelName, p, plan.schedule,
+      d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
+            : std::to_string(plan.microbatches),
+      mbRows, steps,
       data.synthetic() ? std::string("synthetic")
                        : *flags.get("data") + " (" +
-                             std::to_string(data.samples()) + " samples)");
+                             std::to_string(data.samples()) + " samples)",
+      d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
+            : std::string());
   llvm::outs().flush();
   auto start = std::chrono::steady_clock::now();
   double firstLoss = NAN, lastLoss = NAN, stepSum = 0;
   int64_t firstStep = 0;
   if (auto dir = flags.get("resume")) {
-    auto done = readCheckpoint(*dir, execs);
+    auto done = readCheckpoint(*dir, execs, p);
     if (!done)
       return fail(kTool, llvm::toString(done.takeError()), tools::kBadInput);
     firstStep = *done;
@@ -951,13 +972,18 @@ int main(int argc, char **argv) {
     if (profiling && step + 1 == steps)
       for (auto &ex : execs)
         ex->setProfiling(true);
-    if (auto e = runtime::runPipelineThreads(raw, step, data.forStep(step)))
+    std::vector<runtime::DataFn> feeds;
+    for (int r = 0; r < d; ++r)
+      for (int s = 0; s < p; ++s)
+        feeds.push_back(data.forStep(step, r));
+    if (auto e = runtime::runPipelineThreads(raw, step, feeds))
       return fail(kTool, "step " + std::to_string(step + 1) + ": " +
                              llvm::toString(std::move(e)),
                   tools::kBadInput);
+    lastLoss = 0;
     for (auto &ex : execs)
       if (ex->hasLoss())
-        lastLoss = ex->lastLoss();
+        lastLoss += ex->lastLoss() / d;
     if (step == firstStep)
       firstLoss = lastLoss;
     if (!std::isfinite(lastLoss))
@@ -1017,8 +1043,8 @@ int main(int argc, char **argv) {
 
   if (auto path = flags.get("profile")) {
     llvm::json::Array ops;
-    for (auto &ex : execs)
-      appendProfileOps(plan, ex->profile(), ops);
+    for (int s = 0; s < p; ++s) // replica 0: one entry per op
+      appendProfileOps(plan, execs[s]->profile(), ops);
     if (auto e = writeProfile(*path, std::move(ops)))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   }
@@ -1029,19 +1055,22 @@ int main(int argc, char **argv) {
       for (const auto &span : ex->stats().spans)
         t0 = std::min(t0, span.start);
     llvm::json::Array events;
-    for (auto &ex : execs) {
+    for (size_t i = 0; i < execs.size(); ++i) {
+      auto &ex = execs[i];
+      std::string track = "stage " + std::to_string(ex->stage());
+      if (d > 1)
+        track = "replica " + std::to_string(i / size_t(p)) + " " + track;
       events.push_back(llvm::json::Object{
           {"name", "thread_name"}, {"ph", "M"}, {"pid", 0},
-          {"tid", ex->stage()},
-          {"args", llvm::json::Object{
-                       {"name", "stage " + std::to_string(ex->stage())}}}});
+          {"tid", int64_t(i)},
+          {"args", llvm::json::Object{{"name", track}}}});
       for (const auto &span : ex->stats().spans) {
         std::string name = span.name;
         if (span.microbatch >= 0)
           name += std::to_string(span.microbatch);
         events.push_back(llvm::json::Object{
             {"name", name}, {"cat", span.name}, {"ph", "X"}, {"pid", 0},
-            {"tid", ex->stage()}, {"ts", 1e6 * (span.start - t0)},
+            {"tid", int64_t(i)}, {"ts", 1e6 * (span.start - t0)},
             {"dur", 1e6 * (span.end - span.start)}});
       }
     }
