@@ -86,6 +86,30 @@ LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
     c.staticBytes += staticBytes(*value);
   }
   chain.values = chainValues(g, layering);
+  // Parameters and buffers read by forward ops of several layers.
+  for (const auto &[value, owner] : layering.layerOfDeclared) {
+    if (value->kind() != ir::ValueKind::Param &&
+        value->kind() != ir::ValueKind::Buffer)
+      continue;
+    SharedState st;
+    st.owner = int(owner);
+    for (const ir::Use &u : value->uses())
+      if (u.user->phase() == ir::Phase::Fwd) {
+        int layer = int(layering.layerOfOp.lookup(u.user));
+        if (layer != st.owner)
+          st.readers.push_back(layer);
+      }
+    if (st.readers.empty())
+      continue;
+    sortUnique(st.readers);
+    st.bytes = value->type().byteSize();
+    chain.shared.push_back(std::move(st));
+  }
+  std::sort(chain.shared.begin(), chain.shared.end(),
+            [](const SharedState &a, const SharedState &b) {
+              return std::tie(a.owner, a.readers, a.bytes) <
+                     std::tie(b.owner, b.readers, b.bytes);
+            });
   return chain;
 }
 

@@ -55,10 +55,20 @@ struct ChainValue {
   int64_t gradBytes = 0;
 };
 
+// A parameter or buffer that layers other than its owner (the layer whose
+// static bytes count it) read: a stage with such a reader but without the
+// owner holds a replica of `bytes` (a tied embedding on the last stage).
+struct SharedState {
+  int owner = 0;
+  std::vector<int> readers; // sorted, distinct, without the owner
+  int64_t bytes = 0;
+};
+
 struct LayerChain {
   std::vector<std::string> names;
   std::vector<LayerCost> layers;
   std::vector<ChainValue> values;
+  std::vector<SharedState> shared;
 };
 
 // The link between two stages: each message costs latency + bytes/bandwidth.
@@ -108,7 +118,7 @@ private:
   std::vector<double> fSum_, bSum_, wSum_;          // prefix sums
   std::vector<int64_t> paramSum_, staticSum_;       // prefix sums
   std::vector<double> comm_;                        // n x n tables
-  std::vector<int64_t> held_, recv_, send_;
+  std::vector<int64_t> held_, recv_, send_, replica_;
 };
 
 struct SolverOptions {

@@ -39,7 +39,7 @@ int64_t StageCostTable::paramBytes(int first, int end) const {
 }
 
 int64_t StageCostTable::staticBytes(int first, int end) const {
-  return staticSum_[end] - staticSum_[first];
+  return staticSum_[end] - staticSum_[first] + replica_[at(first, end)];
 }
 
 // For each first layer i, every value's contribution is a run of stage ends
@@ -56,18 +56,31 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
   held_.assign(cells, 0);
   recv_.assign(cells, 0);
   send_.assign(cells, 0);
+  replica_.assign(cells, 0);
   comm_.assign(cells, 0);
   auto firstAtOrAfter = [](const std::vector<int> &layers, int i) {
     auto it = std::lower_bound(layers.begin(), layers.end(), i);
     return it == layers.end() ? -1 : *it;
   };
-  std::vector<int64_t> held(n_ + 2), recv(n_ + 2), send(n_ + 2);
+  std::vector<int64_t> held(n_ + 2), recv(n_ + 2), send(n_ + 2),
+      replica(n_ + 2);
   std::vector<double> comm(n_ + 2);
   for (int i = 0; i < n_; ++i) {
     std::fill(held.begin(), held.end(), 0);
     std::fill(recv.begin(), recv.end(), 0);
     std::fill(send.begin(), send.end(), 0);
+    std::fill(replica.begin(), replica.end(), 0);
     std::fill(comm.begin(), comm.end(), 0);
+    // A replica for j in (first reader >= i, owner] (every j past the first
+    // reader when the owner lies before i).
+    for (const SharedState &st : chain.shared) {
+      int r = firstAtOrAfter(st.readers, i);
+      if (r < 0 || (st.owner >= i && st.owner < r))
+        continue;
+      replica[r + 1] += st.bytes;
+      if (st.owner >= i)
+        replica[st.owner + 1] -= st.bytes;
+    }
     for (const ChainValue &v : chain.values) {
       if (int h = firstAtOrAfter(v.holders, i); h >= 0)
         held[h + 1] += v.bytes;
@@ -87,7 +100,7 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
         comm[to] -= back;
       }
     }
-    int64_t h = 0, r = 0, s = 0;
+    int64_t h = 0, r = 0, s = 0, rep = 0;
     double c = 0;
     for (int end = i + 1; end <= n_; ++end) {
       // Held and received bytes accumulate from i + 1 on; sends are a
@@ -96,7 +109,9 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
       r += recv[end];
       s += send[end];
       c += comm[end];
+      rep += replica[end];
       size_t cell = at(i, end);
+      replica_[cell] = rep;
       held_[cell] = h;
       recv_[cell] = r;
       send_[cell] = s;

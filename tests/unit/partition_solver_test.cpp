@@ -217,6 +217,35 @@ TEST(PartitionSolver, TighterCapMovesLayersOffEarlyStages) {
   EXPECT_GT(capped->stepTime, free->stepTime);
 }
 
+// A parameter owned by layer 1 and also read by layers 3 and 5 (a tied
+// weight): a stage with a reader but not the owner holds a replica.
+TEST(PartitionSolver, SharedParametersCostAReplicaPerStage) {
+  LayerChain chain = evenChain();
+  chain.shared.push_back({1, {3, 5}, 1000});
+  StageCostTable table(chain, {});
+  StageCostTable plain(evenChain(), {});
+  auto extra = [&](int first, int end) {
+    return table.staticBytes(first, end) - plain.staticBytes(first, end);
+  };
+  EXPECT_EQ(extra(0, 8), 0);    // owner and readers together
+  EXPECT_EQ(extra(0, 2), 0);    // the owner alone
+  EXPECT_EQ(extra(2, 8), 1000); // both readers, one replica
+  EXPECT_EQ(extra(3, 4), 1000);
+  EXPECT_EQ(extra(4, 5), 0);    // no reader
+  EXPECT_EQ(extra(4, 6), 1000);
+  EXPECT_EQ(extra(0, 4), 0);    // readers with the owner
+  EXPECT_EQ(extra(6, 8), 0);
+  // Readers before the owner: a stage with the reader but not the owner.
+  LayerChain back = evenChain();
+  back.shared.push_back({5, {1}, 10});
+  StageCostTable t2(back, {});
+  StageCostTable p2(evenChain(), {});
+  EXPECT_EQ(t2.staticBytes(0, 5) - p2.staticBytes(0, 5), 10);
+  EXPECT_EQ(t2.staticBytes(0, 6) - p2.staticBytes(0, 6), 0);
+  EXPECT_EQ(t2.staticBytes(1, 2) - p2.staticBytes(1, 2), 10);
+  EXPECT_EQ(t2.staticBytes(2, 8) - p2.staticBytes(2, 8), 0);
+}
+
 TEST(PartitionSolver, LongerLifetimesNeedMoreMemory) {
   LayerChain chain = evenChain();
   StageCostTable table(chain, {});
