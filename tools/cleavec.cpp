@@ -30,8 +30,9 @@ the model's output is a scalar loss (or --loss / --add-loss name one) it
 makes the training graph: autodiff, the split of every backward op into
 input-gradient (B) and weight-gradient (W) work, and the optimizer update,
 every op tagged fwd, B, W or opt. With --stages it cuts the training step
-into pipeline stages, builds the schedule, checks it and predicts the step
-by simulation.
+into pipeline stages (one graph per stage with explicit Send and Recv ops:
+--emit=ir prints them), builds the schedule, checks it and predicts the
+step by simulation. -o FILE.cplan writes the plan cleave-run trains.
 
 output:
   --emit=summary|ir      what to print (default: summary): inputs, outputs,
@@ -39,6 +40,9 @@ output:
                          whole graph as cleave IR text (.cir)
   -o FILE                write the output to FILE instead of stdout; FILE is
                          written only when compilation succeeds
+  -o FILE.cplan          write the training plan that cleave-run trains (per
+                         stage programs, messages, schedule, memory plan,
+                         parameters); one stage unless --stages says more
   --inline-limit=N       in IR text, spell out tensors of at most N elements
                          (default 16); larger ones refer to their file
 
