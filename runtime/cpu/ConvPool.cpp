@@ -396,6 +396,8 @@ CLEAVE_FLOAT_DISPATCH(globalAveragePoolKernel, globalAveragePool)
 
 } // namespace
 
+llvm::Error convForward(const KernelCall &call) { return convKernel(call); }
+
 void registerConvPoolKernels(KernelTable &t) {
   t.add(ir::OpKind::Conv, convKernel, kFloatTypes);
   t.add(ir::OpKind::MaxPool, maxPoolKernel, kFloatTypes);

@@ -65,6 +65,8 @@ void registerReductionKernels(KernelTable &t);
 void registerDataMovementKernels(KernelTable &t);
 void registerLinalgKernels(KernelTable &t);
 void registerConvPoolKernels(KernelTable &t);
+// The Conv kernel itself (f32, f64), for gradients that are convolutions.
+llvm::Error convForward(const KernelCall &call);
 void registerNormalizationKernels(KernelTable &t);
 // Gradient and optimizer kernels (Gradients*.cpp, Optimizers.cpp).
 void registerGradientKernels(KernelTable &t);

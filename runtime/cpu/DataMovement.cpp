@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -283,7 +284,10 @@ llvm::Error gather(const KernelCall &c) {
   if (!indexOr)
     return indexOr.takeError();
   const std::vector<int64_t> &index = *indexOr;
-  auto [outer, unit] = aroundAxis(data, axis);
+  // Not a structured binding: the lambda below uses `unit`, and clang
+  // before 16 cannot capture bindings (the CLEAVE_FUZZ build uses clang 14).
+  int64_t outer, unit;
+  std::tie(outer, unit) = aroundAxis(data, axis);
   int64_t n = index.size(), items = outer * n;
   if (items == 0 || unit == 0)
     return llvm::Error::success();

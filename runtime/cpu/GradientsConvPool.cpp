@@ -185,8 +185,57 @@ void forEachProduct(int64_t count, int64_t gemmWork, size_t colSize, F &&one) {
   }
 }
 
+// Channels per group from which 2-D stride-1 gradients go tap by tap (the
+// forward conv's ShiftedTaps threshold).
+constexpr int64_t kMinShiftedChannels = 8;
+
+// A 2-D conv with stride 1, dilation 1 and padding below the kernel size:
+// its data gradient is itself a conv, and its filter gradient a sum of one
+// GEMM per tap over padded copies.
+bool shiftedGradients(const ConvDims &d) {
+  const WindowGeometry &g = d.g;
+  if (g.rank() != 2 || g.kernelSize == 1)
+    return false;
+  for (size_t k = 0; k < 2; ++k)
+    if (g.strides[k] != 1 || g.dilations[k] != 1 ||
+        g.padBegin[k] > g.kernel[k] - 1 || g.padEnd[k] > g.kernel[k] - 1)
+      return false;
+  return true;
+}
+
+// dX = Conv(dY, W') with W'[c, o] the filter W[o, c] turned by 180 degrees,
+// padding kernel - 1 - pad and the same groups: the forward conv's
+// tap-by-tap path does the work.
+template <typename T>
+llvm::Error convGradDataAsConv(const KernelCall &call, const ConvDims &d) {
+  const WindowGeometry &g = d.g;
+  const TensorRef &dY = call.inputs[0], &W = call.inputs[1];
+  int64_t kh = g.kernel[0], kw = g.kernel[1], taps = g.kernelSize;
+  const T *w = W.as<T>();
+  std::vector<T> turned(size_t(d.m * d.cg * taps));
+  for (int64_t grp = 0; grp < d.groups; ++grp)
+    for (int64_t o = 0; o < d.mg; ++o)
+      for (int64_t c = 0; c < d.cg; ++c)
+        for (int64_t t = 0; t < taps; ++t)
+          turned[size_t((((grp * d.cg + c) * d.mg + o) * taps) + taps - 1 -
+                        t)] = w[((grp * d.mg + o) * d.cg + c) * taps + t];
+  std::vector<int64_t> shape{d.c, d.mg, kh, kw};
+  ir::AttrMap attrs{
+      {"group", d.groups},
+      {"kernel_shape", std::vector<int64_t>{kh, kw}},
+      {"strides", std::vector<int64_t>{1, 1}},
+      {"dilations", std::vector<int64_t>{1, 1}},
+      {"pads", std::vector<int64_t>{kh - 1 - g.padBegin[0],
+                                    kw - 1 - g.padBegin[1],
+                                    kh - 1 - g.padEnd[0],
+                                    kw - 1 - g.padEnd[1]}}};
+  TensorRef inputs[2] = {dY, {W.dtype, shape, turned.data()}};
+  KernelCall conv{ir::OpKind::Conv, attrs, inputs, call.outputs, 0};
+  return convForward(conv);
+}
+
 // ConvGradData(dY, W) -> dX of Conv: per (image, group), col = W_g^T *
-// dY_g, then col2im.
+// dY_g, then col2im; 2-D stride-1 convs with enough channels as a conv.
 template <typename T> llvm::Error convGradData(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &W = call.inputs[1],
                   &dX = call.outputs[0];
@@ -194,6 +243,8 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
   if (!d)
     return d.takeError();
   const WindowGeometry &g = d->g;
+  if (g.outSize > 0 && shiftedGradients(*d) && d->mg >= kMinShiftedChannels)
+    return convGradDataAsConv<T>(call, *d);
   const T *dy = dY.as<T>(), *w = W.as<T>();
   T *dx = dX.as<T>();
   if (g.outSize == 0) {
@@ -228,8 +279,62 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
   return llvm::Error::success();
 }
 
+// ConvGradFilter tap by tap. X goes into zero-padded planes Wp wide and dY
+// into rows Wp wide (zeros past the output width). Read from one tap's
+// offset, a channel's padded plane lists, at column oh * Wp + j, the input
+// that tap met at output (oh, j) for j < Wo; at j >= Wo it meets dY's zero
+// columns. So dW[tap] = sum over images of dY_ext [Mg, Ho * Wp] times
+// X_pad(tap) [Cg, Ho * Wp]^T, one GEMM per image; each (group, tap) task
+// adds its images in order, so threads never change the result.
+template <typename T>
+void convGradFilterByTaps(const KernelCall &call, const ConvDims &d) {
+  const WindowGeometry &g = d.g;
+  const T *x = call.inputs[0].as<T>(), *dy = call.inputs[1].as<T>();
+  T *dw = call.outputs[0].as<T>();
+  int64_t h = g.in[0], w = g.in[1], ho = g.out[0], wo = g.out[1];
+  int64_t wp = w + g.padBegin[1] + g.padEnd[1];
+  int64_t plane = (h + g.padBegin[0] + g.padEnd[0]) * wp;
+  int64_t cols = ho * wp, taps = g.kernelSize;
+  // A tap's read of the last plane runs up to kernel width - 1 past it.
+  std::vector<T> xp(size_t(d.n * d.c * plane + g.kernel[1]), T(0));
+  std::vector<T> dyp(size_t(d.n * d.m * cols), T(0));
+  parallelFor(d.n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t img = i0; img < i1; ++img) {
+      for (int64_t c = 0; c < d.c; ++c)
+        for (int64_t r = 0; r < h; ++r)
+          std::copy_n(x + ((img * d.c + c) * h + r) * w, w,
+                      xp.data() + (img * d.c + c) * plane +
+                          (r + g.padBegin[0]) * wp + g.padBegin[1]);
+      for (int64_t m = 0; m < d.m; ++m)
+        for (int64_t r = 0; r < ho; ++r)
+          std::copy_n(dy + ((img * d.m + m) * ho + r) * wo, wo,
+                      dyp.data() + (img * d.m + m) * cols + r * wp);
+    }
+  });
+  std::vector<T> acc(size_t(d.groups * taps * d.mg * d.cg));
+  parallelFor(d.groups * taps, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      int64_t grp = task / taps, t = task % taps;
+      int64_t kh = t / g.kernel[1], kw = t % g.kernel[1];
+      T *out = acc.data() + task * d.mg * d.cg;
+      for (int64_t img = 0; img < d.n; ++img)
+        gemm<T>(false, true, d.mg, d.cg, cols, T(1),
+                dyp.data() + (img * d.m + grp * d.mg) * cols, cols,
+                xp.data() + (img * d.c + grp * d.cg) * plane + kh * wp + kw,
+                plane, img ? T(1) : T(0), out, d.cg);
+    }
+  });
+  for (int64_t grp = 0; grp < d.groups; ++grp)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t o = 0; o < d.mg; ++o)
+        for (int64_t c = 0; c < d.cg; ++c)
+          dw[((grp * d.mg + o) * d.cg + c) * taps + t] =
+              acc[size_t(((grp * taps + t) * d.mg + o) * d.cg + c)];
+}
+
 // ConvGradFilter(X, dY) -> dW of Conv: per group, dW_g = sum over images
-// of dY_g * im2col(X_g)^T, images added in order.
+// of dY_g * im2col(X_g)^T, images added in order; 2-D stride-1 convs with
+// enough channels tap by tap.
 template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
   const TensorRef &X = call.inputs[0], &dY = call.inputs[1],
                   &dW = call.outputs[0];
@@ -239,6 +344,11 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
   const WindowGeometry &g = d->g;
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dw = dW.as<T>();
+  if (g.outSize > 0 && d->n > 0 && dW.numElements() > 0 &&
+      shiftedGradients(*d) && d->cg >= kMinShiftedChannels) {
+    convGradFilterByTaps<T>(call, *d);
+    return llvm::Error::success();
+  }
   std::fill_n(dw, dW.numElements(), T(0));
   if (g.outSize == 0 || dW.numElements() == 0)
     return llvm::Error::success();

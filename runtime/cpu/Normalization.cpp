@@ -124,7 +124,9 @@ constexpr int kSumLanes = 8;
 // The statistics loops convert every element to double, two at a time in
 // the baseline's SSE2. Built also for AVX2 and AVX-512 (GCC picks the clone
 // for the CPU when the program loads), they take 4 or 8 at a time.
-#if defined(__x86_64__) && defined(__GNUC__)
+// Clang (the CLEAVE_FUZZ build) cannot multiversion templates: there they
+// are built once, for the baseline.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CLEAVE_VECTOR_CLONES                                                   \
   __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
