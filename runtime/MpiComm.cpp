@@ -44,6 +44,8 @@ struct MpiComm::Impl {
   };
   MPI_Comm pipe = MPI_COMM_NULL;   // pipeline messages
   MPI_Comm driver = MPI_COMM_NULL; // driver collectives
+  MPI_Win failures = MPI_WIN_NULL;   // world only: firstToFail's counter
+  int *failureCount = nullptr;       // its memory (rank 0's counts)
   std::list<PendingSend> pending;
 };
 
@@ -51,11 +53,14 @@ MpiComm::MpiComm() : impl_(std::make_unique<Impl>()) {}
 
 MpiComm::~MpiComm() {
   reapSends(/*wait=*/true);
+  if (impl_->failures != MPI_WIN_NULL)
+    MPI_Win_free(&impl_->failures); // a collective, as the frees below
   if (impl_->pipe != MPI_COMM_NULL)
     MPI_Comm_free(&impl_->pipe);
   if (impl_->driver != MPI_COMM_NULL)
     MPI_Comm_free(&impl_->driver);
-  MPI_Finalize();
+  if (world_)
+    MPI_Finalize();
 }
 
 void MpiComm::reapSends(bool wait) {
@@ -176,6 +181,18 @@ void MpiComm::abort(const std::string &) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+bool MpiComm::firstToFail() {
+  if (impl_->failures == MPI_WIN_NULL)
+    return true;
+  int one = 1, before = 0;
+  if (MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, impl_->failures) != MPI_SUCCESS)
+    return true;
+  int rc = MPI_Fetch_and_op(&one, &before, MPI_INT, 0, 0, MPI_SUM,
+                            impl_->failures);
+  MPI_Win_unlock(0, impl_->failures);
+  return rc != MPI_SUCCESS || before == 0;
+}
+
 llvm::Error MpiComm::barrier() {
   if (aborted_)
     return fail(llvm::formatv("barrier on rank {0}: aborted", rank_));
@@ -252,12 +269,39 @@ MpiComm::gatherToRoot(const std::vector<uint8_t> &mine) {
   return out;
 }
 
+llvm::Expected<std::unique_ptr<MpiComm>> MpiComm::split(int color, int key) {
+  std::unique_ptr<MpiComm> c(new MpiComm());
+  // The split runs on the driver communicator, where the driver's
+  // collectives run in the same order on every rank.
+  MPI_Comm sub = MPI_COMM_NULL;
+  int rc = MPI_Comm_split(impl_->driver, color, key, &sub);
+  if (rc != MPI_SUCCESS)
+    return fail(llvm::formatv("rank {0}: MPI_Comm_split: {1}", rank_,
+                              mpiError(rc)));
+  // The split communicator carries the pipeline messages, a duplicate of it
+  // the collectives.
+  c->impl_->pipe = sub;
+  rc = MPI_Comm_dup(sub, &c->impl_->driver);
+  if (rc != MPI_SUCCESS)
+    return fail(llvm::formatv("rank {0}: MPI_Comm_dup: {1}", rank_,
+                              mpiError(rc)));
+  MPI_Comm_set_errhandler(c->impl_->pipe, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(c->impl_->driver, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(sub, &c->rank_);
+  MPI_Comm_size(sub, &c->size_);
+  c->tagUb_ = tagUb_;
+  c->microbatches_ = microbatches_;
+  c->timeout_ = timeout_;
+  return std::move(c);
+}
+
 llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc, char **&argv) {
   int provided = 0;
   int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS)
     return fail("MPI_Init_thread failed: " + mpiError(rc));
   std::unique_ptr<MpiComm> c(new MpiComm());
+  c->world_ = true;
   if (provided < MPI_THREAD_FUNNELED)
     return fail("this MPI does not support MPI_THREAD_FUNNELED");
   MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
@@ -270,6 +314,21 @@ llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc, char **&argv) {
   // Errors come back as return codes, reported as one line each.
   MPI_Comm_set_errhandler(c->impl_->pipe, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(c->impl_->driver, MPI_ERRORS_RETURN);
+  // firstToFail's counter: one int on rank 0, none elsewhere.
+  MPI_Aint bytes = c->rank_ == 0 ? MPI_Aint(sizeof(int)) : 0;
+  if (MPI_Win_allocate(bytes, sizeof(int), MPI_INFO_NULL, c->impl_->driver,
+                       &c->impl_->failureCount,
+                       &c->impl_->failures) == MPI_SUCCESS) {
+    MPI_Win_set_errhandler(c->impl_->failures, MPI_ERRORS_RETURN);
+    if (c->rank_ == 0) {
+      MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, c->impl_->failures);
+      *c->impl_->failureCount = 0;
+      MPI_Win_unlock(0, c->impl_->failures);
+    }
+    MPI_Barrier(c->impl_->driver); // the counter is 0 before anyone fails
+  } else {
+    c->impl_->failures = MPI_WIN_NULL;
+  }
   return std::move(c);
 }
 

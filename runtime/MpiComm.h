@@ -1,6 +1,14 @@
 // A Comm (runtime/Comm.h) over MPI: one process per pipeline stage, rank =
-// MPI_COMM_WORLD rank = stage. Built only when CMake finds MPI
+// stage (the MPI_COMM_WORLD rank with one replica; see split() below). Built only when CMake finds MPI
 // (CLEAVE_HAVE_MPI); cleave-run uses it when started by mpirun.
+//
+// split() makes sub-communicators of the world (MPI_Comm_split): with D
+// data-parallel replicas, cleave-run gives each replica its pipeline group
+// (ranks = stages) and each stage its data-parallel group (ranks = replicas).
+// A sub-communicator has its own pipeline and driver communicators, so its
+// messages never match the world's or another group's; rank() and size() are
+// within it; it does not finalize MPI, and must be destroyed before the world
+// one.
 //
 //  - send() never blocks: it copies the bytes and posts an MPI_Isend; the
 //    copies and requests stay alive in a list, reaped with MPI_Test on later
@@ -34,7 +42,9 @@ namespace cleave::runtime {
 
 class MpiComm : public Comm {
 public:
-  ~MpiComm() override; // waits for pending sends, then MPI_Finalize
+  // Waits for pending sends, frees the communicators, then (the world one
+  // only) MPI_Finalize.
+  ~MpiComm() override;
   MpiComm(const MpiComm &) = delete;
   MpiComm &operator=(const MpiComm &) = delete;
 
@@ -46,6 +56,12 @@ public:
                    size_t bytes) override;
   // Ends every process of the job (MPI_Abort with error code 1).
   void abort(const std::string &why) override;
+  // Whether this rank is the first of the job to fail, and so the one to
+  // print its error before abort(): ranks failing at once (the same bad
+  // sample on every replica) then give one line. An atomic counter on world
+  // rank 0 (MPI one-sided); true where the world comm has none (a sub-comm,
+  // or an MPI without MPI_Win_allocate).
+  bool firstToFail();
   bool aborted() const override { return aborted_; }
   llvm::Error barrier() override;
   void setTimeout(double seconds) override { timeout_ = seconds; }
@@ -58,6 +74,11 @@ public:
   // every rank's `mine` (all the same length) concatenated in rank order,
   // on every rank.
   llvm::Expected<std::vector<double>> allGather(const std::vector<double> &mine);
+  // A sub-communicator of this one (MPI_Comm_split): the ranks passing the
+  // same `color` form one group, ordered by `key` (then by rank here). A
+  // collective: every rank of this group calls it, in the same order. The
+  // sub-communicator's microbatch count starts as this one's.
+  llvm::Expected<std::unique_ptr<MpiComm>> split(int color, int key);
   // Every rank's bytes, in rank order, on rank 0; empty on the others.
   llvm::Expected<std::vector<std::vector<uint8_t>>>
   gatherToRoot(const std::vector<uint8_t> &mine);
@@ -78,6 +99,7 @@ private:
   int64_t tagUb_ = 0;
   double timeout_ = 0;
   bool aborted_ = false;
+  bool world_ = false; // finalizes MPI when destroyed
 };
 
 // MPI_Init_thread (MPI_THREAD_FUNNELED) and the group of MPI_COMM_WORLD.

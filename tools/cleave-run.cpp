@@ -1,6 +1,7 @@
 // cleave-run: trains a compiled Plan (runtime/Plan.h) on the CPU, one
 // thread per pipeline stage in one process, or, started by mpirun, one
-// process per stage (runtime/MpiComm.h; the functions under "MPI" below).
+// process per stage of each data-parallel replica (runtime/MpiComm.h; the
+// functions under "MPI" below).
 // Data comes from .npy files in a folder, an .npz archive, or a
 // deterministic synthetic stream.
 #include "frontend/OnnxImporter.h"
@@ -81,6 +82,9 @@ output:
 MPI: `mpirun -np P cleave-run PLAN.cplan ...` runs one stage per process (P
 must be the plan's stage count), each loading only its own stage; rank 0
 prints the same lines as the threaded run and writes --save and --profile.
+A plan compiled with `--data-parallel D` needs `mpirun -np P*D`: rank w runs
+stage w % P of replica w / P, with the threaded run's data, gradients and
+results; --save and --profile come from replica 0 (ranks 0..P-1).
 
 exit status: 0 success, 1 bad input (plan, data) or a failed step, 2 bad usage.
 )";
@@ -452,10 +456,16 @@ struct RunOptions {
 };
 
 // An error on this rank alone while the others may be waiting for it: print
-// it, then end the whole job (MPI_Abort).
+// it, then end the whole job (MPI_Abort). Where several ranks fail at once
+// (the same bad sample on every replica), the first prints and ends the job;
+// the others wait for that, printing nothing (`comm` is the world's).
 [[noreturn]] void mpiFailHere(runtime::MpiComm &comm, const std::string &msg) {
   llvm::outs().flush();
-  fail(kTool, msg, tools::kBadInput);
+  if (!comm.firstToFail())
+    // Aborts anyway should the first one never get there.
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+  else
+    fail(kTool, msg, tools::kBadInput);
   llvm::errs().flush();
   comm.abort(msg);
   std::abort(); // not reached: MPI_Abort ends the process
@@ -511,11 +521,13 @@ takeNamedBytes(const std::vector<uint8_t> &in) {
   return out;
 }
 
-// --save under MPI: every rank sends the trained values it holds to rank 0,
-// which picks each value from the lowest stage holding it (as the threaded
-// run does) and writes the model.
+// --save under MPI: every rank of replica 0 (`contribute`; the others send
+// nothing) sends the trained values it holds to rank 0, which picks each
+// value from the lowest stage holding it (as the threaded run does) and
+// writes the model.
 int mpiSave(runtime::MpiComm &comm, const runtime::Plan &plan,
-            runtime::StageExecutor &ex, const std::string &out) {
+            runtime::StageExecutor &ex, bool contribute,
+            const std::string &out) {
   frontend::ImportOptions importOpts;
   if (!plan.inputs.empty() && !plan.inputs[0].shape.empty())
     importOpts.microbatchSize = plan.inputs[0].shape[0];
@@ -528,7 +540,8 @@ int mpiSave(runtime::MpiComm &comm, const runtime::Plan &plan,
     return rc;
   std::vector<uint8_t> mine;
   for (const ir::Value *v : (*model)->declared()) {
-    if (v->kind() == ir::ValueKind::Const || ex.findSlot(v->name()) < 0)
+    if (!contribute || v->kind() == ir::ValueKind::Const ||
+        ex.findSlot(v->name()) < 0)
       continue;
     auto bytes = ex.readSlot(v->name());
     if (!bytes) {
@@ -571,12 +584,15 @@ int mpiSave(runtime::MpiComm &comm, const runtime::Plan &plan,
   return tools::kOk;
 }
 
-// --profile under MPI: each rank's entries, concatenated in stage order on
-// rank 0, which writes the file.
+// --profile under MPI: the entries of replica 0's ranks (`contribute`; the
+// others send none), concatenated in stage order on rank 0, which writes the
+// file.
 int mpiProfile(runtime::MpiComm &comm, const runtime::Plan &plan,
-               runtime::StageExecutor &ex, const std::string &path) {
+               runtime::StageExecutor &ex, bool contribute,
+               const std::string &path) {
   llvm::json::Array ops;
-  appendProfileOps(plan, ex.profile(), ops);
+  if (contribute)
+    appendProfileOps(plan, ex.profile(), ops);
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(ops));
@@ -604,8 +620,11 @@ int mpiProfile(runtime::MpiComm &comm, const runtime::Plan &plan,
   return mpiAgree(comm, err, tools::kBadInput);
 }
 
-// Training under mpirun: rank r runs stage r on this thread; rank 0 prints
-// what the threaded run prints.
+// Training under mpirun: world rank w runs stage w % P of replica w / P on
+// this thread (with one replica, rank w runs stage w); rank 0 prints what the
+// threaded run prints. Pipeline messages go over the replica's group (ranks =
+// stages), the gradient all-reduce over the stage's group (ranks = replicas),
+// the driver's collectives over the world.
 int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
                 char **&argv) {
   auto commOr = runtime::initMpi(argc, argv);
@@ -635,40 +654,78 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
     return mpiAgree(comm, err, tools::kBadInput);
   }
 
-  // Each rank loads only its own stage. The stage count decides first: a
-  // rank past the plan's last stage fails to load, but the mismatch is the
-  // error to report.
+  // Each rank loads only its own stage. The process count decides first: a
+  // rank past the plan's last stage fails to load (it may be a later
+  // replica's, loaded again below), but a mismatch is the error to report.
   auto planOr = runtime::readPlanFile(opt.planPath, rank);
   std::optional<std::string> err;
-  double stages = 0;
-  if (planOr)
+  double stages = 0, replicas = 0;
+  if (planOr) {
     stages = double(planOr->stages.size());
-  else
+    replicas = double(planOr->dataParallel);
+  } else {
     err = llvm::toString(planOr.takeError());
-  auto loaded = comm.allGather({stages});
+  }
+  auto loaded = comm.allGather({stages, replicas});
   if (!loaded)
     mpiFailHere(comm, llvm::toString(loaded.takeError()));
+  int p = 0, d = 1;
   for (int r = 0; r < world; ++r) {
-    double s = (*loaded)[size_t(r)];
-    if (s > 0 && s != world) {
-      if (r == rank)
+    double s = (*loaded)[size_t(2 * r)], reps = (*loaded)[size_t(2 * r + 1)];
+    if (s > 0 && s * reps != world) {
+      if (r == rank) {
+        std::string procs = llvm::formatv("mpirun started {0} {1}", world,
+                                          world == 1 ? "process" : "processes");
         fail(kTool,
-             llvm::formatv("the plan has {0} stages but mpirun started {1} "
-                           "{2}: use mpirun -np {0}",
-                           int64_t(s), world,
-                           world == 1 ? "process" : "processes")
-                 .str(),
+             reps > 1
+                 ? llvm::formatv("the plan has {0} stages x {1} replicas but "
+                                 "{2}: use mpirun -np {3}",
+                                 int64_t(s), int64_t(reps), procs,
+                                 int64_t(s * reps))
+                       .str()
+                 : llvm::formatv("the plan has {0} stages but {1}: use mpirun "
+                                 "-np {0}",
+                                 int64_t(s), procs)
+                       .str(),
              tools::kBadInput);
+      }
       return tools::kBadInput;
     }
-    if (s > 0)
-      break; // the first rank that loaded agrees with the world size
+    if (s > 0) { // the first rank that loaded agrees with the world size
+      p = int(s);
+      d = int(reps);
+      break;
+    }
+  }
+  // A later replica's rank loads its own stage now.
+  int replica = p > 0 ? rank / p : 0, stage = p > 0 ? rank % p : rank;
+  if (p > 0 && rank >= p) {
+    planOr = runtime::readPlanFile(opt.planPath, stage);
+    err.reset();
+    if (!planOr)
+      err = llvm::toString(planOr.takeError());
   }
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
   runtime::Plan &plan = *planOr;
-  int p = int(plan.stages.size());
+  if (int(plan.stages.size()) != p || plan.dataParallel != d)
+    mpiFailHere(comm, opt.planPath + ": the plan changed while loading");
   comm.setMicrobatches(plan.microbatches);
+
+  // The replica's pipeline group (ranks = stages) and, with replicas, the
+  // stage's data-parallel group (ranks = replicas). Declared after the world
+  // comm, so destroyed before it finalizes MPI.
+  auto pipeOr = comm.split(replica, stage);
+  if (!pipeOr)
+    mpiFailHere(comm, llvm::toString(pipeOr.takeError()));
+  std::unique_ptr<runtime::MpiComm> pipe = std::move(*pipeOr);
+  std::unique_ptr<runtime::MpiComm> group;
+  if (d > 1) {
+    auto groupOr = comm.split(stage, replica);
+    if (!groupOr)
+      mpiFailHere(comm, llvm::toString(groupOr.takeError()));
+    group = std::move(*groupOr);
+  }
 
   DataSource data(plan, uint64_t(opt.seed));
   if (auto d = flags.get("data"))
@@ -676,19 +733,24 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
 
+  // "stage S" in errors, "replica R stage S" with replicas.
+  std::string where = (d > 1 ? "replica " + std::to_string(replica) + " "
+                             : std::string()) +
+                      "stage " + std::to_string(stage);
   int64_t threads = opt.threads;
   if (threads == 0)
     threads = std::max<int64_t>(
-        1, int64_t(std::thread::hardware_concurrency()) / std::max(p, 1));
+        1, int64_t(std::thread::hardware_concurrency()) / std::max(world, 1));
   std::unique_ptr<runtime::Backend> backend =
       runtime::createCpuBackend(int(threads));
-  auto exOr = runtime::StageExecutor::create(plan, rank, *backend, comm);
+  auto exOr = runtime::StageExecutor::create(plan, stage, *backend, *pipe);
   if (!exOr)
-    err = "stage " + std::to_string(rank) + ": " +
-          llvm::toString(exOr.takeError());
+    err = where + ": " + llvm::toString(exOr.takeError());
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
   runtime::StageExecutor &ex = **exOr;
+  if (group)
+    ex.setDataParallel(group.get());
   if (opt.lr && ex.findSlot("optimizer.lr") >= 0) {
     std::vector<uint8_t> bytes(sizeof(float));
     std::memcpy(bytes.data(), &*opt.lr, sizeof(float));
@@ -701,17 +763,22 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
                        ? 1
                        : plan.inputs[0].shape[0];
-  int64_t samplesPerStep = mbRows * plan.microbatches;
+  int64_t samplesPerStep = mbRows * plan.microbatches * d;
   bool quiet = flags.has("quiet");
   int64_t steps = opt.steps;
   if (rank == 0) {
     llvm::outs() << llvm::formatv(
-        "training {0}: {1} stage(s), schedule {2}, {3} microbatches of {4} "
+        "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
         "samples per step, {5} step(s), data: {6}\n",
-        plan.modelName, p, plan.schedule, plan.microbatches, mbRows, steps,
+        plan.modelName, p, plan.schedule,
+        d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
+              : std::to_string(plan.microbatches),
+        mbRows, steps,
         data.synthetic() ? std::string("synthetic")
                          : *flags.get("data") + " (" +
-                               std::to_string(data.samples()) + " samples)");
+                               std::to_string(data.samples()) + " samples)",
+        d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
+              : std::string());
     llvm::outs().flush();
   }
   auto start = std::chrono::steady_clock::now();
@@ -719,21 +786,23 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   for (int64_t step = 0; step < steps; ++step) {
     if (profiling && step + 1 == steps)
       ex.setProfiling(true);
-    if (auto e = ex.runStep(step, data.forStep(step)))
-      mpiFailHere(comm, "step " + std::to_string(step + 1) + ": stage " +
-                            std::to_string(rank) + ": " +
-                            llvm::toString(std::move(e)));
-    // The loss lives on one stage; every rank learns it (and the slowest
-    // stage's time), so all of them stop together on a non-finite loss.
+    if (auto e = ex.runStep(step, data.forStep(step, replica)))
+      mpiFailHere(comm, "step " + std::to_string(step + 1) + ": " + where +
+                            ": " + llvm::toString(std::move(e)));
+    // The loss lives on one stage of each replica; every rank learns their
+    // mean, summed in replica order as the threaded run does (and the
+    // slowest stage's time), so all of them stop together on a non-finite
+    // loss.
     auto all = comm.allGather({ex.hasLoss() ? 1.0 : 0.0,
                                ex.hasLoss() ? ex.lastLoss() : 0.0,
                                ex.stats().stepSeconds});
     if (!all)
       mpiFailHere(comm, llvm::toString(all.takeError()));
     double stepTime = 0;
+    lastLoss = 0;
     for (int r = 0; r < world; ++r) {
       if ((*all)[size_t(3 * r)] != 0)
-        lastLoss = (*all)[size_t(3 * r + 1)];
+        lastLoss += (*all)[size_t(3 * r + 1)] / d;
       stepTime = std::max(stepTime, (*all)[size_t(3 * r + 2)]);
     }
     if (step == 0)
@@ -764,7 +833,8 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
                      std::chrono::steady_clock::now() - start)
                      .count();
 
-  // Per-stage figures of the last step, gathered for rank 0's table.
+  // Per-stage figures of the last step, gathered for rank 0's table, which
+  // shows replica 0's (world ranks 0..P-1), as the threaded run does.
   const runtime::StageStats &st = ex.stats();
   double busy = 0;
   for (double b : st.busySeconds)
@@ -796,10 +866,10 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   }
 
   if (auto path = flags.get("profile"))
-    if (int rc = mpiProfile(comm, plan, ex, *path))
+    if (int rc = mpiProfile(comm, plan, ex, replica == 0, *path))
       return rc;
   if (auto out = flags.get("save"))
-    if (int rc = mpiSave(comm, plan, ex, *out))
+    if (int rc = mpiSave(comm, plan, ex, replica == 0, *out))
       return rc;
   llvm::outs().flush();
   return tools::kOk;
