@@ -308,44 +308,77 @@ runtime::DataFn DataSource::forStep(int64_t step, int replica) {
 // atomically (a temp file, then rename):
 //   "CLEAVECKPT1\n", u64 step count, u64 entry count, then per entry:
 //   u32 stage, u32 name length, name, u64 byte count, u64 FNV-1a, bytes.
+// Entries come in stage order, then in the stage's slot order. The threaded
+// run and the MPI run (whose rank 0 gathers replica 0's stages) write and
+// read the same file, so either can resume the other's checkpoint.
 const char kCheckpointMagic[] = "CLEAVECKPT1\n";
 
-llvm::Error writeCheckpoint(
-    const std::string &dir, int64_t stepsDone,
-    const std::vector<std::unique_ptr<runtime::StageExecutor>> &execs,
-    const runtime::Plan &plan) {
-  std::string blob(kCheckpointMagic);
-  auto put = [&](uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i)
-      blob.push_back(char((v >> (8 * i)) & 0xff));
-  };
-  std::vector<std::pair<int, const runtime::Slot *>> slots;
-  for (const runtime::StagePlan &sp : plan.stages)
-    for (const runtime::Slot &sl : sp.slots)
-      if (sl.kind == runtime::SlotKind::State)
-        slots.push_back({sp.index, &sl});
-  put(uint64_t(stepsDone), 8);
-  put(slots.size(), 8);
-  for (const auto &[stage, sl] : slots) {
-    auto bytes = execs[stage]->readSlot(sl->name);
+void putLittleEndian(std::string &blob, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i)
+    blob.push_back(char((v >> (8 * i)) & 0xff));
+}
+
+// One stage's entries (its State slots, in slot order) appended to `body`;
+// returns how many.
+llvm::Expected<uint64_t> appendCheckpointEntries(
+    std::string &body, const runtime::StagePlan &sp,
+    runtime::StageExecutor &ex) {
+  uint64_t count = 0;
+  for (const runtime::Slot &sl : sp.slots) {
+    if (sl.kind != runtime::SlotKind::State)
+      continue;
+    auto bytes = ex.readSlot(sl.name);
     if (!bytes)
       return bytes.takeError();
-    put(uint32_t(stage), 4);
-    put(sl->name.size(), 4);
-    blob += sl->name;
-    put(bytes->size(), 8);
-    put(runtime::fnv1a64(bytes->data(), bytes->size()), 8);
-    blob.append(reinterpret_cast<const char *>(bytes->data()), bytes->size());
+    putLittleEndian(body, uint32_t(sp.index), 4);
+    putLittleEndian(body, sl.name.size(), 4);
+    body += sl.name;
+    putLittleEndian(body, bytes->size(), 8);
+    putLittleEndian(body, runtime::fnv1a64(bytes->data(), bytes->size()), 8);
+    body.append(reinterpret_cast<const char *>(bytes->data()), bytes->size());
+    ++count;
   }
+  return count;
+}
+
+// The header, then the entries (`body`, `entries` of them), written to
+// DIR/checkpoint.bin atomically.
+llvm::Error writeCheckpointFile(const std::string &dir, int64_t stepsDone,
+                                uint64_t entries, llvm::StringRef body) {
+  std::string blob(kCheckpointMagic);
+  putLittleEndian(blob, uint64_t(stepsDone), 8);
+  putLittleEndian(blob, entries, 8);
+  blob += body;
   if (auto ec = llvm::sys::fs::create_directories(dir))
     return badData(dir + ": " + ec.message());
   return tools::writeOutput(dir + "/checkpoint.bin", blob);
 }
 
-// Loads a checkpoint into the executors; returns the steps it had done.
-llvm::Expected<int64_t> readCheckpoint(
-    const std::string &dir,
-    std::vector<std::unique_ptr<runtime::StageExecutor>> &execs, int stages) {
+llvm::Error writeCheckpoint(
+    const std::string &dir, int64_t stepsDone,
+    const std::vector<std::unique_ptr<runtime::StageExecutor>> &execs,
+    const runtime::Plan &plan) {
+  std::string body;
+  uint64_t entries = 0;
+  for (const runtime::StagePlan &sp : plan.stages) { // replica 0's executors
+    auto n = appendCheckpointEntries(body, sp, *execs[size_t(sp.index)]);
+    if (!n)
+      return n.takeError();
+    entries += *n;
+  }
+  return writeCheckpointFile(dir, stepsDone, entries, body);
+}
+
+// Reads DIR/checkpoint.bin, checking its structure, and hands each entry of
+// a stage `wanted` says yes to (checksum verified) to `apply`, which gives
+// the path-prefixed error to report; returns the steps it had done. The
+// other entries are skipped unchecked.
+llvm::Expected<int64_t> readCheckpointFile(
+    const std::string &dir, llvm::function_ref<bool(uint32_t stage)> wanted,
+    llvm::function_ref<std::optional<std::string>(
+        uint32_t stage, const std::string &name,
+        const std::vector<uint8_t> &bytes)>
+        apply) {
   std::string path = dir + "/checkpoint.bin";
   auto buf = llvm::MemoryBuffer::getFile(path);
   if (!buf)
@@ -381,24 +414,66 @@ llvm::Expected<int64_t> readCheckpoint(
       truncated = true;
       break;
     }
+    if (!wanted(stage)) {
+      pos += size;
+      continue;
+    }
     std::vector<uint8_t> bytes(data.bytes_begin() + pos,
                                data.bytes_begin() + pos + size);
     pos += size;
     if (runtime::fnv1a64(bytes.data(), bytes.size()) != sum)
       return badData(path + ": '" + name + "' is corrupt (checksum mismatch)");
-    if (stage >= size_t(stages) || execs[stage]->findSlot(name) < 0)
-      return badData(path + ": '" + name + "' on stage " +
-                     std::to_string(stage) +
-                     " is not in this plan (a checkpoint of another plan?)");
-    // Every data-parallel replica of the stage gets the saved values.
-    for (size_t i = stage; i < execs.size(); i += size_t(stages))
-      if (auto e = execs[i]->writeSlot(name, bytes))
-        return badData(path + ": " + llvm::toString(std::move(e)) +
-                       " (a checkpoint of another plan?)");
+    if (auto msg = apply(stage, name, bytes))
+      return badData(path + ": " + *msg);
   }
   if (truncated)
     return badData(path + ": truncated");
   return stepsDone;
+}
+
+// The message for an entry that does not fit the plan.
+std::string foreignEntry(uint32_t stage, const std::string &name) {
+  return "'" + name + "' on stage " + std::to_string(stage) +
+         " is not in this plan (a checkpoint of another plan?)";
+}
+
+// Loads a checkpoint into the executors; returns the steps it had done.
+llvm::Expected<int64_t> readCheckpoint(
+    const std::string &dir,
+    std::vector<std::unique_ptr<runtime::StageExecutor>> &execs, int stages) {
+  return readCheckpointFile(
+      dir, [](uint32_t) { return true; },
+      [&](uint32_t stage, const std::string &name,
+          const std::vector<uint8_t> &bytes) -> std::optional<std::string> {
+        if (stage >= size_t(stages) || execs[stage]->findSlot(name) < 0)
+          return foreignEntry(stage, name);
+        // Every data-parallel replica of the stage gets the saved values.
+        for (size_t i = stage; i < execs.size(); i += size_t(stages))
+          if (auto e = execs[i]->writeSlot(name, bytes))
+            return llvm::toString(std::move(e)) +
+                   " (a checkpoint of another plan?)";
+        return std::nullopt;
+      });
+}
+
+// --checkpoint-every: 0 without it (a checkpoint only after the last step).
+llvm::Expected<int64_t> parseCheckpointEvery(const tools::Flags &flags) {
+  auto k = flags.get("checkpoint-every");
+  if (!k)
+    return 0;
+  auto n = tools::parseCount("checkpoint-every", *k);
+  if (!n)
+    return n.takeError();
+  if (*n == 0)
+    return badData("--checkpoint-every needs a positive step count");
+  if (!flags.has("checkpoint-dir"))
+    return badData("--checkpoint-every goes with --checkpoint-dir");
+  return *n;
+}
+
+// Whether a checkpoint is due after step `step` (0-based) of `steps`.
+bool checkpointDue(int64_t step, int64_t steps, int64_t every) {
+  return (every && (step + 1) % every == 0) || step + 1 == steps;
 }
 
 std::string formatSeconds(double s) {
@@ -999,6 +1074,7 @@ int main(int argc, char **argv) {
                        ? 1
                        : plan.inputs[0].shape[0];
   int64_t samplesPerStep = mbRows * plan.microbatches * d;
+  bool live = llvm::sys::Process::StandardOutIsDisplayed();
   bool quiet = flags.has("quiet");
   llvm::outs() << llvm::formatv(
       "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
@@ -1025,19 +1101,10 @@ int main(int argc, char **argv) {
                  << "\n";
   }
   std::optional<std::string> checkpointDir = flags.get("checkpoint-dir");
-  int64_t checkpointEvery = 0;
-  if (auto k = flags.get("checkpoint-every")) {
-    auto n = tools::parseCount("checkpoint-every", *k);
-    if (!n || *n == 0)
-      return fail(kTool,
-                  n ? "--checkpoint-every needs a positive step count"
-                    : llvm::toString(n.takeError()),
-                  tools::kUsage);
-    if (!checkpointDir)
-      return fail(kTool, "--checkpoint-every goes with --checkpoint-dir",
-                  tools::kUsage);
-    checkpointEvery = *n;
-  }
+  auto everyOr = parseCheckpointEvery(flags);
+  if (!everyOr)
+    return fail(kTool, llvm::toString(everyOr.takeError()), tools::kUsage);
+  int64_t checkpointEvery = *everyOr;
   for (int64_t step = firstStep; step < steps; ++step) {
     if (profiling && step + 1 == steps)
       for (auto &ex : execs)
@@ -1069,21 +1136,24 @@ int main(int argc, char **argv) {
     for (auto &ex : execs)
       stepTime = std::max(stepTime, ex->stats().stepSeconds);
     stepSum += stepTime;
-    if (checkpointDir &&
-        ((checkpointEvery && (step + 1) % checkpointEvery == 0) ||
-         step + 1 == steps))
+    if (checkpointDir && checkpointDue(step, steps, checkpointEvery))
       if (auto e = writeCheckpoint(*checkpointDir, step + 1, execs, plan))
         return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
     if (!quiet) {
       int64_t done = step + 1 - firstStep;
       double rate = double(samplesPerStep * done) / elapsed;
       double eta = elapsed / double(done) * double(steps - step - 1);
+      // On a terminal one live line, rewritten each step; else one line
+      // per step (logs, pipes).
       llvm::outs() << llvm::formatv(
-          "step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}\n", step + 1,
-          steps, lastLoss, rate, formatSeconds(eta));
+          "{5}step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}{6}",
+          step + 1, steps, lastLoss, rate, formatSeconds(eta),
+          live ? "\r" : "", live ? "" : "\n");
       llvm::outs().flush();
     }
   }
+  if (live && !quiet)
+    llvm::outs() << "\n";
   double total = std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - start)
                      .count();
