@@ -11,6 +11,7 @@
 // file ends in one error line. Blobs are read with seeks, one at a time, only
 // those wanted.
 #include "runtime/PlanFile.h"
+#include "runtime/PlanTypes.h"
 
 #include "plan.pb.h" // generated from runtime/plan.proto
 
@@ -51,20 +52,6 @@ llvm::Error atPath(const std::string &path, llvm::Error e) {
   return fail(path + ": " + llvm::toString(std::move(e)));
 }
 
-// Byte size of a dense tensor, or nullopt for a negative dimension or an
-// overflow.
-std::optional<int64_t> denseBytes(ir::DType dtype,
-                                  llvm::ArrayRef<int64_t> shape) {
-  int64_t n = int64_t(ir::dtypeSize(dtype));
-  for (int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n))
-      return std::nullopt;
-  return n;
-}
-
-std::string typeText(ir::DType dtype, llvm::ArrayRef<int64_t> shape) {
-  return ir::TensorType(dtype, ir::Shape(shape.begin(), shape.end())).str();
-}
 
 } // namespace
 

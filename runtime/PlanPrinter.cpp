@@ -3,6 +3,7 @@
 // and update; floats in their shortest exact form, so output is
 // deterministic. docs/design/plan.md shows the shape of it.
 #include "runtime/PlanFile.h"
+#include "runtime/PlanTypes.h"
 
 #include "ir/Printer.h"
 
@@ -11,10 +12,6 @@
 namespace cleave::runtime {
 
 namespace {
-
-std::string typeText(ir::DType dtype, llvm::ArrayRef<int64_t> shape) {
-  return ir::TensorType(dtype, ir::Shape(shape.begin(), shape.end())).str();
-}
 
 std::string quoted(llvm::StringRef s) { return ir::quoteString(s); }
 std::string number(double v) { return ir::formatDouble(v); }

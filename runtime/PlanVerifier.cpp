@@ -5,6 +5,7 @@
 // their ops declare. Errors say "invalid plan: ..." and name the stage, slot
 // or instruction.
 #include "runtime/PlanFile.h"
+#include "runtime/PlanTypes.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -20,20 +21,6 @@ llvm::Error invalid(const llvm::Twine &msg) {
   return fail("invalid plan: " + msg);
 }
 
-// Byte size of a dense tensor, or nullopt for a negative dimension or an
-// overflow.
-std::optional<int64_t> denseBytes(ir::DType dtype,
-                                  llvm::ArrayRef<int64_t> shape) {
-  int64_t n = int64_t(ir::dtypeSize(dtype));
-  for (int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n))
-      return std::nullopt;
-  return n;
-}
-
-std::string typeText(ir::DType dtype, llvm::ArrayRef<int64_t> shape) {
-  return ir::TensorType(dtype, ir::Shape(shape.begin(), shape.end())).str();
-}
 
 bool validDType(ir::DType t) { return size_t(t) <= size_t(ir::DType::Bool); }
 
