@@ -34,6 +34,21 @@ static llvm::Error err(const char *fmt, Ts &&...vals) {
       llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
 }
 
+// ONNX's checker and shape inference spread one message over several lines
+// (e.g. "... input 'y' of node: \nname: a OpType: Add\n is not output of
+// any previous nodes."); cleave reports it as one line.
+static std::string oneLine(llvm::StringRef msg) {
+  std::string out;
+  for (char c : msg.trim()) {
+    bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    if (!space)
+      out += c;
+    else if (!out.empty() && out.back() != ' ')
+      out += ' ';
+  }
+  return out;
+}
+
 // ONNX ops that are accepted only when they fold to a constant.
 static const std::set<std::string> kFoldOnly = {
     "Shape", "Size", "ConstantOfShape", "Range", "Constant"};
@@ -900,7 +915,7 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
   try {
     onnx::checker::check_model(checkerView());
   } catch (const std::exception &ex) {
-    std::string msg = llvm::StringRef(ex.what()).split('\n').first.trim().str();
+    std::string msg = oneLine(ex.what());
     return err("'{0}' fails the ONNX checker: {1}", path_, msg);
   }
   g_ = std::make_unique<Graph>();
@@ -912,7 +927,7 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
     onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
                                        options);
   } catch (const std::exception &ex) {
-    std::string msg = llvm::StringRef(ex.what()).split('\n').first.trim().str();
+    std::string msg = oneLine(ex.what());
     return err("'{0}': ONNX shape inference failed: {1}", path_, msg);
   }
   if (auto e = addInitializers())

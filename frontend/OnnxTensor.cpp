@@ -113,6 +113,29 @@ static llvm::Expected<std::string> confinedPath(const std::string &modelDir,
   return std::string(real);
 }
 
+llvm::Expected<ExternalData> externalDataOf(const onnx::TensorProto &t,
+                                            const std::string &modelDir) {
+  ExternalData ext;
+  for (const auto &kv : t.external_data()) {
+    long long v = 0;
+    if (kv.key() == "location")
+      ext.location = kv.value();
+    else if ((kv.key() == "offset" || kv.key() == "length") &&
+             (llvm::StringRef(kv.value()).getAsInteger(10, v) || v < 0))
+      return err("tensor '{0}': external data {1} '{2}' is not a number",
+                 t.name(), kv.key(), kv.value());
+    if (kv.key() == "offset")
+      ext.offset = v;
+    if (kv.key() == "length")
+      ext.length = v;
+  }
+  auto path = confinedPath(modelDir, ext.location, t.name());
+  if (!path)
+    return path.takeError();
+  ext.path = std::move(*path);
+  return ext;
+}
+
 llvm::Expected<std::shared_ptr<TensorData>>
 tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
                DataOrigin origin, std::string *adoptRaw) {
@@ -128,24 +151,11 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
   int64_t n = type.numElements(), bytes = type.byteSize();
 
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto &kv : t.external_data()) {
-      long long v = 0;
-      if (kv.key() == "location")
-        location = kv.value();
-      else if ((kv.key() == "offset" || kv.key() == "length") &&
-               llvm::StringRef(kv.value()).getAsInteger(10, v))
-        return err("tensor '{0}': external data {1} '{2}' is not a number",
-                   name, kv.key(), kv.value());
-      if (kv.key() == "offset")
-        offset = v;
-      if (kv.key() == "length")
-        length = v;
-    }
-    auto path = confinedPath(modelDir, location, name);
-    if (!path)
-      return path.takeError();
+    auto ext = externalDataOf(t, modelDir);
+    if (!ext)
+      return ext.takeError();
+    const std::string &location = ext->location, *path = &ext->path;
+    int64_t offset = ext->offset, length = ext->length;
     if (length < 0)
       length = bytes;
     if (length != bytes || offset < 0)

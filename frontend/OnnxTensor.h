@@ -28,4 +28,14 @@ llvm::Expected<std::shared_ptr<ir::TensorData>>
 tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
                ir::DataOrigin origin, std::string *adoptRaw = nullptr);
 
+// Where an external tensor's bytes are: its `location` resolved inside
+// `modelDir` (absolute paths and anything leaving the folder, symlinks
+// included, are refused), `offset`, and `length` (-1 when not given).
+struct ExternalData {
+  std::string location, path;
+  int64_t offset = 0, length = -1;
+};
+llvm::Expected<ExternalData> externalDataOf(const onnx::TensorProto &t,
+                                            const std::string &modelDir);
+
 } // namespace cleave::frontend

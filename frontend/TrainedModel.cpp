@@ -108,36 +108,11 @@ llvm::Error internalize(onnx::TensorProto &t, const std::string &modelDir,
                         const std::string &modelPath) {
   const std::string what =
       "'" + modelPath + "': tensor '" + t.name() + "'";
-  std::string location;
-  int64_t offset = 0, length = -1;
-  for (const auto &kv : t.external_data()) {
-    long long v = 0;
-    if (kv.key() == "location")
-      location = kv.value();
-    else if ((kv.key() == "offset" || kv.key() == "length") &&
-             (llvm::StringRef(kv.value()).getAsInteger(10, v) || v < 0))
-      return err(what + ": external data " + kv.key() + " '" + kv.value() +
-                 "' is not a number");
-    if (kv.key() == "offset")
-      offset = v;
-    if (kv.key() == "length")
-      length = v;
-  }
-  if (location.empty() || llvm::sys::path::is_absolute(location))
-    return err(what + ": external data location '" + location +
-               "' must be a relative path inside the model's folder");
-  llvm::SmallString<256> full(modelDir), real, realDir;
-  llvm::sys::path::append(full, location);
-  if (llvm::sys::fs::real_path(full, real))
-    return err(what + ": external data file '" + location +
-               "' not found next to the model");
-  if (llvm::sys::fs::real_path(modelDir, realDir))
-    return err(what + ": cannot resolve the model's folder");
-  llvm::StringRef r = real, d = realDir;
-  if (!r.startswith(d) || r.size() <= d.size() ||
-      !llvm::sys::path::is_separator(r[d.size()]))
-    return err(what + ": external data location '" + location +
-               "' points outside the model's folder");
+  auto ext = externalDataOf(t, modelDir);
+  if (!ext)
+    return err("'" + modelPath + "': " + llvm::toString(ext.takeError()));
+  const std::string &location = ext->location, &real = ext->path;
+  int64_t offset = ext->offset, length = ext->length;
   uint64_t fileSize = 0;
   if (llvm::sys::fs::file_size(real, fileSize) || uint64_t(offset) > fileSize)
     return err(what + ": external data file '" + location + "' is too short");
