@@ -133,6 +133,11 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
   };
   persistent_.assign(n, nullptr);
   accumCount_.assign(n, 0);
+  // The vote on non-finite values uses a tag no message of the plan has.
+  for (const StagePlan &other : plan.stages)
+    for (const auto &prog : other.programs)
+      for (const Instr &in : prog)
+        voteTag_ = std::max(voteTag_, in.tag + 1);
   std::vector<int> feeders(n, 0); // by Accum slot: MicroTemps summed into it
 
   // Slots: sizes, placement, initial data.
@@ -625,6 +630,85 @@ llvm::Error StageExecutor::allReduceAccums() {
   return llvm::Error::success();
 }
 
+// What made a slot: "MatMulGradB at '/fc/MatMul'" or the slot's name.
+static std::string producerOf(const StagePlan &sp, int slot) {
+  for (const auto &prog : sp.programs)
+    for (const Instr &in : prog)
+      for (int o : in.outputs)
+        if (o == slot) {
+          if (in.kind == InstrKind::Recv)
+            return "a message from stage " + std::to_string(in.peer);
+          std::string what(ir::opInfo(in.op).name);
+          return in.loc.empty() ? what : what + " at '" + in.loc + "'";
+        }
+  return "the data";
+}
+
+std::string StageExecutor::describeNonFinite() {
+  for (size_t i = 0; i < losses_.size(); ++i)
+    if (!std::isfinite(losses_[i]))
+      return llvm::formatv("the loss '{0}' ({1}) is {2} in microbatch {3}",
+                           stage_.slots[stage_.lossSlot].name,
+                           producerOf(stage_, stage_.lossSlot), losses_[i], i)
+          .str();
+  for (size_t s = 0; s < stage_.slots.size(); ++s) {
+    const Slot &a = stage_.slots[s];
+    if (a.kind != SlotKind::Accum || !ir::isFloat(a.dtype))
+      continue;
+    std::vector<uint8_t> host(size_t(a.bytes));
+    backend_.copyToHost(host.data(), persistent_[s], host.size());
+    int64_t n = a.bytes / int64_t(ir::dtypeSize(a.dtype));
+    for (int64_t i = 0; i < n; ++i) {
+      double v = a.dtype == ir::DType::F64
+                     ? reinterpret_cast<const double *>(host.data())[i]
+                     : a.dtype == ir::DType::F32
+                           ? double(reinterpret_cast<const float *>(
+                                 host.data())[i])
+                           : 0.0;
+      if (std::isfinite(v))
+        continue;
+      // The per-microbatch value this slot sums.
+      int source = -1;
+      for (size_t t = 0; t < stage_.slots.size(); ++t)
+        if (stage_.slots[t].accum == int(s))
+          source = int(t);
+      return llvm::formatv("the gradient '{0}' ({1}) has {2} at element {3}",
+                           source >= 0 ? stage_.slots[source].name : a.name,
+                           source >= 0 ? producerOf(stage_, source)
+                                       : std::string("the step"),
+                           v, i)
+          .str();
+    }
+  }
+  return "";
+}
+
+llvm::Expected<bool> StageExecutor::voteNonFinite() {
+  nonFiniteReport_ = describeNonFinite();
+  int32_t bad = nonFiniteReport_.empty() ? 0 : 1;
+  int stages = comm_.size();
+  if (stages <= 1)
+    return bad != 0;
+  auto where = [] { return std::string("agreeing on non-finite values"); };
+  if (comm_.rank() == 0) {
+    for (int s = 1; s < stages; ++s) {
+      int32_t other = 0;
+      if (auto e = comm_.recv(s, voteTag_, -1, &other, sizeof other))
+        return wrap(std::move(e), where());
+      bad |= other;
+    }
+    for (int s = 1; s < stages; ++s)
+      if (auto e = comm_.send(s, voteTag_, -1, &bad, sizeof bad))
+        return wrap(std::move(e), where());
+    return bad != 0;
+  }
+  if (auto e = comm_.send(0, voteTag_, -1, &bad, sizeof bad))
+    return wrap(std::move(e), where());
+  if (auto e = comm_.recv(0, voteTag_, -1, &bad, sizeof bad))
+    return wrap(std::move(e), where());
+  return bad != 0;
+}
+
 llvm::Error StageExecutor::fillInputs(int microbatch, void *frame,
                                       const DataFn &data) {
   for (size_t s = 0; s < stage_.slots.size(); ++s) {
@@ -681,6 +765,8 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
   stats_.busySeconds.fill(0);
   stats_.recvWaitSeconds = 0;
   stats_.spans.clear();
+  stepSkipped_ = false;
+  nonFiniteReport_.clear();
 
   const auto &acts = stage_.actions;
   for (size_t i = 0; i < acts.size(); ++i) {
@@ -691,6 +777,15 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
         if (dataParallel_)
           if (auto e = allReduceAccums())
             return e;
+        if (nonFinitePolicy_ != NonFinitePolicy::Ignore) {
+          auto skip = voteNonFinite();
+          if (!skip)
+            return skip.takeError();
+          if (*skip) {
+            stepSkipped_ = true;
+            return llvm::Error::success();
+          }
+        }
         if (auto e = runProgram(Phase::Step, step, -1, nullptr))
           return e;
         for (const StateUpdate &u : stage_.stepUpdates)

@@ -144,6 +144,20 @@ public:
   // adds 1, 2, ... and sends the total back), so every replica applies the
   // same update. `group` must outlive the executor; null turns it off.
   void setDataParallel(Comm *group) { dataParallel_ = group; }
+
+  // Non-finite values: with a policy other than Ignore, before the step
+  // program every stage checks its gradient sums (after the data-parallel
+  // sum) and its losses for NaN and Inf, and the stages of the pipeline
+  // vote (messages through the pipeline comm, stage 0 collecting); when any
+  // found one, no stage runs its step program, so parameters and optimizer
+  // state keep their values. stepSkipped() says so, nonFiniteReport() names
+  // what this stage found (the value, the op that made it, the microbatch
+  // for a loss). Stop and SkipStep differ only for the driver, which stops
+  // or goes on.
+  enum class NonFinitePolicy { Ignore, Stop, SkipStep };
+  void setNonFinitePolicy(NonFinitePolicy p) { nonFinitePolicy_ = p; }
+  bool stepSkipped() const { return stepSkipped_; }
+  const std::string &nonFiniteReport() const { return nonFiniteReport_; }
   Comm *dataParallel() const { return dataParallel_; }
 
 private:
@@ -162,6 +176,10 @@ private:
   llvm::Error copySlot(int dst, void *dstFrame, int src, void *srcFrame);
   llvm::Error accumulate(Phase phase, int microbatch, void *frame);
   llvm::Error allReduceAccums();
+  // Checks the gradient sums and losses, votes with the other stages;
+  // true when the step must not be applied.
+  llvm::Expected<bool> voteNonFinite();
+  std::string describeNonFinite();
   llvm::Error fillInputs(int microbatch, void *frame, const DataFn &data);
   llvm::Error recordLoss(void *frame);
   std::string instrKey(const Instr &in) const;
@@ -188,6 +206,10 @@ private:
   StageStats stats_;
   bool profiling_ = false;
   Comm *dataParallel_ = nullptr;
+  NonFinitePolicy nonFinitePolicy_ = NonFinitePolicy::Ignore;
+  bool stepSkipped_ = false;
+  std::string nonFiniteReport_;
+  int64_t voteTag_ = 0; // past every tag of the plan's messages
   std::vector<uint8_t> reduceBuffer_; // host copy of a replica's sum
   ProfileMap profile_;
 };

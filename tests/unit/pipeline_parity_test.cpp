@@ -26,6 +26,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 using namespace cleave;
 
@@ -101,6 +102,9 @@ struct Inputs {
 struct Trained {
   std::map<std::string, std::vector<uint8_t>> state; // params and buffers
   std::vector<double> losses;
+  // Per step, when the step was skipped for non-finite values: what the
+  // first stage that found one reported; else empty.
+  std::vector<std::string> skipped;
   bool ok = false;
 };
 
@@ -108,7 +112,9 @@ using DataForStep = std::function<runtime::DataFn(int64_t step)>;
 
 Trained train(const std::string &model, int stages, int64_t microbatches,
               const std::string &schedule, int steps,
-              DataForStep data = nullptr, int replicas = 1) {
+              DataForStep data = nullptr, int replicas = 1,
+              runtime::StageExecutor::NonFinitePolicy policy =
+                  runtime::StageExecutor::NonFinitePolicy::Ignore) {
   Trained out;
   auto g = trainingGraph(model, microbatches, replicas);
   if (!g)
@@ -154,6 +160,7 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
       }
       if (replicas > 1)
         (*ex)->setDataParallel(groups[s][r].get());
+      (*ex)->setNonFinitePolicy(policy);
       execs.push_back(std::move(*ex));
       raw.push_back(execs.back().get());
     }
@@ -179,6 +186,17 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
       if (ex->hasLoss())
         loss += ex->lastLoss() / replicas;
     out.losses.push_back(loss);
+    std::string report;
+    bool skipped = false;
+    for (auto &ex : execs) {
+      skipped |= ex->stepSkipped();
+      if (report.empty() && !ex->nonFiniteReport().empty())
+        report = "stage " + std::to_string(ex->stage()) + ": " +
+                 ex->nonFiniteReport();
+      EXPECT_EQ(ex->stepSkipped(), execs[0]->stepSkipped())
+          << "the stages disagree on skipping step " << step;
+    }
+    out.skipped.push_back(skipped ? report : "");
   }
   // Every declared parameter and buffer of the model, from every stage that
   // holds one: replicas must agree.
@@ -366,6 +384,56 @@ TEST_P(PipelineParity, DataParallelReplicasMatchMoreMicrobatches) {
     ++compared;
   }
   EXPECT_GT(compared, 3);
+}
+
+// A NaN in one sample of step 1: every stage skips that step's update (the
+// stage that saw it says what), and the run ends where a run without step
+// 1 would.
+TEST_P(PipelineParity, NonFiniteGradientsSkipTheStepOnEveryStage) {
+  std::string model = GetParam();
+  auto g = trainingGraph(model, 4);
+  ASSERT_TRUE(g);
+  Inputs inputs(model, *g);
+  std::string floatInput;
+  for (const ir::Value *v : g->inputs())
+    if (v->type().dtype == ir::DType::F32)
+      floatInput = v->name();
+  if (floatInput.empty())
+    GTEST_SKIP() << model << " has no float input to poison";
+  auto poisoned = [&](std::set<int64_t> nanSteps, std::vector<int64_t> order) {
+    return [&inputs, floatInput, nanSteps, order](int64_t step) {
+      int64_t real = order[size_t(step)];
+      runtime::DataFn base = inputs.forStep(real);
+      return runtime::DataFn([=](int mb, const std::string &name, void *dst,
+                                 size_t bytes) -> llvm::Error {
+        if (auto e = base(mb, name, dst, bytes))
+          return e;
+        if (nanSteps.count(real) && mb == 2 && name == floatInput)
+          static_cast<float *>(dst)[0] = NAN;
+        return llvm::Error::success();
+      });
+    };
+  };
+  using Policy = runtime::StageExecutor::NonFinitePolicy;
+  Trained got = train(model, 2, 4, "zb-h1", 3, poisoned({1}, {0, 1, 2}), 1,
+                      Policy::SkipStep);
+  ASSERT_TRUE(got.ok);
+  ASSERT_EQ(got.skipped.size(), 3u);
+  EXPECT_EQ(got.skipped[0], "");
+  EXPECT_NE(got.skipped[1], "");
+  EXPECT_NE(got.skipped[1].find("nan"), std::string::npos)
+      << got.skipped[1];
+  EXPECT_EQ(got.skipped[2], "");
+  std::printf("%s: %s\n", model.c_str(), got.skipped[1].c_str());
+  // The same as steps 0 and 2 alone.
+  Trained want = train(model, 2, 4, "zb-h1", 2, poisoned({}, {0, 2}), 1,
+                       Policy::SkipStep);
+  ASSERT_TRUE(want.ok);
+  for (const auto &[name, bytes] : want.state) {
+    if (name.find("running_") != std::string::npos)
+      continue; // the forward of step 1 still moved them
+    EXPECT_TRUE(got.state.at(name) == bytes) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PipelineParity,
