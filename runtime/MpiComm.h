@@ -24,9 +24,9 @@
 //    every rank. The caller prints its one-line error before.
 //
 // Pipeline traffic runs on a duplicate of MPI_COMM_WORLD; the driver's
-// collectives below (losses, statistics, --save, --profile) run on another,
-// so they never match a pipeline message. Every call is made from the thread
-// that called initMpi (MPI_THREAD_FUNNELED).
+// collectives below (losses, statistics, --save, --profile, checkpoints,
+// --trace) run on another, so they never match a pipeline message. Every
+// call is made from the thread that called initMpi (MPI_THREAD_FUNNELED).
 #pragma once
 
 #include "runtime/Comm.h"

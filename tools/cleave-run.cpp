@@ -14,6 +14,7 @@
 #include "runtime/PlanFile.h"
 #include "tools/ToolSupport.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -84,7 +85,10 @@ must be the plan's stage count), each loading only its own stage; rank 0
 prints the same lines as the threaded run and writes --save and --profile.
 A plan compiled with `--data-parallel D` needs `mpirun -np P*D`: rank w runs
 stage w % P of replica w / P, with the threaded run's data, gradients and
-results; --save and --profile come from replica 0 (ranks 0..P-1).
+results; --save, --profile and --checkpoint-dir come from replica 0 (ranks
+0..P-1). Checkpoints are the threaded run's file: either run resumes the
+other's (every rank reads it and loads its own stage). --trace has every
+rank's track (its times line up when the ranks share one host).
 
 exit status: 0 success, 1 bad input (plan, data) or a failed step, 2 bad usage.
 )";
@@ -512,6 +516,52 @@ llvm::Error writeProfile(const std::string &path, llvm::json::Array ops) {
   return tools::writeOutput(path, text);
 }
 
+// --trace: one track per executor (tid = its index, replica * P + stage,
+// which is also its world rank under MPI), each with the spans of its last
+// step, times from the earliest span of all.
+struct TraceTrack {
+  std::string name;
+  std::vector<runtime::StageStats::Span> spans;
+};
+
+std::string traceTrackName(int stage, int replica, int replicas) {
+  std::string track = "stage " + std::to_string(stage);
+  if (replicas > 1)
+    track = "replica " + std::to_string(replica) + " " + track;
+  return track;
+}
+
+llvm::Error writeTrace(const std::string &path,
+                       const std::vector<TraceTrack> &tracks) {
+  double t0 = INFINITY;
+  for (const TraceTrack &t : tracks)
+    for (const auto &span : t.spans)
+      t0 = std::min(t0, span.start);
+  llvm::json::Array events;
+  for (size_t i = 0; i < tracks.size(); ++i) {
+    events.push_back(llvm::json::Object{
+        {"name", "thread_name"}, {"ph", "M"}, {"pid", 0},
+        {"tid", int64_t(i)},
+        {"args", llvm::json::Object{{"name", tracks[i].name}}}});
+    for (const auto &span : tracks[i].spans) {
+      std::string name = span.name;
+      if (span.microbatch >= 0)
+        name += std::to_string(span.microbatch);
+      events.push_back(llvm::json::Object{
+          {"name", name}, {"cat", span.name}, {"ph", "X"}, {"pid", 0},
+          {"tid", int64_t(i)}, {"ts", 1e6 * (span.start - t0)},
+          {"dur", 1e6 * (span.end - span.start)}});
+    }
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}\n", llvm::json::Value(llvm::json::Object{
+                                     {"traceEvents", std::move(events)},
+                                     {"displayTimeUnit", "ms"}}));
+  os.flush();
+  return tools::writeOutput(path, text);
+}
+
 // Whether mpirun (Open MPI, MPICH, or any PMIx launcher) started us.
 bool launchedByMpirun() {
   for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
@@ -576,6 +626,20 @@ void putBytes(std::vector<uint8_t> &out, const void *data, uint64_t n) {
   out.insert(out.end(), len, len + sizeof(n));
   const uint8_t *p = static_cast<const uint8_t *>(data);
   out.insert(out.end(), p, p + n);
+}
+// putBytes' byte strings, in order.
+std::vector<std::vector<uint8_t>> splitBytes(const std::vector<uint8_t> &in) {
+  std::vector<std::vector<uint8_t>> out;
+  size_t pos = 0;
+  while (pos + sizeof(uint64_t) <= in.size()) {
+    uint64_t n = 0;
+    std::memcpy(&n, in.data() + pos, sizeof(n));
+    pos += sizeof(n);
+    n = std::min<uint64_t>(n, in.size() - pos);
+    out.emplace_back(in.begin() + long(pos), in.begin() + long(pos + n));
+    pos += n;
+  }
+  return out;
 }
 std::map<std::string, std::vector<uint8_t>>
 takeNamedBytes(const std::vector<uint8_t> &in) {
@@ -695,6 +759,116 @@ int mpiProfile(runtime::MpiComm &comm, const runtime::Plan &plan,
   return mpiAgree(comm, err, tools::kBadInput);
 }
 
+// --checkpoint-dir under MPI: every rank of replica 0 (`contribute`; the
+// others send nothing) serializes its stage's entries, rank 0 gathers them
+// (rank order = stage order, as the threaded writer's) and writes the file
+// the threaded run writes, byte for byte.
+int mpiWriteCheckpoint(runtime::MpiComm &comm, const runtime::Plan &plan,
+                       runtime::StageExecutor &ex, bool contribute,
+                       const std::string &dir, int64_t stepsDone) {
+  std::string body;
+  double entries = 0;
+  std::optional<std::string> err;
+  if (contribute) {
+    auto n = appendCheckpointEntries(body, plan.stages[size_t(ex.stage())], ex);
+    if (n)
+      entries = double(*n);
+    else
+      err = llvm::toString(n.takeError());
+  }
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
+  auto counts = comm.allGather({entries});
+  if (!counts)
+    mpiFailHere(comm, llvm::toString(counts.takeError()));
+  auto all = comm.gatherToRoot(std::vector<uint8_t>(body.begin(), body.end()));
+  if (!all)
+    mpiFailHere(comm, llvm::toString(all.takeError()));
+  if (comm.rank() == 0) {
+    uint64_t total = 0;
+    for (double c : *counts)
+      total += uint64_t(c);
+    std::string whole;
+    for (const std::vector<uint8_t> &b : *all)
+      whole.append(b.begin(), b.end());
+    err = errorText(writeCheckpointFile(dir, stepsDone, total, whole));
+  }
+  return mpiAgree(comm, err, tools::kBadInput);
+}
+
+// --resume under MPI: every rank reads the file itself and loads its own
+// stage's entries (every replica of a stage the same values); an error is
+// one line, from the lowest failing rank, and every rank exits. Sets
+// `stepsDone`.
+int mpiReadCheckpoint(runtime::MpiComm &comm, runtime::StageExecutor &ex,
+                      int stages, const std::string &dir,
+                      int64_t &stepsDone) {
+  uint32_t mine = uint32_t(ex.stage());
+  auto done = readCheckpointFile(
+      dir,
+      // Entries of a stage the plan lacks are every rank's error.
+      [&](uint32_t stage) { return stage == mine || stage >= uint32_t(stages); },
+      [&](uint32_t stage, const std::string &name,
+          const std::vector<uint8_t> &bytes) -> std::optional<std::string> {
+        if (stage != mine || ex.findSlot(name) < 0)
+          return foreignEntry(stage, name);
+        if (auto e = ex.writeSlot(name, bytes))
+          return llvm::toString(std::move(e)) +
+                 " (a checkpoint of another plan?)";
+        return std::nullopt;
+      });
+  std::optional<std::string> err;
+  if (done)
+    stepsDone = *done;
+  else
+    err = llvm::toString(done.takeError());
+  return mpiAgree(comm, err, tools::kBadInput);
+}
+
+// --trace under MPI: rank 0 gathers every rank's spans (world rank w is the
+// threaded run's executor w, so the tracks match its) and writes the trace.
+// The spans are steady_clock seconds, which on Linux is CLOCK_MONOTONIC,
+// one clock for every process of a host: the ranks' spans line up when they
+// run on one machine (across hosts their offsets are meaningless).
+int mpiTrace(runtime::MpiComm &comm, runtime::StageExecutor &ex,
+             int replicas, int replica, const std::string &path) {
+  std::vector<uint8_t> mine;
+  std::string name = traceTrackName(ex.stage(), replica, replicas);
+  putBytes(mine, name.data(), name.size());
+  for (const runtime::StageStats::Span &span : ex.stats().spans) {
+    putBytes(mine, span.name.data(), span.name.size());
+    double fixed[3] = {double(span.microbatch), span.start, span.end};
+    putBytes(mine, fixed, sizeof(fixed));
+  }
+  auto all = comm.gatherToRoot(mine);
+  if (!all)
+    mpiFailHere(comm, llvm::toString(all.takeError()));
+  std::optional<std::string> err;
+  if (comm.rank() == 0) {
+    std::vector<TraceTrack> tracks;
+    for (const std::vector<uint8_t> &b : *all) {
+      std::vector<std::vector<uint8_t>> parts = splitBytes(b);
+      TraceTrack t;
+      if (!parts.empty())
+        t.name.assign(parts[0].begin(), parts[0].end());
+      for (size_t i = 1; i + 1 < parts.size(); i += 2) {
+        runtime::StageStats::Span span;
+        span.name.assign(parts[i].begin(), parts[i].end());
+        double fixed[3] = {-1, 0, 0};
+        if (parts[i + 1].size() == sizeof(fixed))
+          std::memcpy(fixed, parts[i + 1].data(), sizeof(fixed));
+        span.microbatch = int(fixed[0]);
+        span.start = fixed[1];
+        span.end = fixed[2];
+        t.spans.push_back(std::move(span));
+      }
+      tracks.push_back(std::move(t));
+    }
+    err = errorText(writeTrace(path, tracks));
+  }
+  return mpiAgree(comm, err, tools::kBadInput);
+}
+
 // Training under mpirun: world rank w runs stage w % P of replica w / P on
 // this thread (with one replica, rank w runs stage w); rank 0 prints what the
 // threaded run prints. Pipeline messages go over the replica's group (ranks =
@@ -708,14 +882,12 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   std::unique_ptr<runtime::MpiComm> commPtr = std::move(*commOr);
   runtime::MpiComm &comm = *commPtr;
   int rank = comm.rank(), world = comm.size();
-  // The threaded run's flags that have no MPI version yet.
-  for (const char *f : {"resume", "checkpoint-dir", "checkpoint-every", "trace"})
-    if (flags.has(f))
-      return mpiAgree(comm,
-                      "--" + std::string(f) +
-                          " is not supported under mpirun yet; use it with "
-                          "the threaded run (without mpirun)",
-                      tools::kUsage);
+  // Every rank checks the flags alike; rank 0 prints the error.
+  auto everyOr = parseCheckpointEvery(flags);
+  if (!everyOr)
+    return mpiAgree(comm, llvm::toString(everyOr.takeError()), tools::kUsage);
+  int64_t checkpointEvery = *everyOr;
+  std::optional<std::string> checkpointDir = flags.get("checkpoint-dir");
 
   if (flags.has("print-plan")) {
     std::optional<std::string> err;
@@ -833,6 +1005,11 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   }
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
+  int64_t firstStep = 0;
+  std::optional<std::string> resumeDir = flags.get("resume");
+  if (resumeDir)
+    if (int rc = mpiReadCheckpoint(comm, ex, p, *resumeDir, firstStep))
+      return rc;
   bool profiling = flags.has("profile");
 
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
@@ -856,9 +1033,14 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
               : std::string());
     llvm::outs().flush();
   }
+  if (rank == 0 && resumeDir) {
+    llvm::outs() << "resumed from " << *resumeDir << " after step "
+                 << firstStep << "\n";
+    llvm::outs().flush();
+  }
   auto start = std::chrono::steady_clock::now();
   double firstLoss = NAN, lastLoss = NAN, stepSum = 0;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = firstStep; step < steps; ++step) {
     if (profiling && step + 1 == steps)
       ex.setProfiling(true);
     if (auto e = ex.runStep(step, data.forStep(step, replica)))
@@ -880,7 +1062,7 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
         lastLoss += (*all)[size_t(3 * r + 1)] / d;
       stepTime = std::max(stepTime, (*all)[size_t(3 * r + 2)]);
     }
-    if (step == 0)
+    if (step == firstStep)
       firstLoss = lastLoss;
     if (!std::isfinite(lastLoss)) {
       if (rank == 0)
@@ -895,9 +1077,14 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
                          std::chrono::steady_clock::now() - start)
                          .count();
     stepSum += stepTime;
+    if (checkpointDir && checkpointDue(step, steps, checkpointEvery))
+      if (int rc = mpiWriteCheckpoint(comm, plan, ex, replica == 0,
+                                      *checkpointDir, step + 1))
+        return rc;
     if (!quiet && rank == 0) {
-      double rate = double(samplesPerStep * (step + 1)) / elapsed;
-      double eta = elapsed / double(step + 1) * double(steps - step - 1);
+      int64_t done = step + 1 - firstStep;
+      double rate = double(samplesPerStep * done) / elapsed;
+      double eta = elapsed / double(done) * double(steps - step - 1);
       llvm::outs() << llvm::formatv(
           "step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}\n", step + 1,
           steps, lastLoss, rate, formatSeconds(eta));
@@ -921,10 +1108,11 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
     mpiFailHere(comm, llvm::toString(figures.takeError()));
   if (rank == 0) {
     llvm::outs() << llvm::formatv(
-        "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n", steps, total,
-        firstLoss, lastLoss);
+        "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n",
+        steps - firstStep, total, firstLoss, lastLoss);
     // As the threaded run: busy time of the last step, the mean step time.
-    double measuredStep = stepSum / double(std::max<int64_t>(steps, 1));
+    double measuredStep =
+        stepSum / double(std::max<int64_t>(steps - firstStep, 1));
     llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
                     "step ms (measured / predicted)\n";
     for (int s = 0; s < p; ++s) {
@@ -942,6 +1130,9 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
 
   if (auto path = flags.get("profile"))
     if (int rc = mpiProfile(comm, plan, ex, replica == 0, *path))
+      return rc;
+  if (auto path = flags.get("trace"))
+    if (int rc = mpiTrace(comm, ex, d, replica, *path))
       return rc;
   if (auto out = flags.get("save"))
     if (int rc = mpiSave(comm, plan, ex, replica == 0, *out))
@@ -1190,37 +1381,11 @@ int main(int argc, char **argv) {
   }
 
   if (auto path = flags.get("trace")) {
-    double t0 = INFINITY;
-    for (auto &ex : execs)
-      for (const auto &span : ex->stats().spans)
-        t0 = std::min(t0, span.start);
-    llvm::json::Array events;
-    for (size_t i = 0; i < execs.size(); ++i) {
-      auto &ex = execs[i];
-      std::string track = "stage " + std::to_string(ex->stage());
-      if (d > 1)
-        track = "replica " + std::to_string(i / size_t(p)) + " " + track;
-      events.push_back(llvm::json::Object{
-          {"name", "thread_name"}, {"ph", "M"}, {"pid", 0},
-          {"tid", int64_t(i)},
-          {"args", llvm::json::Object{{"name", track}}}});
-      for (const auto &span : ex->stats().spans) {
-        std::string name = span.name;
-        if (span.microbatch >= 0)
-          name += std::to_string(span.microbatch);
-        events.push_back(llvm::json::Object{
-            {"name", name}, {"cat", span.name}, {"ph", "X"}, {"pid", 0},
-            {"tid", int64_t(i)}, {"ts", 1e6 * (span.start - t0)},
-            {"dur", 1e6 * (span.end - span.start)}});
-      }
-    }
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << llvm::formatv("{0:2}\n", llvm::json::Value(llvm::json::Object{
-                                       {"traceEvents", std::move(events)},
-                                       {"displayTimeUnit", "ms"}}));
-    os.flush();
-    if (auto e = tools::writeOutput(*path, text))
+    std::vector<TraceTrack> tracks;
+    for (size_t i = 0; i < execs.size(); ++i)
+      tracks.push_back({traceTrackName(execs[i]->stage(), int(i) / p, d),
+                        execs[i]->stats().spans});
+    if (auto e = writeTrace(*path, tracks))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   }
 
