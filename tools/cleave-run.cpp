@@ -59,6 +59,11 @@ data:
 training:
   --steps=N              training steps (default 10)
   --lr=X                 learning rate (default: the one compiled in)
+  --on-nan=stop|skip-step
+                         when a loss or a gradient is NaN or infinite, stop
+                         before the update, naming the value, the op that
+                         made it and the stage (default), or skip that
+                         step's update on every stage and go on
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1)
 
@@ -578,6 +583,7 @@ struct RunOptions {
   std::string planPath;
   int64_t steps = 10, seed = 0, threads = 0;
   std::optional<float> lr;
+  bool skipNonFinite = false; // --on-nan=skip-step
 };
 
 // An error on this rank alone while the others may be waiting for it: print
@@ -996,6 +1002,9 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
   runtime::StageExecutor &ex = **exOr;
+  ex.setNonFinitePolicy(
+      opt.skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
+                        : runtime::StageExecutor::NonFinitePolicy::Stop);
   if (group)
     ex.setDataParallel(group.get());
   if (opt.lr && ex.findSlot("optimizer.lr") >= 0) {
@@ -1050,6 +1059,34 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
     // mean, summed in replica order as the threaded run does (and the
     // slowest stage's time), so all of them stop together on a non-finite
     // loss.
+    if (ex.stepSkipped()) {
+      // Every rank skipped the update; the lowest rank that found a
+      // non-finite value says what (stop), or rank 0 reports it (skip).
+      std::optional<std::string> found;
+      if (!ex.nonFiniteReport().empty())
+        found = "step " + std::to_string(step + 1) + ": " + where + ": " +
+                ex.nonFiniteReport();
+      if (!opt.skipNonFinite) {
+        if (found)
+          *found += "; stopping before the update (--on-nan=skip-step "
+                    "skips such steps)";
+        if (int rc = mpiAgree(comm, found, tools::kBadInput))
+          return rc;
+      }
+      auto reports = comm.gatherToRoot(std::vector<uint8_t>(
+          found ? found->begin() : std::string::const_iterator(),
+          found ? found->end() : std::string::const_iterator()));
+      if (!reports)
+        mpiFailHere(comm, llvm::toString(reports.takeError()));
+      if (rank == 0)
+        for (const auto &r : *reports)
+          if (!r.empty()) {
+            llvm::errs() << kTool << ": warning: "
+                         << std::string(r.begin(), r.end())
+                         << "; the step's update was skipped\n";
+            break;
+          }
+    }
     auto all = comm.allGather({ex.hasLoss() ? 1.0 : 0.0,
                                ex.hasLoss() ? ex.lastLoss() : 0.0,
                                ex.stats().stepSeconds});
@@ -1064,7 +1101,7 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
     }
     if (step == firstStep)
       firstLoss = lastLoss;
-    if (!std::isfinite(lastLoss)) {
+    if (!std::isfinite(lastLoss) && !ex.stepSkipped()) {
       if (rank == 0)
         fail(kTool,
              "step " + std::to_string(step + 1) +
@@ -1158,6 +1195,7 @@ int main(int argc, char **argv) {
                       {"checkpoint-dir", true, false},
                       {"checkpoint-every", true, false},
                       {"resume", true, false},
+                      {"on-nan", true, false},
                       {"print-plan", false, false},
                       {"quiet", false, false}});
   if (auto e = flags.parse(argc, argv))
@@ -1193,11 +1231,19 @@ int main(int argc, char **argv) {
                   tools::kUsage);
     lr = float(x);
   }
+  std::string onNan = flags.get("on-nan").value_or("stop");
+  if (onNan != "stop" && onNan != "skip-step")
+    return fail(kTool,
+                "--on-nan must be 'stop' or 'skip-step', not '" + onNan + "'",
+                tools::kUsage);
+  bool skipNonFinite = onNan == "skip-step";
 
   const std::string &planPath = flags.positional()[0];
   if (launchedByMpirun()) {
 #ifdef CLEAVE_HAVE_MPI
-    return runUnderMpi(flags, RunOptions{planPath, steps, seed, threads, lr},
+    return runUnderMpi(flags,
+                       RunOptions{planPath, steps, seed, threads, lr,
+                                  skipNonFinite},
                        argc, argv);
 #else
     return fail(kTool,
@@ -1248,6 +1294,9 @@ int main(int argc, char **argv) {
                     tools::kBadInput);
       if (d > 1)
         (*ex)->setDataParallel(groups[s][r].get());
+      (*ex)->setNonFinitePolicy(
+          skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
+                        : runtime::StageExecutor::NonFinitePolicy::Stop);
       execs.push_back(std::move(*ex));
       raw.push_back(execs.back().get());
     }
@@ -1314,7 +1363,29 @@ int main(int argc, char **argv) {
         lastLoss += ex->lastLoss() / d;
     if (step == firstStep)
       firstLoss = lastLoss;
-    if (!std::isfinite(lastLoss))
+    if (execs[0]->stepSkipped()) {
+      // Every stage skipped the update; the first that found a non-finite
+      // value says what.
+      std::string found;
+      for (auto &ex : execs)
+        if (found.empty() && !ex->nonFiniteReport().empty())
+          found = "step " + std::to_string(step + 1) + ": " +
+                  (d > 1 ? "replica " +
+                               std::to_string(size_t(&ex - &execs[0]) /
+                                              size_t(p)) +
+                               " "
+                         : std::string()) +
+                  "stage " + std::to_string(ex->stage()) + ": " +
+                  ex->nonFiniteReport();
+      if (!skipNonFinite)
+        return fail(kTool,
+                    found + "; stopping before the update "
+                            "(--on-nan=skip-step skips such steps)",
+                    tools::kBadInput);
+      llvm::outs().flush();
+      llvm::errs() << kTool << ": warning: " << found
+                   << "; the step's update was skipped\n";
+    } else if (!std::isfinite(lastLoss))
       return fail(kTool,
                   "step " + std::to_string(step + 1) +
                       ": the loss is not finite (" + std::to_string(lastLoss) +
