@@ -360,6 +360,13 @@ llvm::Error writeCheckpointFile(const std::string &dir, int64_t stepsDone,
   blob += body;
   if (auto ec = llvm::sys::fs::create_directories(dir))
     return badData(dir + ": " + ec.message());
+  // A run killed while writing leaves its temp file; the rename below is
+  // what makes a checkpoint, so those are garbage.
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec))
+    if (llvm::sys::path::filename(it->path()).startswith("checkpoint.bin.tmp."))
+      llvm::sys::fs::remove(it->path());
   return tools::writeOutput(dir + "/checkpoint.bin", blob);
 }
 
