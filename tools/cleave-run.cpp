@@ -492,6 +492,26 @@ bool checkpointDue(int64_t step, int64_t steps, int64_t every) {
   return (every && (step + 1) % every == 0) || step + 1 == steps;
 }
 
+// "training gpt-tiny: 2 stage(s), schedule zb-h1, 4 microbatches of 8
+// samples per step, 300 step(s), data: ..." (both drivers).
+void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
+                         int64_t steps, const DataSource &data,
+                         const tools::Flags &flags) {
+  int d = plan.dataParallel;
+  llvm::outs() << llvm::formatv(
+      "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
+      "samples per step, {5} step(s), data: {6}\n",
+      plan.modelName, plan.stages.size(), plan.schedule,
+      d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
+            : std::to_string(plan.microbatches),
+      mbRows, steps,
+      data.synthetic() ? std::string("synthetic")
+                       : *flags.get("data") + " (" +
+                             std::to_string(data.samples()) + " samples)",
+      d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
+            : std::string());
+}
+
 std::string formatSeconds(double s) {
   int64_t t = int64_t(std::lround(s));
   return llvm::formatv("{0}:{1:2}", t / 60, t % 60).str();
@@ -1035,18 +1055,7 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   bool quiet = flags.has("quiet");
   int64_t steps = opt.steps;
   if (rank == 0) {
-    llvm::outs() << llvm::formatv(
-        "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
-        "samples per step, {5} step(s), data: {6}\n",
-        plan.modelName, p, plan.schedule,
-        d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
-              : std::to_string(plan.microbatches),
-        mbRows, steps,
-        data.synthetic() ? std::string("synthetic")
-                         : *flags.get("data") + " (" +
-                               std::to_string(data.samples()) + " samples)",
-        d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
-              : std::string());
+    printTrainingHeader(plan, mbRows, steps, data, flags);
     llvm::outs().flush();
   }
   if (rank == 0 && resumeDir) {
@@ -1323,18 +1332,7 @@ int main(int argc, char **argv) {
   int64_t samplesPerStep = mbRows * plan.microbatches * d;
   bool live = llvm::sys::Process::StandardOutIsDisplayed();
   bool quiet = flags.has("quiet");
-  llvm::outs() << llvm::formatv(
-      "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
-      "samples per step, {5} step(s), data: {6}\n",
-      plan.modelName, p, plan.schedule,
-      d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
-            : std::to_string(plan.microbatches),
-      mbRows, steps,
-      data.synthetic() ? std::string("synthetic")
-                       : *flags.get("data") + " (" +
-                             std::to_string(data.samples()) + " samples)",
-      d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
-            : std::string());
+  printTrainingHeader(plan, mbRows, steps, data, flags);
   llvm::outs().flush();
   auto start = std::chrono::steady_clock::now();
   double firstLoss = NAN, lastLoss = NAN, stepSum = 0;
