@@ -183,32 +183,48 @@ double channelSum(const BatchNormDims &d, int64_t ch, F &&f) {
   return sum;
 }
 
-// Training mode: the batch mean and population variance of the channel (the
-// formulas of the BatchNormalization kernel); otherwise the running ones.
+// The sums over channel ch of dY, dY * (x - mean) and, in training mode,
+// (x - mean)^2, in one pass (four lanes each, images in order).
+struct CenteredSums {
+  double dy = 0, dyCentered = 0, squares = 0;
+};
 template <typename T>
-Stats channelStats(const T *x, const BatchNormDims &d, int64_t ch,
-                   bool training, double runMean, double runVar, double eps) {
-  double mean = runMean, var = runVar;
-  if (training) {
-    double count = double(d.n * d.spatial);
-    auto value = [&](int64_t o) { return double(x[o]); };
-    auto square = [&](int64_t o) {
-      double v = x[o] - mean;
-      return v * v;
-    };
-    mean = count ? channelSum(d, ch, value) / count : 0.0;
-    var = count ? channelSum(d, ch, square) / count : 0.0;
+CenteredSums centeredSums(const T *dy, const T *x, const BatchNormDims &d,
+                          int64_t ch, double mean, bool squares) {
+  CenteredSums out;
+  for (int64_t i = 0; i < d.n; ++i) {
+    const T *xs = x + (i * d.c + ch) * d.spatial;
+    const T *gs = dy + (i * d.c + ch) * d.spatial;
+    double g[4] = {0, 0, 0, 0}, gc[4] = {0, 0, 0, 0}, sq[4] = {0, 0, 0, 0};
+    int64_t k = 0;
+    for (; k + 4 <= d.spatial; k += 4)
+      for (int l = 0; l < 4; ++l) {
+        double c = double(xs[k + l]) - mean, v = double(gs[k + l]);
+        g[l] += v;
+        gc[l] += v * c;
+        sq[l] += c * c;
+      }
+    for (; k < d.spatial; ++k) {
+      double c = double(xs[k]) - mean, v = double(gs[k]);
+      g[0] += v;
+      gc[0] += v * c;
+      sq[0] += c * c;
+    }
+    out.dy += (g[0] + g[1]) + (g[2] + g[3]);
+    out.dyCentered += (gc[0] + gc[1]) + (gc[2] + gc[3]);
+    if (squares)
+      out.squares += (sq[0] + sq[1]) + (sq[2] + sq[3]);
   }
-  return {mean, 1.0 / std::sqrt(var + eps)};
+  return out;
 }
 
-// The sum of dY * x̂ over channel ch.
+// The batch mean of channel ch.
 template <typename T>
-double sumGradTimesNormalized(const T *dy, const T *x, const BatchNormDims &d,
-                              int64_t ch, Stats s) {
-  return channelSum(d, ch, [&](int64_t o) {
-    return dy[o] * ((x[o] - s.mean) * s.inv);
-  });
+double channelMean(const T *x, const BatchNormDims &d, int64_t ch) {
+  double count = double(d.n * d.spatial);
+  return count ? channelSum(d, ch, [&](int64_t o) { return double(x[o]); }) /
+                     count
+               : 0.0;
 }
 
 // Runs f(channel) for every channel, channels spread over threads.
@@ -238,13 +254,16 @@ template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dx = dX.as<T>();
   forEachChannel(*d, [&](int64_t ch) {
-    Stats s = channelStats(x, *d, ch, training, runMean[ch], runVar[ch], eps);
-    // Training mode also flows through the batch statistics.
+    // Training mode also flows through the batch statistics: the mean, then
+    // one pass for the variance and the two sums of dY.
+    Stats s{runMean[ch], 1.0 / std::sqrt(runVar[ch] + eps)};
     double meanDY = 0, meanDYX = 0;
-    if (training) {
-      auto grad = [&](int64_t o) { return double(dy[o]); };
-      meanDY = channelSum(*d, ch, grad) / count;
-      meanDYX = sumGradTimesNormalized(dy, x, *d, ch, s) / count;
+    if (training && count) {
+      s.mean = channelMean(x, *d, ch);
+      CenteredSums sums = centeredSums(dy, x, *d, ch, s.mean, true);
+      s.inv = 1.0 / std::sqrt(sums.squares / count + eps);
+      meanDY = sums.dy / count;
+      meanDYX = sums.dyCentered * s.inv / count;
     }
     double a = scale[ch] * s.inv;
     for (int64_t i = 0; i < d->n; ++i) {
@@ -271,9 +290,14 @@ template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
   bool training = call.getInt("training_mode");
   double eps = call.getFloat("epsilon");
   const T *x = X.as<T>(), *dy = dY.as<T>();
+  double count = double(d->n * d->spatial);
   forEachChannel(*d, [&](int64_t ch) {
-    Stats s = channelStats(x, *d, ch, training, runMean[ch], runVar[ch], eps);
-    storeDouble(dScale, ch, sumGradTimesNormalized(dy, x, *d, ch, s));
+    // dscale = sum of dY * x̂ = inv * sum of dY * (x - mean): the mean, then
+    // one pass for the variance and that sum.
+    double mean = training && count ? channelMean(x, *d, ch) : runMean[ch];
+    CenteredSums sums = centeredSums(dy, x, *d, ch, mean, training);
+    double var = training ? (count ? sums.squares / count : 0.0) : runVar[ch];
+    storeDouble(dScale, ch, sums.dyCentered / std::sqrt(var + eps));
   });
   return llvm::Error::success();
 }
