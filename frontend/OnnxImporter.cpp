@@ -412,6 +412,12 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     for (int k = 0; k < n.input_size() && runtimeInput.empty(); ++k)
       if (Entry *e = input(n, k); e && !e->foldable)
         runtimeInput = n.input(k);
+    // All inputs constant: folding refused because the result is too big.
+    if (runtimeInput.empty())
+      return err("{0}: its constant result would have more than {1} "
+                 "elements, too many to fold (cleave folds shape arithmetic "
+                 "only)",
+                 where, kMaxFoldElements);
     return err("{0}: its result depends on runtime data (input '{1}'), but "
                "cleave needs it to fold to a constant (static shapes)",
                where, runtimeInput);
@@ -912,6 +918,19 @@ const onnx::ModelProto &Importer::checkerView() {
 llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
   if (auto e = checkOpset())
     return std::move(e);
+  // For these experimental ops (its own fixed list) ONNX's checker prints a
+  // warning on stderr and skips the model; report them here, as the one
+  // error line.
+  static const std::set<std::string> kExperimental = {
+      "ATen", "Affine", "ConstantFill", "Crop", "DynamicSlice", "GRUUnit",
+      "GivenTensorFill", "ImageScaler", "ParametricSoftplus", "Scale",
+      "ScaledTanh"};
+  for (const auto &n : model_.graph().node())
+    if ((n.domain().empty() || n.domain() == "ai.onnx") &&
+        kExperimental.count(n.op_type()))
+      return err("'{0}': node '{1}' uses the experimental ONNX op '{2}', "
+                 "which cleave does not support",
+                 path_, n.name(), n.op_type());
   try {
     onnx::checker::check_model(checkerView());
   } catch (const std::exception &ex) {

@@ -178,49 +178,47 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
   if (t.has_raw_data() && adoptRaw && int64_t(adoptRaw->size()) == bytes)
     return std::make_shared<TensorData>(type, std::move(*adoptRaw),
                                         std::move(origin));
-  std::string storage(bytes, '\0');
-  uint8_t *buf = reinterpret_cast<uint8_t *>(storage.data());
-  auto wrongCount = [&](size_t have) {
-    return err("tensor '{0}' holds {1} values but its shape {2} needs {3}",
-               name, have, shapeStr(shape), n);
-  };
+  // Check that the data present fills the declared shape before allocating
+  // for it: a small model may declare a huge shape over little or no data.
   if (t.has_raw_data()) {
     if (int64_t(t.raw_data().size()) != bytes)
       return err("tensor '{0}' holds {1} bytes but {2} needs {3}", name,
                  t.raw_data().size(), type.str(), bytes);
+  } else {
+    int64_t have = *dt == DType::F32   ? t.float_data_size()
+                   : *dt == DType::F64 ? t.double_data_size()
+                   : *dt == DType::I64 ? t.int64_data_size()
+                                       : t.int32_data_size();
+    if (have != n)
+      return err("tensor '{0}' holds {1} values but its shape {2} needs {3}",
+                 name, have, shapeStr(shape), n);
+  }
+  std::string storage(bytes, '\0');
+  uint8_t *buf = reinterpret_cast<uint8_t *>(storage.data());
+  if (t.has_raw_data()) {
     if (bytes)
       std::memcpy(buf, t.raw_data().data(), bytes);
   } else {
     switch (*dt) {
     case DType::F32:
-      if (t.float_data_size() != n)
-        return wrongCount(t.float_data_size());
       if (bytes)
         std::memcpy(buf, t.float_data().data(), bytes);
       break;
     case DType::F64:
-      if (t.double_data_size() != n)
-        return wrongCount(t.double_data_size());
       if (bytes)
         std::memcpy(buf, t.double_data().data(), bytes);
       break;
     case DType::I64:
-      if (t.int64_data_size() != n)
-        return wrongCount(t.int64_data_size());
       if (bytes)
         std::memcpy(buf, t.int64_data().data(), bytes);
       break;
     case DType::F16:
     case DType::BF16:
-      if (t.int32_data_size() != n)
-        return wrongCount(t.int32_data_size());
       for (int64_t i = 0; i < n; ++i)
         reinterpret_cast<uint16_t *>(buf)[i] =
             uint16_t(t.int32_data(i));
       break;
     default: // I32, I8, Bool live in int32_data
-      if (t.int32_data_size() != n)
-        return wrongCount(t.int32_data_size());
       for (int64_t i = 0; i < n; ++i)
         storeElementInt(*dt, buf, i, t.int32_data(i));
       break;

@@ -4,6 +4,7 @@
 #include "ir/TypeRules.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <limits>
@@ -369,7 +370,10 @@ Types pad(const TypeQuery &q) {
     return err("mode must be constant, reflect or edge, not '{0}'", mode);
   Shape out = x.shape;
   for (size_t i = 0; i < x.rank(); ++i) {
-    out[i] += pads[i] + pads[x.rank() + i];
+    // Pads come from the model: checked sums, not int64 overflow.
+    if (llvm::AddOverflow(out[i], pads[i], out[i]) ||
+        llvm::AddOverflow(out[i], pads[x.rank() + i], out[i]))
+      return err("pads {0} are out of range for axis {1}", shapeStr(pads), i);
     if (out[i] < 0)
       return err("pads {0} remove more than axis {1} holds", shapeStr(pads),
                  i);
@@ -526,14 +530,26 @@ static llvm::Expected<int64_t> windowOut(int64_t in, int64_t k, int64_t s,
   if (k < 1 || s < 1 || d < 1 || padBegin < 0 || padEnd < 0)
     return err("kernel, stride and dilation must be positive and pads "
                "non-negative");
-  int64_t span = (k - 1) * d + 1, padded = in + padBegin + padEnd;
+  // Sizes, pads, strides and dilations come from the model: checked
+  // arithmetic, so absurd values are an error rather than int64 overflow.
+  int64_t span = 0, padded = 0;
+  if (llvm::MulOverflow(k - 1, d, span) ||
+      llvm::AddOverflow(span, int64_t(1), span) ||
+      llvm::AddOverflow(in, padBegin, padded) ||
+      llvm::AddOverflow(padded, padEnd, padded))
+    return err("kernel {0}, dilation {1} and pads {2}+{3} are too large", k,
+               d, padBegin, padEnd);
   if (padded < span)
     return err("window {0} is larger than the padded input {1}", span,
                padded);
-  int64_t out = ceil ? (padded - span + s - 1) / s + 1
-                     : (padded - span) / s + 1;
-  // A window starting entirely inside the end padding is dropped.
-  if (ceil && (out - 1) * s >= in + padBegin)
+  // padded - span >= 0, so this stays in range for any stride s >= 1.
+  int64_t out = (padded - span) / s + 1;
+  if (ceil && (padded - span) % s != 0)
+    ++out;
+  // A window starting entirely inside the end padding is dropped:
+  // (out - 1) * s >= in + padBegin, without the product.
+  int64_t inside = in + padBegin; // <= padded, so no overflow
+  if (ceil && out - 1 >= inside / s + (inside % s != 0))
     --out;
   return out;
 }

@@ -9,9 +9,14 @@ CLEAVE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLEAVE_BUILD_PACKAGES="g++ cmake ninja-build llvm-14-dev libgtest-dev
   libonnx-dev libprotobuf-dev protobuf-compiler libopenblas-dev
   libopenmpi-dev openmpi-bin"
+# Packages scripts/fuzz.sh needs on top: clang and its libFuzzer + sanitizer
+# runtimes (libclang_rt.fuzzer-x86_64.a is in libclang-rt-14-dev, which
+# clang-14 only recommends).
+CLEAVE_FUZZ_PACKAGES="clang-14 libclang-rt-14-dev"
 # Packages the tests need on top: lit and FileCheck, the ONNX backend test
-# data, and a Python for lit.
-CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3"
+# data, a Python for lit, and the fuzzing toolchain (scripts/test.sh ends
+# with scripts/fuzz.sh).
+CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 $CLEAVE_FUZZ_PACKAGES"
 
 cleave_install_packages() {
   local missing=()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (Debian packages for build and tests), build,
 # run ctest (unit, lit, libonnx-testdata sweep), then run the sweep and the
-# unit tests again in an AddressSanitizer + UBSan build.
+# unit tests again in an AddressSanitizer + UBSan build, and last fuzz the
+# three readers of untrusted input (scripts/fuzz.sh; docs/reliability.md).
+# CLEAVE_FUZZ_SECONDS sets the time per fuzz target (default 60; 0 skips).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -20,4 +22,10 @@ ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R 'unit|onnx-testdata-sweep')
+
+fuzz_seconds=${CLEAVE_FUZZ_SECONDS:-60}
+if [ "$fuzz_seconds" != 0 ]; then
+  echo "== fuzzing: $fuzz_seconds s per target"
+  bash "$CLEAVE_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
+fi
 echo "== all tests passed"

@@ -21,6 +21,12 @@ config.substitutions.append(("%models", os.path.join(
 config.substitutions.append(("%examples", os.path.join(
     config.cleave_src_root, "examples")))
 config.substitutions.append(("%python", config.python_executable))
+# The bad-input corpus (tests/bad-inputs/make_bad_inputs.py writes it) and
+# the inputs that once crashed a fuzz target (tests/fuzz/regressions).
+config.substitutions.append(("%bad", os.path.join(
+    config.cleave_src_root, "tests", "bad-inputs")))
+config.substitutions.append(("%fuzzregressions", os.path.join(
+    config.cleave_src_root, "tests", "fuzz", "regressions")))
 
 # Tool names become absolute paths, so a test never runs a stale copy from
 # PATH. Whole words only (not inside paths or longer names); lit substitutes

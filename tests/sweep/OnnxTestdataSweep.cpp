@@ -32,6 +32,8 @@ static const char *const kUnsupported[][2] = {
     {"is not a tensor", "non-tensor input (sequence, optional)"},
     {"must be a constant", "static operand given at runtime"},
     {"depends on runtime data", "shape depends on runtime data"},
+    {"too many to fold", "constant too large to fold"},
+    {"experimental ONNX op", "experimental op"},
     {"is not supported", "unsupported attribute or mode"},
 };
 

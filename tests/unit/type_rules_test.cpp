@@ -180,6 +180,39 @@ TEST(TypeRules, ConvErrors) {
               HasSubstr("must be positive"));
 }
 
+// Found by fuzz_onnx_import (tests/fuzz/regressions/onnx-pad-overflow.onnx):
+// pads, dilations and strides from a model summed or multiplied past int64
+// (undefined behaviour; the sanitizer build aborts). They are errors now.
+TEST(TypeRules, HugePadsDilationsAndStridesAreErrorsNotOverflow) {
+  EXPECT_THAT(inferError(OpKind::Pad, {f32({2, 3})},
+                         {{"pads", Ints{kMax, 0, kMax, 0}},
+                          {"mode", std::string("constant")}}),
+              HasSubstr("are out of range for axis 0"));
+  EXPECT_THAT(inferError(OpKind::Pad, {f32({2, 3})},
+                         {{"pads", Ints{kMin, 0, kMin, 0}},
+                          {"mode", std::string("constant")}}),
+              HasSubstr("are out of range for axis 0"));
+  AttrMap a{{"strides", Ints{1, 1}},
+            {"pads", Ints{0, 0, 0, 0}},
+            {"dilations", Ints{kMax, 1}}};
+  EXPECT_THAT(
+      inferError(OpKind::Conv, {f32({1, 3, 8, 8}), f32({6, 3, 3, 3})}, a),
+      HasSubstr("are too large"));
+  a.insert_or_assign("dilations", Ints{1, 1});
+  a.insert_or_assign("pads", Ints{kMax, 0, kMax, 0});
+  EXPECT_THAT(
+      inferError(OpKind::Conv, {f32({1, 3, 8, 8}), f32({6, 3, 3, 3})}, a),
+      HasSubstr("are too large"));
+  // A huge stride with ceil mode: one window, no overflow.
+  AttrMap p{{"kernel_shape", Ints{2}},
+            {"strides", Ints{kMax}},
+            {"dilations", Ints{1}},
+            {"pads", Ints{0, 1}},
+            {"ceil_mode", int64_t(1)}};
+  EXPECT_EQ(infer(OpKind::MaxPool, {f32({1, 1, 5})}, p),
+            Strings{"f32[1,1,1]"});
+}
+
 TEST(TypeRules, MaxPoolCeilMode) {
   AttrMap a{{"kernel_shape", Ints{2, 2}},
             {"strides", Ints{2, 2}},

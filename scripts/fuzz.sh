@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Fuzzes cleave's three readers of untrusted input with libFuzzer + ASan +
+# UBSan: the ONNX importer, the IR text parser (+ verifier) and the .cplan
+# loader (+ verifyPlan). See docs/reliability.md.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]    (default 60)
+#
+# Configures build-fuzz with clang-14 (-DCLEAVE_FUZZ=ON), builds the targets,
+# then runs each for SECONDS on a scratch copy of its seed corpus
+# (tests/fuzz/corpus/<target>; new inputs are never written into the
+# repository). Prints the executions per target and fails if any target
+# finds a crash, a sanitizer report, a timeout (10 s) or an out-of-memory
+# (2 GiB); the reproducer is kept under build-fuzz/findings/<target>/.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+secs=${1:-60}
+case $secs in '' | *[!0-9]*) echo "fuzz.sh: error: SECONDS must be a number, not '$secs'" >&2; exit 2 ;; esac
+build=${CLEAVE_FUZZ_BUILD:-$CLEAVE_ROOT/build-fuzz}
+
+cleave_install_packages $CLEAVE_BUILD_PACKAGES $CLEAVE_FUZZ_PACKAGES
+
+echo "== fuzz build (clang-14, libFuzzer + ASan + UBSan) in $build"
+t0=$(date +%s)
+CC=clang-14 CXX=clang++-14 cmake -S "$CLEAVE_ROOT" -B "$build" -G Ninja \
+  -DCLEAVE_FUZZ=ON -DCLEAVE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C "$build" cleave-fuzz
+echo "fuzz build: $(($(date +%s) - t0)) s"
+
+export ASAN_OPTIONS=detect_leaks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+work=$(mktemp -d "${TMPDIR:-/tmp}/cleave-fuzz-run.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failed=()
+summary=()
+for t in onnx_import ir_parser plan_loader; do
+  echo "== fuzz_$t: $secs s"
+  mkdir -p "$work/$t" "$build/findings/$t"
+  cp "$CLEAVE_ROOT/tests/fuzz/corpus/$t/"* "$work/$t/"
+  log=$build/findings/$t/fuzz.log
+  rc=0
+  # TMPDIR: the targets' scratch files (tests/fuzz/FuzzSupport.h) go to
+  # $work too, removed at exit whatever way libFuzzer ends.
+  (cd "$build/findings/$t" &&
+    TMPDIR=$work "$build/tests/fuzz/fuzz_$t" "$work/$t" -max_total_time="$secs" \
+      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -artifact_prefix="$build/findings/$t/") >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
+  summary+=("fuzz_$t: ${execs:-?} executions in $secs s, ${cov:-cov: ?}, rc $rc")
+  if [ "$rc" -ne 0 ] || grep -qE '^==[0-9]+==ERROR|runtime error:' "$log"; then
+    failed+=("fuzz_$t")
+    echo "fuzz_$t FAILED (exit $rc); log and reproducer in $build/findings/$t/:" >&2
+    grep -E 'ERROR|runtime error|SUMMARY|Test unit written' "$log" | head -20 >&2 || true
+  fi
+done
+echo "== fuzz summary"
+printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "fuzz.sh: error: ${failed[*]} found a failure" >&2
+  exit 1
+fi
+echo "== fuzzing found nothing"
