@@ -22,10 +22,8 @@ stage on a 2-core machine):
      its per-step lines give the elapsed time after each step, and the
      measured step is the mean of steps 6..N (start-up and warm-up left
      out). The figure per schedule is the median over rounds.
-  4. the same simulation from a copy of the profile without its Recv
-     entries (see drop_recv_waits: cleave-run's profile counts a Recv's
-     wait as time of the op that produced the value, which inflates the
-     simulated step); both are printed.
+  (cleave-run's profile times kernels only; the link model of
+  --device-profile cpu prices the messages.)
 Prints per schedule: measured ms (median, and min..max over rounds),
 simulated ms, measured/simulated, measured and simulated speedup over
 1f1b, and measured speedup / simulated speedup. The bar: that ratio >= 0.9
@@ -69,42 +67,6 @@ def compile_plan(tools, model, args, schedule, plan, cost_model=None):
 PHASES = {"F": "fwd", "B": "B", "W": "W", "STEP": "opt"}
 
 
-def drop_recv_waits(tools, plan, prof, cleaned):
-    """Writes `cleaned`: the profile without the entries of Recv
-    instructions. cleave-run --profile times every instruction of a stage
-    program, Send and Recv included, and keys each by its loc, which for a
-    Recv is the loc of the op that produced the value on the other stage; so
-    a Recv's blocking wait lands in the profile as a second entry for that
-    op and phase, and cleavec's profile reader sums the two. cleave-run
-    writes the stages' entries in stage order, so where a (loc, phase)
-    appears once per stage, the receiving stage's entry is the Recv."""
-    text = run([os.path.join(tools, "cleave-run"), plan, "--print-plan"])
-    recvs, stage, phase = set(), None, None
-    for line in text.splitlines():
-        if m := re.match(r"^stage (\d+)$", line):
-            stage = int(m.group(1))
-        elif m := re.match(r"^  program (\S+) ", line):
-            phase = PHASES[m.group(1)]
-        elif m := re.search(r"= recv <- stage \d+ .*@\"([^\"]*)\"", line):
-            recvs.add((stage, m.group(1), phase))
-    data = json.load(open(prof))
-    seen, keep, dropped = {}, [], []
-    counts = {}
-    for e in data["ops"]:
-        counts[(e["loc"], e["phase"])] = counts.get((e["loc"], e["phase"]), 0) + 1
-    for e in data["ops"]:
-        k = (e["loc"], e["phase"])
-        n = seen.get(k, 0)
-        seen[k] = n + 1
-        is_recv = any((s, *k) in recvs and (counts[k] == 1 or n == s)
-                      for s in range(stage + 1))
-        (dropped if is_recv else keep).append(e)
-    data["ops"] = keep
-    with open(cleaned, "w") as f:
-        json.dump(data, f, indent=1)
-    return dropped
-
-
 def measure(tools, plan, args):
     out = run([os.path.join(tools, "cleave-run"), plan, "--threads=1", f"--steps={args.steps}"])
     samples = args.microbatch_size * args.microbatches
@@ -135,19 +97,13 @@ def main():
         prof = os.path.join(out_dir, "prof.json")
         run([os.path.join(tools, "cleave-run"), base, "--threads=1", "--steps=10", "--quiet",
              f"--profile={prof}"])
-        clean = os.path.join(out_dir, "prof-no-recv.json")
-        dropped = drop_recv_waits(tools, base, prof, clean)
-        plans, sim, sim_clean, stages = {}, {}, {}, {}
+        plans, sim, stages = {}, {}, {}
         for s in SCHEDULES:
             plans[s] = os.path.join(out_dir, s + ".cplan")
             sim[s], split = compile_plan(tools, args.model, args, s, plans[s], "profile:" + prof)
-            sim_clean[s], split_clean = compile_plan(
-                tools, args.model, args, s, os.path.join(out_dir, s + "-no-recv.cplan"),
-                "profile:" + clean)
             if s == "1f1b":
-                for what, sp in (("profile", split), ("profile without Recv", split_clean)):
-                    stages[what] = "; ".join(f"stage {i}: {layers}, F/B/W {f} / {b} / {w}"
-                                             for i, layers, f, b, w in sp)
+                stages["profile"] = "; ".join(f"stage {i}: {layers}, F/B/W {f} / {b} / {w}"
+                                              for i, layers, f, b, w in split)
         meas = {s: [] for s in SCHEDULES}
         for _ in range(args.rounds):
             for s in SCHEDULES:
@@ -156,10 +112,8 @@ def main():
           f"1 thread per stage, mean of steps {WARMUP + 1}..{args.steps}, median of "
           f"{args.rounds} rounds; simulated with the measured profile of 1f1b's last step "
           f"(analytic model's 1f1b: {analytic:.2f} ms)")
-    print("Recv entries in the profile (receiving stage's wait, keyed as the producing op): "
-          + ", ".join(f"{e['loc']} {e['phase']} {e['time'] * 1e3:.3f} ms" for e in dropped))
     m0 = statistics.median(meas["1f1b"])
-    for what, sims in (("profile", sim), ("profile without Recv", sim_clean)):
+    for what, sims in (("profile", sim),):
         print(f"\nsimulated with the {what} ({stages[what]})")
         print(f"{'schedule':9} {'measured ms':>11} {'(min..max)':>15} {'simulated ms':>12} "
               f"{'meas/sim':>8} {'meas speedup':>12} {'sim speedup':>11} {'ratio':>6}")
