@@ -54,7 +54,7 @@ llvm::Expected<int64_t> parseByteSize(llvm::StringRef text) {
 // Seconds as "12.3 ms"; model units as plain numbers.
 static std::string formatTime(double t, llvm::StringRef unit) {
   if (unit != "s")
-    return llvm::formatv("{0:G}", t).str();
+    return llvm::formatv("{0:F2}", t).str();
   if (t >= 1)
     return llvm::formatv("{0:F3} s", t).str();
   if (t >= 1e-3)
