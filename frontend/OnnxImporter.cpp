@@ -931,6 +931,22 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
       return err("'{0}': node '{1}' uses the experimental ONNX op '{2}', "
                  "which cleave does not support",
                  path_, n.name(), n.op_type());
+  // ONNX's shape inference divides by strides, dilations and groups
+  // without checking them (a stride of 0 stops the process with SIGFPE):
+  // refuse non-positive ones first.
+  for (const auto &n : model_.graph().node())
+    for (const auto &a : n.attribute()) {
+      const std::string &name = a.name();
+      if (name != "strides" && name != "dilations" && name != "group" &&
+          name != "kernel_shape")
+        continue;
+      bool bad = a.type() == onnx::AttributeProto::INT && a.i() <= 0;
+      for (int64_t v : a.ints())
+        bad |= v <= 0;
+      if (bad)
+        return err("'{0}': node '{1}' ({2}): attribute {3} must be positive",
+                   path_, n.name(), n.op_type(), name);
+    }
   try {
     onnx::checker::check_model(checkerView());
   } catch (const std::exception &ex) {

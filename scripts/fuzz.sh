@@ -11,6 +11,8 @@
 # repository). Prints the executions per target and fails if any target
 # finds a crash, a sanitizer report, a timeout (10 s) or an out-of-memory
 # (2 GiB); the reproducer is kept under build-fuzz/findings/<target>/.
+# CLEAVE_FUZZ_SEED (default 1) seeds the mutations, so a CI run repeats
+# the same inputs; set another for a longer exploratory run.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -43,7 +45,7 @@ for t in onnx_import ir_parser plan_loader; do
   # $work too, removed at exit whatever way libFuzzer ends.
   (cd "$build/findings/$t" &&
     TMPDIR=$work "$build/tests/fuzz/fuzz_$t" "$work/$t" -max_total_time="$secs" \
-      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -seed="${CLEAVE_FUZZ_SEED:-1}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
       -artifact_prefix="$build/findings/$t/") >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
