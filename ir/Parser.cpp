@@ -15,6 +15,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 namespace cleave::ir {
 namespace {
@@ -392,20 +393,33 @@ Parser::parseData(const TensorType &t) {
     }
     int64_t n = isF ? vals.size() : ints.size();
     int64_t want = t.numElements();
-    if (kind == "splat") {
-      if (t.byteSize() > (int64_t(1) << 30))
-        return error("splat<> tensor " + t.str() + " is too large");
-      if (isF)
-        vals.assign(want, vals[0]);
-      else
-        ints.assign(want, ints[0]);
+    if (kind == "splat" && n != 1) {
+      return error(llvm::formatv("splat<> takes one value, not {0}", n).str());
+    } else if (kind == "splat") {
+      // Written straight into the tensor's bytes: one element, repeated.
+      if (t.byteSize() > (int64_t(1) << 28))
+        return error("splat<> tensor " + t.str() +
+                     " is larger than the 256 MiB the text form holds");
+      std::string bytes(size_t(t.byteSize()), '\0');
+      size_t size = dtypeSize(t.dtype);
+      auto *base = reinterpret_cast<uint8_t *>(bytes.data());
+      if (want > 0) {
+        if (isF)
+          storeElement(t.dtype, base, 0, vals[0]);
+        else
+          storeElementInt(t.dtype, base, 0, ints[0]);
+        for (int64_t i = 1; i < want; ++i)
+          std::memcpy(base + size_t(i) * size, base, size);
+      }
+      data = std::make_shared<TensorData>(t, std::move(bytes));
     } else if (n != want) {
       return error(llvm::formatv("dense<> has {0} values but {1} has {2}", n,
                                  t.str(), want)
                        .str());
     }
-    data = isF ? TensorData::fromDoubles(t.dtype, t.shape, vals)
-               : TensorData::fromInts(t.dtype, t.shape, ints);
+    if (!data)
+      data = isF ? TensorData::fromDoubles(t.dtype, t.shape, vals)
+                 : TensorData::fromInts(t.dtype, t.shape, ints);
   } else {
     return error("expected tensor data (dense<...>, splat<...>, hex<...>, "
                  "onnx<...> or file<...>), found '" +
