@@ -203,6 +203,7 @@ void StageLowering::planFrames() {
   std::vector<int64_t> from(slots.size(), INT64_MAX), to(slots.size(), -1);
   int64_t pos = 0;
   std::vector<int64_t> programEnd(runtime::kNumPhases, 0);
+  std::vector<int> defPhase(slots.size(), 0); // the program that writes it
   for (int p = 0; p < runtime::kNumPhases; ++p) {
     if (p == int(Phase::Step))
       pos = 0; // the step frame is its own arena
@@ -210,6 +211,8 @@ void StageLowering::planFrames() {
       for (int s : in.inputs)
         to[s] = std::max(to[s], pos);
       for (int s : in.outputs) {
+        if (from[s] == INT64_MAX)
+          defPhase[s] = p;
         from[s] = std::min(from[s], pos);
         to[s] = std::max(to[s], pos);
       }
@@ -217,17 +220,9 @@ void StageLowering::planFrames() {
     }
     programEnd[p] = pos;
   }
-  auto phaseOfDef = [&](int s) {
-    for (int p = 0; p < runtime::kNumPhases; ++p)
-      for (const Instr &in : stage_.programs[p])
-        for (int o : in.outputs)
-          if (o == s)
-            return p;
-    return 0;
-  };
   auto keepToEnd = [&](int s) {
     if (s >= 0 && slots[s].kind != SlotKind::Input)
-      to[s] = std::max(to[s], programEnd[phaseOfDef(s)]);
+      to[s] = std::max(to[s], programEnd[defPhase[s]]);
   };
   for (size_t s = 0; s < slots.size(); ++s)
     if (slots[s].accum >= 0)
