@@ -227,6 +227,7 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
   r.imbalance = total > 0 ? slowest / (total / double(starts.size())) : 1;
   r.stepTime = predictedStepTime(table, starts, solver.microbatches);
   r.costs.timeUnit = uniform ? "unit" : "s";
+  r.costs.bwSendsAfterB = !uniform;
   r.costs.linkLatency = link.latency;
   r.costs.linkBytesPerUnit = link.bytesPerSecond;
 }

@@ -25,6 +25,14 @@ struct PipelineCosts {
   double linkLatency = 0;         // per message, in timeUnit
   double linkBytesPerUnit = 0;    // bandwidth; 0 means sends are free
   std::string timeUnit = "unit";  // "unit" (uniform model) or "s"
+  // When a BW action's input gradient leaves for the stage upstream. true:
+  // when its B part ends, as in cleave's runtime, which runs a BW as the
+  // stage's B program (its sends go out as soon as their values exist) and
+  // then its W program; the analytic and profile cost models set it. false:
+  // at the end of the whole BW, as when each layer's backward makes its
+  // input and weight gradients together: the textbook 1F1B and GPipe,
+  // whose bubble formulas the uniform model keeps.
+  bool bwSendsAfterB = false;
 
   // Uniform model: P stages, F = B = W = 1, free communication.
   static PipelineCosts uniform(int stages) {

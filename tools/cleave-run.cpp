@@ -79,8 +79,9 @@ output:
   --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
                          last step: one track per stage, its F, B, W and STEP
                          actions and its waits for messages (RECV)
-  --profile=FILE.json    measured per-op times of the last step, in the format
-                         `cleavec --cost-model profile:FILE` reads
+  --profile=FILE.json    measured per-op times (kernels only, not waits): each
+                         op's median over the steps after the first, in the
+                         format `cleavec --cost-model profile:FILE` reads
   --print-plan           print the plan as text and exit
   --quiet                no per-step lines, only the summary
   --help                 show this help
@@ -517,6 +518,41 @@ std::string formatSeconds(double s) {
   return llvm::formatv("{0}:{1:2}", t / 60, t % 60).str();
 }
 
+// --profile's figures for one executor: each instruction's time per step,
+// kept for every profiled step, and their median. The median over steps
+// (all but the first, which warms caches and pages in the frames) is what a
+// shared machine's bursts of other work disturb least; one step alone can
+// be off by a third.
+class ProfileSteps {
+public:
+  // Takes the executor's figures of the step just run and clears them.
+  void take(runtime::StageExecutor &ex) {
+    for (const auto &[key, prof] : ex.profile())
+      seconds_[key].push_back(prof.seconds);
+    ex.clearProfile();
+  }
+  runtime::ProfileMap median() const {
+    runtime::ProfileMap out;
+    for (auto [key, all] : seconds_) {
+      std::nth_element(all.begin(), all.begin() + all.size() / 2, all.end());
+      double m = all[all.size() / 2];
+      if (all.size() % 2 == 0)
+        m = (m + *std::max_element(all.begin(), all.begin() + all.size() / 2)) / 2;
+      out[key] = {m, 1};
+    }
+    return out;
+  }
+
+private:
+  std::map<std::pair<std::string, runtime::Phase>, std::vector<double>> seconds_;
+};
+
+// Whether --profile and the summary's measured step time count this step:
+// every step but the run's first (warm-up), unless that is the only one.
+bool warmStep(int64_t step, int64_t firstStep, int64_t steps) {
+  return step > firstStep || steps - firstStep == 1;
+}
+
 // --profile's entries for one stage's measured instructions, appended to
 // `ops`: per-microbatch seconds, except the optimizer step's.
 void appendProfileOps(const runtime::Plan &plan,
@@ -760,11 +796,11 @@ int mpiSave(runtime::MpiComm &comm, const runtime::Plan &plan,
 // others send none), concatenated in stage order on rank 0, which writes the
 // file.
 int mpiProfile(runtime::MpiComm &comm, const runtime::Plan &plan,
-               runtime::StageExecutor &ex, bool contribute,
+               const runtime::ProfileMap &profile, bool contribute,
                const std::string &path) {
   llvm::json::Array ops;
   if (contribute)
-    appendProfileOps(plan, ex.profile(), ops);
+    appendProfileOps(plan, profile, ops);
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(ops));
@@ -1047,6 +1083,7 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
     if (int rc = mpiReadCheckpoint(comm, ex, p, *resumeDir, firstStep))
       return rc;
   bool profiling = flags.has("profile");
+  ProfileSteps profileSteps;
 
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
                        ? 1
@@ -1066,11 +1103,12 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   auto start = std::chrono::steady_clock::now();
   double firstLoss = NAN, lastLoss = NAN, stepSum = 0;
   for (int64_t step = firstStep; step < steps; ++step) {
-    if (profiling && step + 1 == steps)
-      ex.setProfiling(true);
+    ex.setProfiling(profiling && warmStep(step, firstStep, steps));
     if (auto e = ex.runStep(step, data.forStep(step, replica)))
       mpiFailHere(comm, "step " + std::to_string(step + 1) + ": " + where +
                             ": " + llvm::toString(std::move(e)));
+    if (profiling)
+      profileSteps.take(ex);
     // The loss lives on one stage of each replica; every rank learns their
     // mean, summed in replica order as the threaded run does (and the
     // slowest stage's time), so all of them stop together on a non-finite
@@ -1129,7 +1167,8 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
     double elapsed = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
-    stepSum += stepTime;
+    if (warmStep(step, firstStep, steps))
+      stepSum += stepTime;
     if (checkpointDir && checkpointDue(step, steps, checkpointEvery))
       if (int rc = mpiWriteCheckpoint(comm, plan, ex, replica == 0,
                                       *checkpointDir, step + 1))
@@ -1165,7 +1204,7 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
         steps - firstStep, total, firstLoss, lastLoss);
     // As the threaded run: busy time of the last step, the mean step time.
     double measuredStep =
-        stepSum / double(std::max<int64_t>(steps - firstStep, 1));
+        stepSum / double(std::max<int64_t>(steps - firstStep - 1, 1));
     llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
                     "step ms (measured / predicted)\n";
     for (int s = 0; s < p; ++s) {
@@ -1182,7 +1221,8 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   }
 
   if (auto path = flags.get("profile"))
-    if (int rc = mpiProfile(comm, plan, ex, replica == 0, *path))
+    if (int rc = mpiProfile(comm, plan, profileSteps.median(), replica == 0,
+                            *path))
       return rc;
   if (auto path = flags.get("trace"))
     if (int rc = mpiTrace(comm, ex, d, replica, *path))
@@ -1325,6 +1365,7 @@ int main(int argc, char **argv) {
           return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   }
   bool profiling = flags.has("profile");
+  std::vector<ProfileSteps> profileSteps(execs.size());
 
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
                        ? 1
@@ -1351,9 +1392,8 @@ int main(int argc, char **argv) {
     return fail(kTool, llvm::toString(everyOr.takeError()), tools::kUsage);
   int64_t checkpointEvery = *everyOr;
   for (int64_t step = firstStep; step < steps; ++step) {
-    if (profiling && step + 1 == steps)
-      for (auto &ex : execs)
-        ex->setProfiling(true);
+    for (auto &ex : execs)
+      ex->setProfiling(profiling && warmStep(step, firstStep, steps));
     std::vector<runtime::DataFn> feeds;
     for (int r = 0; r < d; ++r)
       for (int s = 0; s < p; ++s)
@@ -1362,6 +1402,9 @@ int main(int argc, char **argv) {
       return fail(kTool, "step " + std::to_string(step + 1) + ": " +
                              llvm::toString(std::move(e)),
                   tools::kBadInput);
+    if (profiling)
+      for (size_t i = 0; i < execs.size(); ++i)
+        profileSteps[i].take(*execs[i]);
     lastLoss = 0;
     for (auto &ex : execs)
       if (ex->hasLoss())
@@ -1402,7 +1445,8 @@ int main(int argc, char **argv) {
     double stepTime = 0;
     for (auto &ex : execs)
       stepTime = std::max(stepTime, ex->stats().stepSeconds);
-    stepSum += stepTime;
+    if (warmStep(step, firstStep, steps))
+      stepSum += stepTime;
     if (checkpointDir && checkpointDue(step, steps, checkpointEvery))
       if (auto e = writeCheckpoint(*checkpointDir, step + 1, execs, plan))
         return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
@@ -1431,7 +1475,7 @@ int main(int argc, char **argv) {
 
   // Per-stage figures: busy time of the last step, the mean step time.
   double measuredStep =
-      stepSum / double(std::max<int64_t>(steps - firstStep, 1));
+      stepSum / double(std::max<int64_t>(steps - firstStep - 1, 1));
   llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
                   "step ms (measured / predicted)\n";
   for (int s = 0; s < p; ++s) {
@@ -1451,7 +1495,7 @@ int main(int argc, char **argv) {
   if (auto path = flags.get("profile")) {
     llvm::json::Array ops;
     for (int s = 0; s < p; ++s) // replica 0: one entry per op
-      appendProfileOps(plan, execs[s]->profile(), ops);
+      appendProfileOps(plan, profileSteps[size_t(s)].median(), ops);
     if (auto e = writeProfile(*path, std::move(ops)))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   }

@@ -74,7 +74,11 @@ private:
         it->second.pop_front();
         span.end = clock_[st];
       } else if (isSend(a.kind)) {
-        span.end = clock_[st] + transferTime(costs_, st, a.kind);
+        // The message leaves when its value exists, which inside a BW can
+        // be before the action (and so this SEND) ends.
+        auto made = made_.find({a.kind, st, a.microbatch});
+        span.start = made == made_.end() ? clock_[st] : made->second;
+        span.end = span.start + transferTime(costs_, st, a.kind);
         inFlight_[{a.kind, a.microbatch, st, a.peer}].push_back(span.end);
       } else {
         runCompute(st, a, span);
@@ -92,6 +96,14 @@ private:
       started_[st] = true;
       stats.start = clock_[st];
     }
+    const StageCost &c = costs_.stages[st];
+    if (a.kind == ActionKind::F)
+      made_[{ActionKind::SendF, st, a.microbatch}] = clock_[st] + c.f;
+    else if (a.kind == ActionKind::B || a.kind == ActionKind::BW)
+      made_[{ActionKind::SendB, st, a.microbatch}] =
+          clock_[st] + (a.kind == ActionKind::BW && !costs_.bwSendsAfterB
+                            ? c.b + c.w
+                            : c.b);
     clock_[st] += cost;
     span.end = clock_[st];
     stats.busy += cost;
@@ -159,6 +171,8 @@ private:
   std::vector<int> held_;
   std::vector<bool> started_; // has the stage begun computing
   std::map<MessageKey, std::deque<double>> inFlight_; // arrival times
+  // (SEND kind, stage, microbatch) -> when the value to send exists.
+  std::map<std::tuple<ActionKind, int, int>, double> made_;
   SimResult result_;
 };
 

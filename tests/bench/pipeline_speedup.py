@@ -4,34 +4,36 @@
 
 Run (after building; any Python 3, it only drives the tools):
     python3 tests/bench/pipeline_speedup.py [--build build] [--microbatch-size 16]
-        [--microbatches 4] [--steps 40] [--rounds 3]
+        [--microbatches 4] [--steps 40] [--rounds 3] [--layer-depth 2]
 
 The bundled GPT (examples/gpt/gpt-tiny.onnx), 2 stages, M microbatches,
 SGD, one kernel thread per stage (cleave-run --threads 1: one core per
 stage on a 2-core machine):
-  1. cleavec --stages 2 --schedule 1f1b -o 1f1b-analytic.cplan, then
-     cleave-run --steps 10 --profile prof.json on it: measured per-op times
-     of the last step (per op and phase, so one profile serves every
-     schedule);
-  2. for each schedule (1f1b, 1f1b-2bp, zb-h1): cleavec --stages 2
-     --schedule S --cost-model profile:prof.json -o S.cplan; its printed
-     "step time" is the simulated step;
-  3. --rounds rounds, each running every schedule's plan once (interleaved,
-     so drift of the shared machine's load hits all alike):
-     cleave-run S.cplan --steps N --threads 1; the cumulative samples/s of
-     its per-step lines give the elapsed time after each step, and the
-     measured step is the mean of steps 6..N (start-up and warm-up left
-     out). The figure per schedule is the median over rounds.
-  (cleave-run's profile times kernels only; the link model of
-  --device-profile cpu prices the messages.)
-Prints per schedule: measured ms (median, and min..max over rounds),
-simulated ms, measured/simulated, measured and simulated speedup over
-1f1b, and measured speedup / simulated speedup. The bar: that ratio >= 0.9
-and measured within 10% of simulated.
+  1. the split: cleavec --schedule 1f1b (analytic cost model), a 10-step
+     cleave-run --profile of that plan, and cleavec --cost-model
+     profile:... chooses the split every plan below keeps (--split-at);
+     the schedules below are built for that profile's costs too, as a
+     user who profiles and compiles again gets them;
+  2. --rounds rounds, each running every schedule once (interleaved, so
+     drift of the shared machine's load hits all alike). Per schedule S:
+     cleavec --schedule S --split-at ... --cost-model profile:(1.)
+     --emit=schedule-csv -o S.csv (the
+     order of actions S makes depends on the costs it is built for, so the
+     CSV pins it); cleavec --schedule csv:S.csv --split-at ... -o S.cplan;
+     cleave-run S.cplan --steps N --threads 1 --profile S.json: "measured"
+     is the run's mean step (steps 2..N, the summary table's figure) and
+     the profile holds each op's median over the same steps; cleavec
+     --schedule csv:S.csv --split-at ... --cost-model profile:S.json: its
+     "step time" is "simulated". So the simulator is fed the profile of the
+     same plan, from the same run, and simulates the order that ran.
+  Per round: measured/simulated per schedule, and measured speedup over
+  1f1b divided by simulated speedup. Printed: the median over rounds (and
+  min..max).
+The bar: measured speedup / simulated speedup >= 0.9 for zb-h1 and
+1f1b-2bp, and measured within 10% of simulated for every schedule.
 """
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -41,7 +43,6 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEDULES = ["1f1b", "1f1b-2bp", "zb-h1"]
-WARMUP = 5
 
 
 def run(cmd):
@@ -51,30 +52,61 @@ def run(cmd):
     return out.stdout
 
 
-def compile_plan(tools, model, args, schedule, plan, cost_model=None):
-    cmd = [os.path.join(tools, "cleavec"), model, f"--microbatch-size={args.microbatch_size}",
-           f"--microbatches={args.microbatches}", "--stages=2", f"--schedule={schedule}",
-           "--optimizer=sgd", f"--lr={args.lr}", "-o", plan]
-    if cost_model:
-        cmd.append(f"--cost-model={cost_model}")
-    out = run(cmd)
-    sim = float(re.search(r"^step time (\S+) s", out, re.M).group(1)) * 1000
-    split = re.findall(r"^(\d+)\s+(\S+\.\.\S+|\S+)\s+[\d.]+ \S*B\s+([\d.]+ \S+)\s+([\d.]+ \S+)"
-                       r"\s+([\d.]+ \S+)", out, re.M)
-    return sim, split
+class Bench:
+    def __init__(self, args, out_dir):
+        self.args, self.dir = args, out_dir
+        self.tools = os.path.join(args.build, "tools")
+
+    def compile(self, schedule, plan, cost_model=None, split=None, emit=None):
+        a = self.args
+        cmd = [os.path.join(self.tools, "cleavec"), a.model,
+               f"--microbatch-size={a.microbatch_size}", f"--microbatches={a.microbatches}",
+               "--stages=2", f"--schedule={schedule}", "--optimizer=sgd", f"--lr={a.lr}",
+               f"--layer-depth={a.layer_depth}", "-o", plan]
+        if cost_model:
+            cmd.append(f"--cost-model={cost_model}")
+        if split:
+            cmd.append(f"--split-at={split}")
+        if emit:
+            cmd.append(f"--emit={emit}")
+            return run(cmd)
+        out = run(cmd)
+        sim = float(re.search(r"^step time (\S+) s", out, re.M).group(1)) * 1000
+        stages = re.findall(r"^(\d+)\s+(\S+)\.\.(\S+)\s+[\d.]+ \S*B\s+([\d.]+ \S+)\s+"
+                            r"([\d.]+ \S+)\s+([\d.]+ \S+)", out, re.M)
+        return sim, stages
+
+    def train(self, plan, steps, profile):
+        out = run([os.path.join(self.tools, "cleave-run"), plan, "--threads=1",
+                   f"--steps={steps}", "--quiet", f"--profile={profile}"])
+        return float(re.search(r"^0\s+.*\s([\d.]+) / [\d.]+$", out, re.M).group(1))
+
+    def split(self):
+        base = os.path.join(self.dir, "split-analytic.cplan")
+        self.compile("1f1b", base)
+        prof = self.split_profile = os.path.join(self.dir, "split-profile.json")
+        self.train(base, 10, prof)
+        _, stages = self.compile("1f1b", base, "profile:" + prof)
+        return stages[1][1], stages
+
+    def round(self, k, split):
+        meas, sim = {}, {}
+        for s in SCHEDULES:
+            # The schedule's order of actions depends on the costs it was
+            # built for; the CSV pins the one that runs for the simulation.
+            csv = os.path.join(self.dir, f"{s}.csv")
+            self.compile(s, csv, "profile:" + self.split_profile, split, emit="schedule-csv")
+            plan = os.path.join(self.dir, f"{s}.cplan")
+            prof = os.path.join(self.dir, f"{s}.{k}.json")
+            self.compile("csv:" + csv, plan, split=split)
+            meas[s] = self.train(plan, self.args.steps, prof)
+            sim[s], _ = self.compile("csv:" + csv, os.path.join(self.dir, f"{s}.sim.cplan"),
+                                     "profile:" + prof, split)
+        return meas, sim
 
 
-PHASES = {"F": "fwd", "B": "B", "W": "W", "STEP": "opt"}
-
-
-def measure(tools, plan, args):
-    out = run([os.path.join(tools, "cleave-run"), plan, "--threads=1", f"--steps={args.steps}"])
-    samples = args.microbatch_size * args.microbatches
-    elapsed = {}
-    for m in re.finditer(r"^step\s+(\d+)/\d+\s+loss \S+\s+(\d+) samples/s", out, re.M):
-        k, rate = int(m.group(1)), float(m.group(2))
-        elapsed[k] = samples * k / rate
-    return (elapsed[args.steps] - elapsed[WARMUP]) / (args.steps - WARMUP) * 1000
+def spread(xs, fmt="{:.2f}"):
+    return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}..{fmt.format(max(xs))})"
 
 
 def main():
@@ -83,46 +115,35 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "examples", "gpt", "gpt-tiny.onnx"))
     ap.add_argument("--microbatch-size", type=int, default=16)
     ap.add_argument("--microbatches", type=int, default=4)
+    ap.add_argument("--layer-depth", type=int, default=2)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--keep", help="folder to keep the plans and the profile in")
+    ap.add_argument("--keep", help="folder to keep the plans and the profiles in")
     args = ap.parse_args()
-    tools = os.path.join(args.build, "tools")
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.keep or tmp
         os.makedirs(out_dir, exist_ok=True)
-        base = os.path.join(out_dir, "1f1b-analytic.cplan")
-        analytic, _ = compile_plan(tools, args.model, args, "1f1b", base)
-        prof = os.path.join(out_dir, "prof.json")
-        run([os.path.join(tools, "cleave-run"), base, "--threads=1", "--steps=10", "--quiet",
-             f"--profile={prof}"])
-        plans, sim, stages = {}, {}, {}
-        for s in SCHEDULES:
-            plans[s] = os.path.join(out_dir, s + ".cplan")
-            sim[s], split = compile_plan(tools, args.model, args, s, plans[s], "profile:" + prof)
-            if s == "1f1b":
-                stages["profile"] = "; ".join(f"stage {i}: {layers}, F/B/W {f} / {b} / {w}"
-                                              for i, layers, f, b, w in split)
-        meas = {s: [] for s in SCHEDULES}
-        for _ in range(args.rounds):
-            for s in SCHEDULES:
-                meas[s].append(measure(tools, plans[s], args))
-    print(f"gpt-tiny, 2 stages, {args.microbatches} microbatches of {args.microbatch_size}, "
-          f"1 thread per stage, mean of steps {WARMUP + 1}..{args.steps}, median of "
-          f"{args.rounds} rounds; simulated with the measured profile of 1f1b's last step "
-          f"(analytic model's 1f1b: {analytic:.2f} ms)")
-    m0 = statistics.median(meas["1f1b"])
-    for what, sims in (("profile", sim),):
-        print(f"\nsimulated with the {what} ({stages[what]})")
-        print(f"{'schedule':9} {'measured ms':>11} {'(min..max)':>15} {'simulated ms':>12} "
-              f"{'meas/sim':>8} {'meas speedup':>12} {'sim speedup':>11} {'ratio':>6}")
-        for s in SCHEDULES:
-            m = statistics.median(meas[s])
-            mspeed, sspeed = m0 / m, sims["1f1b"] / sims[s]
-            print(f"{s:9} {m:11.2f} {f'({min(meas[s]):.2f}..{max(meas[s]):.2f})':>15} "
-                  f"{sims[s]:12.2f} {m / sims[s]:8.2f} {mspeed:12.3f} {sspeed:11.3f} "
-                  f"{mspeed / sspeed:6.3f}")
+        bench = Bench(args, out_dir)
+        split, stages = bench.split()
+        rounds = [bench.round(k, split) for k in range(args.rounds)]
+    print(f"gpt-tiny, 2 stages split at {split} (layer depth {args.layer_depth}; "
+          + "; ".join(f"stage {i}: {a}..{b}, profiled F/B/W {f} / {bb} / {w}"
+                      for i, a, b, f, bb, w in stages)
+          + f"), {args.microbatches} microbatches of {args.microbatch_size}, 1 thread per "
+          f"stage, {args.steps} steps per run, median (min..max) of {args.rounds} rounds; "
+          "each run's simulation is fed that run's own --profile")
+    print(f"\n{'schedule':9} {'measured ms':>21} {'simulated ms':>21} {'meas/sim':>18} "
+          f"{'meas speedup':>18} {'sim speedup':>18} {'ratio':>18}")
+    for s in SCHEDULES:
+        m = [r[0][s] for r in rounds]
+        sm = [r[1][s] for r in rounds]
+        ms = [r[0]["1f1b"] / r[0][s] for r in rounds]
+        ss = [r[1]["1f1b"] / r[1][s] for r in rounds]
+        print(f"{s:9} {spread(m):>21} {spread(sm):>21} "
+              f"{spread([a / b for a, b in zip(m, sm)]):>18} {spread(ms, '{:.3f}'):>18} "
+              f"{spread(ss, '{:.3f}'):>18} "
+              f"{spread([a / b for a, b in zip(ms, ss)], '{:.3f}'):>18}")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,14 @@ int maxPeak(const SimResult &r) {
   return peak;
 }
 
+// Unit costs, with a BW's input gradient sent when its B part ends (as
+// cleave's runtime does).
+PipelineCosts early(int P) {
+  PipelineCosts c = PipelineCosts::uniform(P);
+  c.bwSendsAfterB = true;
+  return c;
+}
+
 double maxBubble(const SimResult &r) {
   double b = 0;
   for (const StageStats &st : r.stages)
@@ -62,6 +70,8 @@ double maxBubble(const SimResult &r) {
 
 } // namespace
 
+// The textbook figures, for a backward that sends its input gradient when
+// it ends: the bubble is (P-1)(F+B+W).
 TEST(ScheduleGenerators, GPipeAnd1F1BBubbleIsExact) {
   for (Shape sh : shapes())
     for (const char *name : {"gpipe", "1f1b"}) {
@@ -70,6 +80,21 @@ TEST(ScheduleGenerators, GPipeAnd1F1BBubbleIsExact) {
       EXPECT_DOUBLE_EQ(r.stepTime, 3.0 * (sh.M + sh.P - 1)) << label(name, sh);
       for (const StageStats &st : r.stages)
         EXPECT_DOUBLE_EQ(st.bubble, expected) << label(name, sh);
+    }
+}
+
+// cleave's runtime sends a BW's input gradient when its B part ends, so
+// the W parts leave the critical path of the backward: the bubble of 1F1B
+// and GPipe is (P-1)(F+B), step 3M + 2(P-1) at unit costs.
+TEST(ScheduleGenerators, EarlySendTakesWOffTheCriticalPath) {
+  for (Shape sh : shapes())
+    for (const char *name : {"gpipe", "1f1b"}) {
+      SimResult r = run(name, sh.P, sh.M, early(sh.P));
+      EXPECT_DOUBLE_EQ(r.stepTime, 3.0 * sh.M + 2.0 * (sh.P - 1))
+          << label(name, sh);
+      for (const StageStats &st : r.stages)
+        EXPECT_DOUBLE_EQ(st.bubble, 2.0 * (sh.P - 1) / r.stepTime)
+            << label(name, sh);
     }
 }
 
@@ -111,8 +136,11 @@ TEST(ScheduleGenerators, ZeroBubbleH2IsAlmostBubbleFree) {
   }
 }
 
-// 2BP alone (B in place of BW, W deferred) already beats its base schedule,
-// at the cost of memory: microbatches are held until their W.
+// 2BP alone (B in place of BW, W deferred) beats the textbook base
+// schedule, at the cost of memory: microbatches are held until their W.
+// Against cleave's runtime, whose BW already sends after its B part,
+// GPipe-2BP gains nothing at unit costs; 1F1B-2BP still gains in 1F1B's
+// steady state, where a deferred W no longer delays the next F.
 TEST(ScheduleGenerators, TwoBPIsFasterThanItsBaseAndHoldsMore) {
   for (Shape sh : shapes())
     for (auto [split, base] : {std::pair{"gpipe-2bp", "gpipe"},
@@ -121,6 +149,13 @@ TEST(ScheduleGenerators, TwoBPIsFasterThanItsBaseAndHoldsMore) {
       SimResult b = run(base, sh.P, sh.M, PipelineCosts::uniform(sh.P));
       EXPECT_LT(a.stepTime, b.stepTime) << label(split, sh);
       EXPECT_GE(maxPeak(a), maxPeak(b)) << label(split, sh);
+      SimResult earlyBase = run(base, sh.P, sh.M, early(sh.P));
+      SimResult earlySplit = run(split, sh.P, sh.M, early(sh.P));
+      if (std::string(base) == "gpipe")
+        EXPECT_DOUBLE_EQ(earlySplit.stepTime, earlyBase.stepTime)
+            << label(split, sh);
+      else
+        EXPECT_LT(earlySplit.stepTime, earlyBase.stepTime) << label(split, sh);
     }
 }
 

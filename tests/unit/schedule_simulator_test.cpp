@@ -49,6 +49,13 @@ TEST(ScheduleSimulator, LinkLatencyAndBandwidth) {
   EXPECT_DOUBLE_EQ(r.makespan, 10);
   EXPECT_DOUBLE_EQ(r.stepTime, 10);
   EXPECT_DOUBLE_EQ(r.stages[0].bubble, 0.7); // busy 1 + 2 of 10
+  // Sent when BW0's B part ends (cleave's runtime), the gradient leaves at
+  // 4.5 and arrives at 7; stage 0's BW0 runs until 9.
+  costs.bwSendsAfterB = true;
+  r = sim(s, costs);
+  EXPECT_DOUBLE_EQ(r.stages[0].finish, 9);
+  EXPECT_DOUBLE_EQ(r.stepTime, 9);
+  EXPECT_DOUBLE_EQ(r.stages[0].bubble, 6.0 / 9); // busy 1 + 2 of 9
 }
 
 TEST(ScheduleSimulator, PeakBytes) {
