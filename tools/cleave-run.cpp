@@ -1178,8 +1178,8 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
       double rate = double(samplesPerStep * done) / elapsed;
       double eta = elapsed / double(done) * double(steps - step - 1);
       llvm::outs() << llvm::formatv(
-          "step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}\n", step + 1,
-          steps, lastLoss, rate, formatSeconds(eta));
+          "step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  {5:F1} ms  ETA {4}\n",
+          step + 1, steps, lastLoss, rate, formatSeconds(eta), 1e3 * stepTime);
       llvm::outs().flush();
     }
   }
@@ -1457,9 +1457,10 @@ int main(int argc, char **argv) {
       // On a terminal one live line, rewritten each step; else one line
       // per step (logs, pipes).
       llvm::outs() << llvm::formatv(
-          "{5}step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  ETA {4}{6}",
+          "{5}step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  {7:F1} ms  ETA "
+          "{4}{6}",
           step + 1, steps, lastLoss, rate, formatSeconds(eta),
-          live ? "\r" : "", live ? "" : "\n");
+          live ? "\r" : "", live ? "" : "\n", 1e3 * stepTime);
       llvm::outs().flush();
     }
   }

@@ -131,6 +131,23 @@ llvm::Error kernelError(const KernelCall &call, const char *fmt,
                : fn<float __VA_OPT__(, ) __VA_ARGS__>(call);                   \
   }
 
+// Loops that convert every element to double run two at a time in the
+// baseline's SSE2. Marked with this, they are built also for AVX2 and
+// AVX-512 (GCC picks the clone for the CPU when the program loads) and
+// take 4 or 8 at a time. Clang (the CLEAVE_FUZZ build) cannot multiversion
+// templates: there they are built once, for the baseline.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLEAVE_VECTOR_CLONES                                                   \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLEAVE_VECTOR_CLONES
+#endif
+
+// The sum of p[0..n) in double, in a fixed order (eight lanes), built for
+// the CPU's widest vectors (CLEAVE_VECTOR_CLONES).
+double sumAsDouble(const float *p, int64_t n);
+double sumAsDouble(const double *p, int64_t n);
+
 // Row-major strides of a shape.
 std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
 

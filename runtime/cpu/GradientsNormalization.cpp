@@ -171,70 +171,97 @@ batchNormDims(const KernelCall &call, const TensorRef &dY, const TensorRef &X,
   return d;
 }
 
-// The sum of f(offset) over the offsets of channel ch's values, image by
-// image.
-template <typename F>
-double channelSum(const BatchNormDims &d, int64_t ch, F &&f) {
-  double sum = 0;
-  for (int64_t i = 0; i < d.n; ++i) {
-    int64_t base = (i * d.c + ch) * d.spatial;
-    sum += sum4(d.spatial, [&](int64_t k) { return f(base + k); });
-  }
-  return sum;
-}
-
-// The sums over channel ch of dY, dY * (x - mean) and, in training mode,
-// (x - mean)^2, in one pass (four lanes each, images in order).
-struct CenteredSums {
-  double dy = 0, dyCentered = 0, squares = 0;
+// The sums a BatchNorm gradient needs over one (image, channel) row of
+// `spatial` values: the row's mean and squared deviations about it (two
+// passes over a row that is in cache by the second, as the forward kernel
+// does), the sum of dY and of dY * (x - row mean). Eight double lanes each.
+struct RowSums {
+  double mean = 0, m2 = 0, dy = 0, dyCentered = 0;
 };
+constexpr int kRowLanes = 8;
+
 template <typename T>
-CenteredSums centeredSums(const T *dy, const T *x, const BatchNormDims &d,
-                          int64_t ch, double mean, bool squares) {
-  CenteredSums out;
-  for (int64_t i = 0; i < d.n; ++i) {
-    const T *xs = x + (i * d.c + ch) * d.spatial;
-    const T *gs = dy + (i * d.c + ch) * d.spatial;
-    double g[4] = {0, 0, 0, 0}, gc[4] = {0, 0, 0, 0}, sq[4] = {0, 0, 0, 0};
-    int64_t k = 0;
-    for (; k + 4 <= d.spatial; k += 4)
-      for (int l = 0; l < 4; ++l) {
-        double c = double(xs[k + l]) - mean, v = double(gs[k + l]);
-        g[l] += v;
-        gc[l] += v * c;
-        sq[l] += c * c;
-      }
-    for (; k < d.spatial; ++k) {
-      double c = double(xs[k]) - mean, v = double(gs[k]);
-      g[0] += v;
-      gc[0] += v * c;
-      sq[0] += c * c;
+CLEAVE_VECTOR_CLONES RowSums gradientRowSums(const T *x, const T *dy,
+                                             int64_t n) {
+  RowSums out;
+  if (n == 0)
+    return out;
+  double mu = sumAsDouble(x, n) / double(n);
+  double sq[kRowLanes] = {}, g[kRowLanes] = {}, gc[kRowLanes] = {};
+  int64_t i = 0;
+  for (; i + kRowLanes <= n; i += kRowLanes)
+    for (int k = 0; k < kRowLanes; ++k) {
+      double c = double(x[i + k]) - mu, v = double(dy[i + k]);
+      sq[k] += c * c;
+      g[k] += v;
+      gc[k] += v * c;
     }
-    out.dy += (g[0] + g[1]) + (g[2] + g[3]);
-    out.dyCentered += (gc[0] + gc[1]) + (gc[2] + gc[3]);
-    if (squares)
-      out.squares += (sq[0] + sq[1]) + (sq[2] + sq[3]);
+  for (; i < n; ++i) {
+    double c = double(x[i]) - mu, v = double(dy[i]);
+    sq[0] += c * c;
+    g[0] += v;
+    gc[0] += v * c;
+  }
+  out.mean = mu;
+  for (int k = 0; k < kRowLanes; ++k) {
+    out.m2 += sq[k];
+    out.dy += g[k];
+    out.dyCentered += gc[k];
   }
   return out;
 }
 
-// The batch mean of channel ch.
-template <typename T>
-double channelMean(const T *x, const BatchNormDims &d, int64_t ch) {
-  double count = double(d.n * d.spatial);
-  return count ? channelSum(d, ch, [&](int64_t o) { return double(x[o]); }) /
-                     count
-               : 0.0;
-}
+// Per channel: the statistics x̂ uses (the batch's in training mode, the
+// given running ones otherwise) and the sums of dY and dY * (x - mean).
+struct ChannelSums {
+  double mean = 0, inv = 0, dy = 0, dyCentered = 0;
+};
 
-// Runs f(channel) for every channel, channels spread over threads.
-template <typename F> void forEachChannel(const BatchNormDims &d, F &&f) {
-  int64_t perChannel = std::max<int64_t>(1, d.n * d.spatial);
-  parallelFor(d.c, std::max<int64_t>(1, 8192 / perChannel),
-              [&](int64_t c0, int64_t c1) {
-                for (int64_t ch = c0; ch < c1; ++ch)
-                  f(ch);
+// Every (image, channel) row's sums, rows split over threads by image as
+// in the forward kernel, then each channel's rows combined exactly in
+// image order (Chan et al. for the squared deviations; dY * (x - mean) =
+// the row's dY * (x - row mean) + (row mean - mean) * the row's dY).
+template <typename T>
+std::vector<ChannelSums>
+channelSums(const T *x, const T *dy, const BatchNormDims &d, bool training,
+            const std::vector<double> &runMean,
+            const std::vector<double> &runVar, double eps) {
+  std::vector<RowSums> rows(d.n * d.c);
+  parallelFor(d.n * d.c,
+              std::max<int64_t>(1, 8192 / std::max<int64_t>(1, d.spatial)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r)
+                  rows[r] = gradientRowSums(x + r * d.spatial,
+                                            dy + r * d.spatial, d.spatial);
               });
+  std::vector<ChannelSums> out(d.c);
+  double count = double(d.n * d.spatial);
+  for (int64_t ch = 0; ch < d.c; ++ch) {
+    ChannelSums &cs = out[ch];
+    double var = runVar[ch];
+    cs.mean = runMean[ch];
+    if (training && count) {
+      double mu = 0, m2 = 0;
+      for (int64_t i = 0; i < d.n; ++i)
+        mu += rows[i * d.c + ch].mean;
+      mu /= double(d.n);
+      for (int64_t i = 0; i < d.n; ++i) {
+        double dm = rows[i * d.c + ch].mean - mu;
+        m2 += rows[i * d.c + ch].m2 + double(d.spatial) * dm * dm;
+      }
+      cs.mean = mu;
+      var = m2 / count;
+    } else if (training) {
+      cs.mean = var = 0;
+    }
+    cs.inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < d.n; ++i) {
+      const RowSums &r = rows[i * d.c + ch];
+      cs.dy += r.dy;
+      cs.dyCentered += r.dyCentered + (r.mean - cs.mean) * r.dy;
+    }
+  }
+  return out;
 }
 
 // BatchNormalizationGradData(dY, X, scale, mean, var) -> dX.
@@ -253,31 +280,43 @@ template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
   double count = double(d->n * d->spatial);
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dx = dX.as<T>();
-  forEachChannel(*d, [&](int64_t ch) {
-    // Training mode also flows through the batch statistics: the mean, then
-    // one pass for the variance and the two sums of dY.
-    Stats s{runMean[ch], 1.0 / std::sqrt(runVar[ch] + eps)};
-    double meanDY = 0, meanDYX = 0;
-    if (training && count) {
-      s.mean = channelMean(x, *d, ch);
-      CenteredSums sums = centeredSums(dy, x, *d, ch, s.mean, true);
-      s.inv = 1.0 / std::sqrt(sums.squares / count + eps);
-      meanDY = sums.dy / count;
-      meanDYX = sums.dyCentered * s.inv / count;
+  // dX = a * (dY - mean(dY) - x̂ * mean(dY * x̂)) with a = scale * inv, as
+  // dX = a * dY + q * (x - mean) + r per channel, one pass in T. Training
+  // mode also flows through the batch statistics (the two means); in
+  // inference mode they are constants and dX = a * dY.
+  std::vector<T> a(d->c), q(d->c), r(d->c), m(d->c);
+  if (training && count) {
+    std::vector<ChannelSums> sums =
+        channelSums(x, dy, *d, true, runMean, runVar, eps);
+    for (int64_t ch = 0; ch < d->c; ++ch) {
+      const ChannelSums &cs = sums[ch];
+      double ach = scale[ch] * cs.inv;
+      a[ch] = T(ach);
+      q[ch] = T(-ach * cs.inv * cs.inv * cs.dyCentered / count);
+      r[ch] = T(-ach * cs.dy / count);
+      m[ch] = T(cs.mean);
     }
-    double a = scale[ch] * s.inv;
-    for (int64_t i = 0; i < d->n; ++i) {
-      int64_t base = (i * d->c + ch) * d->spatial;
-      for (int64_t k = 0; k < d->spatial; ++k) {
-        double xh = (x[base + k] - s.mean) * s.inv;
-        dx[base + k] = T(a * (dy[base + k] - meanDY - xh * meanDYX));
-      }
-    }
-  });
+  } else {
+    for (int64_t ch = 0; ch < d->c; ++ch)
+      a[ch] = T(scale[ch] / std::sqrt(runVar[ch] + eps));
+  }
+  parallelFor(d->n * d->c,
+              std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d->spatial)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t row = r0; row < r1; ++row) {
+                  int64_t ch = row % d->c;
+                  const T *xs = x + row * d->spatial, *gs = dy + row * d->spatial;
+                  T *out = dx + row * d->spatial;
+                  T ar = a[ch], qr = q[ch], rr = r[ch], mr = m[ch];
+                  for (int64_t k = 0; k < d->spatial; ++k)
+                    out[k] = ar * gs[k] + (qr * (xs[k] - mr) + rr);
+                }
+              });
   return llvm::Error::success();
 }
 
-// BatchNormalizationGradParams(dY, X, mean, var) -> dscale.
+// BatchNormalizationGradParams(dY, X, mean, var) -> dscale = sum of dY * x̂
+// = inv * sum of dY * (x - mean).
 template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &meanRef = call.inputs[2], &varRef = call.inputs[3],
@@ -289,16 +328,10 @@ template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
                       runVar = readDoubles(varRef);
   bool training = call.getInt("training_mode");
   double eps = call.getFloat("epsilon");
-  const T *x = X.as<T>(), *dy = dY.as<T>();
-  double count = double(d->n * d->spatial);
-  forEachChannel(*d, [&](int64_t ch) {
-    // dscale = sum of dY * x̂ = inv * sum of dY * (x - mean): the mean, then
-    // one pass for the variance and that sum.
-    double mean = training && count ? channelMean(x, *d, ch) : runMean[ch];
-    CenteredSums sums = centeredSums(dy, x, *d, ch, mean, training);
-    double var = training ? (count ? sums.squares / count : 0.0) : runVar[ch];
-    storeDouble(dScale, ch, sums.dyCentered / std::sqrt(var + eps));
-  });
+  std::vector<ChannelSums> sums = channelSums(
+      X.as<T>(), dY.as<T>(), *d, training, runMean, runVar, eps);
+  for (int64_t ch = 0; ch < d->c; ++ch)
+    storeDouble(dScale, ch, sums[ch].dyCentered * sums[ch].inv);
   return llvm::Error::success();
 }
 

@@ -121,34 +121,6 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
 // chain, and x86's add latency is four times its throughput).
 constexpr int kSumLanes = 8;
 
-// The statistics loops convert every element to double, two at a time in
-// the baseline's SSE2. Built also for AVX2 and AVX-512 (GCC picks the clone
-// for the CPU when the program loads), they take 4 or 8 at a time.
-// Clang (the CLEAVE_FUZZ build) cannot multiversion templates: there they
-// are built once, for the baseline.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLEAVE_VECTOR_CLONES                                                   \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLEAVE_VECTOR_CLONES
-#endif
-
-// Sum of p[0..n) in double.
-template <typename T>
-CLEAVE_VECTOR_CLONES double sumRow(const T *p, int64_t n) {
-  double s[kSumLanes] = {};
-  int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int k = 0; k < kSumLanes; ++k)
-      s[k] += double(p[i + k]);
-  for (; i < n; ++i)
-    s[0] += double(p[i]);
-  double total = 0;
-  for (double v : s)
-    total += v;
-  return total;
-}
-
 // Sum of (p[i] - mu)^2 over [0, n) in double.
 template <typename T>
 CLEAVE_VECTOR_CLONES double squaredDeviationRow(const T *p, int64_t n,
@@ -184,7 +156,7 @@ void batchMoments(const T *x, int64_t n, int64_t c, int64_t spatial,
                 for (int64_t r = r0; r < r1; ++r) {
                   const T *p = x + r * spatial;
                   double mu =
-                      spatial ? sumRow(p, spatial) / double(spatial) : 0.0;
+                      spatial ? sumAsDouble(p, spatial) / double(spatial) : 0.0;
                   rowMean[r] = mu;
                   rowM2[r] = squaredDeviationRow(p, spatial, mu);
                 }

@@ -80,9 +80,13 @@ template <typename T, Kind K> struct Fold {
       return store<T>(acc);
   }
 
-  // Folds a contiguous run with four independent accumulators, so that the
-  // adds pipeline instead of waiting on each other.
+  // Folds a contiguous run with independent accumulators, so that the adds
+  // pipeline instead of waiting on each other (float sums: eight lanes, in
+  // the CPU's widest vectors).
   static Acc run(const T *x, int64_t n, Acc acc) {
+    if constexpr (K != Kind::Max &&
+                  (std::is_same_v<T, float> || std::is_same_v<T, double>))
+      return acc + sumAsDouble(x, n);
     Acc a0 = init(), a1 = init(), a2 = init(), a3 = init();
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -96,6 +100,18 @@ template <typename T, Kind K> struct Fold {
     return add(acc, add(add(a0, a1), add(a2, a3)));
   }
 };
+
+template <typename T> CLEAVE_VECTOR_CLONES double sumLanes(const T *p, int64_t n) {
+  constexpr int kLanes = 8;
+  double s[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k)
+      s[k] += double(p[i + k]);
+  for (; i < n; ++i)
+    s[0] += double(p[i]);
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
 
 constexpr int64_t kBlock = 1 << 15; // elements per partial result
 constexpr int64_t kTile = 512;      // output elements per kept-inner tile
@@ -266,6 +282,9 @@ template <Kind K> llvm::Error reduce(const KernelCall &c) {
 }
 
 } // namespace
+
+double sumAsDouble(const float *p, int64_t n) { return sumLanes(p, n); }
+double sumAsDouble(const double *p, int64_t n) { return sumLanes(p, n); }
 
 void registerReductionKernels(KernelTable &t) {
   const std::vector<DType> types = {DType::F32, DType::F64, DType::F16,

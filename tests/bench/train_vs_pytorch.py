@@ -18,22 +18,21 @@ Every step sees the same batch (written as .npy, given to cleave-run with
 
 Timed:
   * PyTorch eager: zero_grad, loss = module(inputs), loss.backward(),
-    torch.optim.SGD step; median of --iters steps after 3 warm-up steps,
+    torch.optim.SGD step; median of --runs x --iters steps after 3 warm-up
+    steps,
     torch.set_num_threads(T), OMP_WAIT_POLICY=PASSIVE unless --omp-default
     (see below).
   * cleave: cleavec MODEL --microbatch-size B --microbatches 1
     --optimizer sgd --lr LR -o plan, then build/tools/cleave-run plan
     --threads T --data DIR:
-      - "step ms": --runs separate runs of --steps 8 --quiet, each reporting
-        the time of its last step (the per-stage table's measured step ms,
-        the whole runStep); the median over runs;
-      - "steady ms": one run of --steps N printing per-step lines, whose
-        cumulative samples/s give the elapsed time after each step; the mean
-        step of steps 6..N (excludes start-up and warm-up).
+      --steps 3+ITERS, --runs times; the step lines' own times ("ms",
+      the whole runStep) of the steps after the first 3: their median
+      over all runs, and the range of the runs' medians.
   * ONNX Runtime training (tests/bench/ort_train_step.py under --ort-python,
     the pyenv interpreter with `pip install onnxruntime-training`): the same
     .onnx, artifacts with the model's own loss and SGD, train_step +
-    optimizer step + lazy_reset_grad; median of --iters steps after 3;
+    optimizer step + lazy_reset_grad; median of --runs x --iters steps
+    after 3;
     intra-op spinning off unless --omp-default.
 Prints ms per step and the ratios torch/cleave and ort/cleave (above 1.0:
 cleave is faster), and the losses: the first step's, and the one of step
@@ -73,8 +72,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model import GPT  # noqa: E402
 from forward_vs_pytorch import SmallResNet  # noqa: E402
 
-SHORT_STEPS = 8   # steps of each short cleave-run; its last step is timed
-WARMUP = 5        # steps left out of the steady-state mean of the long run
+SHORT_STEPS = 8   # the step whose loss (after 7 updates) is compared
+WARMUP = 3        # steps before the timed ones, for every framework
 
 
 def models(batch, tmp):
@@ -140,26 +139,27 @@ def run(cmd):
     return out.stdout
 
 
-def time_cleave(tools, path, data, batch, threads, lr, runs, long_steps, tmp, name):
+def time_cleave(tools, path, data, batch, threads, lr, runs, iters, tmp, name):
+    """Per-step ms from cleave-run's step lines: the median over steps after
+    WARMUP of every run (and the range of the runs' medians); the losses of
+    steps 1 and SHORT_STEPS; the compiler's predicted step."""
     plan = os.path.join(tmp, name + ".cplan")
     run([os.path.join(tools, "cleavec"), path, f"--microbatch-size={batch}",
          "--microbatches=1", "--optimizer=sgd", f"--lr={lr}", "-o", plan])
-    base = [os.path.join(tools, "cleave-run"), plan, f"--threads={threads}", f"--data={data}"]
-    last_step, losses = [], None
+    cmd = [os.path.join(tools, "cleave-run"), plan, f"--threads={threads}", f"--data={data}",
+           f"--steps={WARMUP + iters}"]
+    every, medians, losses = [], [], {}
     for _ in range(runs):
-        out = run(base + [f"--steps={SHORT_STEPS}", "--quiet"])
-        m = re.search(r"^done: .* loss (\S+) -> (\S+)$", out, re.M)
-        losses = (float(m.group(1)), float(m.group(2)))
-        m = re.search(r"^0\s+\S+\s+\S+\s+\d+ / \d+\s+(\S+) / (\S+)$", out, re.M)
-        last_step.append(float(m.group(1)))
-        predicted = float(m.group(2))
-    out = run(base + [f"--steps={long_steps}"])
-    elapsed = {}
-    for m in re.finditer(r"^step\s+(\d+)/\d+\s+loss \S+\s+(\d+) samples/s", out, re.M):
-        k, rate = int(m.group(1)), float(m.group(2))
-        elapsed[k] = batch * k / rate
-    steady = (elapsed[long_steps] - elapsed[WARMUP]) / (long_steps - WARMUP) * 1000
-    return statistics.median(last_step), min(last_step), max(last_step), steady, losses, predicted
+        out = run(cmd)
+        steps = {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in re.finditer(
+            r"^step\s+(\d+)/\d+\s+loss (\S+)\s+\d+ samples/s\s+(\S+) ms", out, re.M)}
+        ms = [steps[k][1] for k in sorted(steps) if k > WARMUP]
+        every += ms
+        medians.append(statistics.median(ms))
+        losses = (steps[1][0], steps[SHORT_STEPS][0])
+        predicted = float(re.search(r"^0\s+\S+\s+\S+\s+\d+ / \d+\s+\S+ / (\S+)$",
+                                    out, re.M).group(1))
+    return statistics.median(every), min(medians), max(medians), losses, predicted
 
 
 def time_ort(python, path, data, params, threads, lr, iters):
@@ -180,8 +180,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--runs", type=int, default=15, help="short cleave-run runs per model")
-    ap.add_argument("--long-steps", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=3, help="cleave-run runs per model")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=0.01)
@@ -197,10 +196,10 @@ def main():
     warnings.filterwarnings("ignore", category=UserWarning)  # torch.onnx.export's
     print(f"training step, batch {args.batch}, {args.threads} threads, SGD lr {args.lr}, "
           f"torch {torch.__version__} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
-          f"ORT spinning {'on' if OMP_DEFAULT else 'off'}); torch/ort: median of {args.iters} steps; cleave: "
-          f"median of {args.runs} runs' step {SHORT_STEPS}, and steady mean of steps "
-          f"{WARMUP + 1}..{args.long_steps} of one run")
-    print(f"{'model':13} {'torch ms':>9} {'cleave ms':>10} {'(min..max)':>15} {'steady':>7} "
+          f"ORT spinning {'on' if OMP_DEFAULT else 'off'}); torch/ort: median of {args.runs * args.iters} steps after {WARMUP}; cleave: "
+          f"median of {args.runs} runs x {args.iters} steps after {WARMUP} (range of the "
+          "runs' medians)")
+    print(f"{'model':13} {'torch ms':>9} {'cleave ms':>10} {'(min..max)':>15} "
           f"{'ort ms':>7} {'torch/cl':>8} {'ort/cl':>7}   "
           f"loss step 1 / step {SHORT_STEPS} (torch, cleave, ort)")
     notes = []
@@ -212,12 +211,12 @@ def main():
                 np.save(os.path.join(data, k + ".npy"), v.numpy())
             params = [n for n, _ in model.named_parameters()]
             # the measurements run one after the other, never at once
-            t_ms, t_min, t_losses = time_torch(model, inputs, args.iters, args.lr)
-            c_ms, c_min, c_max, c_steady, c_losses, predicted = time_cleave(
+            t_ms, t_min, t_losses = time_torch(model, inputs, args.runs * args.iters, args.lr)
+            c_ms, c_min, c_max, c_losses, predicted = time_cleave(
                 tools, path, data, args.batch, args.threads, args.lr, args.runs,
-                args.long_steps, tmp, name)
+                args.iters, tmp, name)
             ort, why = time_ort(args.ort_python, path, data, params, args.threads,
-                                args.lr, args.iters)
+                                args.lr, args.runs * args.iters)
             if ort:
                 o_ms = float(ort["median_ms"])
                 o_txt, o_ratio = f"{o_ms:7.2f}", f"{o_ms / c_ms:7.2f}"
@@ -227,7 +226,7 @@ def main():
                 o_txt, o_ratio, o_loss = f"{'n/a':>7}", f"{'n/a':>7}", "n/a"
                 notes.append(f"{name}: ONNX Runtime training unavailable: {why}")
             print(f"{name:13} {t_ms:9.2f} {c_ms:10.2f} {f'({c_min:.2f}..{c_max:.2f})':>15} "
-                  f"{c_steady:7.2f} {o_txt} {t_ms / c_ms:8.2f} {o_ratio}   "
+                  f"{o_txt} {t_ms / c_ms:8.2f} {o_ratio}   "
                   f"{t_losses[0]:.4f}/{t_losses[SHORT_STEPS - 1]:.4f}, "
                   f"{c_losses[0]:.4f}/{c_losses[1]:.4f}, {o_loss}")
             notes.append(f"{name}: cleavec's predicted step {predicted:.2f} ms; "
