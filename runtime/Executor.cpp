@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 
 namespace cleave::runtime {
 
@@ -37,6 +38,15 @@ llvm::Error wrap(llvm::Error e, const llvm::Twine &where) {
   if (!e)
     return e;
   return fail(where + ": " + llvm::toString(std::move(e)));
+}
+
+// The same with the context made only on failure (`where()` formats a
+// string; made for every instruction it cost microseconds each).
+template <typename F, typename = std::enable_if_t<std::is_invocable_v<F>>>
+llvm::Error wrap(llvm::Error e, F &&where) {
+  if (!e)
+    return e;
+  return fail(where() + ": " + llvm::toString(std::move(e)));
 }
 
 uint64_t splitmix64(uint64_t x) {
@@ -474,7 +484,7 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
     }
     KernelCall call{in.op, in.attrs, ins, outs,
                     kernelSeed(step, microbatch, in.seedSalt)};
-    return wrap(backend_.run(call), where());
+    return wrap(backend_.run(call), where);
   }
   case InstrKind::Send: {
     const Slot &sl = stage_.slots[in.inputs[0]];
@@ -485,7 +495,7 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
       p = staging_.data();
     }
     return wrap(comm_.send(in.peer, in.tag, microbatch, p, size_t(sl.bytes)),
-                where());
+                where);
   }
   case InstrKind::Recv: {
     const Slot &sl = stage_.slots[in.outputs[0]];
@@ -504,7 +514,7 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
       stats_.spans.push_back({"RECV", microbatch, clockSeconds(t0),
                               clockSeconds(t0) + waited});
     if (e)
-      return wrap(std::move(e), where());
+      return wrap(std::move(e), where);
     if (!hostMemory_)
       backend_.copyToDevice(dst, p, size_t(sl.bytes));
     return llvm::Error::success();
@@ -546,8 +556,9 @@ llvm::Error StageExecutor::copySlot(int dst, void *dstFrame, int src,
   if (backend_.supports(ir::OpKind::Identity, s.dtype)) {
     TensorRef in{s.dtype, d.shape, sp}, out{d.dtype, d.shape, dp};
     KernelCall call{ir::OpKind::Identity, noAttrs(), in, out, 0};
-    return wrap(backend_.run(call),
-                "copying '" + s.name + "' to '" + d.name + "'");
+    return wrap(backend_.run(call), [&] {
+      return "copying '" + s.name + "' to '" + d.name + "'";
+    });
   }
   staging_.resize(size_t(s.bytes));
   backend_.copyToHost(staging_.data(), sp, size_t(s.bytes));
@@ -835,7 +846,7 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
         {actionKindName(a.kind), a.microbatch, clockSeconds(ta),
          clockSeconds(ta) + took});
     if (e)
-      return wrap(std::move(e), describeAction(a));
+      return wrap(std::move(e), [&] { return describeAction(a); });
   }
   stats_.stepSeconds = secondsSince(t0);
   return llvm::Error::success();
