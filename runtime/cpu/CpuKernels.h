@@ -143,6 +143,28 @@ llvm::Error kernelError(const KernelCall &call, const char *fmt,
 #define CLEAVE_VECTOR_CLONES
 #endif
 
+// Eight elements as doubles in one vector, for loops marked
+// CLEAVE_VECTOR_CLONES (written as loops over eight scalar lanes, such sums
+// came out of GCC assembling vectors element by element). The helpers are
+// always inlined into their callers' clones, so passing the vectors by
+// value changes no ABI (GCC's -Wpsabi note, off for the CPU kernels).
+using Double8 [[gnu::vector_size(64)]] = double;
+using Float8 [[gnu::vector_size(32)]] = float;
+[[gnu::always_inline]] inline Double8 loadDouble8(const double *p) {
+  Double8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+[[gnu::always_inline]] inline Double8 loadDouble8(const float *p) {
+  Float8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return __builtin_convertvector(v, Double8);
+}
+// The lanes summed in a fixed tree.
+[[gnu::always_inline]] inline double laneSum(Double8 v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
 // The sum of p[0..n) in double, in a fixed order (eight lanes), built for
 // the CPU's widest vectors (CLEAVE_VECTOR_CLONES).
 double sumAsDouble(const float *p, int64_t n);

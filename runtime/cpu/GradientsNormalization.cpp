@@ -15,6 +15,7 @@
 #include "runtime/cpu/CpuKernels.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -174,11 +175,11 @@ batchNormDims(const KernelCall &call, const TensorRef &dY, const TensorRef &X,
 // The sums a BatchNorm gradient needs over one (image, channel) row of
 // `spatial` values: the row's mean and squared deviations about it (two
 // passes over a row that is in cache by the second, as the forward kernel
-// does), the sum of dY and of dY * (x - row mean). Eight double lanes each.
+// does), the sum of dY and of dY * (x - row mean). Eight double lanes each
+// (Double8).
 struct RowSums {
   double mean = 0, m2 = 0, dy = 0, dyCentered = 0;
 };
-constexpr int kRowLanes = 8;
 
 template <typename T>
 CLEAVE_VECTOR_CLONES RowSums gradientRowSums(const T *x, const T *dy,
@@ -187,27 +188,25 @@ CLEAVE_VECTOR_CLONES RowSums gradientRowSums(const T *x, const T *dy,
   if (n == 0)
     return out;
   double mu = sumAsDouble(x, n) / double(n);
-  double sq[kRowLanes] = {}, g[kRowLanes] = {}, gc[kRowLanes] = {};
+  Double8 sq = {}, g = {}, gc = {};
   int64_t i = 0;
-  for (; i + kRowLanes <= n; i += kRowLanes)
-    for (int k = 0; k < kRowLanes; ++k) {
-      double c = double(x[i + k]) - mu, v = double(dy[i + k]);
-      sq[k] += c * c;
-      g[k] += v;
-      gc[k] += v * c;
-    }
+  for (; i + 8 <= n; i += 8) {
+    Double8 c = loadDouble8(x + i) - mu, v = loadDouble8(dy + i);
+    sq += c * c;
+    g += v;
+    gc += v * c;
+  }
+  double sqTail = 0, gTail = 0, gcTail = 0;
   for (; i < n; ++i) {
     double c = double(x[i]) - mu, v = double(dy[i]);
-    sq[0] += c * c;
-    g[0] += v;
-    gc[0] += v * c;
+    sqTail += c * c;
+    gTail += v;
+    gcTail += v * c;
   }
   out.mean = mu;
-  for (int k = 0; k < kRowLanes; ++k) {
-    out.m2 += sq[k];
-    out.dy += g[k];
-    out.dyCentered += gc[k];
-  }
+  out.m2 = laneSum(sq) + sqTail;
+  out.dy = laneSum(g) + gTail;
+  out.dyCentered = laneSum(gc) + gcTail;
   return out;
 }
 

@@ -116,28 +116,22 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
 // both, as ONNX specifies (population variance there too, unlike PyTorch's
 // unbiased running_var).
 
-// Independent double accumulators per statistics loop: enough that the
-// additions pipeline and vectorize (one running sum is one long dependency
-// chain, and x86's add latency is four times its throughput).
-constexpr int kSumLanes = 8;
-
-// Sum of (p[i] - mu)^2 over [0, n) in double.
+// Sum of (p[i] - mu)^2 over [0, n) in double, eight independent lanes (one
+// running sum is one long dependency chain, and x86's add latency is four
+// times its throughput).
 template <typename T>
 CLEAVE_VECTOR_CLONES double squaredDeviationRow(const T *p, int64_t n,
                                                 double mu) {
-  double s[kSumLanes] = {};
+  Double8 s = {};
   int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int k = 0; k < kSumLanes; ++k) {
-      double d = double(p[i + k]) - mu;
-      s[k] += d * d;
-    }
+  for (; i + 8 <= n; i += 8) {
+    Double8 d = loadDouble8(p + i) - mu;
+    s += d * d;
+  }
+  double tail = 0;
   for (; i < n; ++i)
-    s[0] += (double(p[i]) - mu) * (double(p[i]) - mu);
-  double total = 0;
-  for (double v : s)
-    total += v;
-  return total;
+    tail += (double(p[i]) - mu) * (double(p[i]) - mu);
+  return laneSum(s) + tail;
 }
 
 // Batch mean and population variance per channel of x [n, c, spatial].

@@ -102,15 +102,14 @@ template <typename T, Kind K> struct Fold {
 };
 
 template <typename T> CLEAVE_VECTOR_CLONES double sumLanes(const T *p, int64_t n) {
-  constexpr int kLanes = 8;
-  double s[kLanes] = {};
+  Double8 s = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k)
-      s[k] += double(p[i + k]);
+  for (; i + 8 <= n; i += 8)
+    s += loadDouble8(p + i);
+  double tail = 0;
   for (; i < n; ++i)
-    s[0] += double(p[i]);
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    tail += double(p[i]);
+  return laneSum(s) + tail;
 }
 
 constexpr int64_t kBlock = 1 << 15; // elements per partial result
