@@ -284,8 +284,9 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
 // offset, a channel's padded plane lists, at column oh * Wp + j, the input
 // that tap met at output (oh, j) for j < Wo; at j >= Wo it meets dY's zero
 // columns. So dW[tap] = sum over images of dY_ext [Mg, Ho * Wp] times
-// X_pad(tap) [Cg, Ho * Wp]^T, one GEMM per image; each (group, tap) task
-// adds its images in order, so threads never change the result.
+// X_pad(tap) [Cg, Ho * Wp]^T, one GEMM per image; each (group, tap, chunk
+// of images) task adds its images in order, and the chunks are added in
+// order, so threads never change the result.
 template <typename T>
 void convGradFilterByTaps(const KernelCall &call, const ConvDims &d) {
   const WindowGeometry &g = d.g;
@@ -311,25 +312,41 @@ void convGradFilterByTaps(const KernelCall &call, const ConvDims &d) {
                       dyp.data() + (img * d.m + m) * cols + r * wp);
     }
   });
-  std::vector<T> acc(size_t(d.groups * taps * d.mg * d.cg));
-  parallelFor(d.groups * taps, 1, [&](int64_t t0, int64_t t1) {
+  // A (group, tap)'s images in up to kImageChunks chunks, each its own
+  // task and partial sum: a handful of taps alone would leave threads idle
+  // (9 tasks on 2 threads wait for the fifth). The chunks are fixed by the
+  // batch, not by the threads, and added in order.
+  constexpr int64_t kImageChunks = 4;
+  int64_t chunks = std::min(d.n, kImageChunks);
+  int64_t perChunk = (d.n + chunks - 1) / chunks;
+  int64_t pairs = d.groups * taps, block = d.mg * d.cg;
+  std::vector<T> acc(size_t(chunks * pairs * block));
+  parallelFor(pairs * chunks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
-      int64_t grp = task / taps, t = task % taps;
+      int64_t chunk = task / pairs, pair = task % pairs;
+      int64_t grp = pair / taps, t = pair % taps;
       int64_t kh = t / g.kernel[1], kw = t % g.kernel[1];
-      T *out = acc.data() + task * d.mg * d.cg;
-      for (int64_t img = 0; img < d.n; ++img)
+      T *out = acc.data() + task * block;
+      int64_t first = chunk * perChunk, end = std::min(d.n, first + perChunk);
+      if (first >= end)
+        std::fill(out, out + block, T(0));
+      for (int64_t img = first; img < end; ++img)
         gemm<T>(false, true, d.mg, d.cg, cols, T(1),
                 dyp.data() + (img * d.m + grp * d.mg) * cols, cols,
                 xp.data() + (img * d.c + grp * d.cg) * plane + kh * wp + kw,
-                plane, img ? T(1) : T(0), out, d.cg);
+                plane, img > first ? T(1) : T(0), out, d.cg);
     }
   });
   for (int64_t grp = 0; grp < d.groups; ++grp)
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t o = 0; o < d.mg; ++o)
-        for (int64_t c = 0; c < d.cg; ++c)
-          dw[((grp * d.mg + o) * d.cg + c) * taps + t] =
-              acc[size_t(((grp * taps + t) * d.mg + o) * d.cg + c)];
+        for (int64_t c = 0; c < d.cg; ++c) {
+          size_t at = size_t(((grp * taps + t) * d.mg + o) * d.cg + c);
+          T sum = acc[at];
+          for (int64_t chunk = 1; chunk < chunks; ++chunk)
+            sum += acc[at + size_t(chunk * pairs * block)];
+          dw[((grp * d.mg + o) * d.cg + c) * taps + t] = sum;
+        }
 }
 
 // ConvGradFilter(X, dY) -> dW of Conv: per group, dW_g = sum over images
