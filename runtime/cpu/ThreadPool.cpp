@@ -13,6 +13,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (std::thread &t : workers_)
@@ -39,6 +40,18 @@ void ThreadPool::drain(uint32_t gen, int64_t count,
 void ThreadPool::workerLoop() {
   uint32_t seen = 0;
   for (;;) {
+    // Kernels come back to back: watch for the next generation for a short
+    // while (about 50 us) before sleeping, so a worker does not pay a
+    // futex wake-up (tens of microseconds, longer than many kernels) on
+    // every call. The generation is the high half of ticket_.
+    for (int spin = 0; spin < kWorkerSpins; ++spin) {
+      if (uint32_t(ticket_.load(std::memory_order_acquire) >> 32) != seen ||
+          stopping_.load(std::memory_order_relaxed))
+        break;
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
     const std::function<void(int64_t)> *task;
     int64_t count;
     {

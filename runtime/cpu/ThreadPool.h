@@ -3,8 +3,9 @@
 // Why not OpenMP: libgomp's workers spin at barriers, and on a machine that
 // is also running other work (a shared CI box, a second rank) that spinning
 // made 2-thread kernels an order of magnitude slower than 1 thread. These
-// workers spin only briefly and then sleep on a condition variable, and the
-// calling thread takes a share of the work itself.
+// workers spin only briefly (about 50 us after each call, enough to catch
+// the next kernel of a step) and then sleep on a condition variable, and
+// the calling thread takes a share of the work itself.
 #pragma once
 
 #include <atomic>
@@ -45,8 +46,10 @@ private:
   uint32_t generation_ = 0;                            // guarded by mu_
   std::atomic<uint64_t> ticket_{0};
   std::atomic<int64_t> finished_{0};
-  bool stop_ = false;
+  bool stop_ = false;                 // guarded by mu_
+  std::atomic<bool> stopping_{false}; // stop_, for the workers' spin
   std::atomic<bool> busy_{false};
+  static constexpr int kWorkerSpins = 1000; // pause instructions, ~50 us
 };
 
 } // namespace cleave::runtime::cpu
