@@ -14,6 +14,7 @@
 // columns or channels, never a sum.
 #include "runtime/cpu/CpuKernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -173,10 +174,11 @@ batchNormDims(const KernelCall &call, const TensorRef &dY, const TensorRef &X,
 }
 
 // The sums a BatchNorm gradient needs over one (image, channel) row of
-// `spatial` values: the row's mean and squared deviations about it (two
-// passes over a row that is in cache by the second, as the forward kernel
-// does), the sum of dY and of dY * (x - row mean). Eight double lanes each
-// (Double8).
+// `spatial` values: the row's mean and squared deviations about it, the
+// sum of dY and of dY * (x - row mean). One pass, in double, as the forward
+// kernel's rowMoments: sums of d = x - K (K the row's first value), d^2, dY
+// and dY * d, then M2 = sum d^2 - (sum d)^2 / n and sum dY * (x - mean) =
+// sum dY * d - (mean - K) * sum dY. Eight double lanes each (Double8).
 struct RowSums {
   double mean = 0, m2 = 0, dy = 0, dyCentered = 0;
 };
@@ -184,29 +186,32 @@ struct RowSums {
 template <typename T>
 CLEAVE_VECTOR_CLONES RowSums gradientRowSums(const T *x, const T *dy,
                                              int64_t n) {
-  RowSums out;
   if (n == 0)
-    return out;
-  double mu = sumAsDouble(x, n) / double(n);
-  Double8 sq = {}, g = {}, gc = {};
+    return {};
+  double k = double(x[0]);
+  Double8 s = {}, sq = {}, g = {}, gd = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    Double8 c = loadDouble8(x + i) - mu, v = loadDouble8(dy + i);
-    sq += c * c;
+    Double8 d = loadDouble8(x + i) - k, v = loadDouble8(dy + i);
+    s += d;
+    sq += d * d;
     g += v;
-    gc += v * c;
+    gd += v * d;
   }
-  double sqTail = 0, gTail = 0, gcTail = 0;
+  double sT = 0, sqT = 0, gT = 0, gdT = 0;
   for (; i < n; ++i) {
-    double c = double(x[i]) - mu, v = double(dy[i]);
-    sqTail += c * c;
-    gTail += v;
-    gcTail += v * c;
+    double d = double(x[i]) - k, v = double(dy[i]);
+    sT += d;
+    sqT += d * d;
+    gT += v;
+    gdT += v * d;
   }
-  out.mean = mu;
-  out.m2 = laneSum(sq) + sqTail;
-  out.dy = laneSum(g) + gTail;
-  out.dyCentered = laneSum(gc) + gcTail;
+  double sum = laneSum(s) + sT, shift = sum / double(n);
+  RowSums out;
+  out.mean = k + shift;
+  out.m2 = std::max(0.0, laneSum(sq) + sqT - sum * shift);
+  out.dy = laneSum(g) + gT;
+  out.dyCentered = laneSum(gd) + gdT - shift * out.dy;
   return out;
 }
 

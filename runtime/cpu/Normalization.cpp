@@ -116,27 +116,40 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
 // both, as ONNX specifies (population variance there too, unlike PyTorch's
 // unbiased running_var).
 
-// Sum of (p[i] - mu)^2 over [0, n) in double, eight independent lanes (one
-// running sum is one long dependency chain, and x86's add latency is four
-// times its throughput).
+// The mean and the sum of squared deviations of p[0..n) in one pass, in
+// double: sums of d = p[i] - K and d^2 about the row's first value K, then
+// M2 = sum d^2 - (sum d)^2 / n. K is one of the row's values, so the
+// shifted sums stay near the deviations themselves and the subtraction
+// loses little (in double, nothing a float result sees). Eight lanes per
+// sum (one running sum is one long dependency chain).
+struct RowMoments {
+  double mean = 0, m2 = 0;
+};
 template <typename T>
-CLEAVE_VECTOR_CLONES double squaredDeviationRow(const T *p, int64_t n,
-                                                double mu) {
-  Double8 s = {};
+CLEAVE_VECTOR_CLONES RowMoments rowMoments(const T *p, int64_t n) {
+  if (n == 0)
+    return {};
+  double k = double(p[0]);
+  Double8 s = {}, sq = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    Double8 d = loadDouble8(p + i) - mu;
-    s += d * d;
+    Double8 d = loadDouble8(p + i) - k;
+    s += d;
+    sq += d * d;
   }
-  double tail = 0;
-  for (; i < n; ++i)
-    tail += (double(p[i]) - mu) * (double(p[i]) - mu);
-  return laneSum(s) + tail;
+  double sTail = 0, sqTail = 0;
+  for (; i < n; ++i) {
+    double d = double(p[i]) - k;
+    sTail += d;
+    sqTail += d * d;
+  }
+  double sum = laneSum(s) + sTail, squares = laneSum(sq) + sqTail;
+  return {k + sum / double(n), std::max(0.0, squares - sum * sum / double(n))};
 }
 
 // Batch mean and population variance per channel of x [n, c, spatial].
 // Every (image, channel) row gets its own mean and squared deviations about
-// it (two passes over a row that is in cache by the second), and the rows
+// it (rowMoments, one pass), and the rows
 // of a channel are then combined exactly (Chan et al.: M2 = sum of the rows'
 // M2 + spatial * sum of (row mean - mean)^2). Working row by row splits the
 // batch over threads by image, as the ops around BatchNorm do, so each
@@ -148,11 +161,9 @@ void batchMoments(const T *x, int64_t n, int64_t c, int64_t spatial,
   parallelFor(n * c, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, spatial)),
               [&](int64_t r0, int64_t r1) {
                 for (int64_t r = r0; r < r1; ++r) {
-                  const T *p = x + r * spatial;
-                  double mu =
-                      spatial ? sumAsDouble(p, spatial) / double(spatial) : 0.0;
-                  rowMean[r] = mu;
-                  rowM2[r] = squaredDeviationRow(p, spatial, mu);
+                  RowMoments mo = rowMoments(x + r * spatial, spatial);
+                  rowMean[r] = mo.mean;
+                  rowM2[r] = mo.m2;
                 }
               });
   for (int64_t ch = 0; ch < c; ++ch) {
