@@ -21,8 +21,10 @@ stage on a 2-core machine):
      order of actions S makes depends on the costs it is built for, so the
      CSV pins it); cleavec --schedule csv:S.csv --split-at ... -o S.cplan;
      cleave-run S.cplan --steps N --threads 1 --profile S.json: "measured"
-     is the run's mean step (steps 2..N, the summary table's figure) and
-     the profile holds each op's median over the same steps; cleavec
+     is the run's median step (the step lines' ms of steps 2..N; a
+     median, as the profile's op times are: bursts of other work on the
+     shared machine push a mean up) and the profile holds each op's median
+     over the same steps; cleavec
      --schedule csv:S.csv --split-at ... --cost-model profile:S.json: its
      "step time" is "simulated". So the simulator is fed the profile of the
      same plan, from the same run, and simulates the order that ran.
@@ -78,8 +80,11 @@ class Bench:
 
     def train(self, plan, steps, profile):
         out = run([os.path.join(self.tools, "cleave-run"), plan, "--threads=1",
-                   f"--steps={steps}", "--quiet", f"--profile={profile}"])
-        return float(re.search(r"^0\s+.*\s([\d.]+) / [\d.]+$", out, re.M).group(1))
+                   f"--steps={steps}", f"--profile={profile}"])
+        ms = [float(m.group(2)) for m in re.finditer(
+            r"^step\s+(\d+)/\d+\s+loss \S+\s+\d+ samples/s\s+(\S+) ms", out, re.M)
+              if int(m.group(1)) > 1]
+        return statistics.median(ms)
 
     def split(self):
         base = os.path.join(self.dir, "split-analytic.cplan")
