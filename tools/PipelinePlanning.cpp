@@ -9,6 +9,7 @@
 #include "passes/schedule/Timeline.h"
 #include "passes/schedule/Validator.h"
 
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -124,6 +125,29 @@ static std::optional<int> microbatchCap(const passes::PipelineCosts &costs,
   return int(std::min<int64_t>(most, INT32_MAX));
 }
 
+// When the searched split is unbalanced, as when a whole encoder is one
+// layer, the line that says how to cut finer: the layer count one
+// name-scope deeper. Empty when balanced, when the split was given, with one
+// microbatch, or when a deeper scope adds no layers.
+static std::string coarseLayerHint(const ir::Graph &g,
+                                   const passes::PartitionResult &part,
+                                   const PlanningRequest &req) {
+  constexpr double kCoarse = 1.2;
+  // With one microbatch the stages run one after the other anyway.
+  if (!req.splitAt.empty() || part.imbalance <= kCoarse ||
+      part.microbatches < 2 || req.layerDepth == 0)
+    return "";
+  auto deeper = passes::groupLayers(g, {req.layerDepth + 1});
+  if (!deeper || deeper->layers.size() <= part.layering.layers.size())
+    return "";
+  return llvm::formatv("hint: imbalance {0:F2}; finer layers may balance the "
+                       "stages better: --layer-depth {1} cuts one name-scope "
+                       "deeper ({2} layers instead of {3})\n",
+                       part.imbalance, req.layerDepth + 1,
+                       deeper->layers.size(), part.layering.layers.size())
+      .str();
+}
+
 llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
                                             const PlanningRequest &req) {
   bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
@@ -184,6 +208,7 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
     text << sched::scheduleToCsv(*schedule);
   } else {
     passes::printStageTable(*part, text);
+    text << coarseLayerHint(g, *part, req);
     text << sched::scheduleSummary(*schedule, *sim, part->costs);
   }
   text.flush();
