@@ -15,6 +15,7 @@
 // hitting C++'s undefined signed overflow; integer division by zero is a
 // kernel error.
 #include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/VectorMath.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -287,6 +288,21 @@ void unaryMap(const TensorRef &in, const TensorRef &out, F f) {
   });
 }
 
+// f32 and f64 through an array function of VectorMath.h, f(in, n, out)
+// per chunk; false (nothing done) for the other element types.
+template <typename F> bool vectorMath(const KernelCall &c, F f) {
+  const TensorRef &in = c.inputs[0], &out = c.outputs[0];
+  if (in.dtype != ir::DType::F32 && in.dtype != ir::DType::F64)
+    return false;
+  parallelFor(in.numElements(), kMathGrain, [&](int64_t s, int64_t e) {
+    if (in.dtype == ir::DType::F32)
+      f(in.as<float>() + s, e - s, out.as<float>() + s);
+    else
+      f(in.as<double>() + s, e - s, out.as<double>() + s);
+  });
+  return true;
+}
+
 template <typename Ts, typename F>
 llvm::Error unary(const KernelCall &c, F f) {
   return dispatch(c.inputs[0].dtype, Ts{}, [&](auto tag) {
@@ -539,6 +555,10 @@ void registerElementwiseKernels(KernelTable &t) {
     });
   }, floats);
   t.add(OpKind::Exp, [](KC c) -> E {
+    if (vectorMath(c, [](auto *x, int64_t n, auto *y) {
+          expShifted(x, n, 0.0, 1.0, y);
+        }))
+      return llvm::Error::success();
     return unary<FloatTypes>(c, [](auto x) { return std::exp(x); });
   }, floats);
   t.add(OpKind::Log, [](KC c) -> E {
@@ -551,6 +571,8 @@ void registerElementwiseKernels(KernelTable &t) {
     return unary<FloatTypes>(c, [](auto x) { return std::tanh(x); });
   }, floats);
   t.add(OpKind::Erf, [](KC c) -> E {
+    if (vectorMath(c, [](auto *x, int64_t n, auto *y) { erfArray(x, n, y); }))
+      return llvm::Error::success();
     return unary<FloatTypes>(c, [](auto x) { return std::erf(x); });
   }, floats);
   t.add(OpKind::Reciprocal, [](KC c) -> E {

@@ -7,6 +7,7 @@
 // double), and threads split the outputs, never a sum, so the results are
 // the same bits whatever the thread count.
 #include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/VectorMath.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -47,10 +48,15 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
     return mapGradient<T>(
         call, [=](T dy, T x) { return x >= lo && x <= hi ? dy : T(0); });
   }
-  if (fn == "erf")
-    return mapGradient<T>(call, [](T dy, T x) {
-      return T(dy * T(M_2_SQRTPI) * std::exp(-x * x));
-    });
+  if (fn == "erf") {
+    const T *dy = call.inputs[0].as<T>(), *x = call.inputs[1].as<T>();
+    T *dx = call.outputs[0].as<T>();
+    parallelFor(call.outputs[0].numElements(), 1 << 12,
+                [&](int64_t b, int64_t e) {
+                  erfGradArray(dy + b, x + b, e - b, dx + b);
+                });
+    return llvm::Error::success();
+  }
   if (fn == "exp")
     return mapGradient<T>(call, [](T dy, T x) { return T(dy * std::exp(x)); });
   if (fn == "leaky_relu") {
@@ -295,6 +301,12 @@ template <typename T> llvm::Error softmaxCrossEntropyGrad(const KernelCall &call
     double max = -INFINITY, sum = 0;
     for (int64_t j = 0; j < len; ++j)
       max = std::max(max, double(s[base + j * step]));
+    if (step == 1) { // classes contiguous: exp in vector lanes
+      sum = sumExpShifted(s + base, len, max);
+      expShifted(s + base, len, max, coef / sum, ds + base);
+      ds[base + labels[l]] = T(ds[base + labels[l]] - coef);
+      return;
+    }
     for (int64_t j = 0; j < len; ++j)
       sum += std::exp(double(s[base + j * step]) - max);
     for (int64_t j = 0; j < len; ++j) {

@@ -9,6 +9,7 @@
 // into doubles first. Semantics follow ONNX opset 13 and later (the importer
 // translates older Softmax forms).
 #include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/VectorMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,6 +38,17 @@ template <typename T, bool Log> llvm::Error softmax(const KernelCall &call) {
                   T max = -std::numeric_limits<T>::infinity();
                   for (int64_t j = 0; j < len; ++j)
                     max = std::max(max, xl[j * inner]);
+                  if (inner == 1) { // a contiguous row: exp in vector lanes
+                    double sum = sumExpShifted(xl, len, double(max));
+                    if constexpr (Log) {
+                      double shift = double(max) + std::log(sum);
+                      for (int64_t j = 0; j < len; ++j)
+                        yl[j] = T(double(xl[j]) - shift);
+                    } else {
+                      expShifted(xl, len, double(max), 1.0 / sum, yl);
+                    }
+                    continue;
+                  }
                   double sum = 0;
                   for (int64_t j = 0; j < len; ++j) {
                     T e = std::exp(xl[j * inner] - max);
@@ -275,8 +287,11 @@ template <typename T> llvm::Error softmaxCrossEntropy(const KernelCall &call) {
                   for (int64_t j = 0; j < classes; ++j)
                     max = std::max(max, double(sl[j * inner]));
                   double sum = 0;
-                  for (int64_t j = 0; j < classes; ++j)
-                    sum += std::exp(double(sl[j * inner]) - max);
+                  if (inner == 1) // contiguous classes: exp in vector lanes
+                    sum = sumExpShifted(sl, classes, max);
+                  else
+                    for (int64_t j = 0; j < classes; ++j)
+                      sum += std::exp(double(sl[j * inner]) - max);
                   double shift = max + std::log(sum);
                   if (logProb)
                     for (int64_t j = 0; j < classes; ++j)

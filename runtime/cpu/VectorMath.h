@@ -1,0 +1,36 @@
+// exp and erf over arrays, eight lanes at a time in double (Double8,
+// CpuKernels.h), for the CPU kernels whose time went to one libm call per
+// element: softmax and cross-entropy (exp), GELU's Erf and its gradient.
+//
+// Accuracy: exp to about 1e-15 relative (Taylor polynomial of degree 11
+// on |r| <= ln(2)/2 after r = x - k ln 2); erf to about 1e-7 absolute
+// (Taylor series below 0.5, relative 1e-14; above, Numerical Recipes'
+// Chebyshev erfc, relative error below 1.2e-7), within a float's rounding
+// of its results. exp overflows to +inf above 709.78 and gives 0 below
+// -708 (no subnormal results); NaN stays NaN. Results do not depend on
+// threads or on where an array starts.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::runtime::cpu {
+
+// sum over i of exp(x[i] - shift), in double.
+double sumExpShifted(const float *x, int64_t n, double shift);
+double sumExpShifted(const double *x, int64_t n, double shift);
+
+// out[i] = exp(x[i] - shift) * scale (out may be x).
+void expShifted(const float *x, int64_t n, double shift, double scale,
+                float *out);
+void expShifted(const double *x, int64_t n, double shift, double scale,
+                double *out);
+
+// out[i] = erf(x[i]).
+void erfArray(const float *x, int64_t n, float *out);
+void erfArray(const double *x, int64_t n, double *out);
+
+// out[i] = dy[i] * 2 / sqrt(pi) * exp(-x[i]^2), Erf's gradient.
+void erfGradArray(const float *dy, const float *x, int64_t n, float *out);
+void erfGradArray(const double *dy, const double *x, int64_t n, double *out);
+
+} // namespace cleave::runtime::cpu
