@@ -15,13 +15,19 @@ using Int8 [[gnu::vector_size(64)]] = int64_t;
 
 // exp(x) lane by lane: x = k ln2 + r, e^r by its Taylor polynomial, 2^k in
 // the exponent bits.
+const Double8 kRoundVector = Double8{} + 6755399441055744.0;
+
 [[gnu::always_inline]] inline Double8 exp8(Double8 x) {
   constexpr double kLog2e = 1.4426950408889634, kLn2Hi = 0.6931471803691238,
                    kLn2Lo = 1.9082149292705877e-10;
   constexpr double kRound = 6755399441055744.0; // 1.5 * 2^52
   Double8 xc = x < -708.0 ? splat(-708.0) : x;
   xc = xc > 709.0 ? splat(709.0) : xc;
-  Double8 k = (xc * kLog2e + kRound) - kRound; // round to nearest
+  // k = x log2(e) rounded to nearest, by adding 1.5 * 2^52: k then sits in
+  // the low bits of the sum's mantissa, which give 2^k below without a
+  // double-to-integer conversion (AVX-512F has none for vectors).
+  Double8 shifted = xc * kLog2e + kRound;
+  Double8 k = shifted - kRound;
   Double8 r = (xc - k * kLn2Hi) - k * kLn2Lo;
   // 1 + r + r^2/2! + ... + r^11/11!, Horner.
   Double8 p = splat(1.0 / 39916800);
@@ -36,7 +42,10 @@ using Int8 [[gnu::vector_size(64)]] = int64_t;
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  Int8 bits = (__builtin_convertvector(k, Int8) + 1023) << 52;
+  Int8 kBits, roundBits;
+  std::memcpy(&kBits, &shifted, sizeof(kBits));
+  std::memcpy(&roundBits, &kRoundVector, sizeof(roundBits));
+  Int8 bits = (kBits - roundBits + 1023) << 52;
   Double8 scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   Double8 y = p * scale;
