@@ -12,6 +12,9 @@
 #include "runtime/MpiComm.h"
 #endif
 #include "runtime/PlanFile.h"
+#ifdef CLEAVE_HAVE_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#endif
 #include "tools/ToolSupport.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -66,6 +69,11 @@ training:
                          step's update on every stage and go on
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1)
+  --device=cpu|cuda      where the kernels run (default cpu). cuda: stage s
+                         on GPU s mod the GPUs visible; the CUDA backend is
+                         young (elementwise ops and MatMul so far), and a
+                         plan with an op it lacks stops before training,
+                         naming the op (docs/design/cuda.md)
 
 output:
   --checkpoint-dir=DIR   write DIR/checkpoint.bin (every parameter, buffer and
@@ -647,7 +655,29 @@ struct RunOptions {
   int64_t steps = 10, seed = 0, threads = 0;
   std::optional<float> lr;
   bool skipNonFinite = false; // --on-nan=skip-step
+  std::string device = "cpu"; // --device
 };
+
+// The backend executor `index` runs on: the CPU with `threads` kernel
+// threads, or CUDA device index mod the devices visible.
+llvm::Expected<std::unique_ptr<runtime::Backend>>
+makeBackend(const std::string &device, int64_t threads, int index) {
+  if (device == "cpu")
+    return runtime::createCpuBackend(int(threads));
+#ifdef CLEAVE_HAVE_CUDA
+  auto count = runtime::cudaDeviceCount();
+  if (!count)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--device cuda: " +
+                                       llvm::toString(count.takeError()));
+  return runtime::createCudaBackend(index % *count);
+#else
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "--device cuda: this cleave-run was built without the CUDA backend "
+      "(no nvcc at build time)");
+#endif
+}
 
 // An error on this rank alone while the others may be waiting for it: print
 // it, then end the whole job (MPI_Abort). Where several ranks fail at once
@@ -1057,8 +1087,14 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   if (threads == 0)
     threads = std::max<int64_t>(
         1, int64_t(std::thread::hardware_concurrency()) / std::max(world, 1));
-  std::unique_ptr<runtime::Backend> backend =
-      runtime::createCpuBackend(int(threads));
+  auto backendOr = makeBackend(opt.device, threads, rank);
+  std::unique_ptr<runtime::Backend> backend;
+  if (!backendOr)
+    err = where + ": " + llvm::toString(backendOr.takeError());
+  else
+    backend = std::move(*backendOr);
+  if (int rc = mpiAgree(comm, err, tools::kBadInput))
+    return rc;
   auto exOr = runtime::StageExecutor::create(plan, stage, *backend, *pipe);
   if (!exOr)
     err = where + ": " + llvm::toString(exOr.takeError());
@@ -1245,6 +1281,7 @@ int main(int argc, char **argv) {
                       {"steps", true, false},
                       {"lr", true, false},
                       {"threads", true, false},
+                      {"device", true, false},
                       {"save", true, false},
                       {"profile", true, false},
                       {"trace", true, false},
@@ -1293,13 +1330,17 @@ int main(int argc, char **argv) {
                 "--on-nan must be 'stop' or 'skip-step', not '" + onNan + "'",
                 tools::kUsage);
   bool skipNonFinite = onNan == "skip-step";
+  std::string device = flags.get("device").value_or("cpu");
+  if (device != "cpu" && device != "cuda")
+    return fail(kTool, "--device must be 'cpu' or 'cuda', not '" + device + "'",
+                tools::kUsage);
 
   const std::string &planPath = flags.positional()[0];
   if (launchedByMpirun()) {
 #ifdef CLEAVE_HAVE_MPI
     return runUnderMpi(flags,
                        RunOptions{planPath, steps, seed, threads, lr,
-                                  skipNonFinite},
+                                  skipNonFinite, device},
                        argc, argv);
 #else
     return fail(kTool,
@@ -1341,7 +1382,11 @@ int main(int argc, char **argv) {
   std::vector<runtime::StageExecutor *> raw;
   for (int r = 0; r < d; ++r)
     for (int s = 0; s < p; ++s) {
-      backends.push_back(runtime::createCpuBackend(int(threads)));
+      auto backend = makeBackend(device, threads, r * p + s);
+      if (!backend)
+        return fail(kTool, llvm::toString(backend.takeError()),
+                    tools::kBadInput);
+      backends.push_back(std::move(*backend));
       auto ex = runtime::StageExecutor::create(plan, s, *backends.back(),
                                                *pipes[r][s]);
       if (!ex)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Every GPU check of the CUDA backend in one run, for a machine with a GPU
+# (docs/design/cuda.md). Two steps:
+#
+#   tools/gpu-check.sh bundle [BUILD]   here, where cleave is built: puts
+#       stripped cleave-run and unit tests, the shared libraries they need
+#       that a bare CUDA machine lacks (protobuf, ONNX, OpenBLAS, Open MPI,
+#       ...) and the test plans into BUILD/gpu-bundle.tar.xz, small enough
+#       to carry to the GPU machine.
+#   tools/gpu-check.sh run [BUILD]      on the GPU machine, with that file
+#       carried: unpacks it, runs the checks, writes $OUT/summary.txt (or
+#       BUILD/gpu-check/summary.txt) and the logs beside it, and prints the
+#       summary.
+#
+# BUILD defaults to build/. CUDA's own libraries (cudart, cuBLAS) are taken
+# from the machine: the CUDA toolkit, or the pip packages of its PyTorch.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+mode="${1:-}"
+build="${2:-$root/build}"
+bundle="$build/gpu-bundle.tar.xz"
+
+case "$mode" in
+bundle)
+  set -e
+  dir="$(mktemp -d)"
+  trap 'rm -rf "$dir"' EXIT
+  mkdir -p "$dir/gpu/bin" "$dir/gpu/libs" "$dir/gpu/plans"
+  for bin in "$build/tools/cleave-run" "$build/tests/cleave-unit-tests"; do
+    strip -o "$dir/gpu/bin/$(basename "$bin")" "$bin"
+    ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+      libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | \
+        ld-linux* | libgcc_s.so* | libcuda.so* | libcudart.so* | \
+        libcublas*.so* | libcudnn*.so* | libnccl.so*) ;;
+      *) cp -L "$lib" "$dir/gpu/libs/" ;;
+      esac
+    done
+  done
+  # OpenBLAS is loaded at run time (runtime/cpu/Blas.cpp), so ldd misses it.
+  cp -L "$(ldconfig -p | awk '/libopenblas\.so\.0 / {print $NF; exit}')" \
+    "$dir/gpu/libs/"
+  "$build/tools/cleavec" "$root/tests/models/training/mlp/model.onnx" \
+    --stages 2 --microbatches 2 -o "$dir/gpu/plans/mlp.cplan" >/dev/null
+  tar -cJf "$bundle" -C "$dir" gpu
+  echo "wrote $bundle ($(du -h "$bundle" | cut -f1))"
+  ;;
+run)
+  out="${OUT:-$build/gpu-check}"
+  mkdir -p "$out"
+  work="$(mktemp -d)"
+  tar -xJf "$bundle" -C "$work" || { echo "no $bundle: run 'bundle' first" >&2; exit 1; }
+  g="$work/gpu"
+  summary="$out/summary.txt"
+  libpath="$g/libs"
+  for d in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib; do
+    [ -d "$d" ] && libpath="$libpath:$d"
+  done
+  export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  {
+    echo "gpu-check $(date -u '+%Y-%m-%d %H:%M UTC')"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+      2>&1 || echo "nvidia-smi: not available"
+    echo
+    echo "== CUDA unit tests (the CUDA backend against the CPU backend)"
+    "$g/bin/cleave-unit-tests" --gtest_filter='Cuda*' >"$out/unit.log" 2>&1
+    echo "exit $?"
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/unit.log"
+    echo
+    echo "== cleave-run --device cuda on a 2-stage MLP plan"
+    "$g/bin/cleave-run" "$g/plans/mlp.cplan" --device cuda --steps 3 \
+      >"$out/mlp-cuda.log" 2>&1
+    echo "exit $? (1 while the backend lacks training ops, naming the first)"
+    tail -n 3 "$out/mlp-cuda.log"
+  } >"$summary" 2>&1
+  rm -rf "$work"
+  cat "$summary"
+  ;;
+*)
+  echo "usage: tools/gpu-check.sh bundle|run [BUILD]" >&2
+  exit 2
+  ;;
+esac
