@@ -172,12 +172,7 @@ public:
         return t.numElements() == n || t.numElements() == 1;
       };
       if (!fits(a) || !fits(b))
-        return fail(call, llvm::formatv("operands {0} and {1}: the CUDA "
-                                        "backend broadcasts only a "
-                                        "one-element operand so far",
-                                        ir::shapeStr(a.shape),
-                                        ir::shapeStr(b.shape))
-                              .str());
+        return cannotBroadcast(call, a, b, "only a one-element operand");
       err = cuda::launchBinaryF32(*bin, a.as<float>(), a.numElements() == 1,
                                   b.as<float>(), b.numElements() == 1,
                                   y.as<float>(), n, stream_);
@@ -196,6 +191,15 @@ private:
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    std::string(call.info().name) + " (cuda): " +
                                        why);
+  }
+  static llvm::Error cannotBroadcast(const KernelCall &call,
+                                     const TensorRef &a, const TensorRef &b,
+                                     const char *what) {
+    return fail(call, llvm::formatv("operands {0} and {1}: the CUDA backend "
+                                    "broadcasts {2} so far",
+                                    ir::shapeStr(a.shape),
+                                    ir::shapeStr(b.shape), what)
+                          .str());
   }
 
   // MatMul of A [..., M, K] and B [K, N] (one GEMM, A's leading dims as
@@ -223,12 +227,7 @@ private:
           B.as<float>(), int(n), k * n, A.as<float>(), int(k), m * k, &beta,
           C.as<float>(), int(n), m * n, int(batch));
     } else {
-      return fail(call, llvm::formatv("operands {0} and {1}: the CUDA "
-                                      "backend broadcasts no batch dims so "
-                                      "far",
-                                      ir::shapeStr(A.shape),
-                                      ir::shapeStr(B.shape))
-                            .str());
+      return cannotBroadcast(call, A, B, "no batch dims");
     }
     if (st != CUBLAS_STATUS_SUCCESS)
       return fail(call, llvm::formatv("cuBLAS status {0}", int(st)).str());
