@@ -49,7 +49,7 @@ struct PlanningResult {
   std::vector<std::unique_ptr<ir::Graph>> stageGraphs;
   sched::Schedule schedule;
   std::vector<passes::StageReport> stageReports;
-  double predictedStepTime = 0; // simulated, in timeUnit
+  double predictedStepTime = 0; // simulated isolated step, in timeUnit
   std::string timeUnit;
 };
 
