@@ -165,11 +165,6 @@ using Float8 [[gnu::vector_size(32)]] = float;
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-// The sum of p[0..n) in double, in a fixed order (eight lanes), built for
-// the CPU's widest vectors (CLEAVE_VECTOR_CLONES).
-double sumAsDouble(const float *p, int64_t n);
-double sumAsDouble(const double *p, int64_t n);
-
 // Row-major strides of a shape.
 std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
 

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 namespace cleave::runtime::cpu {
 namespace {

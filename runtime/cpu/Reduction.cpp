@@ -40,6 +40,19 @@ enum class Kind { Sum, Mean, Max };
 // The fold of one reduction over elements of storage type T: an
 // accumulator type, its start value, how one element or a partial result is
 // folded in, and how the result is stored.
+// The sum of p[0..n) in double, in a fixed order: eight lanes (Double8),
+// in the CPU's widest vectors.
+template <typename T> CLEAVE_VECTOR_CLONES double sumLanes(const T *p, int64_t n) {
+  Double8 s = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    s += loadDouble8(p + i);
+  double tail = 0;
+  for (; i < n; ++i)
+    tail += double(p[i]);
+  return laneSum(s) + tail;
+}
+
 template <typename T, Kind K> struct Fold {
   using C = decltype(load(T{}));
   static constexpr bool kInt = std::is_integral_v<C>;
@@ -86,7 +99,7 @@ template <typename T, Kind K> struct Fold {
   static Acc run(const T *x, int64_t n, Acc acc) {
     if constexpr (K != Kind::Max &&
                   (std::is_same_v<T, float> || std::is_same_v<T, double>))
-      return acc + sumAsDouble(x, n);
+      return acc + sumLanes(x, n);
     Acc a0 = init(), a1 = init(), a2 = init(), a3 = init();
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -100,17 +113,6 @@ template <typename T, Kind K> struct Fold {
     return add(acc, add(add(a0, a1), add(a2, a3)));
   }
 };
-
-template <typename T> CLEAVE_VECTOR_CLONES double sumLanes(const T *p, int64_t n) {
-  Double8 s = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    s += loadDouble8(p + i);
-  double tail = 0;
-  for (; i < n; ++i)
-    tail += double(p[i]);
-  return laneSum(s) + tail;
-}
 
 constexpr int64_t kBlock = 1 << 15; // elements per partial result
 constexpr int64_t kTile = 512;      // output elements per kept-inner tile
@@ -281,9 +283,6 @@ template <Kind K> llvm::Error reduce(const KernelCall &c) {
 }
 
 } // namespace
-
-double sumAsDouble(const float *p, int64_t n) { return sumLanes(p, n); }
-double sumAsDouble(const double *p, int64_t n) { return sumLanes(p, n); }
 
 void registerReductionKernels(KernelTable &t) {
   const std::vector<DType> types = {DType::F32, DType::F64, DType::F16,
