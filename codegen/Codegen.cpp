@@ -307,6 +307,7 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
   plan.dataParallel = info.dataParallel;
   plan.optimizer = info.optimizer;
   plan.lr = info.lr;
+  plan.precision = info.precision;
   plan.predictedStepTime = info.predictedStepTime;
   for (const auto &g : stages)
     for (const Value *v : g->inputs()) {

@@ -32,6 +32,7 @@ struct PlanInfo {
   std::string lossName;  // the loss value of the training graph
   std::string optimizer; // "sgd" or "adamw"
   double lr = 0;
+  std::string precision = "f32"; // --precision
   int dataParallel = 1;
   double predictedStepTime = 0; // seconds; 0 when not in seconds
   std::vector<passes::StageReport> stageReports; // may be empty

@@ -151,7 +151,12 @@ OpWork opWork(const ir::Op &op) {
 
 double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
   OpWork work = opWork(op);
-  return device.opOverhead + std::max(work.flops / device.peakFlops,
+  // Products with bf16 operands (--precision bf16) run at the bf16 peak.
+  bool bf16 = op.numOperands() && op.operand(0)->type().dtype == ir::DType::BF16 &&
+              productWork(op).has_value();
+  double peak = bf16 && device.peakFlops16 > 0 ? device.peakFlops16
+                                                : device.peakFlops;
+  return device.opOverhead + std::max(work.flops / peak,
                                       work.bytes / device.memBandwidth);
 }
 
@@ -164,13 +169,17 @@ static const DeviceProfile kProfiles[] = {
     // tensors by memcpy, so the link runs at memory bandwidth. The op
     // overhead and link latency are estimates (an op's dispatch through the
     // thread pool; a channel hand-off), not measurements.
+    // The CPU has no bf16 arithmetic: bf16 products are widened to f32
+    // (runtime/cpu/CpuBackend.cpp), so their peak is the f32 one.
     {"cpu", /*peakFlops=*/1.15e11, /*memBandwidth=*/1.0e10,
-     /*opOverhead=*/2e-6, /*linkBandwidth=*/1.0e10, /*linkLatency=*/5e-6},
+     /*opOverhead=*/2e-6, /*linkBandwidth=*/1.0e10, /*linkLatency=*/5e-6,
+     /*peakFlops16=*/1.15e11},
     // NVIDIA H200 SXM datasheet: FP32 67 TFLOP/s (no TF32 tensor cores:
     // cleave runs f32), HBM3e 4.8 TB/s, NVLink 900 GB/s total (450 GB/s
     // each way); overhead and latency are typical kernel-launch and NCCL
-    // p2p figures, not datasheet numbers.
-    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6},
+    // p2p figures, not datasheet numbers. BF16 tensor cores: 989 TFLOP/s
+    // dense (the datasheet's 1,979 is with 2:4 sparsity).
+    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6, 989e12},
 };
 
 llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name) {

@@ -44,6 +44,7 @@ struct DeviceProfile {
   double opOverhead = 0;      // s per op (dispatch, kernel launch)
   double linkBandwidth = 0;   // bytes/s between two pipeline stages
   double linkLatency = 0;     // s per message between two stages
+  double peakFlops16 = 0;     // FLOP/s of bf16 matrix products (f32 sums)
 };
 
 // The built-in profiles: "cpu" (this machine kind, measured) and "h200"

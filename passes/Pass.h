@@ -34,6 +34,9 @@ struct TrainingOptions {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   int64_t microbatches = 1; // the optimizer averages this many gradients
   int64_t dataParallel = 1; // ... on each of this many replicas
+  // f32, or bf16: matrix products and convolutions in bf16 with f32 master
+  // weights (the mixed-precision pass; docs/design/precision.md).
+  std::string precision = "f32";
 };
 
 struct PassContext {
@@ -54,6 +57,7 @@ const PassInfo *lookupPass(std::string_view name);
 // The passes, one per file.
 llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &ctx);

@@ -18,6 +18,10 @@ static const PassInfo kPasses[] = {
      [](ir::Graph &, const PassContext &) -> llvm::Expected<bool> {
        return false;
      }},
+    {"mixed-precision",
+     "with --precision bf16: MatMul, Gemm and Conv read bf16 casts of their "
+     "f32 operands and their results are cast back to f32",
+     mixedPrecision},
     {"autodiff",
      "append the backward graph: outputs become the loss and grad.<param> "
      "per trainable parameter",

@@ -132,6 +132,7 @@ struct Plan {
   std::vector<PlanInput> inputs;
   std::string optimizer; // "sgd" or "adamw"
   double lr = 0;         // the default learning rate (slot optimizer.lr)
+  std::string precision = "f32"; // "bf16": products in bf16 (--precision)
   std::vector<StagePlan> stages;
   std::vector<Blob> blobs;
   double predictedStepTime = 0; // seconds (0: not predicted)

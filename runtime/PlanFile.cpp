@@ -170,6 +170,7 @@ pb::Header toProto(const Plan &plan) {
   }
   h.set_optimizer(plan.optimizer);
   h.set_lr(plan.lr);
+  h.set_precision(plan.precision);
   for (const StagePlan &s : plan.stages)
     toProto(s, *h.add_stages());
   std::vector<int> owner(plan.blobs.size(), -1);
@@ -346,6 +347,7 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   }
   plan.optimizer = h.optimizer();
   plan.lr = h.lr();
+  plan.precision = h.precision().empty() ? "f32" : h.precision();
   plan.stages.resize(h.stages_size());
   for (int si = 0; si < h.stages_size(); ++si)
     if (llvm::Error e = fromProto(h.stages(si), si, plan.stages[si]))

@@ -132,7 +132,8 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
                              : std::string())
        << "\n";
   os << "  optimizer " << (plan.optimizer.empty() ? "none" : plan.optimizer)
-     << ", lr " << number(plan.lr) << "\n";
+     << ", lr " << number(plan.lr) << ", precision " << plan.precision
+     << "\n";
   os << "  blobs " << plan.blobs.size() << " (" << blobBytes
      << " bytes loaded)\n";
   if (plan.predictedStepTime > 0)

@@ -142,7 +142,8 @@ std::vector<Flags::Spec> trainingFlagSpecs() {
           {"lr", true, false},           {"momentum", true, false},
           {"nesterov", false, false},    {"weight-decay", true, false},
           {"adam-betas", true, false},   {"adam-eps", true, false},
-          {"microbatches", true, false}, {"data-parallel", true, false}};
+          {"microbatches", true, false}, {"data-parallel", true, false},
+          {"precision", true, false}};
 }
 
 const char kTrainingHelp[] = R"(training:
@@ -167,6 +168,10 @@ const char kTrainingHelp[] = R"(training:
   --data-parallel=D      D replicas of the pipeline each run M microbatches
                          of different samples; their gradients are summed
                          before the update (average over M x D; default 1)
+  --precision=f32|bf16   bf16: matrix products and convolutions (forward,
+                         B and W) read and write bf16, with f32 master
+                         weights, gradients and optimizer; everything else
+                         stays f32 (default f32)
 )";
 
 static llvm::Expected<double> parseReal(const std::string &flag,
@@ -241,6 +246,10 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
       return usageError("--data-parallel must be at least 1");
     opts.dataParallel = *d;
   }
+  opts.precision = flags.get("precision").value_or("f32");
+  if (opts.precision != "f32" && opts.precision != "bf16")
+    return usageError("--precision must be 'f32' or 'bf16', not '" +
+                      opts.precision + "'");
   if (auto v = flags.get("add-loss")) {
     auto [kind, rest] = llvm::StringRef(*v).split(':');
     auto names = splitList(rest.str());

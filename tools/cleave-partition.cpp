@@ -62,7 +62,8 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
         return std::move(e);
     if (auto e = passes::runPipeline(
             **imported,
-            {"remove-identity", "dce", "autodiff", "split-backward",
+            {"remove-identity", "dce", "mixed-precision", "autodiff",
+             "split-backward",
              "verify-2bp", "optimizer"},
             pipe))
       return std::move(e);

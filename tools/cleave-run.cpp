@@ -503,14 +503,15 @@ bool checkpointDue(int64_t step, int64_t steps, int64_t every) {
 }
 
 // "training gpt-tiny: 2 stage(s), schedule zb-h1, 4 microbatches of 8
-// samples per step, 300 step(s), data: ..." (both drivers).
+// samples per step, 300 step(s), data: ..." (both drivers); a bf16 plan
+// says so after the schedule.
 void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
                          int64_t steps, const DataSource &data,
                          const tools::Flags &flags) {
   int d = plan.dataParallel;
   llvm::outs() << llvm::formatv(
-      "training {0}: {1} stage(s){7}, schedule {2}, {3} microbatches of {4} "
-      "samples per step, {5} step(s), data: {6}\n",
+      "training {0}: {1} stage(s){7}, schedule {2}{8}, {3} microbatches of "
+      "{4} samples per step, {5} step(s), data: {6}\n",
       plan.modelName, plan.stages.size(), plan.schedule,
       d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
             : std::to_string(plan.microbatches),
@@ -519,7 +520,9 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
                        : *flags.get("data") + " (" +
                              std::to_string(data.samples()) + " samples)",
       d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
-            : std::string());
+            : std::string(),
+      plan.precision == "f32" ? std::string()
+                              : ", precision " + plan.precision);
 }
 
 std::string formatSeconds(double s) {

@@ -60,8 +60,9 @@ shapes:
 inspection:
   --dump-ir-after=PASS|all
                          print the IR to stderr after PASS (repeatable):
-                         import, remove-identity, dce, then for training
-                         autodiff, split-backward, optimizer
+                         import, remove-identity, dce, mixed-precision, then
+                         for training autodiff, split-backward,
+                         verify-2bp, optimizer
   --list-ops             list the ONNX ops cleave imports and exit
   --help                 show this help
   --version              show the version
@@ -73,6 +74,7 @@ exit status: 0 success, 1 bad input (model, data), 2 bad usage.
 static const std::vector<std::string> kPipeline = {
     "remove-identity", // exporters emit Identity copies that carry no work
     "dce",             // drop what no output needs (unused folded results)
+    "mixed-precision", // --precision bf16: products in bf16 (a no-op for f32)
 };
 // Then, for a model with a loss:
 static const std::vector<std::string> kTrainingPipeline = {
@@ -197,7 +199,8 @@ int main(int argc, char **argv) {
       return fail(kTool,
                   "--dump-ir-after names '" + d +
                       "', which is not in cleavec's pipeline (import, "
-                      "remove-identity, dce, autodiff, split-backward, "
+                      "remove-identity, dce, mixed-precision, autodiff, "
+                      "split-backward, "
                       "verify-2bp, optimizer, or all)",
                   tools::kUsage);
 
@@ -266,6 +269,7 @@ int main(int argc, char **argv) {
       info.lossName = (*graph)->outputs()[0]->name();
       info.optimizer = pipe.context.training.optimizer;
       info.lr = pipe.context.training.lr;
+      info.precision = pipe.context.training.precision;
       info.dataParallel = int(pipe.context.training.dataParallel);
       if (plan->timeUnit == "s")
         info.predictedStepTime = plan->predictedStepTime;

@@ -113,8 +113,7 @@ public:
 
   bool supports(ir::OpKind op, ir::DType dtype) const override {
     const KernelEntry *e = table_.find(op);
-    return e && std::find(e->dtypes.begin(), e->dtypes.end(), dtype) !=
-                    e->dtypes.end();
+    return e && (handles(*e, dtype) || widens(*e, dtype));
   }
 
   llvm::Error run(const KernelCall &call) override {
@@ -123,13 +122,81 @@ public:
       return kernelError(call, "no CPU kernel");
     ir::DType dt = call.inputs.empty() ? ir::DType::F32
                                        : call.inputs[0].dtype;
-    if (std::find(e->dtypes.begin(), e->dtypes.end(), dt) == e->dtypes.end())
-      return kernelError(call, "the CPU kernel does not handle {0} inputs",
-                         ir::dtypeName(dt));
-    return e->fn(call);
+    if (handles(*e, dt))
+      return e->fn(call);
+    if (widens(*e, dt))
+      return runWidened(*e, call);
+    return kernelError(call, "the CPU kernel does not handle {0} inputs",
+                       ir::dtypeName(dt));
   }
 
 private:
+  static bool handles(const KernelEntry &e, ir::DType dt) {
+    return std::find(e.dtypes.begin(), e.dtypes.end(), dt) != e.dtypes.end();
+  }
+  // 16-bit floats reach f32-only kernels widened (runWidened).
+  static bool widens(const KernelEntry &e, ir::DType dt) {
+    return (dt == ir::DType::BF16 || dt == ir::DType::F16) &&
+           handles(e, ir::DType::F32);
+  }
+
+  // Runs an f32 kernel on a call with f16/bf16 tensors: those inputs are
+  // widened into f32 scratch (exactly), the kernel computes in f32, and its
+  // 16-bit outputs are rounded back to nearest even. The products of
+  // `--precision bf16` run this way on the CPU: bf16 operands, f32
+  // arithmetic, a bf16 result, as a GPU's tensor cores do.
+  static llvm::Error runWidened(const KernelEntry &e, const KernelCall &call) {
+    // Scratch kept per thread (each stage's executor has its own) and
+    // reused, so the steady state allocates nothing.
+    thread_local std::vector<std::vector<float>> scratch;
+    size_t n = call.inputs.size() + call.outputs.size();
+    if (scratch.size() < n)
+      scratch.resize(n);
+    auto narrow = [](ir::DType t) {
+      return t == ir::DType::BF16 || t == ir::DType::F16;
+    };
+    auto widen = [&](const TensorRef &t, size_t slot, bool load) {
+      if (!narrow(t.dtype))
+        return t;
+      std::vector<float> &buf = scratch[slot];
+      int64_t count = t.numElements();
+      if (buf.size() < size_t(count))
+        buf.resize(count);
+      if (load) {
+        const uint16_t *src = t.as<uint16_t>();
+        float *dst = buf.data();
+        bool bf = t.dtype == ir::DType::BF16;
+        parallelFor(count, 1 << 14, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i)
+            dst[i] = bf ? ir::bf16ToFloat(src[i]) : ir::halfToFloat(src[i]);
+        });
+      }
+      return TensorRef{ir::DType::F32, t.shape, buf.data()};
+    };
+    llvm::SmallVector<TensorRef, 6> inputs, outputs;
+    for (size_t i = 0; i < call.inputs.size(); ++i)
+      inputs.push_back(widen(call.inputs[i], i, /*load=*/true));
+    for (size_t i = 0; i < call.outputs.size(); ++i)
+      outputs.push_back(
+          widen(call.outputs[i], call.inputs.size() + i, /*load=*/false));
+    KernelCall wide{call.op, call.attrs, inputs, outputs, call.seed};
+    if (auto err = e.fn(wide))
+      return err;
+    for (size_t i = 0; i < call.outputs.size(); ++i) {
+      const TensorRef &t = call.outputs[i];
+      if (!narrow(t.dtype))
+        continue;
+      const float *src = outputs[i].as<float>();
+      uint16_t *dst = t.as<uint16_t>();
+      bool bf = t.dtype == ir::DType::BF16;
+      parallelFor(t.numElements(), 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j)
+          dst[j] = bf ? ir::floatToBf16(src[j]) : ir::floatToHalf(src[j]);
+      });
+    }
+    return llvm::Error::success();
+  }
+
   cpu::KernelTable table_;
 };
 } // namespace

@@ -216,3 +216,65 @@ TEST(CpuGemm, WithoutCAndBetaZeroIgnoresC) {
                         {a.ref(), b.ref(), c.ref()}, {y.ref()})));
   EXPECT_EQ(y.data, (std::vector<float>{13, 16}));
 }
+
+// --- 16-bit floats through f32 kernels ------------------------------------
+
+// A bf16 MatMul (what --precision bf16 makes of a product) has no kernel of
+// its own on the CPU: the backend widens the operands to f32, runs the f32
+// kernel and rounds the result once. So it must equal, bit for bit, the
+// f32 product of the same values rounded to bf16; the MatMul-gradient
+// parts (B and W) and a Conv go the same way.
+TEST(CpuWidened, Bf16ProductsEqualTheF32ProductRoundedOnce) {
+  auto bf16Host = [](const std::vector<float> &f) {
+    std::vector<uint16_t> h(f.size());
+    for (size_t i = 0; i < f.size(); ++i)
+      h[i] = ir::floatToBf16(f[i]);
+    return h;
+  };
+  auto widened = [](const std::vector<uint16_t> &h) {
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); ++i)
+      f[i] = ir::bf16ToFloat(h[i]);
+    return f;
+  };
+  struct Case {
+    ir::OpKind op;
+    Ints a, b, y;
+    ir::AttrMap attrs;
+  };
+  std::vector<Case> cases = {
+      {ir::OpKind::MatMul, {3, 5, 7}, {7, 4}, {3, 5, 4}, {}},
+      {ir::OpKind::MatMulGradA, {6, 4}, {7, 4}, {6, 7},
+       {{"shape", std::vector<int64_t>{6, 7}}}},
+      {ir::OpKind::MatMulGradB, {6, 7}, {6, 4}, {7, 4},
+       {{"shape", std::vector<int64_t>{7, 4}}}},
+      {ir::OpKind::Conv, {2, 3, 6, 6}, {4, 3, 3, 3}, {2, 4, 4, 4},
+       {{"pads", std::vector<int64_t>{0, 0, 0, 0}},
+        {"strides", std::vector<int64_t>{1, 1}},
+        {"dilations", std::vector<int64_t>{1, 1}},
+        {"group", int64_t(1)}}},
+  };
+  unsigned seed = 40;
+  for (const Case &c : cases) {
+    SCOPED_TRACE(std::string(ir::opInfo(c.op).name));
+    Host<float> a = randomHost<float>(c.a, seed++),
+                b = randomHost<float>(c.b, seed++);
+    std::vector<uint16_t> a16 = bf16Host(a.data), b16 = bf16Host(b.data);
+    std::vector<uint16_t> y16(numElements(c.y), 0xffff);
+    ASSERT_FALSE(bool(run(c.op, c.attrs,
+                          {TensorRef{ir::DType::BF16, c.a, a16.data()},
+                           TensorRef{ir::DType::BF16, c.b, b16.data()}},
+                          {TensorRef{ir::DType::BF16, c.y, y16.data()}})));
+    std::vector<float> aw = widened(a16), bw = widened(b16);
+    std::vector<float> y32(y16.size());
+    ASSERT_FALSE(bool(run(c.op, c.attrs,
+                          {TensorRef{ir::DType::F32, c.a, aw.data()},
+                           TensorRef{ir::DType::F32, c.b, bw.data()}},
+                          {TensorRef{ir::DType::F32, c.y, y32.data()}})));
+    EXPECT_EQ(y16, bf16Host(y32));
+    EXPECT_NE(widened(y16), y32) << "no element was rounded";
+  }
+  EXPECT_TRUE(cpu().supports(ir::OpKind::MatMul, ir::DType::BF16));
+  EXPECT_TRUE(cpu().supports(ir::OpKind::ConvGradFilter, ir::DType::F16));
+  EXPECT_FALSE(cpu().supports(ir::OpKind::MatMul, ir::DType::Bool));
+}

@@ -603,7 +603,7 @@ TEST(PlanFile, PrintPlan) {
            "  schedule 1f1b, 2 stages, 2 microbatches\n",
            "  input \"x\" : f32[2,4]\n",
            "  input \"y\" : i64[2]\n",
-           "  optimizer adamw, lr 0.001\n",
+           "  optimizer adamw, lr 0.001, precision f32\n",
            "  predicted step time 12.500 ms\n",
            "\nstage 0\n",
            "    %0 input \"x\" f32[2,4] 32 B\n",
