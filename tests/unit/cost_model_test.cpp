@@ -82,6 +82,32 @@ TEST(CostModel, RooflineTime) {
   EXPECT_DOUBLE_EQ(predictOpTime(*g->lookup("y")->definingOp(), d), 1.5);
 }
 
+// A product with bf16 operands (--precision bf16) runs at the profile's
+// bf16 rate and moves half the bytes; other ops keep the f32 rate.
+TEST(CostModel, Bf16ProductsUseTheBf16Peak) {
+  auto g = parse(R"(graph @bf16 {
+  input %a : bf16[4,8]
+  param %b : bf16[8,16] = splat<0.5>
+  %y = MatMul(%a, %b) : bf16[4,16] @"/fc/MatMul"
+  %r = Relu(%y) : bf16[4,16] @"/relu"
+  output %r
+})");
+  ASSERT_TRUE(g);
+  DeviceProfile d{"test", /*peakFlops=*/1024, /*memBandwidth=*/1e9,
+                  /*opOverhead=*/0.5, 0, 0, /*peakFlops16=*/4096};
+  // 1024 FLOPs at 4096 FLOP/s.
+  EXPECT_DOUBLE_EQ(predictOpTime(*g->lookup("y")->definingOp(), d), 0.75);
+  d.memBandwidth = 1;
+  // Bytes (4·8 + 8·16 + 4·16)·2 = 448.
+  EXPECT_DOUBLE_EQ(predictOpTime(*g->lookup("y")->definingOp(), d), 448.5);
+  d.memBandwidth = 1e9;
+  d.peakFlops16 = 0; // a profile without a bf16 rate uses the f32 one
+  EXPECT_DOUBLE_EQ(predictOpTime(*g->lookup("y")->definingOp(), d), 1.5);
+  auto h200 = lookupDeviceProfile("h200");
+  ASSERT_TRUE(bool(h200));
+  EXPECT_EQ(h200->peakFlops16, 989e12);
+}
+
 TEST(CostModel, DeviceProfiles) {
   auto cpu = lookupDeviceProfile("cpu");
   ASSERT_TRUE(bool(cpu));
