@@ -1,0 +1,736 @@
+// Lowering of kernel calls to device steps (Lowering.h), the host runner of
+// those steps, and the emulated backend built on the two.
+#include "runtime/cuda/Lowering.h"
+
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+namespace cleave::runtime::cuda {
+
+using ir::DType;
+using ir::OpKind;
+
+namespace {
+
+llvm::Error fail(const KernelCall &call, const llvm::Twine &why) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 std::string(call.info().name) +
+                                     " (cuda): " + why.str());
+}
+
+std::optional<Elem> elemOf(DType t) {
+  switch (t) {
+  case DType::F32: return Elem::F32;
+  case DType::BF16: return Elem::BF16;
+  case DType::I64: return Elem::I64;
+  case DType::I32: return Elem::I32;
+  case DType::Bool: return Elem::Bool;
+  default: return std::nullopt;
+  }
+}
+
+bool isFloatElem(DType t) { return t == DType::F32 || t == DType::BF16; }
+
+std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;)
+    s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+// An indexer over `dims` with the given strides and base.
+Indexer indexer(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides,
+                int64_t base = 0) {
+  Indexer ix;
+  ix.rank = int(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    ix.dims[d] = dims[d];
+    ix.strides[d] = strides[d];
+  }
+  ix.base = base;
+  return ix;
+}
+Indexer contiguous(llvm::ArrayRef<int64_t> shape) {
+  return indexer(shape, stridesOf(shape));
+}
+// Reads `in` broadcast (NumPy rules, aligned at the right) over `out`.
+Indexer broadcast(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> out) {
+  std::vector<int64_t> s = stridesOf(in), strides(out.size(), 0);
+  size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d)
+    strides[lead + d] = in[d] == 1 ? 0 : s[d];
+  return indexer(out, strides);
+}
+
+Operand operand(const TensorRef &t, Indexer at) {
+  return Operand{t.data, *elemOf(t.dtype), at};
+}
+
+// A map writing `out` contiguously, each input broadcast to out's shape.
+MapArgs mapOver(MapOp op, const TensorRef &out,
+                std::initializer_list<const TensorRef *> ins) {
+  MapArgs m;
+  m.op = op;
+  m.n = out.numElements();
+  m.out = out.data;
+  m.outElem = *elemOf(out.dtype);
+  m.outAt = contiguous(out.shape);
+  int i = 0;
+  for (const TensorRef *t : ins)
+    m.in[i++] = operand(*t, broadcast(t->shape, out.shape));
+  return m;
+}
+
+// A raw copy of `n` elements of one type, from `from` to `to`.
+MapArgs copy(const TensorRef &src, Indexer from, void *dst, Indexer to,
+             int64_t n) {
+  MapArgs m;
+  m.op = MapOp::Copy;
+  m.n = n;
+  m.in[0] = operand(src, from);
+  m.out = dst;
+  m.outElem = *elemOf(src.dtype);
+  m.outAt = to;
+  return m;
+}
+
+MapArgs zero(const TensorRef &out) {
+  MapArgs m;
+  m.op = MapOp::Zero;
+  m.n = out.numElements();
+  m.out = out.data;
+  m.outElem = *elemOf(out.dtype);
+  m.outAt = contiguous(out.shape);
+  return m;
+}
+
+std::optional<MapOp> unaryMap(OpKind k) {
+  switch (k) {
+  case OpKind::Relu: return MapOp::Relu;
+  case OpKind::Neg: return MapOp::Neg;
+  case OpKind::Abs: return MapOp::Abs;
+  case OpKind::Exp: return MapOp::Exp;
+  case OpKind::Log: return MapOp::Log;
+  case OpKind::Sqrt: return MapOp::Sqrt;
+  case OpKind::Tanh: return MapOp::Tanh;
+  case OpKind::Erf: return MapOp::Erf;
+  case OpKind::Sigmoid: return MapOp::Sigmoid;
+  case OpKind::Reciprocal: return MapOp::Reciprocal;
+  default: return std::nullopt;
+  }
+}
+
+std::optional<MapOp> binaryMap(OpKind k) {
+  switch (k) {
+  case OpKind::Add: return MapOp::Add;
+  case OpKind::Sub: return MapOp::Sub;
+  case OpKind::Mul: return MapOp::Mul;
+  case OpKind::Div: return MapOp::Div;
+  case OpKind::Pow: return MapOp::Pow;
+  case OpKind::Equal: return MapOp::Equal;
+  case OpKind::Less: return MapOp::Less;
+  case OpKind::Greater: return MapOp::Greater;
+  default: return std::nullopt;
+  }
+}
+
+std::optional<MapOp> unaryGradMap(llvm::StringRef fn) {
+  return llvm::StringSwitch<std::optional<MapOp>>(fn)
+      .Case("abs", MapOp::AbsGrad)
+      .Case("clip", MapOp::ClipGrad)
+      .Case("erf", MapOp::ErfGrad)
+      .Case("exp", MapOp::ExpGrad)
+      .Case("leaky_relu", MapOp::LeakyReluGrad)
+      .Case("log", MapOp::LogGrad)
+      .Case("reciprocal", MapOp::ReciprocalGrad)
+      .Case("relu", MapOp::ReluGrad)
+      .Case("sigmoid", MapOp::SigmoidGrad)
+      .Case("sqrt", MapOp::SqrtGrad)
+      .Case("tanh", MapOp::TanhGrad)
+      .Default(std::nullopt);
+}
+
+// Ops that only move data: their output is the input's elements in the
+// same row-major order.
+bool isReshapeLike(OpKind k) {
+  return k == OpKind::Identity || k == OpKind::Reshape ||
+         k == OpKind::Squeeze || k == OpKind::Unsqueeze ||
+         k == OpKind::Flatten;
+}
+
+using Steps = std::vector<DeviceStep>;
+
+// --- data movement ---------------------------------------------------------
+
+// The view of a Slice / SliceGrad: the first element and the strides of
+// the sliced dims of a tensor of shape `shape`.
+llvm::Expected<Indexer> sliceView(const KernelCall &call,
+                                  llvm::ArrayRef<int64_t> shape,
+                                  llvm::ArrayRef<int64_t> sliced) {
+  const auto &starts = call.getInts("starts"), &ends = call.getInts("ends"),
+             &axes = call.getInts("axes"), &steps = call.getInts("steps");
+  int64_t rank = shape.size();
+  std::vector<int64_t> strides = stridesOf(shape), view = strides;
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    int64_t step = i < steps.size() ? steps[i] : 1;
+    if (a < 0 || a >= rank || step == 0)
+      return fail(call, llvm::formatv("bad axis {0} or step {1}", axes[i], step));
+    int64_t first = 0;
+    ir::sliceLength(shape[a], starts[i], ends[i], step, &first);
+    base += first * strides[a];
+    view[a] = strides[a] * step;
+  }
+  return indexer(sliced, view, base);
+}
+
+llvm::Expected<int64_t> axisOf(const KernelCall &call, int64_t axis,
+                               size_t rank) {
+  int64_t a = axis < 0 ? axis + int64_t(rank) : axis;
+  if (a < 0 || a >= int64_t(rank))
+    return fail(call, llvm::formatv("axis {0} out of range for rank {1}", axis,
+                                    rank));
+  return a;
+}
+
+llvm::Expected<Steps> lowerDataMovement(const KernelCall &call) {
+  const TensorRef &x = call.inputs[0];
+  switch (call.op) {
+  case OpKind::Transpose: {
+    const TensorRef &y = call.outputs[0];
+    std::vector<int64_t> perm = call.hasAttr("perm")
+                                    ? call.getInts("perm")
+                                    : std::vector<int64_t>();
+    if (perm.empty())
+      for (size_t d = x.rank(); d-- > 0;)
+        perm.push_back(int64_t(d));
+    std::vector<int64_t> s = stridesOf(x.shape), strides;
+    for (int64_t p : perm)
+      strides.push_back(s[p]);
+    return Steps{copy(x, indexer(y.shape, strides), y.data,
+                      contiguous(y.shape), y.numElements())};
+  }
+  case OpKind::Slice: {
+    const TensorRef &y = call.outputs[0];
+    auto view = sliceView(call, x.shape, y.shape);
+    if (!view)
+      return view.takeError();
+    return Steps{copy(x, *view, y.data, contiguous(y.shape), y.numElements())};
+  }
+  case OpKind::SliceGrad: { // dX = 0, then dY into the slice of dX
+    const TensorRef &dx = call.outputs[0];
+    auto view = sliceView(call, dx.shape, x.shape);
+    if (!view)
+      return view.takeError();
+    return Steps{zero(dx), copy(x, contiguous(x.shape), dx.data, *view,
+                                x.numElements())};
+  }
+  case OpKind::Expand: {
+    const TensorRef &y = call.outputs[0];
+    return Steps{copy(x, broadcast(x.shape, y.shape), y.data,
+                      contiguous(y.shape), y.numElements())};
+  }
+  case OpKind::Concat: {
+    const TensorRef &y = call.outputs[0];
+    auto axis = axisOf(call, call.getInt("axis"), y.rank());
+    if (!axis)
+      return axis.takeError();
+    std::vector<int64_t> ys = stridesOf(y.shape);
+    Steps steps;
+    int64_t offset = 0;
+    for (const TensorRef &in : call.inputs) {
+      steps.push_back(copy(in, contiguous(in.shape), y.data,
+                           indexer(in.shape, ys, offset * ys[*axis]),
+                           in.numElements()));
+      offset += in.shape[*axis];
+    }
+    return steps;
+  }
+  case OpKind::Split: {
+    auto axis = axisOf(call, call.getInt("axis"), x.rank());
+    if (!axis)
+      return axis.takeError();
+    std::vector<int64_t> xs = stridesOf(x.shape);
+    Steps steps;
+    int64_t offset = 0;
+    for (const TensorRef &out : call.outputs) {
+      steps.push_back(copy(x, indexer(out.shape, xs, offset * xs[*axis]),
+                           out.data, contiguous(out.shape),
+                           out.numElements()));
+      offset += out.shape[*axis];
+    }
+    return steps;
+  }
+  default:
+    break;
+  }
+  // Reshape and its kind: the same elements in the same order.
+  const TensorRef &y = call.outputs[0];
+  return Steps{copy(x, contiguous({x.numElements()}), y.data,
+                    contiguous({y.numElements()}), y.numElements())};
+}
+
+// --- products --------------------------------------------------------------
+
+GemmStep gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+              const TensorRef &A, int64_t lda, const TensorRef &B, int64_t ldb,
+              void *C, Elem c, int64_t ldc, float alpha = 1, float beta = 0) {
+  GemmStep s;
+  s.transA = ta;
+  s.transB = tb;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.A = A.data;
+  s.B = B.data;
+  s.C = C;
+  s.lda = lda;
+  s.ldb = ldb;
+  s.ldc = ldc;
+  s.alpha = alpha;
+  s.beta = beta;
+  s.ab = *elemOf(A.dtype);
+  s.c = c;
+  return s;
+}
+
+// Y[batch, m, n] = A[batchA, m, k] x B[batchB, k, n] with NumPy batch
+// broadcasting: per output batch entry, which A and B matrix it reads.
+struct Layout {
+  int64_t m = 0, k = 0, n = 0, count = 1, countA = 1, countB = 1;
+  std::vector<int64_t> matA, matB;
+};
+
+llvm::Expected<Layout> layout(const KernelCall &call,
+                              llvm::ArrayRef<int64_t> a,
+                              llvm::ArrayRef<int64_t> b,
+                              llvm::ArrayRef<int64_t> y) {
+  if (a.size() < 2 || b.size() < 2)
+    return fail(call, llvm::formatv("operands {0} and {1}: 1-D MatMul "
+                                    "operands are not supported",
+                                    ir::shapeStr(a), ir::shapeStr(b)));
+  Layout l;
+  l.m = a[a.size() - 2];
+  l.k = a.back();
+  l.n = b.back();
+  size_t ra = a.size() - 2, rb = b.size() - 2, r = std::max(ra, rb);
+  if (b[rb] != l.k || y.size() != r + 2 || y[r] != l.m || y[r + 1] != l.n)
+    return fail(call, llvm::formatv("operands {0} x {1} do not give {2}",
+                                    ir::shapeStr(a), ir::shapeStr(b),
+                                    ir::shapeStr(y)));
+  std::vector<int64_t> strideA(r, 0), strideB(r, 0);
+  for (size_t i = r; i-- > 0;) {
+    int64_t da = i >= r - ra ? a[i - (r - ra)] : 1;
+    int64_t db = i >= r - rb ? b[i - (r - rb)] : 1;
+    if (da != 1)
+      strideA[i] = l.countA;
+    if (db != 1)
+      strideB[i] = l.countB;
+    l.countA *= da;
+    l.countB *= db;
+    l.count *= y[i];
+  }
+  l.matA.assign(l.count, 0);
+  l.matB.assign(l.count, 0);
+  for (int64_t e = 0; e < l.count; ++e) {
+    int64_t rest = e;
+    for (size_t i = r; i-- > 0;) {
+      int64_t c = rest % y[i];
+      rest /= y[i];
+      l.matA[e] += c * strideA[i];
+      l.matB[e] += c * strideB[i];
+    }
+  }
+  return l;
+}
+
+// The stride s with mat[e] == e * s for every e, if there is one.
+std::optional<int64_t> uniformStride(const std::vector<int64_t> &mat) {
+  int64_t s = mat.size() > 1 ? mat[1] - mat[0] : 0;
+  for (size_t e = 0; e < mat.size(); ++e)
+    if (mat[e] != int64_t(e) * s)
+      return std::nullopt;
+  return s;
+}
+
+// Offsets a tensor view by `elements`.
+TensorRef at(const TensorRef &t, int64_t elements) {
+  TensorRef r = t;
+  r.data = static_cast<char *>(t.data) + elements * ir::dtypeSize(t.dtype);
+  return r;
+}
+
+// For each target matrix, the products of the entries that write it, in
+// increasing entry order (beta 0 for the first, 1 after); a target no
+// entry writes is zeroed. As the CPU backend sums broadcast gradients.
+template <typename Product>
+void sumProducts(Steps &steps, int64_t targets,
+                 const std::vector<int64_t> &target, const TensorRef &out,
+                 int64_t matrix, Product product) {
+  std::vector<std::vector<int64_t>> entries(targets);
+  for (int64_t e = 0; e < int64_t(target.size()); ++e)
+    entries[target[e]].push_back(e);
+  for (int64_t t = 0; t < targets; ++t) {
+    if (entries[t].empty()) {
+      MapArgs z;
+      z.op = MapOp::Zero;
+      z.n = matrix;
+      z.out = out.data;
+      z.outElem = *elemOf(out.dtype);
+      z.outAt = indexer({matrix}, {1}, t * matrix);
+      steps.push_back(z);
+    }
+    for (size_t i = 0; i < entries[t].size(); ++i)
+      steps.push_back(product(entries[t][i], i == 0 ? 0.0f : 1.0f));
+  }
+}
+
+llvm::Expected<Steps> lowerMatMul(const KernelCall &call) {
+  Steps steps;
+  if (call.op == OpKind::MatMul) {
+    const TensorRef &A = call.inputs[0], &B = call.inputs[1],
+                    &Y = call.outputs[0];
+    auto l = layout(call, A.shape, B.shape, Y.shape);
+    if (!l)
+      return l.takeError();
+    Elem ye = *elemOf(Y.dtype);
+    if (l->countB == 1) { // the batch folds into the rows
+      GemmStep s = gemm(false, false, l->count * l->m, l->n, l->k, A, l->k, B,
+                        l->n, Y.data, ye, l->n);
+      if (l->countA != l->count) { // A broadcast: per entry
+        s.m = l->m;
+        s.batch = l->count;
+        auto sa = uniformStride(l->matA);
+        if (!sa)
+          goto general;
+        s.strideA = *sa * l->m * l->k;
+        s.strideC = l->m * l->n;
+      }
+      return Steps{s};
+    }
+    {
+      auto sa = uniformStride(l->matA), sb = uniformStride(l->matB);
+      if (sa && sb) {
+        GemmStep s = gemm(false, false, l->m, l->n, l->k, A, l->k, B, l->n,
+                          Y.data, ye, l->n);
+        s.batch = l->count;
+        s.strideA = *sa * l->m * l->k;
+        s.strideB = *sb * l->k * l->n;
+        s.strideC = l->m * l->n;
+        return Steps{s};
+      }
+    }
+  general:
+    for (int64_t e = 0; e < l->count; ++e)
+      steps.push_back(gemm(false, false, l->m, l->n, l->k,
+                           at(A, l->matA[e] * l->m * l->k), l->k,
+                           at(B, l->matB[e] * l->k * l->n), l->n,
+                           at(Y, e * l->m * l->n).data, ye, l->n));
+    return steps;
+  }
+  if (call.op == OpKind::MatMulGradA) { // dA = SumTo(dY x B^T)
+    const TensorRef &dY = call.inputs[0], &B = call.inputs[1],
+                    &dA = call.outputs[0];
+    auto l = layout(call, dA.shape, B.shape, dY.shape);
+    if (!l)
+      return l.takeError();
+    int64_t m = l->m, k = l->k, n = l->n;
+    Elem e = *elemOf(dA.dtype);
+    if (l->countB == 1 && l->countA == l->count)
+      return Steps{gemm(false, true, l->count * m, k, n, dY, n, B, n, dA.data,
+                        e, k)};
+    sumProducts(steps, l->countA, l->matA, dA, m * k, [&](int64_t i, float beta) {
+      return gemm(false, true, m, k, n, at(dY, i * m * n), n,
+                  at(B, l->matB[i] * k * n), n,
+                  at(dA, l->matA[i] * m * k).data, e, k, 1.0f, beta);
+    });
+    return steps;
+  }
+  // MatMulGradB: dB = SumTo(A^T x dY)
+  const TensorRef &A = call.inputs[0], &dY = call.inputs[1],
+                  &dB = call.outputs[0];
+  auto l = layout(call, A.shape, dB.shape, dY.shape);
+  if (!l)
+    return l.takeError();
+  int64_t m = l->m, k = l->k, n = l->n;
+  Elem e = *elemOf(dB.dtype);
+  if (l->countB == 1 && l->countA == l->count)
+    return Steps{gemm(true, false, k, n, l->count * m, A, k, dY, n, dB.data,
+                      e, n)};
+  sumProducts(steps, l->countB, l->matB, dB, k * n, [&](int64_t i, float beta) {
+    return gemm(true, false, k, n, m, at(A, l->matA[i] * m * k), k,
+                at(dY, i * m * n), n, at(dB, l->matB[i] * k * n).data, e, n,
+                1.0f, beta);
+  });
+  return steps;
+}
+
+llvm::Expected<Steps> lowerGemm(const KernelCall &call) {
+  bool ta = call.getInt("transA"), tb = call.getInt("transB");
+  float alpha = call.getFloat("alpha");
+  if (call.op == OpKind::Gemm) {
+    const TensorRef &A = call.inputs[0], &B = call.inputs[1],
+                    &Y = call.outputs[0];
+    int64_t m = Y.shape[0], n = Y.shape[1], k = ta ? A.shape[0] : A.shape[1];
+    float beta = call.getFloat("beta");
+    bool useC = call.inputs.size() == 3 && beta != 0.0f;
+    Steps steps;
+    // Y starts as C broadcast to [M, N], or 0.
+    if (useC)
+      steps.push_back(copy(call.inputs[2],
+                           broadcast(call.inputs[2].shape, Y.shape), Y.data,
+                           contiguous(Y.shape), Y.numElements()));
+    else
+      steps.push_back(zero(Y));
+    if (k > 0)
+      steps.push_back(gemm(ta, tb, m, n, k, A, A.shape[1], B, B.shape[1],
+                           Y.data, *elemOf(Y.dtype), n, alpha,
+                           useC ? beta : 0.0f));
+    else if (useC && beta != 1.0f) { // Y = beta * C
+      MapArgs scale = mapOver(MapOp::Scale, Y, {&call.inputs[2]});
+      scale.p0 = beta;
+      steps.back() = scale;
+    }
+    return steps;
+  }
+  if (call.op == OpKind::GemmGradA) {
+    const TensorRef &dY = call.inputs[0], &B = call.inputs[1],
+                    &dA = call.outputs[0];
+    int64_t m = dY.shape[0], n = dY.shape[1];
+    int64_t k = tb ? B.shape[1] : B.shape[0];
+    Elem e = *elemOf(dA.dtype);
+    if (ta) // dA[k, m] = alpha * op(B) * dY^T
+      return Steps{gemm(tb, true, k, m, n, B, B.shape[1], dY, n, dA.data, e,
+                        m, alpha)};
+    return Steps{gemm(false, !tb, m, k, n, dY, n, B, B.shape[1], dA.data, e,
+                      k, alpha)};
+  }
+  // GemmGradB
+  const TensorRef &A = call.inputs[0], &dY = call.inputs[1],
+                  &dB = call.outputs[0];
+  int64_t m = dY.shape[0], n = dY.shape[1];
+  int64_t k = ta ? A.shape[0] : A.shape[1];
+  Elem e = *elemOf(dB.dtype);
+  if (tb) // dB[n, k] = alpha * dY^T * op(A)
+    return Steps{gemm(true, ta, n, k, m, dY, n, A, A.shape[1], dB.data, e, k,
+                      alpha)};
+  return Steps{gemm(!ta, false, k, n, m, A, A.shape[1], dY, n, dB.data, e, n,
+                    alpha)};
+}
+
+// --- reductions -------------------------------------------------------------
+
+llvm::Expected<Steps> lowerSumTo(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0], &Y = call.outputs[0];
+  if (X.rank() < Y.rank())
+    return fail(call, llvm::formatv("shape {0} has more dims than {1}",
+                                    ir::shapeStr(Y.shape),
+                                    ir::shapeStr(X.shape)));
+  size_t lead = X.rank() - Y.rank();
+  std::vector<int64_t> xs = stridesOf(X.shape);
+  // Output coordinates (Y's shape aligned to X's) and the reduced dims.
+  std::vector<int64_t> keptDims, keptStrides, redDims, redStrides;
+  for (size_t d = 0; d < X.rank(); ++d) {
+    int64_t yd = d >= lead ? Y.shape[d - lead] : 1;
+    if (yd != X.shape[d] && yd != 1)
+      return fail(call, llvm::formatv("shape {0} does not broadcast to {1}",
+                                      ir::shapeStr(Y.shape),
+                                      ir::shapeStr(X.shape)));
+    if (d >= lead) {
+      keptDims.push_back(yd);
+      keptStrides.push_back(yd == 1 ? 0 : xs[d]);
+    }
+    if (yd == 1 && X.shape[d] != 1) {
+      redDims.push_back(X.shape[d]);
+      redStrides.push_back(xs[d]);
+    }
+  }
+  ReduceStep r;
+  r.in = X.data;
+  r.inElem = *elemOf(X.dtype);
+  r.out = Y.data;
+  r.outElem = *elemOf(Y.dtype);
+  r.outputs = Y.numElements();
+  r.base = indexer(keptDims, keptStrides);
+  r.reduced = indexer(redDims, redStrides);
+  r.count = 1;
+  for (int64_t d : redDims)
+    r.count *= d;
+  return Steps{r};
+}
+
+} // namespace
+
+CublasGemm cublasArgs(const GemmStep &s) {
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
+  // row-major matrix read column-major is its transpose: cuBLAS multiplies
+  // the step's B by its A, with the same transposes.
+  return CublasGemm{s.transB,  s.transA,  s.n,       s.m,       s.k,
+                    s.B,       s.A,       s.ldb,     s.lda,     s.ldc,
+                    s.strideB, s.strideA, s.strideC};
+}
+
+bool lowers(OpKind op, DType dtype) {
+  if (!elemOf(dtype))
+    return false;
+  if (isReshapeLike(op) || op == OpKind::Transpose || op == OpKind::Slice ||
+      op == OpKind::Concat || op == OpKind::Split || op == OpKind::Expand ||
+      op == OpKind::Cast || op == OpKind::Equal)
+    return true;
+  if (op == OpKind::Where)
+    return dtype == DType::Bool;
+  if (!isFloatElem(dtype))
+    return false;
+  return unaryMap(op) || binaryMap(op) || op == OpKind::UnaryGrad ||
+         op == OpKind::SliceGrad || op == OpKind::SumTo ||
+         op == OpKind::MatMul || op == OpKind::MatMulGradA ||
+         op == OpKind::MatMulGradB || op == OpKind::Gemm ||
+         op == OpKind::GemmGradA || op == OpKind::GemmGradB;
+}
+
+llvm::Expected<Steps> lowerCall(const KernelCall &call) {
+  DType dt = call.inputs.empty() ? DType::F32 : call.inputs[0].dtype;
+  if (!lowers(call.op, dt))
+    return fail(call, llvm::formatv("no CUDA kernel for {0} inputs",
+                                    ir::dtypeName(dt)));
+  for (const TensorRef &t : call.inputs)
+    if (!elemOf(t.dtype) || t.rank() > size_t(kMaxRank))
+      return fail(call, "an operand " + std::string(ir::dtypeName(t.dtype)) +
+                            ir::shapeStr(t.shape) +
+                            " (the CUDA kernels take rank <= 8 and f32, bf16, "
+                            "i64, i32 or bool)");
+  for (const TensorRef &t : call.outputs)
+    if (!elemOf(t.dtype) || t.rank() > size_t(kMaxRank))
+      return fail(call, "a result " + std::string(ir::dtypeName(t.dtype)) +
+                            ir::shapeStr(t.shape) +
+                            " (the CUDA kernels take rank <= 8 and f32, bf16, "
+                            "i64, i32 or bool)");
+  const TensorRef &y = call.outputs[0];
+  if (auto u = unaryMap(call.op))
+    return Steps{mapOver(*u, y, {&call.inputs[0]})};
+  if (auto b = binaryMap(call.op))
+    return Steps{mapOver(*b, y, {&call.inputs[0], &call.inputs[1]})};
+  switch (call.op) {
+  case OpKind::Cast:
+    return Steps{mapOver(call.inputs[0].dtype == y.dtype ? MapOp::Copy
+                                                         : MapOp::Cast,
+                         y, {&call.inputs[0]})};
+  case OpKind::Where:
+    return Steps{mapOver(MapOp::Where, y,
+                         {&call.inputs[0], &call.inputs[1], &call.inputs[2]})};
+  case OpKind::UnaryGrad: {
+    const std::string &fn = call.getString("fn");
+    auto op = unaryGradMap(fn);
+    if (!op)
+      return fail(call, "unknown fn '" + fn + "'");
+    MapArgs m = mapOver(*op, y, {&call.inputs[0], &call.inputs[1]});
+    if (fn == "clip") {
+      m.p0 = call.getFloat("min");
+      m.p1 = call.getFloat("max");
+    } else if (fn == "leaky_relu") {
+      m.p0 = call.getFloat("alpha");
+    }
+    return Steps{m};
+  }
+  case OpKind::SumTo:
+    return lowerSumTo(call);
+  case OpKind::MatMul:
+  case OpKind::MatMulGradA:
+  case OpKind::MatMulGradB:
+    return lowerMatMul(call);
+  case OpKind::Gemm:
+  case OpKind::GemmGradA:
+  case OpKind::GemmGradB:
+    return lowerGemm(call);
+  default:
+    return lowerDataMovement(call);
+  }
+}
+
+// --- the host runner ---------------------------------------------------------
+
+namespace {
+
+void runGemm(const GemmStep &s) {
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        float acc = 0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          int64_t ia = s.transA ? p * s.lda + i : i * s.lda + p;
+          int64_t ib = s.transB ? j * s.ldb + p : p * s.ldb + j;
+          acc += load(s.A, s.ab, b * s.strideA + ia) *
+                 load(s.B, s.ab, b * s.strideB + ib);
+        }
+        int64_t ic = b * s.strideC + i * s.ldc + j;
+        float c = s.beta != 0.0f ? s.beta * load(s.C, s.c, ic) : 0.0f;
+        store(s.C, s.c, ic, s.alpha * acc + c);
+      }
+}
+
+void runReduce(const ReduceStep &r) {
+  for (int64_t o = 0; o < r.outputs; ++o)
+    reduceElement(r.in, r.inElem, r.base(o), r.reduced, r.count, r.out,
+                  r.outElem, o);
+}
+
+} // namespace
+
+void runStepsOnHost(const std::vector<DeviceStep> &steps) {
+  for (const DeviceStep &step : steps) {
+    if (auto *m = std::get_if<MapArgs>(&step)) {
+      for (int64_t i = 0; i < m->n; ++i)
+        mapElement(*m, i);
+    } else if (auto *g = std::get_if<GemmStep>(&step)) {
+      runGemm(*g);
+    } else if (auto *r = std::get_if<ReduceStep>(&step)) {
+      runReduce(*r);
+    }
+  }
+}
+
+// --- the emulated backend ------------------------------------------------------
+
+namespace {
+
+class EmulatedBackend final : public Backend {
+public:
+  std::string_view name() const override { return "cuda-emulated"; }
+  void *allocate(size_t bytes) override {
+    return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  }
+  void release(void *p) override { std::free(p); }
+  void copyToDevice(void *dst, const void *src, size_t n) override {
+    if (n)
+      std::memcpy(dst, src, n);
+  }
+  void copyToHost(void *dst, const void *src, size_t n) override {
+    if (n)
+      std::memcpy(dst, src, n);
+  }
+  bool supports(OpKind op, DType dtype) const override {
+    return lowers(op, dtype);
+  }
+  llvm::Error run(const KernelCall &call) override {
+    auto steps = lowerCall(call);
+    if (!steps)
+      return steps.takeError();
+    runStepsOnHost(*steps);
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCudaEmulatedBackend() {
+  return std::make_unique<EmulatedBackend>();
+}
+
+} // namespace cleave::runtime::cuda
