@@ -212,16 +212,22 @@ struct MapArgs {
   float p0 = 0, p1 = 0; // applyMap's parameters
 };
 
+// Copies one element of `size` bytes, bit for bit.
+CLEAVE_HD void mapCopyElement(const void *src, int64_t s, void *dst, int64_t o,
+                              int size) {
+  switch (size) {
+  case 1: static_cast<uint8_t *>(dst)[o] = static_cast<const uint8_t *>(src)[s]; return;
+  case 2: static_cast<uint16_t *>(dst)[o] = static_cast<const uint16_t *>(src)[s]; return;
+  case 4: static_cast<uint32_t *>(dst)[o] = static_cast<const uint32_t *>(src)[s]; return;
+  default: static_cast<uint64_t *>(dst)[o] = static_cast<const uint64_t *>(src)[s]; return;
+  }
+}
+
 CLEAVE_HD void mapElement(const MapArgs &a, int64_t i) {
   int64_t o = a.outAt(i);
   if (a.op == MapOp::Copy) {
-    int64_t s = a.in[0].at(i);
-    switch (elemSize(a.outElem)) {
-    case 1: static_cast<uint8_t *>(a.out)[o] = static_cast<const uint8_t *>(a.in[0].data)[s]; return;
-    case 2: static_cast<uint16_t *>(a.out)[o] = static_cast<const uint16_t *>(a.in[0].data)[s]; return;
-    case 4: static_cast<uint32_t *>(a.out)[o] = static_cast<const uint32_t *>(a.in[0].data)[s]; return;
-    default: static_cast<uint64_t *>(a.out)[o] = static_cast<const uint64_t *>(a.in[0].data)[s]; return;
-    }
+    mapCopyElement(a.in[0].data, a.in[0].at(i), a.out, o, elemSize(a.outElem));
+    return;
   }
   if (a.op == MapOp::Equal && isInt(a.in[0].elem)) {
     bool eq = loadInt(a.in[0].data, a.in[0].elem, a.in[0].at(i)) ==
@@ -253,6 +259,363 @@ CLEAVE_HD void reduceElement(const void *in, Elem inElem, int64_t first,
   for (int64_t r = 0; r < count; ++r)
     acc += load(in, inElem, first + reduced(r));
   store(out, outElem, o, acc);
+}
+
+// --- row ops ---------------------------------------------------------------
+//
+// A row ("lane" in the CPU kernels) is `len` elements along one axis: row r
+// starts at (r / inner) * len * inner + r % inner and steps by `inner`. The
+// row functions take a Lanes: the threads that share the row. Each lane
+// handles elements j = lane, lane + count, ...; `sum` and `max` combine the
+// lanes' partial results and give every lane the total. On the GPU a Lanes
+// is a warp (shuffles); on the host it is one lane, and the functions run
+// sequentially.
+struct HostLanes {
+  CLEAVE_HD int lane() const { return 0; }
+  CLEAVE_HD int count() const { return 1; }
+  CLEAVE_HD double sum(double x) const { return x; }
+  CLEAVE_HD float max(float x) const { return x; }
+};
+
+enum class RowOp : uint8_t {
+  Softmax,             // y = exp(x - max) / sum
+  SoftmaxGrad,         // x: dY, aux: Y; dx = y * (dy - sum(dy * y))
+  LayerNorm,           // x: X, scale, bias; out: Y, mean, invStd (f32)
+  LayerNormGradData,   // x: X, aux: dY, scale; out: dX
+  LayerNormStats,      // x: X; stats[2r], stats[2r+1] = mean, invStd (f64)
+  CrossEntropy,        // x: scores, labels, weights; stats[2r], [2r+1] =
+                       // loss and weight of the row (0, 0 when ignored);
+                       // out: log-probabilities when asked
+  CrossEntropyGrad,    // x: scores, labels, weights, aux: dL; stats[0]: the
+                       // divisor; out: dScores
+};
+
+struct RowStep {
+  RowOp op = RowOp::Softmax;
+  int64_t rows = 0, len = 0, inner = 1;
+  const void *x = nullptr;
+  Elem xElem = Elem::F32;
+  const void *aux = nullptr; // dY / Y / dL
+  Elem auxElem = Elem::F32;
+  void *out = nullptr; // Y / dX / log-probabilities (may be null)
+  Elem outElem = Elem::F32;
+  // LayerNorm: scale and bias (broadcast to the row: index j % scaleLen).
+  const void *scale = nullptr, *bias = nullptr;
+  Elem scaleElem = Elem::F32, biasElem = Elem::F32;
+  int64_t scaleLen = 1, biasLen = 1;
+  float *mean = nullptr, *invStd = nullptr; // LayerNorm's optional outputs
+  float epsilon = 0;
+  // Cross-entropy: labels (one per row), optional class weights,
+  // ignore_index (when hasIgnore), and whether dL is one value or per row.
+  const void *labels = nullptr;
+  Elem labelElem = Elem::I64;
+  const void *weights = nullptr;
+  Elem weightElem = Elem::F32;
+  bool hasIgnore = false;
+  int64_t ignoreIndex = 0;
+  bool perRowGrad = false;
+  double *stats = nullptr; // per-row statistics, or the divisor
+};
+
+CLEAVE_HD int64_t rowStart(const RowStep &s, int64_t r) {
+  return (r / s.inner) * s.len * s.inner + r % s.inner;
+}
+
+template <class L>
+CLEAVE_HD float rowMax(const L &l, const void *p, Elem e, int64_t start,
+                       int64_t len, int64_t inner) {
+  float m = -INFINITY;
+  for (int64_t j = l.lane(); j < len; j += l.count()) {
+    float v = load(p, e, start + j * inner);
+    m = v > m ? v : m;
+  }
+  return l.max(m);
+}
+
+template <class L>
+CLEAVE_HD void rowElement(const L &l, const RowStep &s, int64_t r) {
+  int64_t start = rowStart(s, r), len = s.len, in = s.inner;
+  auto x = [&](int64_t j) { return load(s.x, s.xElem, start + j * in); };
+  auto aux = [&](int64_t j) { return load(s.aux, s.auxElem, start + j * in); };
+  auto put = [&](int64_t j, double v) {
+    store(s.out, s.outElem, start + j * in, float(v));
+  };
+  switch (s.op) {
+  case RowOp::Softmax: {
+    float m = rowMax(l, s.x, s.xElem, start, len, in);
+    double sum = 0;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      sum += exp(double(x(j)) - double(m));
+    sum = l.sum(sum);
+    double rcp = 1.0 / sum;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      put(j, exp(double(x(j)) - double(m)) * rcp);
+    return;
+  }
+  case RowOp::SoftmaxGrad: {
+    double sum = 0;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      sum += double(x(j)) * aux(j);
+    sum = l.sum(sum);
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      put(j, double(aux(j)) * (double(x(j)) - sum));
+    return;
+  }
+  case RowOp::LayerNorm:
+  case RowOp::LayerNormGradData:
+  case RowOp::LayerNormStats: {
+    double mean = 0, var = 0;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      mean += x(j);
+    mean = len ? l.sum(mean) / double(len) : 0.0;
+    for (int64_t j = l.lane(); j < len; j += l.count()) {
+      double d = x(j) - mean;
+      var += d * d;
+    }
+    var = len ? l.sum(var) / double(len) : 0.0;
+    double inv = 1.0 / sqrt(var + double(s.epsilon));
+    auto scale = [&](int64_t j) {
+      return double(load(s.scale, s.scaleElem, j % s.scaleLen));
+    };
+    if (s.op == RowOp::LayerNormStats) {
+      if (l.lane() == 0) {
+        s.stats[2 * r] = mean;
+        s.stats[2 * r + 1] = inv;
+      }
+      return;
+    }
+    if (s.op == RowOp::LayerNorm) {
+      for (int64_t j = l.lane(); j < len; j += l.count()) {
+        double b = s.bias ? double(load(s.bias, s.biasElem, j % s.biasLen)) : 0.0;
+        put(j, ((x(j) - mean) * inv) * scale(j) + b);
+      }
+      if (l.lane() == 0 && s.mean)
+        s.mean[r] = float(mean);
+      if (l.lane() == 0 && s.invStd)
+        s.invStd[r] = float(inv);
+      return;
+    }
+    double meanG = 0, meanGX = 0; // dY lives in aux
+    for (int64_t j = l.lane(); j < len; j += l.count()) {
+      double g = double(aux(j)) * scale(j);
+      meanG += g;
+      meanGX += g * ((x(j) - mean) * inv);
+    }
+    meanG = len ? l.sum(meanG) / double(len) : 0.0;
+    meanGX = len ? l.sum(meanGX) / double(len) : 0.0;
+    for (int64_t j = l.lane(); j < len; j += l.count()) {
+      double g = double(aux(j)) * scale(j), xh = (x(j) - mean) * inv;
+      put(j, inv * ((g - meanG) - xh * meanGX));
+    }
+    return;
+  }
+  case RowOp::CrossEntropy:
+  case RowOp::CrossEntropyGrad: {
+    int64_t label = loadInt(s.labels, s.labelElem, r);
+    bool ignored = s.hasIgnore && label == s.ignoreIndex;
+    bool valid = !ignored && label >= 0 && label < len;
+    double w = !valid ? 0.0
+               : s.weights ? double(load(s.weights, s.weightElem, label))
+                           : 1.0;
+    if (s.op == RowOp::CrossEntropyGrad && !valid) {
+      for (int64_t j = l.lane(); j < len; j += l.count())
+        put(j, 0.0);
+      return;
+    }
+    float m = rowMax(l, s.x, s.xElem, start, len, in);
+    double sum = 0;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      sum += exp(double(x(j)) - double(m));
+    sum = l.sum(sum);
+    if (s.op == RowOp::CrossEntropy) {
+      double shift = double(m) + log(sum);
+      if (s.out)
+        for (int64_t j = l.lane(); j < len; j += l.count())
+          put(j, double(x(j)) - shift);
+      if (l.lane() == 0) {
+        s.stats[2 * r] = valid ? -(double(x(label)) - shift) * w : 0.0;
+        s.stats[2 * r + 1] = w;
+      }
+      return;
+    }
+    double dl = load(s.aux, s.auxElem, s.perRowGrad ? r : 0);
+    double coef = dl * w / s.stats[0];
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      put(j, (exp(double(x(j)) - double(m)) / sum - (j == label ? 1.0 : 0.0)) *
+                 coef);
+    return;
+  }
+  }
+}
+
+// --- column sums --------------------------------------------------------------
+
+// LayerNormalizationGradParams, one thread per column j of [rows, len]:
+// dScale[j] = sum over rows (increasing) of dY[r, j] * (X[r, j] - mean_r) *
+// invStd_r, with the statistics from a LayerNormStats row step.
+struct ColumnStep {
+  int64_t rows = 0, len = 0;
+  const void *dy = nullptr, *x = nullptr;
+  Elem dyElem = Elem::F32, xElem = Elem::F32;
+  const double *stats = nullptr;
+  void *out = nullptr;
+  Elem outElem = Elem::F32;
+};
+
+CLEAVE_HD void columnElement(const ColumnStep &s, int64_t j) {
+  double acc = 0;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    int64_t i = r * s.len + j;
+    acc += double(load(s.dy, s.dyElem, i)) *
+           ((double(load(s.x, s.xElem, i)) - s.stats[2 * r]) * s.stats[2 * r + 1]);
+  }
+  store(s.out, s.outElem, j, float(acc));
+}
+
+// One thread over all rows of a cross-entropy (the loss rows of a
+// CrossEntropy row step, in stats as (loss, weight) pairs):
+//   Total:   out = total / weight sum (mean) or total (sum); stats[2 * rows]
+//            = the weight sum;
+//   PerRow:  out[r] = loss_r (reduction none);
+//   Divisor: stats[0] = the weight sum of the rows not ignored (mean) or 1,
+//            from the labels and weights alone (the gradient's divisor).
+enum class LossKind : uint8_t { Total, PerRow, Divisor };
+
+struct LossStep {
+  LossKind kind = LossKind::Total;
+  int64_t rows = 0;
+  double *stats = nullptr;
+  bool mean = true;
+  void *out = nullptr;
+  Elem outElem = Elem::F32;
+  // Divisor: the row step's labels, weights and classes.
+  const void *labels = nullptr;
+  Elem labelElem = Elem::I64;
+  const void *weights = nullptr;
+  Elem weightElem = Elem::F32;
+  bool hasIgnore = false;
+  int64_t ignoreIndex = 0, classes = 0;
+};
+
+CLEAVE_HD void lossStep(const LossStep &s) {
+  if (s.kind == LossKind::PerRow) {
+    for (int64_t r = 0; r < s.rows; ++r)
+      store(s.out, s.outElem, r, float(s.stats[2 * r]));
+    return;
+  }
+  if (s.kind == LossKind::Divisor) {
+    double weight = 0;
+    for (int64_t r = 0; s.mean && r < s.rows; ++r) {
+      int64_t label = loadInt(s.labels, s.labelElem, r);
+      if ((s.hasIgnore && label == s.ignoreIndex) || label < 0 ||
+          label >= s.classes)
+        continue;
+      weight += s.weights ? double(load(s.weights, s.weightElem, label)) : 1.0;
+    }
+    s.stats[0] = s.mean ? weight : 1.0;
+    return;
+  }
+  double total = 0, weight = 0;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    total += s.stats[2 * r];
+    weight += s.stats[2 * r + 1];
+  }
+  s.stats[2 * s.rows] = weight;
+  store(s.out, s.outElem, 0, float(s.mean ? total / weight : total));
+}
+
+// --- gather and its gradient ------------------------------------------------------
+
+// Gather along an axis: out[(o * n + k) * inner + i] = data[(o * dim +
+// idx[k]) * inner + i], a negative index counting from the end. An index
+// out of range reads nothing and writes 0 (cleave-run checks index inputs
+// against the plan before they reach a kernel).
+struct GatherStep {
+  const void *data = nullptr;
+  Elem elem = Elem::F32;
+  const void *idx = nullptr;
+  Elem idxElem = Elem::I64;
+  void *out = nullptr;
+  int64_t outer = 1, n = 0, dim = 0, inner = 1;
+  bool grad = false; // GatherGrad: out is dX, data is dY
+};
+
+CLEAVE_HD int64_t gatherIndex(const GatherStep &s, int64_t k) {
+  int64_t v = loadInt(s.idx, s.idxElem, k);
+  return v < 0 ? v + s.dim : v;
+}
+
+// Gather: element i of the output.
+CLEAVE_HD void gatherElement(const GatherStep &s, int64_t i) {
+  int64_t in = i % s.inner, k = (i / s.inner) % s.n, o = i / (s.inner * s.n);
+  int64_t v = gatherIndex(s, k);
+  if (v < 0 || v >= s.dim) {
+    store(s.out, s.elem, i, 0.0f);
+    return;
+  }
+  mapCopyElement(s.data, (o * s.dim + v) * s.inner + in, s.out, i,
+                 elemSize(s.elem));
+}
+
+// GatherGrad: column c = (o, i) of dX, which is zero before: adds dY[o, k,
+// i] into dX[o, idx[k], i] for k in increasing order, in f32, as the CPU.
+CLEAVE_HD void gatherGradColumn(const GatherStep &s, int64_t c) {
+  int64_t in = c % s.inner, o = c / s.inner;
+  for (int64_t k = 0; k < s.n; ++k) {
+    int64_t v = gatherIndex(s, k);
+    if (v < 0 || v >= s.dim)
+      continue;
+    int64_t dst = (o * s.dim + v) * s.inner + in;
+    float acc = load(s.out, s.elem, dst) +
+                load(s.data, s.elem, (o * s.n + k) * s.inner + in);
+    store(s.out, s.elem, dst, acc);
+  }
+}
+
+// --- optimizers ------------------------------------------------------------------
+
+// SGD and AdamW, element by element, in double (runtime/cpu/Optimizers.cpp).
+// lr and step are one-element tensors read in the kernel, so a changed
+// learning rate needs no new launch parameters.
+struct OptimizerStep {
+  bool adamw = false;
+  int64_t n = 0;
+  const void *param = nullptr, *grad = nullptr, *lr = nullptr,
+             *step = nullptr;
+  Elem elem = Elem::F32, lrElem = Elem::F32, stepElem = Elem::F32;
+  const void *m = nullptr, *v = nullptr; // SGD: m is the velocity (or null)
+  void *paramOut = nullptr, *mOut = nullptr, *vOut = nullptr;
+  Elem mElem = Elem::F32, vElem = Elem::F32;
+  double gradScale = 1, momentum = 0, weightDecay = 0, beta1 = 0.9,
+         beta2 = 0.999, epsilon = 1e-8;
+  bool nesterov = false;
+};
+
+CLEAVE_HD void optimizerElement(const OptimizerStep &s, int64_t i) {
+  double lr = load(s.lr, s.lrElem, 0);
+  double g = double(load(s.grad, s.elem, i)) * s.gradScale;
+  double p = load(s.param, s.elem, i);
+  if (!s.adamw) {
+    g += s.weightDecay * p;
+    if (s.m) {
+      double vNew = s.momentum * double(load(s.m, s.mElem, i)) + g;
+      store(s.mOut, s.mElem, i, float(vNew));
+      g = s.nesterov ? g + s.momentum * vNew : vNew;
+    }
+    store(s.paramOut, s.elem, i, float(p - lr * g));
+    return;
+  }
+  double t = double(load(s.step, s.stepElem, 0)) + 1.0;
+  double stepSize = lr / (1.0 - pow(s.beta1, t));
+  double c2 = sqrt(1.0 - pow(s.beta2, t));
+  p = p * (1.0 - lr * s.weightDecay);
+  double mNew = s.beta1 * double(load(s.m, s.mElem, i)) + (1.0 - s.beta1) * g;
+  double vNew =
+      s.beta2 * double(load(s.v, s.vElem, i)) + (1.0 - s.beta2) * g * g;
+  double denom = sqrt(vNew) / c2 + s.epsilon;
+  store(s.paramOut, s.elem, i, float(p - stepSize * mNew / denom));
+  store(s.mOut, s.mElem, i, float(mNew));
+  store(s.vOut, s.vElem, i, float(vNew));
 }
 
 } // namespace cleave::runtime::cuda

@@ -566,6 +566,284 @@ llvm::Expected<Steps> lowerSumTo(const KernelCall &call) {
   return Steps{r};
 }
 
+// --- rows, columns, gathers, optimizers -----------------------------------
+
+RowStep rowsAlong(RowOp op, const TensorRef &x, int64_t axis) {
+  RowStep r;
+  r.op = op;
+  r.len = x.shape[axis];
+  r.inner = 1;
+  for (size_t d = axis + 1; d < x.rank(); ++d)
+    r.inner *= x.shape[d];
+  r.rows = r.len ? x.numElements() / r.len : 0;
+  r.x = x.data;
+  r.xElem = *elemOf(x.dtype);
+  return r;
+}
+
+void setOut(RowStep &r, const TensorRef &t) {
+  r.out = t.data;
+  r.outElem = *elemOf(t.dtype);
+}
+
+// LayerNorm's rows: everything from `axis` on, one row per leading index.
+llvm::Expected<RowStep> layerNormRows(const KernelCall &call, RowOp op,
+                                      const TensorRef &x) {
+  auto axis = axisOf(call, call.getInt("axis"), x.rank());
+  if (!axis)
+    return axis.takeError();
+  RowStep r;
+  r.op = op;
+  r.len = 1;
+  for (size_t d = *axis; d < x.rank(); ++d)
+    r.len *= x.shape[d];
+  r.rows = r.len ? x.numElements() / r.len : 0;
+  r.x = x.data;
+  r.xElem = *elemOf(x.dtype);
+  r.epsilon = call.getFloat("epsilon");
+  return r;
+}
+
+// A LayerNorm scale or bias: broadcast to the row, which the kernels read
+// as index j % numel: its shape must be the row's trailing dims.
+llvm::Error rowOperand(const KernelCall &call, const TensorRef &t,
+                       const TensorRef &x, const void *&data, Elem &elem,
+                       int64_t &len) {
+  for (size_t d = 0; d < t.rank(); ++d)
+    if (t.rank() > x.rank() ||
+        (t.shape[d] != x.shape[x.rank() - t.rank() + d] &&
+         !(t.numElements() == 1)))
+      return fail(call, "a scale or bias of shape " + ir::shapeStr(t.shape) +
+                            " that is not the normalized dims'");
+  data = t.data;
+  elem = *elemOf(t.dtype);
+  len = std::max<int64_t>(t.numElements(), 1);
+  return llvm::Error::success();
+}
+
+double *doubles(const Scratch &scratch, int64_t n) {
+  return static_cast<double *>(scratch(size_t(std::max<int64_t>(n, 1)) * 8));
+}
+
+void setLabels(RowStep &r, const KernelCall &call, const TensorRef &labels,
+               const TensorRef *weights) {
+  r.labels = labels.data;
+  r.labelElem = *elemOf(labels.dtype);
+  if (weights) {
+    r.weights = weights->data;
+    r.weightElem = *elemOf(weights->dtype);
+  }
+  r.hasIgnore = call.hasAttr("ignore_index");
+  if (r.hasIgnore)
+    r.ignoreIndex = call.getInt("ignore_index");
+}
+
+llvm::Expected<Steps> lowerRows(const KernelCall &call,
+                                const Scratch &scratch) {
+  const TensorRef &x = call.inputs[0];
+  switch (call.op) {
+  case OpKind::Softmax:
+  case OpKind::SoftmaxGrad: {
+    auto axis = axisOf(call, call.getInt("axis"), x.rank());
+    if (!axis)
+      return axis.takeError();
+    if (call.op == OpKind::Softmax) {
+      RowStep r = rowsAlong(RowOp::Softmax, x, *axis);
+      setOut(r, call.outputs[0]);
+      return Steps{r};
+    }
+    RowStep r = rowsAlong(RowOp::SoftmaxGrad, x, *axis); // x: dY
+    r.aux = call.inputs[1].data;                         // Y
+    r.auxElem = *elemOf(call.inputs[1].dtype);
+    setOut(r, call.outputs[0]);
+    return Steps{r};
+  }
+  case OpKind::LayerNormalization: {
+    auto r = layerNormRows(call, RowOp::LayerNorm, x);
+    if (!r)
+      return r.takeError();
+    if (auto e = rowOperand(call, call.inputs[1], x, r->scale, r->scaleElem,
+                            r->scaleLen))
+      return std::move(e);
+    if (call.inputs.size() > 2 && call.inputs[2].data)
+      if (auto e = rowOperand(call, call.inputs[2], x, r->bias, r->biasElem,
+                              r->biasLen))
+        return std::move(e);
+    setOut(*r, call.outputs[0]);
+    for (size_t k = 1; k < call.outputs.size(); ++k) {
+      if (call.outputs[k].dtype != DType::F32)
+        return fail(call, "Mean and InvStdDev must be f32");
+      (k == 1 ? r->mean : r->invStd) = call.outputs[k].as<float>();
+    }
+    return Steps{*r};
+  }
+  case OpKind::LayerNormalizationGradData: { // dY, X, Scale
+    auto r = layerNormRows(call, RowOp::LayerNormGradData, call.inputs[1]);
+    if (!r)
+      return r.takeError();
+    r->aux = x.data;
+    r->auxElem = *elemOf(x.dtype);
+    if (auto e = rowOperand(call, call.inputs[2], call.inputs[1], r->scale,
+                            r->scaleElem, r->scaleLen))
+      return std::move(e);
+    setOut(*r, call.outputs[0]);
+    return Steps{*r};
+  }
+  case OpKind::LayerNormalizationGradParams: { // dY, X -> dScale
+    auto r = layerNormRows(call, RowOp::LayerNormStats, call.inputs[1]);
+    if (!r)
+      return r.takeError();
+    if (call.outputs[0].numElements() != r->len)
+      return fail(call, "dScale must have the normalized dims' size");
+    r->stats = doubles(scratch, 2 * r->rows);
+    ColumnStep c;
+    c.rows = r->rows;
+    c.len = r->len;
+    c.dy = x.data;
+    c.dyElem = *elemOf(x.dtype);
+    c.x = call.inputs[1].data;
+    c.xElem = *elemOf(call.inputs[1].dtype);
+    c.stats = r->stats;
+    c.out = call.outputs[0].data;
+    c.outElem = *elemOf(call.outputs[0].dtype);
+    return Steps{*r, c};
+  }
+  case OpKind::SoftmaxCrossEntropyLoss: { // scores, labels[, weights]
+    if (x.rank() < 2)
+      return fail(call, "scores must have rank >= 2");
+    RowStep r = rowsAlong(RowOp::CrossEntropy, x, 1);
+    setLabels(r, call, call.inputs[1],
+              call.inputs.size() > 2 && call.inputs[2].data ? &call.inputs[2]
+                                                            : nullptr);
+    r.stats = doubles(scratch, 2 * r.rows + 1);
+    if (call.outputs.size() > 1)
+      setOut(r, call.outputs[1]);
+    LossStep l;
+    const std::string &red = call.getString("reduction");
+    l.kind = red == "none" ? LossKind::PerRow : LossKind::Total;
+    l.mean = red == "mean";
+    l.rows = r.rows;
+    l.stats = r.stats;
+    l.out = call.outputs[0].data;
+    l.outElem = *elemOf(call.outputs[0].dtype);
+    return Steps{r, l};
+  }
+  case OpKind::SoftmaxCrossEntropyLossGrad: { // dL, scores, labels[, weights]
+    const TensorRef &scores = call.inputs[1];
+    if (scores.rank() < 2)
+      return fail(call, "scores must have rank >= 2");
+    RowStep r = rowsAlong(RowOp::CrossEntropyGrad, scores, 1);
+    setLabels(r, call, call.inputs[2],
+              call.inputs.size() > 3 && call.inputs[3].data ? &call.inputs[3]
+                                                            : nullptr);
+    r.aux = x.data;
+    r.auxElem = *elemOf(x.dtype);
+    const std::string &red = call.getString("reduction");
+    r.perRowGrad = red == "none";
+    r.stats = doubles(scratch, 1);
+    setOut(r, call.outputs[0]);
+    LossStep l;
+    l.kind = LossKind::Divisor;
+    l.mean = red == "mean";
+    l.rows = r.rows;
+    l.stats = r.stats;
+    l.labels = r.labels;
+    l.labelElem = r.labelElem;
+    l.weights = r.weights;
+    l.weightElem = r.weightElem;
+    l.hasIgnore = r.hasIgnore;
+    l.ignoreIndex = r.ignoreIndex;
+    l.classes = r.len;
+    return Steps{l, r};
+  }
+  default:
+    return fail(call, "not a row op");
+  }
+}
+
+llvm::Expected<Steps> lowerGather(const KernelCall &call) {
+  bool grad = call.op == OpKind::GatherGrad;
+  const TensorRef &src = call.inputs[0], &idx = call.inputs[1],
+                  &out = call.outputs[0];
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return fail(call, "indices must be i64 or i32");
+  const TensorRef &table = grad ? out : src; // the gathered-from shape
+  auto axis = axisOf(call, call.getInt("axis"), table.rank());
+  if (!axis)
+    return axis.takeError();
+  GatherStep g;
+  g.data = src.data;
+  g.elem = *elemOf(src.dtype);
+  g.idx = idx.data;
+  g.idxElem = *elemOf(idx.dtype);
+  g.out = out.data;
+  g.n = idx.numElements();
+  g.dim = table.shape[*axis];
+  for (int64_t d = 0; d < *axis; ++d)
+    g.outer *= table.shape[d];
+  for (size_t d = *axis + 1; d < table.rank(); ++d)
+    g.inner *= table.shape[d];
+  g.grad = grad;
+  if (grad)
+    return Steps{zero(out), g};
+  return Steps{g};
+}
+
+llvm::Expected<Steps> lowerOptimizer(const KernelCall &call) {
+  OptimizerStep o;
+  o.adamw = call.op == OpKind::AdamW;
+  const TensorRef &param = call.inputs[0], &lr = call.inputs[2];
+  if (lr.numElements() != 1)
+    return fail(call, "the learning rate must be one element");
+  o.n = param.numElements();
+  o.param = param.data;
+  o.grad = call.inputs[1].data;
+  o.elem = *elemOf(param.dtype);
+  o.lr = lr.data;
+  o.lrElem = *elemOf(lr.dtype);
+  o.paramOut = call.outputs[0].data;
+  o.gradScale = call.getFloat("grad_scale");
+  o.weightDecay = call.getFloat("weight_decay");
+  if (!o.adamw) {
+    o.momentum = call.getFloat("momentum");
+    o.nesterov = call.getInt("nesterov");
+    if (call.inputs.size() > 3 && call.inputs[3].data) {
+      o.m = call.inputs[3].data;
+      o.mElem = *elemOf(call.inputs[3].dtype);
+      if (call.outputs.size() < 2)
+        return fail(call, "a velocity operand needs a velocity result");
+      o.mOut = call.outputs[1].data;
+    } else if (o.momentum != 0) {
+      return fail(call, "momentum needs a velocity operand");
+    }
+    return Steps{o};
+  }
+  const TensorRef &step = call.inputs[3];
+  if (step.numElements() != 1)
+    return fail(call, "the step count must be one element");
+  o.step = step.data;
+  o.stepElem = *elemOf(step.dtype);
+  o.m = call.inputs[4].data;
+  o.mElem = *elemOf(call.inputs[4].dtype);
+  o.v = call.inputs[5].data;
+  o.vElem = *elemOf(call.inputs[5].dtype);
+  o.mOut = call.outputs[1].data;
+  o.vOut = call.outputs[2].data;
+  o.beta1 = call.getFloat("beta1");
+  o.beta2 = call.getFloat("beta2");
+  o.epsilon = call.getFloat("epsilon");
+  return Steps{o};
+}
+
+bool isRowOp(OpKind k) {
+  return k == OpKind::Softmax || k == OpKind::SoftmaxGrad ||
+         k == OpKind::LayerNormalization ||
+         k == OpKind::LayerNormalizationGradData ||
+         k == OpKind::LayerNormalizationGradParams ||
+         k == OpKind::SoftmaxCrossEntropyLoss ||
+         k == OpKind::SoftmaxCrossEntropyLossGrad;
+}
+
 } // namespace
 
 CublasGemm cublasArgs(const GemmStep &s) {
@@ -582,7 +860,7 @@ bool lowers(OpKind op, DType dtype) {
     return false;
   if (isReshapeLike(op) || op == OpKind::Transpose || op == OpKind::Slice ||
       op == OpKind::Concat || op == OpKind::Split || op == OpKind::Expand ||
-      op == OpKind::Cast || op == OpKind::Equal)
+      op == OpKind::Cast || op == OpKind::Equal || op == OpKind::Gather)
     return true;
   if (op == OpKind::Where)
     return dtype == DType::Bool;
@@ -592,10 +870,12 @@ bool lowers(OpKind op, DType dtype) {
          op == OpKind::SliceGrad || op == OpKind::SumTo ||
          op == OpKind::MatMul || op == OpKind::MatMulGradA ||
          op == OpKind::MatMulGradB || op == OpKind::Gemm ||
-         op == OpKind::GemmGradA || op == OpKind::GemmGradB;
+         op == OpKind::GemmGradA || op == OpKind::GemmGradB || isRowOp(op) ||
+         op == OpKind::GatherGrad || op == OpKind::SGD || op == OpKind::AdamW;
 }
 
-llvm::Expected<Steps> lowerCall(const KernelCall &call) {
+llvm::Expected<Steps> lowerCall(const KernelCall &call,
+                                const Scratch &scratch) {
   DType dt = call.inputs.empty() ? DType::F32 : call.inputs[0].dtype;
   if (!lowers(call.op, dt))
     return fail(call, llvm::formatv("no CUDA kernel for {0} inputs",
@@ -612,6 +892,8 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call) {
                             ir::shapeStr(t.shape) +
                             " (the CUDA kernels take rank <= 8 and f32, bf16, "
                             "i64, i32 or bool)");
+  if (isRowOp(call.op))
+    return lowerRows(call, scratch);
   const TensorRef &y = call.outputs[0];
   if (auto u = unaryMap(call.op))
     return Steps{mapOver(*u, y, {&call.inputs[0]})};
@@ -641,6 +923,12 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call) {
   }
   case OpKind::SumTo:
     return lowerSumTo(call);
+  case OpKind::Gather:
+  case OpKind::GatherGrad:
+    return lowerGather(call);
+  case OpKind::SGD:
+  case OpKind::AdamW:
+    return lowerOptimizer(call);
   case OpKind::MatMul:
   case OpKind::MatMulGradA:
   case OpKind::MatMulGradB:
@@ -692,6 +980,24 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
       runGemm(*g);
     } else if (auto *r = std::get_if<ReduceStep>(&step)) {
       runReduce(*r);
+    } else if (auto *row = std::get_if<RowStep>(&step)) {
+      for (int64_t i = 0; i < row->rows; ++i)
+        rowElement(HostLanes{}, *row, i);
+    } else if (auto *c = std::get_if<ColumnStep>(&step)) {
+      for (int64_t j = 0; j < c->len; ++j)
+        columnElement(*c, j);
+    } else if (auto *l = std::get_if<LossStep>(&step)) {
+      lossStep(*l);
+    } else if (auto *g = std::get_if<GatherStep>(&step)) {
+      if (g->grad)
+        for (int64_t col = 0; col < g->outer * g->inner; ++col)
+          gatherGradColumn(*g, col);
+      else
+        for (int64_t i = 0; i < g->outer * g->n * g->inner; ++i)
+          gatherElement(*g, i);
+    } else if (auto *o = std::get_if<OptimizerStep>(&step)) {
+      for (int64_t i = 0; i < o->n; ++i)
+        optimizerElement(*o, i);
     }
   }
 }
@@ -719,12 +1025,19 @@ public:
     return lowers(op, dtype);
   }
   llvm::Error run(const KernelCall &call) override {
-    auto steps = lowerCall(call);
+    auto steps = lowerCall(call, [this](size_t bytes) {
+      if (scratch_.size() < bytes)
+        scratch_.resize(bytes);
+      return static_cast<void *>(scratch_.data());
+    });
     if (!steps)
       return steps.takeError();
     runStepsOnHost(*steps);
     return llvm::Error::success();
   }
+
+private:
+  std::vector<uint8_t> scratch_;
 };
 
 } // namespace

@@ -12,6 +12,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <memory>
 #include <variant>
 #include <vector>
@@ -58,11 +59,18 @@ struct ReduceStep {
   int64_t count = 0;
 };
 
-using DeviceStep = std::variant<MapArgs, GemmStep, ReduceStep>;
+using DeviceStep = std::variant<MapArgs, GemmStep, ReduceStep, RowStep,
+                                ColumnStep, LossStep, GatherStep,
+                                OptimizerStep>;
+
+// Backend memory a call's steps may use as scratch (row statistics, the
+// loss's partial sums), valid until the next call is lowered.
+using Scratch = std::function<void *(size_t bytes)>;
 
 // The steps of `call`, in order, or an error naming the op and what the
 // CUDA backend does not handle (an op, an element type, a shape).
-llvm::Expected<std::vector<DeviceStep>> lowerCall(const KernelCall &call);
+llvm::Expected<std::vector<DeviceStep>> lowerCall(const KernelCall &call,
+                                                  const Scratch &scratch);
 
 // True when lowerCall handles `op` with first inputs of `dtype`.
 bool lowers(ir::OpKind op, ir::DType dtype);

@@ -355,8 +355,77 @@ TEST(CudaLowering, UnsupportedOpsAreOneLineErrors) {
   Buffer x = make(c.ins[0], rng), w = make(c.ins[1], rng),
          y = make(c.outs[0], rng);
   std::vector<TensorRef> in = {x.ref(), w.ref()}, out = {y.ref()};
-  auto steps = runtime::cuda::lowerCall(KernelCall{c.op, c.attrs, in, out, 0});
+  auto steps = runtime::cuda::lowerCall(KernelCall{c.op, c.attrs, in, out, 0},
+                                        [](size_t) { return nullptr; });
   ASSERT_FALSE(bool(steps));
   EXPECT_EQ(llvm::toString(steps.takeError()),
             "Conv (cuda): no CUDA kernel for f32 inputs");
+}
+
+// Row ops (one warp a row on the GPU, one lane here), column sums, the
+// loss's reductions, gathers and the optimizers.
+TEST(CudaLowering, RowsColumnsGathersAndOptimizers) {
+  ir::AttrMap axis1 = {{"axis", int64_t(1)}};
+  ir::AttrMap ln = {{"axis", int64_t(-1)}, {"epsilon", 1e-5f}};
+  ir::AttrMap ln2 = {{"axis", int64_t(1)}, {"epsilon", 1e-5f}};
+  auto sce = [](const char *red, bool ignore) {
+    ir::AttrMap a = {{"reduction", std::string(red)}};
+    if (ignore)
+      a.insert_or_assign("ignore_index", ir::Attribute(int64_t(2)));
+    return a;
+  };
+  std::vector<Case> cases = {
+      {"softmax last", OpKind::Softmax, {{"axis", int64_t(-1)}},
+       {f32({3, 4, 7})}, {f32({3, 4, 7})}, 1e-6},
+      {"softmax inner", OpKind::Softmax, axis1, {f32({3, 4, 7})},
+       {f32({3, 4, 7})}, 1e-6},
+      {"softmax bf16", OpKind::Softmax, {{"axis", int64_t(-1)}},
+       {bf16({4, 9})}, {bf16({4, 9})}},
+      {"softmax grad", OpKind::SoftmaxGrad, axis1,
+       {f32({3, 4, 7}), f32({3, 4, 7}, Fill::Positive)}, {f32({3, 4, 7})},
+       1e-5},
+      {"layer norm", OpKind::LayerNormalization, ln,
+       {f32({2, 3, 8}), f32({8}), f32({8})},
+       {f32({2, 3, 8}), f32({2, 3, 1}), f32({2, 3, 1})}, 1e-5},
+      {"layer norm two dims", OpKind::LayerNormalization, ln2,
+       {f32({2, 3, 8}), f32({3, 8})}, {f32({2, 3, 8})}, 1e-5},
+      {"layer norm grad data", OpKind::LayerNormalizationGradData, ln,
+       {f32({2, 3, 8}), f32({2, 3, 8}), f32({8})}, {f32({2, 3, 8})}, 1e-5},
+      {"layer norm grad params", OpKind::LayerNormalizationGradParams, ln,
+       {f32({2, 3, 8}), f32({2, 3, 8})}, {f32({8})}, 1e-5},
+      {"cross-entropy mean", OpKind::SoftmaxCrossEntropyLoss, sce("mean", false),
+       {f32({6, 5}), i64({6})}, {f32({})}, 1e-6},
+      {"cross-entropy ignore", OpKind::SoftmaxCrossEntropyLoss, sce("mean", true),
+       {f32({6, 5}), i64({6})}, {f32({}), f32({6, 5})}, 1e-6},
+      {"cross-entropy sum spatial", OpKind::SoftmaxCrossEntropyLoss,
+       sce("sum", false), {f32({2, 5, 3}), i64({2, 3})}, {f32({})}, 1e-6},
+      {"cross-entropy none weighted", OpKind::SoftmaxCrossEntropyLoss,
+       sce("none", false), {f32({6, 5}), i64({6}), f32({5}, Fill::Positive)},
+       {f32({6})}, 1e-6},
+      {"cross-entropy grad mean", OpKind::SoftmaxCrossEntropyLossGrad,
+       sce("mean", true), {f32({}), f32({6, 5}), i64({6})}, {f32({6, 5})},
+       1e-6},
+      {"cross-entropy grad none spatial", OpKind::SoftmaxCrossEntropyLossGrad,
+       sce("none", false), {f32({2, 3}), f32({2, 5, 3}), i64({2, 3})},
+       {f32({2, 5, 3})}, 1e-6},
+      {"gather rows", OpKind::Gather, {{"axis", int64_t(0)}},
+       {f32({5, 3}), i64({2, 4})}, {f32({2, 4, 3})}},
+      {"gather middle axis", OpKind::Gather, {{"axis", int64_t(1)}},
+       {bf16({2, 5, 3}), i64({4})}, {bf16({2, 4, 3})}},
+      {"gather grad", OpKind::GatherGrad,
+       {{"axis", int64_t(0)}, {"shape", Ints{5, 3}}},
+       {f32({2, 4, 3}), i64({2, 4})}, {f32({5, 3})}},
+      {"sgd", OpKind::SGD, {{"grad_scale", 0.25f}, {"weight_decay", 0.01f}},
+       {f32({7}), f32({7}), f32({}, Fill::Positive)}, {f32({7})}, 1e-7},
+      {"sgd nesterov", OpKind::SGD,
+       {{"momentum", 0.9f}, {"nesterov", int64_t(1)}},
+       {f32({7}), f32({7}), f32({}, Fill::Positive), f32({7})},
+       {f32({7}), f32({7})}, 1e-7},
+      {"adamw", OpKind::AdamW, {},
+       {f32({7}), f32({7}), f32({}, Fill::Positive), f32({}, Fill::Positive),
+        f32({7}), f32({7}, Fill::Positive)},
+       {f32({7}), f32({7}), f32({7})}, 1e-6},
+  };
+  for (const Case &c : cases)
+    check(c);
 }
