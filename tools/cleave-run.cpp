@@ -7,6 +7,7 @@
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
 #include "frontend/TrainedModel.h"
+#include "runtime/cuda/Lowering.h"
 #include "runtime/Executor.h"
 #ifdef CLEAVE_HAVE_MPI
 #include "runtime/MpiComm.h"
@@ -69,11 +70,14 @@ training:
                          step's update on every stage and go on
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1)
-  --device=cpu|cuda      where the kernels run (default cpu). cuda: stage s
-                         on GPU s mod the GPUs visible; the CUDA backend is
-                         young (elementwise ops and MatMul so far), and a
-                         plan with an op it lacks stops before training,
-                         naming the op (docs/design/cuda.md)
+  --device=cpu|cuda|cuda-emulated
+                         where the kernels run (default cpu). cuda: stage s
+                         on GPU s mod the GPUs visible; a plan with an op the
+                         CUDA backend lacks (convolutions, pooling and batch
+                         norm so far) stops before training, naming the op.
+                         cuda-emulated: the CUDA backend's kernels run one
+                         element at a time on the host, for checking them
+                         without a GPU; slow (docs/design/cuda.md)
 
 output:
   --checkpoint-dir=DIR   write DIR/checkpoint.bin (every parameter, buffer and
@@ -672,6 +676,8 @@ llvm::Expected<std::unique_ptr<runtime::Backend>>
 makeBackend(const std::string &device, int64_t threads, int index) {
   if (device == "cpu")
     return runtime::createCpuBackend(int(threads));
+  if (device == "cuda-emulated")
+    return runtime::cuda::createCudaEmulatedBackend();
 #ifdef CLEAVE_HAVE_CUDA
   auto count = runtime::cudaDeviceCount();
   if (!count)
@@ -1339,8 +1345,10 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   bool skipNonFinite = onNan == "skip-step";
   std::string device = flags.get("device").value_or("cpu");
-  if (device != "cpu" && device != "cuda")
-    return fail(kTool, "--device must be 'cpu' or 'cuda', not '" + device + "'",
+  if (device != "cpu" && device != "cuda" && device != "cuda-emulated")
+    return fail(kTool,
+                "--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
+                    device + "'",
                 tools::kUsage);
 
   const std::string &planPath = flags.positional()[0];

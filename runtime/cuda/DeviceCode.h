@@ -250,15 +250,29 @@ CLEAVE_HD void mapElement(const MapArgs &a, int64_t i) {
   store(a.out, a.outElem, o, applyMap(a.op, x, y, z, a.p0, a.p1));
 }
 
-// One output of a reduction (SumTo): the sum, in f32 and in increasing
-// order, of the `count` inputs at first + reduced(r).
-CLEAVE_HD void reduceElement(const void *in, Elem inElem, int64_t first,
-                             const Indexer &reduced, int64_t count, void *out,
-                             Elem outElem, int64_t o) {
-  float acc = 0.0f;
+enum class ReduceKind : uint8_t { Sum, Mean, Max };
+
+// One output of a reduction (SumTo, ReduceSum/Mean/Max): the `count`
+// inputs at first + reduced(r), in increasing r, summed in double (as the
+// CPU does) or their maximum (-inf for none).
+CLEAVE_HD void reduceElement(ReduceKind kind, const void *in, Elem inElem,
+                             int64_t first, const Indexer &reduced,
+                             int64_t count, void *out, Elem outElem,
+                             int64_t o) {
+  if (kind == ReduceKind::Max) {
+    float m = -INFINITY;
+    for (int64_t r = 0; r < count; ++r) {
+      float v = load(in, inElem, first + reduced(r));
+      m = v > m || v != v ? v : m;
+    }
+    store(out, outElem, o, m);
+    return;
+  }
+  double acc = 0.0;
   for (int64_t r = 0; r < count; ++r)
     acc += load(in, inElem, first + reduced(r));
-  store(out, outElem, o, acc);
+  store(out, outElem, o,
+        float(kind == ReduceKind::Mean ? acc / double(count) : acc));
 }
 
 // --- row ops ---------------------------------------------------------------

@@ -844,6 +844,40 @@ bool isRowOp(OpKind k) {
          k == OpKind::SoftmaxCrossEntropyLossGrad;
 }
 
+// ReduceSum / ReduceMean / ReduceMax over `axes` (empty: all), keepdims
+// or not: the output's elements are the kept dims in order either way.
+llvm::Expected<Steps> lowerReduce(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0], &Y = call.outputs[0];
+  std::vector<bool> reduced(X.rank(), call.getInts("axes").empty());
+  for (int64_t a : call.getInts("axes")) {
+    auto axis = axisOf(call, a, X.rank());
+    if (!axis)
+      return axis.takeError();
+    reduced[*axis] = true;
+  }
+  std::vector<int64_t> xs = stridesOf(X.shape), keptDims, keptStrides,
+                       redDims, redStrides;
+  for (size_t d = 0; d < X.rank(); ++d) {
+    (reduced[d] ? redDims : keptDims).push_back(X.shape[d]);
+    (reduced[d] ? redStrides : keptStrides).push_back(xs[d]);
+  }
+  ReduceStep r;
+  r.kind = call.op == OpKind::ReduceMax    ? ReduceKind::Max
+           : call.op == OpKind::ReduceMean ? ReduceKind::Mean
+                                           : ReduceKind::Sum;
+  r.in = X.data;
+  r.inElem = *elemOf(X.dtype);
+  r.out = Y.data;
+  r.outElem = *elemOf(Y.dtype);
+  r.outputs = Y.numElements();
+  r.base = indexer(keptDims, keptStrides);
+  r.reduced = indexer(redDims, redStrides);
+  r.count = 1;
+  for (int64_t d : redDims)
+    r.count *= d;
+  return Steps{r};
+}
+
 } // namespace
 
 CublasGemm cublasArgs(const GemmStep &s) {
@@ -871,7 +905,9 @@ bool lowers(OpKind op, DType dtype) {
          op == OpKind::MatMul || op == OpKind::MatMulGradA ||
          op == OpKind::MatMulGradB || op == OpKind::Gemm ||
          op == OpKind::GemmGradA || op == OpKind::GemmGradB || isRowOp(op) ||
-         op == OpKind::GatherGrad || op == OpKind::SGD || op == OpKind::AdamW;
+         op == OpKind::GatherGrad || op == OpKind::SGD ||
+         op == OpKind::AdamW || op == OpKind::ReduceSum ||
+         op == OpKind::ReduceMean || op == OpKind::ReduceMax;
 }
 
 llvm::Expected<Steps> lowerCall(const KernelCall &call,
@@ -923,6 +959,10 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
   }
   case OpKind::SumTo:
     return lowerSumTo(call);
+  case OpKind::ReduceSum:
+  case OpKind::ReduceMean:
+  case OpKind::ReduceMax:
+    return lowerReduce(call);
   case OpKind::Gather:
   case OpKind::GatherGrad:
     return lowerGather(call);
@@ -965,8 +1005,8 @@ void runGemm(const GemmStep &s) {
 
 void runReduce(const ReduceStep &r) {
   for (int64_t o = 0; o < r.outputs; ++o)
-    reduceElement(r.in, r.inElem, r.base(o), r.reduced, r.count, r.out,
-                  r.outElem, o);
+    reduceElement(r.kind, r.in, r.inElem, r.base(o), r.reduced, r.count,
+                  r.out, r.outElem, o);
 }
 
 } // namespace

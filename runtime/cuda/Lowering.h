@@ -47,8 +47,10 @@ struct CublasGemm {
 CublasGemm cublasArgs(const GemmStep &s);
 
 // One thread per output element: out[at(o)] = sum over the reduced
-// coordinates r < count of in[base(o) + reduced(r)], in f32 (SumTo).
+// coordinates r < count of in[base(o) + reduced(r)] (reduceElement):
+// SumTo and ReduceSum / ReduceMean / ReduceMax.
 struct ReduceStep {
+  ReduceKind kind = ReduceKind::Sum;
   const void *in = nullptr;
   Elem inElem = Elem::F32;
   void *out = nullptr;

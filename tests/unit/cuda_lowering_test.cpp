@@ -243,6 +243,15 @@ TEST(CudaLowering, SumTo) {
        {bf16({16})}},
       {"all", OpKind::SumTo, {{"shape", Ints{}}}, {f32({5, 7})}, {f32({})},
        1e-6},
+      {"reduce sum", OpKind::ReduceSum,
+       {{"axes", Ints{0, 2}}, {"keepdims", int64_t(1)}}, {f32({2, 3, 4})},
+       {f32({1, 3, 1})}, 1e-6},
+      {"reduce mean all", OpKind::ReduceMean,
+       {{"axes", Ints{}}, {"keepdims", int64_t(0)}}, {f32({2, 3, 4})},
+       {f32({})}, 1e-6},
+      {"reduce max", OpKind::ReduceMax,
+       {{"axes", Ints{-1}}, {"keepdims", int64_t(0)}}, {f32({2, 3, 4})},
+       {f32({2, 3})}},
   };
   for (const Case &c : cases)
     check(c);
