@@ -1110,8 +1110,9 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
   auto exOr = runtime::StageExecutor::create(plan, stage, *backend, *pipe);
-  if (!exOr)
-    err = where + ": " + llvm::toString(exOr.takeError());
+  if (!exOr) // the executor's errors name the stage
+    err = (d > 1 ? "replica " + std::to_string(replica) + " " : std::string()) +
+          llvm::toString(exOr.takeError());
   if (int rc = mpiAgree(comm, err, tools::kBadInput))
     return rc;
   runtime::StageExecutor &ex = **exOr;
@@ -1405,10 +1406,8 @@ int main(int argc, char **argv) {
       backends.push_back(std::move(*backend));
       auto ex = runtime::StageExecutor::create(plan, s, *backends.back(),
                                                *pipes[r][s]);
-      if (!ex)
-        return fail(kTool, "stage " + std::to_string(s) + ": " +
-                               llvm::toString(ex.takeError()),
-                    tools::kBadInput);
+      if (!ex) // the executor's errors name the stage
+        return fail(kTool, llvm::toString(ex.takeError()), tools::kBadInput);
       if (d > 1)
         (*ex)->setDataParallel(groups[s][r].get());
       (*ex)->setNonFinitePolicy(

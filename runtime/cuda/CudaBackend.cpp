@@ -9,6 +9,7 @@
 #include "runtime/cuda/CudaBackend.h"
 
 #include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/Lowering.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -26,8 +27,12 @@ struct Cublas {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) setStream = nullptr;
-  decltype(&cublasSgemm_v2) sgemm = nullptr;
-  decltype(&cublasSgemmStridedBatched) sgemmStridedBatched = nullptr;
+  // The C entry point (the header adds a C++ overload of the same name).
+  cublasStatus_t (*gemmStridedBatchedEx)(
+      cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+      const void *, const void *, cudaDataType, int, long long, const void *,
+      cudaDataType, int, long long, const void *, void *, cudaDataType, int,
+      long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
   std::string error; // why it could not be loaded
 };
 
@@ -48,8 +53,7 @@ const Cublas &cublas() {
     sym(c.create, "cublasCreate_v2");
     sym(c.destroy, "cublasDestroy_v2");
     sym(c.setStream, "cublasSetStream_v2");
-    sym(c.sgemm, "cublasSgemm_v2");
-    sym(c.sgemmStridedBatched, "cublasSgemmStridedBatched");
+    sym(c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
     return c;
   }();
   return lib;
@@ -58,33 +62,6 @@ const Cublas &cublas() {
 llvm::Error cudaFail(const llvm::Twine &what, cudaError_t e) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  what + ": " + cudaGetErrorString(e));
-}
-
-std::optional<cuda::Unary> unaryOf(ir::OpKind op) {
-  using ir::OpKind;
-  switch (op) {
-  case OpKind::Relu: return cuda::Unary::Relu;
-  case OpKind::Neg: return cuda::Unary::Neg;
-  case OpKind::Abs: return cuda::Unary::Abs;
-  case OpKind::Exp: return cuda::Unary::Exp;
-  case OpKind::Log: return cuda::Unary::Log;
-  case OpKind::Sqrt: return cuda::Unary::Sqrt;
-  case OpKind::Tanh: return cuda::Unary::Tanh;
-  case OpKind::Erf: return cuda::Unary::Erf;
-  case OpKind::Sigmoid: return cuda::Unary::Sigmoid;
-  default: return std::nullopt;
-  }
-}
-
-std::optional<cuda::Binary> binaryOf(ir::OpKind op) {
-  using ir::OpKind;
-  switch (op) {
-  case OpKind::Add: return cuda::Binary::Add;
-  case OpKind::Sub: return cuda::Binary::Sub;
-  case OpKind::Mul: return cuda::Binary::Mul;
-  case OpKind::Div: return cuda::Binary::Div;
-  default: return std::nullopt;
-  }
 }
 
 class CudaBackend final : public Backend {
@@ -115,6 +92,8 @@ public:
   }
 
   ~CudaBackend() override {
+    if (scratch_)
+      cudaFree(scratch_);
     if (blas_)
       cublas().destroy(blas_);
     if (stream_)
@@ -144,43 +123,18 @@ public:
   }
 
   bool supports(ir::OpKind op, ir::DType dtype) const override {
-    if (op == ir::OpKind::Identity)
-      return true;
-    return dtype == ir::DType::F32 &&
-           (unaryOf(op) || binaryOf(op) || op == ir::OpKind::MatMul);
+    return cuda::lowers(op, dtype);
   }
 
   llvm::Error run(const KernelCall &call) override {
-    if (!supports(call.op, call.inputs.empty() ? ir::DType::F32
-                                               : call.inputs[0].dtype))
-      return fail(call, "no CUDA kernel for this op and element type");
-    int err = 0;
-    if (call.op == ir::OpKind::Identity) {
-      const TensorRef &in = call.inputs[0];
-      size_t bytes = size_t(in.numElements()) * ir::dtypeSize(in.dtype);
-      err = int(cudaMemcpyAsync(call.outputs[0].data, in.data, bytes,
-                                cudaMemcpyDeviceToDevice, stream_));
-    } else if (auto u = unaryOf(call.op)) {
-      err = cuda::launchUnaryF32(*u, call.inputs[0].as<float>(),
-                                 call.outputs[0].as<float>(),
-                                 call.outputs[0].numElements(), stream_);
-    } else if (auto bin = binaryOf(call.op)) {
-      const TensorRef &a = call.inputs[0], &b = call.inputs[1],
-                      &y = call.outputs[0];
-      int64_t n = y.numElements();
-      auto fits = [&](const TensorRef &t) {
-        return t.numElements() == n || t.numElements() == 1;
-      };
-      if (!fits(a) || !fits(b))
-        return cannotBroadcast(call, a, b, "only a one-element operand");
-      err = cuda::launchBinaryF32(*bin, a.as<float>(), a.numElements() == 1,
-                                  b.as<float>(), b.numElements() == 1,
-                                  y.as<float>(), n, stream_);
-    } else {
-      return matMul(call);
-    }
-    if (err)
-      return fail(call, cudaGetErrorString(cudaError_t(err)));
+    auto steps = cuda::lowerCall(call, [this](size_t bytes) {
+      return scratch(bytes);
+    });
+    if (!steps)
+      return steps.takeError();
+    for (const cuda::DeviceStep &step : *steps)
+      if (auto e = launch(call, step))
+        return e;
     return llvm::Error::success();
   }
 
@@ -192,43 +146,63 @@ private:
                                    std::string(call.info().name) + " (cuda): " +
                                        why);
   }
-  static llvm::Error cannotBroadcast(const KernelCall &call,
-                                     const TensorRef &a, const TensorRef &b,
-                                     const char *what) {
-    return fail(call, llvm::formatv("operands {0} and {1}: the CUDA backend "
-                                    "broadcasts {2} so far",
-                                    ir::shapeStr(a.shape),
-                                    ir::shapeStr(b.shape), what)
-                          .str());
+
+  // Scratch for a call's steps: one device buffer, grown (never shrunk)
+  // when a call needs more; after the first step of training it stays.
+  void *scratch(size_t bytes) {
+    if (bytes > scratchBytes_) {
+      if (scratch_) {
+        cudaStreamSynchronize(stream_);
+        cudaFree(scratch_);
+        scratch_ = nullptr;
+        scratchBytes_ = 0;
+      }
+      if (cudaMalloc(&scratch_, bytes) == cudaSuccess)
+        scratchBytes_ = bytes;
+    }
+    return scratch_;
   }
 
-  // MatMul of A [..., M, K] and B [K, N] (one GEMM, A's leading dims as
-  // rows) or B [..., K, N] with A's batch dims (strided batched). Row-major
-  // C = A B is column-major C^T = B^T A^T: cuBLAS gets B first.
-  llvm::Error matMul(const KernelCall &call) {
-    const TensorRef &A = call.inputs[0], &B = call.inputs[1],
-                    &C = call.outputs[0];
-    if (A.rank() < 2 || B.rank() < 2)
-      return fail(call, "the CUDA backend multiplies matrices (rank >= 2) "
-                        "only so far");
-    int64_t k = A.shape.back(), n = B.shape.back();
-    int64_t m = A.shape[A.rank() - 2];
-    int64_t batch = A.numElements() / (m * k);
-    int64_t bBatch = B.numElements() / (k * n);
-    const float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st;
-    if (bBatch == 1) {
-      st = cublas().sgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m * batch),
-                       int(k), &alpha, B.as<float>(), int(n), A.as<float>(),
-                       int(k), &beta, C.as<float>(), int(n));
-    } else if (bBatch == batch) {
-      st = cublas().sgemmStridedBatched(
-          blas_, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
-          B.as<float>(), int(n), k * n, A.as<float>(), int(k), m * k, &beta,
-          C.as<float>(), int(n), m * n, int(batch));
-    } else {
-      return cannotBroadcast(call, A, B, "no batch dims");
-    }
+  llvm::Error launch(const KernelCall &call, const cuda::DeviceStep &step) {
+    int err = 0;
+    if (auto *m = std::get_if<cuda::MapArgs>(&step))
+      err = cuda::launchMap(*m, stream_);
+    else if (auto *g = std::get_if<cuda::GemmStep>(&step))
+      return gemm(call, *g);
+    else if (auto *r = std::get_if<cuda::ReduceStep>(&step))
+      err = cuda::launchReduce(*r, stream_);
+    else if (auto *row = std::get_if<cuda::RowStep>(&step))
+      err = row->stats && !scratch_ ? int(cudaErrorMemoryAllocation)
+                                    : cuda::launchRows(*row, stream_);
+    else if (auto *c = std::get_if<cuda::ColumnStep>(&step))
+      err = cuda::launchColumns(*c, stream_);
+    else if (auto *l = std::get_if<cuda::LossStep>(&step))
+      err = cuda::launchLoss(*l, stream_);
+    else if (auto *ga = std::get_if<cuda::GatherStep>(&step))
+      err = cuda::launchGather(*ga, stream_);
+    else if (auto *o = std::get_if<cuda::OptimizerStep>(&step))
+      err = cuda::launchOptimizer(*o, stream_);
+    if (err)
+      return fail(call, cudaGetErrorString(cudaError_t(err)));
+    return llvm::Error::success();
+  }
+
+  // A row-major GEMM step through cuBLAS's column-major GemmEx (the
+  // argument swap is cublasArgs, tested on the host): f32 or bf16 operands,
+  // f32 sums.
+  llvm::Error gemm(const KernelCall &call, const cuda::GemmStep &s) {
+    if (s.m == 0 || s.n == 0)
+      return llvm::Error::success();
+    cuda::CublasGemm g = cuda::cublasArgs(s);
+    auto type = [](cuda::Elem e) {
+      return e == cuda::Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    };
+    cublasStatus_t st = cublas().gemmStridedBatchedEx(
+        blas_, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+        g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, int(g.m), int(g.n), int(g.k),
+        &s.alpha, g.A, type(s.ab), int(g.lda), g.strideA, g.B, type(s.ab),
+        int(g.ldb), g.strideB, &s.beta, s.C, type(s.c), int(g.ldc), g.strideC,
+        int(s.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
       return fail(call, llvm::formatv("cuBLAS status {0}", int(st)).str());
     return llvm::Error::success();
@@ -236,6 +210,8 @@ private:
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  void *scratch_ = nullptr;
+  size_t scratchBytes_ = 0;
   cublasHandle_t blas_ = nullptr;
 };
 

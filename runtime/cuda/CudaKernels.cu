@@ -1,5 +1,7 @@
-// Elementwise kernels of the CUDA backend (CudaKernels.h): one grid-stride
-// loop per op, 256 threads a block.
+// The CUDA backend's kernels (CudaKernels.h): thin launchers around the
+// functions of DeviceCode.h, which the host tests run one element at a
+// time. Grid-stride loops, 256 threads a block; row ops put one warp on a
+// row, whose lanes combine their partial sums and maxima by shuffles.
 #include "runtime/cuda/CudaKernels.h"
 
 #include <cuda_runtime.h>
@@ -8,70 +10,132 @@ namespace cleave::runtime::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarp = 32;
 
 int blocksFor(int64_t n) {
   int64_t b = (n + kThreads - 1) / kThreads;
   return int(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
 }
 
-__device__ float applyUnary(Unary op, float x) {
-  switch (op) {
-  case Unary::Relu: return x < 0.0f ? 0.0f : x;
-  case Unary::Neg: return -x;
-  case Unary::Abs: return fabsf(x);
-  case Unary::Exp: return expf(x);
-  case Unary::Log: return logf(x);
-  case Unary::Sqrt: return sqrtf(x);
-  case Unary::Tanh: return tanhf(x);
-  case Unary::Erf: return erff(x);
-  case Unary::Sigmoid:
-    return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+__device__ int64_t firstIndex() {
+  return blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+}
+__device__ int64_t gridStride() { return int64_t(gridDim.x) * blockDim.x; }
+
+// The lanes of one warp sharing a row (DeviceCode.h's Lanes).
+struct WarpLanes {
+  __device__ int lane() const { return threadIdx.x % kWarp; }
+  __device__ int count() const { return kWarp; }
+  __device__ double sum(double x) const {
+    for (int o = kWarp / 2; o > 0; o /= 2)
+      x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
   }
-  return x;
-}
-
-__device__ float applyBinary(Binary op, float a, float b) {
-  switch (op) {
-  case Binary::Add: return a + b;
-  case Binary::Sub: return a - b;
-  case Binary::Mul: return a * b;
-  case Binary::Div: return a / b;
+  __device__ float max(float x) const {
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      float y = __shfl_xor_sync(0xffffffffu, x, o);
+      x = y > x || y != y ? y : x;
+    }
+    return x;
   }
-  return a;
+};
+
+__global__ void mapKernel(MapArgs m) {
+  for (int64_t i = firstIndex(); i < m.n; i += gridStride())
+    mapElement(m, i);
 }
 
-__global__ void unaryKernel(Unary op, const float *x, float *y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = applyUnary(op, x[i]);
+__global__ void gatherKernel(GatherStep g) {
+  int64_t n = g.grad ? g.outer * g.inner : g.outer * g.n * g.inner;
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    if (g.grad)
+      gatherGradColumn(g, i);
+    else
+      gatherElement(g, i);
+  }
 }
 
-__global__ void binaryKernel(Binary op, const float *a, bool aScalar,
-                             const float *b, bool bScalar, float *y,
-                             int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = applyBinary(op, a[aScalar ? 0 : i], b[bScalar ? 0 : i]);
+__global__ void optimizerKernel(OptimizerStep o) {
+  for (int64_t i = firstIndex(); i < o.n; i += gridStride())
+    optimizerElement(o, i);
 }
+
+__global__ void reduceKernel(ReduceStep r) {
+  for (int64_t o = firstIndex(); o < r.outputs; o += gridStride())
+    reduceElement(r.kind, r.in, r.inElem, r.base(o), r.reduced, r.count,
+                  r.out, r.outElem, o);
+}
+
+__global__ void columnKernel(ColumnStep c) {
+  for (int64_t j = firstIndex(); j < c.len; j += gridStride())
+    columnElement(c, j);
+}
+
+// Whole warps walk the rows, so every lane of a warp takes part in each
+// shuffle (a row's loop bounds are the same for all its lanes).
+__global__ void rowKernel(RowStep r) {
+  int64_t warp = firstIndex() / kWarp;
+  int64_t warps = gridStride() / kWarp;
+  for (int64_t row = warp; row < r.rows; row += warps)
+    rowElement(WarpLanes{}, r, row);
+}
+
+__global__ void lossKernel(LossStep l) {
+  if (firstIndex() == 0)
+    lossStep(l);
+}
+
+int launched() { return int(cudaGetLastError()); }
 
 } // namespace
 
-int launchUnaryF32(Unary op, const float *x, float *y, int64_t n,
-                   void *stream) {
-  if (n == 0)
+int launchMap(const MapArgs &m, void *stream) {
+  if (m.n == 0)
     return 0;
-  unaryKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(op, x, y,
-                                                                    n);
-  return int(cudaGetLastError());
+  mapKernel<<<blocksFor(m.n), kThreads, 0, cudaStream_t(stream)>>>(m);
+  return launched();
 }
 
-int launchBinaryF32(Binary op, const float *a, bool aScalar, const float *b,
-                    bool bScalar, float *y, int64_t n, void *stream) {
+int launchGather(const GatherStep &g, void *stream) {
+  int64_t n = g.grad ? g.outer * g.inner : g.outer * g.n * g.inner;
   if (n == 0)
     return 0;
-  binaryKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(
-      op, a, aScalar, b, bScalar, y, n);
-  return int(cudaGetLastError());
+  gatherKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(g);
+  return launched();
+}
+
+int launchOptimizer(const OptimizerStep &o, void *stream) {
+  if (o.n == 0)
+    return 0;
+  optimizerKernel<<<blocksFor(o.n), kThreads, 0, cudaStream_t(stream)>>>(o);
+  return launched();
+}
+
+int launchReduce(const ReduceStep &r, void *stream) {
+  if (r.outputs == 0)
+    return 0;
+  reduceKernel<<<blocksFor(r.outputs), kThreads, 0, cudaStream_t(stream)>>>(r);
+  return launched();
+}
+
+int launchColumns(const ColumnStep &c, void *stream) {
+  if (c.len == 0)
+    return 0;
+  columnKernel<<<blocksFor(c.len), kThreads, 0, cudaStream_t(stream)>>>(c);
+  return launched();
+}
+
+int launchRows(const RowStep &r, void *stream) {
+  if (r.rows == 0)
+    return 0;
+  rowKernel<<<blocksFor(r.rows * kWarp), kThreads, 0, cudaStream_t(stream)>>>(
+      r);
+  return launched();
+}
+
+int launchLoss(const LossStep &l, void *stream) {
+  lossKernel<<<1, 1, 0, cudaStream_t(stream)>>>(l);
+  return launched();
 }
 
 } // namespace cleave::runtime::cuda

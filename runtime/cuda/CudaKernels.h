@@ -1,23 +1,25 @@
-// The CUDA backend's own kernels, behind a plain C++ interface: the .cu
-// file that defines them is built by nvcc and sees neither LLVM nor the
-// IR, and CudaBackend.cpp (built by the C++ compiler) sees no CUDA C++.
-// Every launcher runs on the given stream (a cudaStream_t) and returns the
-// launch's cudaError_t as an int, 0 for success.
+// The CUDA backend's launches of the device steps (Lowering.h) behind a
+// plain C++ interface: the .cu file that defines them is built by nvcc and
+// sees neither LLVM nor the IR, and CudaBackend.cpp (built by the C++
+// compiler) sees no CUDA C++. Every launcher runs on the given stream (a
+// cudaStream_t) and returns the launch's cudaError_t as an int, 0 for
+// success. GEMMs are not here: CudaBackend.cpp hands them to cuBLAS.
 #pragma once
 
-#include <cstdint>
+#include "runtime/cuda/DeviceCode.h"
 
 namespace cleave::runtime::cuda {
 
-enum class Unary { Relu, Neg, Abs, Exp, Log, Sqrt, Tanh, Erf, Sigmoid };
-enum class Binary { Add, Sub, Mul, Div };
-
-// y[i] = op(x[i]) for i < n.
-int launchUnaryF32(Unary op, const float *x, float *y, int64_t n,
-                   void *stream);
-// y[i] = op(a[i or 0], b[i or 0]) for i < n: an operand of one element is
-// broadcast (aScalar / bScalar), any other has n.
-int launchBinaryF32(Binary op, const float *a, bool aScalar, const float *b,
-                    bool bScalar, float *y, int64_t n, void *stream);
+// One thread an element (grid-stride loops, 256 threads a block).
+int launchMap(const MapArgs &m, void *stream);
+int launchGather(const GatherStep &g, void *stream);
+int launchOptimizer(const OptimizerStep &o, void *stream);
+// One thread an output element / column.
+int launchReduce(const ReduceStep &r, void *stream);
+int launchColumns(const ColumnStep &c, void *stream);
+// One warp a row.
+int launchRows(const RowStep &r, void *stream);
+// One thread in all.
+int launchLoss(const LossStep &l, void *stream);
 
 } // namespace cleave::runtime::cuda

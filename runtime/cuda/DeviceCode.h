@@ -275,6 +275,21 @@ CLEAVE_HD void reduceElement(ReduceKind kind, const void *in, Elem inElem,
         float(kind == ReduceKind::Mean ? acc / double(count) : acc));
 }
 
+// One thread per output element: out[at(o)] = sum over the reduced
+// coordinates r < count of in[base(o) + reduced(r)] (reduceElement):
+// SumTo and ReduceSum / ReduceMean / ReduceMax.
+struct ReduceStep {
+  ReduceKind kind = ReduceKind::Sum;
+  const void *in = nullptr;
+  Elem inElem = Elem::F32;
+  void *out = nullptr;
+  Elem outElem = Elem::F32;
+  int64_t outputs = 0;
+  Indexer base;    // output element -> offset of its first input element
+  Indexer reduced; // reduced coordinate -> offset from that first element
+  int64_t count = 0;
+};
+
 // --- row ops ---------------------------------------------------------------
 //
 // A row ("lane" in the CPU kernels) is `len` elements along one axis: row r

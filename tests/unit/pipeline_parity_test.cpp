@@ -15,6 +15,9 @@
 #include "interp/Interpreter.h"
 #include "passes/Pass.h"
 #include "runtime/cuda/Lowering.h"
+#ifdef CLEAVE_HAVE_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#endif
 #include "runtime/Executor.h"
 #include "tools/PipelinePlanning.h"
 
@@ -157,9 +160,24 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
   std::vector<runtime::StageExecutor *> raw;
   for (int r = 0; r < replicas; ++r)
     for (int s = 0; s < stages; ++s) {
-      backends.push_back(device == "cpu"
-                             ? runtime::createCpuBackend(1)
-                             : runtime::cuda::createCudaEmulatedBackend());
+      if (device == "cpu") {
+        backends.push_back(runtime::createCpuBackend(1));
+      } else if (device == "cuda-emulated") {
+        backends.push_back(runtime::cuda::createCudaEmulatedBackend());
+      } else {
+#ifdef CLEAVE_HAVE_CUDA
+        // Every stage on GPU 0, each with its own stream.
+        auto b = runtime::createCudaBackend(0);
+        if (!b) {
+          ADD_FAILURE() << llvm::toString(b.takeError());
+          return out;
+        }
+        backends.push_back(std::move(*b));
+#else
+        ADD_FAILURE() << "built without CUDA";
+        return out;
+#endif
+      }
       auto ex = runtime::StageExecutor::create(*plan, s, *backends.back(),
                                                *pipes[r][s]);
       if (!ex) {
@@ -299,17 +317,14 @@ TEST_P(PipelineParity, Bf16EveryScheduleMatchesOneStageAndTracksF32) {
 // near a rounding boundary rounds the other way), parameters within 1e-4
 // or 1e-2 of their largest element. The CNN needs convolutions, pooling and
 // batch norm, which the CUDA backend does not have yet.
-TEST_P(PipelineParity, CudaKernelsTrainLikeTheCpu) {
-  std::string model = GetParam();
-  if (model == "cnn")
-    GTEST_SKIP() << "the CUDA backend has no Conv, pooling or BatchNorm yet";
+void cudaTrainsLikeTheCpu(const std::string &model, const std::string &device) {
   auto ignore = runtime::StageExecutor::NonFinitePolicy::Ignore;
   for (const char *precision : {"f32", "bf16"}) {
     SCOPED_TRACE(precision);
     bool bf16 = std::string(precision) == "bf16";
     Trained cpu = train(model, 2, 4, "zb-h1", 3, nullptr, 1, ignore, precision);
     Trained cuda = train(model, 2, 4, "zb-h1", 3, nullptr, 1, ignore, precision,
-                         "cuda-emulated");
+                         device);
     ASSERT_TRUE(cpu.ok && cuda.ok);
     double lossErr = 0, paramErr = 0;
     for (size_t k = 0; k < cpu.losses.size(); ++k)
@@ -329,10 +344,33 @@ TEST_P(PipelineParity, CudaKernelsTrainLikeTheCpu) {
     }
     EXPECT_LT(lossErr, bf16 ? 1e-3 : 1e-5);
     EXPECT_LT(paramErr, bf16 ? 1e-2 : 1e-4);
-    std::printf("[cuda kernels] %-8s %s: losses within %.2g, parameters "
+    std::printf("[%s] %-8s %s: losses within %.2g, parameters "
                 "within %.2g of the CPU's\n",
-                model.c_str(), precision, lossErr, paramErr);
+                device.c_str(), model.c_str(), precision, lossErr, paramErr);
   }
+}
+
+TEST_P(PipelineParity, CudaKernelsTrainLikeTheCpu) {
+  std::string model = GetParam();
+  if (model == "cnn")
+    GTEST_SKIP() << "the CUDA backend has no Conv, pooling or BatchNorm yet";
+  cudaTrainsLikeTheCpu(model, "cuda-emulated");
+}
+
+// The same on a GPU: both stages on GPU 0, each its own stream (the
+// pipeline machinery on one device). Skips where no GPU is visible.
+TEST_P(PipelineParity, CudaDeviceTrainsLikeTheCpu) {
+  std::string model = GetParam();
+#ifdef CLEAVE_HAVE_CUDA
+  auto count = runtime::cudaDeviceCount();
+  if (!count)
+    GTEST_SKIP() << llvm::toString(count.takeError());
+  if (model == "cnn")
+    GTEST_SKIP() << "the CUDA backend has no Conv, pooling or BatchNorm yet";
+  cudaTrainsLikeTheCpu(model, "cuda");
+#else
+  GTEST_SKIP() << "built without the CUDA backend";
+#endif
 }
 
 // One stage, one microbatch, one step against the interpreter running the

@@ -1,0 +1,386 @@
+// The op cases the CUDA backend is checked on against the CPU backend,
+// shared by the host test of its lowering (cuda_lowering_test.cpp, on the
+// emulated backend) and the GPU test (cuda_backend_test.cpp, on a device).
+// Each case runs one kernel call on both backends, each through its own
+// memory and copies, and compares every output: data movement bit for bit,
+// arithmetic within the case's tolerance.
+#ifndef CLEAVE_TESTS_UNIT_CUDAOPCASES_H
+#define CLEAVE_TESTS_UNIT_CUDAOPCASES_H
+
+#include "CpuKernelTesting.h"
+#include "runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace cleave::cudatest {
+
+using runtime::KernelCall;
+using runtime::TensorRef;
+using ir::DType;
+using ir::OpKind;
+using Ints = std::vector<int64_t>;
+
+enum class Fill { Uniform, Positive, Small, Bool };
+
+struct Arg {
+  DType dtype;
+  Ints shape;
+  Fill fill = Fill::Uniform;
+};
+
+struct Case {
+  std::string name;
+  OpKind op;
+  ir::AttrMap attrs;
+  std::vector<Arg> ins;
+  std::vector<Arg> outs;
+  double tol = 0; // 0: bit for bit
+};
+
+struct Buffer {
+  DType dtype;
+  Ints shape;
+  std::vector<uint8_t> bytes;
+  TensorRef ref() {
+    return {dtype, shape, bytes.data()};
+  }
+  double at(int64_t i) const {
+    switch (dtype) {
+    case DType::F32: return reinterpret_cast<const float *>(bytes.data())[i];
+    case DType::BF16:
+      return ir::bf16ToFloat(reinterpret_cast<const uint16_t *>(bytes.data())[i]);
+    case DType::I64: return double(reinterpret_cast<const int64_t *>(bytes.data())[i]);
+    case DType::I32: return double(reinterpret_cast<const int32_t *>(bytes.data())[i]);
+    default: return double(bytes[i]);
+    }
+  }
+};
+
+inline int64_t count(const Ints &s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
+
+inline Buffer make(const Arg &a, std::mt19937 &rng) {
+  Buffer b{a.dtype, a.shape, {}};
+  int64_t n = count(a.shape);
+  b.bytes.assign(size_t(n) * ir::dtypeSize(a.dtype) + 8, 0xcd);
+  std::uniform_real_distribution<float> uni(-2.0f, 2.0f), pos(0.1f, 3.0f);
+  std::uniform_int_distribution<int> small(0, 3);
+  for (int64_t i = 0; i < n; ++i) {
+    float f = a.fill == Fill::Positive ? pos(rng) : uni(rng);
+    switch (a.dtype) {
+    case DType::F32: reinterpret_cast<float *>(b.bytes.data())[i] = f; break;
+    case DType::BF16:
+      reinterpret_cast<uint16_t *>(b.bytes.data())[i] = ir::floatToBf16(f);
+      break;
+    case DType::I64: reinterpret_cast<int64_t *>(b.bytes.data())[i] = small(rng); break;
+    case DType::I32: reinterpret_cast<int32_t *>(b.bytes.data())[i] = small(rng); break;
+    case DType::Bool: b.bytes[i] = small(rng) & 1; break;
+    default: break;
+    }
+  }
+  return b;
+}
+
+// Runs `c` on the CPU backend and on `other` (through its own memory and
+// copies, so a GPU backend works the same way) and compares the outputs.
+inline void check(const Case &c, runtime::Backend &other) {
+  SCOPED_TRACE(c.name);
+  std::mt19937 rng(7);
+  std::vector<Buffer> ins;
+  for (const Arg &a : c.ins)
+    ins.push_back(make(a, rng));
+  auto runOn = [&](runtime::Backend &backend) {
+    std::vector<Buffer> outs;
+    for (const Arg &a : c.outs)
+      outs.push_back(make(a, rng)); // garbage a kernel must overwrite
+    std::vector<void *> memory;
+    auto place = [&](Buffer &b) {
+      void *p = backend.allocate(b.bytes.size());
+      backend.copyToDevice(p, b.bytes.data(), b.bytes.size());
+      memory.push_back(p);
+      return TensorRef{b.dtype, b.shape, p};
+    };
+    std::vector<TensorRef> in, out;
+    for (Buffer &b : ins)
+      in.push_back(place(b));
+    for (Buffer &b : outs)
+      out.push_back(place(b));
+    KernelCall call{c.op, c.attrs, in, out, 0};
+    llvm::Error e = backend.run(call);
+    EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    for (size_t k = 0; k < outs.size(); ++k)
+      backend.copyToHost(outs[k].bytes.data(), out[k].data,
+                         outs[k].bytes.size());
+    for (void *p : memory)
+      backend.release(p);
+    return outs;
+  };
+  std::vector<Buffer> want = runOn(testsupport::cpu());
+  std::vector<Buffer> got = runOn(other);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    int64_t n = count(want[k].shape);
+    size_t bytes = size_t(n) * ir::dtypeSize(want[k].dtype);
+    if (c.tol == 0) {
+      EXPECT_TRUE(std::equal(want[k].bytes.begin(), want[k].bytes.begin() + bytes,
+                             got[k].bytes.begin()))
+          << "output " << k << " differs";
+      continue;
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 5; ++i) {
+      double w = want[k].at(i), g = got[k].at(i);
+      if (!(std::abs(w - g) <= c.tol * (1 + std::abs(w)))) {
+        ADD_FAILURE() << "output " << k << " element " << i << ": cpu " << w
+                      << ", cuda lowering " << g;
+        ++bad;
+      }
+    }
+  }
+}
+
+inline Arg f32(Ints s, Fill f = Fill::Uniform) { return {DType::F32, std::move(s), f}; }
+inline Arg bf16(Ints s) { return {DType::BF16, std::move(s)}; }
+inline Arg i64(Ints s) { return {DType::I64, std::move(s), Fill::Small}; }
+inline Arg boolean(Ints s) { return {DType::Bool, std::move(s), Fill::Bool}; }
+
+inline ir::AttrMap gemmAttrs(int64_t ta, int64_t tb, float alpha = 1, float beta = 1) {
+  return {{"transA", ta}, {"transB", tb}, {"alpha", alpha}, {"beta", beta}};
+}
+
+
+inline std::vector<Case> elementwiseCases() {
+  std::vector<Case> cases = {
+      {"relu", OpKind::Relu, {}, {f32({3, 5})}, {f32({3, 5})}},
+      {"neg bf16", OpKind::Neg, {}, {bf16({7})}, {bf16({7})}},
+      {"exp", OpKind::Exp, {}, {f32({3, 5})}, {f32({3, 5})}, 1e-6},
+      {"tanh", OpKind::Tanh, {}, {f32({3, 5})}, {f32({3, 5})}, 1e-6},
+      {"erf", OpKind::Erf, {}, {f32({3, 5})}, {f32({3, 5})}, 1e-6},
+      {"sigmoid", OpKind::Sigmoid, {}, {f32({3, 5})}, {f32({3, 5})}, 1e-6},
+      {"log", OpKind::Log, {}, {f32({9}, Fill::Positive)}, {f32({9})}, 1e-6},
+      {"sqrt", OpKind::Sqrt, {}, {f32({9}, Fill::Positive)}, {f32({9})}},
+      {"add broadcast", OpKind::Add, {}, {f32({2, 3, 4}), f32({4})},
+       {f32({2, 3, 4})}},
+      {"sub both broadcast", OpKind::Sub, {}, {f32({2, 1, 4}), f32({3, 1})},
+       {f32({2, 3, 4})}},
+      {"mul bf16", OpKind::Mul, {}, {bf16({4, 6}), bf16({4, 6})},
+       {bf16({4, 6})}},
+      {"div scalar", OpKind::Div, {}, {f32({3, 4}), f32({}, Fill::Positive)},
+       {f32({3, 4})}},
+      {"add bf16 scalar", OpKind::Add, {}, {bf16({5}), bf16({1})}, {bf16({5})}},
+      {"equal i64", OpKind::Equal, {}, {i64({2, 6}), i64({6})},
+       {boolean({2, 6})}},
+      {"equal f32", OpKind::Equal, {}, {f32({4}), f32({4})}, {boolean({4})}},
+      {"where", OpKind::Where, {}, {boolean({2, 3}), f32({2, 3}), f32({3})},
+       {f32({2, 3})}},
+      {"cast f32 bf16", OpKind::Cast, {{"to", std::string("bf16")}},
+       {f32({17})}, {bf16({17})}},
+      {"cast bf16 f32", OpKind::Cast, {{"to", std::string("f32")}},
+       {bf16({17})}, {f32({17})}},
+      {"cast i64 f32", OpKind::Cast, {{"to", std::string("f32")}}, {i64({6})},
+       {f32({6})}},
+      {"cast bool f32", OpKind::Cast, {{"to", std::string("f32")}},
+       {boolean({6})}, {f32({6})}},
+      {"cast f32 i64", OpKind::Cast, {{"to", std::string("i64")}},
+       {f32({6})}, {i64({6})}},
+  };
+  for (const char *fn : {"relu", "sigmoid", "tanh", "erf", "exp", "abs"})
+    cases.push_back({std::string("unary grad ") + fn, OpKind::UnaryGrad,
+                     {{"fn", std::string(fn)}}, {f32({4, 5}), f32({4, 5})},
+                     {f32({4, 5})}, 1e-5});
+  for (const char *fn : {"log", "sqrt", "reciprocal"})
+    cases.push_back({std::string("unary grad ") + fn, OpKind::UnaryGrad,
+                     {{"fn", std::string(fn)}},
+                     {f32({4, 5}), f32({4, 5}, Fill::Positive)}, {f32({4, 5})},
+                     1e-6});
+  cases.push_back({"unary grad clip", OpKind::UnaryGrad,
+                   {{"fn", std::string("clip")},
+                    {"min", -0.5f},
+                    {"max", 0.7f}},
+                   {f32({4, 5}), f32({4, 5})},
+                   {f32({4, 5})}});
+  return cases;
+}
+
+inline std::vector<Case> dataMovementCases() {
+  Ints s = {2, 3, 4, 5};
+  std::vector<Case> cases = {
+      {"reshape", OpKind::Reshape, {{"shape", Ints{6, 20}}}, {f32(s)},
+       {f32({6, 20})}},
+      {"transpose", OpKind::Transpose, {{"perm", Ints{0, 2, 1, 3}}}, {f32(s)},
+       {f32({2, 4, 3, 5})}},
+      {"transpose bf16 reversed", OpKind::Transpose, {{"perm", Ints{3, 2, 1, 0}}},
+       {bf16(s)}, {bf16({5, 4, 3, 2})}},
+      {"slice", OpKind::Slice,
+       {{"starts", Ints{1, -1}},
+        {"ends", Ints{3, -5}},
+        {"axes", Ints{1, 3}},
+        {"steps", Ints{1, -2}}},
+       {f32(s)},
+       {f32({2, 2, 4, 2})}},
+      {"slice grad", OpKind::SliceGrad,
+       {{"starts", Ints{1, 0}},
+        {"ends", Ints{3, 5}},
+        {"axes", Ints{1, 3}},
+        {"steps", Ints{1, 2}},
+        {"shape", s}},
+       {f32({2, 2, 4, 3})},
+       {f32(s)}},
+      {"concat", OpKind::Concat, {{"axis", int64_t(1)}},
+       {f32({2, 3, 4}), f32({2, 1, 4}), f32({2, 2, 4})},
+       {f32({2, 6, 4})}},
+      {"split", OpKind::Split, {{"axis", int64_t(-1)}, {"split", Ints{2, 3}}},
+       {i64({3, 5})},
+       {i64({3, 2}), i64({3, 3})}},
+      {"expand", OpKind::Expand, {{"shape", Ints{2, 3, 4}}}, {f32({3, 1})},
+       {f32({2, 3, 4})}},
+  };
+  return cases;
+}
+
+inline std::vector<Case> reductionCases() {
+  std::vector<Case> cases = {
+      {"rows", OpKind::SumTo, {{"shape", Ints{4}}}, {f32({2, 3, 4})},
+       {f32({4})}, 1e-6},
+      {"middle", OpKind::SumTo, {{"shape", Ints{3, 1}}}, {f32({2, 3, 4})},
+       {f32({3, 1})}, 1e-6},
+      {"bias bf16", OpKind::SumTo, {{"shape", Ints{16}}}, {bf16({8, 16})},
+       {bf16({16})}},
+      {"all", OpKind::SumTo, {{"shape", Ints{}}}, {f32({5, 7})}, {f32({})},
+       1e-6},
+      {"reduce sum", OpKind::ReduceSum,
+       {{"axes", Ints{0, 2}}, {"keepdims", int64_t(1)}}, {f32({2, 3, 4})},
+       {f32({1, 3, 1})}, 1e-6},
+      {"reduce mean all", OpKind::ReduceMean,
+       {{"axes", Ints{}}, {"keepdims", int64_t(0)}}, {f32({2, 3, 4})},
+       {f32({})}, 1e-6},
+      {"reduce max", OpKind::ReduceMax,
+       {{"axes", Ints{-1}}, {"keepdims", int64_t(0)}}, {f32({2, 3, 4})},
+       {f32({2, 3})}},
+  };
+  return cases;
+}
+
+inline std::vector<Case> productCases() {
+  std::vector<Case> cases;
+  struct Shapes {
+    Ints a, b, y;
+  };
+  for (Shapes sh : {Shapes{{2, 3, 4, 5}, {5, 6}, {2, 3, 4, 6}},
+                    Shapes{{2, 3, 4, 5}, {2, 3, 5, 6}, {2, 3, 4, 6}},
+                    Shapes{{4, 5}, {3, 5, 6}, {3, 4, 6}},
+                    Shapes{{3, 4, 5}, {1, 5, 6}, {3, 4, 6}},
+                    Shapes{{2, 1, 4, 5}, {1, 3, 5, 6}, {2, 3, 4, 6}}}) {
+    std::string s = ir::shapeStr(sh.a) + " x " + ir::shapeStr(sh.b);
+    cases.push_back({"matmul " + s, OpKind::MatMul, {}, {f32(sh.a), f32(sh.b)},
+                     {f32(sh.y)}, 1e-5});
+    cases.push_back({"grad A " + s, OpKind::MatMulGradA, {{"shape", sh.a}},
+                     {f32(sh.y), f32(sh.b)}, {f32(sh.a)}, 1e-5});
+    cases.push_back({"grad B " + s, OpKind::MatMulGradB, {{"shape", sh.b}},
+                     {f32(sh.a), f32(sh.y)}, {f32(sh.b)}, 1e-5});
+  }
+  cases.push_back({"matmul bf16", OpKind::MatMul, {}, {bf16({4, 8}), bf16({8, 16})},
+                   {bf16({4, 16})}, 8e-3});
+  cases.push_back({"grad B bf16", OpKind::MatMulGradB, {{"shape", Ints{8, 16}}},
+                   {bf16({2, 4, 8}), bf16({2, 4, 16})}, {bf16({8, 16})}, 8e-3});
+  for (int64_t ta : {0, 1})
+    for (int64_t tb : {0, 1}) {
+      std::string t = " transA " + std::to_string(ta) + " transB " +
+                      std::to_string(tb);
+      Ints a = ta ? Ints{5, 3} : Ints{3, 5}, b = tb ? Ints{4, 5} : Ints{5, 4};
+      cases.push_back({"gemm" + t, OpKind::Gemm, gemmAttrs(ta, tb, 0.5f, 2.0f),
+                       {f32(a), f32(b), f32({4})}, {f32({3, 4})}, 1e-5});
+      cases.push_back({"gemm grad A" + t, OpKind::GemmGradA,
+                       {{"transA", ta}, {"transB", tb}, {"alpha", 0.5f},
+                        {"shape", a}},
+                       {f32({3, 4}), f32(b)}, {f32(a)}, 1e-5});
+      cases.push_back({"gemm grad B" + t, OpKind::GemmGradB,
+                       {{"transA", ta}, {"transB", tb}, {"alpha", 0.5f},
+                        {"shape", b}},
+                       {f32(a), f32({3, 4})}, {f32(b)}, 1e-5});
+    }
+  cases.push_back({"gemm bias column", OpKind::Gemm, gemmAttrs(0, 1),
+                   {f32({3, 5}), f32({4, 5}), f32({3, 1})}, {f32({3, 4})}, 1e-5});
+  cases.push_back({"gemm no bias", OpKind::Gemm, gemmAttrs(0, 0),
+                   {f32({3, 5}), f32({5, 4})}, {f32({3, 4})}, 1e-5});
+  cases.push_back({"gemm bf16", OpKind::Gemm, gemmAttrs(0, 1),
+                   {bf16({3, 8}), bf16({4, 8}), bf16({4})}, {bf16({3, 4})}, 8e-3});
+  return cases;
+}
+
+inline std::vector<Case> rowCases() {
+  ir::AttrMap axis1 = {{"axis", int64_t(1)}};
+  ir::AttrMap ln = {{"axis", int64_t(-1)}, {"epsilon", 1e-5f}};
+  ir::AttrMap ln2 = {{"axis", int64_t(1)}, {"epsilon", 1e-5f}};
+  auto sce = [](const char *red, bool ignore) {
+    ir::AttrMap a = {{"reduction", std::string(red)}};
+    if (ignore)
+      a.insert_or_assign("ignore_index", ir::Attribute(int64_t(2)));
+    return a;
+  };
+  std::vector<Case> cases = {
+      {"softmax last", OpKind::Softmax, {{"axis", int64_t(-1)}},
+       {f32({3, 4, 7})}, {f32({3, 4, 7})}, 1e-6},
+      {"softmax inner", OpKind::Softmax, axis1, {f32({3, 4, 7})},
+       {f32({3, 4, 7})}, 1e-6},
+      {"softmax bf16", OpKind::Softmax, {{"axis", int64_t(-1)}},
+       {bf16({4, 9})}, {bf16({4, 9})}, 8e-3},
+      {"softmax grad", OpKind::SoftmaxGrad, axis1,
+       {f32({3, 4, 7}), f32({3, 4, 7}, Fill::Positive)}, {f32({3, 4, 7})},
+       1e-5},
+      {"layer norm", OpKind::LayerNormalization, ln,
+       {f32({2, 3, 8}), f32({8}), f32({8})},
+       {f32({2, 3, 8}), f32({2, 3, 1}), f32({2, 3, 1})}, 1e-5},
+      {"layer norm two dims", OpKind::LayerNormalization, ln2,
+       {f32({2, 3, 8}), f32({3, 8})}, {f32({2, 3, 8})}, 1e-5},
+      {"layer norm grad data", OpKind::LayerNormalizationGradData, ln,
+       {f32({2, 3, 8}), f32({2, 3, 8}), f32({8})}, {f32({2, 3, 8})}, 1e-5},
+      {"layer norm grad params", OpKind::LayerNormalizationGradParams, ln,
+       {f32({2, 3, 8}), f32({2, 3, 8})}, {f32({8})}, 1e-5},
+      {"cross-entropy mean", OpKind::SoftmaxCrossEntropyLoss, sce("mean", false),
+       {f32({6, 5}), i64({6})}, {f32({})}, 1e-6},
+      {"cross-entropy ignore", OpKind::SoftmaxCrossEntropyLoss, sce("mean", true),
+       {f32({6, 5}), i64({6})}, {f32({}), f32({6, 5})}, 1e-6},
+      {"cross-entropy sum spatial", OpKind::SoftmaxCrossEntropyLoss,
+       sce("sum", false), {f32({2, 5, 3}), i64({2, 3})}, {f32({})}, 1e-6},
+      {"cross-entropy none weighted", OpKind::SoftmaxCrossEntropyLoss,
+       sce("none", false), {f32({6, 5}), i64({6}), f32({5}, Fill::Positive)},
+       {f32({6})}, 1e-6},
+      {"cross-entropy grad mean", OpKind::SoftmaxCrossEntropyLossGrad,
+       sce("mean", true), {f32({}), f32({6, 5}), i64({6})}, {f32({6, 5})},
+       1e-6},
+      {"cross-entropy grad none spatial", OpKind::SoftmaxCrossEntropyLossGrad,
+       sce("none", false), {f32({2, 3}), f32({2, 5, 3}), i64({2, 3})},
+       {f32({2, 5, 3})}, 1e-6},
+      {"gather rows", OpKind::Gather, {{"axis", int64_t(0)}},
+       {f32({5, 3}), i64({2, 4})}, {f32({2, 4, 3})}},
+      {"gather middle axis", OpKind::Gather, {{"axis", int64_t(1)}},
+       {bf16({2, 5, 3}), i64({4})}, {bf16({2, 4, 3})}},
+      {"gather grad", OpKind::GatherGrad,
+       {{"axis", int64_t(0)}, {"shape", Ints{5, 3}}},
+       {f32({2, 4, 3}), i64({2, 4})}, {f32({5, 3})}},
+      {"sgd", OpKind::SGD, {{"grad_scale", 0.25f}, {"weight_decay", 0.01f}},
+       {f32({7}), f32({7}), f32({}, Fill::Positive)}, {f32({7})}, 1e-7},
+      {"sgd nesterov", OpKind::SGD,
+       {{"momentum", 0.9f}, {"nesterov", int64_t(1)}},
+       {f32({7}), f32({7}), f32({}, Fill::Positive), f32({7})},
+       {f32({7}), f32({7})}, 1e-7},
+      {"adamw", OpKind::AdamW, {},
+       {f32({7}), f32({7}), f32({}, Fill::Positive), f32({}, Fill::Positive),
+        f32({7}), f32({7}, Fill::Positive)},
+       {f32({7}), f32({7}), f32({7})}, 1e-6},
+  };
+  return cases;
+}
+
+} // namespace cleave::cudatest
+
+#endif
