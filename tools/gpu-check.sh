@@ -40,8 +40,18 @@ bundle)
   # OpenBLAS is loaded at run time (runtime/cpu/Blas.cpp), so ldd misses it.
   cp -L "$(ldconfig -p | awk '/libopenblas\.so\.0 / {print $NF; exit}')" \
     "$dir/gpu/libs/"
-  "$build/tools/cleavec" "$root/tests/models/training/mlp/model.onnx" \
-    --stages 2 --microbatches 2 -o "$dir/gpu/plans/mlp.cplan" >/dev/null
+  # Plans of the committed training models (2 stages, both on the one GPU
+  # there), f32 and bf16, their datasets, and the loss comparer.
+  for m in mlp gpt mlp_mse; do
+    for p in f32 bf16; do
+      "$build/tools/cleavec" "$root/tests/models/training/$m/model.onnx" \
+        --stages 2 --microbatches 4 --schedule zb-h1 --lr 0.1 --precision $p \
+        -o "$dir/gpu/plans/$m-$p.cplan" >/dev/null
+    done
+    mkdir -p "$dir/gpu/data/$m"
+    cp -r "$root/tests/models/training/$m/steps/data" "$dir/gpu/data/$m/"
+  done
+  cp "$root/tests/lit/cleave-run/Inputs/compare_losses.py" "$dir/gpu/" 
   tar -cJf "$bundle" -C "$dir" gpu
   echo "wrote $bundle ($(du -h "$bundle" | cut -f1))"
   ;;
@@ -62,16 +72,28 @@ run)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
       2>&1 || echo "nvidia-smi: not available"
     echo
-    echo "== CUDA unit tests (the CUDA backend against the CPU backend)"
-    "$g/bin/cleave-unit-tests" --gtest_filter='Cuda*' >"$out/unit.log" 2>&1
+    echo "== CUDA unit tests: every op case on the GPU against the CPU backend,"
+    echo "   and 3 training steps of each model on 2 stages sharing the GPU"
+    "$g/bin/cleave-unit-tests" \
+      --gtest_filter='Cuda*:*CudaDeviceTrains*:*CudaKernelsTrain*' \
+      >"$out/unit.log" 2>&1
     echo "exit $?"
-    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/unit.log"
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]' "$out/unit.log"
     echo
-    echo "== cleave-run --device cuda on a 2-stage MLP plan"
-    "$g/bin/cleave-run" "$g/plans/mlp.cplan" --device cuda --steps 3 \
-      >"$out/mlp-cuda.log" 2>&1
-    echo "exit $? (1 while the backend lacks training ops, naming the first)"
-    tail -n 3 "$out/mlp-cuda.log"
+    echo "== cleave-run --device cuda against --device cpu, 20 steps (losses)"
+    for plan in "$g"/plans/*.cplan; do
+      name="$(basename "$plan" .cplan)"
+      data="$g/data/${name%-*}/data"
+      "$g/bin/cleave-run" "$plan" --steps 20 --data "$data" >"$out/$name-cpu.log" 2>&1
+      "$g/bin/cleave-run" "$plan" --steps 20 --data "$data" --device cuda \
+        >"$out/$name-cuda.log" 2>&1
+      rc=$?
+      tol=1e-4
+      [ "${name##*-}" = bf16 ] && tol=2e-2
+      printf '%-14s exit %s; ' "$name" "$rc"
+      python3 "$g/compare_losses.py" "$out/$name-cpu.log" "$out/$name-cuda.log" $tol 2>&1
+      grep -E '^done|error' "$out/$name-cuda.log" | head -n 2
+    done
   } >"$summary" 2>&1
   rm -rf "$work"
   cat "$summary"
