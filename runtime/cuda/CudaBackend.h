@@ -1,8 +1,8 @@
-// The CUDA backend (docs/design/cuda.md): device memory, copies, and the
-// kernels it has so far: elementwise f32 ops (equal shapes or a scalar
-// operand), Identity, and MatMul through cuBLAS. Plans whose ops it lacks
-// are refused when the executor is made, naming the op. Built only where
-// the CUDA toolkit is (CLEAVE_HAVE_CUDA); runs only where a GPU is.
+// The CUDA backend (docs/design/cuda.md): device memory, copies on its own
+// stream, and every op Lowering.h lowers (the MLP and GPT training ops, f32
+// and bf16), launched by CudaKernels.cu and cuBLAS. Plans whose ops it
+// lacks are refused when the executor is made, naming the op. Built only
+// where the CUDA toolkit is (CLEAVE_HAVE_CUDA); runs only where a GPU is.
 #pragma once
 
 #include "runtime/Kernel.h"
