@@ -51,8 +51,20 @@ bundle)
     mkdir -p "$dir/gpu/data/$m"
     cp -r "$root/tests/models/training/$m/steps/data" "$dir/gpu/data/$m/"
   done
-  cp "$root/tests/lit/cleave-run/Inputs/compare_losses.py" "$dir/gpu/" 
-  tar -cJf "$bundle" -C "$dir" gpu
+  cp "$root/tests/lit/cleave-run/Inputs/compare_losses.py" "$dir/gpu/"
+  # The bar's benchmark: GPT-2-small, bf16, batch 8 x 1024, against PyTorch
+  # (tests/bench/gpt2_small_gpu.py; its tiled weights compress to ~1 MB).
+  mkdir -p "$dir/gpu/gpt2/examples/gpt" "$dir/gpu/gpt2/tests/bench"
+  cp "$root/examples/gpt/model.py" "$dir/gpu/gpt2/examples/gpt/"
+  cp "$root/tests/bench/gpt2_small_gpu.py" "$dir/gpu/gpt2/tests/bench/"
+  /usr/bin/python3 "$root/tests/bench/gpt2_small_gpu.py" prepare \
+    --out "$dir/onnx" --batch 8
+  cp -r "$dir/onnx/data" "$dir/gpu/gpt2/"
+  "$build/tools/cleavec" "$dir/onnx/gpt2.onnx" --microbatch-size 8 \
+    --microbatches 1 --precision bf16 --lr 1e-4 --device-profile h200 \
+    -o "$dir/gpu/gpt2/gpt2-bf16.cplan" >/dev/null
+  rm -rf "$dir/onnx" 
+  XZ_OPT="-3 -T0" tar -cJf "$bundle" -C "$dir" gpu
   echo "wrote $bundle ($(du -h "$bundle" | cut -f1))"
   ;;
 run)
@@ -94,6 +106,19 @@ run)
       python3 "$g/compare_losses.py" "$out/$name-cpu.log" "$out/$name-cuda.log" $tol 2>&1
       grep -E '^done|error' "$out/$name-cuda.log" | head -n 2
     done
+    echo
+    echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
+    "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device cuda --steps 13 \
+      --data "$g/gpt2/data" >"$out/gpt2-cleave.log" 2>&1
+    echo "cleave exit $?: median step ms of steps 4-13:"
+    grep -E '^step ' "$out/gpt2-cleave.log" | tail -n 10 |
+      sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g | sed -n '5,6p' | tr '\n' ' '
+    echo
+    grep -E '^step +(1|13)/|error' "$out/gpt2-cleave.log"
+    (cd "$g/gpt2" && python3 tests/bench/gpt2_small_gpu.py torch \
+      --data data --steps 10) >"$out/gpt2-torch.log" 2>&1
+    echo "torch exit $?:"
+    cat "$out/gpt2-torch.log"
   } >"$summary" 2>&1
   rm -rf "$work"
   cat "$summary"
