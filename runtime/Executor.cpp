@@ -112,6 +112,8 @@ StageExecutor::~StageExecutor() {
     backend_.release(stepFrame_);
   for (void *p : allFrames_)
     backend_.release(p);
+  if (reduceDevice_)
+    backend_.release(reduceDevice_);
 }
 
 llvm::Expected<std::unique_ptr<StageExecutor>>
@@ -611,7 +613,18 @@ llvm::Error StageExecutor::allReduceAccums() {
     std::vector<uint8_t> host(bytes);
     if (dp.rank() == 0) {
       reduceBuffer_.resize(bytes);
-      void *other = backend_.allocate(bytes);
+      // The other replicas' sums land in one backend buffer, grown to the
+      // largest accumulator once and kept: the steady state allocates
+      // nothing.
+      if (reduceDeviceBytes_ < bytes) {
+        backend_.release(reduceDevice_);
+        reduceDevice_ = backend_.allocate(bytes);
+        reduceDeviceBytes_ = reduceDevice_ ? bytes : 0;
+        if (!reduceDevice_)
+          return fail(where() + ": cannot allocate " + std::to_string(bytes) +
+                      " bytes");
+      }
+      void *other = reduceDevice_;
       llvm::Error err = llvm::Error::success();
       for (int r = 1; r < replicas && !err; ++r) {
         if ((err = dp.recv(r, tag, -1, reduceBuffer_.data(), bytes)))
@@ -622,7 +635,6 @@ llvm::Error StageExecutor::allReduceAccums() {
         KernelCall call{ir::OpKind::Add, noAttrs(), ins, out, 0};
         err = backend_.run(call);
       }
-      backend_.release(other);
       if (err)
         return wrap(std::move(err), where());
       backend_.copyToHost(host.data(), acc, bytes);

@@ -211,6 +211,8 @@ private:
   std::string nonFiniteReport_;
   int64_t voteTag_ = 0; // past every tag of the plan's messages
   std::vector<uint8_t> reduceBuffer_; // host copy of a replica's sum
+  void *reduceDevice_ = nullptr;      // ... in backend memory
+  size_t reduceDeviceBytes_ = 0;
   ProfileMap profile_;
 };
 

@@ -381,6 +381,50 @@ TEST(ExecutorTest, TwoStagePipelineMatchesHandComputation) {
   EXPECT_EQ(s0.stats().maxFramesInFlight, 2);
 }
 
+// A backend that counts what it allocates, around the CPU backend.
+class CountingBackend : public Backend {
+public:
+  std::unique_ptr<Backend> inner = createCpuBackend(1);
+  int allocations = 0;
+  std::string_view name() const override { return "counting"; }
+  void *allocate(size_t bytes) override {
+    ++allocations;
+    return inner->allocate(bytes);
+  }
+  void release(void *p) override { inner->release(p); }
+  void copyToDevice(void *d, const void *s, size_t n) override {
+    inner->copyToDevice(d, s, n);
+  }
+  void copyToHost(void *d, const void *s, size_t n) override {
+    inner->copyToHost(d, s, n);
+  }
+  bool supports(ir::OpKind op, ir::DType t) const override {
+    return inner->supports(op, t);
+  }
+  llvm::Error run(const KernelCall &call) override { return inner->run(call); }
+};
+
+// Frames, the step frame and every persistent slot come from the backend
+// in the first step; later steps allocate nothing (the CUDA backend's
+// arena requirement: no allocation in the steady state).
+TEST(ExecutorTest, TheSteadyStateAllocatesNothing) {
+  const int M = 3;
+  Plan plan = twoStagePlan(M, "F0 F1 B0 F2 B1 B2 S",
+                           "F0 B0 W0 F1 B1 W1 F2 BW2 S");
+  auto comms = createInProcessComms(2, 30);
+  CountingBackend b0, b1;
+  auto s0 = StageExecutor::create(plan, 0, b0, *comms[0]);
+  auto s1 = StageExecutor::create(plan, 1, b1, *comms[1]);
+  ASSERT_TRUE(s0 && s1);
+  std::vector<StageExecutor *> raw = {s0->get(), s1->get()};
+  ASSERT_OK(runPipelineThreads(raw, 0, twoStageData));
+  int after = b0.allocations + b1.allocations;
+  EXPECT_GT(after, 0);
+  for (int step = 1; step < 4; ++step)
+    ASSERT_OK(runPipelineThreads(raw, step, twoStageData));
+  EXPECT_EQ(b0.allocations + b1.allocations, after);
+}
+
 TEST(ExecutorTest, LearningRateOverrideAndSlotAccess) {
   Plan plan = twoStagePlan(1, "F0 B0 S", "F0 BW0 S");
   Pipeline pipe;
