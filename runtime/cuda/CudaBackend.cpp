@@ -182,6 +182,14 @@ private:
       err = cuda::launchGather(*ga, stream_);
     else if (auto *o = std::get_if<cuda::OptimizerStep>(&step))
       err = cuda::launchOptimizer(*o, stream_);
+    else if (auto *cols = std::get_if<cuda::Im2colStep>(&step))
+      err = cuda::launchIm2col(*cols, stream_);
+    else if (auto *pool = std::get_if<cuda::PoolStep>(&step))
+      err = cuda::launchPool(*pool, stream_);
+    else if (auto *ch = std::get_if<cuda::ChannelStep>(&step))
+      err = cuda::launchChannels(*ch, stream_);
+    else if (auto *cm = std::get_if<cuda::ChannelMapStep>(&step))
+      err = cuda::launchChannelMap(*cm, stream_);
     if (err)
       return fail(call, cudaGetErrorString(cudaError_t(err)));
     return llvm::Error::success();

@@ -1,7 +1,8 @@
 // The CUDA backend's kernels (CudaKernels.h): thin launchers around the
 // functions of DeviceCode.h, which the host tests run one element at a
 // time. Grid-stride loops, 256 threads a block; row ops put one warp on a
-// row, whose lanes combine their partial sums and maxima by shuffles.
+// row (BatchNorm's channel steps one on a channel), whose lanes combine
+// their partial sums and maxima by shuffles.
 #include "runtime/cuda/CudaKernels.h"
 
 #include <cuda_runtime.h>
@@ -60,6 +61,23 @@ __global__ void optimizerKernel(OptimizerStep o) {
     optimizerElement(o, i);
 }
 
+__global__ void im2colKernel(Im2colStep s) {
+  int64_t n = im2colCount(s);
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    im2colElement(s, i);
+}
+
+__global__ void poolKernel(PoolStep p) {
+  int64_t n = poolCount(p);
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    poolElement(p, i);
+}
+
+__global__ void channelMapKernel(ChannelMapStep m) {
+  for (int64_t i = firstIndex(); i < m.elements; i += gridStride())
+    channelMapElement(m, i);
+}
+
 __global__ void reduceKernel(ReduceStep r) {
   for (int64_t o = firstIndex(); o < r.outputs; o += gridStride())
     reduceElement(r.kind, r.in, r.inElem, r.base(o), r.reduced, r.count,
@@ -78,6 +96,14 @@ __global__ void rowKernel(RowStep r) {
   int64_t warps = gridStride() / kWarp;
   for (int64_t row = warp; row < r.rows; row += warps)
     rowElement(WarpLanes{}, r, row);
+}
+
+// As rowKernel: whole warps walk the channels.
+__global__ void channelKernel(ChannelStep c) {
+  int64_t warp = firstIndex() / kWarp;
+  int64_t warps = gridStride() / kWarp;
+  for (int64_t ch = warp; ch < c.channels; ch += warps)
+    channelElement(WarpLanes{}, c, ch);
 }
 
 __global__ void lossKernel(LossStep l) {
@@ -111,6 +137,30 @@ int launchOptimizer(const OptimizerStep &o, void *stream) {
   return launched();
 }
 
+int launchIm2col(const Im2colStep &s, void *stream) {
+  int64_t n = im2colCount(s);
+  if (n == 0)
+    return 0;
+  im2colKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(s);
+  return launched();
+}
+
+int launchPool(const PoolStep &p, void *stream) {
+  int64_t n = poolCount(p);
+  if (n == 0)
+    return 0;
+  poolKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(p);
+  return launched();
+}
+
+int launchChannelMap(const ChannelMapStep &m, void *stream) {
+  if (m.elements == 0)
+    return 0;
+  channelMapKernel<<<blocksFor(m.elements), kThreads, 0,
+                     cudaStream_t(stream)>>>(m);
+  return launched();
+}
+
 int launchReduce(const ReduceStep &r, void *stream) {
   if (r.outputs == 0)
     return 0;
@@ -130,6 +180,14 @@ int launchRows(const RowStep &r, void *stream) {
     return 0;
   rowKernel<<<blocksFor(r.rows * kWarp), kThreads, 0, cudaStream_t(stream)>>>(
       r);
+  return launched();
+}
+
+int launchChannels(const ChannelStep &c, void *stream) {
+  if (c.channels == 0)
+    return 0;
+  channelKernel<<<blocksFor(c.channels * kWarp), kThreads, 0,
+                  cudaStream_t(stream)>>>(c);
   return launched();
 }
 

@@ -14,11 +14,15 @@ namespace cleave::runtime::cuda {
 int launchMap(const MapArgs &m, void *stream);
 int launchGather(const GatherStep &g, void *stream);
 int launchOptimizer(const OptimizerStep &o, void *stream);
+int launchIm2col(const Im2colStep &s, void *stream);
+int launchPool(const PoolStep &p, void *stream);
+int launchChannelMap(const ChannelMapStep &m, void *stream);
 // One thread an output element / column.
 int launchReduce(const ReduceStep &r, void *stream);
 int launchColumns(const ColumnStep &c, void *stream);
-// One warp a row.
+// One warp a row / channel.
 int launchRows(const RowStep &r, void *stream);
+int launchChannels(const ChannelStep &c, void *stream);
 // One thread in all.
 int launchLoss(const LossStep &l, void *stream);
 

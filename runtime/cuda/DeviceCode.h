@@ -5,16 +5,20 @@
 // the formulas are tested against the CPU backend on any machine, GPU or
 // not; what only a GPU can test is the launch around them.
 //
-// Two shapes of kernel cover the ops:
+// Three shapes of kernel cover the ops:
 //   - a strided map (`mapElement`): element i of the output, at an offset an
 //     Indexer gives, is an op of up to three operands read through their own
 //     Indexers. Broadcasting is a zero stride, Transpose permuted strides,
 //     Slice a base offset and scaled strides, Concat and Split one map per
 //     piece; elementwise math, Cast, Where and UnaryGrad are the op.
-//   - a row op (`softmaxRow`, `layerNormRow`, ...): one row of a reduction,
-//     written against a `Lanes` that splits the row among the lanes of a
-//     warp on the GPU (sums and maxima by shuffles) and is one lane on the
-//     host.
+//   - a row op (`rowElement`, `channelElement`): one row of a reduction
+//     (or one BatchNorm channel), written against a `Lanes` that splits the
+//     row among the lanes of a warp on the GPU (sums and maxima by shuffles)
+//     and is one lane on the host.
+//   - a window op (`im2colElement`, `poolElement`): one element of a conv's
+//     column matrix or of a pool, walking its window; the gradients gather,
+//     one thread per input element, instead of scattering, so they need no
+//     atomics and sum in a fixed order.
 #pragma once
 
 #include <cmath>
@@ -599,6 +603,365 @@ CLEAVE_HD void gatherGradColumn(const GatherStep &s, int64_t c) {
                 load(s.data, s.elem, (o * s.n + k) * s.inner + in);
     store(s.out, s.elem, dst, acc);
   }
+}
+
+// --- convolution and pooling windows -----------------------------------------
+
+constexpr int kMaxSpatial = kMaxRank - 2;
+
+// The windows of a conv or pool over `rank` spatial dims (NCHW-style
+// layouts, one plane per (image, channel)), as runtime/cpu/ConvGeometry.h:
+// output position o's window starts at o * stride - padBegin per dim, and
+// its tap k reads input coordinate start + k * dilation. Positions and taps
+// are flat, row-major over the spatial dims.
+struct Window {
+  int rank = 0;
+  int64_t in[kMaxSpatial] = {}, out[kMaxSpatial] = {},
+          kernel[kMaxSpatial] = {};
+  int64_t strides[kMaxSpatial] = {}, padBegin[kMaxSpatial] = {},
+          padEnd[kMaxSpatial] = {}, dilations[kMaxSpatial] = {};
+  int64_t inSize = 1, outSize = 1, kernelSize = 1;
+};
+
+// The input position tap t of output position o reads, or -1 where it
+// lands in the padding.
+CLEAVE_HD int64_t windowInput(const Window &w, int64_t o, int64_t t) {
+  int64_t q = 0, step = 1;
+  for (int d = w.rank - 1; d >= 0; --d) {
+    int64_t od = o % w.out[d], kd = t % w.kernel[d];
+    o /= w.out[d];
+    t /= w.kernel[d];
+    int64_t i = od * w.strides[d] + kd * w.dilations[d] - w.padBegin[d];
+    if (i < 0 || i >= w.in[d])
+      return -1;
+    q += i * step;
+    step *= w.in[d];
+  }
+  return q;
+}
+
+// The output position whose tap t reads input position q, or -1 for none
+// (each tap of each window reads one input, so there is at most one).
+// Taps in decreasing order give those outputs in increasing order.
+CLEAVE_HD int64_t windowOutput(const Window &w, int64_t q, int64_t t) {
+  int64_t o = 0, step = 1;
+  for (int d = w.rank - 1; d >= 0; --d) {
+    int64_t qd = q % w.in[d], kd = t % w.kernel[d];
+    q /= w.in[d];
+    t /= w.kernel[d];
+    int64_t at = qd + w.padBegin[d] - kd * w.dilations[d];
+    if (at < 0 || at % w.strides[d] != 0 || at / w.strides[d] >= w.out[d])
+      return -1;
+    o += at / w.strides[d] * step;
+    step *= w.out[d];
+  }
+  return o;
+}
+
+// im2col and its adjoint, col2im. Image n's column matrix holds, at
+// n * imageStride + row * rowStride + o with row = c * kernelSize + t, the
+// input of channel c that tap t of output position o reads, 0 in the
+// padding: conv's right-hand operand (group g's rows are its channels').
+//   im2col:  one thread per column entry (n, row, o), copied bit for bit
+//            from `in` (the images) to `out` (the columns);
+//   col2im:  one thread per image element (n, c, q) of `out`, which is
+//            the sum of the column entries read from q, in f32 and in
+//            increasing tap order as the CPU's col2im adds them: a gather,
+//            so deterministic without atomics.
+struct Im2colStep {
+  bool adjoint = false; // col2im
+  Window w;
+  int64_t images = 0, channels = 0;
+  int64_t imageStride = 0, rowStride = 0; // of the column matrices
+  const void *in = nullptr;
+  Elem inElem = Elem::F32;
+  void *out = nullptr;
+  Elem outElem = Elem::F32;
+};
+
+CLEAVE_HD int64_t im2colCount(const Im2colStep &s) {
+  int64_t perImage = s.adjoint ? s.w.inSize : s.w.kernelSize * s.w.outSize;
+  return s.images * s.channels * perImage;
+}
+
+CLEAVE_HD void im2colElement(const Im2colStep &s, int64_t i) {
+  const Window &w = s.w;
+  int64_t rows = s.channels * w.kernelSize;
+  if (!s.adjoint) {
+    int64_t o = i % w.outSize, row = i / w.outSize % rows,
+            n = i / (w.outSize * rows);
+    int64_t q = windowInput(w, o, row % w.kernelSize);
+    int64_t dst = n * s.imageStride + row * s.rowStride + o;
+    if (q < 0)
+      store(s.out, s.outElem, dst, 0.0f);
+    else
+      mapCopyElement(s.in, (n * s.channels + row / w.kernelSize) * w.inSize + q,
+                     s.out, dst, elemSize(s.outElem));
+    return;
+  }
+  int64_t q = i % w.inSize, c = i / w.inSize % s.channels,
+          n = i / (w.inSize * s.channels);
+  float acc = 0.0f;
+  for (int64_t t = 0; t < w.kernelSize; ++t) {
+    int64_t o = windowOutput(w, q, t);
+    if (o >= 0)
+      acc += load(s.in, s.inElem,
+                  n * s.imageStride + (c * w.kernelSize + t) * s.rowStride + o);
+  }
+  store(s.out, s.outElem, i, acc);
+}
+
+// Pooling, runtime/cpu/ConvPool.cpp and GradientsConvPool.cpp:
+//   Max:         y = the window's first maximum (-inf for a window wholly
+//                in the padding); `indices`, when asked, its flat index
+//                over the whole input (ONNX's), -1 for none;
+//   Average:     y = the sum of the taps inside the input (in double) over
+//                the window's divisor (windowDivisor);
+//   MaxGrad:     dX[q] = the sum of dY over the windows whose first maximum
+//                is q (X is the forward input);
+//   AverageGrad: dX[q] = the sum of dY / count over the windows that read q.
+// The forward kinds take one thread per output element, the gradients one
+// per input element, which gathers its windows' shares in increasing output
+// order, in f32, the order the CPU adds them: no scatter, no atomics.
+enum class PoolKind : uint8_t { Max, Average, MaxGrad, AverageGrad };
+
+struct PoolStep {
+  PoolKind kind = PoolKind::Max;
+  Window w;
+  int64_t planes = 0; // images * channels
+  const void *x = nullptr; // X (Max, Average, MaxGrad)
+  Elem xElem = Elem::F32;
+  const void *dy = nullptr; // dY (the gradients)
+  Elem dyElem = Elem::F32;
+  void *out = nullptr; // Y or dX
+  Elem outElem = Elem::F32;
+  int64_t *indices = nullptr; // MaxPool's optional second result
+  bool includePad = false;    // AveragePool's count_include_pad
+};
+
+CLEAVE_HD int64_t poolCount(const PoolStep &s) {
+  bool grad = s.kind == PoolKind::MaxGrad || s.kind == PoolKind::AverageGrad;
+  return s.planes * (grad ? s.w.inSize : s.w.outSize);
+}
+
+// The first maximum of output o's window over `plane`, as an input
+// position, or -1 when no tap lands inside the input. A NaN first tap
+// stays (nothing compares greater), as on the CPU.
+CLEAVE_HD int64_t windowArgmax(const PoolStep &s, int64_t plane, int64_t o) {
+  int64_t at = -1;
+  float best = -INFINITY;
+  for (int64_t t = 0; t < s.w.kernelSize; ++t) {
+    int64_t q = windowInput(s.w, o, t);
+    if (q < 0)
+      continue;
+    float v = load(s.x, s.xElem, plane * s.w.inSize + q);
+    if (at < 0 || v > best) {
+      best = v;
+      at = q;
+    }
+  }
+  return at;
+}
+
+// AveragePool's divisor for output o: its taps inside the input, or with
+// count_include_pad those inside the padded input (the cells a ceil_mode
+// window reaches past the end padding never count).
+CLEAVE_HD int64_t windowDivisor(const PoolStep &s, int64_t o) {
+  const Window &w = s.w;
+  int64_t count = 0;
+  if (!s.includePad) {
+    for (int64_t t = 0; t < w.kernelSize; ++t)
+      count += windowInput(w, o, t) >= 0 ? 1 : 0;
+    return count;
+  }
+  count = 1;
+  for (int d = w.rank - 1; d >= 0; --d) {
+    int64_t start = o % w.out[d] * w.strides[d]; // from the padding's start
+    o /= w.out[d];
+    int64_t room = w.in[d] + w.padBegin[d] + w.padEnd[d] - start;
+    count *= room <= 0 ? 0 : room < w.kernel[d] ? room : w.kernel[d];
+  }
+  return count;
+}
+
+CLEAVE_HD void poolElement(const PoolStep &s, int64_t i) {
+  const Window &w = s.w;
+  if (s.kind == PoolKind::Max || s.kind == PoolKind::Average) {
+    int64_t o = i % w.outSize, plane = i / w.outSize;
+    if (s.kind == PoolKind::Max) {
+      int64_t at = windowArgmax(s, plane, o);
+      store(s.out, s.outElem, i,
+            at < 0 ? -INFINITY : load(s.x, s.xElem, plane * w.inSize + at));
+      if (s.indices)
+        s.indices[i] = at < 0 ? -1 : plane * w.inSize + at;
+      return;
+    }
+    double sum = 0;
+    for (int64_t t = 0; t < w.kernelSize; ++t) {
+      int64_t q = windowInput(w, o, t);
+      if (q >= 0)
+        sum += load(s.x, s.xElem, plane * w.inSize + q);
+    }
+    int64_t count = windowDivisor(s, o);
+    store(s.out, s.outElem, i, count ? float(sum / double(count)) : 0.0f);
+    return;
+  }
+  int64_t q = i % w.inSize, plane = i / w.inSize;
+  float acc = 0.0f;
+  for (int64_t t = w.kernelSize - 1; t >= 0; --t) {
+    int64_t o = windowOutput(w, q, t);
+    if (o < 0)
+      continue;
+    float g = load(s.dy, s.dyElem, plane * w.outSize + o);
+    if (s.kind == PoolKind::MaxGrad) {
+      if (windowArgmax(s, plane, o) == q)
+        acc += g;
+      continue;
+    }
+    int64_t count = windowDivisor(s, o);
+    if (count)
+      acc += float(double(g) / double(count));
+  }
+  store(s.out, s.outElem, i, acc);
+}
+
+// --- batch normalization ---------------------------------------------------------
+
+// BatchNormalization and its gradient parts (runtime/cpu/Normalization.cpp,
+// GradientsNormalization.cpp) over X [N, C, spatial...], whose channel c is
+// the N blocks of `spatial` elements at (n * C + c) * spatial. A channel
+// step computes one channel's statistics, in double, with the Lanes of the
+// row ops (a warp a channel on the GPU): the batch mean and population
+// variance in training mode (two passes), the given mean and variance
+// otherwise. Then, per channel:
+//   BatchNorm:     coef[2c], [2c+1] = a, shift with y = x * a + shift, and
+//                  the running statistics when asked: running = input *
+//                  momentum + batch * (1 - momentum) in training mode
+//                  (ONNX's convention, population variance), the input
+//                  otherwise;
+//   BatchNormGradData: coef[4c..4c+3] = a, q, r, m with dX = a * dY +
+//                  (q * (x - m) + r); in inference mode (or with no
+//                  elements) q = r = m = 0 and a = scale / sqrt(var +
+//                  epsilon) with the given variance;
+//   BatchNormGradParams: out[c] = dscale = inv * sum of dY * (x - mean).
+// A ChannelMapStep then applies the coefficients element by element.
+enum class ChannelOp : uint8_t {
+  BatchNorm,
+  BatchNormGradData,
+  BatchNormGradParams,
+};
+
+struct ChannelStep {
+  ChannelOp op = ChannelOp::BatchNorm;
+  int64_t images = 0, channels = 0, spatial = 0;
+  const void *x = nullptr, *dy = nullptr;
+  Elem xElem = Elem::F32, dyElem = Elem::F32;
+  // Per-channel operands (null where the op has none).
+  const void *scale = nullptr, *bias = nullptr, *mean = nullptr,
+             *var = nullptr;
+  Elem scaleElem = Elem::F32, biasElem = Elem::F32, meanElem = Elem::F32,
+       varElem = Elem::F32;
+  bool training = false;
+  double epsilon = 0, momentum = 0;
+  float *coef = nullptr;
+  void *runMean = nullptr, *runVar = nullptr; // BatchNorm's optional results
+  Elem runMeanElem = Elem::F32, runVarElem = Elem::F32;
+  void *out = nullptr; // dscale
+  Elem outElem = Elem::F32;
+};
+
+template <class L>
+CLEAVE_HD void channelElement(const L &l, const ChannelStep &s, int64_t ch) {
+  int64_t count = s.images * s.spatial;
+  auto at = [&](int64_t j) {
+    return (j / s.spatial * s.channels + ch) * s.spatial + j % s.spatial;
+  };
+  auto x = [&](int64_t j) { return double(load(s.x, s.xElem, at(j))); };
+  auto param = [&](const void *p, Elem e) { return double(load(p, e, ch)); };
+  bool batch = s.training && count > 0;
+  if (s.op == ChannelOp::BatchNormGradData && !batch) {
+    if (l.lane() == 0) {
+      s.coef[4 * ch] = float(param(s.scale, s.scaleElem) /
+                             sqrt(param(s.var, s.varElem) + s.epsilon));
+      s.coef[4 * ch + 1] = s.coef[4 * ch + 2] = s.coef[4 * ch + 3] = 0.0f;
+    }
+    return;
+  }
+  double mean = 0, var = 0;
+  if (batch) {
+    for (int64_t j = l.lane(); j < count; j += l.count())
+      mean += x(j);
+    mean = l.sum(mean) / double(count);
+    for (int64_t j = l.lane(); j < count; j += l.count()) {
+      double d = x(j) - mean;
+      var += d * d;
+    }
+    var = l.sum(var) / double(count);
+  } else if (!s.training) {
+    mean = param(s.mean, s.meanElem);
+    var = param(s.var, s.varElem);
+  }
+  if (s.op == ChannelOp::BatchNorm) {
+    if (l.lane() != 0)
+      return;
+    double a = param(s.scale, s.scaleElem) / sqrt(var + s.epsilon);
+    s.coef[2 * ch] = float(a);
+    s.coef[2 * ch + 1] = float(param(s.bias, s.biasElem) - mean * a);
+    if (s.runMean) {
+      double m0 = param(s.mean, s.meanElem), v0 = param(s.var, s.varElem);
+      store(s.runMean, s.runMeanElem, ch,
+            float(s.training ? m0 * s.momentum + mean * (1.0 - s.momentum)
+                             : m0));
+      store(s.runVar, s.runVarElem, ch,
+            float(s.training ? v0 * s.momentum + var * (1.0 - s.momentum)
+                             : v0));
+    }
+    return;
+  }
+  double inv = 1.0 / sqrt(var + s.epsilon), dy = 0, dyCentered = 0;
+  for (int64_t j = l.lane(); j < count; j += l.count()) {
+    double g = load(s.dy, s.dyElem, at(j));
+    dy += g;
+    dyCentered += g * (x(j) - mean);
+  }
+  dy = l.sum(dy);
+  dyCentered = l.sum(dyCentered);
+  if (l.lane() != 0)
+    return;
+  if (s.op == ChannelOp::BatchNormGradParams) {
+    store(s.out, s.outElem, ch, float(dyCentered * inv));
+    return;
+  }
+  double a = param(s.scale, s.scaleElem) * inv;
+  s.coef[4 * ch] = float(a);
+  s.coef[4 * ch + 1] = float(-a * inv * inv * dyCentered / double(count));
+  s.coef[4 * ch + 2] = float(-a * dy / double(count));
+  s.coef[4 * ch + 3] = float(mean);
+}
+
+// A channel step's coefficients applied to `elements` elements of X [N, C,
+// spatial...], one thread each, in f32 as the CPU: y = x * a + shift, or
+// (grad) dX = a * dY + (q * (x - m) + r).
+struct ChannelMapStep {
+  bool grad = false;
+  int64_t elements = 0, channels = 0, spatial = 0;
+  const void *x = nullptr, *dy = nullptr;
+  Elem xElem = Elem::F32, dyElem = Elem::F32;
+  const float *coef = nullptr;
+  void *out = nullptr;
+  Elem outElem = Elem::F32;
+};
+
+CLEAVE_HD void channelMapElement(const ChannelMapStep &s, int64_t i) {
+  int64_t ch = i / s.spatial % s.channels;
+  float x = load(s.x, s.xElem, i);
+  if (!s.grad) {
+    store(s.out, s.outElem, i, x * s.coef[2 * ch] + s.coef[2 * ch + 1]);
+    return;
+  }
+  const float *k = s.coef + 4 * ch;
+  store(s.out, s.outElem, i,
+        k[0] * load(s.dy, s.dyElem, i) + (k[1] * (x - k[3]) + k[2]));
 }
 
 // --- optimizers ------------------------------------------------------------------

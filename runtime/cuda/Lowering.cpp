@@ -878,6 +878,424 @@ llvm::Expected<Steps> lowerReduce(const KernelCall &call) {
   return Steps{r};
 }
 
+// --- convolution, pooling, batch normalization ---------------------------
+
+// The call's one scratch request, `bytes` long (none for 0 bytes).
+llvm::Expected<char *> scratchBlock(const KernelCall &call,
+                                    const Scratch &scratch, size_t bytes) {
+  if (bytes == 0)
+    return nullptr;
+  auto *p = static_cast<char *>(scratch(bytes));
+  if (!p)
+    return fail(call, llvm::formatv("no scratch memory for {0} bytes", bytes));
+  return p;
+}
+
+// The windows from input `in` to output `out` ([N, C, spatial...] both)
+// with kernel dims `kernel`, and the call's strides, pads and (for the ops
+// that have them) dilations.
+llvm::Expected<Window> windowOf(const KernelCall &call,
+                                llvm::ArrayRef<int64_t> in,
+                                llvm::ArrayRef<int64_t> out,
+                                llvm::ArrayRef<int64_t> kernel,
+                                bool hasDilations) {
+  size_t sp = in.size() > 2 ? in.size() - 2 : 0;
+  if (sp == 0 || out.size() != in.size() || kernel.size() != sp ||
+      out[0] != in[0])
+    return fail(call, llvm::formatv("input {0}, output {1} and kernel {2} do "
+                                    "not fit together",
+                                    ir::shapeStr(in), ir::shapeStr(out),
+                                    ir::shapeStr(kernel)));
+  const auto &strides = call.getInts("strides"), &pads = call.getInts("pads");
+  std::vector<int64_t> dilations(sp, 1);
+  if (hasDilations)
+    dilations = call.getInts("dilations");
+  if (strides.size() != sp || pads.size() != 2 * sp || dilations.size() != sp)
+    return fail(call, llvm::formatv("{0} spatial dims need {0} strides, {1} "
+                                    "pads and {0} dilations",
+                                    sp, 2 * sp));
+  Window w;
+  w.rank = int(sp);
+  for (size_t d = 0; d < sp; ++d) {
+    if (strides[d] <= 0 || dilations[d] <= 0)
+      return fail(call, "strides and dilations must be positive");
+    w.in[d] = in[d + 2];
+    w.out[d] = out[d + 2];
+    w.kernel[d] = kernel[d];
+    w.strides[d] = strides[d];
+    w.padBegin[d] = pads[d];
+    w.padEnd[d] = pads[sp + d];
+    w.dilations[d] = dilations[d];
+    w.inSize *= w.in[d];
+    w.outSize *= w.out[d];
+    w.kernelSize *= w.kernel[d];
+  }
+  return w;
+}
+
+// Conv of X [N, C, in...] by W [M, C / group, kernel...] into Y [N, M,
+// out...]: the windows and the sizes of one (image, group) product, whose
+// depth is rows = C / group * K (K kernel taps).
+struct ConvDims {
+  Window w;
+  int64_t n, c, m, groups, cg, mg, rows;
+};
+
+llvm::Expected<ConvDims> convDims(const KernelCall &call, const TensorRef &x,
+                                  const TensorRef &w, const TensorRef &y) {
+  auto win = windowOf(call, x.shape, y.shape,
+                      w.shape.drop_front(std::min<size_t>(2, w.rank())),
+                      /*hasDilations=*/true);
+  if (!win)
+    return win.takeError();
+  ConvDims d{*win, x.shape[0], x.shape[1], w.shape[0], call.getInt("group"),
+             0, 0, 0};
+  if (d.groups <= 0 || d.c % d.groups || d.m % d.groups ||
+      w.shape[1] != d.c / d.groups || y.shape[1] != d.m)
+    return fail(call, llvm::formatv("input {0}, weights {1} and output {2} do "
+                                    "not fit group {3}",
+                                    ir::shapeStr(x.shape),
+                                    ir::shapeStr(w.shape),
+                                    ir::shapeStr(y.shape), d.groups));
+  d.cg = d.c / d.groups;
+  d.mg = d.m / d.groups;
+  d.rows = d.cg * win->kernelSize;
+  return d;
+}
+
+Im2colStep im2col(const ConvDims &d, const TensorRef &x, void *cols,
+                  int64_t imageStride, int64_t rowStride) {
+  Im2colStep s;
+  s.w = d.w;
+  s.images = d.n;
+  s.channels = d.c;
+  s.imageStride = imageStride;
+  s.rowStride = rowStride;
+  s.in = x.data;
+  s.inElem = *elemOf(x.dtype);
+  s.out = cols;
+  s.outElem = s.inElem;
+  return s;
+}
+
+// Conv and its gradient parts as im2col (Im2colStep) and GEMMs. Image n's
+// column matrix is [C * K, P] (P output positions); group g's Cg * K rows
+// pair with its filters W_g [M / group, Cg * K]:
+//   Conv:           Y[n, g] = W_g x cols[n, g], one GEMM per group batched
+//                   over the images (W_g shared: stride 0); a bias is
+//                   copied into Y first and the GEMMs add onto it;
+//   ConvGradData:   cols[n, g] = W_g^T x dY[n, g] in f32 (the CPU keeps
+//                   them in f32 too), then col2im gathers them into dX;
+//   ConvGradFilter: dW_g = the sum over images of dY[n, g] x cols[n, g]^T,
+//                   folded into one GEMM per group (batched over groups):
+//                   the columns are laid out [C * K, N * P] and dY copied
+//                   to [M, N * P], so the depth runs over images and
+//                   positions and the batch sum is the GEMM's own, in f32.
+llvm::Expected<Steps> lowerConv(const KernelCall &call,
+                                const Scratch &scratch) {
+  Steps steps;
+  if (call.op == OpKind::Conv) {
+    const TensorRef &X = call.inputs[0], &W = call.inputs[1],
+                    &Y = call.outputs[0];
+    auto d = convDims(call, X, W, Y);
+    if (!d)
+      return d.takeError();
+    if (X.dtype != W.dtype)
+      return fail(call, "the image and the filter operands must have one "
+                        "element type");
+    int64_t p = d->w.outSize, perImage = d->c * d->w.kernelSize * p;
+    auto cols = scratchBlock(call, scratch,
+                             size_t(d->n * perImage) * ir::dtypeSize(X.dtype));
+    if (!cols)
+      return cols.takeError();
+    bool bias = call.inputs.size() > 2 && call.inputs[2].data;
+    if (bias) {
+      const TensorRef &B = call.inputs[2];
+      if (B.numElements() != d->m)
+        return fail(call, llvm::formatv("bias {0} does not have {1} elements",
+                                        ir::shapeStr(B.shape), d->m));
+      MapArgs fill;
+      fill.op = B.dtype == Y.dtype ? MapOp::Copy : MapOp::Cast;
+      fill.n = Y.numElements();
+      fill.in[0] = operand(B, indexer({d->n, d->m, p}, {0, 1, 0}));
+      fill.out = Y.data;
+      fill.outElem = *elemOf(Y.dtype);
+      fill.outAt = contiguous({d->n, d->m, p});
+      steps.push_back(fill);
+    }
+    steps.push_back(im2col(*d, X, *cols, perImage, p));
+    TensorRef colsRef{X.dtype, {}, *cols};
+    for (int64_t g = 0; g < d->groups; ++g) {
+      GemmStep s = gemm(false, false, d->mg, p, d->rows,
+                        at(W, g * d->mg * d->rows), d->rows,
+                        at(colsRef, g * d->rows * p), p,
+                        at(Y, g * d->mg * p).data, *elemOf(Y.dtype), p, 1.0f,
+                        bias ? 1.0f : 0.0f);
+      s.batch = d->n;
+      s.strideB = perImage;
+      s.strideC = d->m * p;
+      steps.push_back(s);
+    }
+    return steps;
+  }
+  if (call.op == OpKind::ConvGradData) { // dY, W -> dX
+    const TensorRef &dY = call.inputs[0], &W = call.inputs[1],
+                    &dX = call.outputs[0];
+    auto d = convDims(call, dX, W, dY);
+    if (!d)
+      return d.takeError();
+    if (dY.dtype != W.dtype)
+      return fail(call, "the gradient and the filter operands must have one "
+                        "element type");
+    int64_t p = d->w.outSize, perImage = d->c * d->w.kernelSize * p;
+    auto cols = scratchBlock(call, scratch, size_t(d->n * perImage) * 4);
+    if (!cols)
+      return cols.takeError();
+    float *col = reinterpret_cast<float *>(*cols);
+    for (int64_t g = 0; g < d->groups; ++g) {
+      GemmStep s = gemm(true, false, d->rows, p, d->mg,
+                        at(W, g * d->mg * d->rows), d->rows,
+                        at(dY, g * d->mg * p), p, col + g * d->rows * p,
+                        Elem::F32, p);
+      s.batch = d->n;
+      s.strideB = d->m * p;
+      s.strideC = perImage;
+      steps.push_back(s);
+    }
+    Im2colStep c2i;
+    c2i.adjoint = true;
+    c2i.w = d->w;
+    c2i.images = d->n;
+    c2i.channels = d->c;
+    c2i.imageStride = perImage;
+    c2i.rowStride = p;
+    c2i.in = col;
+    c2i.inElem = Elem::F32;
+    c2i.out = dX.data;
+    c2i.outElem = *elemOf(dX.dtype);
+    steps.push_back(c2i);
+    return steps;
+  }
+  // ConvGradFilter: X, dY -> dW
+  const TensorRef &X = call.inputs[0], &dY = call.inputs[1],
+                  &dW = call.outputs[0];
+  auto d = convDims(call, X, dW, dY);
+  if (!d)
+    return d.takeError();
+  if (dY.dtype != X.dtype)
+    return fail(call, "the image and the gradient operands must have one "
+                      "element type");
+  int64_t p = d->w.outSize, np = d->n * p;
+  size_t size = ir::dtypeSize(X.dtype);
+  size_t colBytes = (size_t(d->c * d->w.kernelSize * np) * size + 63) / 64 * 64;
+  auto block =
+      scratchBlock(call, scratch, colBytes + size_t(d->m * np) * size);
+  if (!block)
+    return block.takeError();
+  TensorRef cols{X.dtype, {}, *block}, dYt{dY.dtype, {}, *block + colBytes};
+  steps.push_back(im2col(*d, X, cols.data, p, np));
+  steps.push_back(copy(dY, indexer({d->m, d->n, p}, {p, d->m * p, 1}),
+                       dYt.data, contiguous({d->m, d->n, p}), d->m * np));
+  GemmStep s = gemm(false, true, d->mg, d->rows, np, dYt, np, cols, np,
+                    dW.data, *elemOf(dW.dtype), d->rows);
+  s.batch = d->groups;
+  s.strideA = d->mg * np;
+  s.strideB = d->rows * np;
+  s.strideC = d->mg * d->rows;
+  steps.push_back(s);
+  return steps;
+}
+
+bool isPool(OpKind k) {
+  return k == OpKind::MaxPool || k == OpKind::AveragePool ||
+         k == OpKind::MaxPoolGrad || k == OpKind::AveragePoolGrad ||
+         k == OpKind::GlobalAveragePool;
+}
+
+// Pools and their gradients as pool steps (DeviceCode.h); GlobalAveragePool
+// as a mean over each plane.
+llvm::Expected<Steps> lowerPool(const KernelCall &call) {
+  const TensorRef &out = call.outputs[0];
+  if (call.op == OpKind::GlobalAveragePool) {
+    const TensorRef &X = call.inputs[0];
+    if (X.rank() < 2 || out.numElements() != X.shape[0] * X.shape[1])
+      return fail(call, llvm::formatv("input {0} does not pool to {1}",
+                                      ir::shapeStr(X.shape),
+                                      ir::shapeStr(out.shape)));
+    int64_t planes = X.shape[0] * X.shape[1], size = 1;
+    for (size_t d = 2; d < X.rank(); ++d)
+      size *= X.shape[d];
+    if (size == 0) // as the CPU: the mean of nothing is 0
+      return Steps{zero(out)};
+    ReduceStep r;
+    r.kind = ReduceKind::Mean;
+    r.in = X.data;
+    r.inElem = *elemOf(X.dtype);
+    r.out = out.data;
+    r.outElem = *elemOf(out.dtype);
+    r.outputs = planes;
+    r.base = indexer({planes}, {size});
+    r.reduced = indexer({size}, {1});
+    r.count = size;
+    return Steps{r};
+  }
+  bool max = call.op == OpKind::MaxPool || call.op == OpKind::MaxPoolGrad;
+  bool grad = call.op == OpKind::MaxPoolGrad ||
+              call.op == OpKind::AveragePoolGrad;
+  // The forward input (X; AveragePoolGrad has only its shape, dX's) and
+  // the pooled tensor (Y or dY).
+  const TensorRef &x = call.op == OpKind::MaxPoolGrad       ? call.inputs[1]
+                       : call.op == OpKind::AveragePoolGrad ? out
+                                                            : call.inputs[0];
+  const TensorRef &pooled = grad ? call.inputs[0] : out;
+  auto w = windowOf(call, x.shape, pooled.shape, call.getInts("kernel_shape"),
+                    /*hasDilations=*/max);
+  if (!w)
+    return w.takeError();
+  if (pooled.shape[1] != x.shape[1] || (grad && out.shape != x.shape))
+    return fail(call, llvm::formatv("input {0}, pooled {1} and result {2} do "
+                                    "not fit together",
+                                    ir::shapeStr(x.shape),
+                                    ir::shapeStr(pooled.shape),
+                                    ir::shapeStr(out.shape)));
+  PoolStep p;
+  p.kind = call.op == OpKind::MaxPool       ? PoolKind::Max
+           : call.op == OpKind::AveragePool ? PoolKind::Average
+           : max                            ? PoolKind::MaxGrad
+                                            : PoolKind::AverageGrad;
+  p.w = *w;
+  p.planes = x.shape[0] * x.shape[1];
+  if (call.op != OpKind::AveragePoolGrad) {
+    p.x = x.data;
+    p.xElem = *elemOf(x.dtype);
+  }
+  if (grad) {
+    p.dy = pooled.data;
+    p.dyElem = *elemOf(pooled.dtype);
+  }
+  p.out = out.data;
+  p.outElem = *elemOf(out.dtype);
+  p.includePad = !max && call.getInt("count_include_pad");
+  if (call.op == OpKind::MaxPool && call.outputs.size() > 1 &&
+      call.outputs[1].data) {
+    if (call.outputs[1].dtype != DType::I64)
+      return fail(call, "Indices must be i64");
+    p.indices = call.outputs[1].as<int64_t>();
+  }
+  return Steps{p};
+}
+
+bool isBatchNorm(OpKind k) {
+  return k == OpKind::BatchNormalization ||
+         k == OpKind::BatchNormalizationGradData ||
+         k == OpKind::BatchNormalizationGradParams;
+}
+
+// BatchNormalization (X, scale, B, mean, var -> Y[, running mean, running
+// var]), BatchNormalizationGradData (dY, X, scale, mean, var -> dX) and
+// BatchNormalizationGradParams (dY, X, mean, var -> dscale): a channel step
+// for each channel's statistics, then, but for GradParams, a channel map
+// applying its coefficients (DeviceCode.h).
+llvm::Expected<Steps> lowerBatchNorm(const KernelCall &call,
+                                     const Scratch &scratch) {
+  bool forward = call.op == OpKind::BatchNormalization;
+  const TensorRef &X = forward ? call.inputs[0] : call.inputs[1];
+  if (X.rank() < 2)
+    return fail(call, "X " + ir::shapeStr(X.shape) + " has rank < 2");
+  if (!forward && call.inputs[0].shape != X.shape)
+    return fail(call, llvm::formatv("gradient {0} and X {1} differ",
+                                    ir::shapeStr(call.inputs[0].shape),
+                                    ir::shapeStr(X.shape)));
+  ChannelStep s;
+  s.images = X.shape[0];
+  s.channels = X.shape[1];
+  s.spatial = 1;
+  for (size_t d = 2; d < X.rank(); ++d)
+    s.spatial *= X.shape[d];
+  s.x = X.data;
+  s.xElem = *elemOf(X.dtype);
+  s.training = call.getInt("training_mode");
+  s.epsilon = call.getFloat("epsilon");
+  // The per-channel operands: scale, bias, mean, var (null where absent).
+  const auto &in = call.inputs;
+  const TensorRef *scale = nullptr, *bias = nullptr, *mean, *var;
+  switch (call.op) {
+  case OpKind::BatchNormalization:
+    s.op = ChannelOp::BatchNorm;
+    s.momentum = call.getFloat("momentum");
+    scale = &in[1];
+    bias = &in[2];
+    mean = &in[3];
+    var = &in[4];
+    break;
+  case OpKind::BatchNormalizationGradData:
+    s.op = ChannelOp::BatchNormGradData;
+    scale = &in[2];
+    mean = &in[3];
+    var = &in[4];
+    break;
+  default: // BatchNormalizationGradParams
+    s.op = ChannelOp::BatchNormGradParams;
+    mean = &in[2];
+    var = &in[3];
+    break;
+  }
+  std::vector<const TensorRef *> perChannel = {mean, var};
+  for (const TensorRef *t : {scale, bias})
+    if (t)
+      perChannel.push_back(t);
+  if (s.op == ChannelOp::BatchNormGradParams ||
+      (forward && call.outputs.size() == 3))
+    for (size_t k = forward ? 1 : 0; k < call.outputs.size(); ++k)
+      perChannel.push_back(&call.outputs[k]);
+  for (const TensorRef *t : perChannel)
+    if (t->numElements() != s.channels)
+      return fail(call, llvm::formatv("per-channel operand {0} does not have "
+                                      "{1} elements",
+                                      ir::shapeStr(t->shape), s.channels));
+  auto set = [](const TensorRef *t, const void *&data, Elem &elem) {
+    if (t) {
+      data = t->data;
+      elem = *elemOf(t->dtype);
+    }
+  };
+  set(scale, s.scale, s.scaleElem);
+  set(bias, s.bias, s.biasElem);
+  set(mean, s.mean, s.meanElem);
+  set(var, s.var, s.varElem);
+  if (!forward)
+    set(&in[0], s.dy, s.dyElem);
+  if (forward && call.outputs.size() == 3) {
+    s.runMean = call.outputs[1].data;
+    s.runMeanElem = *elemOf(call.outputs[1].dtype);
+    s.runVar = call.outputs[2].data;
+    s.runVarElem = *elemOf(call.outputs[2].dtype);
+  }
+  if (s.op == ChannelOp::BatchNormGradParams) {
+    s.out = call.outputs[0].data;
+    s.outElem = *elemOf(call.outputs[0].dtype);
+    return Steps{s};
+  }
+  int64_t coefs = forward ? 2 : 4;
+  auto coef = scratchBlock(call, scratch, size_t(coefs * s.channels) * 4);
+  if (!coef)
+    return coef.takeError();
+  s.coef = reinterpret_cast<float *>(*coef);
+  ChannelMapStep m;
+  m.grad = !forward;
+  m.elements = X.numElements();
+  m.channels = s.channels;
+  m.spatial = s.spatial;
+  m.x = s.x;
+  m.xElem = s.xElem;
+  m.dy = s.dy;
+  m.dyElem = s.dyElem;
+  m.coef = s.coef;
+  m.out = call.outputs[0].data;
+  m.outElem = *elemOf(call.outputs[0].dtype);
+  return Steps{s, m};
+}
+
 } // namespace
 
 CublasGemm cublasArgs(const GemmStep &s) {
@@ -907,7 +1325,9 @@ bool lowers(OpKind op, DType dtype) {
          op == OpKind::GemmGradA || op == OpKind::GemmGradB || isRowOp(op) ||
          op == OpKind::GatherGrad || op == OpKind::SGD ||
          op == OpKind::AdamW || op == OpKind::ReduceSum ||
-         op == OpKind::ReduceMean || op == OpKind::ReduceMax;
+         op == OpKind::ReduceMean || op == OpKind::ReduceMax ||
+         op == OpKind::Conv || op == OpKind::ConvGradData ||
+         op == OpKind::ConvGradFilter || isPool(op) || isBatchNorm(op);
 }
 
 llvm::Expected<Steps> lowerCall(const KernelCall &call,
@@ -977,6 +1397,20 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
   case OpKind::GemmGradA:
   case OpKind::GemmGradB:
     return lowerGemm(call);
+  case OpKind::Conv:
+  case OpKind::ConvGradData:
+  case OpKind::ConvGradFilter:
+    return lowerConv(call, scratch);
+  case OpKind::MaxPool:
+  case OpKind::MaxPoolGrad:
+  case OpKind::AveragePool:
+  case OpKind::AveragePoolGrad:
+  case OpKind::GlobalAveragePool:
+    return lowerPool(call);
+  case OpKind::BatchNormalization:
+  case OpKind::BatchNormalizationGradData:
+  case OpKind::BatchNormalizationGradParams:
+    return lowerBatchNorm(call, scratch);
   default:
     return lowerDataMovement(call);
   }
@@ -1038,6 +1472,18 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
     } else if (auto *o = std::get_if<OptimizerStep>(&step)) {
       for (int64_t i = 0; i < o->n; ++i)
         optimizerElement(*o, i);
+    } else if (auto *cols = std::get_if<Im2colStep>(&step)) {
+      for (int64_t i = 0; i < im2colCount(*cols); ++i)
+        im2colElement(*cols, i);
+    } else if (auto *pool = std::get_if<PoolStep>(&step)) {
+      for (int64_t i = 0; i < poolCount(*pool); ++i)
+        poolElement(*pool, i);
+    } else if (auto *ch = std::get_if<ChannelStep>(&step)) {
+      for (int64_t i = 0; i < ch->channels; ++i)
+        channelElement(HostLanes{}, *ch, i);
+    } else if (auto *cm = std::get_if<ChannelMapStep>(&step)) {
+      for (int64_t i = 0; i < cm->elements; ++i)
+        channelMapElement(*cm, i);
     }
   }
 }

@@ -46,12 +46,14 @@ struct CublasGemm {
 };
 CublasGemm cublasArgs(const GemmStep &s);
 
-using DeviceStep = std::variant<MapArgs, GemmStep, ReduceStep, RowStep,
-                                ColumnStep, LossStep, GatherStep,
-                                OptimizerStep>;
+using DeviceStep =
+    std::variant<MapArgs, GemmStep, ReduceStep, RowStep, ColumnStep, LossStep,
+                 GatherStep, OptimizerStep, Im2colStep, PoolStep, ChannelStep,
+                 ChannelMapStep>;
 
 // Backend memory a call's steps may use as scratch (row statistics, the
-// loss's partial sums), valid until the next call is lowered.
+// loss's partial sums, a conv's column matrices), valid until the next call
+// is lowered. One request per call: a second may move the first.
 using Scratch = std::function<void *(size_t bytes)>;
 
 // The steps of `call`, in order, or an error naming the op and what the

@@ -24,7 +24,8 @@ using ir::DType;
 using ir::OpKind;
 using Ints = std::vector<int64_t>;
 
-enum class Fill { Uniform, Positive, Small, Bool };
+// Ties: values in {-1, 0, 1}, so pooling windows hold equal maxima.
+enum class Fill { Uniform, Positive, Small, Bool, Ties };
 
 struct Arg {
   DType dtype;
@@ -74,7 +75,9 @@ inline Buffer make(const Arg &a, std::mt19937 &rng) {
   std::uniform_real_distribution<float> uni(-2.0f, 2.0f), pos(0.1f, 3.0f);
   std::uniform_int_distribution<int> small(0, 3);
   for (int64_t i = 0; i < n; ++i) {
-    float f = a.fill == Fill::Positive ? pos(rng) : uni(rng);
+    float f = a.fill == Fill::Positive ? pos(rng)
+              : a.fill == Fill::Ties   ? float(small(rng) % 3) - 1
+                                       : uni(rng);
     switch (a.dtype) {
     case DType::F32: reinterpret_cast<float *>(b.bytes.data())[i] = f; break;
     case DType::BF16:
@@ -378,6 +381,167 @@ inline std::vector<Case> rowCases() {
         f32({7}), f32({7}, Fill::Positive)},
        {f32({7}), f32({7}), f32({7})}, 1e-6},
   };
+  return cases;
+}
+
+inline ir::AttrMap convAttrs(Ints pads, Ints strides, Ints dilations,
+                             int64_t group, Ints shape = {}) {
+  ir::AttrMap a = {{"pads", pads},
+                   {"strides", strides},
+                   {"dilations", dilations},
+                   {"group", group}};
+  if (!shape.empty())
+    a.insert_or_assign("shape", ir::Attribute(shape));
+  return a;
+}
+
+inline ir::AttrMap poolAttrs(Ints kernel, Ints pads, Ints strides,
+                             int64_t ceil, Ints dilations = {},
+                             int64_t includePad = -1, Ints shape = {}) {
+  ir::AttrMap a = {{"kernel_shape", kernel},
+                   {"pads", pads},
+                   {"strides", strides},
+                   {"ceil_mode", ceil}};
+  if (!dilations.empty())
+    a.insert_or_assign("dilations", ir::Attribute(dilations));
+  if (includePad >= 0)
+    a.insert_or_assign("count_include_pad", ir::Attribute(includePad));
+  if (!shape.empty())
+    a.insert_or_assign("shape", ir::Attribute(shape));
+  return a;
+}
+
+// Conv and its gradient parts (im2col, GEMMs per group, col2im), pools and
+// their gradients (window gathers), GlobalAveragePool and BatchNorm with
+// its gradient parts (channel statistics, then a map).
+inline std::vector<Case> convPoolNormCases() {
+  std::vector<Case> cases;
+  struct Conv {
+    std::string name;
+    Ints x, w, y, pads, strides, dilations;
+    int64_t group;
+  };
+  for (const Conv &c : {
+           Conv{"padded", {2, 3, 5, 5}, {4, 3, 3, 3}, {2, 4, 5, 5},
+                {1, 1, 1, 1}, {1, 1}, {1, 1}, 1},
+           Conv{"stride 2 uneven pads", {2, 3, 7, 6}, {4, 3, 3, 2},
+                {2, 4, 4, 3}, {1, 0, 1, 1}, {2, 2}, {1, 1}, 1},
+           Conv{"dilation 2", {1, 2, 7, 7}, {3, 2, 3, 3}, {1, 3, 7, 7},
+                {2, 2, 2, 2}, {1, 1}, {2, 2}, 1},
+           Conv{"group 2", {2, 4, 5, 5}, {6, 2, 3, 3}, {2, 6, 5, 5},
+                {1, 1, 1, 1}, {1, 1}, {1, 1}, 2},
+           Conv{"1-D stride 2", {2, 3, 9}, {4, 3, 3}, {2, 4, 5}, {1, 1}, {2},
+                {1}, 1},
+           // The CNN's shape: 8 channels take the CPU's tap-by-tap paths.
+           Conv{"8 channels", {2, 8, 6, 6}, {8, 8, 3, 3}, {2, 8, 6, 6},
+                {1, 1, 1, 1}, {1, 1}, {1, 1}, 1},
+       }) {
+    ir::AttrMap attrs = convAttrs(c.pads, c.strides, c.dilations, c.group);
+    cases.push_back({"conv " + c.name, OpKind::Conv, attrs,
+                     {f32(c.x), f32(c.w)}, {f32(c.y)}, 1e-5});
+    cases.push_back({"conv bias " + c.name, OpKind::Conv, attrs,
+                     {f32(c.x), f32(c.w), f32({c.w[0]})}, {f32(c.y)}, 1e-5});
+    cases.push_back({"conv grad data " + c.name, OpKind::ConvGradData,
+                     convAttrs(c.pads, c.strides, c.dilations, c.group, c.x),
+                     {f32(c.y), f32(c.w)}, {f32(c.x)}, 1e-5});
+    cases.push_back({"conv grad filter " + c.name, OpKind::ConvGradFilter,
+                     convAttrs(c.pads, c.strides, c.dilations, c.group, c.w),
+                     {f32(c.x), f32(c.y)}, {f32(c.w)}, 1e-5});
+  }
+  ir::AttrMap same = convAttrs({1, 1, 1, 1}, {1, 1}, {1, 1}, 1);
+  cases.push_back({"conv bf16", OpKind::Conv, same,
+                   {bf16({2, 3, 5, 5}), bf16({4, 3, 3, 3}), bf16({4})},
+                   {bf16({2, 4, 5, 5})}, 8e-3});
+  cases.push_back({"conv grad data bf16", OpKind::ConvGradData,
+                   convAttrs({1, 1, 1, 1}, {1, 1}, {1, 1}, 1, {2, 3, 5, 5}),
+                   {bf16({2, 4, 5, 5}), bf16({4, 3, 3, 3})},
+                   {bf16({2, 3, 5, 5})}, 8e-3});
+  cases.push_back({"conv grad filter bf16", OpKind::ConvGradFilter,
+                   convAttrs({1, 1, 1, 1}, {1, 1}, {1, 1}, 1, {4, 3, 3, 3}),
+                   {bf16({2, 3, 5, 5}), bf16({2, 4, 5, 5})},
+                   {bf16({4, 3, 3, 3})}, 8e-3});
+
+  struct Pool {
+    std::string name;
+    Ints x, y, kernel, pads, strides;
+    int64_t ceil;
+    Ints dilations;
+  };
+  for (const Pool &p : {
+           Pool{"padded stride 2", {2, 3, 7, 7}, {2, 3, 4, 4}, {3, 3},
+                {1, 1, 1, 1}, {2, 2}, 0, {1, 1}},
+           Pool{"ceil mode end pad", {1, 2, 7, 7}, {1, 2, 4, 4}, {3, 3},
+                {0, 0, 1, 1}, {2, 2}, 1, {1, 1}},
+           Pool{"2x2 stride 2", {2, 3, 6, 6}, {2, 3, 3, 3}, {2, 2},
+                {0, 0, 0, 0}, {2, 2}, 0, {1, 1}},
+       }) {
+    for (Fill fill : {Fill::Uniform, Fill::Ties}) {
+      std::string name = p.name + (fill == Fill::Ties ? " ties" : "");
+      cases.push_back({"max pool " + name, OpKind::MaxPool,
+                       poolAttrs(p.kernel, p.pads, p.strides, p.ceil,
+                                 p.dilations),
+                       {{DType::F32, p.x, fill}}, {f32(p.y)}});
+      cases.push_back({"max pool grad " + name, OpKind::MaxPoolGrad,
+                       poolAttrs(p.kernel, p.pads, p.strides, p.ceil,
+                                 p.dilations),
+                       {f32(p.y), {DType::F32, p.x, fill}}, {f32(p.x)},
+                       1e-6});
+    }
+    for (int64_t includePad : {0, 1}) {
+      std::string name =
+          p.name + (includePad ? " count_include_pad" : " count inside");
+      cases.push_back({"average pool " + name, OpKind::AveragePool,
+                       poolAttrs(p.kernel, p.pads, p.strides, p.ceil, {},
+                                 includePad),
+                       {f32(p.x)}, {f32(p.y)}, 1e-6});
+      cases.push_back({"average pool grad " + name, OpKind::AveragePoolGrad,
+                       poolAttrs(p.kernel, p.pads, p.strides, p.ceil, {},
+                                 includePad, p.x),
+                       {f32(p.y)}, {f32(p.x)}, 1e-6});
+    }
+  }
+  cases.push_back({"max pool dilation 2 indices", OpKind::MaxPool,
+                   poolAttrs({2, 2}, {0, 0, 0, 0}, {1, 1}, 0, {2, 2}),
+                   {f32({1, 2, 7, 7})},
+                   {f32({1, 2, 5, 5}), {DType::I64, {1, 2, 5, 5}}}});
+  cases.push_back({"max pool grad dilation 2", OpKind::MaxPoolGrad,
+                   poolAttrs({2, 2}, {0, 0, 0, 0}, {1, 1}, 0, {2, 2}),
+                   {f32({1, 2, 5, 5}), f32({1, 2, 7, 7})},
+                   {f32({1, 2, 7, 7})}, 1e-6});
+  cases.push_back({"max pool 1-D", OpKind::MaxPool,
+                   poolAttrs({3}, {1, 1}, {2}, 0, {1}), {f32({2, 3, 9})},
+                   {f32({2, 3, 5})}});
+  cases.push_back({"global average pool", OpKind::GlobalAveragePool, {},
+                   {f32({2, 3, 4, 5})}, {f32({2, 3, 1, 1})}, 1e-6});
+
+  auto bn = [](int64_t training) {
+    return ir::AttrMap{{"epsilon", 1e-5f},
+                       {"momentum", 0.9f},
+                       {"training_mode", training}};
+  };
+  auto bnGrad = [](int64_t training) {
+    return ir::AttrMap{{"epsilon", 1e-5f}, {"training_mode", training}};
+  };
+  for (Ints x : {Ints{2, 3, 4, 5}, Ints{6, 4}}) {
+    Ints c = {x[1]};
+    std::string s = " " + ir::shapeStr(x);
+    Arg var = f32(c, Fill::Positive);
+    cases.push_back({"batch norm training" + s, OpKind::BatchNormalization,
+                     bn(1), {f32(x), f32(c), f32(c), f32(c), var},
+                     {f32(x), f32(c), f32(c)}, 1e-5});
+    cases.push_back({"batch norm inference" + s, OpKind::BatchNormalization,
+                     bn(0), {f32(x), f32(c), f32(c), f32(c), var}, {f32(x)},
+                     1e-5});
+    for (int64_t training : {1, 0}) {
+      std::string mode = training ? " training" : " inference";
+      cases.push_back({"batch norm grad data" + mode + s,
+                       OpKind::BatchNormalizationGradData, bnGrad(training),
+                       {f32(x), f32(x), f32(c), f32(c), var}, {f32(x)}, 1e-5});
+      cases.push_back({"batch norm grad params" + mode + s,
+                       OpKind::BatchNormalizationGradParams, bnGrad(training),
+                       {f32(x), f32(x), f32(c), var}, {f32(c)}, 1e-5});
+    }
+  }
   return cases;
 }
 

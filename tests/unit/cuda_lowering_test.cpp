@@ -102,18 +102,51 @@ TEST(CudaLowering, UnsupportedOpsAreOneLineErrors) {
   using runtime::cuda::lowers;
   EXPECT_TRUE(lowers(OpKind::MatMul, DType::BF16));
   EXPECT_FALSE(lowers(OpKind::MatMul, DType::F64));
-  EXPECT_FALSE(lowers(OpKind::Conv, DType::F32));
-  Case c{"conv", OpKind::Conv, {}, {f32({1, 1, 3, 3}), f32({1, 1, 1, 1})},
-         {f32({1, 1, 3, 3})}};
+  EXPECT_TRUE(lowers(OpKind::Conv, DType::BF16));
+  EXPECT_FALSE(lowers(OpKind::LogSoftmax, DType::F32));
   std::mt19937 rng(1);
-  Buffer x = make(c.ins[0], rng), w = make(c.ins[1], rng),
-         y = make(c.outs[0], rng);
-  std::vector<TensorRef> in = {x.ref(), w.ref()}, out = {y.ref()};
-  auto steps = runtime::cuda::lowerCall(KernelCall{c.op, c.attrs, in, out, 0},
-                                        [](size_t) { return nullptr; });
-  ASSERT_FALSE(bool(steps));
-  EXPECT_EQ(llvm::toString(steps.takeError()),
-            "Conv (cuda): no CUDA kernel for f32 inputs");
+  auto lower = [&](const Case &c) {
+    std::vector<Buffer> buffers;
+    std::vector<TensorRef> in, out;
+    for (const Arg &a : c.ins)
+      buffers.push_back(make(a, rng));
+    for (const Arg &a : c.outs)
+      buffers.push_back(make(a, rng));
+    for (size_t k = 0; k < buffers.size(); ++k)
+      (k < c.ins.size() ? in : out).push_back(buffers[k].ref());
+    auto steps = runtime::cuda::lowerCall(
+        KernelCall{c.op, c.attrs, in, out, 0},
+        [](size_t) { return static_cast<void *>(nullptr); });
+    return steps ? std::string("lowered")
+                 : llvm::toString(steps.takeError());
+  };
+  EXPECT_EQ(lower({"log-softmax", OpKind::LogSoftmax, {{"axis", int64_t(-1)}},
+                   {f32({2, 3})}, {f32({2, 3})}}),
+            "LogSoftmax (cuda): no CUDA kernel for f32 inputs");
+  // Attributes the windows cannot take, and scratch the backend lacks.
+  EXPECT_EQ(lower({"conv", OpKind::Conv,
+                   convAttrs({1, 1, 1, 1}, {0, 1}, {1, 1}, 1),
+                   {f32({1, 1, 3, 3}), f32({1, 1, 3, 3})},
+                   {f32({1, 1, 3, 3})}}),
+            "Conv (cuda): strides and dilations must be positive");
+  EXPECT_EQ(lower({"conv", OpKind::Conv, convAttrs({1, 1}, {1, 1}, {1, 1}, 1),
+                   {f32({1, 1, 3, 3}), f32({1, 1, 3, 3})},
+                   {f32({1, 1, 3, 3})}}),
+            "Conv (cuda): 2 spatial dims need 2 strides, 4 pads and 2 "
+            "dilations");
+  EXPECT_EQ(lower({"conv", OpKind::Conv,
+                   convAttrs({1, 1, 1, 1}, {1, 1}, {1, 1}, 1),
+                   {f32({1, 1, 3, 3}), f32({1, 1, 3, 3})},
+                   {f32({1, 1, 3, 3})}}),
+            "Conv (cuda): no scratch memory for 324 bytes");
+}
+
+// Convolutions, pools, BatchNorm and their gradients, every geometry
+// attribute exercised (padding, strides, dilations, groups, ceil_mode,
+// count_include_pad, tied maxima).
+TEST(CudaLowering, ConvolutionPoolingAndBatchNorm) {
+  for (const Case &c : convPoolNormCases())
+    check(c, emulated());
 }
 
 // Row ops (one warp a row on the GPU, one lane here), column sums, the

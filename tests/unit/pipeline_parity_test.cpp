@@ -311,12 +311,11 @@ TEST_P(PipelineParity, Bf16EveryScheduleMatchesOneStageAndTracksF32) {
 }
 
 // The CUDA backend's kernels (lowered to device steps, run on the host by
-// the emulated backend) train three steps of every committed model whose
-// ops they cover, on two stages, f32 and bf16, and agree with the CPU
-// backend: losses within 1e-5 (f32) or 1e-3 (bf16, where a sum that lands
-// near a rounding boundary rounds the other way), parameters within 1e-4
-// or 1e-2 of their largest element. The CNN needs convolutions, pooling and
-// batch norm, which the CUDA backend does not have yet.
+// the emulated backend) train three steps of every committed model (the
+// CNN's convolutions, pools and batch norms included), on two stages, f32
+// and bf16, and agree with the CPU backend: losses within 1e-5 (f32) or
+// 1e-3 (bf16, where a sum that lands near a rounding boundary rounds the
+// other way), parameters within 1e-4 or 1e-2 of their largest element.
 void cudaTrainsLikeTheCpu(const std::string &model, const std::string &device) {
   auto ignore = runtime::StageExecutor::NonFinitePolicy::Ignore;
   for (const char *precision : {"f32", "bf16"}) {
@@ -351,10 +350,7 @@ void cudaTrainsLikeTheCpu(const std::string &model, const std::string &device) {
 }
 
 TEST_P(PipelineParity, CudaKernelsTrainLikeTheCpu) {
-  std::string model = GetParam();
-  if (model == "cnn")
-    GTEST_SKIP() << "the CUDA backend has no Conv, pooling or BatchNorm yet";
-  cudaTrainsLikeTheCpu(model, "cuda-emulated");
+  cudaTrainsLikeTheCpu(GetParam(), "cuda-emulated");
 }
 
 // The same on a GPU: both stages on GPU 0, each its own stream (the
@@ -365,8 +361,6 @@ TEST_P(PipelineParity, CudaDeviceTrainsLikeTheCpu) {
   auto count = runtime::cudaDeviceCount();
   if (!count)
     GTEST_SKIP() << llvm::toString(count.takeError());
-  if (model == "cnn")
-    GTEST_SKIP() << "the CUDA backend has no Conv, pooling or BatchNorm yet";
   cudaTrainsLikeTheCpu(model, "cuda");
 #else
   GTEST_SKIP() << "built without the CUDA backend";
