@@ -73,9 +73,9 @@ training:
   --device=cpu|cuda|cuda-emulated
                          where the kernels run (default cpu). cuda: stage s
                          on GPU s mod the GPUs visible; a plan with an op the
-                         CUDA backend lacks (Dropout, LogSoftmax, Pad, Clip,
-                         LeakyRelu, Max, Min and the logical ops so far)
-                         stops before training, naming the op.
+                         CUDA backend lacks (integer products, divisions,
+                         powers and reductions) stops before training,
+                         naming the op.
                          cuda-emulated: the CUDA backend's kernels run one
                          element at a time on the host, for checking them
                          without a GPU; slow (docs/design/cuda.md)

@@ -182,6 +182,8 @@ private:
       err = cuda::launchGather(*ga, stream_);
     else if (auto *o = std::get_if<cuda::OptimizerStep>(&step))
       err = cuda::launchOptimizer(*o, stream_);
+    else if (auto *pad = std::get_if<cuda::PadStep>(&step))
+      err = cuda::launchPad(*pad, stream_);
     else if (auto *cols = std::get_if<cuda::Im2colStep>(&step))
       err = cuda::launchIm2col(*cols, stream_);
     else if (auto *pool = std::get_if<cuda::PoolStep>(&step))

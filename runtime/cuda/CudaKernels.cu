@@ -56,6 +56,11 @@ __global__ void gatherKernel(GatherStep g) {
   }
 }
 
+__global__ void padKernel(PadStep p) {
+  for (int64_t i = firstIndex(); i < p.n; i += gridStride())
+    padElement(p, i);
+}
+
 __global__ void optimizerKernel(OptimizerStep o) {
   for (int64_t i = firstIndex(); i < o.n; i += gridStride())
     optimizerElement(o, i);
@@ -127,6 +132,13 @@ int launchGather(const GatherStep &g, void *stream) {
   if (n == 0)
     return 0;
   gatherKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(g);
+  return launched();
+}
+
+int launchPad(const PadStep &p, void *stream) {
+  if (p.n == 0)
+    return 0;
+  padKernel<<<blocksFor(p.n), kThreads, 0, cudaStream_t(stream)>>>(p);
   return launched();
 }
 

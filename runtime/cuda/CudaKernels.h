@@ -14,6 +14,7 @@ namespace cleave::runtime::cuda {
 int launchMap(const MapArgs &m, void *stream);
 int launchGather(const GatherStep &g, void *stream);
 int launchOptimizer(const OptimizerStep &o, void *stream);
+int launchPad(const PadStep &p, void *stream);
 int launchIm2col(const Im2colStep &s, void *stream);
 int launchPool(const PoolStep &p, void *stream);
 int launchChannelMap(const ChannelMapStep &m, void *stream);

@@ -129,11 +129,20 @@ enum class MapOp : uint8_t {
   Copy,
   Cast,
   Zero, // writes 0 (the part of a SliceGrad no slice covers)
+  Fill, // writes p0
   // one operand
   Relu, Neg, Abs, Exp, Log, Sqrt, Tanh, Erf, Sigmoid, Reciprocal,
-  Scale, // a * p0
+  Scale,     // a * p0
+  Clip,      // min(max(a, p0), p1), NaN stays NaN
+  LeakyRelu, // a < 0 ? a * p0 : a
+  Not,       // !a (bool)
+  Dropout,   // a * p0 where the draw for element i keeps it (key, ratio)
+  DropoutMask, // the same draw, as a bool
   // two operands
   Add, Sub, Mul, Div, Pow, Equal, Less, Greater,
+  Max, Min, // NaN wins, as numpy.maximum / minimum
+  And, Or,  // bool
+  DropoutGrad, // b (the mask) ? a * p0 : 0
   // UnaryGrad: operand 0 the output gradient dy, operand 1 the forward
   // input x (runtime/cpu/Gradients.cpp); a mask selects dy or 0, so an
   // infinite dy where the mask is off gives 0
@@ -154,6 +163,7 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Copy:
   case MapOp::Cast: return a;
   case MapOp::Zero: return 0.0f;
+  case MapOp::Fill: return p0;
   case MapOp::Relu: return a < 0.0f ? 0.0f : a;
   case MapOp::Neg: return -a;
   case MapOp::Abs: return fabsf(a);
@@ -165,6 +175,19 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Sigmoid: return sigmoid(a);
   case MapOp::Reciprocal: return 1.0f / a;
   case MapOp::Scale: return a * p0;
+  case MapOp::Clip: {
+    float y = a < p0 ? p0 : a;
+    return y > p1 ? p1 : y;
+  }
+  case MapOp::LeakyRelu: return a < 0.0f ? a * p0 : a;
+  case MapOp::Not: return a != 0.0f ? 0.0f : 1.0f;
+  case MapOp::Max: return a > b || a != a ? a : b;
+  case MapOp::Min: return a < b || a != a ? a : b;
+  case MapOp::And: return a != 0.0f && b != 0.0f ? 1.0f : 0.0f;
+  case MapOp::Or: return a != 0.0f || b != 0.0f ? 1.0f : 0.0f;
+  case MapOp::DropoutGrad: return b != 0.0f ? a * p0 : 0.0f;
+  case MapOp::Dropout:
+  case MapOp::DropoutMask: return a; // mapElement draws
   case MapOp::Add: return a + b;
   case MapOp::Sub: return a - b;
   case MapOp::Mul: return a * b;
@@ -196,9 +219,9 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
 }
 
 CLEAVE_HD int mapOperands(MapOp op) {
-  if (op == MapOp::Zero)
+  if (op == MapOp::Zero || op == MapOp::Fill)
     return 0;
-  if (op <= MapOp::Scale)
+  if (op <= MapOp::DropoutMask)
     return 1;
   if (op == MapOp::Where)
     return 3;
@@ -214,7 +237,50 @@ struct MapArgs {
   Elem outElem = Elem::F32;
   Indexer outAt;
   float p0 = 0, p1 = 0; // applyMap's parameters
+  // Dropout: the call's key (splitmix64 of its seed) and the drop ratio.
+  uint64_t key = 0;
+  double ratio = 0;
 };
+
+// Dropout's counter-based draw (runtime/cpu/Normalization.cpp): element i
+// is kept when a hash of the call's key and i, as a double in [0, 1), is at
+// least the ratio; the same on every backend and thread count.
+CLEAVE_HD uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+CLEAVE_HD bool dropoutKeeps(uint64_t key, double ratio, int64_t i) {
+  double u = double(splitmix64(key ^ uint64_t(i)) >> 11) * 0x1.0p-53;
+  return u >= ratio;
+}
+
+// Integer arithmetic, where the output is an integer type: in int64,
+// wrapping as the CPU's two's complement does (through uint64).
+CLEAVE_HD bool intMap(MapOp op) {
+  return op == MapOp::Relu || op == MapOp::Neg || op == MapOp::Abs ||
+         op == MapOp::Clip || op == MapOp::Add || op == MapOp::Sub ||
+         op == MapOp::Mul || op == MapOp::Max || op == MapOp::Min;
+}
+CLEAVE_HD int64_t applyIntMap(MapOp op, int64_t a, int64_t b, int64_t lo,
+                              int64_t hi) {
+  switch (op) {
+  case MapOp::Relu: return a < 0 ? 0 : a;
+  case MapOp::Neg: return int64_t(uint64_t(0) - uint64_t(a));
+  case MapOp::Abs: return a < 0 ? int64_t(uint64_t(0) - uint64_t(a)) : a;
+  case MapOp::Clip: {
+    int64_t y = a < lo ? lo : a;
+    return y > hi ? hi : y;
+  }
+  case MapOp::Add: return int64_t(uint64_t(a) + uint64_t(b));
+  case MapOp::Sub: return int64_t(uint64_t(a) - uint64_t(b));
+  case MapOp::Mul: return int64_t(uint64_t(a) * uint64_t(b));
+  case MapOp::Max: return a > b ? a : b;
+  case MapOp::Min: return a < b ? a : b;
+  default: return a;
+  }
+}
 
 // Copies one element of `size` bytes, bit for bit.
 CLEAVE_HD void mapCopyElement(const void *src, int64_t s, void *dst, int64_t o,
@@ -231,6 +297,32 @@ CLEAVE_HD void mapElement(const MapArgs &a, int64_t i) {
   int64_t o = a.outAt(i);
   if (a.op == MapOp::Copy) {
     mapCopyElement(a.in[0].data, a.in[0].at(i), a.out, o, elemSize(a.outElem));
+    return;
+  }
+  if (a.op == MapOp::Dropout || a.op == MapOp::DropoutMask) {
+    bool keep = dropoutKeeps(a.key, a.ratio, i);
+    float x = a.op == MapOp::Dropout
+                  ? load(a.in[0].data, a.in[0].elem, a.in[0].at(i)) * a.p0
+                  : 1.0f;
+    store(a.out, a.outElem, o, keep ? x : 0.0f);
+    return;
+  }
+  if (isInt(a.outElem) && a.outElem != Elem::Bool && intMap(a.op)) {
+    int k = mapOperands(a.op);
+    int64_t x = loadInt(a.in[0].data, a.in[0].elem, a.in[0].at(i));
+    int64_t y = k > 1 ? loadInt(a.in[1].data, a.in[1].elem, a.in[1].at(i)) : 0;
+    int64_t v = applyIntMap(a.op, x, y, int64_t(a.p0), int64_t(a.p1));
+    if (a.outElem == Elem::I64)
+      static_cast<int64_t *>(a.out)[o] = v;
+    else
+      static_cast<int32_t *>(a.out)[o] = int32_t(v);
+    return;
+  }
+  if ((a.op == MapOp::Less || a.op == MapOp::Greater) && isInt(a.in[0].elem)) {
+    int64_t x = loadInt(a.in[0].data, a.in[0].elem, a.in[0].at(i)),
+            y = loadInt(a.in[1].data, a.in[1].elem, a.in[1].at(i));
+    store(a.out, a.outElem, o,
+          (a.op == MapOp::Less ? x < y : x > y) ? 1.0f : 0.0f);
     return;
   }
   if (a.op == MapOp::Equal && isInt(a.in[0].elem)) {
@@ -312,6 +404,9 @@ struct HostLanes {
 
 enum class RowOp : uint8_t {
   Softmax,             // y = exp(x - max) / sum
+  LogSoftmax,          // y = x - max - log(sum)
+  LogSoftmaxGrad,      // x: dY, aux: Y (log-probabilities);
+                       // dx = dy - exp(y) * sum(dy)
   SoftmaxGrad,         // x: dY, aux: Y; dx = y * (dy - sum(dy * y))
   LayerNorm,           // x: X, scale, bias; out: Y, mean, invStd (f32)
   LayerNormGradData,   // x: X, aux: dY, scale; out: dX
@@ -383,6 +478,25 @@ CLEAVE_HD void rowElement(const L &l, const RowStep &s, int64_t r) {
     double rcp = 1.0 / sum;
     for (int64_t j = l.lane(); j < len; j += l.count())
       put(j, exp(double(x(j)) - double(m)) * rcp);
+    return;
+  }
+  case RowOp::LogSoftmax: {
+    float m = rowMax(l, s.x, s.xElem, start, len, in);
+    double sum = 0;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      sum += exp(double(x(j)) - double(m));
+    double shift = double(m) + log(l.sum(sum));
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      put(j, double(x(j)) - shift);
+    return;
+  }
+  case RowOp::LogSoftmaxGrad: {
+    double sum = 0;
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      sum += double(x(j));
+    sum = l.sum(sum);
+    for (int64_t j = l.lane(); j < len; j += l.count())
+      put(j, double(x(j)) - exp(double(aux(j))) * sum);
     return;
   }
   case RowOp::SoftmaxGrad: {
@@ -962,6 +1076,57 @@ CLEAVE_HD void channelMapElement(const ChannelMapStep &s, int64_t i) {
   const float *k = s.coef + 4 * ch;
   store(s.out, s.outElem, i,
         k[0] * load(s.dy, s.dyElem, i) + (k[1] * (x - k[3]) + k[2]));
+}
+
+// --- padding ---------------------------------------------------------------------
+
+// Pad, runtime/cpu/DataMovement.cpp: output coordinate o of dim d reads
+// input coordinate o - padBegin[d] when inside; outside, constant mode
+// writes `value` (the raw bits of the element), edge clamps, reflect
+// mirrors without repeating the edge (periodic with 2 (n - 1)).
+enum class PadMode : uint8_t { Constant, Edge, Reflect };
+
+struct PadStep {
+  PadMode mode = PadMode::Constant;
+  int rank = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, padBegin[kMaxRank] = {};
+  const void *src = nullptr;
+  void *dst = nullptr;
+  int size = 4; // element bytes
+  uint64_t value = 0;
+  int64_t n = 0; // output elements
+};
+
+CLEAVE_HD void padElement(const PadStep &s, int64_t i) {
+  int64_t rest = i, q = 0, step = 1;
+  bool inside = true;
+  for (int d = s.rank - 1; d >= 0; --d) {
+    int64_t o = rest % s.out[d], n = s.in[d];
+    rest /= s.out[d];
+    int64_t c = o - s.padBegin[d];
+    if (c < 0 || c >= n) {
+      if (s.mode == PadMode::Constant) {
+        inside = false;
+      } else if (s.mode == PadMode::Edge || n == 1) {
+        c = c < 0 ? 0 : n - 1;
+      } else {
+        int64_t period = 2 * (n - 1), m = ((c % period) + period) % period;
+        c = m < n ? m : period - m;
+      }
+    }
+    q += c * step;
+    step *= n;
+  }
+  if (inside) {
+    mapCopyElement(s.src, q, s.dst, i, s.size);
+    return;
+  }
+  switch (s.size) {
+  case 1: static_cast<uint8_t *>(s.dst)[i] = uint8_t(s.value); return;
+  case 2: static_cast<uint16_t *>(s.dst)[i] = uint16_t(s.value); return;
+  case 4: static_cast<uint32_t *>(s.dst)[i] = uint32_t(s.value); return;
+  default: static_cast<uint64_t *>(s.dst)[i] = s.value; return;
+  }
 }
 
 // --- optimizers ------------------------------------------------------------------

@@ -136,6 +136,8 @@ std::optional<MapOp> binaryMap(OpKind k) {
   case OpKind::Equal: return MapOp::Equal;
   case OpKind::Less: return MapOp::Less;
   case OpKind::Greater: return MapOp::Greater;
+  case OpKind::And: return MapOp::And;
+  case OpKind::Or: return MapOp::Or;
   default: return std::nullopt;
   }
 }
@@ -643,17 +645,23 @@ llvm::Expected<Steps> lowerRows(const KernelCall &call,
   const TensorRef &x = call.inputs[0];
   switch (call.op) {
   case OpKind::Softmax:
-  case OpKind::SoftmaxGrad: {
+  case OpKind::LogSoftmax:
+  case OpKind::SoftmaxGrad:
+  case OpKind::LogSoftmaxGrad: {
     auto axis = axisOf(call, call.getInt("axis"), x.rank());
     if (!axis)
       return axis.takeError();
-    if (call.op == OpKind::Softmax) {
-      RowStep r = rowsAlong(RowOp::Softmax, x, *axis);
+    if (call.op == OpKind::Softmax || call.op == OpKind::LogSoftmax) {
+      RowStep r = rowsAlong(call.op == OpKind::Softmax ? RowOp::Softmax
+                                                       : RowOp::LogSoftmax,
+                            x, *axis);
       setOut(r, call.outputs[0]);
       return Steps{r};
     }
-    RowStep r = rowsAlong(RowOp::SoftmaxGrad, x, *axis); // x: dY
-    r.aux = call.inputs[1].data;                         // Y
+    RowStep r = rowsAlong(call.op == OpKind::SoftmaxGrad ? RowOp::SoftmaxGrad
+                                                         : RowOp::LogSoftmaxGrad,
+                          x, *axis); // x: dY
+    r.aux = call.inputs[1].data;     // Y
     r.auxElem = *elemOf(call.inputs[1].dtype);
     setOut(r, call.outputs[0]);
     return Steps{r};
@@ -837,6 +845,7 @@ llvm::Expected<Steps> lowerOptimizer(const KernelCall &call) {
 
 bool isRowOp(OpKind k) {
   return k == OpKind::Softmax || k == OpKind::SoftmaxGrad ||
+         k == OpKind::LogSoftmax || k == OpKind::LogSoftmaxGrad ||
          k == OpKind::LayerNormalization ||
          k == OpKind::LayerNormalizationGradData ||
          k == OpKind::LayerNormalizationGradParams ||
@@ -1296,6 +1305,122 @@ llvm::Expected<Steps> lowerBatchNorm(const KernelCall &call,
   return Steps{s, m};
 }
 
+// Pad: one thread an output element (padElement); the constant's bits in
+// the element's type.
+llvm::Expected<Steps> lowerPad(const KernelCall &call) {
+  const TensorRef &x = call.inputs[0], &y = call.outputs[0];
+  const std::string &mode = call.getString("mode");
+  const auto &pads = call.getInts("pads");
+  PadStep s;
+  if (mode == "constant")
+    s.mode = PadMode::Constant;
+  else if (mode == "edge")
+    s.mode = PadMode::Edge;
+  else if (mode == "reflect")
+    s.mode = PadMode::Reflect;
+  else
+    return fail(call, "unknown mode '" + mode + "'");
+  if (pads.size() != 2 * x.rank() || y.rank() != x.rank())
+    return fail(call, "pads must give a begin and an end per dim");
+  s.rank = int(x.rank());
+  for (size_t d = 0; d < x.rank(); ++d) {
+    if (s.mode != PadMode::Constant && x.shape[d] == 0 && y.shape[d] > 0)
+      return fail(call, llvm::formatv("{0} padding of axis {1} needs a "
+                                      "non-empty input axis",
+                                      mode, d));
+    s.in[d] = x.shape[d];
+    s.out[d] = y.shape[d];
+    s.padBegin[d] = pads[d];
+  }
+  s.src = x.data;
+  s.dst = y.data;
+  s.size = int(ir::dtypeSize(x.dtype));
+  store(&s.value, *elemOf(x.dtype), 0, call.getFloat("value"));
+  s.n = y.numElements();
+  if (x.numElements() == 0 && s.mode == PadMode::Constant) {
+    MapArgs fill = zero(y); // nothing to read: every element is the value
+    fill.op = MapOp::Fill;
+    fill.p0 = call.getFloat("value");
+    return Steps{fill};
+  }
+  return Steps{s};
+}
+
+// A combined gradient op that split-backward leaves whole only where it is
+// not split (MatMulGrad, ...): its two parts, and which of its inputs each
+// takes (as the CPU backend's addSplitGradient).
+struct GradientParts {
+  OpKind first, second;
+  std::vector<int> firstInputs, secondInputs;
+};
+
+std::optional<GradientParts> combinedParts(OpKind k) {
+  switch (k) {
+  case OpKind::MatMulGrad:
+    return GradientParts{OpKind::MatMulGradA, OpKind::MatMulGradB, {0, 2}, {1, 0}};
+  case OpKind::GemmGrad:
+    return GradientParts{OpKind::GemmGradA, OpKind::GemmGradB, {0, 2}, {1, 0}};
+  case OpKind::ConvGrad:
+    return GradientParts{OpKind::ConvGradData, OpKind::ConvGradFilter, {0, 2},
+                         {1, 0}};
+  case OpKind::LayerNormalizationGrad:
+    return GradientParts{OpKind::LayerNormalizationGradData,
+                         OpKind::LayerNormalizationGradParams, {0, 1, 2},
+                         {0, 1}};
+  case OpKind::BatchNormalizationGrad:
+    return GradientParts{OpKind::BatchNormalizationGradData,
+                         OpKind::BatchNormalizationGradParams, {0, 1, 2, 3, 4},
+                         {0, 1, 3, 4}};
+  default:
+    return std::nullopt;
+  }
+}
+
+// The combined op as its two parts, each lowered on its inputs and output.
+// Both parts' scratch comes from one block: the parts are lowered once to
+// learn their requests, then again with pieces of the block.
+llvm::Expected<Steps> lowerCombined(const KernelCall &call,
+                                    const GradientParts &parts,
+                                    const Scratch &scratch) {
+  std::vector<TensorRef> ins[2];
+  for (int i : parts.firstInputs)
+    ins[0].push_back(call.inputs[i]);
+  for (int i : parts.secondInputs)
+    ins[1].push_back(call.inputs[i]);
+  KernelCall sub[2] = {
+      {parts.first, call.attrs, ins[0], call.outputs.slice(0, 1), call.seed},
+      {parts.second, call.attrs, ins[1], call.outputs.slice(1, 1), call.seed}};
+  auto aligned = [](size_t b) { return (b + 255) / 256 * 256; };
+  size_t need[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    auto measured = lowerCall(sub[k], [&, k](size_t bytes) {
+      need[k] += aligned(bytes);
+      return reinterpret_cast<void *>(uintptr_t(256)); // never read
+    });
+    if (!measured)
+      return measured.takeError();
+  }
+  char *block = nullptr;
+  if (need[0] + need[1]) {
+    block = static_cast<char *>(scratch(need[0] + need[1]));
+    if (!block)
+      return fail(call, "no scratch memory");
+  }
+  Steps steps;
+  size_t used = 0;
+  for (int k = 0; k < 2; ++k) {
+    auto part = lowerCall(sub[k], [&](size_t bytes) {
+      void *p = block + used;
+      used += aligned(bytes);
+      return p;
+    });
+    if (!part)
+      return part.takeError();
+    steps.insert(steps.end(), part->begin(), part->end());
+  }
+  return steps;
+}
+
 } // namespace
 
 CublasGemm cublasArgs(const GemmStep &s) {
@@ -1312,12 +1437,27 @@ bool lowers(OpKind op, DType dtype) {
     return false;
   if (isReshapeLike(op) || op == OpKind::Transpose || op == OpKind::Slice ||
       op == OpKind::Concat || op == OpKind::Split || op == OpKind::Expand ||
-      op == OpKind::Cast || op == OpKind::Equal || op == OpKind::Gather)
+      op == OpKind::Cast || op == OpKind::Equal || op == OpKind::Gather ||
+      op == OpKind::Pad)
     return true;
-  if (op == OpKind::Where)
+  if (op == OpKind::Where || op == OpKind::Not || op == OpKind::And ||
+      op == OpKind::Or)
     return dtype == DType::Bool;
+  // Integer arithmetic (intMap); integer products, divisions (the CPU
+  // fails a whole Div on a zero divisor), powers and reductions are not
+  // lowered.
+  if (dtype == DType::I64 || dtype == DType::I32)
+    return op == OpKind::Add || op == OpKind::Sub || op == OpKind::Mul ||
+           op == OpKind::Neg || op == OpKind::Abs || op == OpKind::Relu ||
+           op == OpKind::Max || op == OpKind::Min || op == OpKind::Clip ||
+           op == OpKind::Less || op == OpKind::Greater;
   if (!isFloatElem(dtype))
     return false;
+  if (op == OpKind::Clip || op == OpKind::LeakyRelu || op == OpKind::Max ||
+      op == OpKind::Min || op == OpKind::Dropout || op == OpKind::DropoutGrad ||
+      op == OpKind::LogSoftmax || op == OpKind::LogSoftmaxGrad ||
+      combinedParts(op))
+    return true;
   return unaryMap(op) || binaryMap(op) || op == OpKind::UnaryGrad ||
          op == OpKind::SliceGrad || op == OpKind::SumTo ||
          op == OpKind::MatMul || op == OpKind::MatMulGradA ||
@@ -1348,9 +1488,86 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
                             ir::shapeStr(t.shape) +
                             " (the CUDA kernels take rank <= 8 and f32, bf16, "
                             "i64, i32 or bool)");
+  if (auto parts = combinedParts(call.op))
+    return lowerCombined(call, *parts, scratch);
   if (isRowOp(call.op))
     return lowerRows(call, scratch);
   const TensorRef &y = call.outputs[0];
+  switch (call.op) {
+  case OpKind::Clip:
+  case OpKind::LeakyRelu: {
+    bool clip = call.op == OpKind::Clip;
+    MapArgs m = mapOver(clip ? MapOp::Clip : MapOp::LeakyRelu, y,
+                        {&call.inputs[0]});
+    if (clip) {
+      // Integer bounds saturate to the type's range, as the CPU's do.
+      auto bound = [&](float v) {
+        if (isFloatElem(y.dtype))
+          return v;
+        double lim = y.dtype == DType::I32 ? 2147483647.0 : 9.2e18;
+        return float(std::max(-lim, std::min(lim, double(v))));
+      };
+      m.p0 = bound(call.getFloat("min"));
+      m.p1 = bound(call.getFloat("max"));
+    } else {
+      m.p0 = call.getFloat("alpha");
+    }
+    return Steps{m};
+  }
+  case OpKind::Not:
+    return Steps{mapOver(MapOp::Not, y, {&call.inputs[0]})};
+  case OpKind::Max:
+  case OpKind::Min: { // pairwise, left to right, into the output
+    MapOp op = call.op == OpKind::Max ? MapOp::Max : MapOp::Min;
+    if (call.inputs.size() == 1)
+      return Steps{copy(call.inputs[0], contiguous(call.inputs[0].shape),
+                        y.data, contiguous(y.shape), y.numElements())};
+    Steps steps{mapOver(op, y, {&call.inputs[0], &call.inputs[1]})};
+    for (size_t i = 2; i < call.inputs.size(); ++i)
+      steps.push_back(mapOver(op, y, {&y, &call.inputs[i]}));
+    return steps;
+  }
+  case OpKind::Dropout: {
+    const TensorRef &x = call.inputs[0];
+    double ratio = call.getFloat("ratio");
+    bool mask = call.outputs.size() > 1 && call.outputs[1].data;
+    if (!call.getInt("training_mode") || ratio == 0.0) {
+      Steps steps{copy(x, contiguous(x.shape), y.data, contiguous(y.shape),
+                       y.numElements())};
+      if (mask) { // every element kept
+        MapArgs ones = zero(call.outputs[1]);
+        ones.op = MapOp::Fill;
+        ones.p0 = 1.0f;
+        steps.push_back(ones);
+      }
+      return steps;
+    }
+    MapArgs m = mapOver(MapOp::Dropout, y, {&x});
+    m.key = splitmix64(call.seed);
+    m.ratio = ratio;
+    m.p0 = float(1.0 / (1.0 - ratio));
+    Steps steps{m};
+    if (mask) {
+      MapArgs k = mapOver(MapOp::DropoutMask, call.outputs[1], {&x});
+      k.key = m.key;
+      k.ratio = ratio;
+      steps.push_back(k);
+    }
+    return steps;
+  }
+  case OpKind::DropoutGrad: {
+    const TensorRef &mask = call.inputs[1];
+    if (mask.dtype != DType::Bool || mask.shape != call.inputs[0].shape)
+      return fail(call, "the mask must be bool and shaped like the gradient");
+    MapArgs m = mapOver(MapOp::DropoutGrad, y, {&call.inputs[0], &mask});
+    m.p0 = float(1.0 / (1.0 - double(call.getFloat("ratio"))));
+    return Steps{m};
+  }
+  case OpKind::Pad:
+    return lowerPad(call);
+  default:
+    break;
+  }
   if (auto u = unaryMap(call.op))
     return Steps{mapOver(*u, y, {&call.inputs[0]})};
   if (auto b = binaryMap(call.op))
@@ -1472,6 +1689,9 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
     } else if (auto *o = std::get_if<OptimizerStep>(&step)) {
       for (int64_t i = 0; i < o->n; ++i)
         optimizerElement(*o, i);
+    } else if (auto *pad = std::get_if<PadStep>(&step)) {
+      for (int64_t i = 0; i < pad->n; ++i)
+        padElement(*pad, i);
     } else if (auto *cols = std::get_if<Im2colStep>(&step)) {
       for (int64_t i = 0; i < im2colCount(*cols); ++i)
         im2colElement(*cols, i);

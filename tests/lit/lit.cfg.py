@@ -57,3 +57,13 @@ config.environment["LC_ALL"] = "C"
 import shutil
 if shutil.which("mpirun"):
     config.available_features.add("mpi")
+
+# A visible GPU (nvidia-smi lists one): the tests of cleave-run's no-device
+# error (UNSUPPORTED: cuda-device) then do not apply.
+import subprocess
+try:
+    if subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                      timeout=20).returncode == 0:
+        config.available_features.add("cuda-device")
+except (OSError, subprocess.TimeoutExpired):
+    pass

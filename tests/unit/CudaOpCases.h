@@ -545,6 +545,80 @@ inline std::vector<Case> convPoolNormCases() {
   return cases;
 }
 
+// The rest of the CPU backend's ops: Clip, LeakyRelu, variadic Max and
+// Min, the logical ops, Dropout (the same counter-based draw, so bit for
+// bit) and its gradient, LogSoftmax and its gradient, Pad in every mode,
+// integer arithmetic, and the combined gradient ops (as their two parts).
+inline std::vector<Case> remainingCases() {
+  Arg i32{DType::I32, {4, 5}, Fill::Small};
+  ir::AttrMap drop = {{"ratio", 0.3f}, {"training_mode", int64_t(1)}};
+  ir::AttrMap noDrop = {{"ratio", 0.3f}, {"training_mode", int64_t(0)}};
+  auto pad = [](const char *mode, Ints pads, float value = 0) {
+    return ir::AttrMap{{"mode", std::string(mode)}, {"pads", pads},
+                       {"value", value}};
+  };
+  ir::AttrMap conv = {{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{1, 1}},
+                      {"dilations", Ints{1, 1}}, {"group", int64_t(1)}};
+  ir::AttrMap ln = {{"axis", int64_t(-1)}, {"epsilon", 1e-5f}};
+  ir::AttrMap bn = {{"epsilon", 1e-5f}, {"training_mode", int64_t(1)}};
+  return {
+      {"clip", OpKind::Clip, {{"min", -0.5f}, {"max", 0.75f}}, {f32({4, 5})},
+       {f32({4, 5})}},
+      {"clip i64", OpKind::Clip, {{"min", 1.0f}, {"max", 2.0f}}, {i64({7})},
+       {i64({7})}},
+      {"leaky relu", OpKind::LeakyRelu, {{"alpha", 0.1f}}, {f32({9})},
+       {f32({9})}},
+      {"max of three", OpKind::Max, {},
+       {f32({2, 3}), f32({3}), f32({2, 1})}, {f32({2, 3})}},
+      {"min bf16", OpKind::Min, {}, {bf16({4}), bf16({4})}, {bf16({4})}},
+      {"max of one", OpKind::Max, {}, {f32({5})}, {f32({5})}},
+      {"not", OpKind::Not, {}, {boolean({6})}, {boolean({6})}},
+      {"and", OpKind::And, {}, {boolean({2, 3}), boolean({3})},
+       {boolean({2, 3})}},
+      {"or", OpKind::Or, {}, {boolean({6}), boolean({6})}, {boolean({6})}},
+      {"add i32", OpKind::Add, {}, {i32, i32}, {i32}},
+      {"mul i64 broadcast", OpKind::Mul, {}, {i64({2, 3}), i64({3})},
+       {i64({2, 3})}},
+      {"neg i64", OpKind::Neg, {}, {i64({5})}, {i64({5})}},
+      {"relu i32", OpKind::Relu, {}, {i32}, {i32}},
+      {"less i64", OpKind::Less, {}, {i64({6}), i64({6})}, {boolean({6})}},
+      {"dropout", OpKind::Dropout, drop, {f32({64})},
+       {f32({64}), boolean({64})}},
+      {"dropout inference", OpKind::Dropout, noDrop, {f32({8})},
+       {f32({8}), boolean({8})}},
+      {"dropout grad", OpKind::DropoutGrad, {{"ratio", 0.3f}},
+       {f32({8}), boolean({8})}, {f32({8})}},
+      {"log softmax", OpKind::LogSoftmax, {{"axis", int64_t(1)}},
+       {f32({3, 5, 2})}, {f32({3, 5, 2})}, 1e-6},
+      {"log softmax grad", OpKind::LogSoftmaxGrad, {{"axis", int64_t(-1)}},
+       {f32({3, 5}), f32({3, 5})}, {f32({3, 5})}, 1e-5},
+      {"pad constant", OpKind::Pad, pad("constant", {1, 0, 0, 2}, 1.5f),
+       {f32({2, 3})}, {f32({3, 5})}},
+      {"pad edge bf16", OpKind::Pad, pad("edge", {0, 2, 1, 3}), {bf16({2, 3})},
+       {bf16({3, 8})}},
+      {"pad reflect wide", OpKind::Pad, pad("reflect", {0, 5, 0, 4}),
+       {f32({2, 3})}, {f32({2, 12})}},
+      {"pad i64", OpKind::Pad, pad("constant", {1, 1}, 7.0f), {i64({3})},
+       {i64({5})}},
+      {"matmul grad", OpKind::MatMulGrad, {},
+       {f32({2, 4, 6}), f32({2, 4, 5}), f32({5, 6})},
+       {f32({2, 4, 5}), f32({5, 6})}, 1e-5},
+      {"gemm grad", OpKind::GemmGrad,
+       {{"transA", int64_t(0)}, {"transB", int64_t(1)}, {"alpha", 1.0f}},
+       {f32({3, 4}), f32({3, 5}), f32({4, 5})}, {f32({3, 5}), f32({4, 5})},
+       1e-5},
+      {"conv grad", OpKind::ConvGrad, conv,
+       {f32({2, 4, 5, 5}), f32({2, 3, 5, 5}), f32({4, 3, 3, 3})},
+       {f32({2, 3, 5, 5}), f32({4, 3, 3, 3})}, 1e-5},
+      {"layer norm grad", OpKind::LayerNormalizationGrad, ln,
+       {f32({3, 8}), f32({3, 8}), f32({8})}, {f32({3, 8}), f32({8})}, 1e-5},
+      {"batch norm grad", OpKind::BatchNormalizationGrad, bn,
+       {f32({2, 3, 4}), f32({2, 3, 4}), f32({3}), f32({3}),
+        f32({3}, Fill::Positive)},
+       {f32({2, 3, 4}), f32({3})}, 1e-5},
+  };
+}
+
 } // namespace cleave::cudatest
 
 #endif

@@ -56,6 +56,8 @@ TEST(CudaBackend, ConvolutionPoolingAndBatchNorm) {
   checkAll(convPoolNormCases());
 }
 
+TEST(CudaBackend, EverythingElse) { checkAll(remainingCases()); }
+
 TEST(CudaBackend, LacksWhatItLacks) {
   std::string why;
   auto gpu = deviceOrSkipReason(why);
