@@ -114,6 +114,8 @@ StageExecutor::~StageExecutor() {
     backend_.release(p);
   if (reduceDevice_)
     backend_.release(reduceDevice_);
+  if (wScratch_)
+    backend_.release(wScratch_);
 }
 
 llvm::Expected<std::unique_ptr<StageExecutor>>
@@ -341,7 +343,187 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
       return fail("loss slot '" + l.name +
                   "' must be a microbatch f32 or f64 scalar");
   }
+  planBatchW();
   return checkActions();
+}
+
+// Which W instructions W batching runs once for a run of microbatches: a
+// weight-gradient product whose operands concatenate along their first
+// dim into the same product (MatMulGradB with a 2-D result and equal-rank
+// operands, GemmGradB without transA, ConvGradFilter), followed by a chain
+// of single-use layout ops and casts ending in a slot that is only summed
+// over the microbatches. The sum of the chain's results is then the chain
+// applied to the product of the concatenated operands.
+void StageExecutor::planBatchW() {
+  const auto &prog = stage_.programs[int(Phase::W)];
+  const auto &slots = stage_.slots;
+  wBatch_ = WBatch{};
+  wBatch_.chainOf.assign(prog.size(), -1);
+  wBatch_.chain.resize(prog.size());
+  wBatch_.summedSlot.assign(slots.size(), false);
+  for (const Instr &in : prog)
+    if (in.kind != InstrKind::Kernel)
+      return;
+  wBatch_.possible = true;
+  std::vector<std::vector<int>> readers(slots.size());
+  for (size_t i = 0; i < prog.size(); ++i)
+    for (int s : prog[i].inputs)
+      readers[s].push_back(int(i));
+  auto perMicrobatch = [&](int s) {
+    return slots[s].kind == SlotKind::MicroTemp ||
+           slots[s].kind == SlotKind::Input;
+  };
+  auto linear = [](ir::OpKind k) {
+    return k == ir::OpKind::Transpose || k == ir::OpKind::Reshape ||
+           k == ir::OpKind::Identity || k == ir::OpKind::Cast ||
+           k == ir::OpKind::Squeeze || k == ir::OpKind::Unsqueeze ||
+           k == ir::OpKind::Flatten;
+  };
+  for (size_t i = 0; i < prog.size(); ++i) {
+    const Instr &in = prog[i];
+    if (in.inputs.size() != 2 || in.outputs.size() != 1 ||
+        !perMicrobatch(in.inputs[0]) || !perMicrobatch(in.inputs[1]))
+      continue;
+    const Slot &a = slots[in.inputs[0]], &dy = slots[in.inputs[1]],
+               &out = slots[in.outputs[0]];
+    bool concatenates =
+        (in.op == ir::OpKind::MatMulGradB && out.shape.size() == 2 &&
+         a.shape.size() == dy.shape.size() && a.shape.size() >= 2) ||
+        (in.op == ir::OpKind::GemmGradB &&
+         !ir::attrOrDefault(ir::opInfo(in.op), in.attrs, "transA")
+              .getInt()) ||
+        in.op == ir::OpKind::ConvGradFilter;
+    if (!concatenates || a.shape.empty() || dy.shape.empty() ||
+        a.shape[0] != dy.shape[0])
+      continue;
+    std::vector<int> chain;
+    int s = in.outputs[0];
+    bool ok = true;
+    while (slots[s].accum < 0) {
+      if (readers[s].size() != 1) {
+        ok = false;
+        break;
+      }
+      const Instr &next = prog[readers[s][0]];
+      if (!linear(next.op) || next.inputs.size() != 1 ||
+          next.outputs.size() != 1) {
+        ok = false;
+        break;
+      }
+      chain.push_back(readers[s][0]);
+      s = next.outputs[0];
+    }
+    if (!ok || !readers[s].empty() || slots[s].kind != SlotKind::MicroTemp)
+      continue;
+    for (int c : chain)
+      wBatch_.chainOf[c] = int(i);
+    wBatch_.chain[i] = chain;
+    wBatch_.chainOf[i] = int(i);
+    wBatch_.summedSlot[s] = true;
+  }
+}
+
+// Actions first .. first + count - 1: W of consecutive microbatches, in
+// order (runStep checked), run as one (setBatchW).
+llvm::Error StageExecutor::runBatchedW(size_t first, size_t count,
+                                       int64_t step) {
+  const auto &acts = stage_.actions;
+  const auto &prog = stage_.programs[int(Phase::W)];
+  int m0 = acts[first].microbatch;
+  std::vector<void *> frames;
+  for (size_t j = 0; j < count; ++j) {
+    auto it = live_.find(m0 + int(j));
+    if (it == live_.end()) // checkActions() rules this out
+      return fail("the microbatch has no frame");
+    frames.push_back(it->second);
+  }
+  for (size_t i = 0; i < prog.size(); ++i) {
+    const Instr &in = prog[i];
+    int product = wBatch_.chainOf[i];
+    if (product < 0) { // per microbatch
+      for (size_t j = 0; j < count; ++j)
+        if (auto e = runInstr(in, i, Phase::W, step, m0 + int(j), frames[j]))
+          return e;
+      continue;
+    }
+    if (product != int(i)) {
+      // In a product's chain: once, on the sum in the first frame, at its
+      // own place in the program (the frame's memory plan assumes it).
+      if (auto e = runInstr(in, i, Phase::W, step, m0, frames[0]))
+        return e;
+      continue;
+    }
+    // The operands of every microbatch, one after another.
+    size_t bytes = 0;
+    for (int s : in.inputs)
+      bytes += size_t(stage_.slots[s].bytes) * count;
+    if (bytes > wScratchBytes_) {
+      backend_.release(wScratch_);
+      wScratch_ = backend_.allocate(bytes);
+      wScratchBytes_ = wScratch_ ? bytes : 0;
+      if (!wScratch_)
+        return fail(llvm::formatv("cannot allocate {0} bytes for batched W "
+                                  "operands",
+                                  bytes));
+    }
+    llvm::SmallVector<std::vector<int64_t>, 2> shapes;
+    llvm::SmallVector<TensorRef, 2> ins;
+    char *at = static_cast<char *>(wScratch_);
+    for (int s : in.inputs) {
+      const Slot &sl = stage_.slots[s];
+      std::vector<int64_t> shape = sl.shape;
+      shape[0] *= int64_t(count);
+      shapes.push_back(shape);
+      for (size_t j = 0; j < count; ++j) {
+        TensorRef src{sl.dtype, sl.shape, slotData(s, frames[j])};
+        TensorRef dst{sl.dtype, sl.shape, at + j * size_t(sl.bytes)};
+        KernelCall copy{ir::OpKind::Identity, noAttrs(), src, dst, 0};
+        if (auto e = backend_.run(copy))
+          return wrap(std::move(e), "batching W operand '" + sl.name + "'");
+      }
+      ins.push_back({sl.dtype, {}, at});
+      at += size_t(sl.bytes) * count;
+    }
+    for (size_t k = 0; k < ins.size(); ++k)
+      ins[k].shape = shapes[k];
+    const Slot &o = stage_.slots[in.outputs[0]];
+    TensorRef out{o.dtype, o.shape, slotData(in.outputs[0], frames[0])};
+    KernelCall call{in.op, in.attrs, ins, out,
+                    kernelSeed(step, m0, in.seedSalt)};
+    auto t0 = Clock::now();
+    if (auto e = backend_.run(call))
+      return wrap(std::move(e), llvm::formatv("W instr {0} ({1}, batched over "
+                                              "{2} microbatches)",
+                                              i, ir::opInfo(in.op).name,
+                                              count)
+                                    .str());
+    if (profiling_) { // per microbatch, as the cost model reads it
+      InstrProfile &p = profile_[{instrKey(in), Phase::W}];
+      p.seconds += secondsSince(t0);
+      p.calls += int64_t(count);
+    }
+    ++batchedProducts_;
+    replacedProducts_ += int64_t(count);
+  }
+  // Sums: a batched chain's result (in the first frame) holds the whole
+  // run's sum; everything else adds each microbatch in order.
+  for (size_t j = 0; j < count; ++j)
+    for (int s : accumWrites_[int(Phase::W)]) {
+      int acc = stage_.slots[s].accum;
+      bool summed = wBatch_.summedSlot[s];
+      if (summed && j > 0)
+        continue;
+      if (auto e = accumulateSlot(s, m0 + int(j), frames[j]))
+        return e;
+      if (summed)
+        accumCount_[acc] += int(count) - 1;
+    }
+  for (size_t j = 0; j < count; ++j)
+    if (lastAction_[m0 + int(j)] == int(first + j)) {
+      live_.erase(m0 + int(j));
+      giveFrame(frames[j]);
+    }
+  return llvm::Error::success();
 }
 
 llvm::Error StageExecutor::checkActions() {
@@ -570,7 +752,15 @@ llvm::Error StageExecutor::copySlot(int dst, void *dstFrame, int src,
 
 llvm::Error StageExecutor::accumulate(Phase phase, int microbatch,
                                       void *frame) {
-  for (int s : accumWrites_[int(phase)]) {
+  for (int s : accumWrites_[int(phase)])
+    if (auto e = accumulateSlot(s, microbatch, frame))
+      return e;
+  return llvm::Error::success();
+}
+
+llvm::Error StageExecutor::accumulateSlot(int s, int microbatch,
+                                          void *frame) {
+  {
     const Slot &v = stage_.slots[s];
     int acc = v.accum;
     const Slot &a = stage_.slots[acc];
@@ -795,6 +985,26 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
   for (size_t i = 0; i < acts.size(); ++i) {
     const Action &a = acts[i];
     auto ta = Clock::now();
+    // W batching: the run of W actions of consecutive microbatches here.
+    size_t run = 1;
+    if (batchW_ && wBatch_.possible && a.kind == ActionKind::W)
+      while (i + run < acts.size() && acts[i + run].kind == ActionKind::W &&
+             acts[i + run].microbatch == a.microbatch + int(run))
+        ++run;
+    if (run > 1) {
+      llvm::Error e = runBatchedW(i, run, step);
+      double took = secondsSince(ta);
+      stats_.busySeconds[size_t(ActionKind::W)] += took;
+      for (size_t j = 0; j < run; ++j) // the run's time, shared evenly
+        stats_.spans.push_back(
+            {actionKindName(ActionKind::W), acts[i + j].microbatch,
+             clockSeconds(ta) + took * double(j) / double(run),
+             clockSeconds(ta) + took * double(j + 1) / double(run)});
+      if (e)
+        return wrap(std::move(e), [&] { return describeAction(a); });
+      i += run - 1;
+      continue;
+    }
     llvm::Error e = [&]() -> llvm::Error {
       if (a.kind == ActionKind::Step) {
         if (dataParallel_)

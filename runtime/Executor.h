@@ -160,7 +160,31 @@ public:
   const std::string &nonFiniteReport() const { return nonFiniteReport_; }
   Comm *dataParallel() const { return dataParallel_; }
 
+  // W batching (off by default): where the action list has W actions of
+  // consecutive microbatches next to each other, they run as one: each
+  // weight-gradient product of the W program (MatMulGradB, GemmGradB,
+  // ConvGradFilter) whose result only goes, through layout ops and casts,
+  // into a gradient sum runs once over the microbatches' operands
+  // concatenated along the batch (the same sum, with the products' own
+  // summation order), and the rest of the program runs per microbatch.
+  // Fewer, larger GEMMs; results equal the unbatched ones up to rounding.
+  void setBatchW(bool on) { batchW_ = on; }
+  // W products that ran batched, and the per-microbatch products they
+  // replaced, since the executor was made.
+  int64_t batchedProducts() const { return batchedProducts_; }
+  int64_t replacedProducts() const { return replacedProducts_; }
+
 private:
+  // What W batching does with the W program (planBatchW).
+  struct WBatch {
+    bool possible = false;          // the program has no messages
+    std::vector<int> chainOf;       // by instruction: its product's index
+                                    // if it is in a product's chain, else -1
+    std::vector<std::vector<int>> chain; // by product instruction: its chain
+    std::vector<bool> summedSlot;   // by slot: fed by a batched chain
+  };
+  void planBatchW();
+  llvm::Error runBatchedW(size_t first, size_t count, int64_t step);
   StageExecutor(const StagePlan &sp, int microbatches, Backend &backend,
                 Comm &comm);
   llvm::Error prepare(const Plan &plan);
@@ -175,6 +199,7 @@ private:
                        int64_t step, int microbatch, void *frame);
   llvm::Error copySlot(int dst, void *dstFrame, int src, void *srcFrame);
   llvm::Error accumulate(Phase phase, int microbatch, void *frame);
+  llvm::Error accumulateSlot(int slot, int microbatch, void *frame);
   llvm::Error allReduceAccums();
   // Checks the gradient sums and losses, votes with the other stages;
   // true when the step must not be applied.
@@ -210,6 +235,11 @@ private:
   bool stepSkipped_ = false;
   std::string nonFiniteReport_;
   int64_t voteTag_ = 0; // past every tag of the plan's messages
+  bool batchW_ = false;
+  WBatch wBatch_;
+  void *wScratch_ = nullptr; // concatenated W operands, grown, kept
+  size_t wScratchBytes_ = 0;
+  int64_t batchedProducts_ = 0, replacedProducts_ = 0;
   std::vector<uint8_t> reduceBuffer_; // host copy of a replica's sum
   void *reduceDevice_ = nullptr;      // ... in backend memory
   size_t reduceDeviceBytes_ = 0;

@@ -70,6 +70,10 @@ training:
                          step's update on every stage and go on
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1)
+  --batch-w              run adjacent W actions of consecutive microbatches
+                         as one: each weight-gradient product over their
+                         operands concatenated (fewer, larger GEMMs; the
+                         same sums up to rounding)
   --device=cpu|cuda|cuda-emulated
                          where the kernels run (default cpu). cuda: stage s
                          on GPU s mod the GPUs visible; a plan with an op the
@@ -669,6 +673,7 @@ struct RunOptions {
   std::optional<float> lr;
   bool skipNonFinite = false; // --on-nan=skip-step
   std::string device = "cpu"; // --device
+  bool batchW = false;        // --batch-w
 };
 
 // The backend executor `index` runs on: the CPU with `threads` kernel
@@ -1120,6 +1125,7 @@ int runUnderMpi(const tools::Flags &flags, const RunOptions &opt, int &argc,
   ex.setNonFinitePolicy(
       opt.skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
                         : runtime::StageExecutor::NonFinitePolicy::Stop);
+  ex.setBatchW(opt.batchW);
   if (group)
     ex.setDataParallel(group.get());
   if (opt.lr && ex.findSlot("optimizer.lr") >= 0) {
@@ -1300,6 +1306,7 @@ int main(int argc, char **argv) {
                       {"device", true, false},
                       {"save", true, false},
                       {"profile", true, false},
+                      {"batch-w", false, false},
                       {"trace", true, false},
                       {"checkpoint-dir", true, false},
                       {"checkpoint-every", true, false},
@@ -1347,6 +1354,7 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   bool skipNonFinite = onNan == "skip-step";
   std::string device = flags.get("device").value_or("cpu");
+  bool batchW = flags.has("batch-w");
   if (device != "cpu" && device != "cuda" && device != "cuda-emulated")
     return fail(kTool,
                 "--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
@@ -1358,7 +1366,7 @@ int main(int argc, char **argv) {
 #ifdef CLEAVE_HAVE_MPI
     return runUnderMpi(flags,
                        RunOptions{planPath, steps, seed, threads, lr,
-                                  skipNonFinite, device},
+                                  skipNonFinite, device, batchW},
                        argc, argv);
 #else
     return fail(kTool,
@@ -1414,6 +1422,7 @@ int main(int argc, char **argv) {
       (*ex)->setNonFinitePolicy(
           skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
                         : runtime::StageExecutor::NonFinitePolicy::Stop);
+      (*ex)->setBatchW(batchW);
       execs.push_back(std::move(*ex));
       raw.push_back(execs.back().get());
     }
