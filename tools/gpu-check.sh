@@ -52,6 +52,11 @@ bundle)
     cp -r "$root/tests/models/training/$m/steps/data" "$dir/gpu/data/$m/"
   done
   cp "$root/tests/lit/cleave-run/Inputs/compare_losses.py" "$dir/gpu/"
+  # W batching on the GPU: the example GPT, small microbatches, all W
+  # actions adjacent (gpipe-2bp).
+  "$build/tools/cleavec" "$root/examples/gpt/gpt-tiny.onnx" \
+    --microbatch-size 2 --stages 2 --microbatches 8 --schedule gpipe-2bp \
+    -o "$dir/gpu/plans-batch-w.cplan" >/dev/null
   # The bar's benchmark: GPT-2-small, bf16, batch 8 x 1024, against PyTorch
   # (tests/bench/gpt2_small_gpu.py; its tiled weights compress to ~1 MB).
   mkdir -p "$dir/gpu/gpt2/examples/gpt" "$dir/gpu/gpt2/tests/bench"
@@ -105,6 +110,19 @@ run)
       printf '%-14s exit %s; ' "$name" "$rc"
       python3 "$g/compare_losses.py" "$out/$name-cpu.log" "$out/$name-cuda.log" $tol 2>&1
       grep -E '^done|error' "$out/$name-cuda.log" | head -n 2
+    done
+    echo
+    echo "== W batching: gpt-tiny gpipe-2bp, M 8 of 2 samples, 2 stages on the"
+    echo "   GPU; median step ms of steps 2-30, plain then --batch-w, 3 rounds"
+    for round in 1 2 3; do
+      for flag in "" --batch-w; do
+        "$g/bin/cleave-run" "$g/plans-batch-w.cplan" --device cuda --steps 30 \
+          $flag >"$out/batch-w.log" 2>&1 || { tail -n 2 "$out/batch-w.log"; break; }
+        grep -E '^step ' "$out/batch-w.log" | tail -n 29 |
+          sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g | sed -n '15p' |
+          tr '\n' ' '
+      done
+      echo
     done
     echo
     echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
