@@ -1,7 +1,8 @@
-// The arithmetic of the CUDA backend's own kernels, in one header that both
+// The arithmetic of the CUDA backend's own kernels, in headers that both
 // nvcc (CudaKernels.cu, where each function runs in a GPU thread) and the
-// host C++ compiler (tests/unit/cuda_device_code_test.cpp, where a loop
-// runs the same functions over every index) compile. So the index math and
+// host C++ compiler (Lowering.cpp's runStepsOnHost, where a loop runs the
+// same functions over every index: the emulated backend, which
+// tests/unit/cuda_lowering_test.cpp checks against the CPU) compile. So the index math and
 // the formulas are tested against the CPU backend on any machine, GPU or
 // not; what only a GPU can test is the launch around them.
 //
