@@ -37,6 +37,10 @@ made into one as cleavec does.
   --microbatch-size=N    for .onnx input: bind a symbolic leading dimension
   --input-shape=NAME=D0,D1,...
                          for .onnx input: give input NAME a static shape
+  --precision=f32|bf16   for .onnx input: bf16 products (cleavec
+                         --precision), which the cost model times at the
+                         device's bf16 rate
+  (cleavec's training flags, --optimizer, --lr, ..., are taken too)
   --help                 show this help
 
 exit status: 0 success, 1 bad input, 2 bad usage.
