@@ -8,6 +8,7 @@
 // increasing batch order, so the sums do not depend on the thread count.
 // The combined ops run the two part kernels (addSplitGradient), so their
 // results are the split form's bits.
+#include "runtime/MatMulLayout.h"
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/CpuKernels.h"
 
@@ -19,61 +20,16 @@ namespace {
 
 // --- MatMul ----------------------------------------------------------------
 
-// A MatMul Y[batch, m, n] = A[batchA, m, k] x B[batchB, k, n] and, per
-// output batch entry, the index of the A and B matrices it reads.
-struct MatMulLayout {
-  int64_t m = 0, k = 0, n = 0, count = 1, countA = 1, countB = 1;
-  std::vector<int64_t> matA, matB;
-};
-
+// The batch layout (runtime/MatMulLayout.h), with the op's name in errors
+// and the BLAS size limits checked.
 llvm::Expected<MatMulLayout> matMulLayout(const KernelCall &call,
                                           llvm::ArrayRef<int64_t> a,
                                           llvm::ArrayRef<int64_t> b,
                                           llvm::ArrayRef<int64_t> y) {
-  if (a.size() < 2 || b.size() < 2)
-    return kernelError(call, "operands {0} and {1}: 1-D MatMul operands are "
-                             "not supported (autodiff reshapes them to 2-D)",
-                       ir::shapeStr(a), ir::shapeStr(b));
-  MatMulLayout l;
-  l.m = a[a.size() - 2];
-  l.k = a.back();
-  l.n = b.back();
-  size_t ra = a.size() - 2, rb = b.size() - 2, r = std::max(ra, rb);
-  auto mismatch = [&] {
-    return kernelError(call, "operands {0} x {1} do not give the gradient {2}",
-                       ir::shapeStr(a), ir::shapeStr(b), ir::shapeStr(y));
-  };
-  if (b[rb] != l.k || y.size() != r + 2 || y[r] != l.m || y[r + 1] != l.n)
-    return mismatch();
-  // Per output batch dim, each operand's stride in matrices (0 where it
-  // broadcasts).
-  std::vector<int64_t> strideA(r, 0), strideB(r, 0);
-  for (size_t i = r; i-- > 0;) {
-    int64_t da = i >= r - ra ? a[i - (r - ra)] : 1;
-    int64_t db = i >= r - rb ? b[i - (r - rb)] : 1;
-    if ((da != 1 && da != y[i]) || (db != 1 && db != y[i]) ||
-        (da == 1 && db == 1 && y[i] != 1))
-      return mismatch();
-    if (da != 1)
-      strideA[i] = l.countA;
-    if (db != 1)
-      strideB[i] = l.countB;
-    l.countA *= da;
-    l.countB *= db;
-    l.count *= y[i];
-  }
-  l.matA.resize(l.count);
-  l.matB.resize(l.count);
-  for (int64_t e = 0; e < l.count; ++e) {
-    int64_t rest = e;
-    for (size_t i = r; i-- > 0;) {
-      int64_t c = rest % y[i];
-      rest /= y[i];
-      l.matA[e] += c * strideA[i];
-      l.matB[e] += c * strideB[i];
-    }
-  }
-  if (!fitsBlas({l.count * l.m, l.n, l.k, l.count * l.k}))
+  auto l = runtime::matMulLayout(a, b, y);
+  if (!l)
+    return kernelError(call, "{0}", llvm::toString(l.takeError()));
+  if (!fitsBlas({l->count * l->m, l->n, l->k, l->count * l->k}))
     return kernelError(call, "operands {0} x {1} are too large for BLAS",
                        ir::shapeStr(a), ir::shapeStr(b));
   return l;

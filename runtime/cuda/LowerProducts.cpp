@@ -4,6 +4,8 @@
 // and GEMMs.
 #include "runtime/cuda/LoweringSupport.h"
 
+#include "runtime/MatMulLayout.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -39,53 +41,16 @@ GemmStep gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   return s;
 }
 
-// Y[batch, m, n] = A[batchA, m, k] x B[batchB, k, n] with NumPy batch
-// broadcasting: per output batch entry, which A and B matrix it reads.
-struct Layout {
-  int64_t m = 0, k = 0, n = 0, count = 1, countA = 1, countB = 1;
-  std::vector<int64_t> matA, matB;
-};
-
-llvm::Expected<Layout> layout(const KernelCall &call,
-                              llvm::ArrayRef<int64_t> a,
-                              llvm::ArrayRef<int64_t> b,
-                              llvm::ArrayRef<int64_t> y) {
-  if (a.size() < 2 || b.size() < 2)
-    return fail(call, llvm::formatv("operands {0} and {1}: 1-D MatMul "
-                                    "operands are not supported",
-                                    ir::shapeStr(a), ir::shapeStr(b)));
-  Layout l;
-  l.m = a[a.size() - 2];
-  l.k = a.back();
-  l.n = b.back();
-  size_t ra = a.size() - 2, rb = b.size() - 2, r = std::max(ra, rb);
-  if (b[rb] != l.k || y.size() != r + 2 || y[r] != l.m || y[r + 1] != l.n)
-    return fail(call, llvm::formatv("operands {0} x {1} do not give {2}",
-                                    ir::shapeStr(a), ir::shapeStr(b),
-                                    ir::shapeStr(y)));
-  std::vector<int64_t> strideA(r, 0), strideB(r, 0);
-  for (size_t i = r; i-- > 0;) {
-    int64_t da = i >= r - ra ? a[i - (r - ra)] : 1;
-    int64_t db = i >= r - rb ? b[i - (r - rb)] : 1;
-    if (da != 1)
-      strideA[i] = l.countA;
-    if (db != 1)
-      strideB[i] = l.countB;
-    l.countA *= da;
-    l.countB *= db;
-    l.count *= y[i];
-  }
-  l.matA.assign(l.count, 0);
-  l.matB.assign(l.count, 0);
-  for (int64_t e = 0; e < l.count; ++e) {
-    int64_t rest = e;
-    for (size_t i = r; i-- > 0;) {
-      int64_t c = rest % y[i];
-      rest /= y[i];
-      l.matA[e] += c * strideA[i];
-      l.matB[e] += c * strideB[i];
-    }
-  }
+// The batch layout (runtime/MatMulLayout.h, shared with the CPU backend so
+// both sum broadcast gradients in the same order), with the op's name in
+// errors.
+llvm::Expected<MatMulLayout> layout(const KernelCall &call,
+                                    llvm::ArrayRef<int64_t> a,
+                                    llvm::ArrayRef<int64_t> b,
+                                    llvm::ArrayRef<int64_t> y) {
+  auto l = matMulLayout(a, b, y);
+  if (!l)
+    return fail(call, llvm::toString(l.takeError()));
   return l;
 }
 

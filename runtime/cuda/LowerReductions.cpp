@@ -14,6 +14,33 @@ using ir::OpKind;
 
 // --- reductions -------------------------------------------------------------
 
+namespace {
+
+// One thread per output element of Y: the kept dims (Y's elements, in
+// order) at their strides in X, summing (or taking the maximum of) the
+// reduced dims.
+ReduceStep reduction(ReduceKind kind, const TensorRef &X, const TensorRef &Y,
+                     llvm::ArrayRef<int64_t> keptDims,
+                     llvm::ArrayRef<int64_t> keptStrides,
+                     llvm::ArrayRef<int64_t> redDims,
+                     llvm::ArrayRef<int64_t> redStrides) {
+  ReduceStep r;
+  r.kind = kind;
+  r.in = X.data;
+  r.inElem = *elemOf(X.dtype);
+  r.out = Y.data;
+  r.outElem = *elemOf(Y.dtype);
+  r.outputs = Y.numElements();
+  r.base = indexer(keptDims, keptStrides);
+  r.reduced = indexer(redDims, redStrides);
+  r.count = 1;
+  for (int64_t d : redDims)
+    r.count *= d;
+  return r;
+}
+
+} // namespace
+
 llvm::Expected<Steps> lowerSumTo(const KernelCall &call) {
   const TensorRef &X = call.inputs[0], &Y = call.outputs[0];
   if (X.rank() < Y.rank())
@@ -39,18 +66,8 @@ llvm::Expected<Steps> lowerSumTo(const KernelCall &call) {
       redStrides.push_back(xs[d]);
     }
   }
-  ReduceStep r;
-  r.in = X.data;
-  r.inElem = *elemOf(X.dtype);
-  r.out = Y.data;
-  r.outElem = *elemOf(Y.dtype);
-  r.outputs = Y.numElements();
-  r.base = indexer(keptDims, keptStrides);
-  r.reduced = indexer(redDims, redStrides);
-  r.count = 1;
-  for (int64_t d : redDims)
-    r.count *= d;
-  return Steps{r};
+  return Steps{reduction(ReduceKind::Sum, X, Y, keptDims, keptStrides,
+                         redDims, redStrides)};
 }
 
 namespace {
@@ -355,21 +372,11 @@ llvm::Expected<Steps> lowerReduce(const KernelCall &call) {
     (reduced[d] ? redDims : keptDims).push_back(X.shape[d]);
     (reduced[d] ? redStrides : keptStrides).push_back(xs[d]);
   }
-  ReduceStep r;
-  r.kind = call.op == OpKind::ReduceMax    ? ReduceKind::Max
-           : call.op == OpKind::ReduceMean ? ReduceKind::Mean
-                                           : ReduceKind::Sum;
-  r.in = X.data;
-  r.inElem = *elemOf(X.dtype);
-  r.out = Y.data;
-  r.outElem = *elemOf(Y.dtype);
-  r.outputs = Y.numElements();
-  r.base = indexer(keptDims, keptStrides);
-  r.reduced = indexer(redDims, redStrides);
-  r.count = 1;
-  for (int64_t d : redDims)
-    r.count *= d;
-  return Steps{r};
+  ReduceKind kind = call.op == OpKind::ReduceMax    ? ReduceKind::Max
+                    : call.op == OpKind::ReduceMean ? ReduceKind::Mean
+                                                    : ReduceKind::Sum;
+  return Steps{reduction(kind, X, Y, keptDims, keptStrides, redDims,
+                         redStrides)};
 }
 
 bool isPool(OpKind k) {

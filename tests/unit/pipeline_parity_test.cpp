@@ -317,6 +317,33 @@ TEST_P(PipelineParity, Bf16EveryScheduleMatchesOneStageAndTracksF32) {
               model.c_str(), worst);
 }
 
+// The largest relative difference of two runs' losses, and of their float
+// parameters and buffers (each relative to its largest element; BatchNorm
+// running statistics left out, optimizer velocities unless withMomentum).
+std::pair<double, double> differences(const Trained &ref, const Trained &got,
+                                      bool withMomentum) {
+  double lossErr = 0, paramErr = 0;
+  for (size_t k = 0; k < ref.losses.size() && k < got.losses.size(); ++k)
+    lossErr = std::max(lossErr, std::abs(ref.losses[k] - got.losses[k]) /
+                                    std::abs(ref.losses[k]));
+  for (const auto &[name, bytes] : ref.state) {
+    auto it = got.state.find(name);
+    if (bytes.size() % 4 || name.find("running_") != std::string::npos ||
+        (!withMomentum && name.find(".momentum") != std::string::npos) ||
+        it == got.state.end() || it->second.size() != bytes.size())
+      continue;
+    const float *a = reinterpret_cast<const float *>(bytes.data());
+    const float *b = reinterpret_cast<const float *>(it->second.data());
+    double diff = 0, scale = 1e-6;
+    for (size_t i = 0; i < bytes.size() / 4; ++i) {
+      diff = std::max(diff, double(std::abs(a[i] - b[i])));
+      scale = std::max(scale, double(std::abs(a[i])));
+    }
+    paramErr = std::max(paramErr, diff / scale);
+  }
+  return {lossErr, paramErr};
+}
+
 // The CUDA backend's kernels (lowered to device steps, run on the host by
 // the emulated backend) train three steps of every committed model (the
 // CNN's convolutions, pools and batch norms included), on two stages, f32
@@ -332,22 +359,7 @@ void cudaTrainsLikeTheCpu(const std::string &model, const std::string &device) {
     Trained cuda = train(model, 2, 4, "zb-h1", 3, nullptr, 1, ignore, precision,
                          device);
     ASSERT_TRUE(cpu.ok && cuda.ok);
-    double lossErr = 0, paramErr = 0;
-    for (size_t k = 0; k < cpu.losses.size(); ++k)
-      lossErr = std::max(lossErr, std::abs(cpu.losses[k] - cuda.losses[k]) /
-                                      std::abs(cpu.losses[k]));
-    for (const auto &[name, bytes] : cpu.state) {
-      if (name.find("running_") != std::string::npos || bytes.size() % 4)
-        continue;
-      const float *a = reinterpret_cast<const float *>(bytes.data());
-      const float *b = reinterpret_cast<const float *>(cuda.state[name].data());
-      double diff = 0, scale = 1e-6;
-      for (size_t i = 0; i < bytes.size() / 4; ++i) {
-        diff = std::max(diff, double(std::abs(a[i] - b[i])));
-        scale = std::max(scale, double(std::abs(a[i])));
-      }
-      paramErr = std::max(paramErr, diff / scale);
-    }
+    auto [lossErr, paramErr] = differences(cpu, cuda, /*withMomentum=*/true);
     EXPECT_LT(lossErr, bf16 ? 1e-3 : 1e-5);
     EXPECT_LT(paramErr, bf16 ? 1e-2 : 1e-4);
     std::printf("[%s] %-8s %s: losses within %.2g, parameters "
@@ -399,23 +411,7 @@ TEST_P(PipelineParity, BatchedWTrainsLikeUnbatched) {
       EXPECT_EQ(ref.batched, 0);
       EXPECT_GT(got.batched, 0);
       EXPECT_GT(got.replaced, got.batched);
-      double lossErr = 0, paramErr = 0;
-      for (size_t k = 0; k < ref.losses.size(); ++k)
-        lossErr = std::max(lossErr, std::abs(ref.losses[k] - got.losses[k]) /
-                                        std::abs(ref.losses[k]));
-      for (const auto &[name, bytes] : ref.state) {
-        if (bytes.size() % 4 || name.find("running_") != std::string::npos ||
-            (bf16 && name.find(".momentum") != std::string::npos))
-          continue;
-        const float *a = reinterpret_cast<const float *>(bytes.data());
-        const float *b = reinterpret_cast<const float *>(got.state[name].data());
-        double diff = 0, scale = 1e-6;
-        for (size_t i = 0; i < bytes.size() / 4; ++i) {
-          diff = std::max(diff, double(std::abs(a[i] - b[i])));
-          scale = std::max(scale, double(std::abs(a[i])));
-        }
-        paramErr = std::max(paramErr, diff / scale);
-      }
+      auto [lossErr, paramErr] = differences(ref, got, !bf16);
       EXPECT_LT(lossErr, bf16 ? 1e-3 : 1e-6);
       EXPECT_LT(paramErr, bf16 ? 1e-2 : 1e-5);
       std::printf("[batch-w] %-8s %s %-9s: %lld products batched for %lld; "
