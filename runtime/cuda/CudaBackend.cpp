@@ -109,15 +109,22 @@ public:
       return nullptr;
     return p;
   }
+  // The CUDA runtime's current device is per host thread, and each stage
+  // executor runs on a thread of its own: every entry point selects this
+  // backend's device first (a cheap call), so stage s works on GPU s
+  // whichever thread calls.
   void release(void *ptr) override {
+    cudaSetDevice(device_);
     if (ptr)
       cudaFree(ptr);
   }
   void copyToDevice(void *dst, const void *src, size_t bytes) override {
+    cudaSetDevice(device_);
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_);
     cudaStreamSynchronize(stream_);
   }
   void copyToHost(void *dst, const void *src, size_t bytes) override {
+    cudaSetDevice(device_);
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
     cudaStreamSynchronize(stream_);
   }
@@ -127,6 +134,7 @@ public:
   }
 
   llvm::Error run(const KernelCall &call) override {
+    cudaSetDevice(device_);
     auto steps = cuda::lowerCall(call, [this](size_t bytes) {
       return scratch(bytes);
     });
