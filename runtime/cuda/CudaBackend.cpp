@@ -118,15 +118,19 @@ public:
     if (ptr)
       cudaFree(ptr);
   }
+  // Copies wait for the stream, so a kernel that failed while running (an
+  // error CUDA reports only at a synchronization) is seen here; the copy
+  // interface returns nothing, so the error is kept and the next kernel
+  // call returns it.
   void copyToDevice(void *dst, const void *src, size_t bytes) override {
     cudaSetDevice(device_);
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_);
-    cudaStreamSynchronize(stream_);
+    noteError("a copy to the device", cudaStreamSynchronize(stream_));
   }
   void copyToHost(void *dst, const void *src, size_t bytes) override {
     cudaSetDevice(device_);
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
-    cudaStreamSynchronize(stream_);
+    noteError("a copy to the host", cudaStreamSynchronize(stream_));
   }
 
   bool supports(ir::OpKind op, ir::DType dtype) const override {
@@ -135,6 +139,8 @@ public:
 
   llvm::Error run(const KernelCall &call) override {
     cudaSetDevice(device_);
+    if (!pending_.empty())
+      return fail(call, "an earlier " + pending_);
     auto steps = cuda::lowerCall(call, [this](size_t bytes) {
       return scratch(bytes);
     });
@@ -226,7 +232,13 @@ private:
     return llvm::Error::success();
   }
 
+  void noteError(const char *what, cudaError_t e) {
+    if (e != cudaSuccess && pending_.empty())
+      pending_ = std::string(what) + " failed: " + cudaGetErrorString(e);
+  }
+
   int device_;
+  std::string pending_; // a failure seen where it could not be returned
   cudaStream_t stream_ = nullptr;
   void *scratch_ = nullptr;
   size_t scratchBytes_ = 0;
