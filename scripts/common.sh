@@ -3,12 +3,15 @@
 # configure + build a tree. Sourced, not run.
 
 CLEAVE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$CLEAVE_ROOT/scripts/onnx.sh"
 
 # Packages the build needs (Open MPI: cleave-run under mpirun, one stage
-# per process; the build works without it).
+# per process; the build works without it). ONNX itself is not Debian's
+# (scripts/onnx.sh builds the pinned version); curl, python3 (to unpack
+# cmake's wheel) and protobuf are what that build needs.
 CLEAVE_BUILD_PACKAGES="g++ cmake ninja-build llvm-14-dev libgtest-dev
-  libonnx-dev libprotobuf-dev protobuf-compiler libopenblas-dev
-  libopenmpi-dev openmpi-bin"
+  libprotobuf-dev protobuf-compiler libopenblas-dev
+  libopenmpi-dev openmpi-bin curl ca-certificates python3"
 # Packages scripts/fuzz.sh needs on top: clang and its libFuzzer + sanitizer
 # runtimes (libclang_rt.fuzzer-x86_64.a is in libclang-rt-14-dev, which
 # clang-14 only recommends).
@@ -38,10 +41,20 @@ cleave_install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# cleave_configure DIR [cmake args...]: configures a build tree against the
+# pinned ONNX (built first if the cache lacks it).
+cleave_configure() {
+  local dir=$1
+  shift
+  local onnx_prefix
+  onnx_prefix=$(cleave_ensure_onnx) || return 1
+  cmake -S "$CLEAVE_ROOT" -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$onnx_prefix" "$@" >/dev/null
+}
+
 # cleave_build DIR [cmake args...]
 cleave_build() {
   local dir=$1
   shift
-  cmake -S "$CLEAVE_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
+  cleave_configure "$dir" "$@" || return 1
   ninja -C "$dir"
 }

@@ -16,8 +16,7 @@ echo "== ctest"
 (cd "$CLEAVE_ROOT/build" && ctest --output-on-failure -j "$jobs")
 
 echo "== sanitizer build (ASan + UBSan): sweep and unit tests"
-cmake -S "$CLEAVE_ROOT" -B "$CLEAVE_ROOT/build-asan" -G Ninja \
-  -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cleave_configure "$CLEAVE_ROOT/build-asan" -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
