@@ -897,8 +897,10 @@ llvm::Error Importer::crossCheck() {
 
 // ONNX's checker looks for external data files relative to the working
 // directory. cleave reads and confines those files itself (OnnxTensor.cpp),
-// so the checker gets a copy in which external tensors are marked as inline
-// data; the copy is cheap because such models keep their weights outside.
+// so the checker gets a copy in which each external initializer is a graph
+// input of the same type instead (ONNX >= 1.16 checks an inline tensor's
+// byte count, so a placeholder will not do); the copy is cheap because such
+// models keep their weights outside.
 const onnx::ModelProto &Importer::checkerView() {
   bool external = false;
   for (const auto &t : model_.graph().initializer())
@@ -906,12 +908,27 @@ const onnx::ModelProto &Importer::checkerView() {
   if (!external)
     return model_;
   checkerCopy_ = std::make_unique<onnx::ModelProto>(model_);
-  for (auto &t : *checkerCopy_->mutable_graph()->mutable_initializer())
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-      t.clear_external_data();
-      t.set_data_location(onnx::TensorProto::DEFAULT);
-      t.set_raw_data(std::string(1, '\0'));
+  onnx::GraphProto *graph = checkerCopy_->mutable_graph();
+  std::set<std::string> inputs;
+  for (const auto &vi : graph->input())
+    inputs.insert(vi.name());
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (auto &t : *graph->mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) {
+      *kept.Add() = std::move(t);
+      continue;
     }
+    if (inputs.insert(t.name()).second) {
+      onnx::ValueInfoProto *vi = graph->add_input();
+      vi->set_name(t.name());
+      auto *tensor = vi->mutable_type()->mutable_tensor_type();
+      tensor->set_elem_type(t.data_type());
+      auto *shape = tensor->mutable_shape();
+      for (int64_t d : t.dims())
+        shape->add_dim()->set_dim_value(d);
+    }
+  }
+  graph->mutable_initializer()->Swap(&kept);
   return *checkerCopy_;
 }
 
@@ -958,7 +975,10 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
   if (auto e = bindInputs())
     return std::move(e);
   try {
-    onnx::ShapeInferenceOptions options(false, 0, true);
+    // No data propagation: cleave folds shape arithmetic itself, under its
+    // own size limits (ShapeFolding.h); ONNX 1.23's propagation expands a
+    // Range of 2^40 elements into a TensorShapeProto without a bound.
+    onnx::ShapeInferenceOptions options(false, 0, false);
     onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
                                        options);
   } catch (const std::exception &ex) {
