@@ -66,6 +66,7 @@ static bool isConsumedAttr(const std::string &op, const std::string &attr) {
       {"Cast", "to"},                 {"Squeeze", "axes"},
       {"Unsqueeze", "axes"},          {"Split", "split"},
       {"Pad", "pads"},                {"Pad", "value"},
+      {"Split", "num_outputs"},       {"AveragePool", "dilations"},
   };
   return consumed.count({op, attr}) != 0;
 }
@@ -139,8 +140,8 @@ llvm::Error Importer::checkOpset() {
     return err("'{0}' imports no opset of the default ONNX domain", path_);
   if (opset_ < kMinOpset || opset_ > kMaxOpset)
     return err("'{0}' uses opset {1} of the default ONNX domain; cleave "
-               "supports opsets {2} to {3} (re-export with "
-               "opset_version={3})",
+               "supports opsets {2} to {3} (re-export with an opset_version "
+               "in that range)",
                path_, opset_, kMinOpset, kMaxOpset);
   return llvm::Error::success();
 }
@@ -561,6 +562,19 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
       if (!v)
         return v.takeError();
       sizes = *v;
+    } else if (findAttr(n, "num_outputs")) {
+      // Split-18: num_outputs chunks of ceil(dim / num_outputs), the last
+      // one smaller when the axis does not divide evenly.
+      int64_t parts = attrInt(n, "num_outputs", 0), dim = (*xShape)[*axis];
+      if (parts <= 0 || parts != n.output_size())
+        return err("{0}: num_outputs {1} does not match its {2} outputs",
+                   where, parts, n.output_size());
+      int64_t chunk = (dim + parts - 1) / parts;
+      for (int64_t i = 0, left = dim; i < parts; ++i, left -= chunk)
+        sizes.push_back(std::max<int64_t>(0, std::min(chunk, left)));
+      if (sizes.back() == 0)
+        return err("{0}: an axis of size {1} cannot make {2} chunks", where,
+                   dim, parts);
     } else {
       int64_t parts = n.output_size(), dim = (*xShape)[*axis];
       if (parts == 0 || dim % parts)
@@ -633,6 +647,12 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
                 {{"shape", Attribute(std::vector<int64_t>(xShape->begin(),
                                                           xShape->end()))}},
                 false);
+  } else if (op == "Trilu") {
+    auto k = staticScalar(n, index, 1, "k");
+    if (!k)
+      return k.takeError();
+    if (*k)
+      attrs.emplace("k", Attribute((*k)->getInt(0)));
   } else if (op == "Cast") {
     auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
     if (!dt)
@@ -659,8 +679,24 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     auto pads = staticInts(n, index, 1, "pads");
     if (!pads)
       return pads.takeError();
-    if (input(n, 3))
-      return err("{0}: the 'axes' input is not supported", where);
+    if (input(n, 3)) {
+      // Pad-18: pads name only the listed axes; spread them over all.
+      auto axes = staticInts(n, index, 3, "axes");
+      if (!axes)
+        return axes.takeError();
+      int64_t r = xShape->size(), k = axes->size();
+      if (int64_t(pads->size()) != 2 * k)
+        return err("{0}: {1} pads for {2} axes", where, pads->size(), k);
+      std::vector<int64_t> full(2 * r, 0);
+      for (int64_t i = 0; i < k; ++i) {
+        auto a = normalizeAxis((*axes)[i], r);
+        if (!a)
+          return err("{0}: {1}", where, llvm::toString(a.takeError()));
+        full[*a] = (*pads)[i];
+        full[r + *a] = (*pads)[k + i];
+      }
+      *pads = full;
+    }
     auto value = staticScalar(n, index, 2, "constant_value");
     if (!value)
       return value.takeError();
@@ -702,6 +738,11 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
         return err("{0}: {1}", where, llvm::toString(p.takeError()));
       pads = *p;
     }
+    if (op == "AveragePool" &&
+        std::any_of(dil.begin(), dil.end(), [](int64_t d) { return d != 1; }))
+      return err("{0}: dilated average pooling (AveragePool-19 dilations) "
+                 "is not supported",
+                 where);
     if (op == "MaxPool" && attrInt(n, "storage_order", 0) != 0)
       return err("{0}: storage_order=1 (column-major indices) is not "
                  "supported",

@@ -45,12 +45,15 @@ onnxInputNames(const std::string &path);
 // those accepted only when they fold to constants (such as Shape or Range).
 std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly);
 
-// The lowest and highest default-domain opset versions accepted. PyTorch
-// exports target 13-17; older models (from opset 7, where ONNX broadcasting
-// became NumPy's) import too, with the older forms of Softmax, LogSoftmax,
-// Slice and Pad translated; an op whose older form cleave does not know is
-// rejected by name.
-constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+// The lowest and highest default-domain opset versions accepted: up to the
+// last one the pinned ONNX (scripts/onnx.sh) defines. PyTorch's dynamo
+// exporter targets 18 and later (20 by default), the legacy one 13-17;
+// older models (from opset 7, where ONNX broadcasting became NumPy's) import
+// too. Forms that changed between versions are translated (Softmax before
+// 13, Slice before 10, Pad before 11 and its axes since 18, Reduce axes as
+// inputs since 18, Split's num_outputs since 18); an op form cleave does not
+// know is rejected by name.
+constexpr int64_t kMinOpset = 7, kMaxOpset = 28;
 
 // Installs the resolver that loads `onnx<"file", "initializer">` tensor
 // references found in parsed .cir text.

@@ -25,7 +25,7 @@ using namespace cleave;
 // The families of "not supported" errors, by a phrase each contains.
 static const char *const kUnsupported[][2] = {
     {"unsupported op", "unsupported op"},
-    {"cleave supports opsets", "opset outside 7-17"},
+    {"cleave supports opsets", "opset outside 7-28"},
     {"has a symbolic dimension", "symbolic dimension left unbound"},
     {"imports no opset of the default", "no default-domain opset"},
     {"is not supported (cleave supports", "element type"},

@@ -230,7 +230,7 @@ TEST(OnnxImportBuilt, OpsetOutsideTheSupportedRange) {
   std::string path = m.save(dir);
   EXPECT_THAT(importError(path, {}),
               HasSubstr("uses opset 6 of the default ONNX domain; cleave "
-                        "supports opsets 7 to 17"));
+                        "supports opsets 7 to 28"));
 }
 
 TEST(OnnxImportBuilt, OldSoftmaxFlattensAtItsAxis) {
