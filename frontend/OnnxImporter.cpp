@@ -112,6 +112,7 @@ private:
                                                   const char *what);
   Entry *input(const onnx::NodeProto &n, int k);
   Value *materialize(const std::string &name, Entry &e);
+  llvm::Error readSignature();
   void classifyParameters();
   llvm::Error crossCheck();
   const onnx::ModelProto &checkerView();
@@ -123,6 +124,15 @@ private:
   std::unique_ptr<Graph> g_;
   llvm::StringMap<Entry> env_;
   std::unique_ptr<onnx::ModelProto> checkerCopy_;
+  // Tensor sequences (SplitToSequence's result), by name: each element's
+  // IR value. Only read by SequenceAt at a constant position.
+  llvm::StringMap<std::vector<Value *>> sequences_;
+  llvm::Error importSequenceOp(const onnx::NodeProto &n, int index);
+  llvm::Error importGatherND(const onnx::NodeProto &n, int index);
+  // The producer's own list of parameters and buffers (PyTorch's dynamo
+  // exporter writes one), when the model has it.
+  bool hasSignature_ = false;
+  std::set<std::string> signatureParams_, signatureBuffers_;
 };
 
 static const char kTrainingDomain[] = "ai.onnx.preview.training";
@@ -422,6 +432,22 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     return err("{0}: its result depends on runtime data (input '{1}'), but "
                "cleave needs it to fold to a constant (static shapes)",
                where, runtimeInput);
+  }
+  if (op == "SplitToSequence" || op == "SequenceAt")
+    return importSequenceOp(n, index);
+  if (op == "GatherND")
+    return importGatherND(n, index);
+  if (op == "CastLike") {
+    // Cast to the element type of the second input.
+    Entry *like = input(n, 1);
+    if (!like)
+      return err("{0}: input 1 is missing", where);
+    auto x = operand(n, index, 0);
+    if (!x)
+      return x.takeError();
+    return emit(n, index, OpKind::Cast, {*x},
+                {{"to", Attribute(std::string(dtypeName(like->type.dtype)))}},
+                false);
   }
   auto kind = lookupOp(op);
   if (!kind || isTrainingOp(*kind))
@@ -755,6 +781,141 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
   return emit(n, index, *kind, operands, std::move(attrs));
 }
 
+// PyTorch's dynamo exporter writes torch.split as SplitToSequence and each
+// use of a part as SequenceAt at a constant position. cleave has no
+// sequence values: the split becomes one Split op (its parts named
+// "<sequence>.<i>") and SequenceAt picks a part.
+llvm::Error Importer::importSequenceOp(const onnx::NodeProto &n, int index) {
+  std::string where = describeNode(n, index);
+  if (n.op_type() == "SequenceAt") {
+    auto seq = sequences_.find(n.input_size() ? n.input(0) : "");
+    if (seq == sequences_.end())
+      return err("{0}: input '{1}' is not a sequence made by SplitToSequence",
+                 where, n.input_size() ? n.input(0) : "");
+    auto pos = staticInts(n, index, 1, "position");
+    if (!pos)
+      return pos.takeError();
+    int64_t size = seq->second.size();
+    int64_t p = pos->size() == 1 ? (*pos)[0] : size;
+    if (p < 0)
+      p += size;
+    if (p < 0 || p >= size || n.output_size() != 1)
+      return err("{0}: position is outside the sequence of {1} tensors",
+                 where, size);
+    if (env_.count(n.output(0)))
+      return err("{0}: output '{1}' is defined twice", where, n.output(0));
+    Value *v = seq->second[p];
+    env_[n.output(0)] = Entry{v->type(), v, nullptr, false};
+    return llvm::Error::success();
+  }
+  auto x = operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  const Shape &shape = (*x)->type().shape;
+  auto axis = normalizeAxis(attrInt(n, "axis", 0), shape.size());
+  if (!axis)
+    return err("{0}: {1}", where, llvm::toString(axis.takeError()));
+  int64_t dim = shape[*axis];
+  std::vector<int64_t> sizes;
+  bool squeeze = false;
+  if (input(n, 1)) {
+    auto split = staticInts(n, index, 1, "split");
+    if (!split)
+      return split.takeError();
+    if (input(n, 1)->type.rank() == 0 && split->size() == 1) {
+      int64_t chunk = (*split)[0];
+      if (chunk <= 0)
+        return err("{0}: split size {1} is not positive", where, chunk);
+      for (int64_t left = dim; left > 0; left -= chunk)
+        sizes.push_back(std::min(chunk, left));
+    } else {
+      sizes = *split;
+    }
+  } else {
+    sizes.assign(dim, 1);
+    squeeze = attrInt(n, "keepdims", 1) == 0;
+  }
+  if (sizes.empty() || n.output_size() != 1)
+    return err("{0}: an empty split", where);
+  AttrMap attrs{{"axis", Attribute(int64_t(*axis))},
+                {"split", Attribute(sizes)}};
+  auto types = inferResultTypes(OpKind::Split, {(*x)->type()}, attrs,
+                                sizes.size());
+  if (!types)
+    return err("{0}: {1}", where, llvm::toString(types.takeError()));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    names.push_back(n.output(0) + "." + std::to_string(i));
+  Op *split = g_->appendOp(OpKind::Split, {*x}, *types, names,
+                           std::move(attrs), n.name());
+  std::vector<Value *> parts(split->results().begin(),
+                             split->results().end());
+  if (squeeze)
+    for (Value *&part : parts) {
+      Shape s = part->type().shape;
+      s.erase(s.begin() + *axis);
+      part = g_->appendOp(OpKind::Squeeze, {part},
+                          {TensorType(part->type().dtype, s)}, {},
+                          {{"axes", Attribute(std::vector<int64_t>{*axis})}},
+                          n.name())
+                 ->result();
+    }
+  sequences_[n.output(0)] = std::move(parts);
+  return llvm::Error::success();
+}
+
+// GatherND with constant indices (what PyTorch exports for advanced
+// indexing by aranges, as in attention-mask building) is a Gather over the
+// flattened leading dims: data [d0..d(q-1), rest...] is reshaped to
+// [d0*...*d(q-1), rest...] and gathered at the linear index of each index
+// tuple. Both ops have gradients, so the path stays differentiable.
+llvm::Error Importer::importGatherND(const onnx::NodeProto &n, int index) {
+  std::string where = describeNode(n, index);
+  if (attrInt(n, "batch_dims", 0) != 0)
+    return err("{0}: GatherND with batch_dims is not supported", where);
+  auto x = operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  Entry *ind = input(n, 1);
+  if (!ind || !ind->foldable)
+    return err("{0}: GatherND indices (input '{1}') must be constant", where,
+               n.input_size() > 1 ? n.input(1) : "");
+  const Shape &data = (*x)->type().shape;
+  const Shape &ishape = ind->type.shape;
+  if (ishape.empty() || ishape.back() < 1 ||
+      ishape.back() > int64_t(data.size()))
+    return err("{0}: indices of shape {1} do not fit data of rank {2}", where,
+               shapeStr(ishape), data.size());
+  int64_t q = ishape.back(), lead = 1;
+  for (int64_t j = 0; j < q; ++j)
+    lead *= data[j];
+  Shape flat{lead};
+  flat.insert(flat.end(), data.begin() + q, data.end());
+  Shape outIdx(ishape.begin(), ishape.end() - 1);
+  int64_t tuples = TensorType(DType::I64, outIdx).numElements();
+  std::vector<int64_t> linear(tuples);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t l = 0;
+    for (int64_t j = 0; j < q; ++j) {
+      int64_t v = ind->data->getInt(t * q + j);
+      if (v < -data[j] || v >= data[j])
+        return err("{0}: index {1} is out of range for axis {2} of size {3}",
+                   where, v, j, data[j]);
+      l = l * data[j] + (v < 0 ? v + data[j] : v);
+    }
+    linear[t] = l;
+  }
+  Op *reshape = g_->appendOp(
+      OpKind::Reshape, {*x}, {TensorType((*x)->type().dtype, flat)}, {},
+      {{"shape", Attribute(std::vector<int64_t>(flat.begin(), flat.end()))}},
+      n.name());
+  Value *indices = g_->addDeclared(
+      ValueKind::Const, n.output(0) + ".linear_indices",
+      TensorData::fromInts(DType::I64, outIdx, linear));
+  return emit(n, index, OpKind::Gather, {reshape->result(), indices},
+              {{"axis", Attribute(int64_t(0))}}, false);
+}
+
 // ONNX's own training form: Gradient(xs, y) in the ai.onnx.preview.training
 // domain gives dy/dx for each x. The same autodiff the training pipeline
 // uses appends the backward ops (tagged B); the node's outputs name them.
@@ -852,7 +1013,7 @@ llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
     std::vector<FoldInput> ins;
     for (int k = 0; k < n.input_size(); ++k) {
       Entry *e = input(n, k);
-      if (!n.input(k).empty() && !e)
+      if (!n.input(k).empty() && !e && !sequences_.count(n.input(k)))
         return err("{0}: input '{1}' is not defined by any earlier node, "
                    "input or initializer",
                    describeNode(n, index), n.input(k));
@@ -878,9 +1039,104 @@ llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
   return convert(n, index);
 }
 
-// A float initializer is trainable when some differentiable path leads from
-// it to a float graph output; otherwise (running statistics, masks compared
-// against zero) it is a buffer.
+// PyTorch's dynamo exporter records the exported program's signature in
+// the graph's metadata, one lifted input a line:
+//   p_m_l_weight: PARAMETER target='m.l.weight'
+//   b_m_inv_freq: BUFFER target='m.inv_freq' persistent=False
+// With optimize=False each target is an initializer of that name. The
+// default optimize=True folds most parameters into anonymous constants;
+// training such a file would train constants and lose the names, so it is
+// refused.
+static const char kSignatureKey[] =
+    "pkg.torch.export.ExportedProgram.graph_signature";
+
+llvm::Error Importer::readSignature() {
+  const std::string *text = nullptr;
+  for (const auto &p : model_.graph().metadata_props())
+    if (p.key() == kSignatureKey)
+      text = &p.value();
+  if (!text)
+    return llvm::Error::success();
+  hasSignature_ = true;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(*text).split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    for (auto [kind, set] : {std::pair{"PARAMETER", &signatureParams_},
+                             std::pair{"BUFFER", &signatureBuffers_},
+                             std::pair{"CONSTANT_TENSOR", &signatureBuffers_}}) {
+      std::string marker = std::string(": ") + kind + " target='";
+      size_t at = line.find(marker);
+      if (at == llvm::StringRef::npos)
+        continue;
+      llvm::StringRef rest = line.substr(at + marker.size());
+      set->insert(rest.take_until([](char c) { return c == '\''; }).str());
+    }
+  }
+  // A parameter the signature names may be missing because the exporter
+  // kept one initializer for tied parameters (GPT-2's lm_head.weight and
+  // wte.weight). It is missing because it was folded when float
+  // initializers the signature does not name hold its values instead.
+  std::set<std::string> names, named(signatureParams_);
+  named.insert(signatureBuffers_.begin(), signatureBuffers_.end());
+  for (const auto &in : model_.graph().input())
+    names.insert(in.name());
+  std::string anonymous;
+  for (const auto &t : model_.graph().initializer()) {
+    names.insert(t.name());
+    auto dt = dtypeFromOnnx(t.data_type());
+    if (!dt)
+      llvm::consumeError(dt.takeError());
+    else if (isFloat(*dt) && !named.count(t.name()) && anonymous.empty())
+      anonymous = t.name();
+  }
+  int missing = 0;
+  std::string first;
+  for (const std::string &p : signatureParams_)
+    if (!names.count(p) && missing++ == 0)
+      first = p;
+  if (missing && !anonymous.empty())
+    return err("'{0}': {1} of its {2} parameters (such as '{3}') are not "
+               "among its initializers, which hold unnamed constants such as "
+               "'{4}': the exporter folded them; export for training with "
+               "torch.onnx.export(..., dynamo=True, optimize=False)",
+               path_, missing, signatureParams_.size(), first, anonymous);
+  return llvm::Error::success();
+}
+
+// Leaf names of module buffers that models hold as float tensors and never
+// train (used when the producer gives no signature).
+static bool isBufferName(llvm::StringRef name) {
+  llvm::StringRef leaf = name.rsplit('.').second.empty()
+                             ? name
+                             : name.rsplit('.').second;
+  static const std::set<std::string> kLeaves = {
+      "running_mean", "running_var", "num_batches_tracked", "inv_freq",
+      "position_ids", "token_type_ids", "masked_bias", "original_inv_freq",
+      "cos_cached", "sin_cached"};
+  return kLeaves.count(leaf.str()) != 0;
+}
+
+// Names exporters give the constants they lift into initializers, as
+// opposed to module parameters: onnx::Mul_12, val_26, /m/Constant_output_0.
+static bool isExporterConstantName(llvm::StringRef name) {
+  if (name.startswith("onnx::") || name.startswith("/") ||
+      name.startswith("_v_"))
+    return true;
+  if (name.consume_front("val_") || name.consume_front("const_"))
+    return !name.empty() && name.find_first_not_of("0123456789_") ==
+                                llvm::StringRef::npos;
+  return !name.empty() &&
+         name.find_first_not_of("0123456789") == llvm::StringRef::npos;
+}
+
+// Which float initializers are trained. With the producer's signature, its
+// PARAMETERs (buffers and lifted constants are held constant). Without
+// one, an initializer is trained when it is named like a module parameter
+// (not an exporter's constant, not a known buffer such as running_mean or
+// inv_freq), holds more than one element (a scalar initializer is an
+// epsilon or a scale, not a weight) and a differentiable path leads from it
+// to a float graph output. Everything else is a buffer: kept, never
+// trained. --trainable and --freeze refine the choice later.
 void Importer::classifyParameters() {
   llvm::DenseSet<const Value *> relevant;
   for (const Value *v : g_->outputs())
@@ -899,9 +1155,19 @@ void Importer::classifyParameters() {
           isFloat(op.operand(i)->type().dtype))
         relevant.insert(op.operand(i));
   }
-  for (Value *v : g_->declared())
-    if (v->kind() == ValueKind::Param && !relevant.count(v))
+  for (Value *v : g_->declared()) {
+    if (v->kind() != ValueKind::Param)
+      continue;
+    bool trained = relevant.count(v) != 0;
+    if (hasSignature_)
+      trained &= signatureParams_.count(v->name()) != 0;
+    else
+      trained &= !isBufferName(v->name()) &&
+                 !isExporterConstantName(v->name()) &&
+                 v->type().numElements() > 1;
+    if (!trained)
       g_->setKind(v, ValueKind::Buffer);
+  }
 }
 
 // Compares cleave's result types with ONNX shape inference wherever ONNX
@@ -1011,6 +1277,8 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
     std::string msg = oneLine(ex.what());
     return err("'{0}' fails the ONNX checker: {1}", path_, msg);
   }
+  if (auto e = readSignature())
+    return std::move(e);
   g_ = std::make_unique<Graph>();
   g_->setName(model_.graph().name().empty() ? "main" : model_.graph().name());
   if (auto e = bindInputs())
@@ -1106,6 +1374,10 @@ std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly) 
     if (!isTrainingOp(i.kind))
       ops.insert(std::string(i.name));
   ops.insert(std::string(kGradientOp));
+  // Translated into other IR ops at import.
+  for (const char *op :
+       {"CastLike", "GatherND", "SplitToSequence", "SequenceAt"})
+    ops.insert(op);
   if (foldedOnly)
     foldedOnly->assign(kFoldOnly.begin(), kFoldOnly.end());
   return {ops.begin(), ops.end()};

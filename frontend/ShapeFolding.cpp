@@ -87,8 +87,18 @@ static void setInt(TensorData &d, int64_t i, int64_t v) {
   storeElementInt(d.type().dtype, d.mutableBytes(), i, v);
 }
 
+// ONNX Mod on integers: fmod=0 takes the divisor's sign (Python's %),
+// fmod=1 the dividend's (C's %).
+static int64_t modInt(int64_t a, int64_t b, bool fmodMode) {
+  int64_t r = a % b;
+  if (!fmodMode && r != 0 && ((r < 0) != (b < 0)))
+    r += b;
+  return r;
+}
+
 static llvm::Expected<Data> elementwise(const std::string &op,
-                                        llvm::ArrayRef<Data> in) {
+                                        llvm::ArrayRef<Data> in,
+                                        bool fmodMode = false) {
   Shape shape = in[0]->type().shape;
   for (size_t i = 1; i < in.size(); ++i) {
     auto s = broadcastShapes(shape, in[i]->type().shape);
@@ -99,7 +109,8 @@ static llvm::Expected<Data> elementwise(const std::string &op,
   if (TensorType(DType::F32, shape).numElements() > kMaxFoldElements)
     return Data();
   bool cmp = op == "Equal" || op == "Less" || op == "Greater" ||
-             op == "And" || op == "Or" || op == "Not";
+             op == "LessOrEqual" || op == "GreaterOrEqual" || op == "And" ||
+             op == "Or" || op == "Not" || op == "IsNaN";
   DType dt = op == "Where" ? in[1]->type().dtype
              : cmp         ? DType::Bool
                            : in[0]->type().dtype;
@@ -123,6 +134,10 @@ static llvm::Expected<Data> elementwise(const std::string &op,
       setInt(*out, o, !in[0]->getInt(k[0]));
       return;
     }
+    if (op == "IsNaN") {
+      setInt(*out, o, fl && std::isnan(in[0]->getDouble(k[0])));
+      return;
+    }
     if (fl) {
       double a = in[0]->getDouble(k[0]);
       double b = in.size() > 1 ? in[1]->getDouble(k[1]) : 0;
@@ -135,9 +150,14 @@ static llvm::Expected<Data> elementwise(const std::string &op,
                  : op == "Neg"     ? -a
                  : op == "Abs"     ? std::fabs(a)
                  : op == "Sqrt"    ? std::sqrt(a)
+                 : op == "Cos"     ? std::cos(a)
+                 : op == "Sin"     ? std::sin(a)
+                 : op == "Mod"     ? std::fmod(a, b)
                  : op == "Equal"   ? double(a == b)
                  : op == "Less"    ? double(a < b)
                  : op == "Greater" ? double(a > b)
+                 : op == "LessOrEqual"    ? double(a <= b)
+                 : op == "GreaterOrEqual" ? double(a >= b)
                                    : 0.0;
       if (cmp)
         setInt(*out, o, r != 0);
@@ -147,7 +167,7 @@ static llvm::Expected<Data> elementwise(const std::string &op,
     }
     int64_t a = in[0]->getInt(k[0]);
     int64_t b = in.size() > 1 ? in[1]->getInt(k[1]) : 0;
-    if (op == "Div" && b == 0) {
+    if ((op == "Div" || op == "Mod") && b == 0) {
       if (!failure)
         failure = err("integer division by zero");
       return;
@@ -161,9 +181,12 @@ static llvm::Expected<Data> elementwise(const std::string &op,
                 : op == "Min"     ? std::min(a, b)
                 : op == "Neg"     ? int64_t(0 - uint64_t(a))
                 : op == "Abs"     ? (a < 0 ? int64_t(0 - uint64_t(a)) : a)
+                : op == "Mod"     ? (b == -1 ? 0 : modInt(a, b, fmodMode))
                 : op == "Equal"   ? a == b
                 : op == "Less"    ? a < b
                 : op == "Greater" ? a > b
+                : op == "LessOrEqual"    ? a <= b
+                : op == "GreaterOrEqual" ? a >= b
                 : op == "And"     ? (a && b)
                 : op == "Or"      ? (a || b)
                                   : 0;
@@ -226,8 +249,17 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
                                     {inputs[0].type->numElements()}));
   }
 
+  // CastLike needs only the type of its second input.
+  std::optional<DType> castTo;
+  llvm::ArrayRef<FoldInput> valueInputs = inputs;
+  if (op == "CastLike") {
+    if (inputs.size() != 2 || !inputs[1].type)
+      return FoldResult();
+    castTo = inputs[1].type->dtype;
+    valueInputs = inputs.take_front(1);
+  }
   std::vector<Data> in;
-  for (const FoldInput &i : inputs) {
+  for (const FoldInput &i : valueInputs) {
     if (i.type && !i.constant)
       return FoldResult(); // a runtime value: not foldable
     in.push_back(i.constant);
@@ -239,23 +271,52 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
   if (op == "Identity")
     return one(in[0]);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
-      op == "Equal" || op == "Less" || op == "Greater" || op == "And" ||
-      op == "Or" || ((op == "Max" || op == "Min") && in.size() == 2)) {
+      op == "Equal" || op == "Less" || op == "Greater" ||
+      op == "LessOrEqual" || op == "GreaterOrEqual" || op == "And" ||
+      op == "Or" || op == "Mod" ||
+      ((op == "Max" || op == "Min") && in.size() == 2)) {
     if (!need(1))
       return FoldResult();
-    return one(elementwise(op, in));
+    return one(elementwise(op, in, attrInt(node, "fmod", 0) != 0));
   }
-  if (op == "Neg" || op == "Abs" || op == "Not" || op == "Sqrt")
+  if (op == "Neg" || op == "Abs" || op == "Not" || op == "Sqrt" ||
+      op == "IsNaN" || op == "Cos" || op == "Sin")
     return one(elementwise(op, {in[0]}));
+  if (op == "Trilu") {
+    // The lower (upper=0) or upper triangle of the last two dims, from
+    // diagonal k on; the rest zero.
+    const Shape &shape = in[0]->type().shape;
+    if (shape.size() < 2)
+      return err("Trilu needs a rank of at least 2");
+    int64_t k = need(1) ? in[1]->getInt(0) : 0;
+    bool upper = attrInt(node, "upper", 1) != 0;
+    int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    Data out = makeData(in[0]->type().dtype, shape);
+    bool fl = isFloat(in[0]->type().dtype);
+    for (int64_t i = 0, n = in[0]->type().numElements(); i < n; ++i) {
+      int64_t c = i % cols, r = (i / cols) % rows;
+      bool keep = upper ? c - r >= k : c - r <= k;
+      if (!keep)
+        continue;
+      if (fl)
+        setDouble(*out, i, in[0]->getDouble(i));
+      else
+        setInt(*out, i, in[0]->getInt(i));
+    }
+    return one(out);
+  }
   if (op == "Where") {
     if (!need(1) || !need(2))
       return FoldResult();
     return one(elementwise(op, in));
   }
-  if (op == "Cast") {
-    auto to = dtypeFromOnnx(attrInt(node, "to", 0));
-    if (!to)
+  if (op == "Cast" || op == "CastLike") {
+    auto to = castTo ? llvm::Expected<DType>(*castTo)
+                     : dtypeFromOnnx(attrInt(node, "to", 0));
+    if (!to) {
+      llvm::consumeError(to.takeError());
       return FoldResult(); // let the importer report the type
+    }
     Data out = makeData(*to, in[0]->type().shape);
     for (int64_t i = 0; i < in[0]->type().numElements(); ++i) {
       if (isFloat(*to))

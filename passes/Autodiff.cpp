@@ -53,24 +53,31 @@ static llvm::Expected<Value *> findLoss(const ir::Graph &g,
   return loss;
 }
 
-// Turns parameters matching `regex` into buffers: kept, never trained.
-static llvm::Error freezeParameters(ir::Graph &g, const std::string &regex) {
+// Turns parameters into buffers (kept, never trained): those whose whole
+// name matches `flag`'s regex (--freeze), or with `keepMatches`, those that
+// do not match it (--trainable).
+static llvm::Error restrictParameters(ir::Graph &g, const std::string &flag,
+                                      const std::string &regex,
+                                      bool keepMatches) {
   if (regex.empty())
     return llvm::Error::success();
   llvm::Regex re("^(" + regex + ")$");
   std::string why;
   if (!re.isValid(why))
-    return fail("--freeze: invalid regular expression '" + regex +
+    return fail("--" + flag + ": invalid regular expression '" + regex +
                 "': " + why);
   bool any = false;
   std::vector<Value *> declared(g.declared().begin(), g.declared().end());
-  for (Value *v : declared)
-    if (v->kind() == ir::ValueKind::Param && re.match(v->name())) {
+  for (Value *v : declared) {
+    if (v->kind() != ir::ValueKind::Param)
+      continue;
+    bool match = re.match(v->name());
+    any |= match;
+    if (match != keepMatches)
       g.setKind(v, ir::ValueKind::Buffer);
-      any = true;
-    }
+  }
   if (!any)
-    return fail("--freeze: '" + regex + "' matches no parameter");
+    return fail("--" + flag + ": '" + regex + "' matches no parameter");
   return llvm::Error::success();
 }
 
@@ -263,7 +270,11 @@ differentiate(ir::Graph &g, Value *y, llvm::ArrayRef<Value *> xs) {
 llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx) {
   if (g.isTraining())
     return fail("the graph already has backward ops");
-  if (auto e = freezeParameters(g, ctx.training.freeze))
+  if (auto e = restrictParameters(g, "trainable", ctx.training.trainable,
+                                  /*keepMatches=*/true))
+    return e;
+  if (auto e = restrictParameters(g, "freeze", ctx.training.freeze,
+                                  /*keepMatches=*/false))
     return std::move(e);
   auto loss = findLoss(g, ctx.training.loss);
   if (!loss)

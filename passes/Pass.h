@@ -26,6 +26,8 @@ namespace cleave::passes {
 struct TrainingOptions {
   std::string loss;   // the loss output's name; empty: the only output
   std::string freeze; // regex of parameters to keep fixed; empty: none
+  // regex of the parameters to train, the others kept fixed; empty: all
+  std::string trainable;
   std::string optimizer = "sgd"; // sgd | adamw
   double lr = 0.01;
   double momentum = 0.0;

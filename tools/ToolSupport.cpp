@@ -138,7 +138,8 @@ llvm::Error readImportFlags(const Flags &flags,
 
 std::vector<Flags::Spec> trainingFlagSpecs() {
   return {{"loss", true, false},         {"add-loss", true, false},
-          {"freeze", true, false},       {"optimizer", true, false},
+          {"freeze", true, false},       {"trainable", true, false},
+          {"optimizer", true, false},
           {"lr", true, false},           {"momentum", true, false},
           {"nesterov", false, false},    {"weight-decay", true, false},
           {"adam-betas", true, false},   {"adam-eps", true, false},
@@ -156,6 +157,8 @@ const char kTrainingHelp[] = R"(training:
                          new input TARGET
   --freeze=REGEX         keep parameters whose whole name matches REGEX
                          fixed (they become buffers; no gradient work)
+  --trainable=REGEX      train only the parameters whose whole name matches
+                         REGEX; the others are kept fixed
   --optimizer=sgd|adamw  the update rule (default sgd)
   --lr=X                 learning rate (default 0.01; a runtime scalar)
   --momentum=X           SGD momentum (default 0)
@@ -187,11 +190,14 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
                               std::optional<LossRequest> &addLoss) {
   opts.loss = flags.get("loss").value_or("");
   opts.freeze = flags.get("freeze").value_or("");
-  if (!opts.freeze.empty()) {
+  opts.trainable = flags.get("trainable").value_or("");
+  for (auto [flag, regex] : {std::pair{"freeze", &opts.freeze},
+                             std::pair{"trainable", &opts.trainable}}) {
     std::string why;
-    if (!llvm::Regex("^(" + opts.freeze + ")$").isValid(why))
-      return usageError("--freeze: invalid regular expression '" +
-                        opts.freeze + "': " + why);
+    if (!regex->empty() && !llvm::Regex("^(" + *regex + ")$").isValid(why))
+      return usageError(std::string("--") + flag +
+                        ": invalid regular expression '" + *regex + "': " +
+                        why);
   }
   opts.optimizer = flags.get("optimizer").value_or("sgd");
   if (opts.optimizer != "sgd" && opts.optimizer != "adamw")

@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
                     kTrainingPipeline.end());
   } else if (!flags.has("inference")) {
     // Flags that only mean something for training must not pass silently.
-    for (const char *f : {"freeze", "optimizer", "lr", "momentum", "nesterov",
+    for (const char *f : {"freeze", "trainable", "optimizer", "lr", "momentum", "nesterov",
                           "weight-decay", "adam-betas", "adam-eps"})
       if (flags.has(f))
         return fail(kTool,
