@@ -878,7 +878,9 @@ llvm::Error Importer::importGatherND(const onnx::NodeProto &n, int index) {
     return x.takeError();
   Entry *ind = input(n, 1);
   if (!ind || !ind->foldable)
-    return err("{0}: GatherND indices (input '{1}') must be constant", where,
+    return err("{0}: input '{1}' (indices) must be a constant after "
+               "folding; cleave gathers runtime data at constant indices only",
+               where,
                n.input_size() > 1 ? n.input(1) : "");
   const Shape &data = (*x)->type().shape;
   const Shape &ishape = ind->type.shape;
