@@ -64,9 +64,10 @@ with those BatchNorm modules in eval() mode, using the running statistics
 stored in model.onnx, and info.json / the printout say so.
 
 Everything is seeded; two runs from the same checkout write identical
-files (the dynamo exporter's node metadata pkg.torch.onnx.stack_trace holds
-absolute source paths, so another checkout or venv path changes those
-strings and nothing else).
+files. The dynamo exporter's node metadata pkg.torch.onnx.stack_trace holds
+absolute source paths and line numbers (of this script too), so a run from
+another checkout or venv path, or after an edit above a wrapper's forward,
+changes those strings in the dynamo .onnx files and nothing else.
 """
 
 import argparse
@@ -210,26 +211,36 @@ def image_sample(gen, n):
     return collections.OrderedDict([("x", x), ("labels", labels)])
 
 
-RESNET_WIDTH = 8   # resnet18 is 64: 11.2M parameters, 44 MB of float32
+RESNET_WIDTH = 4   # resnet18's is 64: 11.2M parameters, 44 MB of float32
+RESNET_STRIDES = (1, 2, 2, 1)   # resnet18's: (1, 2, 2, 2)
 
 
 def make_resnet18():
     """torchvision's ResNet-18 (torchvision.models.resnet.ResNet, BasicBlock,
-    layers [2, 2, 2, 2], num_classes 10), every width divided by 64 /
-    RESNET_WIDTH: the same modules, names and graph as resnet18(), 176K
-    parameters instead of 11.2M. ResNet's constructor hard-codes the widths,
-    so the stem, the four stages and fc are rebuilt with its own
-    _make_layer and initialized as its constructor does."""
+    layers [2, 2, 2, 2], num_classes 10) with two changes: every width is
+    RESNET_WIDTH / 64 of resnet18's (44K parameters instead of 11.2M), and
+    layer4 has stride 1. The modules, names and ops are resnet18()'s
+    (layer4.0 keeps its downsample: its width still doubles). ResNet's
+    constructor hard-codes widths and strides, so the stem, the four stages
+    and fc are rebuilt with its own _make_layer and initialized as its
+    constructor does.
+
+    Why layer4 stride 1: with 32x32 images resnet18 downsamples to 1x1
+    maps in layer4, where a train-mode BatchNorm normalizes each channel
+    over the batch's 4 values; channels whose 4 values nearly agree make
+    the gradient ill-conditioned (float32 vs float64 up to 7e-5) and 3 SGD
+    steps chaotic (float32 and float64 parameters 1e-1 apart). With 2x2
+    maps (16 values per channel) both are ~1e-6."""
     from torchvision.models.resnet import BasicBlock, ResNet
     m = ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10)
     w = RESNET_WIDTH
     m.inplanes = w
     m.conv1 = nn.Conv2d(3, w, kernel_size=7, stride=2, padding=3, bias=False)
     m.bn1 = m._norm_layer(w)
-    m.layer1 = m._make_layer(BasicBlock, w, 2)
-    m.layer2 = m._make_layer(BasicBlock, 2 * w, 2, stride=2)
-    m.layer3 = m._make_layer(BasicBlock, 4 * w, 2, stride=2)
-    m.layer4 = m._make_layer(BasicBlock, 8 * w, 2, stride=2)
+    m.layer1 = m._make_layer(BasicBlock, w, 2, stride=RESNET_STRIDES[0])
+    m.layer2 = m._make_layer(BasicBlock, 2 * w, 2, stride=RESNET_STRIDES[1])
+    m.layer3 = m._make_layer(BasicBlock, 4 * w, 2, stride=RESNET_STRIDES[2])
+    m.layer4 = m._make_layer(BasicBlock, 8 * w, 2, stride=RESNET_STRIDES[3])
     m.fc = nn.Linear(8 * w * BasicBlock.expansion, 10)
     for mod in m.modules():   # ResNet.__init__'s initialization
         if isinstance(mod, nn.Conv2d):
@@ -241,12 +252,26 @@ def make_resnet18():
 
 
 MOBILENET_WIDTH = 0.1
+# torchvision's default inverted_residual_setting (t, c, n, s) with stride 1
+# (not 2) in the second and third stages.
+MOBILENET_SETTING = [[1, 16, 1, 1], [6, 24, 2, 1], [6, 32, 3, 1], [6, 64, 4, 2],
+                     [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
 
 
 def make_mobilenet_v2():
+    """torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.1,
+    dropout=0, inverted_residual_setting=MOBILENET_SETTING): 99K parameters
+    (the 1280-wide last conv and classifier do not shrink with width_mult).
+
+    Why the two stride-1 stages: the stock network downsamples 32x32 images
+    to 1x1 maps from features.14 on, where each train-mode BatchNorm channel
+    normalizes the batch's 4 values; some channels' 4 values agree to ~1e-4
+    (batch variance 5e-8, below eps), and the float32 gradient is 4e-2 off
+    the float64 one (max |g| 373). With 4x4 maps at the end: 1.6e-5."""
     import torchvision
     m = torchvision.models.mobilenet_v2(
-        num_classes=10, width_mult=MOBILENET_WIDTH, dropout=0.0)
+        num_classes=10, width_mult=MOBILENET_WIDTH, dropout=0.0,
+        inverted_residual_setting=[list(r) for r in MOBILENET_SETTING])
     return m, image_sample, WithLoss
 
 
@@ -289,14 +314,14 @@ def save(path, array):
 
 def perturb_constant_params(model, gen):
     """Add PERTURB * N(0, 1) to every parameter initialized to a constant
-    (LayerNorm / RMSNorm / BatchNorm weights 1 and biases 0, Linear biases
-    0, ViT's class token and zero-initialized head): a constant hides a wrong
-    transpose or broadcast, and ViT's zero head would zero every other
-    gradient."""
+    or to almost zero (LayerNorm / RMSNorm / BatchNorm weights 1 and biases
+    0, Linear biases 0, ViT's class token and zero-initialized head, its
+    MLP biases of std 1e-6): a constant hides a wrong transpose or
+    broadcast, and ViT's zero head would zero every other gradient."""
     names = []
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.numel() > 1 and bool(p.min() == p.max()):
+            if p.numel() > 1 and (bool(p.min() == p.max()) or float(p.abs().max()) < 1e-4):
                 p.add_(PERTURB * torch.randn(p.shape, generator=gen, dtype=p.dtype))
                 names.append(name)
     return names
@@ -420,6 +445,20 @@ def map_params(wrapped, graph, signature):
         for pname, init in mapping.items():
             assert init in targets, (pname, init)
     return mapping, notes
+
+
+def initializer_kinds(graph):
+    """{initializer: InputSpec.kind} from the dynamo exporter's value_info
+    metadata (pkg.torch.export.graph_signature.InputSpec.kind)."""
+    inits = {i.name for i in graph.initializer}
+    kinds = {}
+    for v in graph.value_info:
+        meta = {kv.key: kv.value for kv in v.metadata_props}
+        kind = meta.get("pkg.torch.export.graph_signature.InputSpec.kind")
+        if v.name in inits and kind is not None:
+            kinds[v.name] = kind
+    assert set(kinds) == inits, sorted(inits - set(kinds))
+    return kinds
 
 
 def batchnorm_modes(graph):
@@ -645,6 +684,16 @@ def build_export(name, exporter, wrapped, inputs, data, batch, bn_present):
     out_dims = graph.output[0].type.tensor_type.shape.dim
     assert len(out_dims) == 0, out_dims
     buffers = [n for n in init_names if n not in param_inits]
+    buffer_names = {n for n, _ in wrapped.named_buffers()}
+    aliases = collections.defaultdict(list)
+    for n, p in wrapped.named_parameters(remove_duplicate=False):
+        aliases[id(p)].append(n)
+    if exporter == "dynamo":
+        # The dynamo exporter also marks each initializer by a value_info
+        # entry of its name, metadata InputSpec.kind PARAMETER / BUFFER.
+        kinds = initializer_kinds(graph)
+        assert sorted(n for n, k in kinds.items() if k == "PARAMETER") == sorted(param_inits), kinds
+        assert sorted(n for n, k in kinds.items() if k != "PARAMETER") == sorted(buffers), kinds
 
     # References.
     loss32, g32, _ = autograd(base, inputs, torch.float32, bn_eval)
@@ -761,8 +810,15 @@ def build_export(name, exporter, wrapped, inputs, data, batch, bn_present):
         ("onnxruntime_loss", ort_value),
         ("onnxruntime_loss_rel_err", ort_rel),
         ("onnxruntime_error", ort_error),
-        ("dynamo_param_names_are_module_paths",
-         all(p == i for p, i in mapping.items()) if exporter == "dynamo" else None),
+        # Every parameter initializer is named by a module path of its
+        # parameter (for a tied one, one of its paths), every other
+        # initializer by a buffer's path.
+        ("initializer_names_are_module_paths", all(
+            i in aliases[id(params[p])] for p, i in mapping.items()) and all(
+            b in buffer_names for b in buffers)),
+        ("tied_parameters", collections.OrderedDict(
+            (i, aliases[id(params[p])]) for p, i in mapping.items()
+            if len(aliases[id(params[p])]) > 1)),
         ("node_metadata_keys", node_metadata_keys(graph)),
         ("graph_metadata_keys", [kv.key for kv in graph.metadata_props]),
         ("notes", notes),
@@ -800,6 +856,17 @@ def build_folded(wrapped, inputs, expected_loss):
     assert os.listdir(folder) == ["model.onnx"], os.listdir(folder)
     ort_value, ort_error = ort_loss(path, inputs)
     hist = histogram(mo.graph)
+    # Parameters the optimizer folded away (no initializer of their name).
+    sig = {kv.key: kv.value for kv in mo.graph.metadata_props}[
+        "pkg.torch.export.ExportedProgram.graph_signature"]
+    inits = {i.name for i in mo.graph.initializer}
+    targets = [t for _, kind, t, _ in parse_graph_signature(sig)[0] if kind == "PARAMETER"]
+    aliases = collections.OrderedDict()
+    for n, p in wrapped.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(n)
+    assert sorted(targets) == sorted(n for ns in aliases.values() for n in ns)
+    missing = [" = ".join(ns) for ns in aliases.values() if not any(n in inits for n in ns)]
+    others = sorted(inits - set(targets))
     opsets = {(o.domain or "ai.onnx"): o.version for o in mo.opset_import}
     info = {"model": "gpt2", "exporter": "dynamo-folded", "opset": opsets.get("ai.onnx"),
             "ir_version": mo.ir_version, "op_histogram": hist, "nodes": len(mo.graph.node),
@@ -811,6 +878,10 @@ def build_folded(wrapped, inputs, expected_loss):
         info["opset"], mo.ir_version, len(mo.graph.node), len(mo.graph.initializer),
         os.path.getsize(path)))
     print("  ops: " + ", ".join("%s %d" % kv for kv in hist.items()))
+    print("  parameters with no initializer (folded into constants): %s; %d initializers "
+          "that are not parameters (%s, ...)" % (", ".join(missing) or "none", len(others),
+                                                ", ".join(others[:6])))
+    info["folded_parameters"] = missing
     print("  onnxruntime: " + ("loss %.6f, rel err %.2e vs gpt2-dynamo reference" % (
         ort_value, info["onnxruntime_loss_rel_err"]) if ort_value is not None
         else "FAILED " + ort_error))
