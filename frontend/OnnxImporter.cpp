@@ -71,6 +71,54 @@ static bool isConsumedAttr(const std::string &op, const std::string &attr) {
   return consumed.count({op, attr}) != 0;
 }
 
+// An op's location: its module path in the legacy exporter's form
+// (`/m/transformer/h.0/attn/<node>`), which passes/Layers.h reads. The
+// legacy exporter writes it as the node name; the dynamo exporter names
+// nodes `node_MatMul_77` and keeps the path in the node's metadata,
+// `pkg.torch.onnx.name_scopes`: "['', 'm', 'm.transformer',
+// 'm.transformer.h.0', ..., 'matmul']", cumulative module paths and last
+// the op's own name. An indexed child of a container (`m.layer1.0`) keeps
+// the container's name (`layer1.0`), as in legacy names.
+static std::string locOf(const onnx::NodeProto &n) {
+  const std::string *scopes = nullptr;
+  for (const auto &p : n.metadata_props())
+    if (p.key() == "pkg.torch.onnx.name_scopes")
+      scopes = &p.value();
+  if (!scopes)
+    return n.name();
+  llvm::SmallVector<llvm::StringRef> items;
+  llvm::StringRef(*scopes).trim().trim("[]").split(items, ',');
+  std::vector<std::string> paths;
+  for (llvm::StringRef item : items) {
+    item = item.trim().trim("'\"");
+    if (!item.empty())
+      paths.push_back(item.str());
+  }
+  if (paths.size() < 2) // no module around the op
+    return n.name();
+  paths.pop_back(); // the op's own name
+  std::string loc, previous;
+  for (const std::string &path : paths) {
+    llvm::StringRef child(path);
+    if (!previous.empty()) {
+      if (!child.consume_front(previous + "."))
+        return n.name(); // not nested: not a path this reads
+    }
+    std::string part = child.str();
+    if (!part.empty() &&
+        part.find_first_not_of("0123456789") == std::string::npos &&
+        !previous.empty()) {
+      llvm::StringRef parent(previous);
+      part = parent.rsplit('.').second.empty()
+                 ? (parent + "." + part).str()
+                 : (parent.rsplit('.').second + "." + part).str();
+    }
+    loc += "/" + part;
+    previous = path;
+  }
+  return loc + "/" + n.name();
+}
+
 namespace {
 
 class Importer {
@@ -380,7 +428,7 @@ llvm::Error Importer::emit(const onnx::NodeProto &n, int index, OpKind kind,
     names.push_back(n.output(i));
   }
   Op *op = g_->appendOp(kind, operands, *types, names, std::move(attrs),
-                        n.name());
+                        locOf(n));
   for (int i = 0; i < numResults; ++i)
     if (!n.output(i).empty())
       env_[n.output(i)] = Entry{(*types)[i], op->result(i), nullptr, false};
@@ -666,9 +714,9 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     Op *in2d = g_->appendOp(OpKind::Reshape, {operands[0]}, {flat}, {},
                             {{"shape", Attribute(std::vector<int64_t>{
                                            outer, inner})}},
-                            n.name());
+                            locOf(n));
     Op *sm = g_->appendOp(*kind, {in2d->result()}, {flat}, {},
-                          {{"axis", Attribute(int64_t(-1))}}, n.name());
+                          {{"axis", Attribute(int64_t(-1))}}, locOf(n));
     return emit(n, index, OpKind::Reshape, {sm->result()},
                 {{"shape", Attribute(std::vector<int64_t>(xShape->begin(),
                                                           xShape->end()))}},
@@ -847,7 +895,7 @@ llvm::Error Importer::importSequenceOp(const onnx::NodeProto &n, int index) {
   for (size_t i = 0; i < sizes.size(); ++i)
     names.push_back(n.output(0) + "." + std::to_string(i));
   Op *split = g_->appendOp(OpKind::Split, {*x}, *types, names,
-                           std::move(attrs), n.name());
+                           std::move(attrs), locOf(n));
   std::vector<Value *> parts(split->results().begin(),
                              split->results().end());
   if (squeeze)
@@ -857,7 +905,7 @@ llvm::Error Importer::importSequenceOp(const onnx::NodeProto &n, int index) {
       part = g_->appendOp(OpKind::Squeeze, {part},
                           {TensorType(part->type().dtype, s)}, {},
                           {{"axes", Attribute(std::vector<int64_t>{*axis})}},
-                          n.name())
+                          locOf(n))
                  ->result();
     }
   sequences_[n.output(0)] = std::move(parts);
@@ -910,7 +958,7 @@ llvm::Error Importer::importGatherND(const onnx::NodeProto &n, int index) {
   Op *reshape = g_->appendOp(
       OpKind::Reshape, {*x}, {TensorType((*x)->type().dtype, flat)}, {},
       {{"shape", Attribute(std::vector<int64_t>(flat.begin(), flat.end()))}},
-      n.name());
+      locOf(n));
   Value *indices = g_->addDeclared(
       ValueKind::Const, n.output(0) + ".linear_indices",
       TensorData::fromInts(DType::I64, outIdx, linear));

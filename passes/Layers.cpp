@@ -25,7 +25,7 @@ std::string scopeOf(llvm::StringRef loc, unsigned depth) {
     if (i + 1 < parts.size() && parts[i + 1].startswith((parts[i] + ".").str()))
       continue;
     if (!scope.empty())
-      scope += "/";
+      scope += ".";
     scope += parts[i].str();
     ++taken;
   }
@@ -42,14 +42,22 @@ struct ForwardGroups {
 };
 
 // Scopes that enclose other scopes at this depth (`blocks.0` when
-// `blocks.0/attn` exists at depth 2).
+// `blocks.0.attn` exists at depth 2). A scope's name is a dotted module
+// path, and module names hold dots themselves (`blocks.0`), so a scope
+// encloses another when it is a prefix of it up to a dot.
 llvm::StringSet<> enclosingScopes(llvm::ArrayRef<std::string> scopes) {
-  llvm::StringSet<> parents;
-  for (llvm::StringRef prefix : scopes)
-    for (size_t slash; (slash = prefix.rfind('/')) != llvm::StringRef::npos;) {
-      prefix = prefix.take_front(slash);
-      parents.insert(prefix);
+  llvm::StringSet<> all, parents;
+  for (const std::string &s : scopes)
+    if (!s.empty())
+      all.insert(s);
+  for (const auto &entry : all) {
+    llvm::StringRef prefix = entry.getKey();
+    for (size_t dot; (dot = prefix.rfind('.')) != llvm::StringRef::npos;) {
+      prefix = prefix.take_front(dot);
+      if (all.contains(prefix))
+        parents.insert(prefix);
     }
+  }
   return parents;
 }
 
@@ -210,6 +218,47 @@ static unsigned followerLayer(const ir::Graph &g, const ir::Op &op,
   return latest.value_or(l.layers.size() - 1);
 }
 
+// True when some two scopes are one path but for a trailing block index
+// (`m.transformer.h.0` and `m.transformer.h.1`, `m.layer1.0` and
+// `m.layer1.1`).
+static bool hasRepeatedBlocks(const llvm::StringSet<> &scopes) {
+  llvm::StringMap<unsigned> families;
+  for (const auto &entry : scopes) {
+    llvm::StringRef s = entry.getKey();
+    size_t dot = s.rfind('.');
+    if (dot == llvm::StringRef::npos)
+      continue;
+    llvm::StringRef index = s.substr(dot + 1);
+    if (index.empty() ||
+        index.find_first_not_of("0123456789") != llvm::StringRef::npos)
+      continue;
+    if (++families[s.take_front(dot)] >= 2)
+      return true;
+  }
+  return false;
+}
+
+unsigned autoLayerDepth(const ir::Graph &g) {
+  constexpr unsigned kMaxDepth = 12;
+  std::optional<unsigned> several;
+  for (unsigned depth = 1; depth <= kMaxDepth; ++depth) {
+    llvm::StringSet<> scopes;
+    for (const auto &op : g.ops())
+      if (op->phase() == ir::Phase::Fwd) {
+        std::string s = scopeOf(op->loc(), depth);
+        if (!s.empty())
+          scopes.insert(s);
+      }
+    if (scopes.empty())
+      return several.value_or(depth == 1 ? 0 : depth - 1);
+    if (hasRepeatedBlocks(scopes))
+      return depth;
+    if (!several && scopes.size() > 1)
+      several = depth;
+  }
+  return several.value_or(1);
+}
+
 llvm::Expected<Layering> groupLayers(const ir::Graph &g,
                                      const LayerOptions &opts) {
   ForwardGroups fg;
@@ -221,11 +270,15 @@ llvm::Expected<Layering> groupLayers(const ir::Graph &g,
                                    "graph @" + g.name() +
                                        " has no forward ops to partition");
   fg.group.assign(fg.ops.size(), 0);
-  if (opts.depth == 0 || !groupByScope(fg, opts.depth)) {
+  unsigned depth = opts.depth ? *opts.depth : autoLayerDepth(g);
+  if (depth == 0 || !groupByScope(fg, depth)) {
     fg.names.clear();
+    fg.group.assign(fg.ops.size(), 0);
     groupByCutPoints(fg);
+    depth = 0;
   }
   Layering l = layersFromGroups(fg);
+  l.depth = depth;
   placeSources(g, l, /*forwardOnly=*/true);
 
   llvm::StringMap<unsigned> layerOfLoc;

@@ -40,7 +40,9 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          where times come from (default analytic: FLOPs and
                          bytes against --device-profile cpu|h200)
   --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
-  --layer-depth=N        name-scope components per layer (default 1)
+  --layer-depth=N        module-path components per layer (default: the
+                         shallowest depth with repeated blocks, such as
+                         transformer blocks; 0: cut points)
   --timeline=FILE.json|FILE.svg
                          the predicted step as a Perfetto trace or a Gantt
                          picture (repeatable)
@@ -135,15 +137,16 @@ static std::string coarseLayerHint(const ir::Graph &g,
   constexpr double kCoarse = 1.2;
   // With one microbatch the stages run one after the other anyway.
   if (!req.splitAt.empty() || part.imbalance <= kCoarse ||
-      part.microbatches < 2 || req.layerDepth == 0)
+      part.microbatches < 2 || part.layering.depth == 0)
     return "";
-  auto deeper = passes::groupLayers(g, {req.layerDepth + 1});
+  unsigned depth = part.layering.depth + 1;
+  auto deeper = passes::groupLayers(g, {depth});
   if (!deeper || deeper->layers.size() <= part.layering.layers.size())
     return "";
   return llvm::formatv("hint: imbalance {0:F2}; finer layers may balance the "
                        "stages better: --layer-depth {1} cuts one name-scope "
                        "deeper ({2} layers instead of {3})\n",
-                       part.imbalance, req.layerDepth + 1,
+                       part.imbalance, depth,
                        deeper->layers.size(), part.layering.layers.size())
       .str();
 }

@@ -34,7 +34,7 @@ struct PlanningRequest {
   std::string costModel = "analytic";
   std::string deviceProfile = "cpu";
   std::vector<std::string> splitAt;
-  unsigned layerDepth = 1;
+  std::optional<unsigned> layerDepth; // unset: found (passes/Layers.h)
   std::vector<std::string> timelines; // .json or .svg paths
   std::optional<std::string> report;
   bool emitCsv = false; // --emit=schedule-csv

@@ -31,7 +31,8 @@ made into one as cleavec does.
                          where op times come from (default analytic)
   --device-profile=cpu|h200
                          the device of the analytic model (default cpu)
-  --layer-depth=N        scope components per layer name (default 1);
+  --layer-depth=N        scope components per layer name (default: the
+                         shallowest depth with repeated blocks);
                          0 cuts at single-value cut points instead
   --report=FILE.json     also write the stage table as JSON
   --microbatch-size=N    for .onnx input: bind a symbolic leading dimension

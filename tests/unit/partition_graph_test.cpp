@@ -50,10 +50,12 @@ std::vector<std::string> layerNames(const Layering &l) {
 
 TEST(Layers, ScopeOfNodeNames) {
   EXPECT_EQ(scopeOf("/blocks.3/attn/MatMul", 1), "blocks.3");
-  EXPECT_EQ(scopeOf("/blocks.3/attn/MatMul", 2), "blocks.3/attn");
-  EXPECT_EQ(scopeOf("/blocks.3/attn/MatMul", 5), "blocks.3/attn");
+  EXPECT_EQ(scopeOf("/blocks.3/attn/MatMul", 2), "blocks.3.attn");
+  EXPECT_EQ(scopeOf("/blocks.3/attn/MatMul", 5), "blocks.3.attn");
   EXPECT_EQ(scopeOf("/layers/layers.0/Gemm", 1), "layers.0"); // a container
   EXPECT_EQ(scopeOf("/Add", 1), "");
+  // Through wrappers: the dynamo form of a ResNet block's path.
+  EXPECT_EQ(scopeOf("/m/layer1/layer1.0/conv1/node_Conv_3", 2), "m.layer1.0");
   EXPECT_EQ(scopeOf("", 1), "");
 }
 
@@ -65,10 +67,11 @@ TEST(Layers, GptLayersFromScopes) {
   EXPECT_EQ(layerNames(*l),
             (std::vector<std::string>{"wte", "wpe", "drop", "blocks.0",
                                       "blocks.1", "ln_f", "lm_head"}));
+  EXPECT_EQ(l->depth, 1u); // blocks.0, blocks.1 repeat at depth 1
   auto deeper = groupLayers(*g, {2});
   ASSERT_TRUE(bool(deeper));
   EXPECT_EQ(deeper->layers.size(), 3u + 2 * 4 + 2); // ln_1, attn, ln_2, mlp
-  EXPECT_TRUE(deeper->find("blocks.1/mlp"));
+  EXPECT_TRUE(deeper->find("blocks.1.mlp"));
 }
 
 // Every op has a layer; backward ops share their forward op's location's
