@@ -1,4 +1,6 @@
-// Builds the OpInfo table from Ops.def and parses its attribute specs.
+// Builds the OpInfo table from Ops.def: parses its attribute specs and
+// operand lists, and attaches each combined gradient op's split to the
+// combined op and its parts.
 #include "ir/OpInfo.h"
 
 #include "ir/TypeRules.h"
@@ -93,12 +95,33 @@ static std::vector<AttrSpec> parseAttrSpecs(llvm::StringRef specs) {
   return out;
 }
 
+// "0 2" -> {0, 2}: a CLEAVE_GRAD_SPLIT operand list.
+static std::vector<unsigned> parseOperandList(llvm::StringRef list) {
+  std::vector<unsigned> out;
+  llvm::SmallVector<llvm::StringRef, 6> items;
+  list.split(items, ' ', -1, false);
+  for (llvm::StringRef item : items)
+    out.push_back(unsigned(std::strtoul(item.str().c_str(), nullptr, 10)));
+  return out;
+}
+
 static const std::vector<OpInfo> &table() {
   static const std::vector<OpInfo> ops = [] {
     std::vector<OpInfo> v;
-#define CLEAVE_OP(Name, MinIn, MaxIn, MinOut, MaxOut, Rule, Diff, Attrs)      \
+    using namespace optrait;
+#define CLEAVE_OP(Name, MinIn, MaxIn, MinOut, MaxOut, Rule, Diff, Cost,        \
+                  Traits, Attrs)                                               \
   v.push_back(OpInfo{OpKind::Name, #Name, MinIn, MaxIn, MinOut, MaxOut,        \
-                     &typerules::Rule, Diff, parseAttrSpecs(Attrs)});
+                     &typerules::Rule, Diff, CostClass::Cost, Traits,          \
+                     parseAttrSpecs(Attrs), std::nullopt, std::nullopt});
+#define CLEAVE_GRAD_SPLIT(Combined, Data, DataOps, DataShape, Weight,          \
+                          WeightOps, WeightShape)                              \
+  v[size_t(OpKind::Combined)].split = GradientSplit{                           \
+      OpKind::Combined,                                                        \
+      {OpKind::Data, parseOperandList(DataOps), DataShape},                    \
+      {OpKind::Weight, parseOperandList(WeightOps), WeightShape}};             \
+  v[size_t(OpKind::Data)].partOf = OpKind::Combined;                           \
+  v[size_t(OpKind::Weight)].partOf = OpKind::Combined;
 #include "ir/Ops.def"
 #undef CLEAVE_OP
     return v;
@@ -107,8 +130,12 @@ static const std::vector<OpInfo> &table() {
 }
 
 bool isTrainingOp(OpKind kind) {
-  TypeRule r = opInfo(kind).typeRule;
-  return r == typerules::gradient || r == typerules::optimizer;
+  return opInfo(kind).traits & (optrait::Gradient | optrait::Optimizer);
+}
+
+const GradientSplit *gradientSplit(OpKind kind) {
+  const auto &s = opInfo(kind).split;
+  return s ? &*s : nullptr;
 }
 
 const OpInfo &opInfo(OpKind kind) { return table()[size_t(kind)]; }

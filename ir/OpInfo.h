@@ -2,7 +2,12 @@
 //
 // Everything that depends on the op list (the OpKind enum, names, operand and
 // result counts, attribute specs with defaults, differentiable operands, the
-// result type rule) is expanded from the single declaration in Ops.def.
+// result type rule, the cost class, the traits and the split of a combined
+// gradient op into its B and W parts) is expanded from the single
+// declaration in Ops.def. The passes (autodiff's gradient rules,
+// split-backward, the cost model) and both backends (the CPU kernels'
+// combined gradients, the CUDA lowering) read these records instead of
+// keeping tables of their own.
 #pragma once
 
 #include "ir/Attribute.h"
@@ -21,6 +26,61 @@ enum class OpKind : uint16_t {
 #define CLEAVE_OP(Name, ...) Name,
 #include "ir/Ops.def"
 #undef CLEAVE_OP
+};
+
+// What an op costs, in the cost model's terms (passes/Cost.cpp gives each
+// class its FLOPs per element; Product ops have per-op formulas there).
+enum class CostClass : uint8_t {
+  Free,           // moves or reinterprets data, no arithmetic
+  Elementwise,    // a few operations per result element
+  Transcendental, // exp, erf, tanh, ... per element
+  Normalization,  // row statistics and a pass applying them
+  Reduction,      // sums or maxima over axes
+  Pooling,        // windows of an NCHW image
+  Scatter,        // zeros and adds into a result (gradients of gathers)
+  Product,        // matrix products and convolutions
+  SgdUpdate,      // one SGD step per parameter element
+  AdamUpdate,     // one AdamW step per parameter element
+  Comm,           // a pipeline message
+};
+
+// Op traits, or-ed together in Ops.def's Traits column.
+namespace optrait {
+enum : unsigned {
+  None = 0,
+  // The result is the operand's elements in the same row-major order.
+  LayoutOnly = 1u << 0,
+  // Results after the first are statistics, masks or indices: no gradient
+  // flows back through them.
+  AuxResults = 1u << 1,
+  // Made by autodiff / by the optimizer pass (training ops: never imported).
+  Gradient = 1u << 2,
+  Optimizer = 1u << 3,
+};
+} // namespace optrait
+
+// One part of a combined gradient op (Ops.def's CLEAVE_GRAD_SPLIT): its
+// kind, which of the combined op's operands it takes (in its own order),
+// and the operand whose shape its `shape` attribute records (-1: none).
+struct GradientPart {
+  OpKind kind;
+  std::vector<unsigned> operands;
+  int shapeOf;
+};
+
+// A combined gradient op (operands dY, X, W, ...; results dX, dW) split in
+// two: part(0), the data part, makes result 0 and differentiates operand 1
+// (X; an input gradient, phase B); part(1), the weight part, makes result 1
+// and differentiates operand 2 (W, phase W when nothing else needs it).
+struct GradientSplit {
+  OpKind combined;
+  GradientPart data, weight;
+
+  const GradientPart &part(unsigned result) const {
+    return result == 0 ? data : weight;
+  }
+  // The combined op's operand that part `result` differentiates.
+  static unsigned differentiates(unsigned result) { return 1 + result; }
 };
 
 struct AttrSpec {
@@ -61,13 +121,22 @@ struct OpInfo {
   int minResults, maxResults;
   TypeRule typeRule;
   std::string_view diff;
+  CostClass cost;
+  unsigned traits; // optrait flags
   std::vector<AttrSpec> attrs; // sorted by name
+  // Set for combined gradient ops (MatMulGrad, ...).
+  std::optional<GradientSplit> split;
+  // Set for the parts of a combined gradient op: the combined op.
+  std::optional<OpKind> partOf;
 
   const AttrSpec *findAttr(std::string_view name) const;
   bool isDifferentiableOperand(unsigned i) const;
+  bool has(unsigned trait) const { return (traits & trait) == trait; }
 };
 
 const OpInfo &opInfo(OpKind kind);
+// The split of a combined gradient op, or null for any other op.
+const GradientSplit *gradientSplit(OpKind kind);
 // True for the ops passes make (gradients, optimizer updates), which are not
 // ONNX ops and never come from an imported model.
 bool isTrainingOp(OpKind kind);

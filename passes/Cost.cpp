@@ -1,11 +1,14 @@
 // The cost model (Cost.h): FLOPs and bytes per op, device profiles, measured
-// profiles, and the predicted time of every op of a graph.
+// profiles, and the predicted time of every op of a graph. An op's FLOPs
+// come from its cost class in ir/Ops.def; only products (matrix products,
+// convolutions and their gradient parts) have formulas of their own here.
 #include "passes/Cost.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 
 namespace cleave::passes {
@@ -79,56 +82,35 @@ static std::optional<double> productWork(const ir::Op &op) {
   }
 }
 
-// FLOPs per result element of the other ops. The numbers only need to be
-// right in order of magnitude: these ops are bound by memory traffic on
-// every device we model, so their bytes decide their time.
-static double flopsPerElement(OpKind kind) {
-  switch (kind) {
-  case OpKind::Reshape:
-  case OpKind::Flatten:
-  case OpKind::Squeeze:
-  case OpKind::Unsqueeze:
-  case OpKind::Identity:
-  case OpKind::Transpose:
-  case OpKind::Concat:
-  case OpKind::Split:
-  case OpKind::Slice:
-  case OpKind::Gather:
-  case OpKind::Expand:
-  case OpKind::Pad:
-  case OpKind::Cast:
+// FLOPs per element of each cost class (ir/Ops.def gives every op one) but
+// Product, whose ops have their formulas in productWork. The numbers only
+// need to be right in order of magnitude: these ops are bound by memory
+// traffic on every device we model, so their bytes decide their time.
+static double flopsPerElement(ir::CostClass cost) {
+  using ir::CostClass;
+  switch (cost) {
+  case CostClass::Free:
     return 0;
-  case OpKind::Erf:
-  case OpKind::Exp:
-  case OpKind::Log:
-  case OpKind::Sigmoid:
-  case OpKind::Tanh:
-  case OpKind::Sqrt:
-  case OpKind::Pow:
-  case OpKind::UnaryGrad:
+  case CostClass::Transcendental:
+  case CostClass::SgdUpdate:
     return 4;
-  case OpKind::Softmax:
-  case OpKind::LogSoftmax:
-  case OpKind::SoftmaxGrad:
-  case OpKind::LogSoftmaxGrad:
-  case OpKind::SoftmaxCrossEntropyLoss:
-  case OpKind::SoftmaxCrossEntropyLossGrad:
-  case OpKind::LayerNormalization:
-  case OpKind::LayerNormalizationGrad:
-  case OpKind::LayerNormalizationGradData:
-  case OpKind::LayerNormalizationGradParams:
-  case OpKind::BatchNormalization:
-  case OpKind::BatchNormalizationGrad:
-  case OpKind::BatchNormalizationGradData:
-  case OpKind::BatchNormalizationGradParams:
+  case CostClass::Normalization:
     return 8;
-  case OpKind::SGD:
-    return 4;
-  case OpKind::AdamW:
+  case CostClass::AdamUpdate:
     return 16;
-  default:
+  case CostClass::Elementwise:
+  case CostClass::Reduction:
+  case CostClass::Pooling:
+  case CostClass::Scatter:
+  case CostClass::Comm:
+  case CostClass::Product: // productWork has every product's formula
     return 1;
   }
+  return 1;
+}
+
+static bool isProduct(const ir::Op &op) {
+  return op.info().cost == ir::CostClass::Product;
 }
 
 OpWork opWork(const ir::Op &op) {
@@ -144,8 +126,10 @@ OpWork opWork(const ir::Op &op) {
   double elementsSeen = resultElements;
   if (op.numOperands())
     elementsSeen = std::max(elementsSeen, elements(op.operand(0)->type()));
-  work.flops = productWork(op).value_or(flopsPerElement(op.kind()) *
-                                        elementsSeen);
+  std::optional<double> product = productWork(op);
+  assert(product.has_value() == isProduct(op) &&
+         "a Product op needs its formula in productWork");
+  work.flops = product.value_or(flopsPerElement(op.info().cost) * elementsSeen);
   return work;
 }
 
@@ -153,7 +137,7 @@ double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
   OpWork work = opWork(op);
   // Products with bf16 operands (--precision bf16) run at the bf16 peak.
   bool bf16 = op.numOperands() && op.operand(0)->type().dtype == ir::DType::BF16 &&
-              productWork(op).has_value();
+              isProduct(op);
   double peak = bf16 && device.peakFlops16 > 0 ? device.peakFlops16
                                                 : device.peakFlops;
   return device.opOverhead + std::max(work.flops / peak,

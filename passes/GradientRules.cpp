@@ -6,6 +6,7 @@
 
 #include "llvm/Support/ErrorHandling.h"
 
+#include <cassert>
 #include <numeric>
 
 namespace cleave::passes::grad {
@@ -243,39 +244,45 @@ static llvm::Error ruleWhere(RuleContext &c) {
 }
 
 // Ops whose data and weight gradients come from one combined op (split
-// later by split-backward) or, when only one is needed, from its part.
-static void emitPair(RuleContext &c, OpKind combined, OpKind partA,
-                     OpKind partB, std::vector<Value *> combinedOperands,
-                     std::vector<Value *> operandsA,
-                     std::vector<Value *> operandsB, const AttrMap &attrs,
-                     const AttrMap &attrsA, const AttrMap &attrsB) {
+// later by split-backward) or, when only one is needed, from its part: the
+// part is what split-backward would make of the combined op (its operands
+// and `shape` attribute from the op record's split, ir/Ops.def).
+static void emitPair(RuleContext &c, OpKind combined,
+                     std::vector<Value *> combinedOperands,
+                     const AttrMap &attrs) {
   if (c.needs[0] && c.needs[1]) {
     auto r = c.b.emitN(combined, combinedOperands, attrs, 2);
     c.dX[0] = r[0];
     c.dX[1] = r[1];
-  } else if (c.needs[0]) {
-    c.dX[0] = c.b.emit(partA, operandsA, attrsA);
-  } else if (c.needs[1]) {
-    c.dX[1] = c.b.emit(partB, operandsB, attrsB);
+    return;
+  }
+  const ir::GradientSplit *split = ir::gradientSplit(combined);
+  assert(split && "emitPair on an op without a gradient split");
+  for (unsigned i = 0; i < 2; ++i) {
+    if (!c.needs[i])
+      continue;
+    const ir::GradientPart &p = split->part(i);
+    std::vector<Value *> operands;
+    for (unsigned k : p.operands)
+      operands.push_back(combinedOperands[k]);
+    AttrMap a = attrs;
+    if (p.shapeOf >= 0)
+      a = with(std::move(a), "shape", shapeOf(combinedOperands[p.shapeOf]));
+    c.dX[i] = c.b.emit(p.kind, operands, std::move(a));
+    return; // only one of the two is needed here
   }
 }
 
 static llvm::Error ruleMatMul(RuleContext &c) {
   if (c.in(0)->type().rank() < 2 || c.in(1)->type().rank() < 2)
     return noRule(c.op, "1-D operands are not supported");
-  emitPair(c, OpKind::MatMulGrad, OpKind::MatMulGradA, OpKind::MatMulGradB,
-           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(1)},
-           {c.in(0), c.dY[0]}, {}, {{"shape", shapeOf(c.in(0))}},
-           {{"shape", shapeOf(c.in(1))}});
+  emitPair(c, OpKind::MatMulGrad, {c.dY[0], c.in(0), c.in(1)}, {});
   return llvm::Error::success();
 }
 
 static llvm::Error ruleGemm(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"alpha", "transA", "transB"});
-  emitPair(c, OpKind::GemmGrad, OpKind::GemmGradA, OpKind::GemmGradB,
-           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(1)},
-           {c.in(0), c.dY[0]}, attrs, with(attrs, "shape", shapeOf(c.in(0))),
-           with(attrs, "shape", shapeOf(c.in(1))));
+  emitPair(c, OpKind::GemmGrad, {c.dY[0], c.in(0), c.in(1)}, attrs);
   if (c.op.numOperands() == 3 && c.needs[2]) {
     Value *d = c.b.sumTo(c.dY[0], shapeOf(c.in(2)));
     float beta = c.op.getFloat("beta");
@@ -288,10 +295,7 @@ static llvm::Error ruleGemm(RuleContext &c) {
 
 static llvm::Error ruleConv(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"dilations", "group", "pads", "strides"});
-  emitPair(c, OpKind::ConvGrad, OpKind::ConvGradData, OpKind::ConvGradFilter,
-           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(1)},
-           {c.in(0), c.dY[0]}, attrs, with(attrs, "shape", shapeOf(c.in(0))),
-           with(attrs, "shape", shapeOf(c.in(1))));
+  emitPair(c, OpKind::ConvGrad, {c.dY[0], c.in(0), c.in(1)}, attrs);
   if (c.op.numOperands() == 3 && c.needs[2])
     c.dX[2] = c.b.emit(OpKind::ReduceSum, {c.dY[0]},
                        {{"axes", nonChannelAxes(c.dY[0])},
@@ -301,11 +305,8 @@ static llvm::Error ruleConv(RuleContext &c) {
 
 static llvm::Error ruleLayerNorm(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"axis", "epsilon"});
-  emitPair(c, OpKind::LayerNormalizationGrad,
-           OpKind::LayerNormalizationGradData,
-           OpKind::LayerNormalizationGradParams,
-           {c.dY[0], c.in(0), c.in(1)}, {c.dY[0], c.in(0), c.in(1)},
-           {c.dY[0], c.in(0)}, attrs, attrs, attrs);
+  emitPair(c, OpKind::LayerNormalizationGrad, {c.dY[0], c.in(0), c.in(1)},
+           attrs);
   if (c.dX[1]) // the scale may broadcast to the normalized shape
     c.dX[1] = c.b.sumTo(c.dX[1], shapeOf(c.in(1)));
   if (c.op.numOperands() == 3 && c.needs[2])
@@ -317,11 +318,7 @@ static llvm::Error ruleBatchNorm(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"epsilon", "training_mode"});
   Value *mean = c.in(3), *var = c.in(4);
   emitPair(c, OpKind::BatchNormalizationGrad,
-           OpKind::BatchNormalizationGradData,
-           OpKind::BatchNormalizationGradParams,
-           {c.dY[0], c.in(0), c.in(1), mean, var},
-           {c.dY[0], c.in(0), c.in(1), mean, var},
-           {c.dY[0], c.in(0), mean, var}, attrs, attrs, attrs);
+           {c.dY[0], c.in(0), c.in(1), mean, var}, attrs);
   if (c.needs[2])
     c.dX[2] = c.b.emit(OpKind::ReduceSum, {c.dY[0]},
                        {{"axes", nonChannelAxes(c.dY[0])},
@@ -558,15 +555,10 @@ Rule findRule(OpKind kind) {
 }
 
 bool isDifferentiableResult(const ir::Op &op, unsigned i) {
-  switch (op.kind()) {
-  case OpKind::BatchNormalization:
-  case OpKind::LayerNormalization:
-  case OpKind::Dropout:
-  case OpKind::MaxPool:
+  // Past the first, statistics, masks or indices (Ops.def's AuxResults).
+  if (op.info().has(ir::optrait::AuxResults))
     return i == 0;
-  default:
-    return ir::isFloat(op.result(i)->type().dtype);
-  }
+  return ir::isFloat(op.result(i)->type().dtype);
 }
 
 } // namespace cleave::passes::grad

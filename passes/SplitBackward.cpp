@@ -7,7 +7,6 @@
 
 #include "ir/Parser.h"
 #include "ir/Printer.h"
-#include "ir/TypeRules.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -24,69 +23,28 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-namespace {
-// One part of a combined gradient op: its kind, which of the combined op's
-// operands it takes (in order), and the operand whose shape its `shape`
-// attribute records (-1: none).
-struct Part {
-  OpKind kind;
-  std::vector<unsigned> operands;
-  int shapeOf;
-};
-struct SplitRule {
-  OpKind combined;
-  Part data, weight;
-};
-} // namespace
-
-static const SplitRule kSplits[] = {
-    {OpKind::MatMulGrad,
-     {OpKind::MatMulGradA, {0, 2}, 1},
-     {OpKind::MatMulGradB, {1, 0}, 2}},
-    {OpKind::GemmGrad,
-     {OpKind::GemmGradA, {0, 2}, 1},
-     {OpKind::GemmGradB, {1, 0}, 2}},
-    {OpKind::ConvGrad,
-     {OpKind::ConvGradData, {0, 2}, 1},
-     {OpKind::ConvGradFilter, {1, 0}, 2}},
-    {OpKind::LayerNormalizationGrad,
-     {OpKind::LayerNormalizationGradData, {0, 1, 2}, -1},
-     {OpKind::LayerNormalizationGradParams, {0, 1}, -1}},
-    {OpKind::BatchNormalizationGrad,
-     {OpKind::BatchNormalizationGradData, {0, 1, 2, 3, 4}, -1},
-     {OpKind::BatchNormalizationGradParams, {0, 1, 3, 4}, -1}},
-};
-
-static const SplitRule *findSplit(OpKind k) {
-  for (const SplitRule &r : kSplits)
-    if (r.combined == k)
-      return &r;
-  return nullptr;
-}
-
-// Replaces `op` by its two parts, which take over its result names. A part
-// whose forward operand (operand 1 + i of the combined op) depends on the
+// Replaces `op` by its two parts (its op record's split, ir/Ops.def), which
+// take over its result names. A part whose forward operand depends on the
 // data makes an activation gradient: it joins `seeds`.
-static void splitOp(ir::Graph &g, Op *op, const SplitRule &rule,
+static void splitOp(ir::Graph &g, Op *op, const ir::GradientSplit &rule,
                     const ValueSet &dataDependent, ValueSet &seeds) {
   Value *results[2] = {op->result(0), op->result(1)};
   Value *parts[2];
-  const Part *p[2] = {&rule.data, &rule.weight};
-  for (int i = 0; i < 2; ++i) {
+  for (unsigned i = 0; i < 2; ++i) {
+    const ir::GradientPart &p = rule.part(i);
     std::vector<Value *> operands;
-    for (unsigned k : p[i]->operands)
+    for (unsigned k : p.operands)
       operands.push_back(op->operand(k));
     ir::AttrMap attrs = op->attrs();
-    if (p[i]->shapeOf >= 0) {
-      const auto &s = op->operand(p[i]->shapeOf)->type().shape;
+    if (p.shapeOf >= 0) {
+      const auto &s = op->operand(p.shapeOf)->type().shape;
       attrs.insert_or_assign("shape", std::vector<int64_t>(s.begin(), s.end()));
     }
-    Op *part = g.insertOpBefore(op, p[i]->kind, operands,
-                                {results[i]->type()}, {}, std::move(attrs),
-                                op->loc());
+    Op *part = g.insertOpBefore(op, p.kind, operands, {results[i]->type()},
+                                {}, std::move(attrs), op->loc());
     part->setPhase(op->phase());
     parts[i] = part->result(0);
-    if (dataDependent.count(op->operand(1 + i)))
+    if (dataDependent.count(op->operand(ir::GradientSplit::differentiates(i))))
       seeds.insert(parts[i]);
   }
   std::string names[2] = {results[0]->name(), results[1]->name()};
@@ -162,14 +120,14 @@ llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &) {
   ValueSet seeds;
   std::vector<Op *> combined;
   for (const auto &op : g.ops()) {
-    if (findSplit(op->kind()))
+    if (ir::gradientSplit(op->kind()))
       combined.push_back(op.get());
     else if (op->phase() == Phase::B)
       seeds.insert(op->results().begin(), op->results().end());
   }
   ValueSet dataDependent = dataDependentValues(g);
   for (Op *op : combined)
-    splitOp(g, op, *findSplit(op->kind()), dataDependent, seeds);
+    splitOp(g, op, *ir::gradientSplit(op->kind()), dataDependent, seeds);
   tagPhases(g, seeds);
   return true;
 }
@@ -263,8 +221,7 @@ llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &) {
                     ", made by a " + phaseStr(from) + " op");
     }
     if (op.phase() == Phase::Fwd &&
-        (op.info().typeRule == ir::typerules::gradient ||
-         op.info().typeRule == ir::typerules::optimizer))
+        ir::isTrainingOp(op.kind()))
       return fail("gradient op " + op.describe() +
                   " is tagged fwd");
     if (op.phase() == Phase::W)

@@ -50,27 +50,34 @@ void parallelFor(int64_t n, int64_t grain,
   });
 }
 
-void addSplitGradient(KernelTable &t, ir::OpKind combined, GradientPart first,
-                      GradientPart second,
-                      const std::vector<ir::DType> &dtypes) {
-  t.add(first.op, first.fn, dtypes);
-  t.add(second.op, second.fn, dtypes);
-  t.add(
-      combined,
-      [first, second](const KernelCall &call) -> llvm::Error {
-        auto runPart = [&](const GradientPart &part, size_t output) {
-          llvm::SmallVector<TensorRef, 5> inputs;
-          for (int i : part.inputs)
-            inputs.push_back(call.inputs[i]);
-          KernelCall sub{call.op, call.attrs, inputs,
-                         call.outputs.slice(output, 1), call.seed};
-          return part.fn(sub);
-        };
-        if (auto e = runPart(first, 0))
-          return e;
-        return runPart(second, 1);
-      },
-      dtypes);
+void addCombinedGradients(KernelTable &t) {
+  for (const ir::OpInfo &info : ir::allOps()) {
+    if (!info.split)
+      continue;
+    const ir::GradientSplit split = *info.split;
+    const KernelEntry *parts[2] = {t.find(split.data.kind),
+                                   t.find(split.weight.kind)};
+    if (!parts[0] || !parts[1])
+      continue;
+    assert(parts[0]->dtypes == parts[1]->dtypes &&
+           "the parts of a combined gradient take different types");
+    KernelFn fns[2] = {parts[0]->fn, parts[1]->fn};
+    t.add(
+        split.combined,
+        [split, fns](const KernelCall &call) -> llvm::Error {
+          for (unsigned output = 0; output < 2; ++output) {
+            llvm::SmallVector<TensorRef, 5> inputs;
+            for (unsigned i : split.part(output).operands)
+              inputs.push_back(call.inputs[i]);
+            KernelCall sub{call.op, call.attrs, inputs,
+                           call.outputs.slice(output, 1), call.seed};
+            if (auto e = fns[output](sub))
+              return e;
+          }
+          return llvm::Error::success();
+        },
+        parts[0]->dtypes);
+  }
 }
 
 namespace {
@@ -93,6 +100,7 @@ public:
     registerNormalizationGradientKernels(table_);
     registerConvPoolGradientKernels(table_);
     registerOptimizerKernels(table_);
+    addCombinedGradients(table_); // last: it reads the parts' kernels
   }
 
   std::string_view name() const override { return "cpu"; }

@@ -19,7 +19,7 @@
 namespace cleave::runtime::cpu {
 
 // A std::function so that a combined gradient op's kernel can carry its
-// parts (addSplitGradient).
+// parts (addCombinedGradients).
 using KernelFn = std::function<llvm::Error(const KernelCall &call)>;
 
 struct KernelEntry {
@@ -42,22 +42,13 @@ private:
   std::map<size_t, KernelEntry> entries_;
 };
 
-// One part of a gradient op that is also split in two (MatMulGradA of
-// MatMulGrad): its op, its kernel, and which of the combined op's inputs
-// are its inputs, in its own order.
-struct GradientPart {
-  ir::OpKind op;
-  KernelFn fn;
-  std::vector<int> inputs;
-};
-
-// Registers the two parts and the combined op, whose kernel runs `first`
-// into output 0 and then `second` into output 1, each on the inputs it
-// picks, with the combined op's attributes. So the combined op's results are
-// the split form's bits, and error messages name the combined op.
-void addSplitGradient(KernelTable &t, ir::OpKind combined, GradientPart first,
-                      GradientPart second,
-                      const std::vector<ir::DType> &dtypes);
+// Registers the kernel of every combined gradient op (MatMulGrad, ...; the
+// op records' splits, ir/Ops.def) whose two parts have kernels in `t`: it
+// runs the data part into output 0 and then the weight part into output 1,
+// each on the inputs the split picks, with the combined op's attributes. So
+// the combined op's results are the split form's bits, and error messages
+// name the combined op. Kernel files register only the parts.
+void addCombinedGradients(KernelTable &t);
 
 // One per kernel file.
 void registerElementwiseKernels(KernelTable &t);

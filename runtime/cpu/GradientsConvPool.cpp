@@ -484,11 +484,10 @@ CLEAVE_FLOAT_DISPATCH(averagePoolGradKernel, averagePoolGrad)
 } // namespace
 
 void registerConvPoolGradientKernels(KernelTable &t) {
-  // ConvGrad(dY, X, W) -> dX, dW.
-  addSplitGradient(t, ir::OpKind::ConvGrad,
-                   {ir::OpKind::ConvGradData, convGradDataKernel, {0, 2}},
-                   {ir::OpKind::ConvGradFilter, convGradFilterKernel, {1, 0}},
-                   kFloatTypes);
+  // The parts of ConvGrad(dY, X, W) -> dX, dW (addCombinedGradients runs
+  // the combined op).
+  t.add(ir::OpKind::ConvGradData, convGradDataKernel, kFloatTypes);
+  t.add(ir::OpKind::ConvGradFilter, convGradFilterKernel, kFloatTypes);
   t.add(ir::OpKind::MaxPoolGrad, maxPoolGradKernel, kFloatTypes);
   t.add(ir::OpKind::AveragePoolGrad, averagePoolGradKernel, kFloatTypes);
 }

@@ -6,7 +6,7 @@
 // broadcast sums the products of every output batch entry that read it.
 // Each gradient matrix is written by one thread, which adds its products in
 // increasing batch order, so the sums do not depend on the thread count.
-// The combined ops run the two part kernels (addSplitGradient), so their
+// The combined ops run the two part kernels (addCombinedGradients), so their
 // results are the split form's bits.
 #include "runtime/MatMulLayout.h"
 #include "runtime/cpu/Blas.h"
@@ -194,14 +194,12 @@ CLEAVE_FLOAT_DISPATCH(gemmGradBKernel, gemmGradB)
 
 void registerLinalgGradientKernels(KernelTable &t) {
   using ir::OpKind;
-  // MatMulGrad(dY, A, B) -> dA, dB; GemmGrad likewise.
-  addSplitGradient(t, OpKind::MatMulGrad,
-                   {OpKind::MatMulGradA, matMulGradAKernel, {0, 2}},
-                   {OpKind::MatMulGradB, matMulGradBKernel, {1, 0}},
-                   kFloatTypes);
-  addSplitGradient(t, OpKind::GemmGrad,
-                   {OpKind::GemmGradA, gemmGradAKernel, {0, 2}},
-                   {OpKind::GemmGradB, gemmGradBKernel, {1, 0}}, kFloatTypes);
+  // The parts of MatMulGrad(dY, A, B) -> dA, dB and of GemmGrad; the
+  // combined ops run them (addCombinedGradients).
+  t.add(OpKind::MatMulGradA, matMulGradAKernel, kFloatTypes);
+  t.add(OpKind::MatMulGradB, matMulGradBKernel, kFloatTypes);
+  t.add(OpKind::GemmGradA, gemmGradAKernel, kFloatTypes);
+  t.add(OpKind::GemmGradB, gemmGradBKernel, kFloatTypes);
 }
 
 } // namespace cleave::runtime::cpu

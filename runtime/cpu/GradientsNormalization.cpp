@@ -1,6 +1,6 @@
 // Gradient kernels of LayerNormalization and BatchNormalization for the CPU
 // backend: the ...GradData part (dX), the ...GradParams part (dscale) and
-// the combined op, which runs the two part kernels (addSplitGradient) so its
+// the combined op, which runs the two part kernels (addCombinedGradients) so its
 // results are the split form's bits.
 //
 // With x̂ = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) and
@@ -347,19 +347,17 @@ CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParams)
 
 void registerNormalizationGradientKernels(KernelTable &t) {
   using ir::OpKind;
-  // LayerNormalizationGrad(dY, X, scale) -> dX, dscale.
-  addSplitGradient(
-      t, OpKind::LayerNormalizationGrad,
-      {OpKind::LayerNormalizationGradData, layerNormGradDataKernel, {0, 1, 2}},
-      {OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel, {0, 1}},
-      kFloatTypes);
-  // BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale.
-  addSplitGradient(t, OpKind::BatchNormalizationGrad,
-                   {OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
-                    {0, 1, 2, 3, 4}},
-                   {OpKind::BatchNormalizationGradParams,
-                    batchNormGradParamsKernel, {0, 1, 3, 4}},
-                   kFloatTypes);
+  // The parts of LayerNormalizationGrad(dY, X, scale) -> dX, dscale and of
+  // BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale
+  // (addCombinedGradients runs the combined ops).
+  t.add(OpKind::LayerNormalizationGradData, layerNormGradDataKernel,
+        kFloatTypes);
+  t.add(OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel,
+        kFloatTypes);
+  t.add(OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
+        kFloatTypes);
+  t.add(OpKind::BatchNormalizationGradParams, batchNormGradParamsKernel,
+        kFloatTypes);
 }
 
 } // namespace cleave::runtime::cpu

@@ -62,11 +62,9 @@ std::optional<MapOp> unaryGradMap(llvm::StringRef fn) {
 }
 
 // Ops that only move data: their output is the input's elements in the
-// same row-major order.
+// same row-major order (Ops.def's LayoutOnly trait).
 bool isReshapeLike(OpKind k) {
-  return k == OpKind::Identity || k == OpKind::Reshape ||
-         k == OpKind::Squeeze || k == OpKind::Unsqueeze ||
-         k == OpKind::Flatten;
+  return ir::opInfo(k).has(ir::optrait::LayoutOnly);
 }
 
 namespace {

@@ -1,13 +1,15 @@
-// Lowering of kernel calls to device steps (Lowering.h): which ops lower
-// (lowers) and the dispatch to each family's lowering (lowerCall; the
-// families are in LowerElementwise.cpp, LowerProducts.cpp and
-// LowerReductions.cpp), the combined gradient ops, the host runner of the
-// steps, and the emulated backend built on the two.
+// Lowering of kernel calls to device steps (Lowering.h): the table of
+// lowered ops (kLowerings: each op's element types and its lowering, read by
+// both lowers() and lowerCall(); the families are in LowerElementwise.cpp,
+// LowerProducts.cpp and LowerReductions.cpp), the combined gradient ops (as
+// their parts, from the op records), the host runner of the steps, and the
+// emulated backend built on the two.
 #include "runtime/cuda/LoweringSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -19,50 +21,22 @@ using ir::OpKind;
 
 namespace {
 
-// A combined gradient op that split-backward leaves whole only where it is
-// not split (MatMulGrad, ...): its two parts, and which of its inputs each
-// takes (as the CPU backend's addSplitGradient).
-struct GradientParts {
-  OpKind first, second;
-  std::vector<int> firstInputs, secondInputs;
-};
-
-std::optional<GradientParts> combinedParts(OpKind k) {
-  switch (k) {
-  case OpKind::MatMulGrad:
-    return GradientParts{OpKind::MatMulGradA, OpKind::MatMulGradB, {0, 2}, {1, 0}};
-  case OpKind::GemmGrad:
-    return GradientParts{OpKind::GemmGradA, OpKind::GemmGradB, {0, 2}, {1, 0}};
-  case OpKind::ConvGrad:
-    return GradientParts{OpKind::ConvGradData, OpKind::ConvGradFilter, {0, 2},
-                         {1, 0}};
-  case OpKind::LayerNormalizationGrad:
-    return GradientParts{OpKind::LayerNormalizationGradData,
-                         OpKind::LayerNormalizationGradParams, {0, 1, 2},
-                         {0, 1}};
-  case OpKind::BatchNormalizationGrad:
-    return GradientParts{OpKind::BatchNormalizationGradData,
-                         OpKind::BatchNormalizationGradParams, {0, 1, 2, 3, 4},
-                         {0, 1, 3, 4}};
-  default:
-    return std::nullopt;
-  }
-}
-
 // The combined op as its two parts, each lowered on its inputs and output.
 // Both parts' scratch comes from one block: the parts are lowered once to
 // learn their requests, then again with pieces of the block.
+// The parts and the inputs each takes are the op record's split (ir/Ops.def),
+// as for the CPU backend's combined kernels.
 llvm::Expected<Steps> lowerCombined(const KernelCall &call,
-                                    const GradientParts &parts,
+                                    const ir::GradientSplit &split,
                                     const Scratch &scratch) {
   std::vector<TensorRef> ins[2];
-  for (int i : parts.firstInputs)
-    ins[0].push_back(call.inputs[i]);
-  for (int i : parts.secondInputs)
-    ins[1].push_back(call.inputs[i]);
-  KernelCall sub[2] = {
-      {parts.first, call.attrs, ins[0], call.outputs.slice(0, 1), call.seed},
-      {parts.second, call.attrs, ins[1], call.outputs.slice(1, 1), call.seed}};
+  for (unsigned k = 0; k < 2; ++k)
+    for (unsigned i : split.part(k).operands)
+      ins[k].push_back(call.inputs[i]);
+  KernelCall sub[2] = {{split.data.kind, call.attrs, ins[0],
+                        call.outputs.slice(0, 1), call.seed},
+                       {split.weight.kind, call.attrs, ins[1],
+                        call.outputs.slice(1, 1), call.seed}};
   auto aligned = [](size_t b) { return (b + 255) / 256 * 256; };
   size_t need[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
@@ -105,42 +79,280 @@ CublasGemm cublasArgs(const GemmStep &s) {
                     s.strideB, s.strideA, s.strideC};
 }
 
+// --- the lowered ops ----------------------------------------------------------
+
+namespace {
+
+// The element types (of input 0) a lowering takes, among those the kernels
+// have (elemOf).
+enum class Types {
+  All,      // any: data movement, comparisons for equality
+  Bool,     // masks and logic
+  IntFloat, // integer arithmetic (intMap) and f32 / bf16
+  Float,    // f32 and bf16
+};
+
+using Lowerer = llvm::Expected<Steps> (*)(const KernelCall &, const Scratch &);
+
+// Adapts a family's entry point that takes no scratch.
+template <llvm::Expected<Steps> (*F)(const KernelCall &)>
+llvm::Expected<Steps> noScratch(const KernelCall &call, const Scratch &) {
+  return F(call);
+}
+
+llvm::Expected<Steps> lowerClipOrLeakyRelu(const KernelCall &call,
+                                           const Scratch &) {
+  const TensorRef &y = call.outputs[0];
+  bool clip = call.op == OpKind::Clip;
+  MapArgs m =
+      mapOver(clip ? MapOp::Clip : MapOp::LeakyRelu, y, {&call.inputs[0]});
+  if (clip) {
+    // Integer bounds saturate to the type's range, as the CPU's do.
+    auto bound = [&](float v) {
+      if (isFloatElem(y.dtype))
+        return v;
+      double lim = y.dtype == DType::I32 ? 2147483647.0 : 9.2e18;
+      return float(std::max(-lim, std::min(lim, double(v))));
+    };
+    m.p0 = bound(call.getFloat("min"));
+    m.p1 = bound(call.getFloat("max"));
+  } else {
+    m.p0 = call.getFloat("alpha");
+  }
+  return Steps{m};
+}
+
+llvm::Expected<Steps> lowerNot(const KernelCall &call, const Scratch &) {
+  return Steps{mapOver(MapOp::Not, call.outputs[0], {&call.inputs[0]})};
+}
+
+// Pairwise, left to right, into the output.
+llvm::Expected<Steps> lowerMaxMin(const KernelCall &call, const Scratch &) {
+  const TensorRef &y = call.outputs[0];
+  MapOp op = call.op == OpKind::Max ? MapOp::Max : MapOp::Min;
+  if (call.inputs.size() == 1)
+    return Steps{copy(call.inputs[0], contiguous(call.inputs[0].shape),
+                      y.data, contiguous(y.shape), y.numElements())};
+  Steps steps{mapOver(op, y, {&call.inputs[0], &call.inputs[1]})};
+  for (size_t i = 2; i < call.inputs.size(); ++i)
+    steps.push_back(mapOver(op, y, {&y, &call.inputs[i]}));
+  return steps;
+}
+
+llvm::Expected<Steps> lowerDropout(const KernelCall &call, const Scratch &) {
+  const TensorRef &x = call.inputs[0], &y = call.outputs[0];
+  double ratio = call.getFloat("ratio");
+  bool mask = call.outputs.size() > 1 && call.outputs[1].data;
+  if (!call.getInt("training_mode") || ratio == 0.0) {
+    Steps steps{copy(x, contiguous(x.shape), y.data, contiguous(y.shape),
+                     y.numElements())};
+    if (mask) { // every element kept
+      MapArgs ones = zero(call.outputs[1]);
+      ones.op = MapOp::Fill;
+      ones.p0 = 1.0f;
+      steps.push_back(ones);
+    }
+    return steps;
+  }
+  MapArgs m = mapOver(MapOp::Dropout, y, {&x});
+  m.key = splitmix64(call.seed);
+  m.ratio = ratio;
+  m.p0 = float(1.0 / (1.0 - ratio));
+  Steps steps{m};
+  if (mask) {
+    MapArgs k = mapOver(MapOp::DropoutMask, call.outputs[1], {&x});
+    k.key = m.key;
+    k.ratio = ratio;
+    steps.push_back(k);
+  }
+  return steps;
+}
+
+llvm::Expected<Steps> lowerDropoutGrad(const KernelCall &call,
+                                       const Scratch &) {
+  const TensorRef &mask = call.inputs[1];
+  if (mask.dtype != DType::Bool || mask.shape != call.inputs[0].shape)
+    return fail(call, "the mask must be bool and shaped like the gradient");
+  MapArgs m =
+      mapOver(MapOp::DropoutGrad, call.outputs[0], {&call.inputs[0], &mask});
+  m.p0 = float(1.0 / (1.0 - double(call.getFloat("ratio"))));
+  return Steps{m};
+}
+
+llvm::Expected<Steps> lowerUnary(const KernelCall &call, const Scratch &) {
+  return Steps{mapOver(*unaryMap(call.op), call.outputs[0], {&call.inputs[0]})};
+}
+
+llvm::Expected<Steps> lowerBinary(const KernelCall &call, const Scratch &) {
+  return Steps{mapOver(*binaryMap(call.op), call.outputs[0],
+                       {&call.inputs[0], &call.inputs[1]})};
+}
+
+llvm::Expected<Steps> lowerCast(const KernelCall &call, const Scratch &) {
+  const TensorRef &y = call.outputs[0];
+  return Steps{mapOver(call.inputs[0].dtype == y.dtype ? MapOp::Copy
+                                                       : MapOp::Cast,
+                       y, {&call.inputs[0]})};
+}
+
+llvm::Expected<Steps> lowerWhere(const KernelCall &call, const Scratch &) {
+  return Steps{mapOver(MapOp::Where, call.outputs[0],
+                       {&call.inputs[0], &call.inputs[1], &call.inputs[2]})};
+}
+
+llvm::Expected<Steps> lowerUnaryGrad(const KernelCall &call,
+                                     const Scratch &) {
+  const std::string &fn = call.getString("fn");
+  auto op = unaryGradMap(fn);
+  if (!op)
+    return fail(call, "unknown fn '" + fn + "'");
+  MapArgs m =
+      mapOver(*op, call.outputs[0], {&call.inputs[0], &call.inputs[1]});
+  if (fn == "clip") {
+    m.p0 = call.getFloat("min");
+    m.p1 = call.getFloat("max");
+  } else if (fn == "leaky_relu") {
+    m.p0 = call.getFloat("alpha");
+  }
+  return Steps{m};
+}
+
+struct LoweringRule {
+  OpKind op;
+  Types types;
+  Lowerer lower;
+};
+
+// Every op the CUDA backend lowers, with the element types it takes and its
+// lowering: the one place that says what the backend covers (lowers() and
+// lowerCall() read it). Combined gradient ops are not listed: they lower as
+// their two parts (the op records' splits, ir/Ops.def) wherever both parts
+// do. Integer products, divisions (the CPU fails a whole Div on a zero
+// divisor), powers and reductions are not lowered.
+const LoweringRule kLowerings[] = {
+    // Elementwise unary.
+    {OpKind::Abs, Types::IntFloat, lowerUnary},
+    {OpKind::Erf, Types::Float, lowerUnary},
+    {OpKind::Exp, Types::Float, lowerUnary},
+    {OpKind::Identity, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::LeakyRelu, Types::Float, lowerClipOrLeakyRelu},
+    {OpKind::Log, Types::Float, lowerUnary},
+    {OpKind::Neg, Types::IntFloat, lowerUnary},
+    {OpKind::Not, Types::Bool, lowerNot},
+    {OpKind::Reciprocal, Types::Float, lowerUnary},
+    {OpKind::Relu, Types::IntFloat, lowerUnary},
+    {OpKind::Sigmoid, Types::Float, lowerUnary},
+    {OpKind::Sqrt, Types::Float, lowerUnary},
+    {OpKind::Tanh, Types::Float, lowerUnary},
+    {OpKind::Clip, Types::IntFloat, lowerClipOrLeakyRelu},
+    {OpKind::Cast, Types::All, lowerCast},
+    // Elementwise binary / variadic.
+    {OpKind::Add, Types::IntFloat, lowerBinary},
+    {OpKind::Sub, Types::IntFloat, lowerBinary},
+    {OpKind::Mul, Types::IntFloat, lowerBinary},
+    {OpKind::Div, Types::Float, lowerBinary},
+    {OpKind::Pow, Types::Float, lowerBinary},
+    {OpKind::Max, Types::IntFloat, lowerMaxMin},
+    {OpKind::Min, Types::IntFloat, lowerMaxMin},
+    {OpKind::Equal, Types::All, lowerBinary},
+    {OpKind::Greater, Types::IntFloat, lowerBinary},
+    {OpKind::Less, Types::IntFloat, lowerBinary},
+    {OpKind::And, Types::Bool, lowerBinary},
+    {OpKind::Or, Types::Bool, lowerBinary},
+    {OpKind::Where, Types::Bool, lowerWhere},
+    // Linear algebra.
+    {OpKind::MatMul, Types::Float, noScratch<lowerMatMul>},
+    {OpKind::Gemm, Types::Float, noScratch<lowerGemm>},
+    // Normalization, softmax, loss.
+    {OpKind::BatchNormalization, Types::Float, lowerBatchNorm},
+    {OpKind::LayerNormalization, Types::Float, lowerRows},
+    {OpKind::Softmax, Types::Float, lowerRows},
+    {OpKind::LogSoftmax, Types::Float, lowerRows},
+    {OpKind::SoftmaxCrossEntropyLoss, Types::Float, lowerRows},
+    {OpKind::Dropout, Types::Float, lowerDropout},
+    // Reductions.
+    {OpKind::ReduceMax, Types::Float, noScratch<lowerReduce>},
+    {OpKind::ReduceMean, Types::Float, noScratch<lowerReduce>},
+    {OpKind::ReduceSum, Types::Float, noScratch<lowerReduce>},
+    // Data movement.
+    {OpKind::Concat, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Expand, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Pad, Types::All, noScratch<lowerPad>},
+    {OpKind::Flatten, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Gather, Types::All, noScratch<lowerGather>},
+    {OpKind::Reshape, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Slice, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Split, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Squeeze, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Transpose, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::Unsqueeze, Types::All, noScratch<lowerDataMovement>},
+    // Convolution and pooling.
+    {OpKind::Conv, Types::Float, lowerConv},
+    {OpKind::MaxPool, Types::Float, noScratch<lowerPool>},
+    {OpKind::AveragePool, Types::Float, noScratch<lowerPool>},
+    {OpKind::GlobalAveragePool, Types::Float, noScratch<lowerPool>},
+    // Gradients.
+    {OpKind::UnaryGrad, Types::Float, lowerUnaryGrad},
+    {OpKind::SumTo, Types::Float, noScratch<lowerSumTo>},
+    {OpKind::MatMulGradA, Types::Float, noScratch<lowerMatMul>},
+    {OpKind::MatMulGradB, Types::Float, noScratch<lowerMatMul>},
+    {OpKind::GemmGradA, Types::Float, noScratch<lowerGemm>},
+    {OpKind::GemmGradB, Types::Float, noScratch<lowerGemm>},
+    {OpKind::ConvGradData, Types::Float, lowerConv},
+    {OpKind::ConvGradFilter, Types::Float, lowerConv},
+    {OpKind::LayerNormalizationGradData, Types::Float, lowerRows},
+    {OpKind::LayerNormalizationGradParams, Types::Float, lowerRows},
+    {OpKind::BatchNormalizationGradData, Types::Float, lowerBatchNorm},
+    {OpKind::BatchNormalizationGradParams, Types::Float, lowerBatchNorm},
+    {OpKind::SoftmaxGrad, Types::Float, lowerRows},
+    {OpKind::LogSoftmaxGrad, Types::Float, lowerRows},
+    {OpKind::SoftmaxCrossEntropyLossGrad, Types::Float, lowerRows},
+    {OpKind::DropoutGrad, Types::Float, lowerDropoutGrad},
+    {OpKind::GatherGrad, Types::Float, noScratch<lowerGather>},
+    {OpKind::SliceGrad, Types::Float, noScratch<lowerDataMovement>},
+    {OpKind::MaxPoolGrad, Types::Float, noScratch<lowerPool>},
+    {OpKind::AveragePoolGrad, Types::Float, noScratch<lowerPool>},
+    // Optimizers.
+    {OpKind::SGD, Types::Float, noScratch<lowerOptimizer>},
+    {OpKind::AdamW, Types::Float, noScratch<lowerOptimizer>},
+};
+
+// kLowerings indexed by op kind.
+const LoweringRule *findLowering(OpKind op) {
+  static const std::vector<const LoweringRule *> byKind = [] {
+    std::vector<const LoweringRule *> v(ir::allOps().size(), nullptr);
+    for (const LoweringRule &r : kLowerings) {
+      assert(!v[size_t(r.op)] && "an op listed twice in kLowerings");
+      v[size_t(r.op)] = &r;
+    }
+    return v;
+  }();
+  return byKind[size_t(op)];
+}
+
+bool takes(Types types, DType dtype) {
+  switch (types) {
+  case Types::All:
+    return true;
+  case Types::Bool:
+    return dtype == DType::Bool;
+  case Types::IntFloat:
+    return dtype == DType::I64 || dtype == DType::I32 || isFloatElem(dtype);
+  case Types::Float:
+    return isFloatElem(dtype);
+  }
+  return false;
+}
+
+} // namespace
+
 bool lowers(OpKind op, DType dtype) {
   if (!elemOf(dtype))
     return false;
-  if (isReshapeLike(op) || op == OpKind::Transpose || op == OpKind::Slice ||
-      op == OpKind::Concat || op == OpKind::Split || op == OpKind::Expand ||
-      op == OpKind::Cast || op == OpKind::Equal || op == OpKind::Gather ||
-      op == OpKind::Pad)
-    return true;
-  if (op == OpKind::Where || op == OpKind::Not || op == OpKind::And ||
-      op == OpKind::Or)
-    return dtype == DType::Bool;
-  // Integer arithmetic (intMap); integer products, divisions (the CPU
-  // fails a whole Div on a zero divisor), powers and reductions are not
-  // lowered.
-  if (dtype == DType::I64 || dtype == DType::I32)
-    return op == OpKind::Add || op == OpKind::Sub || op == OpKind::Mul ||
-           op == OpKind::Neg || op == OpKind::Abs || op == OpKind::Relu ||
-           op == OpKind::Max || op == OpKind::Min || op == OpKind::Clip ||
-           op == OpKind::Less || op == OpKind::Greater;
-  if (!isFloatElem(dtype))
-    return false;
-  if (op == OpKind::Clip || op == OpKind::LeakyRelu || op == OpKind::Max ||
-      op == OpKind::Min || op == OpKind::Dropout || op == OpKind::DropoutGrad ||
-      op == OpKind::LogSoftmax || op == OpKind::LogSoftmaxGrad ||
-      combinedParts(op))
-    return true;
-  return unaryMap(op) || binaryMap(op) || op == OpKind::UnaryGrad ||
-         op == OpKind::SliceGrad || op == OpKind::SumTo ||
-         op == OpKind::MatMul || op == OpKind::MatMulGradA ||
-         op == OpKind::MatMulGradB || op == OpKind::Gemm ||
-         op == OpKind::GemmGradA || op == OpKind::GemmGradB || isRowOp(op) ||
-         op == OpKind::GatherGrad || op == OpKind::SGD ||
-         op == OpKind::AdamW || op == OpKind::ReduceSum ||
-         op == OpKind::ReduceMean || op == OpKind::ReduceMax ||
-         op == OpKind::Conv || op == OpKind::ConvGradData ||
-         op == OpKind::ConvGradFilter || isPool(op) || isBatchNorm(op);
+  if (const ir::GradientSplit *split = ir::gradientSplit(op))
+    return lowers(split->data.kind, dtype) && lowers(split->weight.kind, dtype);
+  const LoweringRule *rule = findLowering(op);
+  return rule && takes(rule->types, dtype);
 }
 
 llvm::Expected<Steps> lowerCall(const KernelCall &call,
@@ -161,149 +373,9 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
                             ir::shapeStr(t.shape) +
                             " (the CUDA kernels take rank <= 8 and f32, bf16, "
                             "i64, i32 or bool)");
-  if (auto parts = combinedParts(call.op))
-    return lowerCombined(call, *parts, scratch);
-  if (isRowOp(call.op))
-    return lowerRows(call, scratch);
-  const TensorRef &y = call.outputs[0];
-  switch (call.op) {
-  case OpKind::Clip:
-  case OpKind::LeakyRelu: {
-    bool clip = call.op == OpKind::Clip;
-    MapArgs m = mapOver(clip ? MapOp::Clip : MapOp::LeakyRelu, y,
-                        {&call.inputs[0]});
-    if (clip) {
-      // Integer bounds saturate to the type's range, as the CPU's do.
-      auto bound = [&](float v) {
-        if (isFloatElem(y.dtype))
-          return v;
-        double lim = y.dtype == DType::I32 ? 2147483647.0 : 9.2e18;
-        return float(std::max(-lim, std::min(lim, double(v))));
-      };
-      m.p0 = bound(call.getFloat("min"));
-      m.p1 = bound(call.getFloat("max"));
-    } else {
-      m.p0 = call.getFloat("alpha");
-    }
-    return Steps{m};
-  }
-  case OpKind::Not:
-    return Steps{mapOver(MapOp::Not, y, {&call.inputs[0]})};
-  case OpKind::Max:
-  case OpKind::Min: { // pairwise, left to right, into the output
-    MapOp op = call.op == OpKind::Max ? MapOp::Max : MapOp::Min;
-    if (call.inputs.size() == 1)
-      return Steps{copy(call.inputs[0], contiguous(call.inputs[0].shape),
-                        y.data, contiguous(y.shape), y.numElements())};
-    Steps steps{mapOver(op, y, {&call.inputs[0], &call.inputs[1]})};
-    for (size_t i = 2; i < call.inputs.size(); ++i)
-      steps.push_back(mapOver(op, y, {&y, &call.inputs[i]}));
-    return steps;
-  }
-  case OpKind::Dropout: {
-    const TensorRef &x = call.inputs[0];
-    double ratio = call.getFloat("ratio");
-    bool mask = call.outputs.size() > 1 && call.outputs[1].data;
-    if (!call.getInt("training_mode") || ratio == 0.0) {
-      Steps steps{copy(x, contiguous(x.shape), y.data, contiguous(y.shape),
-                       y.numElements())};
-      if (mask) { // every element kept
-        MapArgs ones = zero(call.outputs[1]);
-        ones.op = MapOp::Fill;
-        ones.p0 = 1.0f;
-        steps.push_back(ones);
-      }
-      return steps;
-    }
-    MapArgs m = mapOver(MapOp::Dropout, y, {&x});
-    m.key = splitmix64(call.seed);
-    m.ratio = ratio;
-    m.p0 = float(1.0 / (1.0 - ratio));
-    Steps steps{m};
-    if (mask) {
-      MapArgs k = mapOver(MapOp::DropoutMask, call.outputs[1], {&x});
-      k.key = m.key;
-      k.ratio = ratio;
-      steps.push_back(k);
-    }
-    return steps;
-  }
-  case OpKind::DropoutGrad: {
-    const TensorRef &mask = call.inputs[1];
-    if (mask.dtype != DType::Bool || mask.shape != call.inputs[0].shape)
-      return fail(call, "the mask must be bool and shaped like the gradient");
-    MapArgs m = mapOver(MapOp::DropoutGrad, y, {&call.inputs[0], &mask});
-    m.p0 = float(1.0 / (1.0 - double(call.getFloat("ratio"))));
-    return Steps{m};
-  }
-  case OpKind::Pad:
-    return lowerPad(call);
-  default:
-    break;
-  }
-  if (auto u = unaryMap(call.op))
-    return Steps{mapOver(*u, y, {&call.inputs[0]})};
-  if (auto b = binaryMap(call.op))
-    return Steps{mapOver(*b, y, {&call.inputs[0], &call.inputs[1]})};
-  switch (call.op) {
-  case OpKind::Cast:
-    return Steps{mapOver(call.inputs[0].dtype == y.dtype ? MapOp::Copy
-                                                         : MapOp::Cast,
-                         y, {&call.inputs[0]})};
-  case OpKind::Where:
-    return Steps{mapOver(MapOp::Where, y,
-                         {&call.inputs[0], &call.inputs[1], &call.inputs[2]})};
-  case OpKind::UnaryGrad: {
-    const std::string &fn = call.getString("fn");
-    auto op = unaryGradMap(fn);
-    if (!op)
-      return fail(call, "unknown fn '" + fn + "'");
-    MapArgs m = mapOver(*op, y, {&call.inputs[0], &call.inputs[1]});
-    if (fn == "clip") {
-      m.p0 = call.getFloat("min");
-      m.p1 = call.getFloat("max");
-    } else if (fn == "leaky_relu") {
-      m.p0 = call.getFloat("alpha");
-    }
-    return Steps{m};
-  }
-  case OpKind::SumTo:
-    return lowerSumTo(call);
-  case OpKind::ReduceSum:
-  case OpKind::ReduceMean:
-  case OpKind::ReduceMax:
-    return lowerReduce(call);
-  case OpKind::Gather:
-  case OpKind::GatherGrad:
-    return lowerGather(call);
-  case OpKind::SGD:
-  case OpKind::AdamW:
-    return lowerOptimizer(call);
-  case OpKind::MatMul:
-  case OpKind::MatMulGradA:
-  case OpKind::MatMulGradB:
-    return lowerMatMul(call);
-  case OpKind::Gemm:
-  case OpKind::GemmGradA:
-  case OpKind::GemmGradB:
-    return lowerGemm(call);
-  case OpKind::Conv:
-  case OpKind::ConvGradData:
-  case OpKind::ConvGradFilter:
-    return lowerConv(call, scratch);
-  case OpKind::MaxPool:
-  case OpKind::MaxPoolGrad:
-  case OpKind::AveragePool:
-  case OpKind::AveragePoolGrad:
-  case OpKind::GlobalAveragePool:
-    return lowerPool(call);
-  case OpKind::BatchNormalization:
-  case OpKind::BatchNormalizationGradData:
-  case OpKind::BatchNormalizationGradParams:
-    return lowerBatchNorm(call, scratch);
-  default:
-    return lowerDataMovement(call);
-  }
+  if (const ir::GradientSplit *split = ir::gradientSplit(call.op))
+    return lowerCombined(call, *split, scratch);
+  return findLowering(call.op)->lower(call, scratch);
 }
 
 // --- the host runner ---------------------------------------------------------

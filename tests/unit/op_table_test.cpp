@@ -52,3 +52,48 @@ TEST(OpTable, OptionalAttributeWithoutDefault) {
   EXPECT_FALSE(ignore->defaultValue.has_value());
   EXPECT_FALSE(ignore->required());
 }
+
+// The op record's split of a combined gradient op: two one-result parts
+// that point back at it, each taking operands the combined op has.
+TEST(OpTable, GradientSplitsNameTheirParts) {
+  int combined = 0;
+  for (const OpInfo &info : allOps()) {
+    if (!info.split)
+      continue;
+    ++combined;
+    EXPECT_EQ(gradientSplit(info.kind), &*info.split);
+    EXPECT_EQ(info.minResults, 2) << info.name;
+    for (unsigned r = 0; r < 2; ++r) {
+      const GradientPart &p = info.split->part(r);
+      const OpInfo &part = opInfo(p.kind);
+      EXPECT_EQ(part.partOf, info.kind) << part.name;
+      EXPECT_EQ(part.maxResults, 1) << part.name;
+      EXPECT_TRUE(part.has(optrait::Gradient)) << part.name;
+      for (unsigned k : p.operands)
+        EXPECT_LT(int(k), info.minOperands) << part.name;
+      EXPECT_LT(p.shapeOf, info.minOperands) << part.name;
+    }
+  }
+  EXPECT_EQ(combined, 5);
+  EXPECT_EQ(gradientSplit(OpKind::MatMul), nullptr);
+  const GradientSplit &ln = *opInfo(OpKind::LayerNormalizationGrad).split;
+  EXPECT_EQ(ln.data.kind, OpKind::LayerNormalizationGradData);
+  EXPECT_EQ(ln.weight.operands, (std::vector<unsigned>{0, 1}));
+}
+
+TEST(OpTable, TraitsAndCostClasses) {
+  EXPECT_TRUE(opInfo(OpKind::Reshape).has(optrait::LayoutOnly));
+  EXPECT_FALSE(opInfo(OpKind::Transpose).has(optrait::LayoutOnly));
+  EXPECT_TRUE(opInfo(OpKind::LayerNormalization).has(optrait::AuxResults));
+  EXPECT_EQ(opInfo(OpKind::MatMulGradB).cost, CostClass::Product);
+  EXPECT_EQ(opInfo(OpKind::Transpose).cost, CostClass::Free);
+  EXPECT_EQ(opInfo(OpKind::AdamW).cost, CostClass::AdamUpdate);
+  for (const OpInfo &info : allOps()) {
+    // Layout-only ops move no numbers: they cost nothing but their bytes.
+    if (info.has(optrait::LayoutOnly))
+      EXPECT_EQ(info.cost, CostClass::Free) << info.name;
+    EXPECT_EQ(isTrainingOp(info.kind),
+              info.has(optrait::Gradient) || info.has(optrait::Optimizer))
+        << info.name;
+  }
+}
