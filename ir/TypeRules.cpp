@@ -115,6 +115,13 @@ Types boolUnary(const TypeQuery &q) {
   return std::vector{q.operands[0]};
 }
 
+// IsNaN, IsInf: a float operand, a bool result of its shape.
+Types floatPredicate(const TypeQuery &q) {
+  if (!isFloat(q.operands[0].dtype))
+    return err("operand must be a float type, not {0}", q.operands[0].str());
+  return std::vector{TensorType(DType::Bool, q.operands[0].shape)};
+}
+
 Types cast(const TypeQuery &q) {
   auto to = parseDType(q.getString("to"));
   if (!to)
@@ -146,6 +153,14 @@ Types compare(const TypeQuery &q) {
   if (!s)
     return s.takeError();
   return std::vector{TensorType(DType::Bool, *s)};
+}
+
+Types mod(const TypeQuery &q) {
+  if (isFloat(q.operands[0].dtype) && q.getInt("fmod") != 1)
+    return err("float operands ({0}) need fmod = 1", q.operands[0].str());
+  if (q.operands[0].dtype == DType::Bool)
+    return err("operands must be numeric, not {0}", q.operands[0].str());
+  return broadcast(q);
 }
 
 Types logical(const TypeQuery &q) {
@@ -484,6 +499,12 @@ Types squeeze(const TypeQuery &q) {
     if (!drop[i])
       out.push_back(x.shape[i]);
   return std::vector{TensorType(x.dtype, out)};
+}
+
+Types trilu(const TypeQuery &q) {
+  if (q.operands[0].rank() < 2)
+    return err("operand must have rank >= 2, not {0}", q.operands[0].str());
+  return std::vector{q.operands[0]};
 }
 
 Types transpose(const TypeQuery &q) {

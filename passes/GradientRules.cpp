@@ -135,6 +135,8 @@ static llvm::Error unaryRule(RuleContext &c, const char *fn, AttrMap extra) {
     return unaryRule(c, fn, {});                                               \
   }
 UNARY(Abs, "abs")
+UNARY(Cos, "cos")
+UNARY(Sin, "sin")
 UNARY(Erf, "erf")
 UNARY(Exp, "exp")
 UNARY(Log, "log")
@@ -147,6 +149,11 @@ UNARY(Tanh, "tanh")
 
 static llvm::Error ruleLeakyRelu(RuleContext &c) {
   return unaryRule(c, "leaky_relu", copyAttrs(c.op, {"alpha"}));
+}
+
+static llvm::Error ruleGelu(RuleContext &c) {
+  bool tanhForm = c.op.getString("approximate") == "tanh";
+  return unaryRule(c, tanhForm ? "gelu_tanh" : "gelu", {});
 }
 
 static llvm::Error ruleClip(RuleContext &c) {
@@ -424,6 +431,12 @@ static llvm::Error ruleTranspose(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// Trilu keeps a fixed set of elements: its gradient keeps the same ones.
+static llvm::Error ruleTrilu(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::Trilu, {c.dY[0]}, copyAttrs(c.op, {"k", "upper"}));
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleConcat(RuleContext &c) {
   int64_t r = c.out()->type().rank();
   int64_t axis = c.op.getInt("axis");
@@ -503,6 +516,10 @@ static llvm::Error ruleAveragePool(RuleContext &c) {
 Rule findRule(OpKind kind) {
   switch (kind) {
   case OpKind::Abs: return ruleAbs;
+  case OpKind::Cos: return ruleCos;
+  case OpKind::Sin: return ruleSin;
+  case OpKind::Gelu: return ruleGelu;
+  case OpKind::Trilu: return ruleTrilu;
   case OpKind::Erf: return ruleErf;
   case OpKind::Exp: return ruleExp;
   case OpKind::Log: return ruleLog;

@@ -431,6 +431,37 @@ llvm::Error pad(const KernelCall &c) {
   return llvm::Error::success();
 }
 
+// Trilu: each [rows, cols] matrix of the last two dims keeps element (i, j)
+// where j - i >= k (upper) or j - i <= k (lower) and is zero elsewhere;
+// element by element in bytes, so it serves every type.
+llvm::Error trilu(const KernelCall &c) {
+  const TensorRef &x = c.inputs[0], &y = c.outputs[0];
+  if (x.rank() < 2)
+    return kernelError(c, "operand {0} has rank < 2", ir::shapeStr(x.shape));
+  int64_t rows = x.shape[x.rank() - 2], cols = x.shape.back();
+  int64_t matrices = elementCount(x.shape.drop_back(2));
+  int64_t k = c.getInt("k");
+  bool upper = c.getInt("upper") != 0;
+  size_t width = ir::dtypeSize(x.dtype);
+  const char *src = static_cast<const char *>(x.data);
+  char *dst = static_cast<char *>(y.data);
+  parallelFor(matrices * rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  int64_t i = r % rows;
+                  for (int64_t j = 0; j < cols; ++j) {
+                    bool keep = upper ? j - i >= k : j - i <= k;
+                    size_t at = size_t(r * cols + j) * width;
+                    if (keep)
+                      std::memcpy(dst + at, src + at, width);
+                    else
+                      std::memset(dst + at, 0, width);
+                  }
+                }
+              });
+  return llvm::Error::success();
+}
+
 } // namespace
 
 // Shared with SliceGrad (CpuKernels.h).
@@ -488,6 +519,7 @@ void registerDataMovementKernels(KernelTable &t) {
   t.add(OpKind::Slice, slice, kAllTypes);
   t.add(OpKind::Split, split, kAllTypes);
   t.add(OpKind::Transpose, transpose, kAllTypes);
+  t.add(OpKind::Trilu, trilu, kAllTypes);
 }
 
 } // namespace cleave::runtime::cpu

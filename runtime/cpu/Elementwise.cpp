@@ -396,6 +396,65 @@ llvm::Error divide(const KernelCall &c) {
   });
 }
 
+// Mod (ONNX): fmod 1 is C's remainder (the dividend's sign: std::fmod, and
+// % for integers); fmod 0, integers only, takes the divisor's sign, as
+// Python's %. An integer 0 divisor is an error, as in Div.
+llvm::Error modulo(const KernelCall &c) {
+  bool fmod = c.getInt("fmod") == 1;
+  return dispatch(c.inputs[0].dtype, NumericTypes{},
+                  [&](auto tag) -> llvm::Error {
+    using T = decltype(tag);
+    const TensorRef &a = c.inputs[0], &b = c.inputs[1];
+    if constexpr (kIsInt<T>) {
+      const T *pb = b.as<T>();
+      const T *end = pb + b.numElements();
+      if (std::find(pb, end, T(0)) != end)
+        return kernelError(c, "integer modulo by zero (input 1 holds a 0)");
+      // x % -1 is 0 (lowest % -1 would trap).
+      binaryMap<T, T, T>(a, b, c.outputs[0], [fmod](T x, T y) {
+        if (y == T(-1))
+          return T(0);
+        T r = T(x % y);
+        if (!fmod && r != 0 && ((r < 0) != (y < 0)))
+          r = T(r + y);
+        return r;
+      });
+    } else {
+      if (!fmod)
+        return kernelError(c, "float operands need fmod = 1");
+      binaryMap<T, T, T>(a, b, c.outputs[0],
+                         [](auto x, auto y) { return std::fmod(x, y); });
+    }
+    return llvm::Error::success();
+  });
+}
+
+// Gelu-20 in the element's compute type: x * Phi(x), Phi through erf
+// ("none") or the tanh approximation ("tanh").
+template <typename C> C geluValue(C x, bool tanhForm) {
+  if (tanhForm) {
+    const C beta = C(0.7978845608028654); // sqrt(2 / pi)
+    const C kappa = C(0.044715);
+    return C(0.5) * x * (C(1) + std::tanh(beta * (x + kappa * x * x * x)));
+  }
+  return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));
+}
+
+// A bool result per float element (IsNaN, IsInf).
+template <typename F> llvm::Error floatPredicate(const KernelCall &c, F f) {
+  return dispatch(c.inputs[0].dtype, FloatTypes{}, [&](auto tag) {
+    using T = decltype(tag);
+    const T *x = c.inputs[0].as<T>();
+    bool *y = c.outputs[0].as<bool>();
+    parallelFor(c.inputs[0].numElements(), kMathGrain,
+                [&](int64_t s, int64_t e) {
+                  for (int64_t i = s; i < e; ++i)
+                    y[i] = f(Elem<T>::load(x[i]));
+                });
+    return llvm::Error::success();
+  });
+}
+
 // x^n for integers by squaring, wrapping on overflow. A negative n gives
 // the truncated value of 1 / x^|n|.
 template <typename T, typename E> T intPow(T x, E n) {
@@ -588,6 +647,29 @@ void registerElementwiseKernels(KernelTable &t) {
       return e / (C(1) + e);
     });
   }, floats);
+  t.add(OpKind::Sin, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::sin(x); });
+  }, floats);
+  t.add(OpKind::Cos, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::cos(x); });
+  }, floats);
+  t.add(OpKind::Gelu, [](KC c) -> E {
+    bool tanhForm = c.getString("approximate") == "tanh";
+    if (!tanhForm && c.getString("approximate") != "none")
+      return kernelError(c, "approximate must be \"none\" or \"tanh\", not "
+                            "\"{0}\"", c.getString("approximate"));
+    return unary<FloatTypes>(
+        c, [tanhForm](auto x) { return geluValue(x, tanhForm); });
+  }, floats);
+  t.add(OpKind::IsNaN, [](KC c) -> E {
+    return floatPredicate(c, [](auto x) { return std::isnan(x); });
+  }, floats);
+  t.add(OpKind::IsInf, [](KC c) -> E {
+    bool neg = c.getInt("detect_negative"), pos = c.getInt("detect_positive");
+    return floatPredicate(c, [=](auto x) {
+      return std::isinf(x) && (x > 0 ? pos : neg);
+    });
+  }, floats);
   t.add(OpKind::Not, [](KC c) -> E {
     return unary<Types<bool>>(c, [](bool x) { return !x; });
   }, boolOnly);
@@ -618,6 +700,13 @@ void registerElementwiseKernels(KernelTable &t) {
   t.add(OpKind::Less, [](KC c) -> E {
     return binary<NumericTypes, true>(c, [](auto a, auto b) { return a < b; });
   }, numeric);
+  t.add(OpKind::GreaterOrEqual, [](KC c) -> E {
+    return binary<NumericTypes, true>(c, [](auto a, auto b) { return a >= b; });
+  }, numeric);
+  t.add(OpKind::LessOrEqual, [](KC c) -> E {
+    return binary<NumericTypes, true>(c, [](auto a, auto b) { return a <= b; });
+  }, numeric);
+  t.add(OpKind::Mod, modulo, numeric);
   t.add(OpKind::And, [](KC c) -> E {
     return binary<Types<bool>>(c, [](bool a, bool b) { return a && b; });
   }, boolOnly);

@@ -59,6 +59,35 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
   }
   if (fn == "exp")
     return mapGradient<T>(call, [](T dy, T x) { return T(dy * std::exp(x)); });
+  if (fn == "sin")
+    return mapGradient<T>(call, [](T dy, T x) { return T(dy * std::cos(x)); });
+  if (fn == "cos")
+    return mapGradient<T>(call, [](T dy, T x) { return T(-dy * std::sin(x)); });
+  // Gelu, PyTorch's backward formulas (GeluBackward): erf form
+  // dY * (Phi(x) + x * phi(x)); tanh form through the derivative of
+  // 0.5 x (1 + tanh(beta (x + kappa x^3))).
+  if (fn == "gelu")
+    return mapGradient<T>(call, [](T dy, T x) {
+      const T kAlpha = T(0.7071067811865476); // 1 / sqrt(2)
+      const T kBeta = T(0.3989422804014327);  // 1 / sqrt(2 pi)
+      T cdf = T(0.5) * (T(1) + std::erf(x * kAlpha));
+      T pdf = kBeta * std::exp(x * x * T(-0.5));
+      return T(dy * (cdf + x * pdf));
+    });
+  if (fn == "gelu_tanh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      const T kBeta = T(0.7978845608028654); // sqrt(2 / pi)
+      const T kKappa = T(0.044715);
+      T xSq = x * x, xCube = xSq * x;
+      T inner = kBeta * (x + kKappa * xCube);
+      T tanhInner = std::tanh(inner);
+      T left = T(0.5) * x, right = T(1) + tanhInner;
+      T leftDerivative = T(0.5) * right;
+      T tanhDerivative = T(1) - tanhInner * tanhInner;
+      T innerDerivative = kBeta * (T(1) + T(3) * kKappa * xSq);
+      T rightDerivative = left * tanhDerivative * innerDerivative;
+      return T(dy * (leftDerivative + rightDerivative));
+    });
   if (fn == "leaky_relu") {
     T alpha = T(call.getFloat("alpha"));
     return mapGradient<T>(call,

@@ -448,3 +448,127 @@ TEST(CpuElementwise, UnsupportedTypeIsAnErrorNotACrash) {
   EXPECT_NE(msg.find("Exp"), std::string::npos) << msg;
   EXPECT_NE(msg.find("i32"), std::string::npos) << msg;
 }
+
+// --- Sin, Cos, Gelu, IsNaN, IsInf, LessOrEqual, GreaterOrEqual, Mod, Trilu
+
+TEST(CpuElementwise, SinCos) {
+  Host x = f32({4}, {0.0f, 0.5f, 1.5707964f, -2.0f});
+  auto s = eval(OpKind::Sin, {&x}, DType::F32, {4}).values<float>();
+  auto c = eval(OpKind::Cos, {&x}, DType::F32, {4}).values<float>();
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(c[0], 1.0f);
+  EXPECT_FLOAT_EQ(s[2], 1.0f);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(s[i], std::sin(x.values<float>()[i]));
+    EXPECT_FLOAT_EQ(c[i], std::cos(x.values<float>()[i]));
+  }
+}
+
+// Gelu-20's values at -1, 0, 1, 2 (erf form: x * Phi(x); tanh form: the
+// values PyTorch's gelu(approximate="tanh") gives).
+TEST(CpuElementwise, GeluBothForms) {
+  Host x = make(DType::F64, {4}, std::vector<double>{-1, 0, 1, 2});
+  auto erfForm = eval(OpKind::Gelu, {&x}, DType::F64, {4}).values<double>();
+  EXPECT_NEAR(erfForm[0], -0.15865525393145707, 1e-15);
+  EXPECT_EQ(erfForm[1], 0.0);
+  EXPECT_NEAR(erfForm[2], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(erfForm[3], 1.9544997361036416, 1e-15);
+  auto tanhForm = eval(OpKind::Gelu, {&x}, DType::F64, {4},
+                       {{"approximate", std::string("tanh")}})
+                      .values<double>();
+  EXPECT_NEAR(tanhForm[0], -0.15880800939172324, 1e-12);
+  EXPECT_EQ(tanhForm[1], 0.0);
+  EXPECT_NEAR(tanhForm[2], 0.8411919906082768, 1e-12);
+  EXPECT_NEAR(tanhForm[3], 1.9545976940871754, 1e-12);
+  Host out = empty(DType::F64, {4});
+  EXPECT_NE(errorOf(OpKind::Gelu, {&x}, out,
+                    {{"approximate", std::string("fast")}}),
+            "");
+}
+
+TEST(CpuElementwise, IsNaNAndIsInf) {
+  float inf = std::numeric_limits<float>::infinity();
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  Host x = f32({5}, {nan, 1.0f, inf, -inf, 0.0f});
+  EXPECT_EQ(eval(OpKind::IsNaN, {&x}, DType::Bool, {5}).values<uint8_t>(),
+            (std::vector<uint8_t>{1, 0, 0, 0, 0}));
+  EXPECT_EQ(eval(OpKind::IsInf, {&x}, DType::Bool, {5}).values<uint8_t>(),
+            (std::vector<uint8_t>{0, 0, 1, 1, 0}));
+  EXPECT_EQ(eval(OpKind::IsInf, {&x}, DType::Bool, {5},
+                 {{"detect_negative", int64_t(0)}})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+  EXPECT_EQ(eval(OpKind::IsInf, {&x}, DType::Bool, {5},
+                 {{"detect_positive", int64_t(0)}})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{0, 0, 0, 1, 0}));
+  auto t = ir::inferResultTypes(OpKind::IsNaN,
+                                {ir::TensorType(DType::I64, {2})}, {}, 1);
+  ASSERT_FALSE(bool(t)); // float operands only
+  llvm::consumeError(t.takeError());
+}
+
+TEST(CpuElementwise, LessOrEqualGreaterOrEqualBroadcast) {
+  Host a = f32({3}, {1, 2, 3}), two = f32({}, {2});
+  EXPECT_EQ(eval(OpKind::LessOrEqual, {&a, &two}, DType::Bool, {3})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ(eval(OpKind::GreaterOrEqual, {&a, &two}, DType::Bool, {3})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{0, 1, 1}));
+  Host ia = i64({2, 1}, {1, 5}), ib = i64({2}, {1, 5});
+  EXPECT_EQ(eval(OpKind::LessOrEqual, {&ia, &ib}, DType::Bool, {2, 2})
+                .values<uint8_t>(),
+            (std::vector<uint8_t>{1, 1, 0, 1}));
+}
+
+TEST(CpuElementwise, ModFollowsTheDivisorOrTheDividend) {
+  Host a = i64({4}, {-7, 7, -7, 7}), b = i64({4}, {3, -3, -3, 3});
+  EXPECT_EQ(eval(OpKind::Mod, {&a, &b}, DType::I64, {4}).values<int64_t>(),
+            (std::vector<int64_t>{2, -2, -1, 1})); // Python's %
+  EXPECT_EQ(eval(OpKind::Mod, {&a, &b}, DType::I64, {4}, {{"fmod", int64_t(1)}})
+                .values<int64_t>(),
+            (std::vector<int64_t>{-1, 1, -1, 1})); // C's %
+  Host i = i32({2}, {5, -5}), three = i32({}, {3});
+  EXPECT_EQ(eval(OpKind::Mod, {&i, &three}, DType::I32, {2}).values<int32_t>(),
+            (std::vector<int32_t>{2, 1}));
+  Host x = f32({2}, {-7.5f, 7.5f}), y = f32({2}, {2.0f, -2.0f});
+  EXPECT_EQ(eval(OpKind::Mod, {&x, &y}, DType::F32, {2}, {{"fmod", int64_t(1)}})
+                .values<float>(),
+            (F{-1.5f, 1.5f}));
+  Host zero = i64({}, {0}), out = empty(DType::I64, {4});
+  EXPECT_NE(errorOf(OpKind::Mod, {&a, &zero}, out).find("by zero"),
+            std::string::npos);
+  auto t = ir::inferResultTypes(OpKind::Mod,
+                                {ir::TensorType(DType::F32, {2}),
+                                 ir::TensorType(DType::F32, {2})},
+                                {}, 1);
+  ASSERT_FALSE(bool(t)); // floats need fmod = 1
+  EXPECT_NE(llvm::toString(t.takeError()).find("fmod"), std::string::npos);
+}
+
+TEST(CpuElementwise, TriluKeepsATriangleOfEachMatrix) {
+  Host x = f32({2, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9,
+                           -1, -2, -3, -4, -5, -6, -7, -8, -9});
+  auto run3 = [&](int64_t upper, int64_t k) {
+    return eval(OpKind::Trilu, {&x}, DType::F32, {2, 3, 3},
+                {{"upper", upper}, {"k", k}})
+        .values<float>();
+  };
+  EXPECT_EQ(run3(1, 0), (F{1, 2, 3, 0, 5, 6, 0, 0, 9,
+                           -1, -2, -3, 0, -5, -6, 0, 0, -9}));
+  EXPECT_EQ(run3(0, 0), (F{1, 0, 0, 4, 5, 0, 7, 8, 9,
+                           -1, 0, 0, -4, -5, 0, -7, -8, -9}));
+  auto up1 = run3(1, 1), lowM1 = run3(0, -1);
+  EXPECT_EQ(F(up1.begin(), up1.begin() + 9), (F{0, 2, 3, 0, 0, 6, 0, 0, 0}));
+  EXPECT_EQ(F(lowM1.begin(), lowM1.begin() + 9),
+            (F{0, 0, 0, 4, 0, 0, 7, 8, 0}));
+  Host r = i64({2, 3}, {1, 2, 3, 4, 5, 6}); // not square, integers
+  EXPECT_EQ(eval(OpKind::Trilu, {&r}, DType::I64, {2, 3}, {{"k", int64_t(-1)}})
+                .values<int64_t>(),
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(eval(OpKind::Trilu, {&r}, DType::I64, {2, 3},
+                 {{"upper", int64_t(0)}, {"k", int64_t(1)}})
+                .values<int64_t>(),
+            (std::vector<int64_t>{1, 2, 0, 4, 5, 6}));
+}

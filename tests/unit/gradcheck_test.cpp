@@ -180,6 +180,9 @@ TEST(Gradcheck, Unary) {
       {OpKind::Sigmoid, -2, 2, {}},    {OpKind::Sqrt, 0.5, 2, {}},
       {OpKind::Tanh, -2, 2, {}},       {OpKind::Neg, -1, 1, {}},
       {OpKind::Identity, -1, 1, {}},
+      {OpKind::Sin, -2, 2, {}},        {OpKind::Cos, -2, 2, {}},
+      {OpKind::Gelu, -2, 2, {}},
+      {OpKind::Gelu, -2, 2, {{"approximate", std::string("tanh")}}},
       {OpKind::LeakyRelu, -1, 1, {{"alpha", 0.2f}}},
       {OpKind::Clip, -1, 1, {{"min", -0.5f}, {"max", 0.4f}}},
   };
@@ -190,6 +193,17 @@ TEST(Gradcheck, Unary) {
       b.lossOf(b.op(u.k, {x}, u.attrs));
     });
   }
+}
+
+TEST(Gradcheck, Trilu) {
+  for (int64_t upper : {0, 1})
+    for (int64_t k : {-1, 0, 2}) {
+      SCOPED_TRACE("upper " + std::to_string(upper) + " k " + std::to_string(k));
+      gradcheck([&](Builder &b) {
+        Value *x = b.param("x", {2, 3, 4});
+        b.lossOf(b.op(OpKind::Trilu, {x}, {{"upper", upper}, {"k", k}}));
+      });
+    }
 }
 
 TEST(Gradcheck, BroadcastingBinary) {
