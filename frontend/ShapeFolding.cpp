@@ -282,6 +282,52 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
   if (op == "Neg" || op == "Abs" || op == "Not" || op == "Sqrt" ||
       op == "IsNaN" || op == "Cos" || op == "Sin")
     return one(elementwise(op, {in[0]}));
+  if (op == "GatherElements") {
+    // out[i0..] = data[i0.., indices[i0..] at axis, ..]: index tables built
+    // from buffers (BERT's token types) fold here.
+    if (!need(1))
+      return FoldResult();
+    const Shape &ds = in[0]->type().shape, &is = in[1]->type().shape;
+    int64_t r = ds.size();
+    int64_t axis = attrInt(node, "axis", 0);
+    if (axis < 0)
+      axis += r;
+    if (axis < 0 || axis >= r || int64_t(is.size()) != r)
+      return err("GatherElements needs indices of the data's rank and an "
+                 "axis inside it");
+    Data out = makeData(in[0]->type().dtype, is);
+    bool fl = isFloat(in[0]->type().dtype);
+    int64_t n = out->type().numElements();
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t o = 0; o < n; ++o) {
+      int64_t src = 0;
+      for (int64_t d = 0; d < r; ++d) {
+        int64_t v = idx[d];
+        if (d == axis) {
+          v = in[1]->getInt(o);
+          if (v < -ds[d] || v >= ds[d])
+            return err("GatherElements index {0} is out of range for an "
+                       "axis of size {1}",
+                       v, ds[d]);
+          if (v < 0)
+            v += ds[d];
+        } else if (v >= ds[d]) {
+          return err("GatherElements indices are larger than the data");
+        }
+        src = src * ds[d] + v;
+      }
+      if (fl)
+        setDouble(*out, o, in[0]->getDouble(src));
+      else
+        setInt(*out, o, in[0]->getInt(src));
+      for (int64_t d = r; d-- > 0;)
+        if (++idx[d] < is[d])
+          break;
+        else
+          idx[d] = 0;
+    }
+    return one(out);
+  }
   if (op == "Trilu") {
     // The lower (upper=0) or upper triangle of the last two dims, from
     // diagonal k on; the rest zero.

@@ -221,6 +221,13 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
                    st.recvBytes, st.staticBytes};
     if (uniform)
       cost.f = cost.b = cost.w = 1;
+    // A stage whose B has no work (an embedding of integer tokens alone)
+    // still runs its B action: it receives the gradient and ends the
+    // microbatch there. The schedules need positive times, so such an
+    // action takes a nanosecond.
+    constexpr double kLeastActionTime = 1e-9;
+    cost.f = std::max(cost.f, kLeastActionTime);
+    cost.b = std::max(cost.b, kLeastActionTime);
     r.costs.stages.push_back(cost);
     r.stages.push_back(st);
   }
