@@ -88,17 +88,31 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
     gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
+  // The product is cut into blocks of rows (or columns) whose size depends
+  // only on the shape, never on the thread count, and each block is one
+  // BLAS call: BLAS kernels round edge tiles differently from full ones, so
+  // cuts that moved with the threads would move the bits too.
+  auto blockOf = [&](int64_t other) {
+    int64_t b = std::max<int64_t>(1, minWork / std::max<int64_t>(1, other * k));
+    return (b + 15) / 16 * 16;
+  };
   if (m >= n) {
-    int64_t grain = std::max<int64_t>(1, minWork / std::max<int64_t>(1, n * k));
-    parallelFor(m, grain, [&](int64_t r0, int64_t r1) {
-      gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b,
-           ldb, beta, c + r0 * ldc, ldc);
+    int64_t block = blockOf(n), blocks = (m + block - 1) / block;
+    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi) {
+        int64_t r0 = bi * block, r1 = std::min(m, r0 + block);
+        gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b,
+             ldb, beta, c + r0 * ldc, ldc);
+      }
     });
   } else {
-    int64_t grain = std::max<int64_t>(1, minWork / std::max<int64_t>(1, m * k));
-    parallelFor(n, grain, [&](int64_t c0, int64_t c1) {
-      gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0,
-           ldb, beta, c + c0, ldc);
+    int64_t block = blockOf(m), blocks = (n + block - 1) / block;
+    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t bi = b0; bi < b1; ++bi) {
+        int64_t c0 = bi * block, c1 = std::min(n, c0 + block);
+        gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0,
+             ldb, beta, c + c0, ldc);
+      }
     });
   }
 }
