@@ -19,7 +19,27 @@ CLEAVE_FUZZ_PACKAGES="clang-14 libclang-rt-14-dev"
 # Packages the tests need on top: lit and FileCheck, the ONNX backend test
 # data, a Python for lit, and the fuzzing toolchain (scripts/test.sh ends
 # with scripts/fuzz.sh).
-CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 $CLEAVE_FUZZ_PACKAGES"
+CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 python3-venv $CLEAVE_FUZZ_PACKAGES"
+
+# A Python with onnxruntime for the tests that reload trained models in it
+# (tests/lit/corpus/onnxruntime-reload.test): a venv in the dependency cache
+# from these pinned PyPI wheels. Prints the interpreter's path.
+CLEAVE_ORT_PINS="onnxruntime==1.32.0 numpy==2.4.6"
+cleave_ensure_ort_python() {
+  local venv=$CLEAVE_DEPS_DIR/ort-venv
+  local stamp="$venv/.cleave-stamp"
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$CLEAVE_ORT_PINS" ]; then
+    echo "$venv/bin/python"
+    return 0
+  fi
+  echo "cleave: making $venv ($CLEAVE_ORT_PINS from PyPI)" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv" >&2 &&
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check $CLEAVE_ORT_PINS >&2 ||
+    { echo "cleave: error: cannot install $CLEAVE_ORT_PINS into $venv" >&2; return 1; }
+  echo "$CLEAVE_ORT_PINS" >"$stamp"
+  echo "$venv/bin/python"
+}
 
 cleave_install_packages() {
   local missing=()

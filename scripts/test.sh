@@ -10,6 +10,10 @@ source "$(dirname "$0")/common.sh"
 jobs=$(nproc)
 cleave_install_packages $CLEAVE_BUILD_PACKAGES $CLEAVE_TEST_PACKAGES
 
+# onnxruntime for the reload tests (REQUIRES: onnxruntime in lit).
+CLEAVE_ORT_PYTHON=$(cleave_ensure_ort_python)
+export CLEAVE_ORT_PYTHON
+
 echo "== build (RelWithDebInfo)"
 cleave_build "$CLEAVE_ROOT/build"
 echo "== ctest"

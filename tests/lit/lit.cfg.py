@@ -67,3 +67,11 @@ try:
         config.available_features.add("cuda-device")
 except (OSError, subprocess.TimeoutExpired):
     pass
+
+# A Python with onnxruntime (scripts/test.sh makes one from pinned PyPI
+# wheels and names it in CLEAVE_ORT_PYTHON): the tests that reload trained
+# models in onnxruntime (REQUIRES: onnxruntime) run with it.
+ort_python = os.environ.get("CLEAVE_ORT_PYTHON", "")
+if ort_python and os.path.exists(ort_python):
+    config.available_features.add("onnxruntime")
+    config.substitutions.append(("%ortpython", ort_python))
