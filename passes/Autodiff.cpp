@@ -81,6 +81,26 @@ static llvm::Error restrictParameters(ir::Graph &g, const std::string &flag,
   return llvm::Error::success();
 }
 
+// A trainable parameter that `v` depends on through differentiable
+// operands (for error messages), or "" when there is none.
+static std::string someParameterBehind(const Value *v) {
+  std::vector<const Value *> work{v};
+  llvm::DenseSet<const Value *> seen;
+  while (!work.empty()) {
+    const Value *x = work.back();
+    work.pop_back();
+    if (!seen.insert(x).second)
+      continue;
+    if (x->kind() == ir::ValueKind::Param)
+      return x->name();
+    if (const ir::Op *def = x->definingOp())
+      for (unsigned i = 0; i < def->numOperands(); ++i)
+        if (def->info().isDifferentiableOperand(i))
+          work.push_back(def->operand(i));
+  }
+  return "";
+}
+
 namespace {
 
 // Reverse-mode differentiation of `y` with respect to a set of source values.
@@ -202,10 +222,17 @@ llvm::Error Autodiff::run() {
     if (!anyResult || !anyOperand)
       continue;
     grad::Rule rule = grad::findRule(op.kind());
-    if (!rule)
+    if (!rule) {
+      std::string param;
+      for (unsigned i = 0; i < op.numOperands() && param.empty(); ++i)
+        if (ctx.needs[i])
+          param = someParameterBehind(op.operand(i));
       return fail("no gradient rule for " + op.describe() +
-                  " (it lies between a trainable parameter and the loss; "
-                  "freeze the parameters before it with --freeze)");
+                  " (it lies between the trainable parameter " +
+                  ir::valueRef(param) +
+                  " and the loss; freeze the parameters before it with "
+                  "--freeze)");
+    }
     ctx.dX.assign(op.numOperands(), nullptr);
     b_.setSource(&op);
     if (auto e = rule(ctx))
