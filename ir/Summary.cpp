@@ -63,9 +63,26 @@ std::string summarizeGraph(const Graph &g) {
     const char *label = kind == ValueKind::Param    ? "parameters"
                         : kind == ValueKind::Buffer ? "buffers"
                                                     : "constants";
-    os << llvm::formatv("{0}: {1} elements, {2} in {3} tensor{4}\n", label,
+    os << llvm::formatv("{0}: {1} elements, {2} in {3} tensor{4}", label,
                         withCommas(elements), formatBytes(bytes), count,
                         count == 1 ? "" : "s");
+    // What is trained and what is held: the parameters are, the buffers
+    // (running statistics, rotary tables, frozen weights) are not; a few
+    // buffer names show which.
+    if (kind == ValueKind::Param && count && g.isTraining())
+      os << " (trained)";
+    if (kind == ValueKind::Buffer && count) {
+      constexpr int kShown = 4;
+      os << " (held constant:";
+      int shown = 0;
+      for (const Value *v : g.declared())
+        if (v->kind() == kind && shown++ < kShown)
+          os << (shown > 1 ? ", " : " ") << v->name();
+      if (count > kShown)
+        os << ", and " << count - kShown << " more";
+      os << ")";
+    }
+    os << "\n";
   }
   std::map<std::string_view, int> hist;
   for (const auto &op : g.ops())
