@@ -422,6 +422,48 @@ Types gather(const TypeQuery &q) {
   return std::vector{TensorType(data.dtype, out)};
 }
 
+Types gatherElements(const TypeQuery &q) {
+  const TensorType &data = q.operands[0], &idx = q.operands[1];
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return err("indices must be i64 or i32, not {0}", idx.str());
+  if (idx.rank() != data.rank())
+    return err("indices {0} must have the rank of data {1}", idx.str(),
+               data.str());
+  auto axis = normalizeAxis(q.getInt("axis"), data.rank());
+  if (!axis)
+    return axis.takeError();
+  for (int64_t d = 0; d < int64_t(data.rank()); ++d)
+    if (d != *axis && idx.shape[d] > data.shape[d])
+      return err("indices {0} are larger than data {1} in dim {2}", idx.str(),
+                 data.str(), d);
+  return std::vector{TensorType(data.dtype, idx.shape)};
+}
+
+Types scatterND(const TypeQuery &q) {
+  const TensorType &data = q.operands[0], &idx = q.operands[1],
+                   &upd = q.operands[2];
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return err("indices must be i64 or i32, not {0}", idx.str());
+  if (upd.dtype != data.dtype)
+    return err("updates {0} and data {1} differ in type", upd.str(),
+               data.str());
+  if (idx.rank() < 1)
+    return err("indices must have rank >= 1, got {0}", idx.str());
+  int64_t k = idx.shape.back();
+  if (k < 1 || k > int64_t(data.rank()))
+    return err("the last dim of indices {0} must be in [1, rank of data {1}]",
+               idx.str(), data.str());
+  Shape want(idx.shape.begin(), idx.shape.end() - 1);
+  want.append(data.shape.begin() + k, data.shape.end());
+  if (upd.shape != want)
+    return err("updates {0} must have shape {1}", upd.str(), shapeStr(want));
+  std::string red = q.getString("reduction");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" &&
+      red != "min")
+    return err("unknown reduction '{0}'", red);
+  return std::vector{data};
+}
+
 Types reshape(const TypeQuery &q) {
   const auto &shape = q.getInts("shape");
   Shape out(shape.begin(), shape.end());
@@ -710,6 +752,7 @@ Types gradient(const TypeQuery &q) {
   case OpKind::LogSoftmaxGrad:
   case OpKind::MaxPoolGrad:
   case OpKind::LayerNormalizationGradData:
+  case OpKind::RMSNormalizationGradData:
   case OpKind::BatchNormalizationGradData:
     if (q.info.kind != OpKind::MaxPoolGrad)
       if (auto e = requireSameType(dy, q.operands[1], "gradient and operand"))
@@ -731,7 +774,8 @@ Types gradient(const TypeQuery &q) {
   case OpKind::GemmGrad:
   case OpKind::ConvGrad:
     return std::vector{q.operands[1], q.operands[2]};
-  case OpKind::LayerNormalizationGrad: {
+  case OpKind::LayerNormalizationGrad:
+  case OpKind::RMSNormalizationGrad: {
     if (auto e = requireSameType(dy, q.operands[1], "gradient and X"))
       return std::move(e);
     auto axis = normalizeAxis(q.getInt("axis"), dy.rank());
@@ -740,7 +784,8 @@ Types gradient(const TypeQuery &q) {
     Shape norm(dy.shape.begin() + *axis, dy.shape.end());
     return std::vector{q.operands[1], typed(norm)};
   }
-  case OpKind::LayerNormalizationGradParams: {
+  case OpKind::LayerNormalizationGradParams:
+  case OpKind::RMSNormalizationGradParams: {
     auto axis = normalizeAxis(q.getInt("axis"), dy.rank());
     if (!axis)
       return axis.takeError();
@@ -766,6 +811,7 @@ Types gradient(const TypeQuery &q) {
   case OpKind::ConvGradData:
   case OpKind::ConvGradFilter:
   case OpKind::GatherGrad:
+  case OpKind::GatherElementsGrad:
   case OpKind::SliceGrad:
   case OpKind::AveragePoolGrad: {
     auto s = shapeAttr(q);

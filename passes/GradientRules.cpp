@@ -321,6 +321,15 @@ static llvm::Error ruleLayerNorm(RuleContext &c) {
   return llvm::Error::success();
 }
 
+static llvm::Error ruleRMSNorm(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"axis", "epsilon"});
+  emitPair(c, OpKind::RMSNormalizationGrad, {c.dY[0], c.in(0), c.in(1)},
+           attrs);
+  if (c.dX[1]) // the scale may broadcast to the normalized shape
+    c.dX[1] = c.b.sumTo(c.dX[1], shapeOf(c.in(1)));
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleBatchNorm(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"epsilon", "training_mode"});
   Value *mean = c.in(3), *var = c.in(4);
@@ -497,6 +506,12 @@ static llvm::Error ruleGather(RuleContext &c) {
   return llvm::Error::success();
 }
 
+static llvm::Error ruleGatherElements(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::GatherElementsGrad, {c.dY[0], c.in(1)},
+                     with(copyAttrs(c.op, {"axis"}), "shape", shapeOf(c.in(0))));
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleMaxPool(RuleContext &c) {
   c.dX[0] = c.b.emit(OpKind::MaxPoolGrad, {c.dY[0], c.in(0)},
                      copyAttrs(c.op, {"ceil_mode", "dilations", "kernel_shape",
@@ -545,6 +560,7 @@ Rule findRule(OpKind kind) {
   case OpKind::Gemm: return ruleGemm;
   case OpKind::Conv: return ruleConv;
   case OpKind::LayerNormalization: return ruleLayerNorm;
+  case OpKind::RMSNormalization: return ruleRMSNorm;
   case OpKind::BatchNormalization: return ruleBatchNorm;
   case OpKind::Softmax:
   case OpKind::LogSoftmax: return ruleSoftmax;
@@ -565,6 +581,7 @@ Rule findRule(OpKind kind) {
   case OpKind::Slice: return ruleSlice;
   case OpKind::Pad: return rulePad;
   case OpKind::Gather: return ruleGather;
+  case OpKind::GatherElements: return ruleGatherElements;
   case OpKind::MaxPool: return ruleMaxPool;
   case OpKind::AveragePool: return ruleAveragePool;
   default: return nullptr;

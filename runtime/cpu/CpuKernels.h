@@ -7,6 +7,8 @@
 // data (an index out of range); shapes were checked by the IR verifier.
 #pragma once
 
+#include <cmath>
+
 #include "runtime/Kernel.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -269,5 +271,24 @@ llvm::Expected<SliceView> sliceView(const KernelCall &call,
 // range (DataMovement.cpp).
 llvm::Expected<std::vector<int64_t>>
 gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim);
+
+// 1 / sqrt(mean(x[0..size)^2) + eps) of one RMSNormalization row, the
+// squares summed in double in index order (so the forward and gradient
+// kernels agree and no thread count changes a bit).
+template <typename T>
+double rmsRowInv(const T *x, int64_t size, double eps) {
+  double sq = 0;
+  for (int64_t i = 0; i < size; ++i)
+    sq += double(x[i]) * double(x[i]);
+  return 1.0 / std::sqrt((size ? sq / double(size) : 0.0) + eps);
+}
+
+// GatherElements along `axis` of data shaped `dataShape` by `idx`: for each
+// position of idx (row-major), the flat offset of the element of data it
+// reads; errors as gatherIndices, and for idx larger than data in another
+// dim (DataMovement.cpp).
+llvm::Expected<std::vector<int64_t>>
+gatherElementsOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
+                      const TensorRef &idx, int64_t axis);
 
 } // namespace cleave::runtime::cpu

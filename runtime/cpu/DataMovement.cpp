@@ -1,5 +1,6 @@
 // Data movement kernels for the CPU backend: Concat, Expand, Flatten,
-// Gather, Pad, Reshape, Slice, Split, Squeeze, Transpose, Unsqueeze.
+// Gather, GatherElements, Pad, Reshape, ScatterND, Slice, Split, Squeeze,
+// Transpose, Trilu, Unsqueeze.
 //
 // None of these look at values, so every kernel copies elements as unsigned
 // integers of their byte width and handles all dtypes alike. Reshape-like
@@ -304,6 +305,110 @@ llvm::Error gather(const KernelCall &c) {
   return llvm::Error::success();
 }
 
+// GatherElements(data, indices): out[p] = data[offset[p]], element by
+// element as bytes.
+llvm::Error gatherElements(const KernelCall &c) {
+  const TensorRef &data = c.inputs[0], &idx = c.inputs[1];
+  int64_t rank = data.rank(), axis = c.getInt("axis");
+  if (axis < -rank || axis >= rank)
+    return kernelError(c, "axis {0} is out of range for data {1}", axis,
+                       ir::shapeStr(data.shape));
+  if (axis < 0)
+    axis += rank;
+  auto offsetsOr = gatherElementsOffsets(c, data.shape, idx, axis);
+  if (!offsetsOr)
+    return offsetsOr.takeError();
+  const std::vector<int64_t> &offsets = *offsetsOr;
+  size_t unit = elemSize(data);
+  const char *src = data.as<char>();
+  char *dst = c.outputs[0].as<char>();
+  parallelFor(int64_t(offsets.size()), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p)
+      std::memcpy(dst + p * unit, src + offsets[p] * unit, unit);
+  });
+  return llvm::Error::success();
+}
+
+// ScatterND(data, indices, updates): out = data, then for each index tuple
+// t (the last dim of indices), in order, the slice out[t, ...] is replaced
+// by (none) or combined with (add, mul, max, min) updates[t's position].
+// Serial over the tuples, so repeated tuples resolve in index order.
+template <typename T>
+void scatterCombine(T *dst, const T *src, int64_t n, const std::string &red) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (red == "add")
+      dst[i] = T(dst[i] + src[i]);
+    else if (red == "mul")
+      dst[i] = T(dst[i] * src[i]);
+    else if (red == "max")
+      dst[i] = std::max(dst[i], src[i]);
+    else
+      dst[i] = std::min(dst[i], src[i]);
+  }
+}
+
+llvm::Error scatterND(const KernelCall &c) {
+  const TensorRef &data = c.inputs[0], &idx = c.inputs[1],
+                  &upd = c.inputs[2], &out = c.outputs[0];
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return kernelError(c, "indices must be i64 or i32, not {0}",
+                       ir::dtypeName(idx.dtype));
+  if (idx.rank() < 1 || idx.shape.back() < 1 ||
+      idx.shape.back() > int64_t(data.rank()))
+    return kernelError(c, "indices {0} do not address data {1}",
+                       ir::shapeStr(idx.shape), ir::shapeStr(data.shape));
+  int64_t k = idx.shape.back(), tuples = idx.numElements() / k;
+  int64_t slice = elementCount(data.shape.drop_front(k));
+  if (upd.numElements() != tuples * slice || upd.dtype != data.dtype)
+    return kernelError(c, "updates {0} do not match indices {1} into data {2}",
+                       ir::shapeStr(upd.shape), ir::shapeStr(idx.shape),
+                       ir::shapeStr(data.shape));
+  const std::string &red = c.getString("reduction");
+  bool typed = red != "none";
+  if (typed && red != "add" && red != "mul" && red != "max" && red != "min")
+    return kernelError(c, "unknown reduction '{0}'", red);
+  if (typed && (data.dtype == DType::F16 || data.dtype == DType::BF16 ||
+                data.dtype == DType::Bool))
+    return kernelError(c, "reduction '{0}' is not supported for {1}", red,
+                       ir::dtypeName(data.dtype));
+  std::vector<int64_t> tuple(idx.numElements());
+  dispatchType(idx.dtype, [&](auto v) {
+    const auto *p = idx.as<decltype(v)>();
+    for (size_t i = 0; i < tuple.size(); ++i)
+      tuple[i] = int64_t(p[i]);
+  });
+  std::vector<int64_t> strides = stridesOf(data.shape);
+  std::vector<int64_t> offsets(tuples);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      int64_t v = tuple[t * k + d], dim = data.shape[d];
+      if (v < -dim || v >= dim)
+        return kernelError(c, "index {0} (tuple {1}, dim {2}) is out of range "
+                              "for a dim of size {3}",
+                           v, t, d, dim);
+      off += (v < 0 ? v + dim : v) * strides[d];
+    }
+    offsets[t] = off;
+  }
+  size_t unit = elemSize(data);
+  if (out.data != data.data)
+    std::memcpy(out.as<char>(), data.as<char>(), byteSize(data));
+  for (int64_t t = 0; t < tuples; ++t) {
+    if (!typed) {
+      std::memcpy(out.as<char>() + offsets[t] * unit,
+                  upd.as<char>() + t * slice * unit, slice * unit);
+      continue;
+    }
+    dispatchType(data.dtype, [&](auto v) {
+      using T = decltype(v);
+      scatterCombine(out.as<T>() + offsets[t], upd.as<T>() + t * slice, slice,
+                     red);
+    });
+  }
+  return llvm::Error::success();
+}
+
 // Pad's constant as the bytes of one element of `dtype`.
 uint64_t padValueBits(DType dtype, float v) {
   uint64_t bits = 0;
@@ -508,6 +613,39 @@ gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim) {
   return index;
 }
 
+llvm::Expected<std::vector<int64_t>>
+gatherElementsOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
+                      const TensorRef &idx, int64_t axis) {
+  int64_t rank = dataShape.size();
+  if (int64_t(idx.rank()) != rank)
+    return kernelError(call, "indices {0} must have the rank of data {1}",
+                       ir::shapeStr(idx.shape), ir::shapeStr(dataShape));
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && idx.shape[d] > dataShape[d])
+      return kernelError(call, "indices {0} are larger than data {1}",
+                         ir::shapeStr(idx.shape), ir::shapeStr(dataShape));
+  auto index = gatherIndices(call, idx, dataShape[axis]);
+  if (!index)
+    return index.takeError();
+  std::vector<int64_t> dstrides = stridesOf(dataShape);
+  std::vector<int64_t> &off = *index;
+  llvm::SmallVector<int64_t, 8> coord(rank, 0);
+  int64_t base = 0; // the offset of coord with coord[axis] taken as 0
+  for (size_t p = 0; p < off.size(); ++p) {
+    off[p] = base + off[p] * dstrides[axis];
+    for (int64_t d = rank; d-- > 0;) { // next coord, row-major
+      if (d != axis)
+        base += dstrides[d];
+      if (++coord[d] < idx.shape[d])
+        break;
+      if (d != axis)
+        base -= coord[d] * dstrides[d];
+      coord[d] = 0;
+    }
+  }
+  return std::move(*index);
+}
+
 void registerDataMovementKernels(KernelTable &t) {
   for (OpKind op : {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze,
                     OpKind::Unsqueeze})
@@ -515,6 +653,8 @@ void registerDataMovementKernels(KernelTable &t) {
   t.add(OpKind::Concat, concat, kAllTypes);
   t.add(OpKind::Expand, expand, kAllTypes);
   t.add(OpKind::Gather, gather, kAllTypes);
+  t.add(OpKind::GatherElements, gatherElements, kAllTypes);
+  t.add(OpKind::ScatterND, scatterND, kAllTypes);
   t.add(OpKind::Pad, pad, kAllTypes);
   t.add(OpKind::Slice, slice, kAllTypes);
   t.add(OpKind::Split, split, kAllTypes);

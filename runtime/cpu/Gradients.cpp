@@ -1,6 +1,7 @@
 // Gradient kernels for the CPU backend that are elementwise, reduce along
 // one axis, or move data: UnaryGrad, SumTo, SoftmaxGrad, LogSoftmaxGrad,
-// SoftmaxCrossEntropyLossGrad, DropoutGrad, GatherGrad, SliceGrad.
+// SoftmaxCrossEntropyLossGrad, DropoutGrad, GatherGrad, GatherElementsGrad,
+// SliceGrad.
 // docs/design/training.md gives the formulas.
 //
 // Every reduction runs in a fixed order per output element (sums in
@@ -415,6 +416,47 @@ template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
   return llvm::Error::success();
 }
 
+// --- GatherElementsGrad ---------------------------------------------------
+
+// dX = zeros(shape); dX[offset[p]] += dY[p] for every position p of dY
+// (the indices' shape). Two positions add to the same element only if they
+// agree in every dim but `axis`, so threads split those lanes and each adds
+// its positions along the axis in order: the bits do not depend on the
+// thread count.
+template <typename T> llvm::Error gatherElementsGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &idx = call.inputs[1],
+                  &dX = call.outputs[0];
+  int64_t rank = dX.rank(), axis = call.getInt("axis");
+  if (axis < -rank || axis >= rank)
+    return kernelError(call, "axis {0} is out of range for shape {1}", axis,
+                       ir::shapeStr(dX.shape));
+  if (axis < 0)
+    axis += rank;
+  if (dY.shape != idx.shape)
+    return kernelError(call, "gradient {0} and indices {1} differ",
+                       ir::shapeStr(dY.shape), ir::shapeStr(idx.shape));
+  auto offsets = gatherElementsOffsets(call, dX.shape, idx, axis);
+  if (!offsets)
+    return offsets.takeError();
+  const T *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  std::fill(dx, dx + dX.numElements(), T(0));
+  int64_t n = idx.shape[axis];
+  int64_t inner = elementCount(idx.shape.drop_front(axis + 1));
+  int64_t lanes = n ? idx.numElements() / n : 0;
+  parallelFor(lanes, std::max<int64_t>(64, kGrain / std::max<int64_t>(1, n)),
+              [&](int64_t b, int64_t e) {
+                for (int64_t l = b; l < e; ++l) {
+                  int64_t o = l / inner, i = l % inner;
+                  for (int64_t k = 0; k < n; ++k) {
+                    int64_t p = (o * n + k) * inner + i;
+                    dx[(*offsets)[p]] += dy[p];
+                  }
+                }
+              });
+  return llvm::Error::success();
+}
+
 // --- SliceGrad ------------------------------------------------------------
 
 // dX = zeros(shape) with dY written where Slice read from: the slice is a
@@ -464,6 +506,7 @@ CLEAVE_FLOAT_DISPATCH(logSoftmaxGradKernel, softmaxGrad, /*Log=*/true)
 CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyGradKernel, softmaxCrossEntropyGrad)
 CLEAVE_FLOAT_DISPATCH(dropoutGradKernel, dropoutGrad)
 CLEAVE_FLOAT_DISPATCH(gatherGradKernel, gatherGrad)
+CLEAVE_FLOAT_DISPATCH(gatherElementsGradKernel, gatherElementsGrad)
 CLEAVE_FLOAT_DISPATCH(sliceGradKernel, sliceGrad)
 
 } // namespace
@@ -477,6 +520,7 @@ void registerGradientKernels(KernelTable &t) {
         kFloatTypes);
   t.add(ir::OpKind::DropoutGrad, dropoutGradKernel, kFloatTypes);
   t.add(ir::OpKind::GatherGrad, gatherGradKernel, kFloatTypes);
+  t.add(ir::OpKind::GatherElementsGrad, gatherElementsGradKernel, kFloatTypes);
   t.add(ir::OpKind::SliceGrad, sliceGradKernel, kFloatTypes);
 }
 

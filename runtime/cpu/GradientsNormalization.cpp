@@ -1,5 +1,5 @@
-// Gradient kernels of LayerNormalization and BatchNormalization for the CPU
-// backend: the ...GradData part (dX), the ...GradParams part (dscale) and
+// Gradient kernels of LayerNormalization, RMSNormalization and
+// BatchNormalization for the CPU backend: the ...GradData part (dX), the ...GradParams part (dscale) and
 // the combined op, which runs the two part kernels (addCombinedGradients) so its
 // results are the split form's bits.
 //
@@ -142,6 +142,83 @@ template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
                   for (int64_t j = j0; j < j1; ++j)
                     acc[j - j0] +=
                         dyr[j] * ((xr[j] - stats[r].mean) * stats[r].inv);
+                }
+                for (int64_t j = j0; j < j1; ++j)
+                  ds[j] = T(acc[j - j0]);
+              });
+  return llvm::Error::success();
+}
+
+// --- RMSNormalization -------------------------------------------------------
+
+// With inv = 1 / sqrt(mean(x^2) + epsilon), x̂ = x * inv and y = x̂ * scale:
+//   dX     = inv * (g - x̂ * mean(g * x̂)),  g = dY * scale
+//   dscale = sum over rows of dY * x̂
+// inv is recomputed with rmsRowInv, the forward kernel's formula.
+
+// RMSNormalizationGradData(dY, X, scale) -> dX.
+template <typename T> llvm::Error rmsNormGradData(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &scaleRef = call.inputs[2], &dX = call.outputs[0];
+  auto dims = layerNormDims(call, dY, X);
+  if (!dims)
+    return dims.takeError();
+  auto scale =
+      broadcastDoubles(call, scaleRef, X.shape.drop_front(dims->axis));
+  if (!scale)
+    return scale.takeError();
+  int64_t size = dims->size;
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  parallelFor(dims->rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  const T *xr = x + r * size, *dyr = dy + r * size;
+                  double inv = rmsRowInv(xr, size, eps);
+                  double sumGX = sum4(size, [&](int64_t i) {
+                    return dyr[i] * (*scale)[i] * (xr[i] * inv);
+                  });
+                  double meanGX = size ? sumGX / double(size) : 0.0;
+                  for (int64_t i = 0; i < size; ++i) {
+                    double g = dyr[i] * (*scale)[i];
+                    double xh = xr[i] * inv;
+                    dx[r * size + i] = T(inv * (g - xh * meanGX));
+                  }
+                }
+              });
+  return llvm::Error::success();
+}
+
+// RMSNormalizationGradParams(dY, X) -> dscale: row statistics first, then
+// threads take columns and add the rows in order.
+template <typename T> llvm::Error rmsNormGradParams(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &dScale = call.outputs[0];
+  auto dims = layerNormDims(call, dY, X);
+  if (!dims)
+    return dims.takeError();
+  int64_t rows = dims->rows, size = dims->size;
+  if (dScale.numElements() != size)
+    return kernelError(call, "dscale {0} does not match the normalized shape "
+                             "of X {1}",
+                       ir::shapeStr(dScale.shape), ir::shapeStr(X.shape));
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  std::vector<double> inv(rows);
+  parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r)
+                  inv[r] = rmsRowInv(x + r * size, size, eps);
+              });
+  T *ds = dScale.as<T>();
+  parallelFor(size, std::max<int64_t>(16, 8192 / std::max<int64_t>(1, rows)),
+              [&](int64_t j0, int64_t j1) {
+                std::vector<double> acc(j1 - j0, 0.0);
+                for (int64_t r = 0; r < rows; ++r) {
+                  const T *xr = x + r * size, *dyr = dy + r * size;
+                  for (int64_t j = j0; j < j1; ++j)
+                    acc[j - j0] += dyr[j] * (xr[j] * inv[r]);
                 }
                 for (int64_t j = j0; j < j1; ++j)
                   ds[j] = T(acc[j - j0]);
@@ -340,6 +417,8 @@ template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
 
 CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradData)
 CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParams)
+CLEAVE_FLOAT_DISPATCH(rmsNormGradDataKernel, rmsNormGradData)
+CLEAVE_FLOAT_DISPATCH(rmsNormGradParamsKernel, rmsNormGradParams)
 CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradData)
 CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParams)
 
@@ -353,6 +432,9 @@ void registerNormalizationGradientKernels(KernelTable &t) {
   t.add(OpKind::LayerNormalizationGradData, layerNormGradDataKernel,
         kFloatTypes);
   t.add(OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel,
+        kFloatTypes);
+  t.add(OpKind::RMSNormalizationGradData, rmsNormGradDataKernel, kFloatTypes);
+  t.add(OpKind::RMSNormalizationGradParams, rmsNormGradParamsKernel,
         kFloatTypes);
   t.add(OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
         kFloatTypes);

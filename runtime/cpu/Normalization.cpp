@@ -120,6 +120,38 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
   return llvm::Error::success();
 }
 
+// --- RMSNormalization -----------------------------------------------------
+
+// y = x * inv * scale, inv = 1 / sqrt(mean(x^2) + epsilon) over the row
+// (the normalized dims), summed in double in index order; the gradient
+// kernels recompute inv with rmsRowInv (GradientsNormalization.cpp) the
+// same way.
+template <typename T> llvm::Error rmsNorm(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t axis = normalizedAxis(call, X.rank());
+  llvm::ArrayRef<int64_t> normShape = X.shape.drop_front(axis);
+  int64_t rows = elementCount(X.shape.take_front(axis)),
+          size = elementCount(normShape);
+  auto scaleOr = broadcastDoubles(call, call.inputs[1], normShape);
+  if (!scaleOr)
+    return scaleOr.takeError();
+  const std::vector<double> &scale = *scaleOr;
+  double eps = call.getFloat("epsilon");
+  const T *x = X.as<T>();
+  T *y = call.outputs[0].as<T>();
+  parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  const T *xr = x + r * size;
+                  T *yr = y + r * size;
+                  double inv = rmsRowInv(xr, size, eps);
+                  for (int64_t i = 0; i < size; ++i)
+                    yr[i] = T(double(xr[i]) * inv * scale[i]);
+                }
+              });
+  return llvm::Error::success();
+}
+
 // --- BatchNormalization ---------------------------------------------------
 
 // Inference normalizes with the given statistics. Training (training_mode=1)
@@ -363,6 +395,7 @@ template <typename T> llvm::Error dropout(const KernelCall &call) {
 CLEAVE_FLOAT_DISPATCH(softmaxKernel, softmax, /*Log=*/false)
 CLEAVE_FLOAT_DISPATCH(logSoftmaxKernel, softmax, /*Log=*/true)
 CLEAVE_FLOAT_DISPATCH(layerNormKernel, layerNorm)
+CLEAVE_FLOAT_DISPATCH(rmsNormKernel, rmsNorm)
 CLEAVE_FLOAT_DISPATCH(batchNormKernel, batchNorm)
 CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyKernel, softmaxCrossEntropy)
 CLEAVE_FLOAT_DISPATCH(dropoutKernel, dropout)
@@ -401,6 +434,7 @@ void registerNormalizationKernels(KernelTable &t) {
   t.add(ir::OpKind::Softmax, softmaxKernel, kFloatTypes);
   t.add(ir::OpKind::LogSoftmax, logSoftmaxKernel, kFloatTypes);
   t.add(ir::OpKind::LayerNormalization, layerNormKernel, kFloatTypes);
+  t.add(ir::OpKind::RMSNormalization, rmsNormKernel, kFloatTypes);
   t.add(ir::OpKind::BatchNormalization, batchNormKernel, kFloatTypes);
   t.add(ir::OpKind::SoftmaxCrossEntropyLoss, softmaxCrossEntropyKernel,
         kFloatTypes);

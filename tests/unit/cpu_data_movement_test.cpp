@@ -212,6 +212,87 @@ TEST(CpuDataMovement, Gather) {
             (I{1, 3, 5}));
 }
 
+// --- GatherElements, ScatterND ----------------------------------------------
+
+TEST(CpuDataMovement, GatherElements) {
+  // The ONNX examples: axis 1 and axis 0, negative indices wrapping.
+  Host data = make<int64_t>(DType::I64, {2, 2}, {1, 2, 3, 4});
+  Host idx = make<int64_t>(DType::I64, {2, 2}, {0, 0, 1, 0});
+  EXPECT_EQ(eval(OpKind::GatherElements, {&data, &idx}, {2, 2},
+                 {{"axis", int64_t(1)}})
+                .values<int64_t>(),
+            (I{1, 1, 4, 3}));
+  Host data3 = make<float>(DType::F32, {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Host idx3 = make<int32_t>(DType::I32, {2, 3}, {1, 2, 0, 2, 0, -3});
+  EXPECT_EQ(eval(OpKind::GatherElements, {&data3, &idx3}, {2, 3})
+                .values<float>(),
+            (std::vector<float>{4, 8, 3, 7, 2, 3}));
+  // Indices smaller than data in a dim other than the axis; a 3-D axis.
+  Host cube = iota({2, 3, 4});
+  Host idxc = make<int64_t>(DType::I64, {1, 2, 2}, {3, -1, 0, 2});
+  EXPECT_EQ(eval(OpKind::GatherElements, {&cube, &idxc}, {1, 2, 2},
+                 {{"axis", int64_t(-1)}})
+                .values<int64_t>(),
+            (I{3, 3, 4, 6}));
+  Host idxm = make<int64_t>(DType::I64, {1, 2, 2}, {2, 0, -1, 1});
+  EXPECT_EQ(eval(OpKind::GatherElements, {&cube, &idxm}, {1, 2, 2},
+                 {{"axis", int64_t(1)}})
+                .values<int64_t>(),
+            (I{8, 1, 8, 5}));
+  Host bad = make<int64_t>(DType::I64, {2, 2}, {0, 2, 1, 0});
+  Host out = empty(DType::I64, {2, 2});
+  llvm::Error e = run(OpKind::GatherElements, {&data, &bad}, {&out},
+                      {{"axis", int64_t(1)}});
+  ASSERT_TRUE(bool(e));
+  EXPECT_NE(llvm::toString(std::move(e)).find("out of range"),
+            std::string::npos);
+}
+
+TEST(CpuDataMovement, ScatterND) {
+  // ONNX's 1-D example: data [8], indices [4, 1].
+  Host data = make<float>(DType::F32, {8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Host idx = make<int64_t>(DType::I64, {4, 1}, {4, 3, 1, 7});
+  Host upd = make<float>(DType::F32, {4}, {9, 10, 11, 12});
+  EXPECT_EQ(eval(OpKind::ScatterND, {&data, &idx, &upd}, {8}).values<float>(),
+            (std::vector<float>{1, 11, 3, 10, 9, 6, 7, 12}));
+  // Slices of a [2, 2, 2] int64 tensor, a negative index; element tuples.
+  Host cube = iota({2, 2, 2});
+  Host sidx = make<int64_t>(DType::I64, {1, 1}, {-1});
+  Host supd = make<int64_t>(DType::I64, {1, 2, 2}, {10, 11, 12, 13});
+  EXPECT_EQ(eval(OpKind::ScatterND, {&cube, &sidx, &supd}, {2, 2, 2})
+                .values<int64_t>(),
+            (I{0, 1, 2, 3, 10, 11, 12, 13}));
+  Host eidx = make<int32_t>(DType::I32, {2, 3}, {0, 1, 0, 1, 0, 1});
+  Host eupd = make<int64_t>(DType::I64, {2}, {-7, -8});
+  EXPECT_EQ(eval(OpKind::ScatterND, {&cube, &eidx, &eupd}, {2, 2, 2})
+                .values<int64_t>(),
+            (I{0, 1, -7, 3, 4, -8, 6, 7}));
+  // Reductions combine repeated tuples in order.
+  Host ridx = make<int64_t>(DType::I64, {3, 1}, {1, 1, 0});
+  Host rupd = make<float>(DType::F32, {3}, {5, 7, -1});
+  Host small = make<float>(DType::F32, {2}, {2, 3});
+  EXPECT_EQ(eval(OpKind::ScatterND, {&small, &ridx, &rupd}, {2},
+                 {{"reduction", std::string("add")}})
+                .values<float>(),
+            (std::vector<float>{1, 15}));
+  EXPECT_EQ(eval(OpKind::ScatterND, {&small, &ridx, &rupd}, {2},
+                 {{"reduction", std::string("mul")}})
+                .values<float>(),
+            (std::vector<float>{-2, 105}));
+  EXPECT_EQ(eval(OpKind::ScatterND, {&small, &ridx, &rupd}, {2},
+                 {{"reduction", std::string("max")}})
+                .values<float>(),
+            (std::vector<float>{2, 7}));
+  Host oob = make<int64_t>(DType::I64, {1, 1}, {8});
+  Host one = make<float>(DType::F32, {1}, {0});
+  Host out = empty(DType::F32, {8});
+  llvm::Error e = run(OpKind::ScatterND, {&data, &oob, &one}, {&out},
+                      {{"reduction", std::string("none")}});
+  ASSERT_TRUE(bool(e));
+  EXPECT_NE(llvm::toString(std::move(e)).find("out of range"),
+            std::string::npos);
+}
+
 TEST(CpuDataMovement, GatherOutOfRangeIsAnError) {
   Host data = iota({3, 2});
   for (int64_t bad : {int64_t(3), int64_t(-4)}) {

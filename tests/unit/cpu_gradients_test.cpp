@@ -472,6 +472,36 @@ TEST(CpuGradients, LayerNormGradsMatchFiniteDifferences) {
   }
 }
 
+TEST(CpuGradients, RMSNormGradsMatchFiniteDifferences) {
+  struct Case {
+    Ints x;
+    int64_t axis;
+    Ints scale; // the normalized shape, or a shape broadcast to it
+  };
+  std::vector<Case> cases = {{{2, 3, 4}, -1, {4}},
+                             {{2, 3, 4}, 1, {3, 4}},
+                             {{2, 3, 4}, 0, {2, 3, 4}},
+                             {{2, 3, 4}, 1, {4}},
+                             {{5, 6}, -1, {6}}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(ir::shapeStr(c.x) + " axis " + std::to_string(c.axis));
+    AttrMap attrs{{"axis", c.axis}, {"epsilon", 1e-3f}};
+    Tensor X = randomHost<double>(c.x, 117, -2, 3),
+           scale = randomHost<double>(c.scale, 118);
+    auto fwd = [&] {
+      return forward(OpKind::RMSNormalization, attrs, {X.ref(), scale.ref()});
+    };
+    Tensor dY = randomHost<double>(c.x, 120);
+    Tensor dX = runOp(OpKind::RMSNormalizationGradData, attrs,
+                      {dY.ref(), X.ref(), scale.ref()})[0];
+    expectGradient(dX.data, X, dY.data, fwd);
+    Tensor dScale =
+        runOp(OpKind::RMSNormalizationGradParams, attrs, {dY.ref(), X.ref()})[0];
+    if (numElements(c.scale) == numElements(dScale.shape))
+      expectGradient(dScale.data, scale, dY.data, fwd);
+  }
+}
+
 TEST(CpuGradients, BatchNormGradsMatchFiniteDifferences) {
   for (Ints shape : {Ints{3, 2, 2, 3}, Ints{4, 3}, Ints{2, 3, 5}})
     for (int64_t training : {0, 1}) {
@@ -612,6 +642,37 @@ TEST(CpuGradients, GatherGradMatchesFiniteDifferences) {
   }
 }
 
+TEST(CpuGradients, GatherElementsGradMatchesFiniteDifferences) {
+  // Repeated and negative indices, i64 and i32, indices smaller than the
+  // data in a dim other than the axis; axis 0, 1 and -1.
+  Tensor d0 = randomHost<double>({3, 4}, 134);
+  Host<int64_t> i0({4, 3}, {0, -1, 2, 0, 0, 1, 2, 2, -3, 1, 1, 1});
+  Tensor d1 = randomHost<double>({2, 3, 4}, 135);
+  Host<int32_t> i1({2, 5, 3}, {1, -3, 2, 2, 2, 0, 0, 0, 0, 1, 2, 1, -1, 1, 0,
+                               2, 2, 2, 0, 1, 2, -2, -1, 0, 1, 1, 1, 0, 2, 0});
+  Tensor d2 = randomHost<double>({4, 5}, 136);
+  Host<int64_t> i2({3, 2}, {4, -5, 0, 0, 3, 3});
+  struct Case {
+    Tensor *data;
+    TensorRef indices;
+    int64_t axis;
+  };
+  for (Case c : {Case{&d0, i0.ref(), 0}, Case{&d1, i1.ref(), 1},
+                 Case{&d2, i2.ref(), -1}}) {
+    SCOPED_TRACE(ir::shapeStr(c.data->shape) + " axis " +
+                 std::to_string(c.axis));
+    AttrMap attrs{{"axis", c.axis}};
+    Tensor dY = randomGradient(OpKind::GatherElements, attrs,
+                               {c.data->ref(), c.indices}, 137);
+    Tensor dX = runOp(OpKind::GatherElementsGrad,
+                      with(attrs, "shape", c.data->shape),
+                      {dY.ref(), c.indices})[0];
+    expectGradient(dX.data, *c.data, dY.data, [&] {
+      return forward(OpKind::GatherElements, attrs, {c.data->ref(), c.indices});
+    });
+  }
+}
+
 TEST(CpuGradients, SliceGradMatchesFiniteDifferences) {
   struct Case {
     Ints starts, ends, axes, steps;
@@ -703,6 +764,43 @@ TEST(CpuGradients, CombinedOpsEqualTheirPartsBitForBit) {
                        runOp(OpKind::LayerNormalizationGradParams, attrs,
                              {dY.ref(), X.ref()})[0].data);
   }
+  {
+    SCOPED_TRACE("RMSNormalizationGrad");
+    AttrMap attrs{{"axis", int64_t(1)}, {"epsilon", 1e-4f}};
+    Tensor X = randomHost<double>({16, 8, 32}, 149),
+           scale = randomHost<double>({8, 32}, 150),
+           dY = randomHost<double>(X.shape, 151);
+    auto both = runOp(OpKind::RMSNormalizationGrad, attrs,
+                      {dY.ref(), X.ref(), scale.ref()}, 2);
+    expectBitIdentical(both[0].data,
+                       runOp(OpKind::RMSNormalizationGradData, attrs,
+                             {dY.ref(), X.ref(), scale.ref()})[0].data);
+    expectBitIdentical(both[1].data,
+                       runOp(OpKind::RMSNormalizationGradParams, attrs,
+                             {dY.ref(), X.ref()})[0].data);
+    // f32 too (the combined kernel is derived for every type).
+    Host<float> Xf({4, 40}), Sf({40}), dYf({4, 40});
+    for (size_t i = 0; i < Xf.data.size(); ++i) {
+      Xf.data[i] = float(X.data[i]);
+      dYf.data[i] = float(dY.data[i]);
+    }
+    for (size_t i = 0; i < Sf.data.size(); ++i)
+      Sf.data[i] = float(scale.data[i]);
+    AttrMap last{{"axis", int64_t(-1)}};
+    auto bothF = runOp<float>(OpKind::RMSNormalizationGrad, last,
+                              {dYf.ref(), Xf.ref(), Sf.ref()}, 2);
+    auto sameBits = [](const std::vector<float> &a,
+                       const std::vector<float> &b) {
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    };
+    sameBits(bothF[0].data,
+             runOp<float>(OpKind::RMSNormalizationGradData, last,
+                          {dYf.ref(), Xf.ref(), Sf.ref()})[0].data);
+    sameBits(bothF[1].data,
+             runOp<float>(OpKind::RMSNormalizationGradParams, last,
+                          {dYf.ref(), Xf.ref()})[0].data);
+  }
   for (int64_t training : {0, 1}) {
     SCOPED_TRACE("BatchNormalizationGrad training " + std::to_string(training));
     AttrMap attrs{{"training_mode", training}};
@@ -760,6 +858,24 @@ TEST(CpuGradients, ReductionsGiveTheSameBitsOnOneAndTwoThreads) {
   auto [l1, l2] = onOneAndTwoThreads(OpKind::LayerNormalizationGradParams,
                                      {}, {dy.ref(), x.ref()});
   expectBitIdentical(l1, l2);
+
+  auto [r1, r2] = onOneAndTwoThreads(OpKind::RMSNormalizationGradParams, {},
+                                     {dy.ref(), x.ref()});
+  expectBitIdentical(r1, r2);
+  Tensor rs = randomHost<double>({96}, 157);
+  auto [q1, q2] = onOneAndTwoThreads(OpKind::RMSNormalizationGradData, {},
+                                     {dy.ref(), x.ref(), rs.ref()});
+  expectBitIdentical(q1, q2);
+
+  // GatherElementsGrad along axis 0 with many repeats per column.
+  Host<int64_t> eidx({600, 200});
+  for (size_t i = 0; i < eidx.data.size(); ++i)
+    eidx.data[i] = int64_t(i * 31 % 17) - 8;
+  Tensor edY = randomHost<double>({600, 200}, 158);
+  auto [e1, e2] = onOneAndTwoThreads(OpKind::GatherElementsGrad,
+                                     {{"shape", Ints{17, 200}}},
+                                     {edY.ref(), eidx.ref()});
+  expectBitIdentical(e1, e2);
 
   Tensor X = randomHost<double>({4, 16, 20, 20}, 61),
          dYc = randomHost<double>({4, 32, 20, 20}, 62);

@@ -1,8 +1,8 @@
-// CPU Softmax, LogSoftmax, LayerNormalization, BatchNormalization,
-// SoftmaxCrossEntropyLoss and Dropout kernels against hand-computed values
-// and double references written out in the test, including the ONNX corner
-// cases: training-mode statistics, ignore_index, weighted means, and the
-// identity forms of Dropout.
+// CPU Softmax, LogSoftmax, LayerNormalization, RMSNormalization,
+// BatchNormalization, SoftmaxCrossEntropyLoss and Dropout kernels against
+// hand-computed values and double references written out in the test,
+// including the ONNX corner cases: training-mode statistics, ignore_index,
+// weighted means, and the identity forms of Dropout.
 #include "CpuKernelTesting.h"
 #include "ir/OpInfo.h"
 #include "runtime/Kernel.h"
@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 using namespace cleave;
@@ -133,6 +134,80 @@ TEST(CpuLayerNorm, OnlyYRequested) {
                         {x.ref(), s.ref()}, {y.ref()})));
   double is = 1 / std::sqrt(1.25);
   expectClose(y.data, {-1.5 * is, -0.5 * is, 0.5 * is, 1.5 * is}, 1e-6);
+}
+
+// --- RMSNormalization ----------------------------------------------------
+
+template <typename T> void checkRMSNorm(int64_t axis, Ints scaleShape) {
+  SCOPED_TRACE("axis " + std::to_string(axis));
+  Ints shape{2, 3, 4};
+  size_t a = axis < 0 ? axis + 3 : axis;
+  Ints norm(shape.begin() + a, shape.end());
+  Host<T> x = randomHost<T>(shape, 6, -2, 3),
+          scale = randomHost<T>(scaleShape, 7), y(shape);
+  ir::AttrMap attrs{{"axis", axis}, {"epsilon", 1e-3f}};
+  ASSERT_FALSE(bool(run(ir::OpKind::RMSNormalization, attrs,
+                        {x.ref(), scale.ref()}, {y.ref()})));
+  int64_t size = numElements(norm), rows = int64_t(x.data.size()) / size;
+  std::vector<double> want(x.data.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < size; ++i)
+      ms += std::pow(double(x.data[r * size + i]), 2) / double(size);
+    double is = 1 / std::sqrt(ms + double(1e-3f));
+    for (int64_t i = 0; i < size; ++i) {
+      int64_t si = i % numElements(scaleShape); // trailing broadcast
+      want[r * size + i] = x.data[r * size + i] * is * scale.data[si];
+    }
+  }
+  expectClose(y.data, want, std::is_same_v<T, float> ? 1e-5 : 1e-12);
+}
+
+TEST(CpuRMSNorm, MatchesReference) {
+  checkRMSNorm<float>(-1, {4});
+  checkRMSNorm<float>(1, {3, 4});
+  checkRMSNorm<double>(1, {4}); // scale broadcast over axis 1
+  checkRMSNorm<double>(0, {2, 3, 4});
+}
+
+TEST(CpuRMSNorm, HandComputed) {
+  // Row [1, 2, 3, 4]: mean of squares 7.5; row [0, 0, 0, 0] stays 0.
+  Host<float> x({2, 4}, {1, 2, 3, 4, 0, 0, 0, 0}), s({4}, {1, 2, 1, 0.5f}),
+      y({2, 4});
+  ASSERT_FALSE(bool(run(ir::OpKind::RMSNormalization, {{"epsilon", 0.0f}},
+                        {x.ref(), s.ref()}, {y.ref()})));
+  double is = 1 / std::sqrt(7.5);
+  EXPECT_NEAR(y.data[0], 1 * is, 1e-6);
+  EXPECT_NEAR(y.data[1], 4 * is, 1e-6);
+  EXPECT_NEAR(y.data[2], 3 * is, 1e-6);
+  EXPECT_NEAR(y.data[3], 2 * is, 1e-6);
+  ASSERT_FALSE(bool(run(ir::OpKind::RMSNormalization, {{"epsilon", 1.0f}},
+                        {x.ref(), s.ref()}, {y.ref()})));
+  for (int i = 4; i < 8; ++i)
+    EXPECT_EQ(y.data[i], 0.0f);
+}
+
+TEST(CpuRMSNorm, SameBitsOnOneAndTwoThreads) {
+  Host<double> x = randomHost<double>({64, 300}, 8),
+               s = randomHost<double>({300}, 9), y1({64, 300}), y2({64, 300});
+  testsupport::cpu(); // created first, so it does not reset the pool below
+  ir::AttrMap attrs;
+  std::vector<TensorRef> ins{x.ref(), s.ref()}, out1{y1.ref()},
+      out2{y2.ref()};
+  {
+    auto one = runtime::createCpuBackend(1);
+    ASSERT_FALSE(bool(
+        one->run(runtime::KernelCall{ir::OpKind::RMSNormalization, attrs, ins,
+                                     out1})));
+  }
+  {
+    auto two = runtime::createCpuBackend(2);
+    ASSERT_FALSE(bool(
+        two->run(runtime::KernelCall{ir::OpKind::RMSNormalization, attrs, ins,
+                                     out2})));
+  }
+  EXPECT_EQ(0, std::memcmp(y1.data.data(), y2.data.data(),
+                           y1.data.size() * sizeof(double)));
 }
 
 // --- BatchNormalization --------------------------------------------------

@@ -182,7 +182,15 @@ TEST(CudaLowering, CoversEveryCpuOp) {
       "LessOrEqual bf16", "LessOrEqual f32", "LessOrEqual i32",
       "LessOrEqual i64", "Mod bf16", "Mod f32", "Mod i32", "Mod i64",
       "Sin bf16", "Sin f32", "Trilu bf16", "Trilu bool", "Trilu f32",
-      "Trilu i32", "Trilu i64"};
+      "Trilu i32", "Trilu i64", "GatherElements bf16", "GatherElements bool",
+      "GatherElements f32", "GatherElements i32", "GatherElements i64",
+      "GatherElementsGrad bf16", "GatherElementsGrad f32",
+      "RMSNormalization bf16", "RMSNormalization f32",
+      "RMSNormalizationGrad bf16", "RMSNormalizationGrad f32",
+      "RMSNormalizationGradData bf16", "RMSNormalizationGradData f32",
+      "RMSNormalizationGradParams bf16", "RMSNormalizationGradParams f32",
+      "ScatterND bf16", "ScatterND bool", "ScatterND f32", "ScatterND i32",
+      "ScatterND i64"};
   auto cpu = runtime::createCpuBackend(1);
   std::set<std::string> missing;
   for (size_t k = 0; k < ir::allOps().size(); ++k) {

@@ -322,6 +322,33 @@ TEST(Gradcheck, LayerNormalization) {
     });
 }
 
+TEST(Gradcheck, RMSNormalization) {
+  for (int64_t axis : {-1, 1})
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {2, 3, 4});
+      Shape norm = axis == 1 ? Shape{3, 4} : Shape{4};
+      Value *s = b.param("scale", norm);
+      b.lossOf(b.op(OpKind::RMSNormalization, {x, s}, {{"axis", axis}}));
+    });
+  // A scale broadcast over the normalized dims (its gradient is a SumTo);
+  // a constant scale (only the data part).
+  gradcheck([&](Builder &b) {
+    Value *x = b.param("x", {2, 3, 4});
+    Value *s = b.param("scale", {4});
+    b.lossOf(b.op(OpKind::RMSNormalization, {x, s}, {{"axis", int64_t(1)}}));
+  });
+  gradcheck([&](Builder &b) {
+    Value *x = b.param("x", {3, 5});
+    Value *s = b.constant("scale", {5});
+    b.lossOf(b.op(OpKind::RMSNormalization, {x, s}));
+  });
+  gradcheck([&](Builder &b) {
+    Value *x = b.constant("x", {3, 5});
+    Value *s = b.param("scale", {5});
+    b.lossOf(b.op(OpKind::RMSNormalization, {x, s}));
+  });
+}
+
 TEST(Gradcheck, BatchNormalization) {
   for (int64_t training : {1, 0})
     gradcheck([&](Builder &b) {
@@ -425,6 +452,18 @@ TEST(Gradcheck, DataMovement) {
       Value *idx = b.ints("idx", {2, 2}, {0, -1, 2, 0});
       b.lossOf(b.op(OpKind::Gather, {x, idx}, {{"axis", axis}}));
     });
+  // GatherElements: repeated and negative indices along axis 0 and -1.
+  gradcheck([&](Builder &b) {
+    Value *x = b.param("x", {3, 4});
+    Value *idx = b.ints("idx", {4, 3}, {0, -1, 2, 2, 2, 1, 0, 0, -3, 1, 2, 2});
+    b.lossOf(b.op(OpKind::GatherElements, {x, idx}, {{"axis", int64_t(0)}}));
+  });
+  gradcheck([&](Builder &b) {
+    Value *x = b.param("x", {3, 4});
+    Value *idx =
+        b.ints("idx", {2, 6}, {3, -4, 0, 0, 1, 2, 2, 2, -1, 3, 0, 1});
+    b.lossOf(b.op(OpKind::GatherElements, {x, idx}, {{"axis", int64_t(-1)}}));
+  });
   gradcheck([](Builder &b) {
     Value *x = b.param("x", {3, 1});
     b.lossOf(b.op(OpKind::Expand, {x},

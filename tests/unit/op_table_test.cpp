@@ -74,11 +74,16 @@ TEST(OpTable, GradientSplitsNameTheirParts) {
       EXPECT_LT(p.shapeOf, info.minOperands) << part.name;
     }
   }
-  EXPECT_EQ(combined, 5);
+  EXPECT_EQ(combined, 6);
   EXPECT_EQ(gradientSplit(OpKind::MatMul), nullptr);
   const GradientSplit &ln = *opInfo(OpKind::LayerNormalizationGrad).split;
   EXPECT_EQ(ln.data.kind, OpKind::LayerNormalizationGradData);
   EXPECT_EQ(ln.weight.operands, (std::vector<unsigned>{0, 1}));
+  const GradientSplit &rms = *opInfo(OpKind::RMSNormalizationGrad).split;
+  EXPECT_EQ(rms.data.kind, OpKind::RMSNormalizationGradData);
+  EXPECT_EQ(rms.weight.kind, OpKind::RMSNormalizationGradParams);
+  EXPECT_EQ(rms.data.operands, (std::vector<unsigned>{0, 1, 2}));
+  EXPECT_EQ(rms.weight.operands, (std::vector<unsigned>{0, 1}));
 }
 
 TEST(OpTable, TraitsAndCostClasses) {

@@ -385,6 +385,32 @@ TEST(TypeRules, Gather) {
               HasSubstr("out of range"));
 }
 
+TEST(TypeRules, GatherElementsAndScatterND) {
+  EXPECT_EQ(infer(OpKind::GatherElements, {f32({3, 4}), i64({7, 2})}),
+            Strings{"f32[7,2]"});
+  EXPECT_EQ(infer(OpKind::GatherElements, {i64({3, 4}), i64({2, 9})},
+                  {{"axis", int64_t(-1)}}),
+            Strings{"i64[2,9]"});
+  EXPECT_THAT(inferError(OpKind::GatherElements, {f32({3, 4}), i64({4, 4})},
+                         {{"axis", int64_t(1)}}),
+              HasSubstr("larger than data"));
+  EXPECT_THAT(inferError(OpKind::GatherElements, {f32({3, 4}), i64({4})}),
+              HasSubstr("rank of data"));
+  EXPECT_EQ(infer(OpKind::ScatterND, {f32({4, 5, 6}), i64({2, 3, 2}),
+                                      f32({2, 3, 6})}),
+            Strings{"f32[4,5,6]"});
+  EXPECT_THAT(inferError(OpKind::ScatterND,
+                         {f32({4, 5}), i64({2, 1}), f32({2, 4})}),
+              HasSubstr("updates f32[2,4] must have shape [2,5]"));
+  EXPECT_THAT(inferError(OpKind::ScatterND,
+                         {f32({4, 5}), i64({2, 3}), f32({2})}),
+              HasSubstr("last dim of indices"));
+  EXPECT_THAT(inferError(OpKind::ScatterND,
+                         {f32({4}), i64({2, 1}), f32({2})},
+                         {{"reduction", std::string("sum")}}),
+              HasSubstr("unknown reduction 'sum'"));
+}
+
 TEST(TypeRules, Concat) {
   EXPECT_EQ(infer(OpKind::Concat, {f32({2, 3}), f32({2, 5}), f32({2, 1})},
                   {{"axis", int64_t(-1)}}),
@@ -437,6 +463,14 @@ TEST(TypeRules, LayerNormalizationStatOutputs) {
       HasSubstr("does not broadcast to the normalized shape [4]"));
   EXPECT_THAT(inferError(OpKind::LayerNormalization, {i64({2, 3}), i64({3})}),
               HasSubstr("must be a float tensor"));
+}
+
+TEST(TypeRules, RMSNormalization) {
+  EXPECT_EQ(infer(OpKind::RMSNormalization, {f32({2, 3, 4}), f32({3, 4})},
+                  {{"axis", int64_t(1)}}),
+            Strings{"f32[2,3,4]"});
+  EXPECT_THAT(inferError(OpKind::RMSNormalization, {f32({2, 3, 4}), f32({3})}),
+              HasSubstr("does not broadcast to the normalized shape [4]"));
 }
 
 TEST(TypeRules, BatchNormalizationOutputs) {
