@@ -759,6 +759,7 @@ Types gradient(const TypeQuery &q) {
         return std::move(e);
     return std::vector{q.operands[1]};
   case OpKind::DropoutGrad:
+  case OpKind::ScatterNDGradData:
     return std::vector{dy};
   case OpKind::SumTo: {
     auto s = shapeAttr(q);
@@ -812,6 +813,7 @@ Types gradient(const TypeQuery &q) {
   case OpKind::ConvGradFilter:
   case OpKind::GatherGrad:
   case OpKind::GatherElementsGrad:
+  case OpKind::ScatterNDGradUpdates:
   case OpKind::SliceGrad:
   case OpKind::AveragePoolGrad: {
     auto s = shapeAttr(q);

@@ -512,6 +512,17 @@ static llvm::Error ruleGatherElements(RuleContext &c) {
   return llvm::Error::success();
 }
 
+static llvm::Error ruleScatterND(RuleContext &c) {
+  if (c.op.getString("reduction") != "none")
+    return noRule(c.op, "only reduction none has a gradient");
+  if (c.needs[0])
+    c.dX[0] = c.b.emit(OpKind::ScatterNDGradData, {c.dY[0], c.in(1)}, {});
+  if (c.needs[2])
+    c.dX[2] = c.b.emit(OpKind::ScatterNDGradUpdates, {c.dY[0], c.in(1)},
+                       {{"shape", shapeOf(c.in(2))}});
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleMaxPool(RuleContext &c) {
   c.dX[0] = c.b.emit(OpKind::MaxPoolGrad, {c.dY[0], c.in(0)},
                      copyAttrs(c.op, {"ceil_mode", "dilations", "kernel_shape",
@@ -582,6 +593,7 @@ Rule findRule(OpKind kind) {
   case OpKind::Pad: return rulePad;
   case OpKind::Gather: return ruleGather;
   case OpKind::GatherElements: return ruleGatherElements;
+  case OpKind::ScatterND: return ruleScatterND;
   case OpKind::MaxPool: return ruleMaxPool;
   case OpKind::AveragePool: return ruleAveragePool;
   default: return nullptr;

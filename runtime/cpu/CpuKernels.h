@@ -272,6 +272,14 @@ llvm::Expected<SliceView> sliceView(const KernelCall &call,
 llvm::Expected<std::vector<int64_t>>
 gatherIndices(const KernelCall &call, const TensorRef &idx, int64_t dim);
 
+// ScatterND into data shaped `dataShape`: the flat offset of the slice each
+// index tuple (the last dim of idx) addresses, negative indices wrapped; an
+// error for another index type than i64 or i32, a tuple longer than the
+// rank or an index out of range (DataMovement.cpp).
+llvm::Expected<std::vector<int64_t>>
+scatterNDOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
+                 const TensorRef &idx);
+
 // 1 / sqrt(mean(x[0..size)^2) + eps) of one RMSNormalization row, the
 // squares summed in double in index order (so the forward and gradient
 // kernels agree and no thread count changes a bit).

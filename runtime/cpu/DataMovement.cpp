@@ -371,26 +371,10 @@ llvm::Error scatterND(const KernelCall &c) {
                 data.dtype == DType::Bool))
     return kernelError(c, "reduction '{0}' is not supported for {1}", red,
                        ir::dtypeName(data.dtype));
-  std::vector<int64_t> tuple(idx.numElements());
-  dispatchType(idx.dtype, [&](auto v) {
-    const auto *p = idx.as<decltype(v)>();
-    for (size_t i = 0; i < tuple.size(); ++i)
-      tuple[i] = int64_t(p[i]);
-  });
-  std::vector<int64_t> strides = stridesOf(data.shape);
-  std::vector<int64_t> offsets(tuples);
-  for (int64_t t = 0; t < tuples; ++t) {
-    int64_t off = 0;
-    for (int64_t d = 0; d < k; ++d) {
-      int64_t v = tuple[t * k + d], dim = data.shape[d];
-      if (v < -dim || v >= dim)
-        return kernelError(c, "index {0} (tuple {1}, dim {2}) is out of range "
-                              "for a dim of size {3}",
-                           v, t, d, dim);
-      off += (v < 0 ? v + dim : v) * strides[d];
-    }
-    offsets[t] = off;
-  }
+  auto offsetsOr = scatterNDOffsets(c, data.shape, idx);
+  if (!offsetsOr)
+    return offsetsOr.takeError();
+  const std::vector<int64_t> &offsets = *offsetsOr;
   size_t unit = elemSize(data);
   if (out.data != data.data)
     std::memcpy(out.as<char>(), data.as<char>(), byteSize(data));
@@ -644,6 +628,40 @@ gatherElementsOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
     }
   }
   return std::move(*index);
+}
+
+llvm::Expected<std::vector<int64_t>>
+scatterNDOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
+                 const TensorRef &idx) {
+  if (idx.dtype != DType::I64 && idx.dtype != DType::I32)
+    return kernelError(call, "indices must be i64 or i32, not {0}",
+                       ir::dtypeName(idx.dtype));
+  if (idx.rank() < 1 || idx.shape.back() < 1 ||
+      idx.shape.back() > int64_t(dataShape.size()))
+    return kernelError(call, "indices {0} do not address data {1}",
+                       ir::shapeStr(idx.shape), ir::shapeStr(dataShape));
+  int64_t k = idx.shape.back(), tuples = idx.numElements() / k;
+  std::vector<int64_t> tuple(idx.numElements());
+  dispatchType(idx.dtype, [&](auto v) {
+    const auto *p = idx.as<decltype(v)>();
+    for (size_t i = 0; i < tuple.size(); ++i)
+      tuple[i] = int64_t(p[i]);
+  });
+  std::vector<int64_t> strides = stridesOf(dataShape);
+  std::vector<int64_t> offsets(tuples);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      int64_t v = tuple[t * k + d], dim = dataShape[d];
+      if (v < -dim || v >= dim)
+        return kernelError(call, "index {0} (tuple {1}, dim {2}) is out of "
+                                 "range for a dim of size {3}",
+                           v, t, d, dim);
+      off += (v < 0 ? v + dim : v) * strides[d];
+    }
+    offsets[t] = off;
+  }
+  return offsets;
 }
 
 void registerDataMovementKernels(KernelTable &t) {

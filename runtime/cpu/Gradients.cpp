@@ -1,7 +1,7 @@
 // Gradient kernels for the CPU backend that are elementwise, reduce along
 // one axis, or move data: UnaryGrad, SumTo, SoftmaxGrad, LogSoftmaxGrad,
 // SoftmaxCrossEntropyLossGrad, DropoutGrad, GatherGrad, GatherElementsGrad,
-// SliceGrad.
+// ScatterNDGradData, ScatterNDGradUpdates, SliceGrad.
 // docs/design/training.md gives the formulas.
 //
 // Every reduction runs in a fixed order per output element (sums in
@@ -457,6 +457,70 @@ template <typename T> llvm::Error gatherElementsGrad(const KernelCall &call) {
   return llvm::Error::success();
 }
 
+// --- ScatterNDGradData, ScatterNDGradUpdates --------------------------------
+
+// ScatterND (reduction none) wrote each tuple's slice over data, the later
+// tuple winning: data's gradient is dY where no tuple wrote, the updates'
+// is dY's slice for the tuple that wrote it last, zero for the overwritten.
+struct ScatterSlices {
+  std::vector<int64_t> offsets;
+  int64_t slice;
+};
+
+llvm::Expected<ScatterSlices> scatterSlices(const KernelCall &call,
+                                            const TensorRef &dY,
+                                            const TensorRef &idx) {
+  auto offsets = scatterNDOffsets(call, dY.shape, idx);
+  if (!offsets)
+    return offsets.takeError();
+  return ScatterSlices{std::move(*offsets),
+                       elementCount(dY.shape.drop_front(idx.shape.back()))};
+}
+
+template <typename T> llvm::Error scatterNDGradData(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &idx = call.inputs[1],
+                  &dX = call.outputs[0];
+  auto s = scatterSlices(call, dY, idx);
+  if (!s)
+    return s.takeError();
+  const T *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  std::copy(dy, dy + dY.numElements(), dx);
+  for (int64_t off : s->offsets)
+    std::fill(dx + off, dx + off + s->slice, T(0));
+  return llvm::Error::success();
+}
+
+template <typename T>
+llvm::Error scatterNDGradUpdates(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &idx = call.inputs[1],
+                  &dU = call.outputs[0];
+  auto s = scatterSlices(call, dY, idx);
+  if (!s)
+    return s.takeError();
+  int64_t tuples = s->offsets.size(), slice = s->slice;
+  if (dU.numElements() != tuples * slice)
+    return kernelError(call, "updates {0} do not match indices {1} into {2}",
+                       ir::shapeStr(dU.shape), ir::shapeStr(idx.shape),
+                       ir::shapeStr(dY.shape));
+  if (slice == 0)
+    return llvm::Error::success();
+  const T *dy = dY.as<T>();
+  T *du = dU.as<T>();
+  // Offsets are multiples of the slice: off / slice names the slice.
+  std::vector<char> written(dY.numElements() / slice, 0);
+  for (int64_t t = tuples; t-- > 0;) {
+    int64_t off = s->offsets[t];
+    char &w = written[off / slice];
+    if (!w)
+      std::copy(dy + off, dy + off + slice, du + t * slice);
+    else
+      std::fill(du + t * slice, du + (t + 1) * slice, T(0));
+    w = 1;
+  }
+  return llvm::Error::success();
+}
+
 // --- SliceGrad ------------------------------------------------------------
 
 // dX = zeros(shape) with dY written where Slice read from: the slice is a
@@ -507,6 +571,8 @@ CLEAVE_FLOAT_DISPATCH(softmaxCrossEntropyGradKernel, softmaxCrossEntropyGrad)
 CLEAVE_FLOAT_DISPATCH(dropoutGradKernel, dropoutGrad)
 CLEAVE_FLOAT_DISPATCH(gatherGradKernel, gatherGrad)
 CLEAVE_FLOAT_DISPATCH(gatherElementsGradKernel, gatherElementsGrad)
+CLEAVE_FLOAT_DISPATCH(scatterNDGradDataKernel, scatterNDGradData)
+CLEAVE_FLOAT_DISPATCH(scatterNDGradUpdatesKernel, scatterNDGradUpdates)
 CLEAVE_FLOAT_DISPATCH(sliceGradKernel, sliceGrad)
 
 } // namespace
@@ -521,6 +587,9 @@ void registerGradientKernels(KernelTable &t) {
   t.add(ir::OpKind::DropoutGrad, dropoutGradKernel, kFloatTypes);
   t.add(ir::OpKind::GatherGrad, gatherGradKernel, kFloatTypes);
   t.add(ir::OpKind::GatherElementsGrad, gatherElementsGradKernel, kFloatTypes);
+  t.add(ir::OpKind::ScatterNDGradData, scatterNDGradDataKernel, kFloatTypes);
+  t.add(ir::OpKind::ScatterNDGradUpdates, scatterNDGradUpdatesKernel,
+        kFloatTypes);
   t.add(ir::OpKind::SliceGrad, sliceGradKernel, kFloatTypes);
 }
 

@@ -673,6 +673,33 @@ TEST(CpuGradients, GatherElementsGradMatchesFiniteDifferences) {
   }
 }
 
+TEST(CpuGradients, ScatterNDGradsMatchFiniteDifferences) {
+  // Slices with a repeated tuple; element tuples with i32 indices.
+  Tensor d0 = randomHost<double>({4, 3}, 234), u0 = randomHost<double>({4, 3}, 235);
+  Host<int64_t> i0({4, 1}, {2, 0, -2, 3});
+  Tensor d1 = randomHost<double>({3, 2, 2}, 236), u1 = randomHost<double>({3}, 237);
+  Host<int32_t> i1({3, 3}, {0, 1, 1, 2, 0, 0, 0, 1, 1});
+  struct Case {
+    Tensor *data, *updates;
+    TensorRef indices;
+  };
+  for (Case c : {Case{&d0, &u0, i0.ref()}, Case{&d1, &u1, i1.ref()}}) {
+    SCOPED_TRACE(ir::shapeStr(c.data->shape));
+    auto fwd = [&] {
+      return forward(OpKind::ScatterND, {},
+                     {c.data->ref(), c.indices, c.updates->ref()});
+    };
+    Tensor dY = randomGradient(OpKind::ScatterND, {},
+                               {c.data->ref(), c.indices, c.updates->ref()},
+                               238);
+    Tensor dX = runOp(OpKind::ScatterNDGradData, {}, {dY.ref(), c.indices})[0];
+    expectGradient(dX.data, *c.data, dY.data, fwd);
+    Tensor dU = runOp(OpKind::ScatterNDGradUpdates,
+                      {{"shape", c.updates->shape}}, {dY.ref(), c.indices})[0];
+    expectGradient(dU.data, *c.updates, dY.data, fwd);
+  }
+}
+
 TEST(CpuGradients, SliceGradMatchesFiniteDifferences) {
   struct Case {
     Ints starts, ends, axes, steps;

@@ -190,7 +190,8 @@ TEST(CudaLowering, CoversEveryCpuOp) {
       "RMSNormalizationGradData bf16", "RMSNormalizationGradData f32",
       "RMSNormalizationGradParams bf16", "RMSNormalizationGradParams f32",
       "ScatterND bf16", "ScatterND bool", "ScatterND f32", "ScatterND i32",
-      "ScatterND i64"};
+      "ScatterND i64", "ScatterNDGradData bf16", "ScatterNDGradData f32",
+      "ScatterNDGradUpdates bf16", "ScatterNDGradUpdates f32"};
   auto cpu = runtime::createCpuBackend(1);
   std::set<std::string> missing;
   for (size_t k = 0; k < ir::allOps().size(); ++k) {

@@ -452,6 +452,20 @@ TEST(Gradcheck, DataMovement) {
       Value *idx = b.ints("idx", {2, 2}, {0, -1, 2, 0});
       b.lossOf(b.op(OpKind::Gather, {x, idx}, {{"axis", axis}}));
     });
+  // ScatterND (reduction none): slices and elements, a repeated tuple (the
+  // later one wins), a negative index.
+  gradcheck([&](Builder &b) {
+    Value *x = b.param("x", {4, 3});
+    Value *idx = b.ints("idx", {3, 1}, {1, -1, 1});
+    Value *u = b.param("u", {3, 3});
+    b.lossOf(b.op(OpKind::ScatterND, {x, idx, u}));
+  });
+  gradcheck([&](Builder &b) {
+    Value *x = b.param("x", {2, 3, 2});
+    Value *idx = b.ints("idx", {2, 2, 3}, {0, 1, 1, 1, 2, 0, 0, 1, 1, -1, 0, 1});
+    Value *u = b.param("u", {2, 2});
+    b.lossOf(b.op(OpKind::ScatterND, {x, idx, u}));
+  });
   // GatherElements: repeated and negative indices along axis 0 and -1.
   gradcheck([&](Builder &b) {
     Value *x = b.param("x", {3, 4});
