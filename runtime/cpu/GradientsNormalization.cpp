@@ -111,10 +111,12 @@ template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-// LayerNormalizationGradParams(dY, X) -> dscale, dscale[j] = sum over rows
-// of dY * x̂: row statistics first, then threads take columns and add the
-// rows in order.
-template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
+// LayerNormalizationGradParams and RMSNormalizationGradParams(dY, X) ->
+// dscale, dscale[j] = sum over rows of dY * x̂ with x̂ = (x - mean) * inv
+// (RMS: mean 0): row statistics first (RowStats), then threads take columns
+// and add the rows in order.
+template <typename T, Stats (*RowStats)(const T *, int64_t, double)>
+llvm::Error normGradParams(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &dScale = call.outputs[0];
   auto dims = layerNormDims(call, dY, X);
@@ -131,7 +133,7 @@ template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
   parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
               [&](int64_t r0, int64_t r1) {
                 for (int64_t r = r0; r < r1; ++r)
-                  stats[r] = rowStats(x + r * size, size, eps);
+                  stats[r] = RowStats(x + r * size, size, eps);
               });
   T *ds = dScale.as<T>();
   parallelFor(size, std::max<int64_t>(16, 8192 / std::max<int64_t>(1, rows)),
@@ -147,6 +149,10 @@ template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
                   ds[j] = T(acc[j - j0]);
               });
   return llvm::Error::success();
+}
+
+template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
+  return normGradParams<T, rowStats<T>>(call);
 }
 
 // --- RMSNormalization -------------------------------------------------------
@@ -190,40 +196,14 @@ template <typename T> llvm::Error rmsNormGradData(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-// RMSNormalizationGradParams(dY, X) -> dscale: row statistics first, then
-// threads take columns and add the rows in order.
+// RMSNormalizationGradParams(dY, X) -> dscale: the LayerNormalization
+// kernel with a row mean of 0 (x - 0.0 is exact, so the bits are those of
+// dY * (x * inv)).
+template <typename T> Stats rmsRowStats(const T *x, int64_t size, double eps) {
+  return Stats{0.0, rmsRowInv(x, size, eps)};
+}
 template <typename T> llvm::Error rmsNormGradParams(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
-                  &dScale = call.outputs[0];
-  auto dims = layerNormDims(call, dY, X);
-  if (!dims)
-    return dims.takeError();
-  int64_t rows = dims->rows, size = dims->size;
-  if (dScale.numElements() != size)
-    return kernelError(call, "dscale {0} does not match the normalized shape "
-                             "of X {1}",
-                       ir::shapeStr(dScale.shape), ir::shapeStr(X.shape));
-  double eps = call.getFloat("epsilon");
-  const T *x = X.as<T>(), *dy = dY.as<T>();
-  std::vector<double> inv(rows);
-  parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
-              [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r)
-                  inv[r] = rmsRowInv(x + r * size, size, eps);
-              });
-  T *ds = dScale.as<T>();
-  parallelFor(size, std::max<int64_t>(16, 8192 / std::max<int64_t>(1, rows)),
-              [&](int64_t j0, int64_t j1) {
-                std::vector<double> acc(j1 - j0, 0.0);
-                for (int64_t r = 0; r < rows; ++r) {
-                  const T *xr = x + r * size, *dyr = dy + r * size;
-                  for (int64_t j = j0; j < j1; ++j)
-                    acc[j - j0] += dyr[j] * (xr[j] * inv[r]);
-                }
-                for (int64_t j = j0; j < j1; ++j)
-                  ds[j] = T(acc[j - j0]);
-              });
-  return llvm::Error::success();
+  return normGradParams<T, rmsRowStats<T>>(call);
 }
 
 // --- BatchNormalization -----------------------------------------------------
