@@ -73,8 +73,19 @@ template <typename T> Stats rowStats(const T *x, int64_t size, double eps) {
   return {mean, 1.0 / std::sqrt((size ? sq / size : 0.0) + eps)};
 }
 
-// LayerNormalizationGradData(dY, X, scale) -> dX.
-template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
+// RMSNormalization's row statistics in LayerNormalization's form: a mean
+// of 0 (x - 0.0 is exact, so x̂ = (x - mean) * inv has the bits of x * inv).
+template <typename T> Stats rmsRowStats(const T *x, int64_t size, double eps) {
+  return Stats{0.0, rmsRowInv(x, size, eps)};
+}
+
+// LayerNormalizationGradData and RMSNormalizationGradData(dY, X, scale) ->
+// dX = inv * (g - mean(g) - x̂ * mean(g * x̂)), g = dY * scale; RMS
+// (Centered false) has no mean(g) term (g - 0.0 is exact, so the bits are
+// those of the formula without it).
+template <typename T, Stats (*RowStats)(const T *, int64_t, double),
+          bool Centered>
+llvm::Error normGradData(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &scaleRef = call.inputs[2], &dX = call.outputs[0];
   auto dims = layerNormDims(call, dY, X);
@@ -92,10 +103,11 @@ template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
               [&](int64_t r0, int64_t r1) {
                 for (int64_t r = r0; r < r1; ++r) {
                   const T *xr = x + r * size, *dyr = dy + r * size;
-                  Stats s = rowStats(xr, size, eps);
-                  double sumG = sum4(size, [&](int64_t i) {
+                  Stats s = RowStats(xr, size, eps);
+                  double sumG = Centered ? sum4(size, [&](int64_t i) {
                     return dyr[i] * (*scale)[i];
-                  });
+                  })
+                                         : 0.0;
                   double sumGX = sum4(size, [&](int64_t i) {
                     return dyr[i] * (*scale)[i] * ((xr[i] - s.mean) * s.inv);
                   });
@@ -109,6 +121,10 @@ template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
                 }
               });
   return llvm::Error::success();
+}
+
+template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
+  return normGradData<T, rowStats<T>, true>(call);
 }
 
 // LayerNormalizationGradParams and RMSNormalizationGradParams(dY, X) ->
@@ -164,44 +180,12 @@ template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
 
 // RMSNormalizationGradData(dY, X, scale) -> dX.
 template <typename T> llvm::Error rmsNormGradData(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
-                  &scaleRef = call.inputs[2], &dX = call.outputs[0];
-  auto dims = layerNormDims(call, dY, X);
-  if (!dims)
-    return dims.takeError();
-  auto scale =
-      broadcastDoubles(call, scaleRef, X.shape.drop_front(dims->axis));
-  if (!scale)
-    return scale.takeError();
-  int64_t size = dims->size;
-  double eps = call.getFloat("epsilon");
-  const T *x = X.as<T>(), *dy = dY.as<T>();
-  T *dx = dX.as<T>();
-  parallelFor(dims->rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
-              [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                  const T *xr = x + r * size, *dyr = dy + r * size;
-                  double inv = rmsRowInv(xr, size, eps);
-                  double sumGX = sum4(size, [&](int64_t i) {
-                    return dyr[i] * (*scale)[i] * (xr[i] * inv);
-                  });
-                  double meanGX = size ? sumGX / double(size) : 0.0;
-                  for (int64_t i = 0; i < size; ++i) {
-                    double g = dyr[i] * (*scale)[i];
-                    double xh = xr[i] * inv;
-                    dx[r * size + i] = T(inv * (g - xh * meanGX));
-                  }
-                }
-              });
-  return llvm::Error::success();
+  return normGradData<T, rmsRowStats<T>, false>(call);
 }
 
 // RMSNormalizationGradParams(dY, X) -> dscale: the LayerNormalization
 // kernel with a row mean of 0 (x - 0.0 is exact, so the bits are those of
 // dY * (x * inv)).
-template <typename T> Stats rmsRowStats(const T *x, int64_t size, double eps) {
-  return Stats{0.0, rmsRowInv(x, size, eps)};
-}
 template <typename T> llvm::Error rmsNormGradParams(const KernelCall &call) {
   return normGradParams<T, rmsRowStats<T>>(call);
 }
