@@ -302,6 +302,7 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
   runtime::Plan plan;
   plan.modelName = info.modelName;
   plan.sourceModel = info.sourceModel;
+  plan.modelTensors = info.modelTensors;
   plan.schedule = schedule.name;
   plan.microbatches = schedule.microbatches;
   plan.dataParallel = info.dataParallel;

@@ -29,6 +29,7 @@ namespace cleave::codegen {
 struct PlanInfo {
   std::string modelName;
   std::string sourceModel;
+  std::vector<runtime::PlanTensor> modelTensors; // the model's parameters, buffers
   std::string lossName;  // the loss value of the training graph
   std::string optimizer; // "sgd" or "adamw"
   double lr = 0;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ir/Graph.h"
+#include "support/TextFormat.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -24,12 +25,11 @@ void printGraph(const Graph &g, llvm::raw_ostream &os,
 std::string printGraph(const Graph &g, const PrintOptions &opts = {});
 
 // Pieces shared with the parser's tests and error messages.
-std::string quoteString(llvm::StringRef s);
+using support::quoteString; // support/TextFormat.h
 // `%name`, quoting names that are not plain identifiers.
 std::string valueRef(llvm::StringRef name);
-// Shortest decimal text that reads back as exactly `v` (with a '.', 'e',
-// "inf" or "nan" so it cannot be mistaken for an integer).
-std::string formatFloat(float v);
-std::string formatDouble(double v);
+// Shortest decimal text that reads back as exactly `v` (support/TextFormat.h).
+using support::formatDouble;
+using support::formatFloat;
 
 } // namespace cleave::ir

@@ -9,16 +9,6 @@ int64_t TensorType::numElements() const {
   return n;
 }
 
-std::string shapeStr(llvm::ArrayRef<int64_t> shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i)
-      s += ",";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 std::string TensorType::str() const {
   return std::string(dtypeName(dtype)) + shapeStr(shape);
 }

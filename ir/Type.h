@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ir/DType.h"
+#include "support/ShapeMath.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -37,6 +38,6 @@ struct TensorType {
   bool operator!=(const TensorType &o) const { return !(*this == o); }
 };
 
-std::string shapeStr(llvm::ArrayRef<int64_t> shape);
+using support::shapeStr; // "[2,3]" (support/ShapeMath.h)
 
 } // namespace cleave::ir

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ir/OpInfo.h"
+#include "support/ShapeMath.h"
 
 namespace cleave::ir::typerules {
 
@@ -56,12 +57,8 @@ llvm::Expected<Shape> broadcastShapes(llvm::ArrayRef<int64_t> a,
                                       llvm::ArrayRef<int64_t> b);
 // Maps a possibly negative axis into [0, rank); error if out of range.
 llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank);
-// Checks dims are non-negative and the element count fits comfortably in
-// int64 (and in memory addressing); names the offending dim.
-llvm::Error checkShape(llvm::ArrayRef<int64_t> shape);
-// Output length of ONNX Slice on one axis of size `dim` (starts/ends clamped
-// as the ONNX spec says). Also returns the clamped start.
-int64_t sliceLength(int64_t dim, int64_t start, int64_t end, int64_t step,
-                    int64_t *clampedStart = nullptr);
+// Shape checks and ONNX Slice lengths (support/ShapeMath.h).
+using support::checkShape;
+using support::sliceLength;
 
 } // namespace cleave::ir

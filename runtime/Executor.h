@@ -33,7 +33,7 @@
 // others stop instead of waiting forever.
 #pragma once
 
-#include "runtime/Comm.h"
+#include "runtime/comm/Comm.h"
 #include "runtime/Kernel.h"
 #include "runtime/Plan.h"
 

@@ -122,10 +122,20 @@ struct PlanInput {
   int64_t indexLimit = 0;
 };
 
+// A parameter or buffer of the source model, as --save writes it back.
+struct PlanTensor {
+  std::string name;
+  ir::DType dtype = ir::DType::F32;
+  std::vector<int64_t> shape;
+};
+
 struct Plan {
   int version = kPlanVersion;
   std::string modelName;
   std::string sourceModel; // the .onnx the plan was compiled from (--save)
+  // The source model's parameters and buffers (declaration order): what
+  // --save writes into a copy of sourceModel, without importing it again.
+  std::vector<PlanTensor> modelTensors;
   std::string schedule;    // the schedule's name
   int microbatches = 1;  // per replica and step
   int dataParallel = 1;  // replicas of the pipeline (gradients summed)

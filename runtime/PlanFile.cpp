@@ -168,6 +168,12 @@ pb::Header toProto(const Plan &plan) {
     pi->mutable_shape()->Add(in.shape.begin(), in.shape.end());
     pi->set_index_limit(in.indexLimit);
   }
+  for (const PlanTensor &t : plan.modelTensors) {
+    pb::Input *pt = h.add_model_tensors();
+    pt->set_name(t.name);
+    pt->set_dtype(std::string(ir::dtypeName(t.dtype)));
+    pt->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  }
   h.set_optimizer(plan.optimizer);
   h.set_lr(plan.lr);
   h.set_precision(plan.precision);
@@ -344,6 +350,17 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
     in.shape.assign(pi.shape().begin(), pi.shape().end());
     in.indexLimit = pi.index_limit();
     plan.inputs.push_back(std::move(in));
+  }
+  for (const pb::Input &pt : h.model_tensors()) {
+    PlanTensor t;
+    t.name = pt.name();
+    llvm::Expected<ir::DType> dtype =
+        dtypeFrom(pt.dtype(), "model tensor '" + t.name + "'");
+    if (!dtype)
+      return dtype.takeError();
+    t.dtype = *dtype;
+    t.shape.assign(pt.shape().begin(), pt.shape().end());
+    plan.modelTensors.push_back(std::move(t));
   }
   plan.optimizer = h.optimizer();
   plan.lr = h.lr();

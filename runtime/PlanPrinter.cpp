@@ -5,7 +5,7 @@
 #include "runtime/PlanFile.h"
 #include "runtime/PlanTypes.h"
 
-#include "ir/Printer.h"
+#include "support/TextFormat.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -13,8 +13,8 @@ namespace cleave::runtime {
 
 namespace {
 
-std::string quoted(llvm::StringRef s) { return ir::quoteString(s); }
-std::string number(double v) { return ir::formatDouble(v); }
+std::string quoted(llvm::StringRef s) { return support::quoteString(s); }
+std::string number(double v) { return support::formatDouble(v); }
 
 std::string attrText(const ir::Attribute &a) {
   auto list = [](const auto &vals, auto fmt) {
@@ -23,7 +23,7 @@ std::string attrText(const ir::Attribute &a) {
       s += (i ? ", " : "") + fmt(vals[i]);
     return s + "]";
   };
-  auto floatText = [](float f) { return ir::formatFloat(f); };
+  auto floatText = [](float f) { return support::formatFloat(f); };
   switch (a.kind()) {
   case ir::AttrKind::Int:
     return std::to_string(a.getInt());

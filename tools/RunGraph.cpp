@@ -1,6 +1,7 @@
 #include "tools/RunGraph.h"
 
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -33,7 +34,7 @@ llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
     if (!llvm::sys::fs::exists(path))
       return err("input '" + v->name() + "': missing file '" + path + "'");
     auto t = pb ? frontend::readTensorProtoFile(path)
-                : frontend::readNpyFile(path);
+                : runtime::readNpyFile(path);
     if (!t)
       return err("input '" + v->name() + "': " +
                  llvm::toString(t.takeError()));
@@ -59,7 +60,7 @@ llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
                           : join(outputDir, v->name() + ".npy");
     llvm::Error e = pb ? frontend::writeTensorProtoFile(path, *(*outputs)[k],
                                                         v->name())
-                       : frontend::writeNpyFile(path, *(*outputs)[k]);
+                       : runtime::writeNpyFile(path, *(*outputs)[k]);
     if (e)
       return e;
     log << "wrote " << path << " (" << v->name() << " "

@@ -1,5 +1,7 @@
 #include "tools/ToolSupport.h"
 
+#include "support/FileIO.h"
+
 #include "llvm/Support/Regex.h"
 
 #include <cmath>
@@ -276,28 +278,7 @@ llvm::Error writeOutput(const std::string &path, const std::string &text) {
     llvm::outs().flush();
     return llvm::Error::success();
   }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(tmp, ec);
-    if (ec)
-      return llvm::createStringError(ec, "cannot write '" + path +
-                                             "': " + ec.message());
-    os << text;
-    os.close();
-    if (os.has_error()) {
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "cannot write '" + path + "'");
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
-    llvm::sys::fs::remove(tmp);
-    return llvm::createStringError(ec, "cannot write '" + path +
-                                           "': " + ec.message());
-  }
-  return llvm::Error::success();
+  return support::writeFileAtomically(path, text);
 }
 
 } // namespace cleave::tools

@@ -212,6 +212,13 @@ int main(int argc, char **argv) {
                 tools::kBadInput);
   if (passes::wantsDump(pipe, "import"))
     passes::dumpIR(**graph, "import", llvm::errs());
+  // What a plan's --save writes back: the model's own parameters and
+  // buffers, as imported (before training adds optimizer state).
+  std::vector<runtime::PlanTensor> modelTensors;
+  for (const ir::Value *v : (*graph)->declared())
+    if (v->kind() != ir::ValueKind::Const)
+      modelTensors.push_back({v->name(), v->type().dtype,
+                              {v->type().shape.begin(), v->type().shape.end()}});
   if (addLoss)
     if (auto e = passes::addLoss(**graph, addLoss->kind, addLoss->output,
                                  addLoss->target))
@@ -266,6 +273,7 @@ int main(int argc, char **argv) {
       llvm::SmallString<256> abs(flags.positional()[0]);
       llvm::sys::fs::make_absolute(abs);
       info.sourceModel = abs.str().str();
+      info.modelTensors = modelTensors;
       info.lossName = (*graph)->outputs()[0]->name();
       info.optimizer = pipe.context.training.optimizer;
       info.lr = pipe.context.training.lr;

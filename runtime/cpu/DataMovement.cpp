@@ -13,7 +13,7 @@
 // cache-sized tiles.
 #include "runtime/cpu/CpuKernels.h"
 
-#include "ir/TypeRules.h"
+#include "support/ShapeMath.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -567,7 +567,7 @@ llvm::Expected<SliceView> sliceView(const KernelCall &call,
       return kernelError(call, "bad axis {0} or step {1}", axes[i], steps[i]);
     int64_t first = 0;
     v.lengths[a] =
-        ir::sliceLength(shape[a], starts[i], ends[i], steps[i], &first);
+        support::sliceLength(shape[a], starts[i], ends[i], steps[i], &first);
     v.start += first * strides[a];
     v.strides[a] = strides[a] * steps[i];
   }

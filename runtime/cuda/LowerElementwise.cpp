@@ -3,7 +3,7 @@
 // Split, Expand, the Reshape family, and Pad.
 #include "runtime/cuda/LoweringSupport.h"
 
-#include "ir/TypeRules.h"
+#include "support/ShapeMath.h"
 
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -87,7 +87,7 @@ llvm::Expected<Indexer> sliceView(const KernelCall &call,
     if (a < 0 || a >= rank || step == 0)
       return fail(call, llvm::formatv("bad axis {0} or step {1}", axes[i], step));
     int64_t first = 0;
-    ir::sliceLength(shape[a], starts[i], ends[i], step, &first);
+    support::sliceLength(shape[a], starts[i], ends[i], step, &first);
     base += first * strides[a];
     view[a] = strides[a] * step;
   }

@@ -9,6 +9,7 @@
 //          [--inputs DIR] [--iters N] [--threads N]
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "ir/Verifier.h"
 
@@ -57,7 +58,7 @@ int main(int argc, char **argv) {
     if (!inputDir.empty()) {
       llvm::SmallString<256> p(inputDir);
       llvm::sys::path::append(p, v->name() + ".npy");
-      auto t = frontend::readNpyFile(std::string(p));
+      auto t = runtime::readNpyFile(std::string(p));
       if (!t)
         return die(llvm::toString(t.takeError()));
       inputs.push_back(*t);

@@ -12,6 +12,7 @@
 // one operation).
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "passes/Pass.h"
 #include "runtime/Kernel.h"
@@ -81,7 +82,7 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
       opts)));
   std::vector<interp::Tensor> inputs;
   for (const ir::Value *v : (*g)->inputs()) {
-    auto t = frontend::readNpyFile(corpus(model, "inputs/" + v->name() + ".npy"));
+    auto t = runtime::readNpyFile(corpus(model, "inputs/" + v->name() + ".npy"));
     ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
     inputs.push_back(*t);
   }
@@ -91,7 +92,7 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
   auto out = (*in)->run(inputs);
   ASSERT_TRUE(bool(out)) << llvm::toString(out.takeError());
 
-  auto loss64 = frontend::readNpyFile(corpus(model, "reference64/loss.npy"));
+  auto loss64 = runtime::readNpyFile(corpus(model, "reference64/loss.npy"));
   ASSERT_TRUE(bool(loss64));
   double lossRef = (*loss64)->getDouble(0);
   EXPECT_NEAR((*out)[0]->getDouble(0), lossRef, 1e-5 * std::abs(lossRef))
@@ -105,8 +106,8 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
   const auto &outputs = (*g)->outputs();
   for (size_t k = 1; k < outputs.size(); ++k) {
     std::string name = outputs[k]->name(); // grad.<param>
-    auto f32 = frontend::readNpyFile(corpus(model, "reference/" + name + ".npy"));
-    auto f64 = frontend::readNpyFile(corpus(model, "reference64/" + name + ".npy"));
+    auto f32 = runtime::readNpyFile(corpus(model, "reference/" + name + ".npy"));
+    auto f64 = runtime::readNpyFile(corpus(model, "reference64/" + name + ".npy"));
     ASSERT_TRUE(f32 && f64) << name;
     ASSERT_EQ((*f32)->type().shape, (*out)[k]->type().shape) << name;
     modelScale = std::max(modelScale, maxAbs(**f64));

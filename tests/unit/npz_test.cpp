@@ -3,6 +3,7 @@
 // shapes and values; and one clear error, never a crash, for archives that
 // are truncated, corrupted or not zip files at all.
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "TestSupport.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -38,7 +39,7 @@ void writeBytes(const std::string &path, llvm::StringRef bytes) {
 }
 
 Arrays readOrDie(const std::string &path) {
-  auto a = frontend::readNpzFile(path);
+  auto a = runtime::readNpzFile(path);
   if (!a) {
     ADD_FAILURE() << llvm::toString(a.takeError());
     return {};
@@ -48,7 +49,7 @@ Arrays readOrDie(const std::string &path) {
 
 // The message of a read that must fail ("" if it succeeded).
 std::string readError(const std::string &path) {
-  auto a = frontend::readNpzFile(path);
+  auto a = runtime::readNpzFile(path);
   if (a)
     return "";
   return llvm::toString(a.takeError());
@@ -113,7 +114,7 @@ void expectFixtureArrays(const Arrays &a) {
 TEST(Npz, Savez) { expectFixtureArrays(readOrDie(fixture("arrays.npz"))); }
 
 TEST(Npz, SavezCompressed) {
-  if (frontend::canReadCompressedNpz()) {
+  if (runtime::canReadCompressedNpz()) {
     expectFixtureArrays(readOrDie(fixture("arrays_compressed.npz")));
   } else {
     std::string msg = readError(fixture("arrays_compressed.npz"));
@@ -174,7 +175,7 @@ TEST(Npz, EmptyArchive) {
   testsupport::TempDir dir;
   std::string eocd = std::string("PK\x05\x06", 4) + std::string(18, '\0');
   writeBytes(dir.file("empty.npz"), eocd);
-  auto a = frontend::readNpzFile(dir.file("empty.npz"));
+  auto a = runtime::readNpzFile(dir.file("empty.npz"));
   ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
   EXPECT_TRUE(a->empty());
 }
@@ -215,7 +216,7 @@ TEST(Npz, Corrupted) {
       std::string bad = all;
       bad[at] = char(bad[at] ^ 0x5a);
       writeBytes(path, bad);
-      auto a = frontend::readNpzFile(path);
+      auto a = runtime::readNpzFile(path);
       if (!a) {
         std::string msg = llvm::toString(a.takeError());
         ASSERT_THAT(msg, HasSubstr("'" + path + "'")) << name << " @" << at;

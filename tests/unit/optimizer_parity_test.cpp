@@ -19,6 +19,7 @@
 //     its running_var differs by design: the test prints by how much).
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "passes/Pass.h"
 #include "runtime/Kernel.h"
@@ -66,7 +67,7 @@ std::vector<double> doubles(const ir::TensorData &t) {
 }
 
 interp::Tensor load(const std::string &model, const std::string &rel) {
-  auto t = frontend::readNpyFile(fixture(model, rel));
+  auto t = runtime::readNpyFile(fixture(model, rel));
   if (!t) {
     ADD_FAILURE() << rel << ": " << llvm::toString(t.takeError());
     return nullptr;

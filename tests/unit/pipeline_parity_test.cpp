@@ -12,6 +12,7 @@
 #include "codegen/Codegen.h"
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "passes/Pass.h"
 #include "runtime/cuda/Lowering.h"
@@ -74,7 +75,7 @@ struct Inputs {
 
   explicit Inputs(const std::string &model, const ir::Graph &g) {
     for (const ir::Value *v : g.inputs()) {
-      auto t = frontend::readNpyFile(fixture(model, "inputs/" + v->name() +
+      auto t = runtime::readNpyFile(fixture(model, "inputs/" + v->name() +
                                                         ".npy"));
       if (!t)
         ADD_FAILURE() << llvm::toString(t.takeError());
@@ -477,7 +478,7 @@ TEST_P(PipelineParity, ThreeStepsMatchPyTorchSgd) {
   ASSERT_TRUE(g);
   std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
   for (const ir::Value *v : g->inputs()) {
-    auto t = frontend::readNpyFile(fixture(model, "steps/data/" + v->name() +
+    auto t = runtime::readNpyFile(fixture(model, "steps/data/" + v->name() +
                                                       ".npy"));
     ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
     arrays[v->name()] = *t;
@@ -496,7 +497,7 @@ TEST_P(PipelineParity, ThreeStepsMatchPyTorchSgd) {
   };
   Trained got = train(model, 2, 4, "zb-h1", 3, data);
   ASSERT_TRUE(got.ok);
-  auto losses = frontend::readNpyFile(fixture(model, "steps/losses.npy"));
+  auto losses = runtime::readNpyFile(fixture(model, "steps/losses.npy"));
   ASSERT_TRUE(bool(losses)) << llvm::toString(losses.takeError());
   for (int s = 0; s < 3; ++s)
     EXPECT_NEAR(got.losses[s], (*losses)->getDouble(s),
@@ -510,7 +511,7 @@ TEST_P(PipelineParity, ThreeStepsMatchPyTorchSgd) {
     std::string file = fixture(model, dir + v->name() + ".npy");
     if (v->kind() == ir::ValueKind::Const || !llvm::sys::fs::exists(file))
       continue;
-    auto ref = frontend::readNpyFile(file);
+    auto ref = runtime::readNpyFile(file);
     ASSERT_TRUE(bool(ref)) << llvm::toString(ref.takeError());
     ASSERT_TRUE(got.state.count(v->name())) << v->name();
     double err = relativeError(got.state.at(v->name()), **ref);

@@ -10,7 +10,7 @@
 //            STEP: w.new = SGD(w, gw.acc, lr) with grad_scale 1/M; w <- w.new
 // so loss_i = y_i . w, d loss / d w = y_i and d loss / d y = w, which the
 // tests compute by hand.
-#include "runtime/Comm.h"
+#include "runtime/comm/Comm.h"
 #include "runtime/Executor.h"
 
 #include <gtest/gtest.h>

@@ -7,6 +7,7 @@
 // bit-identical.
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
+#include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "ir/Printer.h"
 #include "passes/Pass.h"
@@ -49,7 +50,7 @@ ModelRun trainGraph(const std::string &model,
   }
   std::vector<interp::Tensor> inputs;
   for (const ir::Value *v : (*g)->inputs()) {
-    auto t = frontend::readNpyFile(fixture(model, "inputs/" + v->name() + ".npy"));
+    auto t = runtime::readNpyFile(fixture(model, "inputs/" + v->name() + ".npy"));
     if (!t) {
       ADD_FAILURE() << llvm::toString(t.takeError());
       return r;
@@ -91,7 +92,7 @@ TEST_P(TrainingParity, GradientsMatchPyTorch) {
   const ir::Graph &g = *r.graph;
   ASSERT_EQ(g.outputs().size(), r.outputs.size());
 
-  auto loss = frontend::readNpyFile(fixture(model, "reference/loss.npy"));
+  auto loss = runtime::readNpyFile(fixture(model, "reference/loss.npy"));
   ASSERT_TRUE(bool(loss)) << llvm::toString(loss.takeError());
   double lossErr = relativeError(*r.outputs[0], **loss);
   EXPECT_LT(lossErr, 1e-5) << "loss";
@@ -101,7 +102,7 @@ TEST_P(TrainingParity, GradientsMatchPyTorch) {
   size_t checked = 0;
   for (size_t k = 1; k < g.outputs().size(); ++k) {
     std::string name = g.outputs()[k]->name(); // grad.<param>
-    auto ref = frontend::readNpyFile(fixture(model, "reference/" + name + ".npy"));
+    auto ref = runtime::readNpyFile(fixture(model, "reference/" + name + ".npy"));
     ASSERT_TRUE(bool(ref)) << name << ": " << llvm::toString(ref.takeError());
     ASSERT_EQ((*ref)->type(), r.outputs[k]->type()) << name;
     double e = relativeError(*r.outputs[k], **ref);
@@ -150,7 +151,7 @@ TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
   ModelRun r = trainGraph(model, passes, "bf16");
   ASSERT_TRUE(r.graph);
   const ir::Graph &g = *r.graph;
-  auto loss = frontend::readNpyFile(fixture(model, "reference_bf16/loss.npy"));
+  auto loss = runtime::readNpyFile(fixture(model, "reference_bf16/loss.npy"));
   ASSERT_TRUE(bool(loss)) << llvm::toString(loss.takeError());
   double lossErr = relativeError(*r.outputs[0], **loss);
   EXPECT_LT(lossErr, 1e-3) << "loss";
@@ -163,7 +164,7 @@ TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
   size_t differing = 0;
   for (size_t k = 1; k < g.outputs().size(); ++k) {
     std::string name = g.outputs()[k]->name();
-    auto ref = frontend::readNpyFile(
+    auto ref = runtime::readNpyFile(
         fixture(model, "reference_bf16/" + name + ".npy"));
     ASSERT_TRUE(bool(ref)) << name << ": " << llvm::toString(ref.takeError());
     ASSERT_EQ((*ref)->type(), r.outputs[k]->type()) << name;

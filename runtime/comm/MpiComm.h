@@ -29,18 +29,20 @@
 // call is made from the thread that called initMpi (MPI_THREAD_FUNNELED).
 #pragma once
 
-#include "runtime/Comm.h"
+#include "runtime/comm/Comm.h"
+#include "runtime/comm/Driver.h"
 
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace cleave::runtime {
 
-class MpiComm : public Comm {
+class MpiComm : public Comm, public Driver {
 public:
   // Waits for pending sends, frees the communicators, then (the world one
   // only) MPI_Finalize.
@@ -81,7 +83,14 @@ public:
   llvm::Expected<std::unique_ptr<MpiComm>> split(int color, int key);
   // Every rank's bytes, in rank order, on rank 0; empty on the others.
   llvm::Expected<std::vector<std::vector<uint8_t>>>
-  gatherToRoot(const std::vector<uint8_t> &mine);
+  gatherToRoot(const std::vector<uint8_t> &mine) override;
+  // The first rank to fail prints `e` with the reporter (setReporter), the
+  // others print nothing; then abort() ends the job. Never returns.
+  llvm::Error failAlone(llvm::Error e) override;
+  // How failAlone prints its one line (default: the message on stderr).
+  void setReporter(std::function<void(const std::string &)> report) {
+    report_ = std::move(report);
+  }
 
 private:
   friend llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc,
@@ -100,6 +109,7 @@ private:
   double timeout_ = 0;
   bool aborted_ = false;
   bool world_ = false; // finalizes MPI when destroyed
+  std::function<void(const std::string &)> report_;
 };
 
 // MPI_Init_thread (MPI_THREAD_FUNNELED) and the group of MPI_COMM_WORLD.

@@ -3,7 +3,7 @@
 // queue of byte copies. One mutex guards the mailbox, the abort flag and the
 // barrier; one condition variable wakes waiters on any change (the groups
 // are small, a pipeline's stages, so waking everyone is cheap).
-#include "runtime/Comm.h"
+#include "runtime/comm/Comm.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

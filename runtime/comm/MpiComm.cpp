@@ -2,9 +2,10 @@
 // receives by polling a matched probe (MPI_Improbe) so a wrong-sized message
 // is reported with both sizes and a timeout can interrupt the wait, and the
 // few collectives cleave-run needs to report one pipeline from rank 0.
-#include "runtime/MpiComm.h"
+#include "runtime/comm/MpiComm.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 
 // The C API only (no MPI C++ bindings, which need another library).
 #define OMPI_SKIP_MPICXX 1
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <thread>
@@ -330,6 +332,25 @@ llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc, char **&argv) {
     c->impl_->failures = MPI_WIN_NULL;
   }
   return std::move(c);
+}
+
+// Where several ranks fail at once (the same bad sample on every replica),
+// the first prints and ends the job; the others wait for that, printing
+// nothing.
+llvm::Error MpiComm::failAlone(llvm::Error e) {
+  std::string msg = llvm::toString(std::move(e));
+  llvm::outs().flush();
+  if (!firstToFail()) {
+    // Aborts anyway should the first one never get there.
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+  } else if (report_) {
+    report_(msg);
+  } else {
+    llvm::errs() << msg << "\n";
+  }
+  llvm::errs().flush();
+  abort(msg);
+  std::abort(); // not reached: MPI_Abort ends the process
 }
 
 } // namespace cleave::runtime

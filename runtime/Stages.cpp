@@ -1,0 +1,81 @@
+#include "runtime/Stages.h"
+
+#include "runtime/cuda/Lowering.h"
+#ifdef CLEAVE_HAVE_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#endif
+
+namespace cleave::runtime {
+
+static llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+llvm::Expected<std::unique_ptr<Backend>>
+createBackend(const std::string &device, int64_t threads, int index) {
+  if (device == "cpu")
+    return createCpuBackend(int(threads));
+  if (device == "cuda-emulated")
+    return cuda::createCudaEmulatedBackend();
+  if (device != "cuda")
+    return fail("unknown device '" + device +
+                "' (cpu, cuda or cuda-emulated)");
+#ifdef CLEAVE_HAVE_CUDA
+  auto count = cudaDeviceCount();
+  if (!count)
+    return fail("--device cuda: " + llvm::toString(count.takeError()));
+  return createCudaBackend(index % *count);
+#else
+  (void)index;
+  return fail("--device cuda: this cleave-run was built without the CUDA "
+              "backend (no nvcc at build time)");
+#endif
+}
+
+llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
+                                            int stage,
+                                            const StageOptions &options,
+                                            Comm &pipe, Comm *group) {
+  std::string replicaText =
+      plan.dataParallel > 1 ? "replica " + std::to_string(replica) + " "
+                            : std::string();
+  LocalStage out;
+  out.replica = replica;
+  out.stage = stage;
+  auto backend =
+      createBackend(options.device, options.threads,
+                    replica * int(plan.stages.size()) + stage);
+  if (!backend) // the same on every stage: said once, without one
+    return backend.takeError();
+  out.backend = std::move(*backend);
+  auto ex = StageExecutor::create(plan, stage, *out.backend, pipe);
+  if (!ex) // the executor's errors name the stage
+    return fail(replicaText + llvm::toString(ex.takeError()));
+  out.executor = std::move(*ex);
+  if (group)
+    out.executor->setDataParallel(group);
+  out.executor->setNonFinitePolicy(options.nonFinite);
+  out.executor->setBatchW(options.batchW);
+  return out;
+}
+
+llvm::Expected<std::unique_ptr<ThreadedPipeline>>
+createThreadedPipeline(const Plan &plan, const StageOptions &options) {
+  int p = int(plan.stages.size()), d = plan.dataParallel;
+  auto run = std::make_unique<ThreadedPipeline>();
+  for (int r = 0; r < d; ++r)
+    run->pipes.push_back(createInProcessComms(p));
+  for (int s = 0; s < p; ++s)
+    run->groups.push_back(createInProcessComms(d));
+  for (int r = 0; r < d; ++r)
+    for (int s = 0; s < p; ++s) {
+      auto st = createLocalStage(plan, r, s, options, *run->pipes[r][s],
+                                 d > 1 ? run->groups[s][r].get() : nullptr);
+      if (!st)
+        return st.takeError();
+      run->stages.push_back(std::move(*st));
+    }
+  return run;
+}
+
+} // namespace cleave::runtime

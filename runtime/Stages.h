@@ -1,0 +1,60 @@
+// The stage executors a process runs, on the backend chosen for them: the
+// threaded run makes all P x D of a plan in one process, wired with
+// in-process comms (createThreadedPipeline); under mpirun each process makes
+// its own one over MPI (createLocalStage).
+#pragma once
+
+#include "runtime/Executor.h"
+#include "runtime/Kernel.h"
+#include "runtime/Plan.h"
+#include "runtime/comm/Comm.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cleave::runtime {
+
+struct StageOptions {
+  std::string device = "cpu"; // cpu | cuda | cuda-emulated
+  int64_t threads = 1;        // CPU kernel threads per stage
+  StageExecutor::NonFinitePolicy nonFinite =
+      StageExecutor::NonFinitePolicy::Stop;
+  bool batchW = false;
+};
+
+// One stage of one replica, with the backend it runs on.
+struct LocalStage {
+  int replica = 0, stage = 0;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<StageExecutor> executor;
+};
+
+// The backend executor `index` (replica * P + stage) runs on: the CPU with
+// `threads` kernel threads, the emulated CUDA backend, or CUDA device
+// index mod the devices visible.
+llvm::Expected<std::unique_ptr<Backend>>
+createBackend(const std::string &device, int64_t threads, int index);
+
+// Stage `stage` of replica `replica` over `pipe` (its replica's pipeline
+// group) and, with replicas, `group` (the stage's data-parallel group).
+// The executor's errors name the stage, and the replica where there are
+// several; the backend's are the same on every stage and name neither.
+llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
+                                            int stage,
+                                            const StageOptions &options,
+                                            Comm &pipe, Comm *group);
+
+// Every stage of every replica in this process: element r * P + s is stage
+// s of replica r. Declared after the comms, so destroyed before them.
+struct ThreadedPipeline {
+  std::vector<std::vector<std::unique_ptr<Comm>>> pipes;  // [replica][stage]
+  std::vector<std::vector<std::unique_ptr<Comm>>> groups; // [stage][replica]
+  std::vector<LocalStage> stages;
+};
+llvm::Expected<std::unique_ptr<ThreadedPipeline>>
+createThreadedPipeline(const Plan &plan, const StageOptions &options);
+
+} // namespace cleave::runtime

@@ -1,0 +1,376 @@
+#include "runtime/Trainer.h"
+
+#include "runtime/Checkpoint.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace cleave::runtime {
+
+static llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+// Whether --profile and the summary's measured step time count this step:
+// every step but the run's first (warm-up), unless that is the only one.
+static bool warmStep(int64_t step, int64_t firstStep, int64_t steps) {
+  return step > firstStep || steps - firstStep == 1;
+}
+
+// Whether a checkpoint is due after step `step` (0-based) of `steps`.
+static bool checkpointDue(int64_t step, int64_t steps, int64_t every) {
+  return (every && (step + 1) % every == 0) || step + 1 == steps;
+}
+
+static std::string stepText(int64_t step) {
+  return "step " + std::to_string(step + 1) + ": ";
+}
+
+Trainer::Trainer(const Plan &plan, std::vector<LocalStage *> stages,
+                 Driver &driver, StepData data, TrainOptions options)
+    : plan_(plan), stages_(std::move(stages)), driver_(driver),
+      data_(std::move(data)), options_(std::move(options)),
+      profiles_(stages_.size()) {}
+
+std::string Trainer::where(const LocalStage &st) const {
+  return (plan_.dataParallel > 1
+              ? "replica " + std::to_string(st.replica) + " "
+              : std::string()) +
+         "stage " + std::to_string(st.stage);
+}
+
+llvm::Error Trainer::setLearningRate(float lr) {
+  std::vector<uint8_t> bytes(sizeof(float));
+  std::memcpy(bytes.data(), &lr, sizeof(float));
+  llvm::Error err = llvm::Error::success();
+  for (LocalStage *st : stages_)
+    if (st->executor->findSlot("optimizer.lr") >= 0)
+      if (auto e = st->executor->writeSlot("optimizer.lr", bytes)) {
+        err = std::move(e);
+        break;
+      }
+  return agree(driver_, std::move(err));
+}
+
+llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
+  uint32_t p = uint32_t(plan_.stages.size());
+  auto holds = [&](uint32_t stage) {
+    return llvm::any_of(stages_, [&](LocalStage *st) {
+      return uint32_t(st->stage) == stage;
+    });
+  };
+  auto done = readCheckpointFile(
+      dir,
+      // Entries of a stage the plan lacks are every process's error.
+      [&](uint32_t stage) { return stage >= p || holds(stage); },
+      [&](uint32_t stage, const std::string &name,
+          const std::vector<uint8_t> &bytes) -> std::optional<std::string> {
+        bool found = false;
+        // Every data-parallel replica of the stage gets the saved values.
+        for (LocalStage *st : stages_) {
+          if (uint32_t(st->stage) != stage)
+            continue;
+          if (st->executor->findSlot(name) < 0)
+            return foreignEntry(stage, name);
+          if (auto e = st->executor->writeSlot(name, bytes))
+            return llvm::toString(std::move(e)) +
+                   " (a checkpoint of another plan?)";
+          found = true;
+        }
+        if (!found)
+          return foreignEntry(stage, name);
+        return std::nullopt;
+      });
+  llvm::Error err = llvm::Error::success();
+  if (done)
+    firstStep_ = *done;
+  else
+    err = done.takeError();
+  if (auto e = agree(driver_, std::move(err)))
+    return std::move(e);
+  return firstStep_;
+}
+
+llvm::Error Trainer::runLocal(int64_t step) {
+  if (stages_.size() == 1) { // on this thread (MPI calls come from it)
+    LocalStage &st = *stages_[0];
+    if (auto e = st.executor->runStep(step, data_(step, st.replica)))
+      return fail(where(st) + ": " + llvm::toString(std::move(e)));
+    return llvm::Error::success();
+  }
+  std::vector<StageExecutor *> raw;
+  std::vector<DataFn> feeds;
+  for (LocalStage *st : stages_) {
+    raw.push_back(st->executor.get());
+    feeds.push_back(data_(step, st->replica));
+  }
+  return runPipelineThreads(raw, step, feeds);
+}
+
+llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
+  auto start = std::chrono::steady_clock::now();
+  double stepSum = 0;
+  int64_t steps = options_.steps;
+  int d = plan_.dataParallel;
+  for (int64_t step = firstStep_; step < steps; ++step) {
+    for (LocalStage *st : stages_)
+      st->executor->setProfiling(options_.profile &&
+                                 warmStep(step, firstStep_, steps));
+    if (auto e = runLocal(step))
+      return driver_.failAlone(fail(stepText(step) + llvm::toString(std::move(e))));
+    if (options_.profile)
+      for (size_t i = 0; i < stages_.size(); ++i)
+        profiles_[i].take(*stages_[i]->executor);
+
+    StepReport report;
+    report.step = step;
+    // Every stage skipped the update or none did; the first (in executor
+    // order) that found a non-finite value says what.
+    bool skipped = stages_[0]->executor->stepSkipped();
+    if (skipped) {
+      std::string found;
+      for (LocalStage *st : stages_)
+        if (found.empty() && !st->executor->nonFiniteReport().empty())
+          found = where(*st) + ": " + st->executor->nonFiniteReport();
+      if (!options_.skipNonFinite) {
+        llvm::Error err = llvm::Error::success();
+        if (!found.empty())
+          err = fail(stepText(step) + found +
+                     "; stopping before the update (--on-nan=skip-step "
+                     "skips such steps)");
+        if (auto e = agree(driver_, std::move(err)))
+          return e;
+      }
+      auto all = driver_.gatherToRoot(
+          std::vector<uint8_t>(found.begin(), found.end()));
+      if (!all)
+        return driver_.failAlone(all.takeError());
+      for (const std::vector<uint8_t> &r : *all)
+        if (!r.empty() && !report.skipped)
+          report.skipped = std::string(r.begin(), r.end());
+    }
+
+    std::vector<double> mine;
+    for (LocalStage *st : stages_) {
+      const StageExecutor &ex = *st->executor;
+      mine.insert(mine.end(), {ex.hasLoss() ? 1.0 : 0.0,
+                               ex.hasLoss() ? ex.lastLoss() : 0.0,
+                               ex.stats().stepSeconds});
+    }
+    auto all = driver_.allGather(mine);
+    if (!all)
+      return driver_.failAlone(all.takeError());
+    for (size_t i = 0; i + 2 < all->size(); i += 3) {
+      if ((*all)[i] != 0)
+        report.loss += (*all)[i + 1] / d;
+      report.stepSeconds = std::max(report.stepSeconds, (*all)[i + 2]);
+    }
+    if (step == firstStep_)
+      summary_.firstLoss = report.loss;
+    summary_.lastLoss = report.loss;
+    if (!skipped && !std::isfinite(report.loss)) {
+      llvm::Error err = llvm::Error::success();
+      if (driver_.rank() == 0)
+        err = fail(stepText(step) + "the loss is not finite (" +
+                   std::to_string(report.loss) + "); try a smaller --lr");
+      return agree(driver_, std::move(err));
+    }
+    if (warmStep(step, firstStep_, steps))
+      stepSum += report.stepSeconds;
+    if (options_.checkpointDir &&
+        checkpointDue(step, steps, options_.checkpointEvery))
+      if (auto e = writeCheckpoint(step + 1))
+        return e;
+    report.elapsedSeconds = std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+    onStep(report);
+  }
+  summary_.seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  summary_.meanStepSeconds =
+      stepSum / double(std::max<int64_t>(steps - firstStep_ - 1, 1));
+  return llvm::Error::success();
+}
+
+llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
+  // Replica 0's stages, in stage order (executor order is stage order
+  // within a replica, and rank order under MPI).
+  std::string body;
+  uint64_t entries = 0;
+  llvm::Error err = llvm::Error::success();
+  for (LocalStage *st : stages_) {
+    if (st->replica != 0)
+      continue;
+    auto n = appendCheckpointEntries(body, plan_.stages[size_t(st->stage)],
+                                     *st->executor);
+    if (!n) {
+      err = n.takeError();
+      break;
+    }
+    entries += *n;
+  }
+  if (auto e = agree(driver_, std::move(err)))
+    return e;
+  auto counts = driver_.allGather({double(entries)});
+  if (!counts)
+    return driver_.failAlone(counts.takeError());
+  auto all =
+      driver_.gatherToRoot(std::vector<uint8_t>(body.begin(), body.end()));
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  llvm::Error written = llvm::Error::success();
+  if (driver_.rank() == 0) {
+    uint64_t total = 0;
+    for (double c : *counts)
+      total += uint64_t(c);
+    std::string whole;
+    for (const std::vector<uint8_t> &b : *all)
+      whole.append(b.begin(), b.end());
+    written = writeCheckpointFile(*options_.checkpointDir, stepsDone, total,
+                                  whole);
+  }
+  return agree(driver_, std::move(written));
+}
+
+llvm::Expected<TrainSummary> Trainer::summary() {
+  std::vector<double> mine;
+  for (LocalStage *st : stages_) {
+    const StageStats &s = st->executor->stats();
+    double busy = -s.recvWaitSeconds;
+    for (double b : s.busySeconds)
+      busy += b;
+    mine.insert(mine.end(), {busy, double(s.peakBytes), s.stepSeconds});
+  }
+  auto all = driver_.allGather(mine);
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  TrainSummary out = summary_;
+  out.stages.clear();
+  for (size_t s = 0; s < plan_.stages.size() && 3 * s + 2 < all->size(); ++s)
+    out.stages.push_back(StageFigures{(*all)[3 * s], (*all)[3 * s + 2],
+                                      int64_t((*all)[3 * s + 1])});
+  return out;
+}
+
+llvm::Expected<std::string> Trainer::profileJson() {
+  llvm::json::Array ops;
+  for (size_t i = 0; i < stages_.size(); ++i) // replica 0: one entry per op
+    if (stages_[i]->replica == 0)
+      appendProfileOps(plan_, profiles_[i].trimmedMean(), ops);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(ops));
+  os.flush();
+  auto all = driver_.gatherToRoot(std::vector<uint8_t>(text.begin(), text.end()));
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  llvm::Error err = llvm::Error::success();
+  std::string out;
+  if (driver_.rank() == 0) {
+    llvm::json::Array merged;
+    for (const std::vector<uint8_t> &b : *all) {
+      auto v = llvm::json::parse(llvm::StringRef(
+          reinterpret_cast<const char *>(b.data()), b.size()));
+      if (!v) {
+        err = fail("--profile: " + llvm::toString(v.takeError()));
+        break;
+      }
+      if (llvm::json::Array *a = v->getAsArray())
+        for (llvm::json::Value &op : *a)
+          merged.push_back(std::move(op));
+    }
+    out = runtime::profileJson(std::move(merged));
+  }
+  if (auto e = agree(driver_, std::move(err)))
+    return std::move(e);
+  return out;
+}
+
+// Spans travel as records: the track name, then per span its name and
+// (microbatch, start, end) as three doubles. The spans are steady_clock
+// seconds, which on Linux is CLOCK_MONOTONIC, one clock for every process of
+// a host: the ranks' spans line up when they run on one machine (across
+// hosts their offsets are meaningless).
+llvm::Expected<std::vector<TraceTrack>> Trainer::traceTracks() {
+  std::vector<uint8_t> mine;
+  for (LocalStage *st : stages_) {
+    std::vector<uint8_t> track;
+    std::string name =
+        traceTrackName(st->stage, st->replica, plan_.dataParallel);
+    putRecord(track, name.data(), name.size());
+    for (const StageStats::Span &span : st->executor->stats().spans) {
+      putRecord(track, span.name.data(), span.name.size());
+      double fixed[3] = {double(span.microbatch), span.start, span.end};
+      putRecord(track, fixed, sizeof(fixed));
+    }
+    putRecord(mine, track.data(), track.size());
+  }
+  auto all = driver_.gatherToRoot(mine);
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  std::vector<TraceTrack> tracks;
+  for (const std::vector<uint8_t> &process : *all)
+    for (const std::vector<uint8_t> &b : splitRecords(process)) {
+      std::vector<std::vector<uint8_t>> parts = splitRecords(b);
+      TraceTrack t;
+      if (!parts.empty())
+        t.name.assign(parts[0].begin(), parts[0].end());
+      for (size_t i = 1; i + 1 < parts.size(); i += 2) {
+        StageStats::Span span;
+        span.name.assign(parts[i].begin(), parts[i].end());
+        double fixed[3] = {-1, 0, 0};
+        if (parts[i + 1].size() == sizeof(fixed))
+          std::memcpy(fixed, parts[i + 1].data(), sizeof(fixed));
+        span.microbatch = int(fixed[0]);
+        span.start = fixed[1];
+        span.end = fixed[2];
+        t.spans.push_back(std::move(span));
+      }
+      tracks.push_back(std::move(t));
+    }
+  return tracks;
+}
+
+llvm::Expected<std::map<std::string, std::vector<uint8_t>>>
+Trainer::tensors(const std::vector<std::string> &names) {
+  // (name, bytes) records of replica 0's stages, the lowest stage first.
+  std::vector<uint8_t> mine;
+  llvm::Error err = llvm::Error::success();
+  for (const std::string &name : names) {
+    for (LocalStage *st : stages_) {
+      if (st->replica != 0 || st->executor->findSlot(name) < 0)
+        continue;
+      auto bytes = st->executor->readSlot(name);
+      if (!bytes) {
+        err = bytes.takeError();
+        break;
+      }
+      putRecord(mine, name.data(), name.size());
+      putRecord(mine, bytes->data(), bytes->size());
+      break;
+    }
+    if (err)
+      break;
+  }
+  if (auto e = agree(driver_, std::move(err)))
+    return std::move(e);
+  auto all = driver_.gatherToRoot(mine);
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  std::map<std::string, std::vector<uint8_t>> out;
+  for (const std::vector<uint8_t> &process : *all) { // rank = stage order
+    std::vector<std::vector<uint8_t>> parts = splitRecords(process);
+    for (size_t i = 0; i + 1 < parts.size(); i += 2)
+      out.emplace(std::string(parts[i].begin(), parts[i].end()),
+                  std::move(parts[i + 1]));
+  }
+  return out;
+}
+
+} // namespace cleave::runtime

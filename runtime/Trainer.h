@@ -1,0 +1,117 @@
+// The training loop: steps over the stages this process runs, the same loop
+// for the threaded run (every stage in one process) and under mpirun (one
+// stage per process), over a Driver (runtime/comm/Driver.h) for what the
+// processes must agree on.
+//
+// Each step runs every local stage's action list (threads, one per stage,
+// where there are several), then learns the step's loss (the mean over the
+// microbatches of every replica, summed in executor order replica * P +
+// stage, so both runs give the same bits), the slowest stage's time, and
+// whether the step's update was skipped for a non-finite value (--on-nan).
+// After the steps: the summary figures, the --profile entries, the trace
+// tracks and the trained model tensors, each gathered on rank 0.
+//
+// Errors: a failed step is the failing process's alone (Driver::failAlone);
+// everything else every process learns together (runtime::agree), so a
+// ReportedElsewhere means another process has the message to print.
+#pragma once
+
+#include "runtime/Plan.h"
+#include "runtime/Stages.h"
+#include "runtime/comm/Driver.h"
+#include "runtime/trace/ChromeTrace.h"
+#include "runtime/trace/Profile.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/Error.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cleave::runtime {
+
+// The feed of step `step` for the executors of replica `replica`.
+using StepData = std::function<DataFn(int64_t step, int replica)>;
+
+struct TrainOptions {
+  int64_t steps = 10; // in all: a resumed run ends where an unbroken one would
+  // With the executors' SkipStep policy a non-finite step is reported and
+  // skipped; otherwise it stops the run before the update.
+  bool skipNonFinite = false;
+  bool profile = false; // keep per-op times for profileJson()
+  std::optional<std::string> checkpointDir;
+  int64_t checkpointEvery = 0; // 0: a checkpoint only after the last step
+};
+
+struct StepReport {
+  int64_t step = 0;          // 0-based
+  double loss = 0;           // mean over the step's microbatches, replicas
+  double stepSeconds = 0;    // the slowest stage's
+  double elapsedSeconds = 0; // since run() began
+  // The update was skipped: what was found, where ("stage 1: ..."); on
+  // rank 0 only.
+  std::optional<std::string> skipped;
+};
+
+struct StageFigures {
+  double busySeconds = 0; // computing in the last step (not waiting)
+  double stepSeconds = 0; // the last step
+  int64_t peakBytes = 0;
+};
+
+struct TrainSummary {
+  double firstLoss = NAN, lastLoss = NAN;
+  double seconds = 0;         // run() from start to end
+  double meanStepSeconds = 0; // over the steps after the first
+  std::vector<StageFigures> stages; // replica 0's, by stage
+};
+
+class Trainer {
+public:
+  // `stages` are this process's, in executor order (replica * P + stage).
+  Trainer(const Plan &plan, std::vector<LocalStage *> stages, Driver &driver,
+          StepData data, TrainOptions options);
+
+  // Overrides the compiled learning rate (the slot optimizer.lr).
+  llvm::Error setLearningRate(float lr);
+  // Loads DIR/checkpoint.bin into every local stage; run() then starts
+  // after the steps it had done. Returns that count.
+  llvm::Expected<int64_t> resume(const std::string &dir);
+  int64_t firstStep() const { return firstStep_; }
+
+  // Runs the steps from firstStep() to options.steps, calling `onStep` on
+  // every process after each.
+  llvm::Error run(llvm::function_ref<void(const StepReport &)> onStep);
+
+  // After run(); collectives, every process calls them.
+  llvm::Expected<TrainSummary> summary();
+  // The --profile file's text (rank 0; empty elsewhere).
+  llvm::Expected<std::string> profileJson();
+  // Every stage's spans of the last step, one track per executor (rank 0).
+  llvm::Expected<std::vector<TraceTrack>> traceTracks();
+  // The current bytes of each named tensor replica 0 holds, from its lowest
+  // stage holding it (rank 0; names no stage holds are left out).
+  llvm::Expected<std::map<std::string, std::vector<uint8_t>>>
+  tensors(const std::vector<std::string> &names);
+
+private:
+  llvm::Error runLocal(int64_t step);
+  llvm::Error writeCheckpoint(int64_t stepsDone);
+  // "stage S", or "replica R stage S" with several replicas.
+  std::string where(const LocalStage &st) const;
+
+  const Plan &plan_;
+  std::vector<LocalStage *> stages_;
+  Driver &driver_;
+  StepData data_;
+  TrainOptions options_;
+  int64_t firstStep_ = 0;
+  std::vector<ProfileSteps> profiles_; // by local stage
+  TrainSummary summary_;
+};
+
+} // namespace cleave::runtime

@@ -1,0 +1,196 @@
+#include "runtime/data/DataSource.h"
+
+#include "runtime/data/NumpyFiles.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace cleave::runtime {
+
+static llvm::Error badData(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+// Byte-level language-model data from a text file: the model's two
+// integer inputs [B, T] (tokens, then targets) get windows of T bytes and
+// the same windows one byte later.
+static llvm::Expected<std::map<std::string, std::shared_ptr<ir::TensorData>>>
+textArrays(const Plan &plan, const std::string &file) {
+  const auto &in = plan.inputs;
+  bool ok = in.size() == 2 && in[0].shape.size() == 2 &&
+            in[0].shape == in[1].shape;
+  for (const PlanInput &i : in)
+    ok = ok && (i.dtype == ir::DType::I64 || i.dtype == ir::DType::I32);
+  if (!ok)
+    return badData("--data text:FILE needs a model with two integer inputs "
+                   "[B, T] (tokens and next-token targets)");
+  if (in[0].indexLimit > 0 && in[0].indexLimit < 256)
+    return badData("--data text:FILE feeds bytes (0..255) but '" +
+                   in[0].name + "' indexes a table of " +
+                   std::to_string(in[0].indexLimit) + " entries");
+  auto buf = llvm::MemoryBuffer::getFile(file);
+  if (!buf)
+    return badData(file + ": " + buf.getError().message());
+  llvm::StringRef text = (*buf)->getBuffer();
+  int64_t t = in[0].shape[1];
+  int64_t windows = text.size() > 1 ? int64_t(text.size() - 1) / t : 0;
+  if (windows < in[0].shape[0])
+    return badData(file + ": " + std::to_string(text.size()) +
+                   " bytes is too short for one microbatch of " +
+                   std::to_string(in[0].shape[0]) + " windows of " +
+                   std::to_string(t) + " bytes");
+  std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<int64_t> values(size_t(windows * t));
+    for (int64_t i = 0; i < windows * t; ++i)
+      values[size_t(i)] = uint8_t(text[size_t(i + k)]);
+    arrays[in[k].name] =
+        ir::TensorData::fromInts(in[k].dtype, {windows, t}, values);
+  }
+  return arrays;
+}
+
+llvm::Error DataSource::load(const std::string &path) {
+  std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
+  if (llvm::StringRef(path).startswith("text:")) {
+    auto a = textArrays(plan_, path.substr(5));
+    if (!a)
+      return a.takeError();
+    arrays = std::move(*a);
+  } else if (llvm::StringRef(path).endswith(".npz")) {
+    auto a = readNpzFile(path);
+    if (!a)
+      return a.takeError();
+    arrays = std::move(*a);
+  } else if (llvm::sys::fs::is_directory(path)) {
+    for (const PlanInput &in : plan_.inputs) {
+      std::string file = path + "/" + in.name + ".npy";
+      if (!llvm::sys::fs::exists(file))
+        return badData(path + ": no " + in.name + ".npy for the model input '" +
+                       in.name + "'");
+      auto t = readNpyFile(file);
+      if (!t)
+        return t.takeError();
+      arrays[in.name] = *t;
+    }
+  } else {
+    return badData(path + ": --data needs a folder of .npy files or an .npz "
+                          "file");
+  }
+  int64_t rows = -1;
+  for (const PlanInput &in : plan_.inputs) {
+    auto it = arrays.find(in.name);
+    if (it == arrays.end())
+      return badData(path + ": no array for the model input '" + in.name + "'");
+    const ir::TensorType &t = it->second->type();
+    std::string want = std::string(ir::dtypeName(in.dtype));
+    if (t.dtype != in.dtype)
+      return badData(path + ": '" + in.name + "' is " +
+                     std::string(ir::dtypeName(t.dtype)) + " but the model reads " +
+                     want);
+    bool shapeOk = t.shape.size() == in.shape.size() && !t.shape.empty();
+    for (size_t d = 1; shapeOk && d < in.shape.size(); ++d)
+      shapeOk = t.shape[d] == in.shape[d];
+    std::string sampleShape;
+    for (size_t d = 1; d < in.shape.size(); ++d)
+      sampleShape += (d > 1 ? "," : "") + std::to_string(in.shape[d]);
+    if (!shapeOk)
+      return badData(path + ": '" + in.name + "' has shape " + t.str() +
+                     "; the model needs [N," + sampleShape + "] (N samples)");
+    if (t.shape[0] < in.shape[0])
+      return badData(path + ": '" + in.name + "' has " +
+                     std::to_string(t.shape[0]) +
+                     " samples; one microbatch needs " +
+                     std::to_string(in.shape[0]));
+    if (rows >= 0 && t.shape[0] != rows)
+      return badData(path + ": the arrays have different sample counts (" +
+                     std::to_string(rows) + " and " +
+                     std::to_string(t.shape[0]) + " for '" + in.name + "')");
+    rows = t.shape[0];
+    if (auto e = it->second->load())
+      return e;
+    Feed f;
+    f.data = it->second;
+    f.rows = t.shape[0];
+    f.rowBytes = t.byteSize() / std::max<int64_t>(1, t.shape[0]);
+    feeds_[in.name] = std::move(f);
+  }
+  return llvm::Error::success();
+}
+
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+llvm::Error DataSource::fill(int64_t step, int microbatch,
+                             const PlanInput &in, void *dst,
+                             size_t bytes) const {
+  int64_t mbRows = in.shape.empty() ? 1 : in.shape[0];
+  int64_t first =
+      (step * plan_.microbatches * plan_.dataParallel + microbatch) * mbRows;
+  auto it = feeds_.find(in.name);
+  if (it != feeds_.end()) {
+    const Feed &f = it->second;
+    if (size_t(f.rowBytes * mbRows) != bytes)
+      return badData("input '" + in.name + "': size mismatch");
+    const uint8_t *src = f.data->bytes().data();
+    for (int64_t r = 0; r < mbRows; ++r)
+      std::memcpy(static_cast<uint8_t *>(dst) + r * f.rowBytes,
+                  src + ((first + r) % f.rows) * f.rowBytes, f.rowBytes);
+    return llvm::Error::success();
+  }
+  // Synthetic: a hash of (seed, input, sample, element).
+  uint64_t salt = fnv1a64(in.name.data(), in.name.size()) ^ seed_;
+  int64_t n = 1;
+  for (int64_t d : in.shape)
+    n *= d;
+  int64_t perRow = n / std::max<int64_t>(1, mbRows);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t sample = first + i / std::max<int64_t>(1, perRow);
+    uint64_t h = mix(salt ^ mix(uint64_t(sample) * 1000003u + uint64_t(i % perRow)));
+    double u = double(h >> 11) / double(1ull << 53); // [0, 1)
+    int64_t limit = in.indexLimit > 0 ? in.indexLimit : 2;
+    switch (in.dtype) {
+    case ir::DType::F32:
+      static_cast<float *>(dst)[i] = float(2 * u - 1);
+      break;
+    case ir::DType::F64:
+      static_cast<double *>(dst)[i] = 2 * u - 1;
+      break;
+    case ir::DType::I64:
+      static_cast<int64_t *>(dst)[i] = int64_t(u * double(limit));
+      break;
+    case ir::DType::I32:
+      static_cast<int32_t *>(dst)[i] = int32_t(u * double(limit));
+      break;
+    case ir::DType::Bool:
+      static_cast<uint8_t *>(dst)[i] = u < 0.5;
+      break;
+    default:
+      return badData("input '" + in.name + "': no synthetic data for " +
+                     std::string(ir::dtypeName(in.dtype)) + "; pass --data");
+    }
+  }
+  return llvm::Error::success();
+}
+
+DataFn DataSource::forStep(int64_t step, int replica) const {
+  return [this, step, replica](int microbatch, const std::string &name,
+                               void *dst, size_t bytes) -> llvm::Error {
+    for (const PlanInput &in : plan_.inputs)
+      if (in.name == name)
+        return fill(step, replica * plan_.microbatches + microbatch, in, dst,
+                    bytes);
+    return badData("the plan has no input '" + name + "'");
+  };
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,42 @@
+// cleave-run --profile: measured per-op times in the format
+// `cleavec --cost-model profile:FILE` reads.
+#pragma once
+
+#include "runtime/Executor.h"
+#include "runtime/Plan.h"
+
+#include "llvm/Support/JSON.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cleave::runtime {
+
+// --profile's figures for one executor: each instruction's time per step,
+// kept for every profiled step (all but the first, which warms caches and
+// pages in the frames; one step alone can be off by a third), and their
+// mean with the fastest and slowest tenth of steps left out. Trimmed, the
+// mean ignores the rare bursts of other work on a shared machine; a mean,
+// it keeps the common small delays, which a median drops: summed over a
+// step's hundreds of ops, per-op medians came out 5-10% below the measured
+// step (tests/bench/pipeline_speedup.py).
+class ProfileSteps {
+public:
+  // Takes the executor's figures of the step just run and clears them.
+  void take(StageExecutor &ex);
+  ProfileMap trimmedMean() const;
+
+private:
+  std::map<std::pair<std::string, Phase>, std::vector<double>> seconds_;
+};
+
+// One stage's measured instructions as --profile entries, appended to
+// `ops`: per-microbatch seconds, except the optimizer step's.
+void appendProfileOps(const Plan &plan, const ProfileMap &profile,
+                      llvm::json::Array &ops);
+
+// The --profile file's text from its entries.
+std::string profileJson(llvm::json::Array ops);
+
+} // namespace cleave::runtime

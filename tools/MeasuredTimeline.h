@@ -1,0 +1,21 @@
+// cleave-run --timeline: the measured last step as the same SVG Gantt chart
+// `cleavec --timeline` draws for the predicted one (passes/schedule/
+// Timeline.h), so the two can be laid side by side: one row per stage of
+// replica 0, its F/B/W/BW spans as boxes, waits for messages as idle time,
+// times in milliseconds from the step's first span.
+#pragma once
+
+#include "runtime/trace/ChromeTrace.h"
+
+#include <string>
+#include <vector>
+
+namespace cleave::tools {
+
+// `tracks` are the trainer's (runtime::Trainer::traceTracks); the first
+// `stages` of them are replica 0's, in stage order.
+std::string measuredTimelineSvg(const std::string &schedule, int stages,
+                                int microbatches,
+                                const std::vector<runtime::TraceTrack> &tracks);
+
+} // namespace cleave::tools
