@@ -5,10 +5,20 @@
 #include "runtime/cuda/CudaBackend.h"
 #endif
 
+#include <algorithm>
+#include <thread>
+
 namespace cleave::runtime {
 
 static llvm::Error fail(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+int64_t threadsPerStage(int64_t asked, int stagesOnHost) {
+  if (asked > 0)
+    return asked;
+  return std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) /
+                                  std::max(stagesOnHost, 1));
 }
 
 llvm::Expected<std::unique_ptr<Backend>>

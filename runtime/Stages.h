@@ -32,6 +32,10 @@ struct LocalStage {
   std::unique_ptr<StageExecutor> executor;
 };
 
+// Kernel threads per stage: `asked`, or by default the cores shared by the
+// `stagesOnHost` stages (at least 1).
+int64_t threadsPerStage(int64_t asked, int stagesOnHost);
+
 // The backend executor `index` (replica * P + stage) runs on: the CPU with
 // `threads` kernel threads, the emulated CUDA backend, or CUDA device
 // index mod the devices visible.

@@ -373,4 +373,34 @@ Trainer::tensors(const std::vector<std::string> &names) {
   return out;
 }
 
+llvm::Expected<std::map<std::string, std::shared_ptr<ir::TensorData>>>
+Trainer::modelTensors() {
+  if (plan_.modelTensors.empty())
+    return agree(driver_,
+                 driver_.rank() == 0
+                     ? fail("the plan records no model tensors (an older "
+                            "cleavec made it); compile it again")
+                     : llvm::Error::success());
+  std::vector<std::string> names;
+  for (const PlanTensor &t : plan_.modelTensors)
+    names.push_back(t.name);
+  auto values = tensors(names);
+  if (!values)
+    return values.takeError();
+  std::map<std::string, std::shared_ptr<ir::TensorData>> out;
+  for (const PlanTensor &t : plan_.modelTensors) {
+    auto it = values->find(t.name);
+    if (it == values->end())
+      continue;
+    ir::TensorType type(t.dtype, ir::Shape(t.shape.begin(), t.shape.end()));
+    if (uint64_t(type.byteSize()) != it->second.size())
+      return driver_.failAlone(
+          fail("model tensor '" + t.name + "' is " + type.str() +
+               " in the plan but its stage holds " +
+               std::to_string(it->second.size()) + " bytes"));
+    out[t.name] = std::make_shared<ir::TensorData>(type, it->second);
+  }
+  return out;
+}
+
 } // namespace cleave::runtime

@@ -16,6 +16,7 @@
 // ReportedElsewhere means another process has the message to print.
 #pragma once
 
+#include "ir/TensorData.h"
 #include "runtime/Plan.h"
 #include "runtime/Stages.h"
 #include "runtime/comm/Driver.h"
@@ -28,6 +29,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,6 +99,10 @@ public:
   // stage holding it (rank 0; names no stage holds are left out).
   llvm::Expected<std::map<std::string, std::vector<uint8_t>>>
   tensors(const std::vector<std::string> &names);
+  // The plan's model tensors (Plan::modelTensors) as trained, with their
+  // types, for --save (rank 0; an error when the plan records none).
+  llvm::Expected<std::map<std::string, std::shared_ptr<ir::TensorData>>>
+  modelTensors();
 
 private:
   llvm::Error runLocal(int64_t step);

@@ -21,7 +21,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <thread>
 
 using namespace cleave;
 using tools::fail;
@@ -154,14 +153,6 @@ int report(llvm::Error e, int code) {
   return code;
 }
 
-// Whether mpirun (Open MPI, MPICH, or any PMIx launcher) started us.
-bool launchedByMpirun() {
-  for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(var))
-      return true;
-  return false;
-}
-
 std::string formatSeconds(double s) {
   int64_t t = int64_t(std::lround(s));
   return llvm::formatv("{0}:{1:2}", t / 60, t % 60).str();
@@ -218,42 +209,20 @@ llvm::Error writeOnRoot(runtime::Driver &driver, const std::string &path,
                                     : llvm::Error::success());
 }
 
-// --save: the source model with replica 0's trained parameters and buffers,
-// their types as the plan records them.
+// --save: the source model with replica 0's trained parameters and buffers.
 llvm::Error saveModel(const runtime::Plan &plan, runtime::Trainer &trainer,
                       runtime::Driver &driver, const std::string &out) {
-  if (plan.modelTensors.empty())
-    return runtime::agree(
-        driver, driver.rank() == 0
-                    ? llvm::createStringError(
-                          llvm::inconvertibleErrorCode(),
-                          "--save: the plan records no model tensors (an "
-                          "older cleavec made it); compile it again")
-                    : llvm::Error::success());
-  std::vector<std::string> names;
-  for (const runtime::PlanTensor &t : plan.modelTensors)
-    names.push_back(t.name);
-  auto values = trainer.tensors(names);
-  if (!values)
-    return values.takeError();
-  llvm::Error err = llvm::Error::success();
-  size_t saved = 0;
-  if (driver.rank() == 0) {
-    std::map<std::string, std::shared_ptr<ir::TensorData>> trained;
-    for (const runtime::PlanTensor &t : plan.modelTensors) {
-      auto it = values->find(t.name);
-      if (it != values->end())
-        trained[t.name] = std::make_shared<ir::TensorData>(
-            ir::TensorType(t.dtype, ir::Shape(t.shape.begin(), t.shape.end())),
-            it->second);
-    }
-    saved = trained.size();
-    err = frontend::writeTrainedOnnx(plan.sourceModel, trained, out);
-  }
-  if (auto e = runtime::agree(driver, std::move(err)))
+  auto trained = trainer.modelTensors();
+  if (!trained)
+    return trained.takeError();
+  if (auto e = runtime::agree(
+          driver, driver.rank() == 0 ? frontend::writeTrainedOnnx(
+                                           plan.sourceModel, *trained, out)
+                                     : llvm::Error::success()))
     return e;
   if (driver.rank() == 0)
-    llvm::outs() << "wrote " << out << " (" << saved << " trained tensors)\n";
+    llvm::outs() << "wrote " << out << " (" << trained->size()
+                 << " trained tensors)\n";
   return llvm::Error::success();
 }
 
@@ -351,14 +320,6 @@ int train(const RunOptions &opt, const tools::Flags &flags,
   return tools::kOk;
 }
 
-// Default kernel threads per stage: the cores shared by the stages.
-int64_t threadsPerStage(int64_t asked, int stagesOnHost) {
-  if (asked > 0)
-    return asked;
-  return std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) /
-                                  std::max(stagesOnHost, 1));
-}
-
 // Every stage as a thread of this process.
 int runThreaded(RunOptions opt, const tools::Flags &flags) {
   auto planOr = runtime::readPlanFile(opt.planPath);
@@ -373,7 +334,7 @@ int runThreaded(RunOptions opt, const tools::Flags &flags) {
   if (auto d = flags.get("data"))
     if (auto e = data.load(*d))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-  opt.stage.threads = threadsPerStage(
+  opt.stage.threads = runtime::threadsPerStage(
       opt.threads, int(plan.stages.size()) * plan.dataParallel);
   auto run = runtime::createThreadedPipeline(plan, opt.stage);
   if (!run)
@@ -429,7 +390,7 @@ int runUnderMpi(RunOptions opt, const tools::Flags &flags, int &argc,
   if (auto d = flags.get("data"))
     if (int rc = agreed(data.load(*d)))
       return rc;
-  opt.stage.threads = threadsPerStage(opt.threads, world->size());
+  opt.stage.threads = runtime::threadsPerStage(opt.threads, world->size());
   auto st = runtime::createLocalStage(plan, rp.replica, rp.stage, opt.stage,
                                       *rp.pipe, rp.group.get());
   if (int rc = agreed(st ? llvm::Error::success() : st.takeError()))
@@ -511,11 +472,11 @@ int main(int argc, char **argv) {
                     opt.stage.device + "'",
                 tools::kUsage);
   if (auto e = parseCheckpointEvery(flags, opt.checkpointEvery)) {
-    if (!launchedByMpirun())
+    if (!runtime::launchedByMpirun())
       return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
     opt.usageError = llvm::toString(std::move(e)); // said once, by MPI rank 0
   }
-  if (launchedByMpirun()) {
+  if (runtime::launchedByMpirun()) {
 #ifdef CLEAVE_HAVE_MPI
     return runUnderMpi(opt, flags, argc, argv);
 #else

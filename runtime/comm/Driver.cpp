@@ -3,6 +3,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace cleave::runtime {
@@ -55,6 +56,13 @@ public:
 
 std::unique_ptr<Driver> createSingleProcessDriver() {
   return std::make_unique<SingleProcessDriver>();
+}
+
+bool launchedByMpirun() {
+  for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var))
+      return true;
+  return false;
 }
 
 void putRecord(std::vector<uint8_t> &out, const void *data, uint64_t n) {

@@ -56,6 +56,10 @@ llvm::Error agree(Driver &driver, llvm::Error mine);
 
 std::unique_ptr<Driver> createSingleProcessDriver();
 
+// Whether an MPI launcher (Open MPI's mpirun, MPICH, any PMIx launcher)
+// started this process.
+bool launchedByMpirun();
+
 // (name, bytes) records in one byte string, for gatherToRoot.
 void putRecord(std::vector<uint8_t> &out, const void *data, uint64_t n);
 // putRecord's byte strings, in order (a truncated tail is dropped).
