@@ -20,6 +20,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #endif
 #include "runtime/Executor.h"
+#include "runtime/Trainer.h"
 #include "tools/PipelinePlanning.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -146,88 +147,60 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
   info.lossName = g->outputs()[0]->name();
   info.optimizer = "sgd";
   info.lr = 0.1;
+  info.dataParallel = replicas;
   auto plan = codegen::buildPlan(planned->stageGraphs, planned->schedule, info);
   if (!plan) {
     ADD_FAILURE() << llvm::toString(plan.takeError());
     return out;
   }
-  // Replica r, stage s is executor r * stages + s; pipeline comms per
-  // replica, data-parallel comms per stage.
-  std::vector<std::unique_ptr<runtime::Backend>> backends;
-  std::vector<std::vector<std::unique_ptr<runtime::Comm>>> pipes, groups;
-  for (int r = 0; r < replicas; ++r)
-    pipes.push_back(runtime::createInProcessComms(stages));
-  for (int s = 0; s < stages; ++s)
-    groups.push_back(runtime::createInProcessComms(replicas));
-  std::vector<std::unique_ptr<runtime::StageExecutor>> execs;
-  std::vector<runtime::StageExecutor *> raw;
-  for (int r = 0; r < replicas; ++r)
-    for (int s = 0; s < stages; ++s) {
-      if (device == "cpu") {
-        backends.push_back(runtime::createCpuBackend(1));
-      } else if (device == "cuda-emulated") {
-        backends.push_back(runtime::cuda::createCudaEmulatedBackend());
-      } else {
-#ifdef CLEAVE_HAVE_CUDA
-        // Every stage on GPU 0, each with its own stream.
-        auto b = runtime::createCudaBackend(0);
-        if (!b) {
-          ADD_FAILURE() << llvm::toString(b.takeError());
-          return out;
-        }
-        backends.push_back(std::move(*b));
-#else
-        ADD_FAILURE() << "built without CUDA";
-        return out;
-#endif
-      }
-      auto ex = runtime::StageExecutor::create(*plan, s, *backends.back(),
-                                               *pipes[r][s]);
-      if (!ex) {
-        ADD_FAILURE() << llvm::toString(ex.takeError());
-        return out;
-      }
-      if (replicas > 1)
-        (*ex)->setDataParallel(groups[s][r].get());
-      (*ex)->setNonFinitePolicy(policy);
-      (*ex)->setBatchW(batchW);
-      execs.push_back(std::move(*ex));
-      raw.push_back(execs.back().get());
-    }
+  // The runtime's own wiring and training loop (runtime/Stages.h,
+  // runtime/Trainer.h), as cleave-run uses them: executor r * stages + s
+  // is stage s of replica r.
+  runtime::StageOptions opts;
+  opts.device = device;
+  opts.threads = 1;
+  opts.nonFinite = policy;
+  opts.batchW = batchW;
+  auto pipeline = runtime::createThreadedPipeline(*plan, opts);
+  if (!pipeline) {
+    ADD_FAILURE() << llvm::toString(pipeline.takeError());
+    return out;
+  }
+  std::vector<runtime::LocalStage *> locals;
+  std::vector<runtime::StageExecutor *> execsRaw;
+  for (runtime::LocalStage &st : (*pipeline)->stages) {
+    locals.push_back(&st);
+    execsRaw.push_back(st.executor.get());
+  }
   Inputs inputs(model, *g);
   if (!data)
     data = [&](int64_t step) { return inputs.forStep(step); };
-  for (int step = 0; step < steps; ++step) {
-    // Replica r's microbatch m is microbatch r * M + m of the step.
+  // Replica r's microbatch m is microbatch r * M + m of the step.
+  runtime::StepData feed = [&](int64_t step, int r) {
     runtime::DataFn all = data(step);
-    std::vector<runtime::DataFn> each;
-    for (int r = 0; r < replicas; ++r)
-      for (int s = 0; s < stages; ++s)
-        each.push_back([all, r, microbatches](int mb, const std::string &n,
-                                              void *dst, size_t bytes) {
-          return all(int(r * microbatches + mb), n, dst, bytes);
-        });
-    if (auto e = runtime::runPipelineThreads(raw, step, each)) {
-      ADD_FAILURE() << llvm::toString(std::move(e));
-      return out;
-    }
-    double loss = 0;
-    for (auto &ex : execs)
-      if (ex->hasLoss())
-        loss += ex->lastLoss() / replicas;
-    out.losses.push_back(loss);
-    std::string report;
-    bool skipped = false;
-    for (auto &ex : execs) {
-      skipped |= ex->stepSkipped();
-      if (report.empty() && !ex->nonFiniteReport().empty())
-        report = "stage " + std::to_string(ex->stage()) + ": " +
-                 ex->nonFiniteReport();
-      EXPECT_EQ(ex->stepSkipped(), execs[0]->stepSkipped())
-          << "the stages disagree on skipping step " << step;
-    }
-    out.skipped.push_back(skipped ? report : "");
+    return runtime::DataFn([all, r, microbatches](int mb, const std::string &n,
+                                                  void *dst, size_t bytes) {
+      return all(int(r * microbatches + mb), n, dst, bytes);
+    });
+  };
+  auto driver = runtime::createSingleProcessDriver();
+  runtime::TrainOptions topt;
+  topt.steps = steps;
+  topt.skipNonFinite =
+      policy == runtime::StageExecutor::NonFinitePolicy::SkipStep;
+  runtime::Trainer trainer(*plan, locals, *driver, feed, topt);
+  auto e = trainer.run([&](const runtime::StepReport &r) {
+    out.losses.push_back(r.loss);
+    out.skipped.push_back(r.skipped.value_or(""));
+    for (runtime::StageExecutor *ex : execsRaw)
+      EXPECT_EQ(ex->stepSkipped(), execsRaw[0]->stepSkipped())
+          << "the stages disagree on skipping step " << r.step;
+  });
+  if (e) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return out;
   }
+  std::vector<runtime::StageExecutor *> &execs = execsRaw;
   // Every declared parameter and buffer of the model, from every stage that
   // holds one: replicas must agree.
   for (const ir::Value *v : g->declared()) {
