@@ -778,6 +778,8 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
     if (!dt)
       return err("{0}: {1}", where, llvm::toString(dt.takeError()));
+    if (*dt == operands[0]->type().dtype) // as function bodies write them
+      return emit(n, index, OpKind::Identity, operands, {}, false);
     attrs.emplace("to", Attribute(std::string(dtypeName(*dt))));
   } else if (op == "Transpose") {
     if (!findAttr(n, "perm")) {

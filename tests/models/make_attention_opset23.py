@@ -23,7 +23,8 @@ forms of the two ops:
 Each folder follows tests/models/corpus/ (see its README): model.onnx,
 inputs/, reference/ (float32 loss and gradients, params.txt, buffers.txt),
 reference64/ (float64), steps/data and steps/hyper.txt (3 steps x 4
-microbatches of 2). The script checks each model with the ONNX checker and
+microbatches of 2). `bernoulli-unsupported.onnx` is one Bernoulli node,
+whose function body uses an op cleave lacks. The script checks each model with the ONNX checker and
 that onnxruntime's loss matches the PyTorch float32 one. Two runs write
 identical files.
 """
@@ -300,6 +301,23 @@ def make_case(name, cfg, seed):
           % (name, cfg["opset"], loss64, ort_loss, f32_err))
 
 
+def make_unsupported_body():
+    """bernoulli-unsupported.onnx: Bernoulli, whose function body draws with
+    RandomUniformLike, an op cleave lacks (the error names both)."""
+    node = helper.make_node("Bernoulli", ["p"], ["y"],
+                            name="/m/dropout_mask/Bernoulli")
+    graph = helper.make_graph(
+        [node], "bernoulli",
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)],
+                              producer_name=
+                              "cleave tests/models/make_attention_opset23.py")
+    model.ir_version = 11
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, os.path.join(OUT, "bernoulli-unsupported.onnx"))
+
+
 CASES = [
     ("rope-causal-gqa", dict(opset=23, three_d=False, causal=True, mask=None,
                              rot_dim=D, interleaved=False, position_ids=True)),
@@ -314,3 +332,4 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     for i, (name, cfg) in enumerate(CASES):
         make_case(name, cfg, 1000 + i)
+    make_unsupported_body()
