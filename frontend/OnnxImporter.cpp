@@ -1538,8 +1538,22 @@ onnxInputNames(const std::string &path) {
   return names;
 }
 
-std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly) {
+// Ops without an IR op of their own that import through their ONNX
+// function bodies, each checked against onnxruntime (tests/models/opset23,
+// tests/lit/cleavec/function-ops.test).
+static const std::set<std::string> kFunctionBodyOps = {
+    "Attention",    "Celu",          "Elu",          "HardSigmoid",
+    "HardSwish",    "Mish",          "PRelu",        "ReduceL1",
+    "ReduceL2",     "ReduceLogSumExp", "ReduceSumSquare", "RotaryEmbedding",
+    "Selu",         "Shrink",        "Softplus",     "Softsign",
+    "Swish",        "ThresholdedRelu"};
+
+std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly,
+                                          std::vector<std::string> *expanded) {
   std::set<std::string> ops(kFoldOnly.begin(), kFoldOnly.end());
+  ops.insert(kFunctionBodyOps.begin(), kFunctionBodyOps.end());
+  if (expanded)
+    expanded->assign(kFunctionBodyOps.begin(), kFunctionBodyOps.end());
   for (const OpInfo &i : allOps())
     if (!isTrainingOp(i.kind))
       ops.insert(std::string(i.name));

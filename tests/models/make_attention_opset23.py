@@ -24,7 +24,9 @@ Each folder follows tests/models/corpus/ (see its README): model.onnx,
 inputs/, reference/ (float32 loss and gradients, params.txt, buffers.txt),
 reference64/ (float64), steps/data and steps/hyper.txt (3 steps x 4
 microbatches of 2). `bernoulli-unsupported.onnx` is one Bernoulli node,
-whose function body uses an op cleave lacks. The script checks each model with the ONNX checker and
+whose function body uses an op cleave lacks. `function-ops/` applies
+other ops ONNX defines by function bodies (Softplus, Mish, HardSwish,
+ReduceL2, ...) to one input, with onnxruntime's outputs. The script checks each model with the ONNX checker and
 that onnxruntime's loss matches the PyTorch float32 one. Two runs write
 identical files.
 """
@@ -318,6 +320,60 @@ def make_unsupported_body():
     onnx.save(model, os.path.join(OUT, "bernoulli-unsupported.onnx"))
 
 
+# Ops without an IR op of their own that the importer expands through their
+# ONNX function bodies (beside RotaryEmbedding and Attention), with the
+# attributes to give (none: the function's defaults).
+FUNCTION_OPS = [
+    ("Celu", {}), ("Elu", {"alpha": 0.5}), ("HardSigmoid", {}),
+    ("HardSwish", {}), ("Mish", {}), ("PRelu", {}),
+    ("ReduceL1", {"keepdims": 0}), ("ReduceL2", {}),
+    ("ReduceLogSumExp", {}), ("ReduceSumSquare", {"keepdims": 0}),
+    ("Selu", {}), ("Shrink", {"lambd": 0.3, "bias": 0.1}),
+    ("Softplus", {}), ("Softsign", {}), ("Swish", {"alpha": 1.5}),
+    ("ThresholdedRelu", {}),
+]
+
+
+def make_function_ops():
+    """function-ops/: one opset-24 graph applying each of FUNCTION_OPS to
+    `x` (PRelu with `slope`), and onnxruntime's outputs in expected/."""
+    rng = np.random.default_rng(7)
+    feeds = {"x": (2 * rng.standard_normal((2, 3, 4))).astype(np.float32),
+             "slope": rng.standard_normal(4).astype(np.float32)}
+    nodes, outputs = [], []
+    for op, attrs in FUNCTION_OPS:
+        ins = ["x", "slope"] if op == "PRelu" else ["x"]
+        nodes.append(helper.make_node(op, ins, ["y_" + op], name="/m/" + op,
+                                      **attrs))
+        outputs.append(helper.make_tensor_value_info("y_" + op,
+                                                     TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes, "function_ops",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+         for n, v in feeds.items()], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)],
+                              producer_name=
+                              "cleave tests/models/make_attention_opset23.py")
+    model.ir_version = 12
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    del model.graph.value_info[:]
+    onnx.checker.check_model(model, full_check=True)
+    folder = os.path.join(OUT, "function-ops")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "inputs"))
+    os.makedirs(os.path.join(folder, "expected"))
+    onnx.save(model, os.path.join(folder, "model.onnx"))
+    for n, v in feeds.items():
+        np.save(os.path.join(folder, "inputs", n + ".npy"), v)
+    sess = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    for out, value in zip([o.name for o in model.graph.output],
+                          sess.run(None, feeds)):
+        np.save(os.path.join(folder, "expected", out + ".npy"), value)
+    print("function-ops       %d ops, outputs from onnxruntime" %
+          len(FUNCTION_OPS))
+
+
 CASES = [
     ("rope-causal-gqa", dict(opset=23, three_d=False, causal=True, mask=None,
                              rot_dim=D, interleaved=False, position_ids=True)),
@@ -333,3 +389,4 @@ if __name__ == "__main__":
     for i, (name, cfg) in enumerate(CASES):
         make_case(name, cfg, 1000 + i)
     make_unsupported_body()
+    make_function_ops()

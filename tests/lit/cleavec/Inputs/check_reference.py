@@ -8,6 +8,11 @@ max|g64| for a gradient that is zero in exact arithmetic); cleave's worst
 must be within 10x of PyTorch float32's worst (floored at 1e-7).
 
     python3 check_reference.py OUT_DIR MODEL_DIR
+
+With --expected, compares every EXPECTED_DIR/<name>.npy (onnxruntime's
+outputs) with OUT_DIR/<name>.npy to 1e-6 relative to its largest value:
+
+    python3 check_reference.py --expected OUT_DIR EXPECTED_DIR
 """
 import ast
 import os
@@ -31,7 +36,22 @@ def read_npy(path):
     return list(struct.unpack("<%d%s" % (count, code), body))
 
 
+def compare_outputs(out, expected):
+    bad = 0
+    for name in sorted(os.listdir(expected)):
+        want = read_npy(os.path.join(expected, name))
+        got = read_npy(os.path.join(out, name))
+        scale = max(max(abs(v) for v in want), 1e-30)
+        err = max(abs(a - b) for a, b in zip(got, want)) / scale
+        ok = len(got) == len(want) and err <= 1e-6
+        bad += not ok
+        print("%s: %s" % (name[:-4], "ok" if ok else "WRONG (%.1e)" % err))
+    return 1 if bad else 0
+
+
 def main():
+    if sys.argv[1] == "--expected":
+        return compare_outputs(sys.argv[2], sys.argv[3])
     out, model = sys.argv[1], sys.argv[2]
     loss = read_npy(os.path.join(out, "loss.npy"))[0]
     loss64 = read_npy(os.path.join(model, "reference64", "loss.npy"))[0]
