@@ -4,9 +4,10 @@ PyTorch references computed independently of ONNX (a hand-written rotary
 embedding and torch.nn.functional.scaled_dot_product_attention with
 enable_gqa), in float32 and float64.
 
-Run with the PyTorch 2 venv (torch 2.15, onnx 1.23.2, onnxruntime 1.32):
+Run with the corpus venv (tests/models/corpus/make-venv.sh prints it: torch
+2.15, onnx 1.23.2, onnxruntime 1.32):
 
-    /work/torch2-venv/bin/python tests/models/make_attention_opset23.py
+    $VENV/bin/python tests/models/make_attention_opset23.py
 
 Every model has 2 decoder layers (`m.layers.0`, `m.layers.1`: RMSNorm,
 q/k/v projections, RotaryEmbedding on q and k, Attention with 4 query heads
