@@ -1,5 +1,6 @@
 #include "frontend/OnnxImporter.h"
 
+#include "frontend/FunctionBody.h"
 #include "frontend/OnnxNode.h"
 #include "frontend/OnnxTensor.h"
 #include "frontend/ShapeFolding.h"
@@ -159,6 +160,18 @@ private:
                                                   int index, int k,
                                                   const char *what);
   Entry *input(const onnx::NodeProto &n, int k);
+  // Expands `n` into its ONNX function body and imports the body's nodes;
+  // false when its op has no body at this opset.
+  llvm::Expected<bool> importFunctionBody(const onnx::NodeProto &n,
+                                          int index);
+  // A value name no value of the model has, based on `base`.
+  std::string freshName(llvm::StringRef base);
+  // The location of an op made for node `n`: its module path, or that of
+  // the model's node whose function body `n` belongs to.
+  std::string loc(const onnx::NodeProto &n) const;
+  // ", in the ONNX function body of 'Attention' at node 'attn'" while a
+  // body is being imported (innermost first), "" otherwise.
+  std::string bodyContext() const;
   Value *materialize(const std::string &name, Entry &e);
   llvm::Error readSignature();
   void classifyParameters();
@@ -175,6 +188,15 @@ private:
   // Tensor sequences (SplitToSequence's result), by name: each element's
   // IR value. Only read by SequenceAt at a constant position.
   llvm::StringMap<std::vector<Value *>> sequences_;
+  // The nodes whose function bodies are being imported, outermost first,
+  // with the opset to return to.
+  struct Call {
+    const onnx::NodeProto *node;
+    int64_t opset;
+  };
+  std::vector<Call> calls_;
+  // Every value name of the model, and the fresh ones given out since.
+  std::set<std::string> usedNames_;
   llvm::Error importSequenceOp(const onnx::NodeProto &n, int index);
   llvm::Error importGatherND(const onnx::NodeProto &n, int index);
   // The producer's own list of parameters and buffers (PyTorch's dynamo
@@ -428,7 +450,7 @@ llvm::Error Importer::emit(const onnx::NodeProto &n, int index, OpKind kind,
     names.push_back(n.output(i));
   }
   Op *op = g_->appendOp(kind, operands, *types, names, std::move(attrs),
-                        locOf(n));
+                        loc(n));
   for (int i = 0; i < numResults; ++i)
     if (!n.output(i).empty())
       env_[n.output(i)] = Entry{(*types)[i], op->result(i), nullptr, false};
@@ -463,9 +485,9 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
   const std::string &op = n.op_type();
   std::string where = describeNode(n, index);
   if (n.domain() != "" && n.domain() != "ai.onnx")
-    return err("unsupported op '{0}' (domain '{1}') at node '{2}'; "
+    return err("unsupported op '{0}' (domain '{1}') at node '{2}'{3}; "
                "`cleavec --list-ops` lists the supported ops",
-               op, n.domain(), n.name());
+               op, n.domain(), n.name(), bodyContext());
   if (kFoldOnly.count(op)) {
     std::string runtimeInput;
     for (int k = 0; k < n.input_size() && runtimeInput.empty(); ++k)
@@ -498,10 +520,17 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
                 false);
   }
   auto kind = lookupOp(op);
-  if (!kind || isTrainingOp(*kind))
+  if (!kind || isTrainingOp(*kind)) {
+    // No IR op of its own: ONNX may define it by a function body.
+    auto expanded = importFunctionBody(n, index);
+    if (!expanded)
+      return expanded.takeError();
+    if (*expanded)
+      return llvm::Error::success();
     return err("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at node "
-               "'{2}'; `cleavec --list-ops` lists the supported ops",
-               op, opset_, n.name());
+               "'{2}'{3}; `cleavec --list-ops` lists the supported ops",
+               op, opset_, n.name(), bodyContext());
+  }
   const OpInfo &info = opInfo(*kind);
 
   // Operands that stay tensors; the rest become attributes below.
@@ -531,6 +560,24 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
   const Shape *xShape = input(n, 0) ? &input(n, 0)->type.shape : nullptr;
   AttrMap attrs;
 
+  if (op == "Where" && operands.size() == 3 && input(n, 0)->foldable) {
+    // A constant condition that picks one side everywhere is that side
+    // (Attention's function body zeroes the rows whose bias is all -inf;
+    // usually there are none).
+    const TensorData &cond = *input(n, 0)->data;
+    int64_t count = cond.type().numElements(), set = 0;
+    for (int64_t i = 0; i < count; ++i)
+      set += cond.getInt(i) != 0;
+    int pick = count > 0 && set == count ? 1 : set == 0 ? 2 : 0;
+    auto types = inferResultTypes(
+        OpKind::Where,
+        {operands[0]->type(), operands[1]->type(), operands[2]->type()}, {},
+        1);
+    if (!types)
+      return err("{0}: {1}", where, llvm::toString(types.takeError()));
+    if (pick && (*types)[0] == operands[pick]->type())
+      return emit(n, index, OpKind::Identity, {operands[pick]}, {}, false);
+  }
   if (op == "Reshape") {
     auto dims = staticInts(n, index, 1, "target shape");
     if (!dims)
@@ -714,9 +761,9 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     Op *in2d = g_->appendOp(OpKind::Reshape, {operands[0]}, {flat}, {},
                             {{"shape", Attribute(std::vector<int64_t>{
                                            outer, inner})}},
-                            locOf(n));
+                            loc(n));
     Op *sm = g_->appendOp(*kind, {in2d->result()}, {flat}, {},
-                          {{"axis", Attribute(int64_t(-1))}}, locOf(n));
+                          {{"axis", Attribute(int64_t(-1))}}, loc(n));
     return emit(n, index, OpKind::Reshape, {sm->result()},
                 {{"shape", Attribute(std::vector<int64_t>(xShape->begin(),
                                                           xShape->end()))}},
@@ -731,6 +778,8 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
     if (!dt)
       return err("{0}: {1}", where, llvm::toString(dt.takeError()));
+    if (*dt == operands[0]->type().dtype) // as function bodies write them
+      return emit(n, index, OpKind::Identity, operands, {}, false);
     attrs.emplace("to", Attribute(std::string(dtypeName(*dt))));
   } else if (op == "Transpose") {
     if (!findAttr(n, "perm")) {
@@ -895,7 +944,7 @@ llvm::Error Importer::importSequenceOp(const onnx::NodeProto &n, int index) {
   for (size_t i = 0; i < sizes.size(); ++i)
     names.push_back(n.output(0) + "." + std::to_string(i));
   Op *split = g_->appendOp(OpKind::Split, {*x}, *types, names,
-                           std::move(attrs), locOf(n));
+                           std::move(attrs), loc(n));
   std::vector<Value *> parts(split->results().begin(),
                              split->results().end());
   if (squeeze)
@@ -905,7 +954,7 @@ llvm::Error Importer::importSequenceOp(const onnx::NodeProto &n, int index) {
       part = g_->appendOp(OpKind::Squeeze, {part},
                           {TensorType(part->type().dtype, s)}, {},
                           {{"axes", Attribute(std::vector<int64_t>{*axis})}},
-                          locOf(n))
+                          loc(n))
                  ->result();
     }
   sequences_[n.output(0)] = std::move(parts);
@@ -958,12 +1007,77 @@ llvm::Error Importer::importGatherND(const onnx::NodeProto &n, int index) {
   Op *reshape = g_->appendOp(
       OpKind::Reshape, {*x}, {TensorType((*x)->type().dtype, flat)}, {},
       {{"shape", Attribute(std::vector<int64_t>(flat.begin(), flat.end()))}},
-      locOf(n));
+      loc(n));
   Value *indices = g_->addDeclared(
       ValueKind::Const, n.output(0) + ".linear_indices",
       TensorData::fromInts(DType::I64, outIdx, linear));
   return emit(n, index, OpKind::Gather, {reshape->result(), indices},
               {{"axis", Attribute(int64_t(0))}}, false);
+}
+
+// An op ONNX defines by a function body (RotaryEmbedding and Attention of
+// opset 23, Softplus, ...) and cleave has no IR op for: its body's nodes,
+// built for this node's attributes and input types, are imported in its
+// place through importNode, so the folder evaluates their shape and mask
+// arithmetic, the rest maps to IR ops (with gradients) and a body op that
+// is itself a function expands in turn. Every op keeps the node's module
+// path.
+llvm::Expected<bool> Importer::importFunctionBody(const onnx::NodeProto &n,
+                                                  int index) {
+  std::vector<const TensorType *> types;
+  for (int k = 0; k < n.input_size(); ++k) {
+    Entry *e = input(n, k);
+    types.push_back(e ? &e->type : nullptr);
+  }
+  auto body = expandFunction(n, opset_, types, [&](llvm::StringRef base) {
+    return freshName(base);
+  });
+  if (!body)
+    return err("{0}: {1}", describeNode(n, index),
+               llvm::toString(body.takeError()));
+  if (!*body)
+    return false;
+  if (calls_.size() >= size_t(kMaxFunctionDepth))
+    return err("{0}: ONNX function bodies nest more than {1} deep{2}",
+               describeNode(n, index), kMaxFunctionDepth, bodyContext());
+  calls_.push_back(Call{&n, opset_});
+  opset_ = (*body)->opset;
+  llvm::Error failure = llvm::Error::success();
+  for (size_t i = 0; i < (*body)->nodes.size() && !failure; ++i)
+    failure = importNode((*body)->nodes[i], int(i));
+  opset_ = calls_.back().opset;
+  calls_.pop_back();
+  if (failure)
+    return std::move(failure);
+  for (const std::string &out : n.output())
+    if (!out.empty() && !env_.count(out) && !sequences_.count(out))
+      return err("{0}: the ONNX function body of '{1}' does not compute "
+                 "output '{2}'",
+                 describeNode(n, index), n.op_type(), out);
+  return true;
+}
+
+std::string Importer::freshName(llvm::StringRef base) {
+  std::string name = base.str();
+  for (int i = 1; usedNames_.count(name) || env_.count(name); ++i)
+    name = (base + "." + llvm::Twine(i)).str();
+  usedNames_.insert(name);
+  return name;
+}
+
+std::string Importer::loc(const onnx::NodeProto &n) const {
+  return locOf(calls_.empty() ? n : *calls_.front().node);
+}
+
+std::string Importer::bodyContext() const {
+  std::string s;
+  for (auto it = calls_.rbegin(); it != calls_.rend(); ++it)
+    s += llvm::formatv("{0} the ONNX function body of '{1}' (opset {2}) at "
+                       "node '{3}'",
+                       s.empty() ? ", in" : ", of", it->node->op_type(),
+                       it->opset, it->node->name())
+             .str();
+  return s;
 }
 
 // ONNX's own training form: Gradient(xs, y) in the ai.onnx.preview.training
@@ -1023,10 +1137,10 @@ llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
   for (const auto &a : n.attribute())
     if (a.type() == onnx::AttributeProto::GRAPH ||
         a.type() == onnx::AttributeProto::GRAPHS)
-      return err("unsupported op '{0}' with a subgraph at node '{1}' "
+      return err("unsupported op '{0}' with a subgraph at node '{1}'{2} "
                  "(control flow is not supported); `cleavec --list-ops` "
                  "lists the supported ops",
-                 n.op_type(), n.name());
+                 n.op_type(), n.name(), bodyContext());
   if (n.op_type() == "Constant" && (n.domain().empty() ||
                                     n.domain() == "ai.onnx")) {
     const onnx::AttributeProto *a = n.attribute_size() == 1 ? &n.attribute(0)
@@ -1162,7 +1276,7 @@ static bool isBufferName(llvm::StringRef name) {
   static const std::set<std::string> kLeaves = {
       "running_mean", "running_var", "num_batches_tracked", "inv_freq",
       "position_ids", "token_type_ids", "masked_bias", "original_inv_freq",
-      "cos_cached", "sin_cached"};
+      "cos_cached", "sin_cached", "cos_cache", "sin_cache"};
   return kLeaves.count(leaf.str()) != 0;
 }
 
@@ -1346,6 +1460,12 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
   }
   if (auto e = addInitializers())
     return std::move(e);
+  for (const auto &vi : model_.graph().input())
+    usedNames_.insert(vi.name());
+  for (const auto &t : model_.graph().initializer())
+    usedNames_.insert(t.name());
+  for (const auto &n : model_.graph().node())
+    usedNames_.insert(n.output().begin(), n.output().end());
   const auto &nodes = model_.graph().node();
   for (int i = 0; i < nodes.size(); ++i)
     if (auto e = importNode(nodes[i], i))
@@ -1418,8 +1538,22 @@ onnxInputNames(const std::string &path) {
   return names;
 }
 
-std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly) {
+// Ops without an IR op of their own that import through their ONNX
+// function bodies, each checked against onnxruntime (tests/models/opset23,
+// tests/lit/cleavec/function-ops.test).
+static const std::set<std::string> kFunctionBodyOps = {
+    "Attention",    "Celu",          "Elu",          "HardSigmoid",
+    "HardSwish",    "Mish",          "PRelu",        "ReduceL1",
+    "ReduceL2",     "ReduceLogSumExp", "ReduceSumSquare", "RotaryEmbedding",
+    "Selu",         "Shrink",        "Softplus",     "Softsign",
+    "Swish",        "ThresholdedRelu"};
+
+std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly,
+                                          std::vector<std::string> *expanded) {
   std::set<std::string> ops(kFoldOnly.begin(), kFoldOnly.end());
+  ops.insert(kFunctionBodyOps.begin(), kFunctionBodyOps.end());
+  if (expanded)
+    expanded->assign(kFunctionBodyOps.begin(), kFunctionBodyOps.end());
   for (const OpInfo &i : allOps())
     if (!isTrainingOp(i.kind))
       ops.insert(std::string(i.name));

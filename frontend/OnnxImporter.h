@@ -42,8 +42,14 @@ llvm::Expected<std::vector<std::string>>
 onnxInputNames(const std::string &path);
 
 // The ONNX op types the frontend accepts, sorted; `foldedOnly` receives
-// those accepted only when they fold to constants (such as Shape or Range).
-std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly);
+// those accepted only when they fold to constants (such as Shape or Range),
+// `expanded` those imported through their ONNX function bodies (tested:
+// Attention, RotaryEmbedding, Softplus, ...). Any other op ONNX defines by
+// a function body is expanded the same way and imports when every op of
+// its body does.
+std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly,
+                                          std::vector<std::string> *expanded =
+                                              nullptr);
 
 // The lowest and highest default-domain opset versions accepted: up to the
 // last one the pinned ONNX (scripts/onnx.sh) defines. PyTorch's dynamo

@@ -61,6 +61,28 @@ const char *onnxTypeName(int t) {
   }
 }
 
+int dtypeToOnnx(DType d) {
+  switch (d) {
+  case DType::F32:
+    return onnx::TensorProto::FLOAT;
+  case DType::F16:
+    return onnx::TensorProto::FLOAT16;
+  case DType::BF16:
+    return onnx::TensorProto::BFLOAT16;
+  case DType::F64:
+    return onnx::TensorProto::DOUBLE;
+  case DType::I64:
+    return onnx::TensorProto::INT64;
+  case DType::I32:
+    return onnx::TensorProto::INT32;
+  case DType::I8:
+    return onnx::TensorProto::INT8;
+  case DType::Bool:
+    return onnx::TensorProto::BOOL;
+  }
+  return onnx::TensorProto::UNDEFINED;
+}
+
 llvm::Expected<DType> dtypeFromOnnx(int t) {
   switch (t) {
   case onnx::TensorProto::FLOAT:

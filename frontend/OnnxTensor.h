@@ -19,6 +19,8 @@ namespace cleave::frontend {
 // names the type when cleave has no equivalent.
 llvm::Expected<ir::DType> dtypeFromOnnx(int onnxType);
 const char *onnxTypeName(int onnxType);
+// The ONNX element type of a cleave one.
+int dtypeToOnnx(ir::DType dtype);
 
 // Reads a tensor's bytes. `modelDir` is the folder external data paths are
 // relative to; `origin` is recorded so the printer can refer to the data.

@@ -6,6 +6,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <onnx/onnx_pb.h>
 
@@ -566,6 +567,71 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
         dst += inner * w;
       }
     return one(res);
+  }
+  if (op == "ReduceMax" || op == "ReduceMin" || op == "ReduceSum") {
+    // Over constant masks: Attention's function body asks whether a row of
+    // its bias is all -inf.
+    const Shape &src = in[0]->type().shape;
+    int64_t r = src.size();
+    std::optional<std::vector<int64_t>> axes = attrInts(node, "axes");
+    if (need(1))
+      axes = toInts(*in[1]);
+    if ((!axes || axes->empty()) && attrInt(node, "noop_with_empty_axes", 0))
+      return one(in[0]);
+    std::vector<bool> reduced(r, !axes || axes->empty());
+    for (int64_t a : axes.value_or(std::vector<int64_t>{})) {
+      auto n = normalizeAxis(a, r);
+      if (!n)
+        return n.takeError();
+      reduced[*n] = true;
+    }
+    bool keep = attrInt(node, "keepdims", 1) != 0;
+    Shape out, kept;
+    for (int64_t d = 0; d < r; ++d) {
+      kept.push_back(reduced[d] ? 1 : src[d]);
+      if (!reduced[d] || keep)
+        out.push_back(kept.back());
+    }
+    int64_t total = in[0]->type().numElements();
+    int64_t count = TensorType(DType::F32, kept).numElements();
+    if (total == 0)
+      return FoldResult(); // the identity of max/min: let the runtime say
+    std::vector<double> acc(count, 0.0);
+    std::vector<bool> seen(count, false);
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t o = 0;
+      for (int64_t d = 0; d < r; ++d)
+        o = o * kept[d] + (reduced[d] ? 0 : idx[d]);
+      double v = in[0]->getDouble(i);
+      acc[o] = op == "ReduceSum" ? acc[o] + v
+               : !seen[o]        ? v
+               : op == "ReduceMax" ? std::max(acc[o], v)
+                                   : std::min(acc[o], v);
+      seen[o] = true;
+      for (int64_t d = r; d-- > 0;)
+        if (++idx[d] < src[d])
+          break;
+        else
+          idx[d] = 0;
+    }
+    Data res = makeData(in[0]->type().dtype, out);
+    for (int64_t o = 0; o < count; ++o)
+      if (isFloat(in[0]->type().dtype))
+        setDouble(*res, o, acc[o]);
+      else
+        setInt(*res, o, int64_t(acc[o]));
+    return one(res);
+  }
+  if (op == "Pad") {
+    // Only the no-op: a constant padded by zeros (Attention's body pads its
+    // mask to the key length, which is usually its length already).
+    if (!need(1))
+      return FoldResult();
+    std::vector<int64_t> pads = toInts(*in[1]);
+    if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }))
+      return one(in[0]);
+    return FoldResult();
   }
   if (op == "Slice") {
     if (!need(1) || !need(2))

@@ -37,34 +37,12 @@ readTensorProtoFile(const std::string &path) {
   return *data;
 }
 
-static int onnxTypeOf(DType d) {
-  switch (d) {
-  case DType::F32:
-    return onnx::TensorProto::FLOAT;
-  case DType::F16:
-    return onnx::TensorProto::FLOAT16;
-  case DType::BF16:
-    return onnx::TensorProto::BFLOAT16;
-  case DType::F64:
-    return onnx::TensorProto::DOUBLE;
-  case DType::I64:
-    return onnx::TensorProto::INT64;
-  case DType::I32:
-    return onnx::TensorProto::INT32;
-  case DType::I8:
-    return onnx::TensorProto::INT8;
-  case DType::Bool:
-    return onnx::TensorProto::BOOL;
-  }
-  return onnx::TensorProto::UNDEFINED;
-}
-
 llvm::Error writeTensorProtoFile(const std::string &path,
                                  const TensorData &d,
                                  const std::string &name) {
   onnx::TensorProto t;
   t.set_name(name);
-  t.set_data_type(onnxTypeOf(d.type().dtype));
+  t.set_data_type(dtypeToOnnx(d.type().dtype));
   for (int64_t dim : d.type().shape)
     t.add_dims(dim);
   llvm::ArrayRef<uint8_t> b = d.bytes();

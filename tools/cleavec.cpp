@@ -103,15 +103,23 @@ static std::string helpText() {
 }
 
 static int listOps() {
-  std::vector<std::string> folded;
-  auto ops = frontend::supportedOnnxOps(&folded);
+  std::vector<std::string> folded, expanded;
+  auto ops = frontend::supportedOnnxOps(&folded, &expanded);
   llvm::outs() << "ONNX ops imported by cleave (default domain, opsets "
                << frontend::kMinOpset << "-" << frontend::kMaxOpset << "):\n";
-  for (const std::string &op : ops) {
-    bool f = std::find(folded.begin(), folded.end(), op) != folded.end();
-    llvm::outs() << "  " << op << (f ? "  (must fold to a constant)" : "")
+  auto has = [](const std::vector<std::string> &v, const std::string &op) {
+    return std::find(v.begin(), v.end(), op) != v.end();
+  };
+  for (const std::string &op : ops)
+    llvm::outs() << "  " << op
+                 << (has(folded, op)     ? "  (must fold to a constant)"
+                     : has(expanded, op) ? "  (expanded into its ONNX "
+                                           "function body)"
+                                         : "")
                  << "\n";
-  }
+  llvm::outs() << "Other ops that ONNX defines by a function body are "
+                  "expanded the same way; they import when every op of the "
+                  "body does.\n";
   return tools::kOk;
 }
 

@@ -10,6 +10,11 @@
 // max|g64|. A model's error is its worst tensor's. cleave's error must be
 // within 10x of PyTorch float32's (floored at 1e-7, the f32 rounding of
 // one operation).
+//
+// The same checks run on tests/models/opset23 (make_attention_opset23.py):
+// decoders written with onnx.helper around opset 23's RotaryEmbedding and
+// Attention, which the importer expands through their ONNX function bodies,
+// against PyTorch's sdpa and a hand-written rotary embedding.
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
 #include "runtime/data/NumpyFiles.h"
@@ -29,9 +34,10 @@ using namespace cleave;
 
 namespace {
 
+// `model` is a folder under tests/models ("corpus/gpt2-legacy").
 std::string corpus(const std::string &model, const std::string &rel) {
-  return std::string(CLEAVE_SOURCE_DIR) + "/tests/models/corpus/" + model +
-         "/" + rel;
+  return std::string(CLEAVE_SOURCE_DIR) + "/tests/models/" + model + "/" +
+         rel;
 }
 
 std::set<std::string> readLines(const std::string &path) {
@@ -132,23 +138,34 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
   EXPECT_LE(mine, 10 * std::max(torch, 1e-7)) << worst;
 }
 
+// The test's name: the folder's, without its parent, '-' as '_'.
+std::string testName(const ::testing::TestParamInfo<const char *> &info) {
+  std::string n = llvm::StringRef(info.param).rsplit('/').second.str();
+  for (char &c : n)
+    if (c == '-')
+      c = '_';
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, Corpus,
-    ::testing::Values("gpt2-legacy", "gpt2-dynamo", "llama-legacy",
-                      "llama-dynamo", "bert-legacy", "bert-dynamo",
-                      "resnet18-legacy", "resnet18-dynamo",
-                      "mobilenet_v2-legacy", "mobilenet_v2-dynamo",
-                      "vit-legacy", "vit-dynamo"),
-    [](const auto &info) {
-      std::string n = info.param;
-      for (char &c : n)
-        if (c == '-')
-          c = '_';
-      return n;
-    });
+    ::testing::Values("corpus/gpt2-legacy", "corpus/gpt2-dynamo",
+                      "corpus/llama-legacy", "corpus/llama-dynamo",
+                      "corpus/bert-legacy", "corpus/bert-dynamo",
+                      "corpus/resnet18-legacy", "corpus/resnet18-dynamo",
+                      "corpus/mobilenet_v2-legacy",
+                      "corpus/mobilenet_v2-dynamo", "corpus/vit-legacy",
+                      "corpus/vit-dynamo"),
+    testName);
+
+INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,
+                         ::testing::Values("opset23/rope-causal-gqa",
+                                           "opset23/float-mask-3d",
+                                           "opset23/bool-mask-causal"),
+                         testName);
 
 TEST(CorpusErrors, FoldedDynamoExportIsRefusedInOneLine) {
-  auto g = frontend::importOnnxFile(corpus("gpt2-dynamo-folded", "model.onnx"),
+  auto g = frontend::importOnnxFile(corpus("corpus/gpt2-dynamo-folded", "model.onnx"),
                                     {});
   ASSERT_FALSE(bool(g));
   std::string msg = llvm::toString(g.takeError());

@@ -304,6 +304,12 @@ TEST(OnnxImport, SupportedOpsListsFoldOnlyOpsSeparately) {
   EXPECT_THAT(ops, ::testing::Contains("Shape"));
   EXPECT_THAT(foldedOnly, ::testing::Contains("Shape"));
   EXPECT_THAT(foldedOnly, Not(::testing::Contains("Gemm")));
+  std::vector<std::string> expanded;
+  ops = frontend::supportedOnnxOps(nullptr, &expanded);
+  EXPECT_THAT(expanded, ::testing::Contains("Attention"));
+  EXPECT_THAT(expanded, ::testing::Contains("RotaryEmbedding"));
+  EXPECT_THAT(ops, ::testing::Contains("RotaryEmbedding"));
+  EXPECT_THAT(expanded, Not(::testing::Contains("MatMul")));
 }
 
 // --- binding input shapes ---------------------------------------------------
