@@ -131,6 +131,9 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
        << (in.indexLimit > 0 ? " (values below " + std::to_string(in.indexLimit) + ")"
                              : std::string())
        << "\n";
+  for (const PlanTensor &t : plan.modelTensors)
+    os << "  model tensor " << quoted(t.name) << " : "
+       << typeText(t.dtype, t.shape) << "\n";
   os << "  optimizer " << (plan.optimizer.empty() ? "none" : plan.optimizer)
      << ", lr " << number(plan.lr) << ", precision " << plan.precision
      << "\n";
