@@ -61,6 +61,15 @@ llvm::Error atPath(const std::string &path, llvm::Error e) {
 
 namespace {
 
+// A name, element type and shape (a PlanInput or a PlanTensor) as an Input
+// record.
+template <typename T> pb::Input *namedTensorTo(const T &t, pb::Input &p) {
+  p.set_name(t.name);
+  p.set_dtype(std::string(ir::dtypeName(t.dtype)));
+  p.mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  return &p;
+}
+
 void toProto(const ir::Attribute &a, const std::string &name, pb::Attr &p) {
   p.set_name(name);
   p.set_kind(pb::AttrKind(a.kind()));
@@ -161,19 +170,10 @@ pb::Header toProto(const Plan &plan) {
   h.set_schedule(plan.schedule);
   h.set_microbatches(plan.microbatches);
   h.set_data_parallel(plan.dataParallel);
-  for (const PlanInput &in : plan.inputs) {
-    pb::Input *pi = h.add_inputs();
-    pi->set_name(in.name);
-    pi->set_dtype(std::string(ir::dtypeName(in.dtype)));
-    pi->mutable_shape()->Add(in.shape.begin(), in.shape.end());
-    pi->set_index_limit(in.indexLimit);
-  }
-  for (const PlanTensor &t : plan.modelTensors) {
-    pb::Input *pt = h.add_model_tensors();
-    pt->set_name(t.name);
-    pt->set_dtype(std::string(ir::dtypeName(t.dtype)));
-    pt->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-  }
+  for (const PlanInput &in : plan.inputs)
+    namedTensorTo(in, *h.add_inputs())->set_index_limit(in.indexLimit);
+  for (const PlanTensor &t : plan.modelTensors)
+    namedTensorTo(t, *h.add_model_tensors());
   h.set_optimizer(plan.optimizer);
   h.set_lr(plan.lr);
   h.set_precision(plan.precision);
@@ -208,6 +208,20 @@ llvm::Expected<ir::DType> dtypeFrom(const std::string &name,
   if (std::optional<ir::DType> t = ir::parseDType(name))
     return *t;
   return invalid(what + " has unknown dtype '" + name + "'");
+}
+
+// An Input record as a PlanInput or a PlanTensor; `what` names it in
+// errors.
+template <typename T>
+llvm::Error namedTensorFrom(const pb::Input &p, const char *what, T &t) {
+  t.name = p.name();
+  llvm::Expected<ir::DType> dtype =
+      dtypeFrom(p.dtype(), std::string(what) + " '" + t.name + "'");
+  if (!dtype)
+    return dtype.takeError();
+  t.dtype = *dtype;
+  t.shape.assign(p.shape().begin(), p.shape().end());
+  return llvm::Error::success();
 }
 
 llvm::Expected<ir::Attribute> fromProto(const pb::Attr &p,
@@ -340,28 +354,15 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   plan.microbatches = h.microbatches();
   plan.dataParallel = h.data_parallel() > 0 ? h.data_parallel() : 1;
   for (const pb::Input &pi : h.inputs()) {
-    PlanInput in;
-    in.name = pi.name();
-    llvm::Expected<ir::DType> dtype =
-        dtypeFrom(pi.dtype(), "input '" + in.name + "'");
-    if (!dtype)
-      return dtype.takeError();
-    in.dtype = *dtype;
-    in.shape.assign(pi.shape().begin(), pi.shape().end());
+    PlanInput &in = plan.inputs.emplace_back();
+    if (auto e = namedTensorFrom(pi, "input", in))
+      return std::move(e);
     in.indexLimit = pi.index_limit();
-    plan.inputs.push_back(std::move(in));
   }
-  for (const pb::Input &pt : h.model_tensors()) {
-    PlanTensor t;
-    t.name = pt.name();
-    llvm::Expected<ir::DType> dtype =
-        dtypeFrom(pt.dtype(), "model tensor '" + t.name + "'");
-    if (!dtype)
-      return dtype.takeError();
-    t.dtype = *dtype;
-    t.shape.assign(pt.shape().begin(), pt.shape().end());
-    plan.modelTensors.push_back(std::move(t));
-  }
+  for (const pb::Input &pt : h.model_tensors())
+    if (auto e = namedTensorFrom(pt, "model tensor",
+                                 plan.modelTensors.emplace_back()))
+      return std::move(e);
   plan.optimizer = h.optimizer();
   plan.lr = h.lr();
   plan.precision = h.precision().empty() ? "f32" : h.precision();
