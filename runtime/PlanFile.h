@@ -32,6 +32,14 @@ inline constexpr uint32_t kPlanFileVersion = 1;
 // says "invalid plan: ..." and names the stage, slot or instruction
 // (PlanVerifier.cpp).
 llvm::Error verifyPlan(const Plan &plan);
+// What a plan that passed verifyPlan must also hold to run (cleave-run
+// checks it before the first step, cleavec after codegen): memory bounded
+// by the file (every state and constant from a blob, frames no larger
+// than their slots need) and a schedule that completes (one STEP per
+// stage; every receive's message sent, sizes equal, no stage waiting
+// forever; every message taken). The kernels' attributes and slot types
+// are checked against the op table by codegen::checkPlanKernels.
+llvm::Error verifyRunnable(const Plan &plan);
 // The same, with blob sizes given separately (the reader checks a header
 // before, or without, loading the blobs): blobSizes[i] stands for
 // plan.blobs[i].bytes.size().

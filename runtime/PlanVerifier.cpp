@@ -9,6 +9,12 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <tuple>
+
 namespace cleave::runtime {
 
 namespace {
@@ -132,6 +138,211 @@ llvm::Error verifyUpdates(const StagePlan &s, const char *what,
   return llvm::Error::success();
 }
 
+
+// What the executor allocates is bounded by the file: state and constants
+// come from blobs (whose sizes the file bounds), accumulators are the size
+// of the slot they sum, and a frame is no larger than its slots need
+// (codegen packs them), so no header field alone can ask for memory.
+llvm::Error verifyMemory(const StagePlan &s) {
+  int64_t frameExtent = 0, stepExtent = 0; // where the slots end
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    const Slot &sl = s.slots[size_t(i)];
+    auto bad = [&](const llvm::Twine &msg) {
+      return invalid(
+          llvm::formatv("stage {0} slot {1} '{2}': ", s.index, i, sl.name) +
+          msg);
+    };
+    if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp ||
+        sl.kind == SlotKind::Input) {
+      bool step = sl.kind == SlotKind::StepTemp;
+      int64_t frame = step ? s.stepFrameBytes : s.frameBytes;
+      if (sl.offset < 0 || sl.offset > frame - sl.bytes)
+        return bad(llvm::formatv("offset {0} + {1} bytes is outside its "
+                                 "frame ({2} bytes)",
+                                 sl.offset, sl.bytes, frame));
+      int64_t &extent = step ? stepExtent : frameExtent;
+      extent = std::max(extent, sl.offset + (sl.bytes + 63) / 64 * 64);
+    }
+    if ((sl.kind == SlotKind::State || sl.kind == SlotKind::Const) &&
+        sl.blob == -1)
+      return bad("a state or constant slot without its blob");
+    if (sl.kind == SlotKind::Accum &&
+        std::none_of(s.slots.begin(), s.slots.end(),
+                     [&](const Slot &o) { return o.accum == i; }))
+      return bad("an accumulator no slot sums into");
+  }
+  if (s.frameBytes > frameExtent || s.stepFrameBytes > stepExtent)
+    return invalid(llvm::formatv("stage {0}: frames of {1} and {2} bytes "
+                                 "where its slots need {3} and {4}",
+                                 s.index, s.frameBytes, s.stepFrameBytes,
+                                 frameExtent, stepExtent));
+  return llvm::Error::success();
+}
+
+// The schedule must complete: every stage's actions, run in order with
+// sends that never block, receives that wait for their message and the
+// STEP action's vote, which waits for every stage's STEP, end on every
+// stage with every message taken. Simulated over the messages alone, keyed
+// as Comm keys them (source, destination, tag, microbatch; FIFO per key),
+// with the sizes of both ends compared. A stage that can never go on is a
+// plan that would hang: refused before the first step.
+struct Message {
+  int from, to;
+  int64_t tag;
+  int microbatch;
+  bool operator<(const Message &o) const {
+    return std::tie(from, to, tag, microbatch) <
+           std::tie(o.from, o.to, o.tag, o.microbatch);
+  }
+};
+
+struct SimOp {
+  enum Kind { Send, Recv, Vote } kind;
+  Message msg{};
+  int64_t bytes = 0;
+  size_t action = 0;
+};
+
+std::vector<SimOp> simOps(const StagePlan &s) {
+  std::vector<SimOp> ops;
+  for (size_t i = 0; i < s.actions.size(); ++i) {
+    const Action &a = s.actions[i];
+    std::vector<Phase> phases;
+    switch (a.kind) {
+    case ActionKind::F: phases = {Phase::F}; break;
+    case ActionKind::B: phases = {Phase::B}; break;
+    case ActionKind::W: phases = {Phase::W}; break;
+    case ActionKind::BW: phases = {Phase::B, Phase::W}; break;
+    case ActionKind::Step:
+      ops.push_back({SimOp::Vote, {}, 0, i});
+      phases = {Phase::Step};
+      break;
+    }
+    for (Phase p : phases)
+      for (const Instr &in : s.programs[int(p)]) {
+        if (in.kind == InstrKind::Send)
+          ops.push_back({SimOp::Send,
+                         {s.index, in.peer, in.tag, a.microbatch},
+                         s.slots[size_t(in.inputs[0])].bytes, i});
+        else if (in.kind == InstrKind::Recv)
+          ops.push_back({SimOp::Recv,
+                         {in.peer, s.index, in.tag, a.microbatch},
+                         s.slots[size_t(in.outputs[0])].bytes, i});
+      }
+  }
+  return ops;
+}
+
+std::string actionText(const StagePlan &s, size_t i) {
+  const Action &a = s.actions[i];
+  if (a.kind == ActionKind::Step)
+    return llvm::formatv("action {0} (STEP)", i).str();
+  return llvm::formatv("action {0} ({1} of microbatch {2})", i,
+                       actionKindName(a.kind), a.microbatch)
+      .str();
+}
+
+llvm::Error verifySchedule(const Plan &plan) {
+  int n = int(plan.stages.size());
+  std::vector<std::vector<SimOp>> ops;
+  for (const StagePlan &s : plan.stages) {
+    int steps = 0;
+    for (const Action &a : s.actions)
+      steps += a.kind == ActionKind::Step;
+    if (steps != 1)
+      return invalid(llvm::formatv("stage {0} has {1} STEP actions; every "
+                                   "stage has one",
+                                   s.index, steps));
+    ops.push_back(simOps(s));
+  }
+  std::map<Message, std::deque<int64_t>> inFlight; // sizes, in send order
+  std::vector<size_t> at(size_t(n), 0);
+  std::vector<bool> voted(size_t(n), false);
+  for (;;) {
+    bool moved = false;
+    for (int st = 0; st < n; ++st) {
+      const std::vector<SimOp> &list = ops[size_t(st)];
+      size_t &i = at[size_t(st)];
+      for (; i < list.size(); ++i) {
+        const SimOp &op = list[i];
+        if (op.kind == SimOp::Send) {
+          inFlight[op.msg].push_back(op.bytes);
+        } else if (op.kind == SimOp::Recv) {
+          auto it = inFlight.find(op.msg);
+          if (it == inFlight.end() || it->second.empty())
+            break;
+          if (it->second.front() != op.bytes)
+            return invalid(llvm::formatv(
+                "stage {0} {1} receives {2} bytes from stage {3} (tag {4}) "
+                "but that stage sends {5}",
+                st, actionText(plan.stages[size_t(st)], op.action), op.bytes,
+                op.msg.from, op.msg.tag, it->second.front()));
+          it->second.pop_front();
+        } else {
+          // The vote: every stage at its STEP (or past it) before any goes on.
+          bool all = true;
+          for (int o = 0; o < n && all; ++o) {
+            size_t k = at[size_t(o)];
+            const std::vector<SimOp> &other = ops[size_t(o)];
+            all = voted[size_t(o)] ||
+                  (k < other.size() && other[k].kind == SimOp::Vote);
+          }
+          if (!all)
+            break;
+          voted[size_t(st)] = true;
+        }
+        moved = true;
+      }
+    }
+    bool done = true;
+    for (int st = 0; st < n; ++st)
+      done = done && at[size_t(st)] == ops[size_t(st)].size();
+    if (done)
+      break;
+    if (moved)
+      continue;
+    // Stuck: name a receive whose message its sender never sends (the
+    // cause), else the first stage waiting (on a stage that waits too).
+    std::optional<std::string> first;
+    for (int st = 0; st < n; ++st) {
+      const std::vector<SimOp> &list = ops[size_t(st)];
+      if (at[size_t(st)] == list.size())
+        continue;
+      const SimOp &op = list[at[size_t(st)]];
+      if (op.kind != SimOp::Recv)
+        continue;
+      const std::vector<SimOp> &sender = ops[size_t(op.msg.from)];
+      bool sentLater = std::any_of(
+          sender.begin() + long(at[size_t(op.msg.from)]), sender.end(),
+          [&](const SimOp &x) {
+            return x.kind == SimOp::Send && !(x.msg < op.msg) &&
+                   !(op.msg < x.msg);
+          });
+      std::string text = llvm::formatv(
+          "the schedule cannot complete: stage {0} {1} waits for a message "
+          "from stage {2} (tag {3}, microbatch {4}) {5}",
+          st, actionText(plan.stages[size_t(st)], op.action), op.msg.from,
+          op.msg.tag, op.msg.microbatch,
+          sentLater ? "that stage cannot get to" : "that is never sent");
+      if (!sentLater)
+        return invalid(text);
+      if (!first)
+        first = text;
+    }
+    if (first)
+      return invalid(*first);
+    return invalid("the schedule cannot complete: the stages wait for each "
+                   "other at STEP");
+  }
+  for (const auto &[msg, sizes] : inFlight)
+    if (!sizes.empty())
+      return invalid(llvm::formatv(
+          "stage {0} sends stage {1} a message (tag {2}, microbatch {3}) that "
+          "no receive takes",
+          msg.from, msg.to, msg.tag, msg.microbatch));
+  return llvm::Error::success();
+}
+
 } // namespace
 
 llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
@@ -214,6 +425,13 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
                                    s.lossSlot));
   }
   return llvm::Error::success();
+}
+
+llvm::Error verifyRunnable(const Plan &plan) {
+  for (const StagePlan &s : plan.stages)
+    if (auto e = verifyMemory(s))
+      return e;
+  return verifySchedule(plan);
 }
 
 llvm::Error verifyPlan(const Plan &plan) {

@@ -5,6 +5,7 @@
 // (runtime/Stages.h), the training loop with its checkpoints, profile and
 // trace (runtime/Trainer.h), over one process or MPI (runtime/comm/). This
 // file parses flags, sets the stages up and prints.
+#include "codegen/PlanCheck.h"
 #include "frontend/TrainedModel.h"
 #include "runtime/PlanFile.h"
 #include "runtime/Trainer.h"
@@ -137,6 +138,14 @@ llvm::Error parseCheckpointEvery(const tools::Flags &flags, int64_t &every) {
                 : "--checkpoint-every goes with --checkpoint-dir");
   every = *n;
   return llvm::Error::success();
+}
+
+// `e` with its message after `prefix` (success stays success).
+llvm::Error prefixed(const std::string &prefix, llvm::Error e) {
+  if (!e)
+    return e;
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 prefix + llvm::toString(std::move(e)));
 }
 
 // Prints `e` as the tool's one error line unless another process of the run
@@ -330,6 +339,9 @@ int runThreaded(RunOptions opt, const tools::Flags &flags) {
     runtime::printPlan(plan, llvm::outs());
     return tools::kOk;
   }
+  if (auto e = prefixed(opt.planPath + ": ",
+                               codegen::checkRunnable(plan)))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   runtime::DataSource data(plan, uint64_t(opt.seed));
   if (auto d = flags.get("data"))
     if (auto e = data.load(*d))
@@ -386,6 +398,9 @@ int runUnderMpi(RunOptions opt, const tools::Flags &flags, int &argc,
     return report(planOr.takeError(), tools::kBadInput);
   runtime::RankPlan &rp = *planOr;
   runtime::Plan &plan = rp.plan;
+  if (int rc = agreed(prefixed(opt.planPath + ": ",
+                                      codegen::checkRunnable(plan))))
+    return rc;
   runtime::DataSource data(plan, uint64_t(opt.seed));
   if (auto d = flags.get("data"))
     if (int rc = agreed(data.load(*d)))

@@ -4,6 +4,7 @@
 // simulation; tools/PipelinePlanning.h) and prints IR, a summary or the
 // schedule. The Plan file joins its outputs with the runtime.
 #include "codegen/Codegen.h"
+#include "codegen/PlanCheck.h"
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
 #include "ir/Summary.h"
@@ -293,6 +294,14 @@ int main(int argc, char **argv) {
       auto built = codegen::buildPlan(plan->stageGraphs, plan->schedule, info);
       if (!built)
         return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);
+      // What cleave-run checks before it runs a plan holds for every plan
+      // cleavec writes; a failure here is a compiler bug.
+      if (auto e = codegen::checkRunnable(*built))
+        return fail(kTool,
+                    "internal error: the plan codegen built does not pass "
+                    "cleave-run's checks: " +
+                        llvm::toString(std::move(e)),
+                    tools::kBadInput);
       for (const auto &[path, text] : plan->files)
         if (auto e = tools::writeOutput(path, text))
           return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);

@@ -5,15 +5,12 @@
 // processes (runtime/comm/Driver.h), and the training loop
 // (runtime/Trainer.h): a run stopped by a checkpoint and resumed ends with
 // the bits of an unbroken one.
-#include "codegen/Codegen.h"
-#include "frontend/OnnxImporter.h"
-#include "passes/Pass.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Trainer.h"
 #include "runtime/data/DataSource.h"
 #include "runtime/data/NumpyFiles.h"
-#include "tools/PipelinePlanning.h"
 
+#include "TestPlans.h"
 #include "TestSupport.h"
 
 #include "llvm/Support/JSON.h"
@@ -332,40 +329,7 @@ TEST(Driver, AgreeGivesTheLowestFailingRankItsErrorAndTheOthersSilence) {
 
 // The committed MLP as a 2-stage ZB-H1 plan of 2 microbatches.
 llvm::Expected<runtime::Plan> mlpPlan() {
-  std::string model =
-      std::string(CLEAVE_SOURCE_DIR) + "/tests/models/training/mlp/model.onnx";
-  auto g = frontend::importOnnxFile(model, {});
-  if (!g)
-    return g.takeError();
-  std::vector<runtime::PlanTensor> tensors;
-  for (const ir::Value *v : (*g)->declared())
-    if (v->kind() != ir::ValueKind::Const)
-      tensors.push_back({v->name(), v->type().dtype,
-                         {v->type().shape.begin(), v->type().shape.end()}});
-  passes::PipelineOptions opts;
-  opts.context.training.microbatches = 2;
-  opts.context.training.lr = 0.1;
-  opts.context.training.momentum = 0.9;
-  if (auto e = passes::runPipeline(
-          **g,
-          {"remove-identity", "dce", "autodiff", "split-backward", "optimizer"},
-          opts))
-    return std::move(e);
-  tools::PlanningRequest req;
-  req.stages = 2;
-  req.microbatches = 2;
-  req.schedule = "zb-h1";
-  req.costModel = "uniform";
-  auto planned = tools::planPipeline(**g, req);
-  if (!planned)
-    return planned.takeError();
-  codegen::PlanInfo info;
-  info.modelName = "mlp";
-  info.modelTensors = tensors;
-  info.lossName = (*g)->outputs()[0]->name();
-  info.optimizer = "sgd";
-  info.lr = 0.1;
-  return codegen::buildPlan(planned->stageGraphs, planned->schedule, info);
+  return testsupport::compileTrainingPlan("mlp", 2, 2, "zb-h1");
 }
 
 // Trains `plan` from its initial values, or from `resume`, for `steps`
