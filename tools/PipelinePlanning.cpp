@@ -115,18 +115,6 @@ static int64_t heldUnder(const std::string &schedule, int p, int64_t m,
 
 // The largest number of held microbatches every stage can afford under
 // `cap` bytes.
-static std::optional<int> microbatchCap(const passes::PipelineCosts &costs,
-                                        std::optional<int64_t> cap) {
-  if (!cap)
-    return std::nullopt;
-  int64_t most = INT32_MAX;
-  for (const passes::StageCost &c : costs.stages)
-    if (c.activationBytes > 0)
-      most = std::min(most, std::max<int64_t>(0, (*cap - c.staticBytes) /
-                                                     c.activationBytes));
-  return int(std::min<int64_t>(most, INT32_MAX));
-}
-
 // When the searched split is unbalanced, as when a whole encoder is one
 // layer, the line that says how to cut finer: the layer count one
 // name-scope deeper. Empty when balanced, when the split was given, with one
@@ -184,7 +172,10 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
   if (!part)
     return part.takeError();
 
-  std::optional<int> cap = microbatchCap(part->costs, req.memCap);
+  // The activations each stage may hold under the cap, counted as the
+  // partitioner counted them.
+  sched::HeldCap cap =
+      req.memCap ? sched::heldCapFor(part->costs, *req.memCap) : sched::HeldCap();
   llvm::Expected<sched::Schedule> schedule =
       fromCsv ? llvm::Expected<sched::Schedule>(std::move(*csv))
               : sched::makeSchedule(req.schedule, stages, int(microbatches),

@@ -241,9 +241,9 @@ int peakActivations(const SimResult &r) {
 }
 
 // `auto`: every named schedule, simulated; the fastest whose peak fits the
-// cap (ties: less memory, then the earlier name).
+// cap on every stage (ties: less memory, then the earlier name).
 llvm::Expected<Schedule> pickFastest(int P, int M, const PipelineCosts &costs,
-                                     std::optional<int> memCap) {
+                                     const HeldCap &cap) {
   std::optional<Schedule> best;
   double bestTime = kNever;
   int bestPeak = INT_MAX, leastPeak = INT_MAX;
@@ -260,7 +260,10 @@ llvm::Expected<Schedule> pickFastest(int P, int M, const PipelineCosts &costs,
     int peak = peakActivations(*r);
     if (peak < leastPeak)
       leastPeak = peak, leastName = name;
-    if (memCap && peak > *memCap)
+    bool fits = true;
+    for (size_t st = 0; st < r->stages.size() && st < cap.size(); ++st)
+      fits = fits && r->stages[st].peakActivationMicrobatches <= cap[st];
+    if (!fits)
       continue;
     if (r->stepTime < bestTime || (r->stepTime == bestTime && peak < bestPeak)) {
       best = std::move(*s);
@@ -268,11 +271,18 @@ llvm::Expected<Schedule> pickFastest(int P, int M, const PipelineCosts &costs,
       bestPeak = peak;
     }
   }
-  if (!best)
-    return genError("no schedule fits a memory cap of " +
-                    std::to_string(*memCap) +
-                    " microbatches per stage; the least any needs is " +
+  if (!best) {
+    bool uniform = std::all_of(cap.begin(), cap.end(),
+                               [&](int c) { return c == cap[0]; });
+    std::string limit =
+        uniform ? "a memory cap of " + std::to_string(cap[0]) +
+                      " microbatches per stage"
+                : "the memory cap (" + std::to_string(
+                      *std::min_element(cap.begin(), cap.end())) +
+                      " microbatches on its tightest stage)";
+    return genError("no schedule fits " + limit + "; the least any needs is " +
                     std::to_string(leastPeak) + " (" + leastName + ")");
+  }
   return std::move(*best);
 }
 
@@ -312,9 +322,28 @@ llvm::Error checkScheduleName(const std::string &name) {
                   ", csv:FILE)");
 }
 
+HeldCap heldCapFor(const PipelineCosts &costs, int64_t capBytes) {
+  HeldCap out;
+  for (const StageCost &c : costs.stages)
+    out.push_back(c.activationBytes > 0
+                      ? int(std::clamp<int64_t>(
+                            (capBytes - c.staticBytes) / c.activationBytes, 0,
+                            INT_MAX))
+                      : INT_MAX);
+  return out;
+}
+
 llvm::Expected<Schedule> makeSchedule(const std::string &name, int P, int M,
                                       const PipelineCosts &costs,
                                       std::optional<int> memCap) {
+  return makeSchedule(name, P, M, costs,
+                      memCap ? HeldCap(size_t(std::max(P, 0)), *memCap)
+                             : HeldCap());
+}
+
+llvm::Expected<Schedule> makeSchedule(const std::string &name, int P, int M,
+                                      const PipelineCosts &costs,
+                                      const HeldCap &memCap) {
   if (auto e = checkScheduleName(name))
     return std::move(e);
   if (auto e = checkRequest(P, M, costs))
@@ -340,6 +369,8 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int P, int M,
   if (name == "zb-h2")
     return finish(name, P, M, placeW({}, std::min(2 * P - 1, M)));
   // checkScheduleName left only `auto`.
+  if (memCap.empty())
+    return pickFastest(P, M, costs, HeldCap(size_t(P), INT_MAX));
   return pickFastest(P, M, costs, memCap);
 }
 

@@ -43,5 +43,15 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int stages,
                                       int microbatches,
                                       const PipelineCosts &costs,
                                       std::optional<int> memCap = {});
+// The same with a cap per stage (empty: none).
+llvm::Expected<Schedule> makeSchedule(const std::string &name, int stages,
+                                      int microbatches,
+                                      const PipelineCosts &costs,
+                                      const HeldCap &heldCap);
+
+// What a memory cap of `capBytes` per stage leaves each stage for
+// activations, in microbatches: (capBytes - staticBytes) / activationBytes,
+// the partitioner's own count (a stage without activations: no limit).
+HeldCap heldCapFor(const PipelineCosts &costs, int64_t capBytes);
 
 } // namespace cleave::passes::schedule

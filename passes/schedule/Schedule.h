@@ -43,6 +43,12 @@ const char *kindName(ActionKind kind);
 // An action as errors and timelines name it: `F3`, `SEND_B3`, `STEP`.
 std::string actionName(const Action &a);
 
+// The most microbatches of activations each stage may hold (index: stage),
+// from a memory cap in bytes by heldCapFor: what the partitioner counts
+// (static bytes + held x activation bytes <= cap) is what the generators and
+// the validator count.
+using HeldCap = std::vector<int>;
+
 struct Schedule {
   std::string name;
   int stages = 0;       // P

@@ -173,6 +173,13 @@ llvm::Error checkMemory(const Schedule &s, int stage, int cap) {
 
 llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
                              std::optional<int> memCap) {
+  if (!memCap)
+    return validateSchedule(s, costs, HeldCap());
+  return validateSchedule(s, costs, HeldCap(size_t(std::max(s.stages, 0)), *memCap));
+}
+
+llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
+                             const HeldCap &heldCap) {
   if (s.stages < 1 || s.microbatches < 1 || int(s.actions.size()) != s.stages)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
@@ -191,10 +198,9 @@ llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
   auto sim = simulate(s, costs);
   if (!sim)
     return sim.takeError();
-  if (memCap)
-    for (int st = 0; st < s.stages; ++st)
-      if (auto e = checkMemory(s, st, *memCap))
-        return e;
+  for (int st = 0; st < s.stages && size_t(st) < heldCap.size(); ++st)
+    if (auto e = checkMemory(s, st, heldCap[size_t(st)]))
+      return e;
   return llvm::Error::success();
 }
 

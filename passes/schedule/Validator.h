@@ -11,7 +11,8 @@
 //   4. every SEND has its RECV on the peer, and the other way round (rules
 //      2 and 3 demand both ends, so no message may appear twice);
 //   5. no deadlock under blocking point-to-point (found by simulating);
-//   6. at most `memCap` microbatches of activations held on any stage.
+//   6. at most `memCap` microbatches of activations held on any stage, or
+//      with a cap per stage (HeldCap), at most stage s's own.
 // The first broken rule is reported as one line naming the stage, the
 // action's index and name, and the rule, e.g.
 //   stage 2, action 7 (W3): W of microbatch 3 before its B
@@ -28,5 +29,7 @@ namespace cleave::passes::schedule {
 
 llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
                              std::optional<int> memCap = {});
+llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
+                             const HeldCap &heldCap);
 
 } // namespace cleave::passes::schedule

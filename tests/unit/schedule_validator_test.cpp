@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 using namespace cleave::passes;
 using namespace cleave::passes::schedule;
 
@@ -94,6 +96,26 @@ TEST(ScheduleValidator, MemoryCap) {
   EXPECT_EQ(llvm::toString(std::move(e)),
             "stage 0, action 6 (F3): 4 microbatches of activations held, "
             "above the memory cap of 3");
+}
+
+// A cap per stage: 1F1B's stage s holds P - s microbatches, so 4, 3, 2, 1
+// fits exactly; one less on stage 2 does not, whatever the other stages
+// may hold.
+TEST(ScheduleValidator, MemoryCapPerStage) {
+  auto s = makeSchedule("1f1b", 4, 8, PipelineCosts::uniform(4));
+  ASSERT_TRUE(bool(s));
+  PipelineCosts c = PipelineCosts::uniform(4);
+  EXPECT_FALSE(bool(validateSchedule(*s, c, HeldCap{4, 3, 2, 1})));
+  EXPECT_EQ(llvm::toString(validateSchedule(*s, c, HeldCap{99, 99, 1, 99})),
+            "stage 2, action 4 (F1): 2 microbatches of activations held, "
+            "above the memory cap of 1");
+  // What a byte cap leaves each stage: (cap - static) / activation.
+  c.stages[0].activationBytes = 10;
+  c.stages[0].staticBytes = 5;
+  c.stages[1].activationBytes = 0;
+  EXPECT_EQ(heldCapFor(c, 45)[0], 4);
+  EXPECT_EQ(heldCapFor(c, 45)[1], INT_MAX);
+  EXPECT_EQ(heldCapFor(c, 4)[0], 0);
 }
 
 TEST(ScheduleValidator, StepMustBeLast) {
