@@ -643,12 +643,12 @@ TEST(Trainer, ResumeRefusesAnotherOptimizerAndStepsPastTheRun) {
                                  "this plan trains with adamw"));
 }
 
-// Plans whose schedule cannot complete: run threaded with a 2 s
+// Plans whose schedule cannot complete: run threaded with a 1 s
 // --comm-timeout, the step ends with one line naming the waiting stage, the
 // peer and the message, instead of hanging.
 std::string hangError(const runtime::Plan &plan) {
   runtime::StageOptions so;
-  so.commTimeoutSeconds = 2;
+  so.commTimeoutSeconds = 1;
   auto pipe = runtime::createThreadedPipeline(plan, so);
   if (!pipe)
     return "pipeline: " + llvm::toString(pipe.takeError());
@@ -701,11 +701,11 @@ TEST(CommTimeout, ASendWithAnotherTagEndsTheRunNamingTheMessage) {
   std::string waitingForActivation =
       "step 1: stage 1: no message from stage 0 (the activation '" + slot +
       "' of microbatch 0, tag " + std::to_string(tag) +
-      ") within 2 s (--comm-timeout)";
+      ") within 1 s (--comm-timeout)";
   std::string waitingForGradient =
       "step 1: stage 0: no message from stage 1 (the gradient '" + grad +
       "' of microbatch 0, tag " + std::to_string(back->tag) +
-      ") within 2 s (--comm-timeout)";
+      ") within 1 s (--comm-timeout)";
   EXPECT_TRUE(e == waitingForActivation || e == waitingForGradient) << e;
 }
 
@@ -723,7 +723,7 @@ TEST(CommTimeout, ARecvWithAnotherTagEndsTheRun) {
   EXPECT_TRUE(e == "step 1: stage 0: no message from stage 1 (the gradient '" +
                        slot + "' of microbatch 0, tag " +
                        std::to_string(recv->tag) +
-                       ") within 2 s (--comm-timeout)" ||
+                       ") within 1 s (--comm-timeout)" ||
               e.find("stage 1: no message from stage 0 (the stages' vote") !=
                   std::string::npos)
       << e;
@@ -742,7 +742,7 @@ TEST(CommTimeout, AStageWithoutItsStepActionEndsTheRun) {
               testing::MatchesRegex(
                   "step 1: stage 1: no message from stage 0 \\(the stages' "
                   "vote on non-finite values before the step, tag [0-9]+\\) "
-                  "within 2 s \\(--comm-timeout\\)"));
+                  "within 1 s \\(--comm-timeout\\)"));
 }
 
 } // namespace

@@ -23,6 +23,24 @@ job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
 
 
+def parent(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def ours(pid):
+    """Whether `pid` descends from our mpirun (lit runs other MPI tests at
+    the same time, whose ranks look the same)."""
+    while pid > 1:
+        pid = parent(pid)
+        if pid == job.pid:
+            return True
+    return False
+
+
 def find_rank():
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -35,7 +53,8 @@ def find_rank():
         except OSError:
             continue
         if (cleave_run.encode() in cmdline and
-                ("OMPI_COMM_WORLD_RANK=" + victim).encode() in env):
+                ("OMPI_COMM_WORLD_RANK=" + victim).encode() in env and
+                ours(int(pid))):
             return int(pid)
     return None
 
