@@ -1,10 +1,15 @@
+// The checkpoint file (runtime/Checkpoint.h): its writer, and a reader that
+// checks the whole file against the plan before handing out one value.
 #include "runtime/Checkpoint.h"
 
 #include "support/FileIO.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+
+#include <cstdint>
 
 namespace cleave::runtime {
 
@@ -12,16 +17,59 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-static const char kCheckpointMagic[] = "CLEAVECKPT1\n";
+static const char kMagic[] = "CLEAVECKPT2\n";
+static const char kOlderMagic[] = "CLEAVECKPT1\n";
+static constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
+// A header is a few numbers and two names; anything longer is damage.
+static constexpr uint64_t kMaxHeaderBytes = 1 << 20;
 
-static void putLittleEndian(std::string &blob, uint64_t v, int bytes) {
+static void putLe(std::string &out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i)
-    blob.push_back(char((v >> (8 * i)) & 0xff));
+    out.push_back(char((v >> (8 * i)) & 0xff));
 }
 
-llvm::Expected<uint64_t> appendCheckpointEntries(
-    std::string &body, const StagePlan &sp,
-    StageExecutor &ex) {
+static void putStr(std::string &out, llvm::StringRef s) {
+  putLe(out, s.size(), 4);
+  out += s;
+}
+
+static void putSum(std::string &out, size_t from) {
+  putLe(out, fnv1a64(out.data() + from, out.size() - from), 8);
+}
+
+// One State slot as an entry describes it, without its bytes.
+static void putSlotKey(std::string &out, uint32_t stage, const Slot &sl) {
+  putLe(out, stage, 4);
+  putStr(out, sl.name);
+  putStr(out, llvm::StringRef(ir::dtypeName(sl.dtype)));
+  putLe(out, sl.shape.size(), 4);
+  for (int64_t d : sl.shape)
+    putLe(out, uint64_t(d), 8);
+}
+
+uint64_t checkpointPlanIdentity(const Plan &plan) {
+  std::string key;
+  putStr(key, plan.modelName);
+  putStr(key, plan.optimizer);
+  putLe(key, plan.stages.size(), 4);
+  for (const StagePlan &sp : plan.stages)
+    for (const Slot &sl : sp.slots)
+      if (sl.kind == SlotKind::State)
+        putSlotKey(key, uint32_t(sp.index), sl);
+  return fnv1a64(key.data(), key.size());
+}
+
+static uint64_t stateSlotCount(const Plan &plan) {
+  uint64_t n = 0;
+  for (const StagePlan &sp : plan.stages)
+    for (const Slot &sl : sp.slots)
+      n += sl.kind == SlotKind::State;
+  return n;
+}
+
+llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
+                                                 const StagePlan &sp,
+                                                 StageExecutor &ex) {
   uint64_t count = 0;
   for (const Slot &sl : sp.slots) {
     if (sl.kind != SlotKind::State)
@@ -29,22 +77,34 @@ llvm::Expected<uint64_t> appendCheckpointEntries(
     auto bytes = ex.readSlot(sl.name);
     if (!bytes)
       return bytes.takeError();
-    putLittleEndian(body, uint32_t(sp.index), 4);
-    putLittleEndian(body, sl.name.size(), 4);
-    body += sl.name;
-    putLittleEndian(body, bytes->size(), 8);
-    putLittleEndian(body, fnv1a64(bytes->data(), bytes->size()), 8);
+    size_t start = body.size();
+    putSlotKey(body, uint32_t(sp.index), sl);
+    putLe(body, bytes->size(), 8);
     body.append(reinterpret_cast<const char *>(bytes->data()), bytes->size());
+    putSum(body, start);
     ++count;
   }
   return count;
 }
 
-llvm::Error writeCheckpointFile(const std::string &dir, int64_t stepsDone,
-                                uint64_t entries, llvm::StringRef body) {
-  std::string blob(kCheckpointMagic);
-  putLittleEndian(blob, uint64_t(stepsDone), 8);
-  putLittleEndian(blob, entries, 8);
+llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
+                                int64_t stepsDone, uint64_t entries,
+                                llvm::StringRef body) {
+  if (stepsDone < 0)
+    return fail(llvm::formatv("a checkpoint after {0} steps", stepsDone));
+  std::string header;
+  putLe(header, kCheckpointVersion, 4);
+  putLe(header, checkpointPlanIdentity(plan), 8);
+  putLe(header, plan.stages.size(), 4);
+  putLe(header, entries, 8);
+  putLe(header, uint64_t(stepsDone), 8);
+  putLe(header, body.size(), 8);
+  putStr(header, plan.modelName);
+  putStr(header, plan.optimizer);
+  std::string blob(kMagic);
+  putLe(blob, header.size(), 8);
+  blob += header;
+  putSum(blob, 0);
   blob += body;
   if (auto ec = llvm::sys::fs::create_directories(dir))
     return fail(dir + ": " + ec.message());
@@ -58,22 +118,18 @@ llvm::Error writeCheckpointFile(const std::string &dir, int64_t stepsDone,
   return support::writeFileAtomically(dir + "/checkpoint.bin", blob);
 }
 
-llvm::Expected<int64_t> readCheckpointFile(
-    const std::string &dir, llvm::function_ref<bool(uint32_t stage)> wanted,
-    llvm::function_ref<std::optional<std::string>(
-        uint32_t stage, const std::string &name,
-        const std::vector<uint8_t> &bytes)>
-        apply) {
-  std::string path = dir + "/checkpoint.bin";
-  auto buf = llvm::MemoryBuffer::getFile(path);
-  if (!buf)
-    return fail(path + ": " + buf.getError().message());
-  llvm::StringRef data = (*buf)->getBuffer();
+namespace {
+
+// Little-endian fields from a byte range that never reads past its end:
+// a read past it sets `short_` and gives zeros.
+struct FieldReader {
+  llvm::StringRef data;
   size_t pos = 0;
-  bool truncated = false;
-  auto get = [&](int bytes) -> uint64_t {
-    if (pos + size_t(bytes) > data.size()) {
-      truncated = true;
+  bool short_ = false;
+
+  uint64_t get(int bytes) {
+    if (short_ || data.size() - pos < size_t(bytes)) {
+      short_ = true;
       return 0;
     }
     uint64_t v = 0;
@@ -81,44 +137,163 @@ llvm::Expected<int64_t> readCheckpointFile(
       v |= uint64_t(uint8_t(data[pos + size_t(i)])) << (8 * i);
     pos += size_t(bytes);
     return v;
-  };
-  if (!data.startswith(kCheckpointMagic))
-    return fail(path + ": not a cleave checkpoint");
-  pos = sizeof(kCheckpointMagic) - 1;
-  int64_t stepsDone = int64_t(get(8));
-  uint64_t entries = get(8);
-  for (uint64_t k = 0; k < entries && !truncated; ++k) {
-    uint32_t stage = uint32_t(get(4));
-    uint32_t nameLen = uint32_t(get(4));
-    if (truncated || pos + nameLen > data.size())
-      break;
-    std::string name = data.substr(pos, nameLen).str();
-    pos += nameLen;
-    uint64_t size = get(8), sum = get(8);
-    if (truncated || size > data.size() - pos) {
-      truncated = true;
-      break;
-    }
-    if (!wanted(stage)) {
-      pos += size;
-      continue;
-    }
-    std::vector<uint8_t> bytes(data.bytes_begin() + pos,
-                               data.bytes_begin() + pos + size);
-    pos += size;
-    if (fnv1a64(bytes.data(), bytes.size()) != sum)
-      return fail(path + ": '" + name + "' is corrupt (checksum mismatch)");
-    if (auto msg = apply(stage, name, bytes))
-      return fail(path + ": " + *msg);
   }
-  if (truncated)
-    return fail(path + ": truncated");
-  return stepsDone;
+  // `n` bytes, or nothing and `short_` when fewer are left.
+  llvm::StringRef take(uint64_t n) {
+    if (short_ || data.size() - pos < n) {
+      short_ = true;
+      return {};
+    }
+    llvm::StringRef s = data.substr(pos, size_t(n));
+    pos += size_t(n);
+    return s;
+  }
+  llvm::StringRef str() { return take(get(4)); }
+};
+
+// "'w' on stage 1, f32[4,3]", for an entry that is not the plan's.
+std::string slotText(llvm::StringRef name, uint64_t stage,
+                     llvm::StringRef dtype, const std::vector<int64_t> &shape) {
+  std::string s = "'" + name.str() + "' on stage " + std::to_string(stage) +
+                  ", " + dtype.str() + "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
-std::string foreignEntry(uint32_t stage, const std::string &name) {
-  return "'" + name + "' on stage " + std::to_string(stage) +
-         " is not in this plan (a checkpoint of another plan?)";
+// An entry the first pass found in order: which slot, where its bytes are.
+struct EntryView {
+  uint32_t stage;
+  const Slot *slot;
+  llvm::StringRef bytes;
+};
+
+} // namespace
+
+llvm::Expected<int64_t> readCheckpointFile(
+    const std::string &dir, const Plan &plan,
+    llvm::function_ref<bool(uint32_t stage)> wanted,
+    llvm::function_ref<std::optional<std::string>(
+        uint32_t stage, const std::string &name,
+        const std::vector<uint8_t> &bytes)>
+        apply) {
+  std::string path = dir + "/checkpoint.bin";
+  auto err = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return err(buf.getError().message());
+  llvm::StringRef data = (*buf)->getBuffer();
+  if (data.startswith(kOlderMagic))
+    return err("a checkpoint of an older cleave (format 1, which records no "
+               "plan identity); start again without --resume");
+  if (!data.startswith(kMagic))
+    return err("not a cleave checkpoint");
+
+  // The header, its checksum, then the file's length against the header's.
+  FieldReader r{data, kMagicBytes};
+  uint64_t headerBytes = r.get(8);
+  if (r.short_ || headerBytes > kMaxHeaderBytes ||
+      headerBytes + 8 > data.size() - r.pos)
+    return err(llvm::formatv("truncated or corrupt header ({0} bytes, header "
+                             "length {1})",
+                             data.size(), headerBytes));
+  size_t headerEnd = r.pos + size_t(headerBytes);
+  uint64_t sum = fnv1a64(data.data(), headerEnd);
+  FieldReader h{data.substr(0, headerEnd), r.pos};
+  r.pos = headerEnd;
+  if (r.get(8) != sum)
+    return err("the header is corrupt (checksum mismatch)");
+  uint64_t version = h.get(4), identity = h.get(8), stages = h.get(4),
+           entries = h.get(8), steps = h.get(8), bodyBytes = h.get(8);
+  std::string model = h.str().str(), optimizer = h.str().str();
+  if (h.short_ || version != kCheckpointVersion)
+    return err(llvm::formatv("a checkpoint of format {0}; this cleave reads "
+                             "format {1}",
+                             version, kCheckpointVersion));
+  size_t bodyStart = r.pos;
+  if (bodyBytes != data.size() - bodyStart)
+    return err(llvm::formatv("{0} bytes, but its header says {1}{2}",
+                             data.size(), bodyStart + bodyBytes,
+                             bodyBytes > data.size() - bodyStart
+                                 ? " (truncated)"
+                                 : ""));
+
+  // Whose checkpoint it is.
+  if (optimizer != plan.optimizer)
+    return err("a checkpoint of a plan trained with " + optimizer +
+               "; this plan trains with " + plan.optimizer);
+  if (model != plan.modelName)
+    return err("a checkpoint of model '" + model + "'; this plan is of '" +
+               plan.modelName + "'");
+  if (stages != plan.stages.size())
+    return err(llvm::formatv("a checkpoint of {0} stages; this plan has {1}",
+                             stages, plan.stages.size()));
+  uint64_t want = stateSlotCount(plan);
+  if (entries != want)
+    return err(llvm::formatv("holds {0} entries; this plan has {1} state "
+                             "slots (parameters, buffers, optimizer state)",
+                             entries, want));
+  if (identity != checkpointPlanIdentity(plan))
+    return err("a checkpoint of another plan of '" + model +
+               "' (its state slots differ)");
+  if (steps > uint64_t(INT64_MAX) / 2)
+    return err(llvm::formatv("records {0} steps done, which no run reaches",
+                             steps));
+
+  // Every entry, in order, is the plan's next State slot.
+  std::vector<EntryView> views;
+  r.data = data;
+  for (const StagePlan &sp : plan.stages)
+    for (const Slot &sl : sp.slots) {
+      if (sl.kind != SlotKind::State)
+        continue;
+      size_t k = views.size(), start = r.pos;
+      auto where = [&] {
+        return llvm::formatv("entry {0} of {1}", k + 1, entries).str();
+      };
+      uint32_t stage = uint32_t(r.get(4));
+      uint64_t nameLen = r.get(4);
+      llvm::StringRef name = r.take(nameLen);
+      llvm::StringRef dtype = r.str();
+      uint64_t rank = r.get(4);
+      std::vector<int64_t> shape;
+      for (uint64_t i = 0; i < rank && !r.short_; ++i)
+        shape.push_back(int64_t(r.get(8)));
+      uint64_t n = r.get(8);
+      llvm::StringRef bytes = r.take(n);
+      size_t end = r.pos;
+      uint64_t stored = r.get(8);
+      if (r.short_)
+        return err(where() + " runs past the end of the file (corrupt: a name "
+                             "length of " + std::to_string(nameLen) +
+                   ", a byte count of " + std::to_string(n) + ")");
+      if (fnv1a64(data.data() + start, end - start) != stored)
+        return err(where() + " ('" + name + "') is corrupt (checksum "
+                                            "mismatch)");
+      std::string plans = slotText(sl.name, uint64_t(sp.index),
+                                   llvm::StringRef(ir::dtypeName(sl.dtype)),
+                                   sl.shape);
+      std::string found = slotText(name, stage, dtype, shape);
+      if (stage != uint32_t(sp.index) || name != sl.name ||
+          dtype != llvm::StringRef(ir::dtypeName(sl.dtype)) || shape != sl.shape ||
+          n != uint64_t(sl.bytes))
+        return err(where() + " is " + found + "; the plan has " + plans +
+                   " there (a checkpoint of another plan?)");
+      views.push_back({stage, &sl, bytes});
+    }
+  if (r.pos != data.size())
+    return err(llvm::formatv("{0} bytes after its last entry",
+                             data.size() - r.pos));
+
+  for (const EntryView &v : views) {
+    if (!wanted(v.stage))
+      continue;
+    std::vector<uint8_t> bytes(v.bytes.bytes_begin(), v.bytes.bytes_end());
+    if (auto msg = apply(v.stage, v.slot->name, bytes))
+      return err(*msg);
+  }
+  return int64_t(steps);
 }
 
 } // namespace cleave::runtime

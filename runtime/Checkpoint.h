@@ -1,11 +1,31 @@
 // Checkpoints (cleave-run --checkpoint-dir, --resume): every State slot of
 // every stage (parameters, buffers, optimizer state) after a step, in one
-// file DIR/checkpoint.bin written atomically (a temp file, then rename):
-//   "CLEAVECKPT1\n", u64 step count, u64 entry count, then per entry:
-//   u32 stage, u32 name length, name, u64 byte count, u64 FNV-1a, bytes.
-// Entries come in stage order, then in the stage's slot order. The threaded
-// run and the MPI run (whose rank 0 gathers replica 0's stages) write and
-// read the same file, so either can resume the other's checkpoint.
+// file DIR/checkpoint.bin written atomically (a temp file, then rename).
+//
+// A checkpoint proves itself: it names the plan it belongs to, and every
+// byte of it is covered by a checksum, so a resume refuses a file that is
+// cut short, edited, of another plan or of another optimizer, with one line,
+// before any value is loaded. The format (little-endian; str = u32 length,
+// then the bytes; FNV-1a 64 is runtime::fnv1a64):
+//
+//   "CLEAVECKPT2\n"
+//   u64 header length H, then the H header bytes:
+//     u32 format version (2), u64 plan identity (checkpointPlanIdentity),
+//     u32 stage count, u64 entry count, u64 steps done, u64 body length,
+//     str model name, str optimizer
+//   u64 FNV-1a of everything before it (magic, H, header)
+//   the body: per entry, in stage order, then in the stage's slot order:
+//     u32 stage, str name, str element type (f32, i64, ...), u32 rank,
+//     i64 dims[rank], u64 byte count, the bytes,
+//     u64 FNV-1a of the entry's bytes before it
+//
+// The file is exactly that long. Its entries are exactly the plan's State
+// slots, each once, in that order, with the plan's type and shape: a missing
+// entry would otherwise leave a slot at its initial value. CLEAVECKPT1 files
+// (an older cleave, without identity or full coverage) are refused.
+//
+// The threaded run and the MPI run (whose rank 0 gathers replica 0's stages)
+// write and read the same file, so either can resume the other's checkpoint.
 #pragma once
 
 #include "runtime/Executor.h"
@@ -20,31 +40,37 @@
 
 namespace cleave::runtime {
 
+inline constexpr uint32_t kCheckpointVersion = 2;
+
+// FNV-1a 64 of the plan's model name, stage count, optimizer and, per
+// stage, each State slot's name, element type and shape: what must match
+// for a checkpoint's values to mean the same thing in this plan. The
+// schedule, microbatches and data parallelism may differ.
+uint64_t checkpointPlanIdentity(const Plan &plan);
+
 // One stage's entries (its State slots, in slot order, read from `ex`)
 // appended to `body`; returns how many.
 llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
                                                  const StagePlan &sp,
                                                  StageExecutor &ex);
 
-// The header, then the entries (`body`, `entries` of them), written to
-// DIR/checkpoint.bin atomically; creates DIR, and removes the temp files of
-// writers killed before their rename.
-llvm::Error writeCheckpointFile(const std::string &dir, int64_t stepsDone,
-                                uint64_t entries, llvm::StringRef body);
+// The header for `plan`, then the entries (`body`, `entries` of them),
+// written to DIR/checkpoint.bin atomically; creates DIR, and removes the
+// temp files of writers killed before their rename.
+llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
+                                int64_t stepsDone, uint64_t entries,
+                                llvm::StringRef body);
 
-// Reads DIR/checkpoint.bin, checking its structure, and hands each entry of
-// a stage `wanted` says yes to (checksum verified) to `apply`, which returns
-// the message of an entry that does not fit (reported prefixed with the
-// path); returns the steps the checkpoint had done. The other entries are
-// skipped unchecked.
+// Reads DIR/checkpoint.bin and checks all of it against `plan` (see above);
+// only then hands each entry of a stage `wanted` says yes to, to `apply`,
+// which returns the message of an entry it cannot take (reported prefixed
+// with the path). Returns the steps the checkpoint had done.
 llvm::Expected<int64_t> readCheckpointFile(
-    const std::string &dir, llvm::function_ref<bool(uint32_t stage)> wanted,
+    const std::string &dir, const Plan &plan,
+    llvm::function_ref<bool(uint32_t stage)> wanted,
     llvm::function_ref<std::optional<std::string>(
         uint32_t stage, const std::string &name,
         const std::vector<uint8_t> &bytes)>
         apply);
-
-// The message for an entry that does not fit the plan.
-std::string foreignEntry(uint32_t stage, const std::string &name);
 
 } // namespace cleave::runtime

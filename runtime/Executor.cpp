@@ -33,9 +33,11 @@ llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-// Prefixes an error's message with `where` (no-op on success).
+// Prefixes an error's message with `where` (no-op on success). A
+// CommTimeout already names the stage, the peer and the message, and passes
+// unchanged.
 llvm::Error wrap(llvm::Error e, const llvm::Twine &where) {
-  if (!e)
+  if (!e || e.isA<CommTimeout>())
     return e;
   return fail(where + ": " + llvm::toString(std::move(e)));
 }
@@ -44,9 +46,43 @@ llvm::Error wrap(llvm::Error e, const llvm::Twine &where) {
 // string; made for every instruction it cost microseconds each).
 template <typename F, typename = std::enable_if_t<std::is_invocable_v<F>>>
 llvm::Error wrap(llvm::Error e, F &&where) {
-  if (!e)
+  if (!e || e.isA<CommTimeout>())
     return e;
   return fail(where() + ": " + llvm::toString(std::move(e)));
+}
+
+// A receive's CommTimeout said again in the plan's terms: "no message from
+// stage 0 (the activation 'x' of microbatch 3, tag 7) within 3 s
+// (--comm-timeout)". Other errors pass unchanged.
+llvm::Error nameTimeout(llvm::Error e, const std::string &peer,
+                        const std::string &what, int64_t tag) {
+  if (!e || !e.isA<CommTimeout>())
+    return e;
+  double seconds = 0;
+  llvm::handleAllErrors(std::move(e), [&](const CommTimeout &t) {
+    seconds = t.seconds;
+  });
+  return llvm::make_error<CommTimeout>(
+      llvm::formatv("no message from {0} ({1}, tag {2}) {3}", peer, what, tag,
+                    withinTimeout(seconds))
+          .str(),
+      seconds);
+}
+
+// What a Recv of `slot` in `phase` receives, for a timeout's message.
+std::string messageText(Phase phase, const std::string &slot, int microbatch) {
+  std::string mb = " of microbatch " + std::to_string(microbatch);
+  switch (phase) {
+  case Phase::F:
+    return "the activation '" + slot + "'" + mb;
+  case Phase::B:
+    return "the gradient '" + slot + "'" + mb;
+  case Phase::W:
+    return "'" + slot + "'" + mb;
+  case Phase::Step:
+    break;
+  }
+  return "'" + slot + "' for the step";
 }
 
 uint64_t splitmix64(uint64_t x) {
@@ -698,7 +734,9 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
       stats_.spans.push_back({"RECV", microbatch, clockSeconds(t0),
                               clockSeconds(t0) + waited});
     if (e)
-      return wrap(std::move(e), where);
+      return wrap(nameTimeout(std::move(e), "stage " + std::to_string(in.peer),
+                              messageText(phase, sl.name, microbatch), in.tag),
+                  where);
     if (!hostMemory_)
       backend_.copyToDevice(dst, p, size_t(sl.bytes));
     return llvm::Error::success();
@@ -817,7 +855,10 @@ llvm::Error StageExecutor::allReduceAccums() {
       void *other = reduceDevice_;
       llvm::Error err = llvm::Error::success();
       for (int r = 1; r < replicas && !err; ++r) {
-        if ((err = dp.recv(r, tag, -1, reduceBuffer_.data(), bytes)))
+        if ((err = nameTimeout(
+                 dp.recv(r, tag, -1, reduceBuffer_.data(), bytes),
+                 "replica " + std::to_string(r),
+                 "its sum of '" + a.name + "' to add", tag)))
           break;
         backend_.copyToDevice(other, reduceBuffer_.data(), bytes);
         TensorRef ins[2] = {{a.dtype, a.shape, acc}, {a.dtype, a.shape, other}};
@@ -835,7 +876,10 @@ llvm::Error StageExecutor::allReduceAccums() {
       backend_.copyToHost(host.data(), acc, bytes);
       if (auto e = dp.send(0, tag, -1, host.data(), bytes))
         return wrap(std::move(e), where());
-      if (auto e = dp.recv(0, tag, -1, host.data(), bytes))
+      if (auto e = nameTimeout(dp.recv(0, tag, -1, host.data(), bytes),
+                               "replica 0",
+                               "the sum of '" + a.name + "' over the replicas",
+                               tag))
         return wrap(std::move(e), where());
       backend_.copyToDevice(acc, host.data(), bytes);
     }
@@ -906,7 +950,10 @@ llvm::Expected<bool> StageExecutor::voteNonFinite() {
   if (comm_.rank() == 0) {
     for (int s = 1; s < stages; ++s) {
       int32_t other = 0;
-      if (auto e = comm_.recv(s, voteTag_, -1, &other, sizeof other))
+      if (auto e = nameTimeout(
+              comm_.recv(s, voteTag_, -1, &other, sizeof other),
+              "stage " + std::to_string(s),
+              "its vote on non-finite values before the step", voteTag_))
         return wrap(std::move(e), where());
       bad |= other;
     }
@@ -917,7 +964,11 @@ llvm::Expected<bool> StageExecutor::voteNonFinite() {
   }
   if (auto e = comm_.send(0, voteTag_, -1, &bad, sizeof bad))
     return wrap(std::move(e), where());
-  if (auto e = comm_.recv(0, voteTag_, -1, &bad, sizeof bad))
+  if (auto e = nameTimeout(comm_.recv(0, voteTag_, -1, &bad, sizeof bad),
+                           "stage 0",
+                           "the stages' vote on non-finite values before the "
+                           "step",
+                           voteTag_))
     return wrap(std::move(e), where());
   return bad != 0;
 }

@@ -320,9 +320,12 @@ llvm::Error verifySchedule(const Plan &plan) {
           });
       std::string text = llvm::formatv(
           "the schedule cannot complete: stage {0} {1} waits for a message "
-          "from stage {2} (tag {3}, microbatch {4}) {5}",
+          "from stage {2} (tag {3}, {4}) {5}",
           st, actionText(plan.stages[size_t(st)], op.action), op.msg.from,
-          op.msg.tag, op.msg.microbatch,
+          op.msg.tag,
+          op.msg.microbatch < 0
+              ? std::string("for the step")
+              : "microbatch " + std::to_string(op.msg.microbatch),
           sentLater ? "that stage cannot get to" : "that is never sent");
       if (!sentLater)
         return invalid(text);

@@ -62,8 +62,11 @@ llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
   if (!ex) // the executor's errors name the stage
     return fail(replicaText + llvm::toString(ex.takeError()));
   out.executor = std::move(*ex);
-  if (group)
+  pipe.setTimeout(options.commTimeoutSeconds);
+  if (group) {
+    group->setTimeout(options.commTimeoutSeconds);
     out.executor->setDataParallel(group);
+  }
   out.executor->setNonFinitePolicy(options.nonFinite);
   out.executor->setBatchW(options.batchW);
   return out;
@@ -74,9 +77,9 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
   int p = int(plan.stages.size()), d = plan.dataParallel;
   auto run = std::make_unique<ThreadedPipeline>();
   for (int r = 0; r < d; ++r)
-    run->pipes.push_back(createInProcessComms(p));
+    run->pipes.push_back(createInProcessComms(p, options.commTimeoutSeconds));
   for (int s = 0; s < p; ++s)
-    run->groups.push_back(createInProcessComms(d));
+    run->groups.push_back(createInProcessComms(d, options.commTimeoutSeconds));
   for (int r = 0; r < d; ++r)
     for (int s = 0; s < p; ++s) {
       auto st = createLocalStage(plan, r, s, options, *run->pipes[r][s],

@@ -23,6 +23,9 @@ struct StageOptions {
   StageExecutor::NonFinitePolicy nonFinite =
       StageExecutor::NonFinitePolicy::Stop;
   bool batchW = false;
+  // Every receive, barrier and collective of the stage's comms fails after
+  // waiting this long (0: forever); the default is PyTorch's NCCL watchdog's.
+  double commTimeoutSeconds = 600;
 };
 
 // One stage of one replica, with the backend it runs on.

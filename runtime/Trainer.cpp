@@ -57,39 +57,33 @@ llvm::Error Trainer::setLearningRate(float lr) {
 }
 
 llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
-  uint32_t p = uint32_t(plan_.stages.size());
   auto holds = [&](uint32_t stage) {
     return llvm::any_of(stages_, [&](LocalStage *st) {
       return uint32_t(st->stage) == stage;
     });
   };
+  // The file is checked whole against the plan before any slot is written.
   auto done = readCheckpointFile(
-      dir,
-      // Entries of a stage the plan lacks are every process's error.
-      [&](uint32_t stage) { return stage >= p || holds(stage); },
+      dir, plan_, holds,
       [&](uint32_t stage, const std::string &name,
           const std::vector<uint8_t> &bytes) -> std::optional<std::string> {
-        bool found = false;
         // Every data-parallel replica of the stage gets the saved values.
-        for (LocalStage *st : stages_) {
-          if (uint32_t(st->stage) != stage)
-            continue;
-          if (st->executor->findSlot(name) < 0)
-            return foreignEntry(stage, name);
-          if (auto e = st->executor->writeSlot(name, bytes))
-            return llvm::toString(std::move(e)) +
-                   " (a checkpoint of another plan?)";
-          found = true;
-        }
-        if (!found)
-          return foreignEntry(stage, name);
+        for (LocalStage *st : stages_)
+          if (uint32_t(st->stage) == stage)
+            if (auto e = st->executor->writeSlot(name, bytes))
+              return llvm::toString(std::move(e));
         return std::nullopt;
       });
   llvm::Error err = llvm::Error::success();
-  if (done)
-    firstStep_ = *done;
-  else
+  if (!done)
     err = done.takeError();
+  else if (*done > options_.steps)
+    err = fail(dir + "/checkpoint.bin: the checkpoint is after step " +
+               std::to_string(*done) + " but this run has " +
+               std::to_string(options_.steps) +
+               " steps in all (--steps counts from the start)");
+  else
+    firstStep_ = *done;
   if (auto e = agree(driver_, std::move(err)))
     return std::move(e);
   return firstStep_;
@@ -232,8 +226,8 @@ llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
     std::string whole;
     for (const std::vector<uint8_t> &b : *all)
       whole.append(b.begin(), b.end());
-    written = writeCheckpointFile(*options_.checkpointDir, stepsDone, total,
-                                  whole);
+    written = writeCheckpointFile(*options_.checkpointDir, plan_, stepsDone,
+                                  total, whole);
   }
   return agree(driver_, std::move(written));
 }

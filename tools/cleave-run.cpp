@@ -56,6 +56,12 @@ training:
                          before the update, naming the value, the op that
                          made it and the stage (default), or skip that
                          step's update on every stage and go on
+  --comm-timeout=SECONDS wait at most this long for any message from another
+                         stage or process (every receive and collective,
+                         threads and MPI; default 600, 0: forever). On
+                         expiry the run ends with one line naming the stage,
+                         the peer and the message it waited for: a plan whose
+                         sends and receives do not pair, a stopped process
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1)
   --batch-w              run adjacent W actions of consecutive microbatches
@@ -373,6 +379,8 @@ int runUnderMpi(RunOptions opt, const tools::Flags &flags, int &argc,
   std::unique_ptr<runtime::MpiComm> world = std::move(*commOr);
   world->setReporter(
       [](const std::string &msg) { fail(kTool, msg, tools::kBadInput); });
+  // The sub-communicators made from the world take its timeout.
+  world->setTimeout(opt.stage.commTimeoutSeconds);
   runtime::Driver &driver = *world;
   auto agreed = [&](llvm::Error e) {
     return report(runtime::agree(driver, std::move(e)), tools::kBadInput);
@@ -399,8 +407,13 @@ int runUnderMpi(RunOptions opt, const tools::Flags &flags, int &argc,
   runtime::RankPlan &rp = *planOr;
   runtime::Plan &plan = rp.plan;
   if (int rc = agreed(prefixed(opt.planPath + ": ",
-                                      codegen::checkRunnable(plan))))
+                                codegen::checkRunnable(plan))))
     return rc;
+  int p = int(plan.stages.size()), d = plan.dataParallel;
+  world->setRankNames([p, d](int w) {
+    return (d > 1 ? "replica " + std::to_string(w / p) + " " : std::string()) +
+           "stage " + std::to_string(w % p);
+  });
   runtime::DataSource data(plan, uint64_t(opt.seed));
   if (auto d = flags.get("data"))
     if (int rc = agreed(data.load(*d)))
@@ -433,6 +446,7 @@ int main(int argc, char **argv) {
                       {"checkpoint-every", true, false},
                       {"resume", true, false},
                       {"on-nan", true, false},
+                      {"comm-timeout", true, false},
                       {"print-plan", false, false},
                       {"quiet", false, false}});
   if (auto e = flags.parse(argc, argv))
@@ -468,6 +482,16 @@ int main(int argc, char **argv) {
       return fail(kTool, "--lr needs a non-negative number, not '" + *v + "'",
                   tools::kUsage);
     opt.lr = float(x);
+  }
+  if (auto v = flags.get("comm-timeout")) {
+    char *end = nullptr;
+    double x = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end || !(x >= 0) || !std::isfinite(x))
+      return fail(kTool,
+                  "--comm-timeout needs a number of seconds (0: wait "
+                  "forever), not '" + *v + "'",
+                  tools::kUsage);
+    opt.stage.commTimeoutSeconds = x;
   }
   std::string onNan = flags.get("on-nan").value_or("stop");
   if (onNan != "stop" && onNan != "skip-step")

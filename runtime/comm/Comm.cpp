@@ -13,9 +13,25 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 
 namespace cleave::runtime {
+
+char CommTimeout::ID = 0;
+
+void CommTimeout::log(llvm::raw_ostream &os) const { os << message; }
+
+std::error_code CommTimeout::convertToErrorCode() const {
+  return llvm::inconvertibleErrorCode();
+}
+
+std::string withinTimeout(double seconds) {
+  std::ostringstream os; // 3, 0.5, 600: no trailing zeros
+  os << seconds;
+  return "within " + os.str() + " s (--comm-timeout)";
+}
+
 namespace {
 
 llvm::Error fail(const std::string &msg) {
@@ -81,8 +97,13 @@ public:
         return it != g_->mailbox.end() && !it->second.empty();
       };
       if (!waitFor(lock, ready))
-        return fail(what("recv from", peer, tag, microbatch) +
-                    llvm::formatv(": no message after {0} s", timeout_).str());
+        return llvm::make_error<CommTimeout>(
+            llvm::formatv("rank {0}: no message from rank {1} (tag {2}, "
+                          "microbatch {3}) {4}",
+                          rank_, peer, tag, microbatch,
+                          withinTimeout(timeout_))
+                .str(),
+            timeout_);
       if (g_->aborted)
         return fail(what("recv from", peer, tag, microbatch) +
                     ": aborted: " + g_->why);
@@ -138,9 +159,11 @@ public:
       return llvm::Error::success();
     --g_->barrierArrived; // leaving without the others
     if (!ok)
-      return fail(llvm::formatv("barrier on rank {0}: not all {1} ranks "
-                                "arrived within {2} s",
-                                rank_, g_->size, timeout_));
+      return llvm::make_error<CommTimeout>(
+          llvm::formatv("barrier on rank {0}: not all {1} ranks arrived {2}",
+                        rank_, g_->size, withinTimeout(timeout_))
+              .str(),
+          timeout_);
     return fail(llvm::formatv("barrier on rank {0}: aborted: {1}", rank_,
                               g_->why));
   }

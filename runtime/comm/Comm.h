@@ -15,6 +15,11 @@
 //    barriers. The driver calls it when one stage fails so no stage waits
 //    forever for a message that will never come.
 //  - barrier() waits until every rank has entered it.
+//  - setTimeout() bounds every wait (recv, barrier; MpiComm's collectives):
+//    one that runs out returns a CommTimeout, so a peer that never sends (a
+//    plan whose tags do not pair, a process stopped with SIGSTOP) ends the
+//    run with one line instead of hanging it. cleave-run --comm-timeout
+//    sets it (600 s by default, as PyTorch's NCCL watchdog).
 //
 // Buffers passed to send/recv are host memory (the executor stages through
 // host memory where a backend's memory is not host-addressable).
@@ -54,10 +59,29 @@ public:
   // Returns once every rank of the group has called barrier().
   virtual llvm::Error barrier() = 0;
 
-  // The longest a recv or barrier waits before failing with a timeout error;
-  // 0 (the default) waits forever. Meant for tests, which must not hang.
+  // The longest a recv or barrier waits before failing with a CommTimeout;
+  // 0 (the default) waits forever.
   virtual void setTimeout(double seconds) = 0;
 };
+
+// A wait that ran past the timeout. Its message is complete as it stands
+// ("no message from rank 0 (tag 7, microbatch 3) within 3 s
+// (--comm-timeout)"): the executor replaces it with one naming the stage,
+// the peer and what the message was, and code that prefixes context to
+// errors passes it through unchanged, so the line stays short.
+class CommTimeout : public llvm::ErrorInfo<CommTimeout> {
+public:
+  static char ID;
+  CommTimeout(std::string message, double seconds)
+      : message(std::move(message)), seconds(seconds) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+  std::string message;
+  double seconds;
+};
+
+// "within 3 s (--comm-timeout)": how every timeout message ends.
+std::string withinTimeout(double seconds);
 
 // `size` ranks of one in-process group; element r is rank r. `timeoutSeconds`
 // is every rank's initial setTimeout value.

@@ -16,6 +16,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
 #include <list>
 #include <thread>
 
@@ -155,8 +157,12 @@ llvm::Error MpiComm::recv(int peer, int64_t tag, int microbatch, void *data,
     if (timeout_ > 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
                 .count() > timeout_)
-      return fail(what("recv from", peer, tag, microbatch) +
-                  llvm::formatv(": no message after {0} s", timeout_).str());
+      return llvm::make_error<CommTimeout>(
+          llvm::formatv("rank {0}: no message from rank {1} (tag {2}, "
+                        "microbatch {3}) {4}",
+                        rank_, peer, tag, microbatch, withinTimeout(timeout_))
+              .str(),
+          timeout_);
     // Spin briefly (the peer is usually close behind), then sleep a little.
     if (polls > 1000)
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -213,9 +219,11 @@ llvm::Error MpiComm::barrier() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
                 .count() > timeout_)
       // A barrier cannot be cancelled: the caller is expected to abort.
-      return fail(llvm::formatv("barrier on rank {0}: not all {1} ranks "
-                                "arrived within {2} s",
-                                rank_, size_, timeout_));
+      return llvm::make_error<CommTimeout>(
+          llvm::formatv("barrier on rank {0}: not all {1} ranks arrived {2}",
+                        rank_, size_, withinTimeout(timeout_))
+              .str(),
+          timeout_);
     if (polls > 1000)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -223,49 +231,181 @@ llvm::Error MpiComm::barrier() {
   return llvm::Error::success();
 }
 
+// The driver's collectives are point-to-point messages through rank 0,
+// posted non-blocking and polled, so that a rank that never arrives (stopped,
+// stuck in a kernel) ends the wait after the timeout, and rank 0 can say
+// which one it was. Tags on the driver communicator: one per direction; the
+// ranks call the collectives in the same order, and MPI keeps each (source,
+// tag) in order, so a message always meets its own collective.
+namespace {
+constexpr int kGatherTag = 1, kScatterTag = 2;
+} // namespace
+
+std::string MpiComm::rankName(int rank) const {
+  return rankNames_ ? rankNames_(rank) : "rank " + std::to_string(rank);
+}
+
+llvm::Error MpiComm::waitAll(std::vector<void *> &requests,
+                             const std::vector<int> &peers,
+                             const char *what) {
+  auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    size_t open = 0;
+    for (void *&r : requests) {
+      MPI_Request *req = static_cast<MPI_Request *>(r);
+      if (*req == MPI_REQUEST_NULL)
+        continue;
+      int done = 0;
+      int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        return fail(llvm::formatv("{0}: {1}: {2}", rankName(rank_), what,
+                                  mpiError(rc)));
+      open += !done;
+    }
+    if (!open)
+      return llvm::Error::success();
+    if (timeout_ > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                .count() > timeout_) {
+      std::string missing;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        MPI_Request *req = static_cast<MPI_Request *>(requests[i]);
+        if (*req == MPI_REQUEST_NULL)
+          continue;
+        if (missing.find(rankName(peers[i])) == std::string::npos)
+          missing += (missing.empty() ? "" : ", ") + rankName(peers[i]);
+        // The buffers go when the caller returns: nothing may land there.
+        MPI_Cancel(req);
+        MPI_Request_free(req);
+      }
+      return llvm::make_error<CommTimeout>(
+          llvm::formatv("{0}: no message from {1} ({2}, a collective of the "
+                        "run's processes) {3}",
+                        rankName(rank_), missing, what,
+                        withinTimeout(timeout_))
+              .str(),
+          timeout_);
+    }
+    if (polls > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 llvm::Expected<std::vector<double>>
 MpiComm::allGather(const std::vector<double> &mine) {
-  std::vector<double> all(mine.size() * size_t(size_));
-  int rc = MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(),
-                         int(mine.size()), MPI_DOUBLE, impl_->driver);
+  size_t n = mine.size();
+  std::vector<double> all(n * size_t(size_));
+  std::copy(mine.begin(), mine.end(), all.begin() + long(n * size_t(rank_)));
+  std::vector<MPI_Request> reqs;
+  std::vector<int> peers;
+  auto post = [&](bool send, void *buf, size_t count, int peer, int tag) {
+    reqs.push_back(MPI_REQUEST_NULL);
+    peers.push_back(peer);
+    return send ? MPI_Isend(buf, int(count), MPI_DOUBLE, peer, tag,
+                            impl_->driver, &reqs.back())
+                : MPI_Irecv(buf, int(count), MPI_DOUBLE, peer, tag,
+                            impl_->driver, &reqs.back());
+  };
+  auto wait = [&]() -> llvm::Error {
+    std::vector<void *> raw;
+    for (MPI_Request &r : reqs)
+      raw.push_back(&r);
+    llvm::Error e = waitAll(raw, peers, "gathering every rank's figures");
+    reqs.clear();
+    peers.clear();
+    return e;
+  };
+  int rc = MPI_SUCCESS;
+  if (rank_ == 0) {
+    for (int r = 1; r < size_ && rc == MPI_SUCCESS; ++r)
+      rc = post(false, all.data() + n * size_t(r), n, r, kGatherTag);
+    if (rc == MPI_SUCCESS)
+      if (auto e = wait())
+        return std::move(e);
+    for (int r = 1; r < size_ && rc == MPI_SUCCESS; ++r)
+      rc = post(true, all.data(), all.size(), r, kScatterTag);
+  } else {
+    rc = post(true, const_cast<double *>(mine.data()), n, 0, kGatherTag);
+    if (rc == MPI_SUCCESS)
+      rc = post(false, all.data(), all.size(), 0, kScatterTag);
+  }
   if (rc != MPI_SUCCESS)
-    return fail(llvm::formatv("rank {0}: MPI_Allgather: {1}", rank_,
-                              mpiError(rc)));
+    return fail(llvm::formatv("{0}: gathering every rank's figures: {1}",
+                              rankName(rank_), mpiError(rc)));
+  if (auto e = wait())
+    return std::move(e);
   return all;
 }
 
 llvm::Expected<std::vector<std::vector<uint8_t>>>
 MpiComm::gatherToRoot(const std::vector<uint8_t> &mine) {
-  uint64_t n = mine.size();
-  std::vector<uint64_t> sizes(static_cast<size_t>(size_));
-  int rc = MPI_Gather(&n, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, 0,
-                      impl_->driver);
-  if (rc != MPI_SUCCESS)
-    return fail(llvm::formatv("rank {0}: MPI_Gather: {1}", rank_,
+  const char *what = "gathering every rank's bytes on rank 0";
+  std::vector<MPI_Request> reqs;
+  std::vector<int> peers;
+  auto wait = [&]() -> llvm::Error {
+    std::vector<void *> raw;
+    for (MPI_Request &r : reqs)
+      raw.push_back(&r);
+    llvm::Error e = waitAll(raw, peers, what);
+    reqs.clear();
+    peers.clear();
+    return e;
+  };
+  auto check = [&](int rc) -> llvm::Error {
+    if (rc == MPI_SUCCESS)
+      return llvm::Error::success();
+    return fail(llvm::formatv("{0}: {1}: {2}", rankName(rank_), what,
                               mpiError(rc)));
+  };
   std::vector<std::vector<uint8_t>> out;
   if (rank_ != 0) {
+    uint64_t n = mine.size();
+    reqs.push_back(MPI_REQUEST_NULL);
+    peers.push_back(0);
+    if (auto e = check(MPI_Isend(&n, 1, MPI_UINT64_T, 0, kGatherTag,
+                                 impl_->driver, &reqs.back())))
+      return std::move(e);
+    // Large transfers (--save) in pieces that fit MPI's int counts, each
+    // piece waited for on its own, so the timeout bounds a piece.
+    if (auto e = wait())
+      return std::move(e);
     for (size_t off = 0; off < mine.size(); off += kChunk) {
       size_t len = std::min(kChunk, mine.size() - off);
-      rc = MPI_Send(mine.data() + off, int(len), MPI_BYTE, 0, 0,
-                    impl_->driver);
-      if (rc != MPI_SUCCESS)
-        return fail(llvm::formatv("rank {0}: MPI_Send to rank 0: {1}", rank_,
-                                  mpiError(rc)));
+      reqs.push_back(MPI_REQUEST_NULL);
+      peers.push_back(0);
+      if (auto e = check(MPI_Isend(const_cast<uint8_t *>(mine.data()) + off,
+                                   int(len), MPI_BYTE, 0, kGatherTag,
+                                   impl_->driver, &reqs.back())))
+        return std::move(e);
+      if (auto e = wait())
+        return std::move(e);
     }
     return out;
   }
+  std::vector<uint64_t> sizes(size_t(size_), 0);
+  for (int r = 1; r < size_; ++r) {
+    reqs.push_back(MPI_REQUEST_NULL);
+    peers.push_back(r);
+    if (auto e = check(MPI_Irecv(&sizes[size_t(r)], 1, MPI_UINT64_T, r,
+                                 kGatherTag, impl_->driver, &reqs.back())))
+      return std::move(e);
+  }
+  if (auto e = wait())
+    return std::move(e);
   out.resize(size_t(size_));
   out[0] = mine;
   for (int r = 1; r < size_; ++r) {
     out[size_t(r)].resize(sizes[size_t(r)]);
     for (size_t off = 0; off < out[size_t(r)].size(); off += kChunk) {
       size_t len = std::min(kChunk, out[size_t(r)].size() - off);
-      rc = MPI_Recv(out[size_t(r)].data() + off, int(len), MPI_BYTE, r, 0,
-                    impl_->driver, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS)
-        return fail(llvm::formatv("rank 0: MPI_Recv from rank {0}: {1}", r,
-                                  mpiError(rc)));
+      reqs.push_back(MPI_REQUEST_NULL);
+      peers.push_back(r);
+      if (auto e = check(MPI_Irecv(out[size_t(r)].data() + off, int(len),
+                                   MPI_BYTE, r, kGatherTag, impl_->driver,
+                                   &reqs.back())))
+        return std::move(e);
+      if (auto e = wait())
+        return std::move(e);
     }
   }
   return out;
@@ -294,6 +434,7 @@ llvm::Expected<std::unique_ptr<MpiComm>> MpiComm::split(int color, int key) {
   c->tagUb_ = tagUb_;
   c->microbatches_ = microbatches_;
   c->timeout_ = timeout_;
+  c->rankNames_ = nullptr; // the world's names are not the group's
   return std::move(c);
 }
 
@@ -340,13 +481,31 @@ llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc, char **&argv) {
 llvm::Error MpiComm::failAlone(llvm::Error e) {
   std::string msg = llvm::toString(std::move(e));
   llvm::outs().flush();
+  // firstToFail and MPI_Abort talk to other processes; should one of them
+  // be stopped (SIGSTOP) or gone, this process still ends, with its line.
+  // MPI is not called from this thread (MPI_THREAD_FUNNELED): it exits
+  // without finalizing, which makes mpirun end the job.
+  static std::atomic<bool> printed{false};
+  std::thread([msg, report = report_] {
+    std::this_thread::sleep_for(std::chrono::seconds(15));
+    if (!printed.exchange(true)) {
+      if (report)
+        report(msg);
+      else
+        llvm::errs() << msg << "\n";
+      llvm::errs().flush();
+    }
+    std::_Exit(1);
+  }).detach();
   if (!firstToFail()) {
+    printed = true;
     // Aborts anyway should the first one never get there.
     std::this_thread::sleep_for(std::chrono::seconds(10));
-  } else if (report_) {
-    report_(msg);
-  } else {
-    llvm::errs() << msg << "\n";
+  } else if (!printed.exchange(true)) {
+    if (report_)
+      report_(msg);
+    else
+      llvm::errs() << msg << "\n";
   }
   llvm::errs().flush();
   abort(msg);

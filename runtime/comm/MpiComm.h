@@ -25,7 +25,9 @@
 //
 // Pipeline traffic runs on a duplicate of MPI_COMM_WORLD; the driver's
 // collectives below (losses, statistics, --save, --profile, checkpoints,
-// --trace) run on another, so they never match a pipeline message. Every
+// --trace) run on another, so they never match a pipeline message; they are
+// point-to-point messages through rank 0, polled like recv(), so the timeout
+// bounds them too and names the rank that did not arrive. Every
 // call is made from the thread that called initMpi (MPI_THREAD_FUNNELED).
 #pragma once
 
@@ -91,6 +93,11 @@ public:
   void setReporter(std::function<void(const std::string &)> report) {
     report_ = std::move(report);
   }
+  // How the collectives' errors name a rank (default "rank N"; cleave-run:
+  // the stage, and the replica where there are several).
+  void setRankNames(std::function<std::string(int)> names) {
+    rankNames_ = std::move(names);
+  }
 
 private:
   friend llvm::Expected<std::unique_ptr<MpiComm>> initMpi(int &argc,
@@ -100,6 +107,12 @@ private:
                              const char *verb) const;
   void reapSends(bool wait);
   std::string what(const char *verb, int peer, int64_t tag, int mb) const;
+  std::string rankName(int rank) const;
+  // Polls the MPI_Requests (`requests` point to them) until all complete;
+  // past the timeout, a CommTimeout naming the peers (by request) still
+  // open.
+  llvm::Error waitAll(std::vector<void *> &requests,
+                      const std::vector<int> &peers, const char *what);
 
   struct Impl; // the MPI handles (MpiComm.cpp), so mpi.h stays private
   std::unique_ptr<Impl> impl_;
@@ -110,6 +123,7 @@ private:
   bool aborted_ = false;
   bool world_ = false; // finalizes MPI when destroyed
   std::function<void(const std::string &)> report_;
+  std::function<std::string(int)> rankNames_;
 };
 
 // MPI_Init_thread (MPI_THREAD_FUNNELED) and the group of MPI_COMM_WORLD.

@@ -14,11 +14,12 @@
 
 namespace cleave::testsupport {
 
-// `model` trained with SGD (lr 0.1, momentum 0.9) on `stages` stages and
-// `microbatches` microbatches under `schedule` (uniform costs).
+// `model` trained with `optimizer` (lr 0.1, SGD's momentum 0.9) on `stages`
+// stages and `microbatches` microbatches under `schedule` (uniform costs).
 inline llvm::Expected<runtime::Plan>
 compileTrainingPlan(const std::string &model, int stages,
-                    int64_t microbatches, const std::string &schedule) {
+                    int64_t microbatches, const std::string &schedule,
+                    const std::string &optimizer = "sgd") {
   std::string path = std::string(CLEAVE_SOURCE_DIR) +
                      "/tests/models/training/" + model + "/model.onnx";
   auto g = frontend::importOnnxFile(path, {});
@@ -33,6 +34,7 @@ compileTrainingPlan(const std::string &model, int stages,
   opts.context.training.microbatches = microbatches;
   opts.context.training.lr = 0.1;
   opts.context.training.momentum = 0.9;
+  opts.context.training.optimizer = optimizer;
   if (auto e = passes::runPipeline(
           **g,
           {"remove-identity", "dce", "autodiff", "split-backward", "optimizer"},
@@ -50,7 +52,7 @@ compileTrainingPlan(const std::string &model, int stages,
   info.modelName = model;
   info.modelTensors = tensors;
   info.lossName = (*g)->outputs()[0]->name();
-  info.optimizer = "sgd";
+  info.optimizer = optimizer;
   info.lr = 0.1;
   return codegen::buildPlan(planned->stageGraphs, planned->schedule, info);
 }

@@ -17,9 +17,13 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <functional>
 
 using namespace cleave;
 using testsupport::TempDir;
@@ -150,20 +154,48 @@ TEST(DataSource, SyntheticIsDeterministicSeededAndInRange) {
   EXPECT_EQ(viaReplica, fillOne(a, p, 0, 2, 0));
 }
 
-// One checkpoint entry in the documented byte format.
+// Checkpoint bytes in the documented format (runtime/Checkpoint.h).
 void putLe(std::string &s, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i)
     s.push_back(char((v >> (8 * i)) & 0xff));
 }
+void putStr(std::string &s, const std::string &v) {
+  putLe(s, v.size(), 4);
+  s += v;
+}
+uint64_t getLe(const std::string &s, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i)
+    v |= uint64_t(uint8_t(s[at + size_t(i)])) << (8 * i);
+  return v;
+}
+// One entry; `nameLength` overrides the name's length field.
 std::string entry(uint32_t stage, const std::string &name,
-                  const std::string &bytes) {
+                  const std::string &dtype, std::vector<int64_t> shape,
+                  const std::string &bytes,
+                  std::optional<uint32_t> nameLength = std::nullopt) {
   std::string s;
   putLe(s, stage, 4);
-  putLe(s, name.size(), 4);
+  putLe(s, nameLength ? *nameLength : name.size(), 4);
   s += name;
+  putStr(s, dtype);
+  putLe(s, shape.size(), 4);
+  for (int64_t d : shape)
+    putLe(s, uint64_t(d), 8);
   putLe(s, bytes.size(), 8);
-  putLe(s, runtime::fnv1a64(bytes.data(), bytes.size()), 8);
-  return s + bytes;
+  s += bytes;
+  putLe(s, runtime::fnv1a64(s.data(), s.size()), 8);
+  return s;
+}
+// Offsets of the header fields: magic (12), header length (8), version (4),
+// plan identity (8), stages (4), entries (8), steps (8), body length (8).
+constexpr size_t kEntriesAt = 36, kStepsAt = 44;
+// The header's checksum written again after an edit of the header.
+void resumHeader(std::string &file) {
+  size_t end = 20 + size_t(getLe(file, 12, 8));
+  std::string sum;
+  putLe(sum, runtime::fnv1a64(file.data(), end), 8);
+  file.replace(end, 8, sum);
 }
 
 std::string readAll(const std::string &path) {
@@ -171,57 +203,195 @@ std::string readAll(const std::string &path) {
   return buf ? (*buf)->getBuffer().str() : std::string();
 }
 
-TEST(Checkpoint, RoundTripAndDamage) {
-  TempDir dir;
-  std::string d(dir.path);
-  // A killed writer's temp file is garbage: the next write removes it.
-  std::ofstream(dir.file("checkpoint.bin.tmp.99")) << "partial";
-  std::string body = entry(0, "w", "abcd") + entry(1, "b", "xy");
-  ASSERT_EQ(errorText(runtime::writeCheckpointFile(d, 42, 2, body)), "");
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{"checkpoint.bin"});
+runtime::Slot slot(const std::string &name, runtime::SlotKind kind,
+                   ir::DType dtype, std::vector<int64_t> shape) {
+  runtime::Slot s;
+  s.name = name;
+  s.kind = kind;
+  s.dtype = dtype;
+  s.shape = shape;
+  s.bytes = int64_t(ir::dtypeSize(dtype));
+  for (int64_t d : shape)
+    s.bytes *= d;
+  return s;
+}
 
+// Two stages with three State slots among others: w f32[2] and m f32[1]
+// on stage 0, b i64[1] on stage 1.
+runtime::Plan checkpointPlan() {
+  runtime::Plan p;
+  p.modelName = "tiny";
+  p.optimizer = "sgd";
+  p.stages.resize(2);
+  p.stages[0].index = 0;
+  p.stages[0].slots = {
+      slot("x", runtime::SlotKind::Input, ir::DType::F32, {2}),
+      slot("w", runtime::SlotKind::State, ir::DType::F32, {2}),
+      slot("t", runtime::SlotKind::MicroTemp, ir::DType::F32, {2}),
+      slot("m", runtime::SlotKind::State, ir::DType::F32, {1})};
+  p.stages[1].index = 1;
+  p.stages[1].slots = {
+      slot("b", runtime::SlotKind::State, ir::DType::I64, {1})};
+  return p;
+}
+
+std::string wEntry() { return entry(0, "w", "f32", {2}, "abcdefgh"); }
+std::string mEntry() { return entry(0, "m", "f32", {1}, "ijkl"); }
+std::string bEntry() { return entry(1, "b", "i64", {1}, "mnopqrst"); }
+
+class CheckpointFile : public ::testing::Test {
+protected:
+  TempDir dir;
+  std::string d{dir.path};
+  runtime::Plan plan = checkpointPlan();
   std::map<std::string, std::string> got;
-  auto read = [&](llvm::function_ref<bool(uint32_t)> wanted) {
+
+  llvm::Expected<int64_t> read(std::function<bool(uint32_t)> wanted =
+                                   [](uint32_t) { return true; }) {
     got.clear();
     return runtime::readCheckpointFile(
-        d, wanted,
+        d, plan, wanted,
         [&](uint32_t stage, const std::string &name,
             const std::vector<uint8_t> &bytes) -> std::optional<std::string> {
           got[std::to_string(stage) + name] =
               std::string(bytes.begin(), bytes.end());
-          if (name == "foreign")
-            return runtime::foreignEntry(stage, name);
           return std::nullopt;
         });
-  };
-  auto steps = read([](uint32_t) { return true; });
-  ASSERT_TRUE(bool(steps)) << llvm::toString(steps.takeError());
-  EXPECT_EQ(*steps, 42);
-  EXPECT_EQ(got, (std::map<std::string, std::string>{{"0w", "abcd"}, {"1b", "xy"}}));
-  // Stages not wanted are skipped (an MPI rank reads only its own).
-  steps = read([](uint32_t s) { return s == 1; });
-  ASSERT_TRUE(bool(steps));
-  EXPECT_EQ(got, (std::map<std::string, std::string>{{"1b", "xy"}}));
-
-  std::string whole = readAll(dir.file("checkpoint.bin"));
-  auto expectError = [&](const std::string &bytes, const std::string &want) {
+  }
+  void write(int64_t steps, uint64_t entries, const std::string &body) {
+    ASSERT_EQ(errorText(runtime::writeCheckpointFile(d, plan, steps, entries,
+                                                     body)),
+              "");
+  }
+  std::string whole() {
+    write(42, 3, wEntry() + mEntry() + bEntry());
+    return readAll(dir.file("checkpoint.bin"));
+  }
+  // `bytes` as the checkpoint is refused with one line containing `want`,
+  // naming the file, and nothing is applied.
+  void expectRefused(const std::string &bytes, const std::string &want) {
     std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << bytes;
-    auto r = read([](uint32_t) { return true; });
+    expectRefused(want);
+  }
+  void expectRefused(const std::string &want) {
+    auto r = read();
     ASSERT_FALSE(bool(r)) << "accepted: " << want;
     std::string e = llvm::toString(r.takeError());
     EXPECT_NE(e.find(want), std::string::npos) << e;
-    EXPECT_NE(e.find("checkpoint.bin"), std::string::npos) << e;
-  };
-  expectError(whole.substr(0, whole.size() - 1), "truncated");
-  std::string flipped = whole;
+    EXPECT_NE(e.find("checkpoint.bin: "), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_TRUE(got.empty()) << "applied before the file was checked";
+  }
+};
+
+TEST_F(CheckpointFile, RoundTripAndStaleTempFiles) {
+  // A killed writer's temp file is garbage: the next write removes it.
+  std::ofstream(dir.file("checkpoint.bin.tmp.99")) << "partial";
+  write(42, 3, wEntry() + mEntry() + bEntry());
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"checkpoint.bin"});
+  std::string file = readAll(dir.file("checkpoint.bin"));
+  EXPECT_EQ(file.substr(0, 12), "CLEAVECKPT2\n");
+  EXPECT_EQ(getLe(file, kStepsAt, 8), 42u);
+  EXPECT_EQ(getLe(file, kEntriesAt, 8), 3u);
+  EXPECT_EQ(getLe(file, 24, 8), runtime::checkpointPlanIdentity(plan));
+  auto steps = read();
+  ASSERT_TRUE(bool(steps)) << llvm::toString(steps.takeError());
+  EXPECT_EQ(*steps, 42);
+  EXPECT_EQ(got, (std::map<std::string, std::string>{
+                     {"0w", "abcdefgh"}, {"0m", "ijkl"}, {"1b", "mnopqrst"}}));
+  // Stages not wanted are skipped (an MPI rank loads only its own).
+  steps = read([](uint32_t s) { return s == 1; });
+  ASSERT_TRUE(bool(steps));
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"1b", "mnopqrst"}}));
+}
+
+TEST_F(CheckpointFile, TruncatedOrAnyByteEditedIsRefused) {
+  std::string file = whole();
+  expectRefused(file.substr(0, file.size() - 1), "(truncated)");
+  expectRefused(file.substr(0, file.size() / 2), "(truncated)");
+  expectRefused(file.substr(0, 30), "truncated or corrupt header");
+  expectRefused("", "not a cleave checkpoint");
+  expectRefused(file + "x", "but its header says");
+  // Every byte, changed: each is caught (most by a checksum).
+  for (size_t i = 0; i < file.size(); ++i) {
+    std::string edited = file;
+    edited[i] ^= 0x20;
+    std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << edited;
+    auto r = read();
+    EXPECT_FALSE(bool(r)) << "byte " << i << " of " << file.size()
+                          << " edited, accepted";
+    if (!r)
+      llvm::consumeError(r.takeError());
+    EXPECT_TRUE(got.empty()) << "byte " << i;
+  }
+  std::string flipped = file;
   flipped.back() ^= 1;
-  expectError(flipped, "'b' is corrupt (checksum mismatch)");
-  expectError("not a checkpoint at all", "not a cleave checkpoint");
-  ASSERT_EQ(errorText(runtime::writeCheckpointFile(
-                d, 1, 1, entry(3, "foreign", "zz"))),
-            "");
-  expectError(readAll(dir.file("checkpoint.bin")),
-              "'foreign' on stage 3 is not in this plan");
+  expectRefused(flipped, "entry 3 of 3 ('b') is corrupt (checksum mismatch)");
+  flipped = file;
+  flipped[kStepsAt] ^= 1;
+  expectRefused(flipped, "the header is corrupt (checksum mismatch)");
+}
+
+TEST_F(CheckpointFile, EntriesMustBeThePlansStateSlotsEachOnce) {
+  // Written by a writer that checksums what it writes, but not the plan's.
+  write(1, 0, "");
+  expectRefused("holds 0 entries; this plan has 3 state slots");
+  write(1, 1, wEntry());
+  expectRefused("holds 1 entries; this plan has 3 state slots");
+  std::string ten;
+  for (int i = 0; i < 10; ++i)
+    ten += wEntry();
+  write(1, 10, ten);
+  expectRefused("holds 10 entries; this plan has 3 state slots");
+  write(1, 3, wEntry() + wEntry() + bEntry()); // 'w' twice, 'm' missing
+  expectRefused("entry 2 of 3 is 'w' on stage 0, f32[2]; the plan has 'm' on "
+                "stage 0, f32[1] there");
+  write(1, 3, wEntry() + entry(0, "m", "f32", {2}, "ijklijkl") + bEntry());
+  expectRefused("entry 2 of 3 is 'm' on stage 0, f32[2]; the plan has 'm' on "
+                "stage 0, f32[1]");
+  write(1, 3, wEntry() + mEntry() + entry(1, "b", "f64", {1}, "mnopqrst"));
+  expectRefused("entry 3 of 3 is 'b' on stage 1, f64[1]");
+  write(1, 3, wEntry() + mEntry() + entry(0, "b", "i64", {1}, "mnopqrst"));
+  expectRefused("entry 3 of 3 is 'b' on stage 0, i64[1]");
+  write(1, 3, wEntry() + entry(0, "m", "f32", {1}, "ijkl", 0xffffffffu) +
+                  bEntry());
+  expectRefused("entry 2 of 3 runs past the end of the file (corrupt: a name "
+                "length of 4294967295");
+  write(1, 3, wEntry() + mEntry() + bEntry() + "zz");
+  expectRefused("2 bytes after its last entry");
+}
+
+TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
+  std::string file = whole();
+  runtime::Plan ours = plan;
+  plan.optimizer = "adamw";
+  expectRefused(file, "a checkpoint of a plan trained with sgd; this plan "
+                      "trains with adamw");
+  plan = ours;
+  plan.modelName = "other";
+  expectRefused(file, "a checkpoint of model 'tiny'; this plan is of 'other'");
+  plan = ours;
+  plan.stages[1].slots[0].shape = {2};
+  plan.stages[1].slots[0].bytes = 16;
+  expectRefused(file, "a checkpoint of another plan of 'tiny' (its state "
+                      "slots differ)");
+  plan = ours;
+  plan.stages.push_back(runtime::StagePlan());
+  expectRefused(file, "a checkpoint of 2 stages; this plan has 3");
+  plan = ours;
+  // A step count of 2^63, with the header's checksum made to fit.
+  std::string huge = file;
+  huge.replace(kStepsAt, 8, std::string("\0\0\0\0\0\0\0\x80", 8));
+  resumHeader(huge);
+  expectRefused(huge, "records 9223372036854775808 steps done, which no run "
+                      "reaches");
+  // The format of an older cleave, and one of a newer.
+  std::string older = "CLEAVECKPT1\n" + std::string(16, '\0');
+  expectRefused(older, "a checkpoint of an older cleave (format 1");
+  std::string newer = file;
+  newer[20] = 3;
+  resumHeader(newer);
+  expectRefused(newer, "a checkpoint of format 3; this cleave reads format 2");
 }
 
 TEST(Trace, ChromeTraceAndProfileText) {
@@ -328,8 +498,8 @@ TEST(Driver, AgreeGivesTheLowestFailingRankItsErrorAndTheOthersSilence) {
 }
 
 // The committed MLP as a 2-stage ZB-H1 plan of 2 microbatches.
-llvm::Expected<runtime::Plan> mlpPlan() {
-  return testsupport::compileTrainingPlan("mlp", 2, 2, "zb-h1");
+llvm::Expected<runtime::Plan> mlpPlan(const std::string &optimizer = "sgd") {
+  return testsupport::compileTrainingPlan("mlp", 2, 2, "zb-h1", optimizer);
 }
 
 // Trains `plan` from its initial values, or from `resume`, for `steps`
@@ -396,6 +566,146 @@ TEST(Trainer, ResumedRunEndsWithTheBitsOfAnUnbrokenOne) {
   EXPECT_EQ(first, std::vector<double>(straight.begin(), straight.begin() + 2));
   EXPECT_EQ(second, std::vector<double>(straight.begin() + 2, straight.end()));
   EXPECT_TRUE(got == want);
+}
+
+// Resumes `plan` for `steps` from DIR; the error text.
+std::string resumeError(const runtime::Plan &plan, int64_t steps,
+                        const std::string &dir) {
+  auto pipe = runtime::createThreadedPipeline(plan, runtime::StageOptions());
+  if (!pipe)
+    return "pipeline: " + llvm::toString(pipe.takeError());
+  std::vector<runtime::LocalStage *> locals;
+  for (runtime::LocalStage &st : (*pipe)->stages)
+    locals.push_back(&st);
+  auto driver = runtime::createSingleProcessDriver();
+  runtime::DataSource data(plan, 3);
+  runtime::TrainOptions to;
+  to.steps = steps;
+  runtime::Trainer trainer(
+      plan, locals, *driver,
+      [&](int64_t step, int replica) { return data.forStep(step, replica); },
+      to);
+  auto done = trainer.resume(dir);
+  return done ? std::string() : llvm::toString(done.takeError());
+}
+
+TEST(Trainer, ResumeRefusesAnotherOptimizerAndStepsPastTheRun) {
+  auto sgd = mlpPlan("sgd");
+  ASSERT_TRUE(bool(sgd)) << llvm::toString(sgd.takeError());
+  auto adamw = mlpPlan("adamw");
+  ASSERT_TRUE(bool(adamw)) << llvm::toString(adamw.takeError());
+  TempDir dir;
+  std::vector<double> losses;
+  trainMlp(*sgd, 2, std::string(dir.path), std::nullopt, losses);
+  EXPECT_EQ(resumeError(*sgd, 2, std::string(dir.path)), "");
+  EXPECT_THAT(resumeError(*sgd, 1, std::string(dir.path)),
+              testing::HasSubstr("the checkpoint is after step 2 but this run "
+                                 "has 1 steps in all"));
+  EXPECT_THAT(resumeError(*adamw, 4, std::string(dir.path)),
+              testing::HasSubstr("a checkpoint of a plan trained with sgd; "
+                                 "this plan trains with adamw"));
+}
+
+// Plans whose schedule cannot complete: run threaded with a 1 s
+// --comm-timeout, the step ends with one line naming the waiting stage, the
+// peer and the message, instead of hanging.
+std::string hangError(const runtime::Plan &plan) {
+  runtime::StageOptions so;
+  so.commTimeoutSeconds = 1;
+  auto pipe = runtime::createThreadedPipeline(plan, so);
+  if (!pipe)
+    return "pipeline: " + llvm::toString(pipe.takeError());
+  std::vector<runtime::LocalStage *> locals;
+  for (runtime::LocalStage &st : (*pipe)->stages)
+    locals.push_back(&st);
+  auto driver = runtime::createSingleProcessDriver();
+  runtime::DataSource data(plan, 3);
+  runtime::TrainOptions to;
+  to.steps = 1;
+  runtime::Trainer trainer(
+      plan, locals, *driver,
+      [&](int64_t step, int replica) { return data.forStep(step, replica); },
+      to);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string e = errorText(trainer.run([](const runtime::StepReport &) {}));
+  double took = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  EXPECT_LT(took, 10) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  return e;
+}
+
+// The first instruction of `kind` in stage `stage`'s program `phase`.
+runtime::Instr *firstInstr(runtime::Plan &plan, int stage, runtime::Phase phase,
+                           runtime::InstrKind kind) {
+  for (runtime::Instr &in : plan.stages[size_t(stage)].programs[int(phase)])
+    if (in.kind == kind)
+      return &in;
+  return nullptr;
+}
+
+TEST(CommTimeout, ASendWithAnotherTagEndsTheRunNamingTheMessage) {
+  auto plan = mlpPlan();
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  runtime::Instr *send = firstInstr(*plan, 0, runtime::Phase::F,
+                                    runtime::InstrKind::Send);
+  runtime::Instr *back = firstInstr(*plan, 0, runtime::Phase::B,
+                                    runtime::InstrKind::Recv);
+  ASSERT_TRUE(send && back);
+  int64_t tag = send->tag;
+  std::string slot = plan->stages[0].slots[size_t(send->inputs[0])].name;
+  std::string grad = plan->stages[0].slots[size_t(back->outputs[0])].name;
+  send->tag += 1000;
+  // Stage 1 waits for the activation; stage 0 for the gradient stage 1 then
+  // cannot send. Whichever began waiting first reports (threads start in
+  // no fixed order).
+  std::string e = hangError(*plan);
+  std::string waitingForActivation =
+      "step 1: stage 1: no message from stage 0 (the activation '" + slot +
+      "' of microbatch 0, tag " + std::to_string(tag) +
+      ") within 1 s (--comm-timeout)";
+  std::string waitingForGradient =
+      "step 1: stage 0: no message from stage 1 (the gradient '" + grad +
+      "' of microbatch 0, tag " + std::to_string(back->tag) +
+      ") within 1 s (--comm-timeout)";
+  EXPECT_TRUE(e == waitingForActivation || e == waitingForGradient) << e;
+}
+
+TEST(CommTimeout, ARecvWithAnotherTagEndsTheRun) {
+  auto plan = mlpPlan();
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  // Stage 0's receive of the gradient from stage 1 (its B program).
+  runtime::Instr *recv = firstInstr(*plan, 0, runtime::Phase::B,
+                                    runtime::InstrKind::Recv);
+  ASSERT_TRUE(recv);
+  std::string slot = plan->stages[0].slots[size_t(recv->outputs[0])].name;
+  recv->tag += 1000;
+  // Stage 1 runs on to its STEP and waits for the vote there, later.
+  std::string e = hangError(*plan);
+  EXPECT_TRUE(e == "step 1: stage 0: no message from stage 1 (the gradient '" +
+                       slot + "' of microbatch 0, tag " +
+                       std::to_string(recv->tag) +
+                       ") within 1 s (--comm-timeout)" ||
+              e.find("stage 1: no message from stage 0 (the stages' vote") !=
+                  std::string::npos)
+      << e;
+}
+
+TEST(CommTimeout, AStageWithoutItsStepActionEndsTheRun) {
+  auto plan = mlpPlan();
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  auto &acts = plan->stages[0].actions;
+  auto step = std::find_if(acts.begin(), acts.end(), [](const runtime::Action &a) {
+    return a.kind == runtime::ActionKind::Step;
+  });
+  ASSERT_NE(step, acts.end());
+  acts.erase(step);
+  EXPECT_THAT(hangError(*plan),
+              testing::MatchesRegex(
+                  "step 1: stage 1: no message from stage 0 \\(the stages' "
+                  "vote on non-finite values before the step, tag [0-9]+\\) "
+                  "within 1 s \\(--comm-timeout\\)"));
 }
 
 } // namespace

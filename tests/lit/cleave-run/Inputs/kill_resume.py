@@ -46,8 +46,11 @@ while landed < kills and tries < 10 * kills:
     tries += 1
     path = os.path.join(ckpt, "checkpoint.bin")
     if os.path.exists(path):
-        with open(path, "rb") as f:  # "CLEAVECKPT1\n", then u64 steps done
-            resumed_at.append(int.from_bytes(f.read(20)[12:20], "little"))
+        # "CLEAVECKPT2\n", u64 header length, u32 version, u64 plan
+        # identity, u32 stages, u64 entries, then u64 steps done
+        # (runtime/Checkpoint.h).
+        with open(path, "rb") as f:
+            resumed_at.append(int.from_bytes(f.read(52)[44:52], "little"))
     p = subprocess.Popen(command(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=work)
     time.sleep(rng.uniform(0.05, 1.0) * full / kills * 2)
