@@ -46,6 +46,8 @@ llvm::Error writeCheckpointFile(const std::string &dir, int64_t stepsDone,
   putLittleEndian(blob, uint64_t(stepsDone), 8);
   putLittleEndian(blob, entries, 8);
   blob += body;
+  if (auto e = support::checkOutputDirectory(dir))
+    return e;
   if (auto ec = llvm::sys::fs::create_directories(dir))
     return fail(dir + ": " + ec.message());
   // A run killed while writing leaves its temp file; the rename below is
@@ -65,9 +67,9 @@ llvm::Expected<int64_t> readCheckpointFile(
         const std::vector<uint8_t> &bytes)>
         apply) {
   std::string path = dir + "/checkpoint.bin";
-  auto buf = llvm::MemoryBuffer::getFile(path);
+  auto buf = support::readFile(path, "checkpoint");
   if (!buf)
-    return fail(path + ": " + buf.getError().message());
+    return buf.takeError();
   llvm::StringRef data = (*buf)->getBuffer();
   size_t pos = 0;
   bool truncated = false;
