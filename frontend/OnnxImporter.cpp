@@ -6,6 +6,7 @@
 #include "frontend/ShapeFolding.h"
 #include "ir/TypeRules.h"
 #include "passes/Pass.h"
+#include "support/FileIO.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
@@ -1486,12 +1487,9 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
 
 static llvm::Expected<std::unique_ptr<onnx::ModelProto>>
 readModel(const std::string &path) {
-  if (llvm::sys::fs::is_directory(path))
-    return err("'{0}' is a directory, not an ONNX file", path);
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                         /*RequiresNullTerminator=*/false);
+  auto buf = support::readFile(path, "ONNX file");
   if (!buf)
-    return err("cannot open '{0}': {1}", path, buf.getError().message());
+    return buf.takeError();
   size_t size = (*buf)->getBufferSize();
   if (size == 0)
     return err("'{0}' is empty, not an ONNX model", path);

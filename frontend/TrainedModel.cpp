@@ -7,6 +7,7 @@
 
 #include "frontend/OnnxTensor.h"
 #include "ir/TypeRules.h"
+#include "support/FileIO.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
@@ -39,12 +40,9 @@ llvm::Error err(const llvm::Twine &msg) {
 
 llvm::Expected<std::unique_ptr<onnx::ModelProto>>
 readModelFile(const std::string &path) {
-  if (llvm::sys::fs::is_directory(path))
-    return err("'" + path + "' is a directory, not an ONNX file");
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                         /*RequiresNullTerminator=*/false);
+  auto buf = support::readFile(path, "ONNX file");
   if (!buf)
-    return err("cannot open '" + path + "': " + buf.getError().message());
+    return buf.takeError();
   size_t size = (*buf)->getBufferSize();
   if (size == 0)
     return err("'" + path + "' is empty, not an ONNX model");
@@ -125,11 +123,11 @@ llvm::Error internalize(onnx::TensorProto &t, const std::string &modelDir,
                ")");
   std::string bytes;
   if (length > 0) {
-    auto buf = llvm::MemoryBuffer::getFileSlice(real, uint64_t(length),
-                                                uint64_t(offset));
+    auto buf = support::readFileSlice(real, uint64_t(offset),
+                                      uint64_t(length), "data file");
     if (!buf)
       return err(what + ": cannot read external data file '" + location +
-                 "': " + buf.getError().message());
+                 "': " + llvm::toString(buf.takeError()));
     bytes = (*buf)->getBuffer().str();
   }
   setInline(t, std::move(bytes));
@@ -199,6 +197,11 @@ llvm::Error writeTrainedOnnx(
     const std::string &sourceModel,
     const std::map<std::string, std::shared_ptr<TensorData>> &values,
     const std::string &outPath, uint64_t maxInlineBytes) {
+  // The files are streamed (no second copy of a large model in memory), so
+  // support::writeFileAtomically is not used; its rule on targets is.
+  for (const std::string &target : {outPath, outPath + ".data"})
+    if (auto e = support::checkOutputFile(target))
+      return e;
   auto modelOr = readModelFile(sourceModel);
   if (!modelOr)
     return modelOr.takeError();

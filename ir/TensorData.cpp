@@ -1,5 +1,7 @@
 #include "ir/TensorData.h"
 
+#include "support/FileIO.h"
+
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cassert>
@@ -13,13 +15,16 @@ readRawFileData(const DataOrigin &origin, const TensorType &expected) {
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           "no reader for tensor data in '" + origin.path + "'");
-    auto buf = llvm::MemoryBuffer::getFileSlice(origin.path, origin.length,
-                                                origin.offset);
+    if (origin.offset < 0 || origin.length < 0)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "tensor data in '" + origin.path + "' has a negative offset or length");
+    auto buf = support::readFileSlice(origin.path, uint64_t(origin.offset),
+                                      uint64_t(origin.length), "data file");
     if (!buf)
-      return llvm::createStringError(buf.getError(),
-                                     "cannot read tensor data from '" +
-                                         origin.path +
-                                         "': " + buf.getError().message());
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "cannot read tensor data: " +
+                                         llvm::toString(buf.takeError()));
     if (int64_t((*buf)->getBufferSize()) != expected.byteSize() ||
         origin.length != expected.byteSize())
       return llvm::createStringError(

@@ -3,6 +3,7 @@
 // come from its cost class in ir/Ops.def; only products (matrix products,
 // convolutions and their gradient parts) have formulas of their own here.
 #include "passes/Cost.h"
+#include "support/FileIO.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -242,9 +243,9 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
 }
 
 llvm::Expected<OpProfile> OpProfile::load(const std::string &path) {
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  auto buf = support::readFile(path, "cost profile", support::kMaxTextBytes);
   if (!buf)
-    return profileError(path, "cannot read: " + buf.getError().message());
+    return buf.takeError();
   return parse((*buf)->getBuffer(), path);
 }
 

@@ -106,6 +106,8 @@ llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
   blob += header;
   putSum(blob, 0);
   blob += body;
+  if (auto e = support::checkOutputDirectory(dir))
+    return e;
   if (auto ec = llvm::sys::fs::create_directories(dir))
     return fail(dir + ": " + ec.message());
   // A run killed while writing leaves its temp file; the rename below is
@@ -179,10 +181,9 @@ llvm::Expected<int64_t> readCheckpointFile(
         apply) {
   std::string path = dir + "/checkpoint.bin";
   auto err = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                         /*RequiresNullTerminator=*/false);
+  auto buf = support::readFile(path, "checkpoint");
   if (!buf)
-    return err(buf.getError().message());
+    return buf.takeError();
   llvm::StringRef data = (*buf)->getBuffer();
   if (data.startswith(kOlderMagic))
     return err("a checkpoint of an older cleave (format 1, which records no "

@@ -14,14 +14,16 @@
 #include "runtime/PlanTypes.h"
 
 #include "plan.pb.h" // generated from runtime/plan.proto
+#include "support/FileIO.h"
+#include "support/Limits.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <unistd.h>
 
 namespace cleave::runtime {
@@ -52,6 +54,21 @@ llvm::Error atPath(const std::string &path, llvm::Error e) {
   return fail(path + ": " + llvm::toString(std::move(e)));
 }
 
+// The header's counts against support/Limits.h's large bounds, before
+// anything is sized by them: a microbatch count of 2^31-1 took the verifier
+// tens of seconds and gigabytes before its error.
+llvm::Error checkHeaderCounts(const pb::Header &h) {
+  const support::SizeLimits limits = support::largeLimits();
+  int64_t stages = h.stages_size(), dp = std::max<int64_t>(h.data_parallel(), 1);
+  if (h.microbatches() > limits.microbatches)
+    return invalid(llvm::formatv("{0} microbatches; cleave runs at most {1}",
+                                 h.microbatches(), limits.microbatches));
+  if (stages > limits.workers || dp > limits.workers / std::max<int64_t>(stages, 1))
+    return invalid(llvm::formatv("{0} stages x {1} data-parallel replicas; "
+                                 "cleave runs at most {2} workers",
+                                 stages, dp, limits.workers));
+  return llvm::Error::success();
+}
 
 } // namespace
 
@@ -449,6 +466,10 @@ private:
 } // namespace
 
 llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
+  // Streamed through its own temp file (blobs are not copied into one
+  // buffer), under support::writeFileAtomically's rule on targets.
+  if (llvm::Error e = support::checkOutputFile(path))
+    return e;
   if (llvm::Error e = verifyPlan(plan))
     return atPath(path, std::move(e));
   // Tensor attributes known only by reference are stored by value.
@@ -523,26 +544,19 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
 llvm::Expected<Plan> readPlanFile(const std::string &path,
                                   std::optional<int> onlyStage) {
   auto error = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return error(llvm::Twine("cannot open: ") + std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::streamoff endPos = in.tellg();
-  if (endPos < 0)
-    return error("cannot read");
-  uint64_t fileSize = uint64_t(endPos);
-  in.seekg(0);
+  // Mapped, not read: only the header and the wanted blobs are touched.
+  auto file = support::readFile(path, "plan");
+  if (!file)
+    return file.takeError();
+  const unsigned char *bytes =
+      reinterpret_cast<const unsigned char *>((*file)->getBufferStart());
+  uint64_t fileSize = (*file)->getBufferSize();
 
-  unsigned char preamble[kPreambleBytes];
-  in.read(reinterpret_cast<char *>(preamble), kMagicBytes);
-  if (!in || std::memcmp(preamble, kMagic, kMagicBytes) != 0)
+  if (fileSize < kMagicBytes || std::memcmp(bytes, kMagic, kMagicBytes) != 0)
     return error("not a cleave plan");
   if (fileSize < kPreambleBytes)
     return error("truncated: the file ends inside its preamble");
-  in.read(reinterpret_cast<char *>(preamble + kMagicBytes),
-          kPreambleBytes - kMagicBytes);
-  if (!in)
-    return error("cannot read the preamble");
+  const unsigned char *preamble = bytes;
   uint64_t version = getLE(preamble + kMagicBytes, 4);
   if (version != kPlanFileVersion)
     return error(llvm::formatv("plan format version {0}; this cleave reads "
@@ -558,14 +572,10 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
     return error("invalid plan: the header exceeds 2 GiB");
 
   pb::Header header;
-  {
-    std::string buf(headerBytes, '\0');
-    in.read(buf.data(), std::streamsize(headerBytes));
-    if (!in)
-      return error("cannot read the header");
-    if (!header.ParseFromArray(buf.data(), int(buf.size())))
-      return error("invalid plan: the header does not parse");
-  }
+  if (!header.ParseFromArray(bytes + kPreambleBytes, int(headerBytes)))
+    return error("invalid plan: the header does not parse");
+  if (llvm::Error e = checkHeaderCounts(header))
+    return atPath(path, std::move(e));
   llvm::Expected<Plan> planOr = fromProto(header);
   if (!planOr)
     return atPath(path, planOr.takeError());
@@ -617,12 +627,7 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
       continue;
     const pb::BlobRef &r = header.blobs(int(b));
     Blob &blob = plan.blobs[b];
-    blob.bytes.resize(r.size());
-    in.seekg(std::streamoff(r.offset()));
-    in.read(reinterpret_cast<char *>(blob.bytes.data()),
-            std::streamsize(r.size()));
-    if (!in)
-      return error("cannot read the " + blobName(int(b)));
+    blob.bytes.assign(bytes + r.offset(), bytes + r.offset() + r.size());
     if (fnv1a64(blob.bytes.data(), blob.bytes.size()) != blob.checksum)
       return error(blobName(int(b)) + " is corrupt: checksum mismatch");
   }

@@ -6,6 +6,7 @@
 #endif
 
 #include <algorithm>
+#include <system_error>
 #include <thread>
 
 namespace cleave::runtime {
@@ -23,8 +24,14 @@ int64_t threadsPerStage(int64_t asked, int stagesOnHost) {
 
 llvm::Expected<std::unique_ptr<Backend>>
 createBackend(const std::string &device, int64_t threads, int index) {
-  if (device == "cpu")
-    return createCpuBackend(int(threads));
+  if (device == "cpu") {
+    try {
+      return createCpuBackend(int(threads));
+    } catch (const std::system_error &e) {
+      return fail("cannot start " + std::to_string(threads) +
+                  " kernel threads for a stage: " + e.what());
+    }
+  }
   if (device == "cuda-emulated")
     return cuda::createCudaEmulatedBackend();
   if (device != "cuda")

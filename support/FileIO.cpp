@@ -3,11 +3,185 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace cleave::support {
 
+static llvm::Error error(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+static const char *describeMode(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+std::string describeNonRegular(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode))
+    return "";
+  return describeMode(st.st_mode);
+}
+
+// "a KIND" or "an KIND", as English has it for the words cleave uses.
+static std::string withArticle(llvm::StringRef kind) {
+  bool vowel = !kind.empty() && llvm::StringRef("AEIOUaeiou").contains(kind[0]);
+  return (vowel ? "an " : "a ") + kind.str();
+}
+
+static llvm::Error notRegular(const std::string &path, mode_t mode,
+                              llvm::StringRef kind) {
+  if (S_ISDIR(mode))
+    return error("'" + path + "' is a directory, not " + withArticle(kind));
+  return error("'" + path + "' is " + describeMode(mode) + ", not " +
+               withArticle(kind) + " (cleave reads regular files only)");
+}
+
+static llvm::Error cannotOpen(const std::string &path, int err) {
+  return error("cannot open '" + path + "': " + std::strerror(err));
+}
+
+llvm::Error checkInputFile(const std::string &path, llvm::StringRef kind) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return cannotOpen(path, errno);
+  if (!S_ISREG(st.st_mode))
+    return notRegular(path, st.st_mode, kind);
+  return llvm::Error::success();
+}
+
+namespace {
+// A descriptor closed at scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+} // namespace
+
+// Opens `path` for reading if it is a regular file: checked by name first
+// (so a FIFO is never opened), then opened with O_NONBLOCK (so one swapped in
+// meanwhile cannot block) and checked again on the descriptor.
+static llvm::Error openRegular(const std::string &path, llvm::StringRef kind,
+                               Fd &file, uint64_t &size) {
+  if (llvm::Error e = checkInputFile(path, kind))
+    return e;
+  file.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (file.fd < 0)
+    return cannotOpen(path, errno);
+  struct stat st;
+  if (::fstat(file.fd, &st) != 0)
+    return cannotOpen(path, errno);
+  if (!S_ISREG(st.st_mode))
+    return notRegular(path, st.st_mode, kind);
+  size = uint64_t(st.st_size);
+  return llvm::Error::success();
+}
+
+static llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readOpen(const Fd &file, const std::string &path, uint64_t size,
+         uint64_t offset) {
+  auto buf = offset == 0 && size > 0
+                 ? llvm::MemoryBuffer::getOpenFile(
+                       file.fd, path, size, /*RequiresNullTerminator=*/false)
+                 : llvm::MemoryBuffer::getOpenFileSlice(file.fd, path, size,
+                                                        int64_t(offset));
+  if (!buf)
+    return error("cannot read '" + path + "': " + buf.getError().message());
+  return std::move(*buf);
+}
+
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readFile(const std::string &path, llvm::StringRef kind, uint64_t maxBytes) {
+  Fd file;
+  uint64_t size = 0;
+  if (llvm::Error e = openRegular(path, kind, file, size))
+    return std::move(e);
+  if (size > maxBytes)
+    return error("'" + path + "' is " + std::to_string(size) + " bytes; " +
+                 withArticle(kind) + " may have at most " +
+                 std::to_string(maxBytes));
+  if (size == 0)
+    return llvm::MemoryBuffer::getMemBuffer("", path);
+  return readOpen(file, path, size, 0);
+}
+
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readFileSlice(const std::string &path, uint64_t offset, uint64_t length,
+              llvm::StringRef kind) {
+  Fd file;
+  uint64_t size = 0;
+  if (llvm::Error e = openRegular(path, kind, file, size))
+    return std::move(e);
+  if (offset > size || length > size - offset)
+    return error("'" + path + "' is too short (" + std::to_string(size) +
+                 " bytes; needs " + std::to_string(length) + " at offset " +
+                 std::to_string(offset) + ")");
+  if (length == 0)
+    return llvm::MemoryBuffer::getMemBuffer("", path);
+  return readOpen(file, path, length, offset);
+}
+
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readStdin(llvm::StringRef kind, uint64_t maxBytes) {
+  std::string data;
+  char chunk[1 << 16];
+  while (true) {
+    ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return error(std::string("cannot read standard input: ") +
+                   std::strerror(errno));
+    if (n == 0)
+      break;
+    if (uint64_t(n) > maxBytes - data.size())
+      return error("standard input holds more than " +
+                   std::to_string(maxBytes) + " bytes, the most " +
+                   withArticle(kind) + " may have");
+    data.append(chunk, size_t(n));
+  }
+  return llvm::MemoryBuffer::getMemBufferCopy(data, "<stdin>");
+}
+
+llvm::Error checkOutputFile(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode))
+    return llvm::Error::success(); // new (or unreachable: the write says why)
+  return error("cannot write '" + path + "': it is " +
+               describeMode(st.st_mode) +
+               ", not a regular file or a new path");
+}
+
+llvm::Error checkOutputDirectory(const std::string &dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || S_ISDIR(st.st_mode))
+    return llvm::Error::success();
+  return error("cannot write into '" + dir + "': it is " +
+               (S_ISREG(st.st_mode) ? "a regular file"
+                                    : describeMode(st.st_mode)) +
+               ", not a directory");
+}
+
 llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
+  if (llvm::Error e = checkOutputFile(path))
+    return e;
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::error_code ec;
@@ -30,20 +204,6 @@ llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
                                            "': " + ec.message());
   }
   return llvm::Error::success();
-}
-
-llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
-readFile(const std::string &path, llvm::StringRef kind) {
-  if (llvm::sys::fs::is_directory(path))
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "'" + path + "' is a directory, not a " +
-                                       kind.str());
-  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
-  if (!buf)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "cannot open '" + path +
-                                       "': " + buf.getError().message());
-  return std::move(*buf);
 }
 
 } // namespace cleave::support

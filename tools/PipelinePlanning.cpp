@@ -60,14 +60,20 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
     auto n = parseCount("stages", *s);
     if (!n)
       return n.takeError();
-    if (*n < 1 || *n > 4096)
-      return usage("--stages must be between 1 and 4096");
+    if (*n < 1)
+      return usage("--stages must be at least 1");
+    if (auto e = checkLimit(flags, "stages", *n, &support::SizeLimits::workers,
+                            "stages"))
+      return std::move(e);
     req.stages = int(*n);
   }
   if (auto m = flags.get("microbatches")) {
     auto n = parseCount("microbatches", *m);
     if (!n)
       return n.takeError();
+    if (auto e = checkLimit(flags, "microbatches", *n,
+                            &support::SizeLimits::microbatches, "microbatches"))
+      return std::move(e);
     req.microbatches = std::max<int64_t>(*n, 1);
   }
   req.schedule = flags.get("schedule").value_or("1f1b");

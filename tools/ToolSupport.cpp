@@ -5,6 +5,7 @@
 #include "llvm/Support/Regex.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
@@ -18,13 +19,28 @@ static llvm::Error usageError(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-int fail(const std::string &tool, const std::string &message, int code) {
-  // Keep the promise of one line: fold any embedded newlines.
-  std::string line = message;
-  for (char &c : line)
+std::string escapeControls(llvm::StringRef text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    unsigned char u = static_cast<unsigned char>(c);
     if (c == '\n')
-      c = ' ';
-  llvm::errs() << tool << ": error: " << line << "\n";
+      out += "\\n";
+    else if (u < 0x20 || u == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", unsigned(u));
+      out += hex;
+    }
+    else
+      out += c;
+  }
+  return out;
+}
+
+int fail(const std::string &tool, const std::string &message, int code) {
+  // Keep the promise of one line: names from files and flags may hold a
+  // newline, a carriage return or a terminal escape.
+  llvm::errs() << tool << ": error: " << escapeControls(message) << "\n";
   return code;
 }
 
@@ -83,10 +99,62 @@ std::vector<std::string> Flags::getAll(const std::string &name) const {
 llvm::Expected<int64_t> parseCount(const std::string &flag,
                                    const std::string &value) {
   long long v;
-  if (llvm::StringRef(value).getAsInteger(10, v) || v < 0)
+  if (llvm::StringRef(value).getAsInteger(10, v) || v < 0) {
+    bool digits = !value.empty() &&
+                  value.find_first_not_of("0123456789") == std::string::npos;
+    if (digits)
+      return usageError("--" + flag + "=" + value + " is too large");
     return usageError("--" + flag + " needs a non-negative integer, not '" +
                       value + "'");
+  }
   return int64_t(v);
+}
+
+Flags::Spec allowLargeFlagSpec() { return {"allow-large", false, false}; }
+
+const char kAllowLargeHelp[] = R"(limits:
+  --allow-large          raise the bounds on sizes asked for (threads,
+                         stages x data-parallel replicas, microbatches,
+                         steps) from what one machine or a modest cluster
+                         runs (4 x the cores, 4096, 2^20, 2^40) to 2^16,
+                         2^20, 2^24 and 2^62
+)";
+
+support::SizeLimits limitsFor(const Flags &flags) {
+  return support::limitsFor(flags.has("allow-large"));
+}
+
+static llvm::Error overLimit(const Flags &flags, const std::string &asked,
+                             int64_t limit, int64_t support::SizeLimits::*field,
+                             const std::string &what) {
+  bool large = flags.has("allow-large");
+  return usageError(
+      asked + " is more than " + std::to_string(limit) + " " + what +
+      ", the most cleave runs " +
+      (large ? std::string("even with --allow-large")
+             : "without --allow-large (which allows up to " +
+                   std::to_string(support::largeLimits().*field) + ")"));
+}
+
+llvm::Error checkLimit(const Flags &flags, const std::string &flag,
+                       int64_t value, int64_t support::SizeLimits::*limit,
+                       const std::string &what) {
+  int64_t most = limitsFor(flags).*limit;
+  if (value <= most)
+    return llvm::Error::success();
+  return overLimit(flags, "--" + flag + "=" + std::to_string(value), most,
+                   limit, what);
+}
+
+llvm::Error checkWorkers(const Flags &flags, int64_t stages,
+                         int64_t dataParallel) {
+  int64_t most = limitsFor(flags).workers;
+  if (stages <= most && dataParallel <= most / std::max<int64_t>(stages, 1))
+    return llvm::Error::success();
+  return overLimit(flags,
+                   std::to_string(stages) + " stages x " +
+                       std::to_string(dataParallel) + " data-parallel replicas",
+                   most, &support::SizeLimits::workers, "workers");
 }
 
 std::vector<std::string> splitList(const std::string &s) {
@@ -146,7 +214,7 @@ std::vector<Flags::Spec> trainingFlagSpecs() {
           {"nesterov", false, false},    {"weight-decay", true, false},
           {"adam-betas", true, false},   {"adam-eps", true, false},
           {"microbatches", true, false}, {"data-parallel", true, false},
-          {"precision", true, false}};
+          {"precision", true, false},    allowLargeFlagSpec()};
 }
 
 const char kTrainingHelp[] = R"(training:
@@ -244,6 +312,9 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
       return m.takeError();
     if (*m == 0)
       return usageError("--microbatches must be at least 1");
+    if (auto e = checkLimit(flags, "microbatches", *m,
+                            &support::SizeLimits::microbatches, "microbatches"))
+      return e;
     opts.microbatches = *m;
   }
   if (auto v = flags.get("data-parallel")) {
@@ -252,6 +323,10 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
       return d.takeError();
     if (*d == 0)
       return usageError("--data-parallel must be at least 1");
+    if (auto e = checkLimit(flags, "data-parallel", *d,
+                            &support::SizeLimits::workers,
+                            "data-parallel replicas"))
+      return e;
     opts.dataParallel = *d;
   }
   opts.precision = flags.get("precision").value_or("f32");
@@ -269,6 +344,21 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
     if (!opts.loss.empty())
       return usageError("--loss and --add-loss do not go together");
   }
+  return llvm::Error::success();
+}
+
+llvm::Error checkOutputs(const Flags &flags,
+                         const std::vector<std::string> &fileFlags,
+                         const std::vector<std::string> &dirFlags) {
+  for (const std::string &f : fileFlags)
+    for (const std::string &path : flags.getAll(f))
+      if (path != "-")
+        if (auto e = support::checkOutputFile(path))
+          return e;
+  for (const std::string &f : dirFlags)
+    for (const std::string &dir : flags.getAll(f))
+      if (auto e = support::checkOutputDirectory(dir))
+        return e;
   return llvm::Error::success();
 }
 

@@ -7,6 +7,7 @@
 #include "frontend/OnnxImporter.h"
 #include "ir/Printer.h"
 #include "passes/Pass.h"
+#include "support/Limits.h"
 
 #include "llvm/Support/Error.h"
 
@@ -19,8 +20,13 @@ namespace cleave::tools {
 
 enum ExitCode { kOk = 0, kBadInput = 1, kUsage = 2 };
 
-// Prints `<tool>: error: <message>` on one line and returns `code`.
+// Prints `<tool>: error: <message>` on one line and returns `code`. Control
+// characters in the message are escaped (escapeControls).
 int fail(const std::string &tool, const std::string &message, int code);
+
+// `text` with a newline written as the two characters \n and every other
+// byte below 0x20, and 0x7f, as \xNN.
+std::string escapeControls(llvm::StringRef text);
 
 // Flags as `--name=value`, `--name value` or `-o value`; bare words are
 // positional. Each flag is declared with whether it takes a value and
@@ -46,9 +52,26 @@ private:
   std::vector<std::string> positional_;
 };
 
-// Parses a non-negative integer flag value; the error names the flag.
+// Parses a non-negative integer flag value; the error names the flag (and
+// says "too large" for one beyond int64).
 llvm::Expected<int64_t> parseCount(const std::string &flag,
                                    const std::string &value);
+
+// --allow-large, which raises the bounds of support/Limits.h from the
+// standard to the large ones, and its --help line.
+Flags::Spec allowLargeFlagSpec();
+extern const char kAllowLargeHelp[];
+support::SizeLimits limitsFor(const Flags &flags);
+
+// The count `value` of --`flag` (a number of `what`) against `limit`:
+// "--microbatches=1000000000000 is more than 1048576 microbatches, the most
+// cleave runs without --allow-large (which allows up to 16777216)".
+llvm::Error checkLimit(const Flags &flags, const std::string &flag,
+                       int64_t value, int64_t support::SizeLimits::*limit,
+                       const std::string &what);
+// Stages x data-parallel replicas against the workers bound.
+llvm::Error checkWorkers(const Flags &flags, int64_t stages,
+                         int64_t dataParallel);
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> splitList(const std::string &s);
 
@@ -75,7 +98,16 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
                               std::optional<LossRequest> &addLoss);
 
 // Writes `text` to `path` ("-" for stdout) through a temporary file that is
-// renamed into place only when complete.
+// renamed into place only when complete; a path that holds anything but a
+// regular file (a device, a FIFO, a directory) is refused.
 llvm::Error writeOutput(const std::string &path, const std::string &text);
+
+// The values of the flags in `fileFlags` (output files; "-" is stdout) and
+// `dirFlags` (output folders) checked before any work, as writeOutput and
+// the writers of folders will check them: one error for the first path
+// that is not a regular file (or folder) or a new path.
+llvm::Error checkOutputs(const Flags &flags,
+                         const std::vector<std::string> &fileFlags,
+                         const std::vector<std::string> &dirFlags = {});
 
 } // namespace cleave::tools

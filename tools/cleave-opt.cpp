@@ -7,6 +7,7 @@
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
 #include "tools/RunGraph.h"
+#include "support/FileIO.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -51,12 +52,11 @@ static llvm::Expected<std::unique_ptr<ir::Graph>>
 readInput(const std::string &path, const frontend::ImportOptions &opts) {
   if (llvm::StringRef(path).endswith(".onnx"))
     return frontend::importOnnxFile(path, opts);
-  auto buf = path == "-" ? llvm::MemoryBuffer::getSTDIN()
-                         : llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  auto buf = path == "-"
+                 ? support::readStdin("IR file", support::kMaxIrTextBytes)
+                 : support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
-    return llvm::createStringError(buf.getError(),
-                                   "cannot open '" + path +
-                                       "': " + buf.getError().message());
+    return buf.takeError();
   return ir::parseGraph((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
 }
 
@@ -80,7 +80,8 @@ int main(int argc, char **argv) {
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (flags.has("help") || flags.has("h")) {
     llvm::outs() << kHelp << "\n" << tools::kTrainingHelp
-                 << "  (--add-loss is applied before the passes)\n";
+                 << "  (--add-loss is applied before the passes)\n\n"
+                 << tools::kAllowLargeHelp;
     return tools::kOk;
   }
   if (flags.has("list-passes")) {
@@ -126,6 +127,8 @@ int main(int argc, char **argv) {
   if (auto e = tools::readImportFlags(flags, importOpts))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   frontend::installOnnxDataResolver();
+  if (auto e = tools::checkOutputs(flags, {"o"}, {"outputs"}))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
   auto graph = readInput(flags.positional()[0], importOpts);
   if (!graph)

@@ -6,6 +6,7 @@
 #include "ir/Verifier.h"
 #include "passes/Partition.h"
 #include "passes/Pass.h"
+#include "support/FileIO.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -41,7 +42,8 @@ made into one as cleavec does.
   --precision=f32|bf16   for .onnx input: bf16 products (cleavec
                          --precision), which the cost model times at the
                          device's bf16 rate
-  (cleavec's training flags, --optimizer, --lr, ..., are taken too)
+  (cleavec's training flags, --optimizer, --lr, ..., and --allow-large
+  are taken too)
   --help                 show this help
 
 exit status: 0 success, 1 bad input, 2 bad usage.
@@ -74,11 +76,9 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
       return std::move(e);
     return imported;
   }
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  auto buf = support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
-    return llvm::createStringError(buf.getError(),
-                                   "cannot open '" + path +
-                                       "': " + buf.getError().message());
+    return buf.takeError();
   auto parsed = ir::parseGraph((*buf)->getBuffer(), path);
   if (!parsed)
     return parsed.takeError();
@@ -102,6 +102,9 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
     if (*p < 1)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "--stages must be at least 1");
+    if (auto e = tools::checkLimit(flags, "stages", *p,
+                                   &support::SizeLimits::workers, "stages"))
+      return e;
     opts.stages = int(*p);
   }
   if (auto v = flags.get("mem-cap")) {
@@ -165,6 +168,8 @@ int main(int argc, char **argv) {
   if (auto e = readPartitionFlags(flags, opts))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
 
+  if (auto e = tools::checkOutputs(flags, {"report"}))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   auto graph = loadTrainingGraph(flags.positional()[0], flags, pipe, addLoss);
   if (!graph)
     return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);

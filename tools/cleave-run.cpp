@@ -49,7 +49,7 @@ data:
   --seed=N               seed of the synthetic data and of dropout (default 0)
 
 training:
-  --steps=N              training steps (default 10)
+  --steps=N              training steps (default 10; at most 2^40)
   --lr=X                 learning rate (default: the one compiled in)
   --on-nan=stop|skip-step
                          when a loss or a gradient is NaN or infinite, stop
@@ -63,7 +63,8 @@ training:
                          the peer and the message it waited for: a plan whose
                          sends and receives do not pair, a stopped process
   --threads=N            kernel threads per stage (default: cores / stages,
-                         at least 1)
+                         at least 1; at most 4 x the cores, see
+                         --allow-large)
   --batch-w              run adjacent W actions of consecutive microbatches
                          as one: each weight-gradient product over their
                          operands concatenated (fewer, larger GEMMs; the
@@ -99,6 +100,8 @@ output:
                          `cleavec --cost-model profile:FILE` reads
   --print-plan           print the plan as text and exit
   --quiet                no per-step lines, only the summary
+  --allow-large          allow --threads above 4 x the cores (up to 2^16)
+                         and --steps above 2^40 (up to 2^62)
   --help                 show this help
 
 MPI: `mpirun -np P cleave-run PLAN.cplan ...` runs one stage per process (P
@@ -247,6 +250,13 @@ int train(const RunOptions &opt, const tools::Flags &flags,
           runtime::Driver &driver, const runtime::DataSource &data,
           bool live) {
   bool root = driver.rank() == 0;
+  // Rank 0 writes the files; every rank may write checkpoints.
+  if (auto e = runtime::agree(
+          driver, root ? tools::checkOutputs(
+                             flags, {"save", "trace", "timeline", "profile"},
+                             {"checkpoint-dir"})
+                       : llvm::Error::success()))
+    return report(std::move(e), tools::kBadInput);
   runtime::TrainOptions topt;
   topt.steps = opt.steps;
   topt.skipNonFinite = opt.skipNonFinite;
@@ -281,7 +291,7 @@ int train(const RunOptions &opt, const tools::Flags &flags,
     if (r.skipped) {
       llvm::outs().flush();
       llvm::errs() << kTool << ": warning: step " << r.step + 1 << ": "
-                   << *r.skipped << "; the step's update was skipped\n";
+                   << tools::escapeControls(*r.skipped) << "; the step's update was skipped\n";
     }
     if (quiet)
       return;
@@ -448,6 +458,7 @@ int main(int argc, char **argv) {
                       {"on-nan", true, false},
                       {"comm-timeout", true, false},
                       {"print-plan", false, false},
+                      tools::allowLargeFlagSpec(),
                       {"quiet", false, false}});
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
@@ -475,6 +486,13 @@ int main(int argc, char **argv) {
         return fail(kTool, llvm::toString(n.takeError()), tools::kUsage);
       *var = *n;
     }
+  if (auto e = tools::checkLimit(flags, "threads", opt.threads,
+                                 &support::SizeLimits::threads,
+                                 "kernel threads per stage"))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  if (auto e = tools::checkLimit(flags, "steps", opt.steps,
+                                 &support::SizeLimits::steps, "steps"))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (auto v = flags.get("lr")) {
     char *end = nullptr;
     double x = std::strtod(v->c_str(), &end);

@@ -13,6 +13,8 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 
 using namespace cleave;
@@ -62,8 +64,11 @@ llvm::Error usage(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
+// A count of at least 1 and at most the `limit` of support/Limits.h (the
+// --mem-cap, a bound itself, is only kept within int).
 llvm::Error readCount(const tools::Flags &flags, const char *name,
-                      std::optional<int> &out) {
+                      std::optional<int> &out,
+                      int64_t support::SizeLimits::*limit, const char *what) {
   auto v = flags.get(name);
   if (!v)
     return llvm::Error::success();
@@ -72,7 +77,10 @@ llvm::Error readCount(const tools::Flags &flags, const char *name,
     return n.takeError();
   if (*n < 1)
     return usage(std::string("--") + name + " must be at least 1");
-  out = int(*n);
+  if (limit)
+    if (auto e = tools::checkLimit(flags, name, *n, limit, what))
+      return e;
+  out = int(std::min<int64_t>(*n, INT_MAX));
   return llvm::Error::success();
 }
 
@@ -94,10 +102,18 @@ llvm::Expected<Request> readRequest(const tools::Flags &flags) {
   req.schedule = flags.get("schedule").value_or("");
   if (req.schedule.empty())
     return usage("--schedule is required (see --help)");
-  for (auto [name, dst] : {std::pair{"stages", &req.stages},
-                           std::pair{"microbatches", &req.microbatches},
-                           std::pair{"mem-cap", &req.memCap}})
-    if (auto e = readCount(flags, name, *dst))
+  struct Count {
+    const char *name;
+    std::optional<int> *dst;
+    int64_t support::SizeLimits::*limit;
+    const char *what;
+  };
+  for (Count c : {Count{"stages", &req.stages, &support::SizeLimits::workers,
+                        "stages"},
+                  Count{"microbatches", &req.microbatches,
+                        &support::SizeLimits::microbatches, "microbatches"},
+                  Count{"mem-cap", &req.memCap, nullptr, ""}})
+    if (auto e = readCount(flags, c.name, *c.dst, c.limit, c.what))
       return std::move(e);
   bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
   if (!fromCsv)
@@ -154,12 +170,13 @@ int main(int argc, char **argv) {
                       {"o", true, false},
                       {"timeline", true, true},
                       {"report", true, false},
+                      tools::allowLargeFlagSpec(),
                       {"help", false, false},
                       {"h", false, false}});
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << kHelp;
+    llvm::outs() << kHelp << "\n" << tools::kAllowLargeHelp;
     return tools::kOk;
   }
   if (!flags.positional().empty())
@@ -169,6 +186,8 @@ int main(int argc, char **argv) {
   if (!req)
     return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
 
+  if (auto e = tools::checkOutputs(flags, {"o", "timeline", "report"}))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   bool fromCsv = llvm::StringRef(req->schedule).startswith("csv:");
   auto sched = fromCsv ? loadCsv(*req)
                        : makeSchedule(req->schedule, *req->stages,

@@ -99,7 +99,8 @@ static bool wantsTraining(const ir::Graph &g, const tools::Flags &flags) {
 static std::string helpText() {
   std::string h = kHelp;
   h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
-  h.replace(h.find("%PLANNING%"), 10, tools::kPlanningHelp);
+  h.replace(h.find("%PLANNING%"), 10,
+            tools::kPlanningHelp + std::string(tools::kAllowLargeHelp));
   return h;
 }
 
@@ -196,6 +197,10 @@ int main(int argc, char **argv) {
   std::optional<tools::LossRequest> addLoss;
   if (auto e = tools::readTrainingFlags(flags, pipe.context.training, addLoss))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  if (planning)
+    if (auto e = tools::checkWorkers(flags, planning->stages,
+                                     pipe.context.training.dataParallel))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (flags.has("inference") && (addLoss || flags.has("loss")))
     return fail(kTool, "--inference does not go with --loss or --add-loss",
                 tools::kUsage);
@@ -213,6 +218,8 @@ int main(int argc, char **argv) {
                       "verify-2bp, optimizer, or all)",
                   tools::kUsage);
 
+  if (auto e = tools::checkOutputs(flags, {"o", "timeline", "report"}))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
   if (!graph)
     return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);

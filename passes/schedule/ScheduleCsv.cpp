@@ -1,4 +1,5 @@
 #include "passes/schedule/ScheduleCsv.h"
+#include "support/FileIO.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -122,9 +123,9 @@ llvm::Expected<Schedule> scheduleFromCsv(llvm::StringRef text,
 }
 
 llvm::Expected<Schedule> readScheduleCsvFile(const std::string &path) {
-  auto buf = llvm::MemoryBuffer::getFile(path);
+  auto buf = support::readFile(path, "schedule CSV", support::kMaxTextBytes);
   if (!buf)
-    return csvError("cannot open '" + path + "': " + buf.getError().message());
+    return buf.takeError();
   return scheduleFromCsv((*buf)->getBuffer(), path, "csv:" + path);
 }
 

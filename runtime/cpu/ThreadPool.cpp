@@ -5,11 +5,20 @@
 namespace cleave::runtime::cpu {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this] { workerLoop(); });
+  try {
+    for (int i = 1; i < threads; ++i)
+      workers_.emplace_back([this] { workerLoop(); });
+  } catch (...) {
+    // The system ran out of threads (std::system_error): end the ones that
+    // started, or their joinable handles would terminate the process.
+    stopWorkers();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stopWorkers(); }
+
+void ThreadPool::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

@@ -22,6 +22,8 @@ class ThreadPool {
 public:
   explicit ThreadPool(int threads);
   ~ThreadPool();
+  // (The constructor throws std::system_error when the system cannot start
+  // that many threads; createBackend turns that into an error.)
   int size() const { return int(workers_.size()) + 1; }
 
   // Runs task(i) for i in [0, n) across the pool and the caller; returns
@@ -31,6 +33,7 @@ public:
 
 private:
   void workerLoop();
+  void stopWorkers(); // wakes, ends and joins every worker
   // Runs tasks of generation `gen` until none are left. A thread still
   // draining an earlier generation claims nothing of a newer one: tasks are
   // claimed by a compare-and-swap on `ticket_`, which holds the generation

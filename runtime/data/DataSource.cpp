@@ -1,6 +1,7 @@
 #include "runtime/data/DataSource.h"
 
 #include "runtime/data/NumpyFiles.h"
+#include "support/FileIO.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -9,6 +10,9 @@
 #include <cstring>
 
 namespace cleave::runtime {
+
+// The largest text --data text:FILE reads (its arrays take 16 bytes a byte).
+constexpr uint64_t kMaxTextDataBytes = uint64_t(256) << 20;
 
 static llvm::Error badData(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
@@ -31,9 +35,11 @@ textArrays(const Plan &plan, const std::string &file) {
     return badData("--data text:FILE feeds bytes (0..255) but '" +
                    in[0].name + "' indexes a table of " +
                    std::to_string(in[0].indexLimit) + " entries");
-  auto buf = llvm::MemoryBuffer::getFile(file);
+  // Each byte becomes two 8-byte integers (tokens and targets) before the
+  // arrays are made, so the text is bounded.
+  auto buf = support::readFile(file, "text file", kMaxTextDataBytes);
   if (!buf)
-    return badData(file + ": " + buf.getError().message());
+    return buf.takeError();
   llvm::StringRef text = (*buf)->getBuffer();
   int64_t t = in[0].shape[1];
   int64_t windows = text.size() > 1 ? int64_t(text.size() - 1) / t : 0;

@@ -34,6 +34,7 @@ config.substitutions.append(("%fuzzregressions", os.path.join(
 tool_subs = [
     ("cleave-partition", os.path.join(config.cleave_tools_dir, "cleave-partition")),
     ("cleave-run", os.path.join(config.cleave_tools_dir, "cleave-run")),
+    ("cleave-sched", os.path.join(config.cleave_tools_dir, "cleave-sched")),
     ("cleave-opt", os.path.join(config.cleave_tools_dir, "cleave-opt")),
     ("cleavec", os.path.join(config.cleave_tools_dir, "cleavec")),
     ("FileCheck", config.filecheck),

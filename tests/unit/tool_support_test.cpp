@@ -159,7 +159,51 @@ TEST(ToolSupport, FailPrintsOneLine) {
   int code = fail("cleavec", "bad input\nsecond line", kBadInput);
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 1);
-  EXPECT_EQ(err, "cleavec: error: bad input second line\n");
+  EXPECT_EQ(err, "cleavec: error: bad input\\nsecond line\n");
+}
+
+TEST(ToolSupport, FailEscapesEveryControlCharacter) {
+  ::testing::internal::CaptureStderr();
+  fail("cleavec",
+       std::string("a\rb\tc\x1b[31md\x7f") + '\x01' + "e" + '\0' + "f",
+       kBadInput);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "cleavec: error: a\\x0db\\x09c\\x1b[31md\\x7f\\x01e\\x00f\n");
+  EXPECT_EQ(escapeControls("caf\xc3\xa9 ok"), "caf\xc3\xa9 ok"); // UTF-8 stays
+}
+
+// --- limits -------------------------------------------------------------------
+
+static std::string messageOf(llvm::Error e) {
+  return e ? llvm::toString(std::move(e)) : "success";
+}
+
+TEST(ToolSupport, CountsBeyondTheLimitsNameTheFlagAndTheNumber) {
+  auto check = [](std::vector<std::string> args, const std::string &flag,
+                  int64_t value) {
+    std::vector<char *> argv{const_cast<char *>("tool")};
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    Flags flags({{"microbatches", true, false}, allowLargeFlagSpec()});
+    EXPECT_FALSE(bool(flags.parse(int(argv.size()), argv.data())));
+    return messageOf(checkLimit(flags, flag, value,
+                                &support::SizeLimits::microbatches,
+                                "microbatches"));
+  };
+  EXPECT_EQ(check({}, "microbatches", 1 << 20), "success");
+  EXPECT_EQ(check({}, "microbatches", (1 << 20) + 1),
+            "--microbatches=1048577 is more than 1048576 microbatches, the "
+            "most cleave runs without --allow-large (which allows up to "
+            "16777216)");
+  EXPECT_EQ(check({"--allow-large"}, "microbatches", (1 << 20) + 1), "success");
+  EXPECT_EQ(check({"--allow-large"}, "microbatches", int64_t(1) << 40),
+            "--microbatches=1099511627776 is more than 16777216 microbatches, "
+            "the most cleave runs even with --allow-large");
+  auto big = parseCount("steps", "1000000000000");
+  ASSERT_TRUE(bool(big));
+  EXPECT_EQ(*big, 1000000000000);
+  EXPECT_EQ(messageOf(parseCount("steps", "99999999999999999999").takeError()),
+            "--steps=99999999999999999999 is too large");
 }
 
 // --- writeOutput ------------------------------------------------------------
