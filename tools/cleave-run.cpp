@@ -14,6 +14,7 @@
 #include "runtime/comm/MpiPlan.h"
 #endif
 #include "tools/MeasuredTimeline.h"
+#include "tools/RunFlags.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -119,36 +120,6 @@ exit status: 0 success, 1 bad input (plan, data) or a failed step, 2 bad usage.
 
 namespace {
 
-// What main parsed, for either driver.
-struct RunOptions {
-  std::string planPath;
-  int64_t steps = 10, seed = 0, threads = 0;
-  std::optional<float> lr;
-  bool skipNonFinite = false; // --on-nan=skip-step
-  runtime::StageOptions stage;
-  int64_t checkpointEvery = 0;
-  // A usage error every MPI rank found: printed once, after MPI starts.
-  std::optional<std::string> usageError;
-};
-
-// --checkpoint-every: sets `every` (0 without the flag: a checkpoint only
-// after the last step).
-llvm::Error parseCheckpointEvery(const tools::Flags &flags, int64_t &every) {
-  auto k = flags.get("checkpoint-every");
-  if (!k)
-    return llvm::Error::success();
-  auto n = tools::parseCount("checkpoint-every", *k);
-  if (!n)
-    return n.takeError();
-  if (*n == 0 || !flags.has("checkpoint-dir"))
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        *n == 0 ? "--checkpoint-every needs a positive step count"
-                : "--checkpoint-every goes with --checkpoint-dir");
-  every = *n;
-  return llvm::Error::success();
-}
-
 // `e` with its message after `prefix` (success stays success).
 llvm::Error prefixed(const std::string &prefix, llvm::Error e) {
   if (!e)
@@ -245,7 +216,7 @@ llvm::Error saveModel(const runtime::Plan &plan, runtime::Trainer &trainer,
 }
 
 // The run itself, the same for both drivers: `stages` are this process's.
-int train(const RunOptions &opt, const tools::Flags &flags,
+int train(const tools::RunOptions &opt, const tools::Flags &flags,
           const runtime::Plan &plan, std::vector<runtime::LocalStage *> stages,
           runtime::Driver &driver, const runtime::DataSource &data,
           bool live) {
@@ -346,7 +317,7 @@ int train(const RunOptions &opt, const tools::Flags &flags,
 }
 
 // Every stage as a thread of this process.
-int runThreaded(RunOptions opt, const tools::Flags &flags) {
+int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
   auto planOr = runtime::readPlanFile(opt.planPath);
   if (!planOr)
     return fail(kTool, llvm::toString(planOr.takeError()), tools::kBadInput);
@@ -381,7 +352,7 @@ int runThreaded(RunOptions opt, const tools::Flags &flags) {
 // rank 0 prints what the threaded run prints. Pipeline messages go over the
 // replica's group (ranks = stages), the gradient all-reduce over the stage's
 // group (ranks = replicas), the trainer's collectives over the world.
-int runUnderMpi(RunOptions opt, const tools::Flags &flags, int &argc,
+int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
                 char **&argv) {
   auto commOr = runtime::initMpi(argc, argv);
   if (!commOr)
@@ -440,26 +411,7 @@ int runUnderMpi(RunOptions opt, const tools::Flags &flags, int &argc,
 } // namespace
 
 int main(int argc, char **argv) {
-  tools::Flags flags({{"help", false, false},
-                      {"data", true, false},
-                      {"seed", true, false},
-                      {"steps", true, false},
-                      {"lr", true, false},
-                      {"threads", true, false},
-                      {"device", true, false},
-                      {"save", true, false},
-                      {"profile", true, false},
-                      {"batch-w", false, false},
-                      {"trace", true, false},
-                      {"timeline", true, false},
-                      {"checkpoint-dir", true, false},
-                      {"checkpoint-every", true, false},
-                      {"resume", true, false},
-                      {"on-nan", true, false},
-                      {"comm-timeout", true, false},
-                      {"print-plan", false, false},
-                      tools::allowLargeFlagSpec(),
-                      {"quiet", false, false}});
+  tools::Flags flags(tools::runFlagSpecs());
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (flags.has("help")) {
@@ -474,61 +426,9 @@ int main(int argc, char **argv) {
                     : "expected one plan, got " +
                           std::to_string(flags.positional().size()),
                 tools::kUsage);
-  RunOptions opt;
+  tools::RunOptions opt;
   opt.planPath = flags.positional()[0];
-  for (auto [name, var] :
-       {std::pair<const char *, int64_t *>{"steps", &opt.steps},
-        {"seed", &opt.seed},
-        {"threads", &opt.threads}})
-    if (auto v = flags.get(name)) {
-      auto n = tools::parseCount(name, *v);
-      if (!n)
-        return fail(kTool, llvm::toString(n.takeError()), tools::kUsage);
-      *var = *n;
-    }
-  if (auto e = tools::checkLimit(flags, "threads", opt.threads,
-                                 &support::SizeLimits::threads,
-                                 "kernel threads per stage"))
-    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (auto e = tools::checkLimit(flags, "steps", opt.steps,
-                                 &support::SizeLimits::steps, "steps"))
-    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (auto v = flags.get("lr")) {
-    char *end = nullptr;
-    double x = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || !(x >= 0) || !std::isfinite(x))
-      return fail(kTool, "--lr needs a non-negative number, not '" + *v + "'",
-                  tools::kUsage);
-    opt.lr = float(x);
-  }
-  if (auto v = flags.get("comm-timeout")) {
-    char *end = nullptr;
-    double x = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || !(x >= 0) || !std::isfinite(x))
-      return fail(kTool,
-                  "--comm-timeout needs a number of seconds (0: wait "
-                  "forever), not '" + *v + "'",
-                  tools::kUsage);
-    opt.stage.commTimeoutSeconds = x;
-  }
-  std::string onNan = flags.get("on-nan").value_or("stop");
-  if (onNan != "stop" && onNan != "skip-step")
-    return fail(kTool,
-                "--on-nan must be 'stop' or 'skip-step', not '" + onNan + "'",
-                tools::kUsage);
-  opt.skipNonFinite = onNan == "skip-step";
-  opt.stage.nonFinite =
-      opt.skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
-                        : runtime::StageExecutor::NonFinitePolicy::Stop;
-  opt.stage.device = flags.get("device").value_or("cpu");
-  opt.stage.batchW = flags.has("batch-w");
-  if (opt.stage.device != "cpu" && opt.stage.device != "cuda" &&
-      opt.stage.device != "cuda-emulated")
-    return fail(kTool,
-                "--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
-                    opt.stage.device + "'",
-                tools::kUsage);
-  if (auto e = parseCheckpointEvery(flags, opt.checkpointEvery)) {
+  if (auto e = tools::readRunOptions(flags, opt)) {
     if (!runtime::launchedByMpirun())
       return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
     opt.usageError = llvm::toString(std::move(e)); // said once, by MPI rank 0

@@ -1,0 +1,35 @@
+// cleave-run's flags and what it reads from them (its --help is the
+// truth about them): kept apart from the tool so that cleave-run.cpp is
+// the drivers and the printing.
+#pragma once
+
+#include "runtime/Stages.h"
+#include "tools/ToolSupport.h"
+
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cleave::tools {
+
+// What cleave-run parsed, for either driver (threads or MPI).
+struct RunOptions {
+  std::string planPath;
+  int64_t steps = 10, seed = 0, threads = 0;
+  std::optional<float> lr;
+  bool skipNonFinite = false; // --on-nan=skip-step
+  runtime::StageOptions stage;
+  int64_t checkpointEvery = 0;
+  // A usage error every MPI rank found: printed once, after MPI starts.
+  std::optional<std::string> usageError;
+};
+
+std::vector<Flags::Spec> runFlagSpecs();
+
+// Fills `opt` from parsed flags (not planPath); a usage error (exit 2) is
+// one line naming the flag.
+llvm::Error readRunOptions(const Flags &flags, RunOptions &opt);
+
+} // namespace cleave::tools
