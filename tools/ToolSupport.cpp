@@ -30,8 +30,7 @@ std::string escapeControls(llvm::StringRef text) {
       char hex[5];
       std::snprintf(hex, sizeof hex, "\\x%02x", unsigned(u));
       out += hex;
-    }
-    else
+    } else
       out += c;
   }
   return out;
@@ -40,7 +39,11 @@ std::string escapeControls(llvm::StringRef text) {
 int fail(const std::string &tool, const std::string &message, int code) {
   // Keep the promise of one line: names from files and flags may hold a
   // newline, a carriage return or a terminal escape.
-  llvm::errs() << tool << ": error: " << escapeControls(message) << "\n";
+  // One write: under mpirun each rank's stderr is forwarded as it comes, and
+  // a line written in pieces can be split by another process's output.
+  std::string line = tool + ": error: " + escapeControls(message) + "\n";
+  llvm::errs() << line;
+  llvm::errs().flush();
   return code;
 }
 

@@ -261,8 +261,10 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
       return;
     if (r.skipped) {
       llvm::outs().flush();
-      llvm::errs() << kTool << ": warning: step " << r.step + 1 << ": "
-                   << tools::escapeControls(*r.skipped) << "; the step's update was skipped\n";
+      llvm::errs() << std::string(kTool) + ": warning: step " +
+                          std::to_string(r.step + 1) + ": " +
+                          tools::escapeControls(*r.skipped) +
+                          "; the step's update was skipped\n";
     }
     if (quiet)
       return;

@@ -15,79 +15,14 @@ first blob: a tag t < 64 becomes t + 64, one varint byte either way (a tag
 0, which protobuf leaves out, takes two more bytes of the header's
 padding).
 """
+import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "Inputs"))
+from plan_wire import decode, encode, get, read_plan, with_header  # noqa: E402
+
 src, dst, what, stage = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-b = open(src, "rb").read()
-MAGIC = 11  # "CLEAVEPLAN\0", then u32 version, u64 header length
-hlen = int.from_bytes(b[MAGIC + 4:MAGIC + 12], "little")
-hstart = MAGIC + 12
-header = b[hstart:hstart + hlen]
-data_start = (hstart + hlen + 63) // 64 * 64
-
-
-def varint(buf, i):
-    v = shift = 0
-    while True:
-        c = buf[i]
-        i += 1
-        v |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return v, i
-
-
-def put_varint(v):
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        c = v & 0x7F
-        v >>= 7
-        out.append(c | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def decode(buf):
-    """[field, wire type, value] per field; length-delimited values as bytes."""
-    fields, i = [], 0
-    while i < len(buf):
-        key, i = varint(buf, i)
-        f, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = varint(buf, i)
-        elif wt == 1:
-            v, i = buf[i:i + 8], i + 8
-        elif wt == 2:
-            n, i = varint(buf, i)
-            v, i = buf[i:i + n], i + n
-        elif wt == 5:
-            v, i = buf[i:i + 4], i + 4
-        else:
-            sys.exit("unexpected wire type %d" % wt)
-        fields.append([f, wt, v])
-    return fields
-
-
-def encode(fields):
-    out = bytearray()
-    for f, wt, v in fields:
-        out += put_varint(f << 3 | wt)
-        if wt == 0:
-            out += put_varint(v)
-        elif wt == 2:
-            out += put_varint(len(v)) + v
-        else:
-            out += v
-    return bytes(out)
-
-
-def get(fields, f, default=0):
-    for g, _, v in fields:
-        if g == f:
-            return v
-    return default
-
+b, header = read_plan(src)
 
 HEADER_STAGES, STAGE_INDEX, STAGE_PROGRAMS, STAGE_ACTIONS = 9, 1, 3, 6
 PROGRAM_INSTRS, INSTR_KIND, INSTR_TAG = 1, 1, 7
@@ -131,9 +66,4 @@ else:
 if not done:
     sys.exit("%s: nothing to edit on stage %d" % (what, stage))
 entry[2] = encode(st)
-new = encode(hdr)
-if hstart + len(new) > data_start:
-    sys.exit("the edited header runs into the first blob")
-out = bytearray(b[:MAGIC + 4]) + len(new).to_bytes(8, "little") + new
-out += bytes(data_start - len(out)) + b[data_start:]
-open(dst, "wb").write(out)
+open(dst, "wb").write(with_header(b, encode(hdr), keep_blob_offsets=True))
