@@ -412,8 +412,9 @@ TEST(Trace, ChromeTraceAndProfileText) {
       EXPECT_EQ(*o->getNumber("ts"), 0);
       EXPECT_EQ(*o->getNumber("dur"), 5e5);
     }
-    if (names.back() == "STEP")
+    if (names.back() == "STEP") {
       EXPECT_EQ(*o->getInteger("tid"), 1);
+    }
   }
   EXPECT_EQ(names, (std::vector<std::string>{"F0", "RECV1", "STEP"}));
   EXPECT_EQ(runtime::traceTrackName(2, 1, 3), "replica 1 stage 2");
