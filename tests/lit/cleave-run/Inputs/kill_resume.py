@@ -5,8 +5,10 @@ model with an uninterrupted run's.
 usage: kill_resume.py CLEAVE_RUN PLAN STEPS KILLS WORKDIR OUT.onnx [ARGS...]
 
 A kill "lands" when the process was still running when SIGKILL reached it;
-the script goes on until KILLS kills have landed (at most 10 x KILLS tries)
-and prints how many landed and at which completed step each resume began.
+the script goes on until KILLS kills have landed (at most 10 x KILLS tries;
+a run that finishes before its kill starts the training again from the
+beginning) and prints how many landed and at which completed step each
+resume began.
 """
 import os
 import random
@@ -61,7 +63,11 @@ while landed < kills and tries < 10 * kills:
     elif p.returncode != 0:
         sys.exit("run failed (exit %d): %s" % (p.returncode, stderr.strip()))
     else:
-        break  # finished before the kill: start over would change nothing
+        # Finished before the kill (the machine ran faster than when `full`
+        # was measured): train again from the start, so the remaining kills
+        # still land somewhere in a run.
+        for name in os.listdir(ckpt):
+            os.remove(os.path.join(ckpt, name))
 done = subprocess.run(command(save=out), capture_output=True, text=True,
                       cwd=work)
 if done.returncode != 0:
