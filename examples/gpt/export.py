@@ -11,6 +11,7 @@ Examples:
 """
 
 import argparse
+import inspect
 import os
 import sys
 
@@ -32,6 +33,12 @@ def export(output, layers=2, heads=2, embd=64, block_size=32, seed=0,
 
     output = os.path.abspath(output)
     os.makedirs(os.path.dirname(output), exist_ok=True)
+    # PyTorch 2.9 and later default to the dynamo exporter, which ignores
+    # training=, and with opset_version=17 writes Split nodes of opset 18;
+    # this script's graph is the TorchScript exporter's.
+    legacy = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        legacy["dynamo"] = False
     torch.onnx.export(
         model,
         (idx, targets),
@@ -42,6 +49,7 @@ def export(output, layers=2, heads=2, embd=64, block_size=32, seed=0,
         opset_version=opset,
         training=torch.onnx.TrainingMode.TRAINING,
         do_constant_folding=False,
+        **legacy,
     )
 
     if external_data:
