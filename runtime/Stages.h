@@ -60,6 +60,14 @@ struct ThreadedPipeline {
   std::vector<std::vector<std::unique_ptr<Comm>>> pipes;  // [replica][stage]
   std::vector<std::vector<std::unique_ptr<Comm>>> groups; // [stage][replica]
   std::vector<LocalStage> stages;
+
+  // The stages as a Trainer takes them (runtime/Trainer.h).
+  std::vector<LocalStage *> locals() {
+    std::vector<LocalStage *> out;
+    for (LocalStage &st : stages)
+      out.push_back(&st);
+    return out;
+  }
 };
 llvm::Expected<std::unique_ptr<ThreadedPipeline>>
 createThreadedPipeline(const Plan &plan, const StageOptions &options);

@@ -340,11 +340,8 @@ int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
   auto run = runtime::createThreadedPipeline(plan, opt.stage);
   if (!run)
     return fail(kTool, llvm::toString(run.takeError()), tools::kBadInput);
-  std::vector<runtime::LocalStage *> stages;
-  for (runtime::LocalStage &st : (*run)->stages)
-    stages.push_back(&st);
   auto driver = runtime::createSingleProcessDriver();
-  return train(opt, flags, plan, stages, *driver, data,
+  return train(opt, flags, plan, (*run)->locals(), *driver, data,
                llvm::sys::Process::StandardOutIsDisplayed());
 }
 

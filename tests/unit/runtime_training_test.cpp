@@ -503,31 +503,48 @@ llvm::Expected<runtime::Plan> mlpPlan(const std::string &optimizer = "sgd") {
   return testsupport::compileTrainingPlan("mlp", 2, 2, "zb-h1", optimizer);
 }
 
+// The plan's stages as threads of this process over synthetic data (seed
+// 3), and the Trainer that runs them, as cleave-run sets them up.
+struct ThreadedRun {
+  std::unique_ptr<runtime::ThreadedPipeline> pipe;
+  std::unique_ptr<runtime::Driver> driver =
+      runtime::createSingleProcessDriver();
+  runtime::DataSource data;
+  std::optional<runtime::Trainer> trainer;
+  std::string error; // setting the stages up failed
+
+  ThreadedRun(const runtime::Plan &plan, const runtime::StageOptions &so,
+              const runtime::TrainOptions &to)
+      : data(plan, 3) {
+    auto p = runtime::createThreadedPipeline(plan, so);
+    if (!p) {
+      error = "pipeline: " + llvm::toString(p.takeError());
+      return;
+    }
+    pipe = std::move(*p);
+    trainer.emplace(
+        plan, pipe->locals(), *driver,
+        [this](int64_t step, int replica) {
+          return data.forStep(step, replica);
+        },
+        to);
+  }
+};
+
 // Trains `plan` from its initial values, or from `resume`, for `steps`
 // steps in all; returns the model tensors' bytes.
 std::map<std::string, std::vector<uint8_t>>
 trainMlp(const runtime::Plan &plan, int64_t steps,
          std::optional<std::string> checkpointDir,
          std::optional<std::string> resume, std::vector<double> &losses) {
-  runtime::StageOptions so;
-  auto pipe = runtime::createThreadedPipeline(plan, so);
-  EXPECT_TRUE(bool(pipe));
-  if (!pipe) {
-    llvm::consumeError(pipe.takeError());
-    return {};
-  }
-  std::vector<runtime::LocalStage *> locals;
-  for (runtime::LocalStage &st : (*pipe)->stages)
-    locals.push_back(&st);
-  auto driver = runtime::createSingleProcessDriver();
-  runtime::DataSource data(plan, 3);
   runtime::TrainOptions to;
   to.steps = steps;
   to.checkpointDir = checkpointDir;
-  runtime::Trainer trainer(
-      plan, locals, *driver,
-      [&](int64_t step, int replica) { return data.forStep(step, replica); },
-      to);
+  ThreadedRun run(plan, runtime::StageOptions(), to);
+  EXPECT_EQ(run.error, "");
+  if (!run.trainer)
+    return {};
+  runtime::Trainer &trainer = *run.trainer;
   if (resume) {
     auto done = trainer.resume(*resume);
     EXPECT_TRUE(bool(done)) << (done ? "" : llvm::toString(done.takeError()));
@@ -572,20 +589,12 @@ TEST(Trainer, ResumedRunEndsWithTheBitsOfAnUnbrokenOne) {
 // Resumes `plan` for `steps` from DIR; the error text.
 std::string resumeError(const runtime::Plan &plan, int64_t steps,
                         const std::string &dir) {
-  auto pipe = runtime::createThreadedPipeline(plan, runtime::StageOptions());
-  if (!pipe)
-    return "pipeline: " + llvm::toString(pipe.takeError());
-  std::vector<runtime::LocalStage *> locals;
-  for (runtime::LocalStage &st : (*pipe)->stages)
-    locals.push_back(&st);
-  auto driver = runtime::createSingleProcessDriver();
-  runtime::DataSource data(plan, 3);
   runtime::TrainOptions to;
   to.steps = steps;
-  runtime::Trainer trainer(
-      plan, locals, *driver,
-      [&](int64_t step, int replica) { return data.forStep(step, replica); },
-      to);
+  ThreadedRun run(plan, runtime::StageOptions(), to);
+  if (!run.trainer)
+    return run.error;
+  runtime::Trainer &trainer = *run.trainer;
   auto done = trainer.resume(dir);
   return done ? std::string() : llvm::toString(done.takeError());
 }
@@ -613,20 +622,12 @@ TEST(Trainer, ResumeRefusesAnotherOptimizerAndStepsPastTheRun) {
 std::string hangError(const runtime::Plan &plan) {
   runtime::StageOptions so;
   so.commTimeoutSeconds = 1;
-  auto pipe = runtime::createThreadedPipeline(plan, so);
-  if (!pipe)
-    return "pipeline: " + llvm::toString(pipe.takeError());
-  std::vector<runtime::LocalStage *> locals;
-  for (runtime::LocalStage &st : (*pipe)->stages)
-    locals.push_back(&st);
-  auto driver = runtime::createSingleProcessDriver();
-  runtime::DataSource data(plan, 3);
   runtime::TrainOptions to;
   to.steps = 1;
-  runtime::Trainer trainer(
-      plan, locals, *driver,
-      [&](int64_t step, int replica) { return data.forStep(step, replica); },
-      to);
+  ThreadedRun run(plan, so, to);
+  if (!run.trainer)
+    return run.error;
+  runtime::Trainer &trainer = *run.trainer;
   auto t0 = std::chrono::steady_clock::now();
   std::string e = errorText(trainer.run([](const runtime::StepReport &) {}));
   double took = std::chrono::duration<double>(
