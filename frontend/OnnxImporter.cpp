@@ -81,6 +81,24 @@ static bool isConsumedAttr(const std::string &op, const std::string &attr) {
 // 'm.transformer.h.0', ..., 'matmul']", cumulative module paths and last
 // the op's own name. An indexed child of a container (`m.layer1.0`) keeps
 // the container's name (`layer1.0`), as in legacy names.
+// " in module m.features.2.1.stochastic_depth": the innermost module the
+// exporter recorded around the node (pkg.torch.onnx.name_scopes, whose
+// last entry is the op itself), for errors about nodes a dynamo export
+// names `n1` or `node_MatMul_7`; else nothing.
+static std::string modulePathOf(const onnx::NodeProto &n) {
+  for (const auto &p : n.metadata_props()) {
+    if (p.key() != "pkg.torch.onnx.name_scopes")
+      continue;
+    llvm::SmallVector<llvm::StringRef> items;
+    llvm::StringRef(p.value()).trim().trim("[]").split(items, ',');
+    if (items.size() < 2)
+      return "";
+    llvm::StringRef module = items[items.size() - 2].trim().trim("'\"");
+    return module.empty() ? "" : " in module " + module.str();
+  }
+  return "";
+}
+
 static std::string locOf(const onnx::NodeProto &n) {
   const std::string *scopes = nullptr;
   for (const auto &p : n.metadata_props())
@@ -486,9 +504,9 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
   const std::string &op = n.op_type();
   std::string where = describeNode(n, index);
   if (n.domain() != "" && n.domain() != "ai.onnx")
-    return err("unsupported op '{0}' (domain '{1}') at node '{2}'{3}; "
+    return err("unsupported op '{0}' (domain '{1}') at node '{2}'{3}{4}; "
                "`cleavec --list-ops` lists the supported ops",
-               op, n.domain(), n.name(), bodyContext());
+               op, n.domain(), n.name(), modulePathOf(n), bodyContext());
   if (kFoldOnly.count(op)) {
     std::string runtimeInput;
     for (int k = 0; k < n.input_size() && runtimeInput.empty(); ++k)
@@ -529,8 +547,8 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     if (*expanded)
       return llvm::Error::success();
     return err("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at node "
-               "'{2}'{3}; `cleavec --list-ops` lists the supported ops",
-               op, opset_, n.name(), bodyContext());
+               "'{2}'{3}{4}; `cleavec --list-ops` lists the supported ops",
+               op, opset_, n.name(), modulePathOf(n), bodyContext());
   }
   const OpInfo &info = opInfo(*kind);
 
