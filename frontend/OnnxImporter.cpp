@@ -196,6 +196,7 @@ private:
   void classifyParameters();
   llvm::Error crossCheck();
   const onnx::ModelProto &checkerView();
+  llvm::Error importLargeFill(const onnx::NodeProto &n, int index);
 
   onnx::ModelProto &model_;
   std::string path_, modelDir_;
@@ -333,13 +334,21 @@ llvm::Error Importer::bindInputs() {
 
 llvm::Error Importer::addInitializers() {
   // Runs after ONNX shape inference, so the weights' bytes can be moved out
-  // of the model instead of copied.
+  // of the model instead of copied. Float tensors in external data stay in
+  // their file (a RawFile origin, read when something needs the values:
+  // codegen streams or references them); integer ones are shape arithmetic
+  // the folder reads, so they are loaded.
   for (auto &t : *model_.mutable_graph()->mutable_initializer()) {
     DataOrigin origin{DataOrigin::Kind::OnnxInitializer, path_, t.name(), 0,
                       0};
+    auto dt = dtypeFromOnnx(t.data_type());
+    bool keepOnDisk = dt && isFloat(*dt);
+    if (!dt)
+      llvm::consumeError(dt.takeError()); // tensorFromOnnx says why
     auto data = tensorFromOnnx(t, modelDir_, origin,
                                t.has_raw_data() ? t.mutable_raw_data()
-                                                : nullptr);
+                                                : nullptr,
+                               /*loadExternal=*/!keepOnDisk);
     if (!data)
       return data.takeError();
     bool fl = isFloat((*data)->type().dtype);
@@ -394,6 +403,9 @@ Importer::staticScalar(const onnx::NodeProto &n, int index, int k,
   if (!e->data || e->type.numElements() != 1)
     return err("{0}: {1} (input '{2}') must be a constant scalar",
                describeNode(n, index), what, n.input(k));
+  if (auto le = e->data->load())
+    return err("{0}: {1}", describeNode(n, index),
+               llvm::toString(std::move(le)));
   return e->data.get();
 }
 
@@ -500,6 +512,31 @@ autoPads(const std::string &mode, llvm::ArrayRef<int64_t> in,
   return pads;
 }
 
+// ConstantOfShape whose result is too large to fold: Expand of its
+// one-element value to the (constant) shape, an op of the plan.
+llvm::Error Importer::importLargeFill(const onnx::NodeProto &n, int index) {
+  auto dims = staticInts(n, index, 0, "shape");
+  if (!dims)
+    return dims.takeError();
+  Data value = TensorData::fromDoubles(DType::F32, {1}, {0.0});
+  if (const auto *a = findAttr(n, "value")) {
+    auto t = tensorFromOnnx(a->t(), modelDir_, {});
+    if (!t)
+      return err("{0}: {1}", describeNode(n, index),
+                 llvm::toString(t.takeError()));
+    if ((*t)->type().numElements() != 1)
+      return err("{0}: 'value' must hold one element", describeNode(n, index));
+    value = std::make_shared<TensorData>(
+        TensorType((*t)->type().dtype, {1}),
+        std::vector<uint8_t>((*t)->bytes().begin(), (*t)->bytes().end()));
+  }
+  std::string name = n.output(0) + ".value";
+  env_[name] = Entry{value->type(), nullptr, value, true};
+  Value *v = materialize(name, env_[name]);
+  return emit(n, index, OpKind::Expand, {v}, {{"shape", Attribute(*dims)}},
+              false);
+}
+
 llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
   const std::string &op = n.op_type();
   std::string where = describeNode(n, index);
@@ -513,6 +550,10 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
       if (Entry *e = input(n, k); e && !e->foldable)
         runtimeInput = n.input(k);
     // All inputs constant: folding refused because the result is too big.
+    // A constant fill (a causal mask at a long sequence) is then computed
+    // when the plan runs instead: the value broadcast to the shape.
+    if (runtimeInput.empty() && op == "ConstantOfShape")
+      return importLargeFill(n, index);
     if (runtimeInput.empty())
       return err("{0}: its constant result would have more than {1} "
                  "elements, too many to fold (cleave folds shape arithmetic "

@@ -160,7 +160,7 @@ llvm::Expected<ExternalData> externalDataOf(const onnx::TensorProto &t,
 
 llvm::Expected<std::shared_ptr<TensorData>>
 tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
-               DataOrigin origin, std::string *adoptRaw) {
+               DataOrigin origin, std::string *adoptRaw, bool loadExternal) {
   const std::string &name = t.name();
   auto dt = dtypeFromOnnx(t.data_type());
   if (!dt)
@@ -192,8 +192,9 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
                  name, location, fileSize, length, offset);
     DataOrigin raw{DataOrigin::Kind::RawFile, *path, "", offset, length};
     auto data = std::make_shared<TensorData>(type, raw);
-    if (auto e = data->load())
-      return std::move(e);
+    if (loadExternal)
+      if (auto e = data->load())
+        return std::move(e);
     return data;
   }
 

@@ -25,10 +25,14 @@ int dtypeToOnnx(ir::DType dtype);
 // Reads a tensor's bytes. `modelDir` is the folder external data paths are
 // relative to; `origin` is recorded so the printer can refer to the data.
 // When `adoptRaw` points at the tensor's own raw_data, its buffer is moved
-// into the result instead of copied (the proto is left without it).
+// into the result instead of copied (the proto is left without it). With
+// `loadExternal` false, a tensor in external data is checked (its file and
+// byte range) but not read: its data is a RawFile origin, read on first use
+// (TensorData::load), so weights stay on disk.
 llvm::Expected<std::shared_ptr<ir::TensorData>>
 tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
-               ir::DataOrigin origin, std::string *adoptRaw = nullptr);
+               ir::DataOrigin origin, std::string *adoptRaw = nullptr,
+               bool loadExternal = true);
 
 // Where an external tensor's bytes are: its `location` resolved inside
 // `modelDir` (absolute paths and anything leaving the folder, symlinks
