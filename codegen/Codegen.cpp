@@ -1,9 +1,14 @@
 #include "codegen/Codegen.h"
 
+#include "support/Checksum.h"
+#include "support/FileIO.h"
+
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/FileSystem.h"
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace cleave::codegen {
 
@@ -71,11 +76,60 @@ int64_t placeIntervals(std::vector<Interval> intervals,
   return size;
 }
 
+// The blobs that refer to ranges of weight files (PlanInfo::referenceWeights):
+// one blob per distinct range, shared by every stage that holds a replica
+// of it, and each range read once, a slice at a time, to sum it.
+class WeightReferences {
+public:
+  explicit WeightReferences(runtime::Plan &plan) : plan_(plan) {}
+
+  // The blob for `origin`'s bytes, added on first use.
+  llvm::Expected<int> blobFor(const ir::DataOrigin &origin) {
+    auto key = std::make_tuple(origin.path, origin.offset, origin.length);
+    if (auto it = blobs_.find(key); it != blobs_.end())
+      return it->second;
+    auto file = fileFor(origin.path);
+    if (!file)
+      return file.takeError();
+    runtime::Blob blob;
+    blob.file = *file;
+    blob.offset = uint64_t(origin.offset);
+    blob.size = uint64_t(origin.length);
+    support::BlockChecksum sum;
+    if (auto e = support::streamFileRange(
+            origin.path, blob.offset, blob.size,
+            [&](const uint8_t *p, size_t n) {
+              sum.update(p, n);
+              return llvm::Error::success();
+            },
+            "weight file"))
+      return std::move(e);
+    blob.checksum = sum.value();
+    plan_.blobs.push_back(std::move(blob));
+    return blobs_[key] = int(plan_.blobs.size()) - 1;
+  }
+
+private:
+  llvm::Expected<int> fileFor(const std::string &path) {
+    for (size_t i = 0; i < plan_.weightFiles.size(); ++i)
+      if (plan_.weightFiles[i].path == path)
+        return int(i);
+    uint64_t size = 0;
+    if (std::error_code ec = llvm::sys::fs::file_size(path, size))
+      return fail("weight file '" + path + "': " + ec.message());
+    plan_.weightFiles.push_back({path, size});
+    return int(plan_.weightFiles.size()) - 1;
+  }
+
+  runtime::Plan &plan_;
+  std::map<std::tuple<std::string, int64_t, int64_t>, int> blobs_;
+};
+
 class StageLowering {
 public:
   StageLowering(const ir::Graph &g, int index, runtime::Plan &plan,
-                const PlanInfo &info)
-      : g_(g), plan_(plan), info_(info) {
+                const PlanInfo &info, WeightReferences &refs)
+      : g_(g), plan_(plan), info_(info), refs_(refs) {
     stage_.index = index;
   }
   llvm::Expected<runtime::StagePlan> run();
@@ -88,6 +142,7 @@ private:
   const ir::Graph &g_;
   runtime::Plan &plan_;
   const PlanInfo &info_;
+  WeightReferences &refs_;
   runtime::StagePlan stage_;
   llvm::DenseMap<const Value *, int> slotOf_;
   llvm::DenseMap<const Value *, int> accumOf_;
@@ -111,14 +166,31 @@ llvm::Error StageLowering::addDeclared() {
   for (const Value *v : g_.inputs())
     addSlot(v, SlotKind::Input);
   for (const Value *v : g_.declared()) {
-    if (auto e = v->data()->load())
-      return fail("%" + v->name() + ": " + llvm::toString(std::move(e)));
+    ir::TensorData &data = *v->data();
     int s = addSlot(v, v->kind() == ir::ValueKind::Const ? SlotKind::Const
                                                          : SlotKind::State);
+    // Bytes still in their file (external data) are referenced, not read.
+    if (info_.referenceWeights && !data.isLoaded() &&
+        data.origin().kind == ir::DataOrigin::Kind::RawFile) {
+      auto blob = refs_.blobFor(data.origin());
+      if (!blob)
+        return fail("%" + v->name() + ": " + llvm::toString(blob.takeError()));
+      stage_.slots[s].blob = *blob;
+      continue;
+    }
     runtime::Blob blob;
-    llvm::ArrayRef<uint8_t> bytes = v->data()->bytes();
+    if (llvm::ArrayRef<uint8_t> e = data.splatElement(); !e.empty()) {
+      blob.fill = e.vec(); // zeros of optimizer state: nothing to store
+      blob.size = uint64_t(data.type().byteSize());
+      plan_.blobs.push_back(std::move(blob));
+      stage_.slots[s].blob = int(plan_.blobs.size()) - 1;
+      continue;
+    }
+    if (auto e = data.load())
+      return fail("%" + v->name() + ": " + llvm::toString(std::move(e)));
+    llvm::ArrayRef<uint8_t> bytes = data.bytes();
     blob.bytes.assign(bytes.begin(), bytes.end());
-    blob.checksum = runtime::fnv1a64(blob.bytes.data(), blob.bytes.size());
+    blob.checksum = support::blockChecksum(blob.bytes.data(), blob.bytes.size());
     plan_.blobs.push_back(std::move(blob));
     stage_.slots[s].blob = int(plan_.blobs.size()) - 1;
   }
@@ -325,8 +397,9 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
       }
       it->indexLimit = std::max(it->indexLimit, indexLimit(v));
     }
+  WeightReferences refs(plan);
   for (size_t s = 0; s < stages.size(); ++s) {
-    auto sp = StageLowering(*stages[s], int(s), plan, info).run();
+    auto sp = StageLowering(*stages[s], int(s), plan, info, refs).run();
     if (!sp)
       return sp.takeError();
     for (const sched::Action &a : schedule.actions[s]) {

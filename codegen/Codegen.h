@@ -35,6 +35,10 @@ struct PlanInfo {
   double lr = 0;
   std::string precision = "f32"; // --precision
   int dataParallel = 1;
+  // Parameters and constants whose bytes are still in their file (ONNX
+  // external data, never read by the compiler) become references to that
+  // file's bytes instead of copies in the plan (cleavec --weights).
+  bool referenceWeights = true;
   double predictedStepTime = 0; // seconds; 0 when not in seconds
   std::vector<passes::StageReport> stageReports; // may be empty
 };

@@ -396,22 +396,18 @@ Parser::parseData(const TensorType &t) {
     if (kind == "splat" && n != 1) {
       return error(llvm::formatv("splat<> takes one value, not {0}", n).str());
     } else if (kind == "splat") {
-      // Written straight into the tensor's bytes: one element, repeated.
+      // One element, held once until something spells it out (load()),
+      // bounded like every tensor of the text form.
       if (t.byteSize() > (int64_t(1) << 28))
         return error("splat<> tensor " + t.str() +
                      " is larger than the 256 MiB the text form holds");
-      std::string bytes(size_t(t.byteSize()), '\0');
-      size_t size = dtypeSize(t.dtype);
-      auto *base = reinterpret_cast<uint8_t *>(bytes.data());
-      if (want > 0) {
-        if (isF)
-          storeElement(t.dtype, base, 0, vals[0]);
-        else
-          storeElementInt(t.dtype, base, 0, ints[0]);
-        for (int64_t i = 1; i < want; ++i)
-          std::memcpy(base + size_t(i) * size, base, size);
-      }
-      data = std::make_shared<TensorData>(t, std::move(bytes));
+      uint8_t element[8] = {};
+      if (isF)
+        storeElement(t.dtype, element, 0, vals[0]);
+      else
+        storeElementInt(t.dtype, element, 0, ints[0]);
+      data = TensorData::splat(
+          t, llvm::ArrayRef<uint8_t>(element, dtypeSize(t.dtype)));
     } else if (n != want) {
       return error(llvm::formatv("dense<> has {0} values but {1} has {2}", n,
                                  t.str(), want)

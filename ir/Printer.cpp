@@ -42,6 +42,10 @@ static std::string dataText(const TensorData &d, const PrintOptions &opts) {
   int64_t n = d.type().numElements();
   // Data known only by reference prints as that reference whatever its
   // size: printing never loads files.
+  if (llvm::ArrayRef<uint8_t> e = d.splatElement(); !e.empty()) {
+    TensorData one(TensorType(d.type().dtype, {}), e.vec());
+    return "splat<" + elementText(one, 0) + ">";
+  }
   bool small = n <= opts.inlineLimit && d.isLoaded();
   if (!small && o.kind == DataOrigin::Kind::OnnxInitializer)
     return "onnx<" + quoteString(o.path) + ", " + quoteString(o.key) + ">";

@@ -71,9 +71,36 @@ TensorData::TensorData(TensorType type, std::string bytes, DataOrigin origin)
 TensorData::TensorData(TensorType type, DataOrigin origin)
     : type_(std::move(type)), origin_(std::move(origin)) {}
 
+std::shared_ptr<TensorData> TensorData::splat(TensorType type,
+                                              llvm::ArrayRef<uint8_t> element) {
+  assert(element.size() == dtypeSize(type.dtype) && "one element");
+  auto d = std::make_shared<TensorData>(std::move(type), DataOrigin{});
+  d->bytes_.assign(element.begin(), element.end());
+  d->splat_ = true;
+  if (d->type_.numElements() <= 1) { // nothing to spell out
+    d->bytes_.resize(size_t(d->type_.byteSize()));
+    d->loaded_ = true;
+  }
+  return d;
+}
+
+std::shared_ptr<TensorData> TensorData::splat(TensorType type, double value) {
+  uint8_t element[8] = {};
+  storeElement(type.dtype, element, 0, value);
+  return splat(type, llvm::ArrayRef<uint8_t>(element, dtypeSize(type.dtype)));
+}
+
 llvm::Error TensorData::load() {
   if (loaded_)
     return llvm::Error::success();
+  if (splat_) {
+    std::string element = std::move(bytes_);
+    bytes_.assign(size_t(type_.byteSize()), '\0');
+    for (size_t at = 0; at < bytes_.size(); at += element.size())
+      std::memcpy(bytes_.data() + at, element.data(), element.size());
+    loaded_ = true;
+    return llvm::Error::success();
+  }
   auto bytes = dataResolver().load(origin_, type_);
   if (!bytes)
     return bytes.takeError();
@@ -126,6 +153,8 @@ int64_t TensorData::getInt(int64_t i) const {
 }
 
 bool TensorData::isSplat() const {
+  if (!splatElement().empty())
+    return true;
   size_t w = dtypeSize(type_.dtype);
   llvm::ArrayRef<uint8_t> b = bytes();
   for (size_t off = w; off < b.size(); off += w)

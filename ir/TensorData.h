@@ -53,10 +53,24 @@ public:
   TensorData(TensorType type, std::string bytes, DataOrigin origin = {});
   // Data known only by reference; loaded on first access.
   TensorData(TensorType type, DataOrigin origin);
+  // Every element equal to `element` (dtypeSize bytes): held as that one
+  // element until load() spells it out (optimizer state of a 7B model is
+  // tens of GB of zeros that nothing but the device needs to hold).
+  static std::shared_ptr<TensorData> splat(TensorType type,
+                                           llvm::ArrayRef<uint8_t> element);
+  static std::shared_ptr<TensorData> splat(TensorType type, double value);
 
   const TensorType &type() const { return type_; }
   const DataOrigin &origin() const { return origin_; }
   bool isLoaded() const { return loaded_; }
+  // The repeated element of a splat not yet spelled out, else empty.
+  llvm::ArrayRef<uint8_t> splatElement() const {
+    return loaded_ || !splat_ ? llvm::ArrayRef<uint8_t>()
+                              : llvm::ArrayRef<uint8_t>(
+                                    reinterpret_cast<const uint8_t *>(
+                                        bytes_.data()),
+                                    bytes_.size());
+  }
 
   // Loads the bytes if needed; the error names the origin.
   llvm::Error load();
@@ -85,6 +99,7 @@ private:
   std::string bytes_;
   DataOrigin origin_;
   bool loaded_ = false;
+  bool splat_ = false; // unloaded: bytes_ holds the one repeated element
 };
 
 // Stores `v` as element `i` of a raw buffer of type `dtype`.

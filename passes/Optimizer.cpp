@@ -16,9 +16,7 @@ static llvm::Error fail(const llvm::Twine &msg) {
 
 static Value *stateBuffer(ir::Graph &g, const std::string &name,
                           const ir::TensorType &type, double fill) {
-  auto data = ir::TensorData::fromDoubles(
-      type.dtype, type.shape,
-      std::vector<double>(size_t(type.numElements()), fill));
+  auto data = ir::TensorData::splat(type, fill);
   return g.addBuffer(g.uniqueName(name), std::move(data));
 }
 

@@ -4,6 +4,9 @@
 // instructions, accumulation, loss), slot access, and the threaded driver.
 #include "runtime/Executor.h"
 
+#include "support/Checksum.h"
+#include "support/FileIO.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -49,6 +52,46 @@ llvm::Error wrap(llvm::Error e, F &&where) {
   if (!e || e.isA<CommTimeout>())
     return e;
   return fail(where() + ": " + llvm::toString(std::move(e)));
+}
+
+// A referenced blob's bytes, read from its weight file a piece at a time
+// straight into the slot's memory (one 8 MiB buffer, so loading adds no
+// second copy of the weights), summed on the way.
+llvm::Error loadReferenced(Backend &backend, const WeightFile &file,
+                           const Blob &blob, void *dst,
+                           const std::string &what) {
+  support::BlockChecksum sum;
+  uint64_t done = 0;
+  if (auto e = support::streamFileRange(
+          file.path, blob.offset, blob.size,
+          [&](const uint8_t *p, size_t n) {
+            sum.update(p, n);
+            backend.copyToDevice(static_cast<char *>(dst) + done, p, n);
+            done += n;
+            return llvm::Error::success();
+          },
+          "weight file"))
+    return fail(what + ": " + llvm::toString(std::move(e)));
+  if (sum.value() != blob.checksum)
+    return fail(llvm::formatv("{0}: its bytes in weight file '{1}' (at {2}, "
+                              "{3} bytes) do not match the plan's checksum: "
+                              "the file changed since the plan was "
+                              "compiled; recompile the model",
+                              what, file.path, blob.offset, blob.size));
+  return llvm::Error::success();
+}
+
+// A filled blob: its element repeated over the slot, copied from one
+// pattern buffer of at most 8 MiB.
+void fillSlot(Backend &backend, const Blob &blob, void *dst) {
+  std::vector<uint8_t> pattern(
+      size_t(std::min<uint64_t>(blob.size, uint64_t(8) << 20)));
+  for (size_t at = 0; at < pattern.size(); at += blob.fill.size())
+    std::memcpy(pattern.data() + at, blob.fill.data(), blob.fill.size());
+  for (uint64_t at = 0; at < blob.size; at += pattern.size())
+    backend.copyToDevice(static_cast<char *>(dst) + at, pattern.data(),
+                         size_t(std::min<uint64_t>(pattern.size(),
+                                                   blob.size - at)));
 }
 
 // A receive's CommTimeout said again in the plan's terms: "no message from
@@ -227,22 +270,34 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
                                   slotName(s), slotKindName(sl.kind), sl.blob,
                                   plan.blobs.size()));
       const Blob &b = plan.blobs[sl.blob];
-      if (int64_t(b.bytes.size()) != sl.bytes)
+      if (int64_t(b.byteSize()) != sl.bytes)
         return fail(llvm::formatv("{0} ({1}): blob {2} has {3} bytes, the "
                                   "slot {4}",
                                   slotName(s), slotKindName(sl.kind), sl.blob,
-                                  b.bytes.size(), sl.bytes));
-      uint64_t sum = fnv1a64(b.bytes.data(), b.bytes.size());
-      if (sum != b.checksum)
-        return fail(llvm::formatv("{0} ({1}): blob {2} is corrupt (checksum "
-                                  "{3:x16}, expected {4:x16})",
-                                  slotName(s), slotKindName(sl.kind), sl.blob,
-                                  sum, b.checksum));
+                                  b.byteSize(), sl.bytes));
       persistent_[s] = backend_.allocate(size_t(sl.bytes));
       if (!persistent_[s])
         return fail(llvm::formatv("{0}: cannot allocate {1} bytes",
                                   slotName(s), sl.bytes));
-      backend_.copyToDevice(persistent_[s], b.bytes.data(), b.bytes.size());
+      if (b.filled()) {
+        fillSlot(backend_, b, persistent_[s]);
+      } else if (b.referenced()) {
+        if (b.file >= int(plan.weightFiles.size()))
+          return fail(llvm::formatv("{0}: blob {1} names a weight file the "
+                                    "plan does not have",
+                                    slotName(s), sl.blob));
+        if (auto e = loadReferenced(backend_, plan.weightFiles[size_t(b.file)],
+                                    b, persistent_[s], slotName(s)))
+          return e;
+      } else {
+        uint64_t sum = support::blockChecksum(b.bytes.data(), b.bytes.size());
+        if (sum != b.checksum)
+          return fail(llvm::formatv("{0} ({1}): blob {2} is corrupt "
+                                    "(checksum {3:x16}, expected {4:x16})",
+                                    slotName(s), slotKindName(sl.kind),
+                                    sl.blob, sum, b.checksum));
+        backend_.copyToDevice(persistent_[s], b.bytes.data(), b.bytes.size());
+      }
       stats_.persistentBytes += sl.bytes;
       break;
     }

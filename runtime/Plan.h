@@ -38,7 +38,7 @@
 
 namespace cleave::runtime {
 
-inline constexpr int kPlanVersion = 1;
+inline constexpr int kPlanVersion = 2;
 
 enum class SlotKind : uint8_t {
   Input,     // a graph input, loaded per microbatch from the data
@@ -108,9 +108,33 @@ struct StagePlan {
   int64_t predictedPeakBytes = 0;
 };
 
+// A parameter's or constant's initial value, in one of three forms: the
+// plan holds its bytes (`bytes`: written into the .cplan); it refers to
+// `size` bytes at `offset` of weightFiles[file] (cleavec
+// --weights=reference: a model's external data stays where it is, and each
+// rank reads only its own); or `size` bytes of one repeated element
+// (`fill`: optimizer state starts as zeros, however large).
 struct Blob {
   std::vector<uint8_t> bytes;
-  uint64_t checksum = 0; // FNV-1a 64 of bytes
+  int file = -1;        // index into Plan::weightFiles; -1: not referenced
+  uint64_t offset = 0;  // referenced: where the bytes start in the file
+  uint64_t size = 0;    // referenced or filled: how many bytes
+  std::vector<uint8_t> fill; // filled: the element (1, 2, 4 or 8 bytes)
+  uint64_t checksum = 0; // support::blockChecksum of the bytes (held, referenced)
+
+  bool referenced() const { return file >= 0; }
+  bool filled() const { return !fill.empty(); }
+  uint64_t byteSize() const {
+    return referenced() || filled() ? size : bytes.size();
+  }
+};
+
+// A file whose bytes referenced blobs name, as it was when the plan was
+// compiled; a file of another size is refused before anything runs, and
+// each blob's checksum is checked as its bytes are loaded.
+struct WeightFile {
+  std::string path; // absolute
+  uint64_t size = 0;
 };
 
 struct PlanInput {
@@ -145,6 +169,7 @@ struct Plan {
   std::string precision = "f32"; // "bf16": products in bf16 (--precision)
   std::vector<StagePlan> stages;
   std::vector<Blob> blobs;
+  std::vector<WeightFile> weightFiles; // what referenced blobs read
   double predictedStepTime = 0; // seconds (0: not predicted)
 };
 

@@ -14,9 +14,11 @@
 #include "runtime/PlanTypes.h"
 
 #include "plan.pb.h" // generated from runtime/plan.proto
+#include "support/Checksum.h"
 #include "support/FileIO.h"
 #include "support/Limits.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -202,11 +204,26 @@ pb::Header toProto(const Plan &plan) {
       if (sl.blob >= 0 && owner[sl.blob] < 0)
         owner[sl.blob] = s.index;
   for (size_t b = 0; b < plan.blobs.size(); ++b) {
-    const std::vector<uint8_t> &bytes = plan.blobs[b].bytes;
+    const Blob &blob = plan.blobs[b];
     pb::BlobRef *r = h.add_blobs();
     r->set_stage(owner[b]);
-    r->set_size(bytes.size());
-    r->set_checksum(fnv1a64(bytes.data(), bytes.size()));
+    r->set_size(blob.byteSize());
+    if (blob.referenced()) {
+      // Its bytes are not in memory: the compiler summed them as it read.
+      r->set_weight_file(uint32_t(blob.file) + 1);
+      r->set_offset(blob.offset);
+      r->set_checksum(blob.checksum);
+    } else if (blob.filled()) {
+      r->set_fill(std::string(blob.fill.begin(), blob.fill.end()));
+    } else {
+      r->set_checksum(
+          support::blockChecksum(blob.bytes.data(), blob.bytes.size()));
+    }
+  }
+  for (const WeightFile &f : plan.weightFiles) {
+    pb::WeightFile *w = h.add_weight_files();
+    w->set_path(f.path);
+    w->set_size(f.size);
   }
   h.set_predicted_step_time(plan.predictedStepTime);
   return h;
@@ -387,9 +404,38 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   for (int si = 0; si < h.stages_size(); ++si)
     if (llvm::Error e = fromProto(h.stages(si), si, plan.stages[si]))
       return std::move(e);
+  for (const pb::WeightFile &w : h.weight_files())
+    plan.weightFiles.push_back({w.path(), w.size()});
   plan.blobs.resize(h.blobs_size());
-  for (int b = 0; b < h.blobs_size(); ++b)
-    plan.blobs[b].checksum = h.blobs(b).checksum();
+  for (int b = 0; b < h.blobs_size(); ++b) {
+    const pb::BlobRef &r = h.blobs(b);
+    Blob &blob = plan.blobs[b];
+    blob.checksum = r.checksum();
+    if (!r.fill().empty()) {
+      size_t w = r.fill().size();
+      if ((w != 1 && w != 2 && w != 4 && w != 8) || r.size() % w != 0 ||
+          r.weight_file())
+        return invalid(llvm::formatv("blob {0}: a fill of {1} bytes over {2}",
+                                     b, w, r.size()));
+      blob.fill.assign(r.fill().begin(), r.fill().end());
+      blob.size = r.size();
+      continue;
+    }
+    if (r.weight_file() == 0)
+      continue;
+    if (r.weight_file() > uint32_t(h.weight_files_size()))
+      return invalid(llvm::formatv("blob {0} names weight file {1}; the plan "
+                                   "has {2}",
+                                   b, r.weight_file(), h.weight_files_size()));
+    blob.file = int(r.weight_file()) - 1;
+    blob.offset = r.offset();
+    blob.size = r.size();
+    const WeightFile &f = plan.weightFiles[size_t(blob.file)];
+    if (blob.offset > f.size || blob.size > f.size - blob.offset)
+      return invalid(llvm::formatv("blob {0} ends at byte {1} of weight file "
+                                   "'{2}', which has {3}",
+                                   b, blob.offset + blob.size, f.path, f.size));
+  }
   plan.predictedStepTime = h.predicted_step_time();
   return std::move(plan);
 }
@@ -494,6 +540,8 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
       return fail(path + ": cannot write: the plan header exceeds 2 GiB");
     uint64_t at = alignUp(kPreambleBytes + size);
     for (pb::BlobRef &r : *header.mutable_blobs()) {
+      if (r.weight_file() || !r.fill().empty())
+        continue; // in its weight file, or nothing to store
       r.set_offset(at);
       at = alignUp(at + r.size());
     }
@@ -526,6 +574,8 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
   if (llvm::Error e = put(headerBytes.data(), headerBytes.size()))
     return e;
   for (size_t b = 0; b < plan.blobs.size(); ++b) {
+    if (plan.blobs[b].referenced() || plan.blobs[b].filled())
+      continue;
     if (llvm::Error e = padTo(header.blobs(b).offset()))
       return e;
     const std::vector<uint8_t> &bytes = plan.blobs[b].bytes;
@@ -590,6 +640,32 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
   if (llvm::Error e = verifyPlan(plan, sizes))
     return atPath(path, std::move(e));
 
+  // Referenced blobs are bounded by their files as held ones are by this
+  // one: no stage allocates more state from them than the files hold.
+  uint64_t weightBytes = 0;
+  for (const WeightFile &w : plan.weightFiles)
+    weightBytes += w.size;
+  // Filled blobs (optimizer state) are bounded by the stage's other state:
+  // AdamW keeps two moments per parameter.
+  for (const StagePlan &s : plan.stages) {
+    uint64_t referenced = 0, filled = 0, other = 0;
+    for (const Slot &sl : s.slots) {
+      if (sl.blob < 0)
+        continue;
+      const Blob &b = plan.blobs[size_t(sl.blob)];
+      (b.referenced() ? referenced : b.filled() ? filled : other) +=
+          b.byteSize();
+    }
+    if (referenced > weightBytes)
+      return error(llvm::formatv("invalid plan: stage {0} reads {1} bytes "
+                                 "from weight files of {2} bytes",
+                                 s.index, referenced, weightBytes));
+    if (filled > 2 * (referenced + other) + (uint64_t(1) << 16))
+      return error(llvm::formatv("invalid plan: stage {0} fills {1} bytes of "
+                                 "state for {2} bytes of parameters",
+                                 s.index, filled, referenced + other));
+  }
+
   // What a blob is called in errors: its first slot.
   auto blobName = [&](int b) -> std::string {
     for (const StagePlan &s : plan.stages)
@@ -604,6 +680,8 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
     if (r.stage() < -1 || r.stage() >= nstages)
       return error(llvm::formatv("invalid plan: {0} belongs to stage {1}",
                                  blobName(b), r.stage()));
+    if (r.weight_file() || !r.fill().empty())
+      continue; // fromProto checked its range against its weight file
     if (r.offset() % kAlign != 0 || r.offset() < dataStart)
       return error(llvm::formatv("invalid plan: {0} is at bad offset {1}",
                                  blobName(b), r.offset()));
@@ -622,14 +700,40 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
       if (sl.blob >= 0)
         wanted[sl.blob] = true;
   }
+  // Weight files the wanted blobs read must be the ones compiled against:
+  // same size now (each blob's checksum is checked as the executor loads
+  // it, so a file is read once).
+  std::vector<bool> fileWanted(plan.weightFiles.size(), false);
   for (size_t b = 0; b < plan.blobs.size(); ++b) {
+    Blob &blob = plan.blobs[b];
     if (!wanted[b])
       continue;
+    if (blob.referenced()) {
+      fileWanted[size_t(blob.file)] = true;
+      continue;
+    }
+    if (blob.filled())
+      continue;
     const pb::BlobRef &r = header.blobs(int(b));
-    Blob &blob = plan.blobs[b];
     blob.bytes.assign(bytes + r.offset(), bytes + r.offset() + r.size());
-    if (fnv1a64(blob.bytes.data(), blob.bytes.size()) != blob.checksum)
+    if (support::blockChecksum(blob.bytes.data(), blob.bytes.size()) !=
+        blob.checksum)
       return error(blobName(int(b)) + " is corrupt: checksum mismatch");
+  }
+  for (size_t f = 0; f < plan.weightFiles.size(); ++f) {
+    if (!fileWanted[f])
+      continue;
+    const WeightFile &w = plan.weightFiles[f];
+    if (llvm::Error e = support::checkInputFile(w.path, "weight file"))
+      return error(llvm::toString(std::move(e)) +
+                   " (the plan refers to its weights; recompile the model "
+                   "or restore the file)");
+    uint64_t now = 0;
+    if (llvm::sys::fs::file_size(w.path, now) || now != w.size)
+      return error(llvm::formatv("weight file '{0}' is {1} bytes; the plan "
+                                 "was compiled against {2}: it changed, "
+                                 "recompile the model",
+                                 w.path, now, w.size));
   }
   return std::move(plan);
 }

@@ -24,7 +24,7 @@
 namespace cleave::runtime {
 
 // The format version this build writes and reads (the preamble's u32).
-inline constexpr uint32_t kPlanFileVersion = 1;
+inline constexpr uint32_t kPlanFileVersion = 2;
 
 // Checks a Plan's internal consistency: indices in range, op names and
 // attributes valid for their ops, slot sizes matching dtype and shape, frame

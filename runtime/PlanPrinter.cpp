@@ -112,9 +112,12 @@ std::string ms(double seconds) {
 } // namespace
 
 void printPlan(const Plan &plan, llvm::raw_ostream &os) {
-  uint64_t blobBytes = 0;
-  for (const Blob &b : plan.blobs)
+  uint64_t blobBytes = 0, referenced = 0, referencedBytes = 0;
+  for (const Blob &b : plan.blobs) {
     blobBytes += b.bytes.size();
+    referenced += b.referenced();
+    referencedBytes += b.referenced() ? b.size : 0;
+  }
   os << "plan " << quoted(plan.modelName) << " (format version " << plan.version
      << ")\n";
   if (!plan.sourceModel.empty())
@@ -138,7 +141,14 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
      << ", lr " << number(plan.lr) << ", precision " << plan.precision
      << "\n";
   os << "  blobs " << plan.blobs.size() << " (" << blobBytes
-     << " bytes loaded)\n";
+     << " bytes loaded)";
+  if (referenced)
+    os << ", " << referenced << " of them referenced (" << referencedBytes
+       << " bytes)";
+  os << "\n";
+  for (const WeightFile &f : plan.weightFiles)
+    os << "  weight file " << quoted(f.path) << " (" << f.size
+       << " bytes)\n";
   if (plan.predictedStepTime > 0)
     os << "  predicted step time " << ms(plan.predictedStepTime) << "\n";
 
@@ -154,6 +164,13 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
         os << " @" << sl.offset;
       if (sl.blob >= 0)
         os << " blob " << sl.blob;
+      if (sl.blob >= 0 && size_t(sl.blob) < plan.blobs.size() &&
+          plan.blobs[sl.blob].referenced())
+        os << " (file " << plan.blobs[sl.blob].file << " at "
+           << plan.blobs[sl.blob].offset << ")";
+      if (sl.blob >= 0 && size_t(sl.blob) < plan.blobs.size() &&
+          plan.blobs[sl.blob].filled())
+        os << " (fill)";
       if (sl.accum >= 0)
         os << " accum %" << sl.accum;
       if (sl.trainable)

@@ -440,7 +440,7 @@ llvm::Error verifyRunnable(const Plan &plan) {
 llvm::Error verifyPlan(const Plan &plan) {
   std::vector<uint64_t> sizes;
   for (const Blob &b : plan.blobs)
-    sizes.push_back(b.bytes.size());
+    sizes.push_back(b.byteSize());
   return verifyPlan(plan, sizes);
 }
 

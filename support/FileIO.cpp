@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -136,6 +137,53 @@ readFileSlice(const std::string &path, uint64_t offset, uint64_t length,
   if (length == 0)
     return llvm::MemoryBuffer::getMemBuffer("", path);
   return readOpen(file, path, length, offset);
+}
+
+llvm::Error streamFileRange(
+    const std::string &path, uint64_t offset, uint64_t length,
+    llvm::function_ref<llvm::Error(const uint8_t *, size_t)> consume,
+    llvm::StringRef kind) {
+  Fd file;
+  uint64_t size = 0;
+  if (llvm::Error e = openRegular(path, kind, file, size))
+    return e;
+  if (offset > size || length > size - offset)
+    return error("'" + path + "' is too short (" + std::to_string(size) +
+                 " bytes; needs " + std::to_string(length) + " at offset " +
+                 std::to_string(offset) + ")");
+  constexpr size_t kPiece = size_t(8) << 20;
+  static const std::vector<uint8_t> zeros(kPiece, 0);
+  std::vector<uint8_t> buf(std::min<uint64_t>(length, kPiece));
+  const uint64_t end = offset + length;
+  for (uint64_t at = offset; at < end;) {
+    // Where the data resumes: past a hole, which reads as zeros.
+    off_t data = ::lseek(file.fd, off_t(at), SEEK_DATA);
+    uint64_t dataAt = data < 0 ? end : std::min<uint64_t>(uint64_t(data), end);
+    for (; at < dataAt;) {
+      size_t n = size_t(std::min<uint64_t>(kPiece, dataAt - at));
+      if (llvm::Error e = consume(zeros.data(), n))
+        return e;
+      at += n;
+    }
+    if (at >= end)
+      break;
+    off_t hole = ::lseek(file.fd, off_t(at), SEEK_HOLE);
+    uint64_t holeAt = hole < 0 ? end : std::min<uint64_t>(uint64_t(hole), end);
+    for (; at < holeAt;) {
+      size_t n = size_t(std::min<uint64_t>(kPiece, holeAt - at));
+      ssize_t got = ::pread(file.fd, buf.data(), n, off_t(at));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        return error("cannot read '" + path + "' at byte " +
+                     std::to_string(at) + ": " +
+                     (got < 0 ? std::strerror(errno) : "it ended early"));
+      if (llvm::Error e = consume(buf.data(), size_t(got)))
+        return e;
+      at += uint64_t(got);
+    }
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>

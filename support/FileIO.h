@@ -9,6 +9,7 @@
 // device such as /dev/null for a regular file.
 #pragma once
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -44,6 +45,17 @@ readFile(const std::string &path, llvm::StringRef kind = "file",
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 readFileSlice(const std::string &path, uint64_t offset, uint64_t length,
               llvm::StringRef kind = "file");
+
+// Passes `length` bytes of `path` from `offset` to `consume` in order, in
+// pieces of at most 8 MiB, without holding them: data is read (pread) into
+// one reused buffer, and holes of a sparse file (SEEK_DATA / SEEK_HOLE)
+// arrive as zeros without being read. readFile's checks hold; a file shorter
+// than the range is an error. For weights of any size: the memory used is
+// one piece.
+llvm::Error streamFileRange(
+    const std::string &path, uint64_t offset, uint64_t length,
+    llvm::function_ref<llvm::Error(const uint8_t *, size_t)> consume,
+    llvm::StringRef kind = "file");
 
 // Standard input, read to its end but refused past `maxBytes` (stdin may be
 // /dev/zero or an endless pipe).

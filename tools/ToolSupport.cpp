@@ -180,6 +180,16 @@ llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts) {
   return llvm::Error::success();
 }
 
+llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit) {
+  for (ir::Value *v : g.declared())
+    if (v->type().numElements() <= limit && !v->data()->isLoaded())
+      if (llvm::Error e = v->data()->load())
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "%" + v->name() + ": " +
+                                           llvm::toString(std::move(e)));
+  return llvm::Error::success();
+}
+
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts) {
   for (const std::string &spec : flags.getAll("input-shape")) {

@@ -77,6 +77,10 @@ std::vector<std::string> splitList(const std::string &s);
 
 // Fills PrintOptions from --inline-limit.
 llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts);
+// Reads the data of `g`'s parameters, buffers and constants of at most
+// `limit` elements that are still in their files (external data stays on
+// disk until needed), so IR text spells them out as --inline-limit says.
+llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit);
 
 // Fills ImportOptions from --input-shape and --microbatch-size.
 llvm::Error readImportFlags(const Flags &flags,

@@ -49,9 +49,15 @@ exit status: 0 success, 1 bad input, 2 bad usage.
 )";
 
 static llvm::Expected<std::unique_ptr<ir::Graph>>
-readInput(const std::string &path, const frontend::ImportOptions &opts) {
-  if (llvm::StringRef(path).endswith(".onnx"))
-    return frontend::importOnnxFile(path, opts);
+readInput(const std::string &path, const frontend::ImportOptions &opts,
+          int64_t inlineLimit) {
+  if (llvm::StringRef(path).endswith(".onnx")) {
+    auto g = frontend::importOnnxFile(path, opts);
+    if (g)
+      if (auto e = tools::loadSmallTensors(**g, inlineLimit))
+        return std::move(e);
+    return g;
+  }
   auto buf = path == "-"
                  ? support::readStdin("IR file", support::kMaxIrTextBytes)
                  : support::readFile(path, "IR file", support::kMaxIrTextBytes);
@@ -130,7 +136,7 @@ int main(int argc, char **argv) {
   if (auto e = tools::checkOutputs(flags, {"o"}, {"outputs"}))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
-  auto graph = readInput(flags.positional()[0], importOpts);
+  auto graph = readInput(flags.positional()[0], importOpts, print.inlineLimit);
   if (!graph)
     return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);
   if (auto e = ir::verifyGraph(**graph))

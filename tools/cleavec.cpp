@@ -44,6 +44,14 @@ output:
   -o FILE.cplan          write the training plan that cleave-run trains (per
                          stage programs, messages, schedule, memory plan,
                          parameters); one stage unless --stages says more
+  --weights=reference|embed
+                         with -o FILE.cplan: parameters whose bytes are in
+                         the model's external data file are referenced
+                         (file, range, checksum; default), so the plan stays
+                         small and each rank reads only its own weights
+                         from that file, which must stay unchanged; or
+                         copied into the plan (embed). Weights inside the
+                         .onnx are always copied
   --inline-limit=N       in IR text, spell out tensors of at most N elements
                          (default 16); larger ones refer to their file
 
@@ -131,6 +139,7 @@ int main(int argc, char **argv) {
     specs.push_back(p);
   specs.insert(specs.end(), {{"emit", true, false},
                       {"o", true, false},
+                      {"weights", true, false},
                       {"inline-limit", true, false},
                       {"microbatch-size", true, false},
                       {"input-shape", true, true},
@@ -169,6 +178,14 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   std::optional<tools::PlanningRequest> planning;
   bool planOut = llvm::StringRef(flags.get("o").value_or("")).endswith(".cplan");
+  std::string weights = flags.get("weights").value_or("reference");
+  if (weights != "reference" && weights != "embed")
+    return fail(kTool,
+                "--weights must be 'reference' or 'embed', not '" + weights +
+                    "'",
+                tools::kUsage);
+  if (flags.has("weights") && !planOut)
+    return fail(kTool, "--weights goes with -o FILE.cplan", tools::kUsage);
   if (planOut && emit != "summary")
     return fail(kTool, "-o FILE.cplan writes a plan; it does not go with --emit",
                 tools::kUsage);
@@ -226,6 +243,9 @@ int main(int argc, char **argv) {
   if (auto e = ir::verifyGraph(**graph))
     return fail(kTool, "imported IR is invalid: " + llvm::toString(std::move(e)),
                 tools::kBadInput);
+  if (emit == "ir" || !pipe.dumpAfter.empty())
+    if (auto e = tools::loadSmallTensors(**graph, print.inlineLimit))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   if (passes::wantsDump(pipe, "import"))
     passes::dumpIR(**graph, "import", llvm::errs());
   // What a plan's --save writes back: the model's own parameters and
@@ -298,6 +318,7 @@ int main(int argc, char **argv) {
       if (plan->timeUnit == "s")
         info.predictedStepTime = plan->predictedStepTime;
       info.stageReports = plan->stageReports;
+      info.referenceWeights = weights == "reference";
       auto built = codegen::buildPlan(plan->stageGraphs, plan->schedule, info);
       if (!built)
         return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);

@@ -14,14 +14,14 @@
 
 namespace cleave::testsupport {
 
-// `model` trained with `optimizer` (lr 0.1, SGD's momentum 0.9) on `stages`
-// stages and `microbatches` microbatches under `schedule` (uniform costs).
+// The model at `path` trained with `optimizer` (lr 0.1, SGD's momentum
+// 0.9) on `stages` stages and `microbatches` microbatches under `schedule`
+// (uniform costs); external-data weights referenced or copied.
 inline llvm::Expected<runtime::Plan>
-compileTrainingPlan(const std::string &model, int stages,
-                    int64_t microbatches, const std::string &schedule,
-                    const std::string &optimizer = "sgd") {
-  std::string path = std::string(CLEAVE_SOURCE_DIR) +
-                     "/tests/models/training/" + model + "/model.onnx";
+compilePlanFrom(const std::string &path, int stages, int64_t microbatches,
+                const std::string &schedule,
+                const std::string &optimizer = "sgd",
+                bool referenceWeights = true) {
   auto g = frontend::importOnnxFile(path, {});
   if (!g)
     return g.takeError();
@@ -49,12 +49,27 @@ compileTrainingPlan(const std::string &model, int stages,
   if (!planned)
     return planned.takeError();
   codegen::PlanInfo info;
-  info.modelName = model;
+  info.modelName = path;
+  info.referenceWeights = referenceWeights;
   info.modelTensors = tensors;
   info.lossName = (*g)->outputs()[0]->name();
   info.optimizer = optimizer;
   info.lr = 0.1;
   return codegen::buildPlan(planned->stageGraphs, planned->schedule, info);
+}
+
+// The committed training model `model` (tests/models/training/NAME).
+inline llvm::Expected<runtime::Plan>
+compileTrainingPlan(const std::string &model, int stages,
+                    int64_t microbatches, const std::string &schedule,
+                    const std::string &optimizer = "sgd") {
+  auto plan = compilePlanFrom(std::string(CLEAVE_SOURCE_DIR) +
+                                  "/tests/models/training/" + model +
+                                  "/model.onnx",
+                              stages, microbatches, schedule, optimizer);
+  if (plan)
+    plan->modelName = model;
+  return plan;
 }
 
 } // namespace cleave::testsupport

@@ -2,6 +2,7 @@
 // hand-built two-stage plan, per-stage loading, every way a file can be
 // wrong (magic, version, truncation, corrupt blobs, corrupt headers), atomic
 // writes, and the text printer.
+#include "support/Checksum.h"
 #include "runtime/PlanFile.h"
 
 #include "TestSupport.h"
@@ -72,7 +73,7 @@ Blob blob(size_t bytes, uint8_t seed) {
   b.bytes.resize(bytes);
   for (size_t i = 0; i < bytes; ++i)
     b.bytes[i] = uint8_t(seed + i * 31 + (i >> 8));
-  b.checksum = fnv1a64(b.bytes.data(), b.bytes.size());
+  b.checksum = support::blockChecksum(b.bytes.data(), b.bytes.size());
   return b;
 }
 
@@ -340,7 +341,7 @@ TEST(PlanFile, LayoutIsAlignedAndDeterministic) {
   std::string a = readBytes(dir.file("a.cplan"));
   EXPECT_EQ(a, readBytes(dir.file("b.cplan")));
   EXPECT_EQ(a.substr(0, 11), std::string("CLEAVEPLAN\0", 11));
-  EXPECT_EQ(a.substr(11, 4), std::string("\1\0\0\0", 4));
+  EXPECT_EQ(a.substr(11, 4), std::string("\2\0\0\0", 4));
   EXPECT_EQ(a.size() % 64, 0u);
   // The first blob starts at the first 64-byte boundary after the header,
   // and its bytes are there verbatim.
@@ -408,10 +409,10 @@ TEST(PlanFile, WrongVersion) {
   std::string path = dir.file("v.cplan");
   ASSERT_EQ(errorText(writePlanFile(makePlan(16), path)), "(success)");
   std::string bytes = readBytes(path);
-  bytes[11] = 2;
+  bytes[11] = 3;
   writeBytes(path, bytes);
   EXPECT_EQ(readError(path),
-            path + ": plan format version 2; this cleave reads version 1: "
+            path + ": plan format version 3; this cleave reads version 2: "
                    "recompile the model with this cleavec");
 }
 
@@ -598,7 +599,7 @@ TEST(PlanFile, PrintPlan) {
   std::string text = printed(plan);
   EXPECT_EQ(text, printed(plan)); // deterministic
   for (const char *line : {
-           "plan \"tiny\" (format version 1)\n",
+           "plan \"tiny\" (format version 2)\n",
            "  source \"models/tiny.onnx\"\n",
            "  schedule 1f1b, 2 stages, 2 microbatches\n",
            "  input \"x\" : f32[2,4]\n",

@@ -10,6 +10,7 @@
 //            STEP: w.new = SGD(w, gw.acc, lr) with grad_scale 1/M; w <- w.new
 // so loss_i = y_i . w, d loss / d w = y_i and d loss / d y = w, which the
 // tests compute by hand.
+#include "support/Checksum.h"
 #include "runtime/comm/Comm.h"
 #include "runtime/Executor.h"
 
@@ -47,7 +48,7 @@ int addBlob(Plan &p, const std::vector<float> &values) {
   Blob b;
   b.bytes.resize(values.size() * 4);
   std::memcpy(b.bytes.data(), values.data(), b.bytes.size());
-  b.checksum = fnv1a64(b.bytes.data(), b.bytes.size());
+  b.checksum = support::blockChecksum(b.bytes.data(), b.bytes.size());
   p.blobs.push_back(std::move(b));
   return int(p.blobs.size()) - 1;
 }

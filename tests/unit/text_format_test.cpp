@@ -476,6 +476,7 @@ TEST(TextFormat, CommittedModelsRoundTripAndReloadTheirData) {
       const Value *orig = (*imported)->lookup(v->name());
       ASSERT_TRUE(orig) << v->name();
       ASSERT_FALSE(bool(v->data()->load())) << v->name();
+      ASSERT_FALSE(bool(orig->data()->load())) << v->name();
       EXPECT_EQ(v->data()->bytes(), orig->data()->bytes()) << v->name();
     }
   }

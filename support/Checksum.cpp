@@ -1,0 +1,75 @@
+#include "support/Checksum.h"
+
+#include <cstring>
+
+namespace cleave::support {
+
+static constexpr uint64_t kMul1 = 0x9E3779B97F4A7C15ull; // 2^64 / golden ratio
+static constexpr uint64_t kMul2 = 0xC2B2AE3D27D4EB4Full;
+
+static inline uint64_t rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t mixWord(uint64_t lane, uint64_t word) {
+  return rotl(lane ^ (word * kMul1), 31) * kMul2;
+}
+
+static inline uint64_t load64(const uint8_t *p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8); // little-endian hosts only, like the plan format
+  return w;
+}
+
+void BlockChecksum::block(const uint8_t *p) {
+  lane_[0] = mixWord(lane_[0], load64(p));
+  lane_[1] = mixWord(lane_[1], load64(p + 8));
+  lane_[2] = mixWord(lane_[2], load64(p + 16));
+  lane_[3] = mixWord(lane_[3], load64(p + 24));
+}
+
+void BlockChecksum::update(const void *data, size_t bytes) {
+  const auto *p = static_cast<const uint8_t *>(data);
+  total_ += bytes;
+  if (tailBytes_) {
+    size_t take = bytes < 32 - tailBytes_ ? bytes : 32 - tailBytes_;
+    std::memcpy(tail_ + tailBytes_, p, take);
+    tailBytes_ += take;
+    p += take;
+    bytes -= take;
+    if (tailBytes_ < 32)
+      return;
+    block(tail_);
+    tailBytes_ = 0;
+  }
+  for (; bytes >= 32; p += 32, bytes -= 32)
+    block(p);
+  std::memcpy(tail_, p, bytes);
+  tailBytes_ = bytes;
+}
+
+uint64_t BlockChecksum::value() const {
+  uint64_t h = rotl(lane_[0], 1) + rotl(lane_[1], 7) + rotl(lane_[2], 12) +
+               rotl(lane_[3], 18);
+  for (uint64_t lane : lane_)
+    h = (h ^ mixWord(0, lane)) * kMul1 + kMul2;
+  // The tail byte by byte, then the length.
+  for (size_t i = 0; i < tailBytes_; ++i)
+    h = rotl(h ^ (tail_[i] * kMul2), 11) * kMul1;
+  h ^= total_ * kMul2;
+  // Avalanche: every input bit reaches every output bit.
+  h ^= h >> 33;
+  h *= kMul2;
+  h ^= h >> 29;
+  h *= kMul1;
+  h ^= h >> 32;
+  return h;
+}
+
+uint64_t blockChecksum(const void *data, size_t bytes) {
+  BlockChecksum c;
+  c.update(data, bytes);
+  return c.value();
+}
+
+} // namespace cleave::support

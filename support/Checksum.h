@@ -1,0 +1,36 @@
+// A 64-bit checksum of tensor bytes, fast enough for tens of gigabytes:
+// plans record one per parameter blob, and a 7B model's 27 GB of weights
+// are summed once when cleavec writes the plan and once when each rank
+// loads its own. Four independent lanes take a 64-bit word each per
+// 32-byte block (multiply, rotate, multiply: about 8 GB/s on one core,
+// against 0.75 GB/s for byte-at-a-time FNV-1a); the tail, the length and a
+// final avalanche make every byte and the length matter. It detects
+// corruption and files that changed; it is not a cryptographic hash.
+//
+// The sum depends only on the bytes, not on how they are split between
+// update() calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cleave::support {
+
+class BlockChecksum {
+public:
+  void update(const void *data, size_t bytes);
+  uint64_t value() const;
+
+private:
+  void block(const uint8_t *p);
+  uint64_t lane_[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull,
+                       0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+  uint8_t tail_[32];
+  size_t tailBytes_ = 0;
+  uint64_t total_ = 0;
+};
+
+// The checksum of one buffer.
+uint64_t blockChecksum(const void *data, size_t bytes);
+
+} // namespace cleave::support
