@@ -43,8 +43,14 @@ static std::string dataText(const TensorData &d, const PrintOptions &opts) {
   // Data known only by reference prints as that reference whatever its
   // size: printing never loads files.
   if (llvm::ArrayRef<uint8_t> e = d.splatElement(); !e.empty()) {
+    // Spelled out like any small tensor; one element when large.
     TensorData one(TensorType(d.type().dtype, {}), e.vec());
-    return "splat<" + elementText(one, 0) + ">";
+    if (n > opts.inlineLimit)
+      return "splat<" + elementText(one, 0) + ">";
+    std::string s = "dense<[";
+    for (int64_t i = 0; i < n; ++i)
+      s += (i ? ", " : "") + elementText(one, 0);
+    return s + "]>";
   }
   bool small = n <= opts.inlineLimit && d.isLoaded();
   if (!small && o.kind == DataOrigin::Kind::OnnxInitializer)

@@ -654,7 +654,7 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
         continue;
       const Blob &b = plan.blobs[size_t(sl.blob)];
       (b.referenced() ? referenced : b.filled() ? filled : other) +=
-          b.byteSize();
+          sizes[size_t(sl.blob)]; // held bytes are not read yet
     }
     if (referenced > weightBytes)
       return error(llvm::formatv("invalid plan: stage {0} reads {1} bytes "
