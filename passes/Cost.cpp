@@ -165,6 +165,12 @@ static const DeviceProfile kProfiles[] = {
     // p2p figures, not datasheet numbers. BF16 tensor cores: 989 TFLOP/s
     // dense (the datasheet's 1,979 is with 2:4 sparsity).
     {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6, 989e12},
+    // NVIDIA A100 SXM4 80 GB datasheet: FP32 19.5 TFLOP/s (cleave runs f32
+    // without TF32), HBM2e 2,039 GB/s, NVLink 600 GB/s total (300 GB/s each
+    // way), BF16 tensor cores 312 TFLOP/s dense (624 with sparsity); the
+    // overhead and latency as for h200. The class of GPU the 2BP paper
+    // measured on.
+    {"a100", 19.5e12, 2.039e12, 5e-6, 300e9, 10e-6, 312e12},
 };
 
 llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name) {
@@ -173,7 +179,7 @@ llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name) {
       return p;
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  "unknown device profile '" + name.str() +
-                                     "' (known: cpu, h200)");
+                                     "' (known: cpu, h200, a100)");
 }
 
 llvm::Expected<CostModelSpec> parseCostModel(llvm::StringRef text) {

@@ -47,8 +47,8 @@ struct DeviceProfile {
   double peakFlops16 = 0;     // FLOP/s of bf16 matrix products (f32 sums)
 };
 
-// The built-in profiles: "cpu" (this machine kind, measured) and "h200"
-// (NVIDIA's published H200 SXM figures). Unknown names are an error that
+// The built-in profiles: "cpu" (this machine kind, measured), "h200" and
+// "a100" (NVIDIA's published H200 SXM and A100 SXM4 80 GB figures). Unknown names are an error that
 // lists the known ones.
 llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name);
 

@@ -38,7 +38,7 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          and the schedule must fit it
   --cost-model=analytic|uniform|profile:FILE
                          where times come from (default analytic: FLOPs and
-                         bytes against --device-profile cpu|h200)
+                         bytes against --device-profile cpu|h200|a100)
   --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
   --layer-depth=N        module-path components per layer (default: the
                          shallowest depth with repeated blocks, such as

@@ -30,7 +30,7 @@ made into one as cleavec does.
   --split-at=LAYER,...   cut before these layers instead of searching
   --cost-model=analytic|uniform|profile:FILE
                          where op times come from (default analytic)
-  --device-profile=cpu|h200
+  --device-profile=cpu|h200|a100
                          the device of the analytic model (default cpu)
   --layer-depth=N        scope components per layer name (default: the
                          shallowest depth with repeated blocks);

@@ -118,7 +118,7 @@ TEST(CostModel, DeviceProfiles) {
   auto bad = lookupDeviceProfile("tpu");
   ASSERT_FALSE(bool(bad));
   EXPECT_EQ(llvm::toString(bad.takeError()),
-            "unknown device profile 'tpu' (known: cpu, h200)");
+            "unknown device profile 'tpu' (known: cpu, h200, a100)");
 }
 
 TEST(CostModel, ParsesCostModelFlag) {
