@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -79,17 +80,20 @@ int64_t grainFor(int64_t elements) {
 }
 
 // The group's im2col matrix of images [i0, i0 + count), rows R and
-// count * P columns, image i's columns at i * P.
+// count * P columns, image i's columns at i * P; tasks of (image, block of
+// rows) with a few thousand elements each.
 template <typename T>
-void foldedIm2col(const ConvDims &d, const T *x, int64_t grp, int64_t i0,
-                  int64_t count, bool inner, T *col) {
+void foldedIm2col(const ConvDims &d, const TapRuns &taps, const T *x,
+                  int64_t grp, int64_t i0, int64_t count, bool inner, T *col) {
   const WindowGeometry &g = d.g;
   int64_t ld = count * g.outSize;
-  loop(inner, count * d.rows, grainFor(g.outSize), [&](int64_t u0, int64_t u1) {
+  int64_t block = std::max<int64_t>(1, 4096 / g.outSize);
+  int64_t blocks = ceilDiv(d.rows, block);
+  loop(inner, count * blocks, 1, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      int64_t i = u / d.rows, row = u % d.rows;
-      im2col(x + ((i0 + i) * d.c + grp * d.cg) * g.inSize, g, row, row + 1,
-             col + i * g.outSize, ld);
+      int64_t i = u / blocks, row = (u % blocks) * block;
+      im2col(x + ((i0 + i) * d.c + grp * d.cg) * g.inSize, g, taps, row,
+             std::min(d.rows, row + block), col + i * g.outSize, ld);
     }
   });
 }
@@ -108,23 +112,17 @@ void gatherGradient(const ConvDims &d, const T *dy, int64_t grp, int64_t i0,
   });
 }
 
-} // namespace
-
-bool foldsBatch(const ConvDims &d) {
-  return d.g.outSize > 0 && d.g.outSize <= kMaxFoldedPositions && d.n > 1 &&
-         d.rows > 0 && d.mg > 0 && fitsBlas({d.rows});
-}
-
 template <typename T>
-void convForwardFolded(const ConvDims &d, const T *x, const T *w, const T *bias,
-                       T *y) {
+void forwardAll(const ConvDims &d, const T *x, const T *w, const T *bias,
+                T *y) {
   Chunking ch = chunking(d);
+  TapRuns taps(d.g);
   int64_t p = d.g.outSize;
   forEachGroup<T>(d, ch, [&](int64_t grp, T *scratch, bool inner) {
     for (int64_t i0 = 0; i0 < d.n; i0 += ch.images) {
       int64_t count = std::min(ch.images, d.n - i0), ld = count * p;
       T *col = scratch, *out = scratch + d.rows * ld;
-      foldedIm2col(d, x, grp, i0, count, inner, col);
+      foldedIm2col(d, taps, x, grp, i0, count, inner, col);
       groupGemm<T>(inner, false, false, d.mg, ld, d.rows,
                    w + grp * d.mg * d.rows, d.rows, col, ld, T(0), out, ld);
       loop(inner, count * d.mg, grainFor(p), [&](int64_t u0, int64_t u1) {
@@ -142,8 +140,9 @@ void convForwardFolded(const ConvDims &d, const T *x, const T *w, const T *bias,
 }
 
 template <typename T>
-void convGradDataFolded(const ConvDims &d, const T *dy, const T *w, T *dx) {
+void gradDataAll(const ConvDims &d, const T *dy, const T *w, T *dx) {
   Chunking ch = chunking(d);
+  TapRuns taps(d.g);
   const WindowGeometry &g = d.g;
   forEachGroup<T>(d, ch, [&](int64_t grp, T *scratch, bool inner) {
     for (int64_t i0 = 0; i0 < d.n; i0 += ch.images) {
@@ -159,7 +158,7 @@ void convGradDataFolded(const ConvDims &d, const T *dy, const T *w, T *dx) {
                int64_t i = u / d.cg, c = u % d.cg;
                T *planes = dx + ((i0 + i) * d.c + grp * d.cg) * g.inSize;
                std::fill_n(planes + c * g.inSize, g.inSize, T(0));
-               col2im(col + i * g.outSize, g, c, c + 1, planes, ld);
+               col2im(col + i * g.outSize, g, taps, c, c + 1, planes, ld);
              }
            });
     }
@@ -167,18 +166,132 @@ void convGradDataFolded(const ConvDims &d, const T *dy, const T *w, T *dx) {
 }
 
 template <typename T>
-void convGradFilterFolded(const ConvDims &d, const T *x, const T *dy, T *dw) {
+void gradFilterAll(const ConvDims &d, const T *x, const T *dy, T *dw) {
   Chunking ch = chunking(d);
+  TapRuns taps(d.g);
   forEachGroup<T>(d, ch, [&](int64_t grp, T *scratch, bool inner) {
     // The chunks' products add into dW_g in order.
     for (int64_t i0 = 0; i0 < d.n; i0 += ch.images) {
       int64_t count = std::min(ch.images, d.n - i0), ld = count * d.g.outSize;
       T *col = scratch, *dyg = scratch + d.rows * ld;
-      foldedIm2col(d, x, grp, i0, count, inner, col);
+      foldedIm2col(d, taps, x, grp, i0, count, inner, col);
       gatherGradient(d, dy, grp, i0, count, inner, dyg);
       groupGemm<T>(inner, false, true, d.mg, d.rows, ld, dyg, ld, col, ld,
                    i0 ? T(1) : T(0), dw + grp * d.mg * d.rows, d.rows);
     }
+  });
+}
+
+// The taps of a kernel that read inside the input at some output position
+// form a box (per dim, a range of taps); the others meet only padding, as 8
+// of the 9 taps of a 3x3 conv on 1x1 maps do. The conv over the box alone
+// is the same conv without those zero products.
+struct LiveTaps {
+  ConvDims d;                 // the conv over the box
+  WindowGeometry::Dims first; // the box's first tap per dim
+  bool all;                   // the box is the whole kernel
+};
+
+LiveTaps liveTaps(const ConvDims &full) {
+  LiveTaps t{full, {}, true};
+  WindowGeometry &g = t.d.g;
+  for (size_t k = 0; k < g.rank(); ++k) {
+    auto live = [&](int64_t tap) {
+      auto [lo, hi] = insideRange(tap * g.dilations[k] - g.padBegin[k],
+                                  g.strides[k], g.out[k], g.in[k]);
+      return lo < hi;
+    };
+    int64_t lo = 0, hi = g.kernel[k];
+    while (lo < hi && !live(lo))
+      ++lo;
+    while (hi > lo && !live(hi - 1))
+      --hi;
+    t.first.push_back(lo);
+    if (lo == 0 && hi == g.kernel[k])
+      continue;
+    t.all = false;
+    g.padBegin[k] -= lo * g.dilations[k];
+    g.padEnd[k] -= (g.kernel[k] - hi) * g.dilations[k];
+    g.kernel[k] = hi - lo;
+  }
+  g.kernelSize = elementCount(g.kernel);
+  t.d.rows = t.d.cg * g.kernelSize;
+  return t;
+}
+
+// The kernel tap of each tap of the box, in order.
+std::vector<int64_t> boxTapsInKernel(const LiveTaps &t,
+                                     const WindowGeometry &full) {
+  const WindowGeometry::Dims &box = t.d.g.kernel;
+  std::vector<int64_t> taps;
+  for (int64_t bt = 0; bt < t.d.g.kernelSize; ++bt) {
+    int64_t rest = bt, tap = 0, stride = 1;
+    for (size_t d = box.size(); d-- > 0;) {
+      tap += (t.first[d] + rest % box[d]) * stride;
+      rest /= box[d];
+      stride *= full.kernel[d];
+    }
+    taps.push_back(tap);
+  }
+  return taps;
+}
+
+// The filters' taps inside the box, [M, Cg, box...].
+template <typename T>
+std::vector<T> boxWeights(const LiveTaps &t, const ConvDims &full, const T *w) {
+  int64_t boxTaps = t.d.g.kernelSize, taps = full.g.kernelSize;
+  std::vector<int64_t> at = boxTapsInKernel(t, full.g);
+  std::vector<T> out(size_t(full.m * full.cg * boxTaps));
+  // Spread over threads: the filters of the last stages are megabytes.
+  parallelFor(full.m * full.cg, 4096 / taps + 1, [&](int64_t f0, int64_t f1) {
+    for (int64_t f = f0; f < f1; ++f)
+      for (int64_t bt = 0; bt < boxTaps; ++bt)
+        out[size_t(f * boxTaps + bt)] = w[f * taps + at[size_t(bt)]];
+  });
+  return out;
+}
+
+} // namespace
+
+bool foldsBatch(const ConvDims &d) {
+  return d.g.outSize > 0 && d.g.outSize <= kMaxFoldedPositions && d.n > 1 &&
+         d.rows > 0 && d.mg > 0 && fitsBlas({d.rows}) && liveTaps(d).d.rows > 0;
+}
+
+template <typename T>
+void convForwardFolded(const ConvDims &d, const T *x, const T *w, const T *bias,
+                       T *y) {
+  LiveTaps t = liveTaps(d);
+  if (t.all)
+    return forwardAll(d, x, w, bias, y);
+  std::vector<T> box = boxWeights(t, d, w);
+  forwardAll(t.d, x, box.data(), bias, y);
+}
+
+template <typename T>
+void convGradDataFolded(const ConvDims &d, const T *dy, const T *w, T *dx) {
+  LiveTaps t = liveTaps(d);
+  if (t.all)
+    return gradDataAll(d, dy, w, dx);
+  std::vector<T> box = boxWeights(t, d, w);
+  gradDataAll(t.d, dy, box.data(), dx);
+}
+
+template <typename T>
+void convGradFilterFolded(const ConvDims &d, const T *x, const T *dy, T *dw) {
+  LiveTaps t = liveTaps(d);
+  if (t.all)
+    return gradFilterAll(d, x, dy, dw);
+  // The taps outside the box meet only padding: their gradient is 0.
+  std::vector<T> box(size_t(d.m * t.d.rows));
+  gradFilterAll(t.d, x, dy, box.data());
+  int64_t boxTaps = t.d.g.kernelSize, taps = d.g.kernelSize;
+  std::vector<int64_t> at = boxTapsInKernel(t, d.g);
+  parallelFor(d.m * d.cg, 4096 / taps + 1, [&](int64_t f0, int64_t f1) {
+    std::fill(dw + f0 * taps, dw + f1 * taps, T(0));
+    for (int64_t f = f0; f < f1; ++f)
+      for (int64_t bt = 0; bt < boxTaps; ++bt)
+        dw[f * taps + at[size_t(bt)]] = box[size_t(f * boxTaps + bt)];
   });
 }
 

@@ -10,6 +10,8 @@
 //   forward:          Y_g [Mg, NP] = W_g [Mg, R] * col [R, NP]
 //   input gradient:   col = W_g^T * dY_g [Mg, NP], then col2im per image
 //   filter gradient:  dW_g = sum over chunks of images of dY_g * col^T
+// Kernel taps that meet only padding at every output position (8 of the
+// 9 taps of a 3x3 conv on 1x1 maps) are left out of the products.
 // Images go in chunks whose size is fixed by the shape (it bounds the
 // scratch), the filter gradient adds its chunks in order, and every GEMM is
 // cut by the shape alone (parallelGemm): the bits do not depend on the

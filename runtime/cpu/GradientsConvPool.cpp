@@ -180,6 +180,7 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
     return llvm::Error::success();
   }
   bool pointwise = isPointwise(g);
+  TapRuns taps(g);
   auto one = [&](int64_t ng, T *col, bool parallelInner) {
     int64_t img = ng / d->groups, grp = ng % d->groups;
     const T *dyg = dy + (img * d->m + grp * d->mg) * g.outSize;
@@ -197,10 +198,10 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
     std::fill_n(dxg, d->cg * g.inSize, T(0));
     if (parallelInner)
       parallelFor(d->cg, 1, [&](int64_t c0, int64_t c1) {
-        col2im(col, g, c0, c1, dxg, g.outSize);
+        col2im(col, g, taps, c0, c1, dxg, g.outSize);
       });
     else
-      col2im(col, g, 0, d->cg, dxg, g.outSize);
+      col2im(col, g, taps, 0, d->cg, dxg, g.outSize);
   };
   forEachProduct<T>(d->n * d->groups, d->mg * g.outSize * d->rows,
                     pointwise ? 0 : size_t(d->rows * g.outSize), one);
@@ -306,6 +307,7 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
   if (g.outSize == 0 || dW.numElements() == 0)
     return llvm::Error::success();
   bool pointwise = isPointwise(g);
+  TapRuns taps(g);
   auto one = [&](int64_t grp, T *col, bool parallelInner) {
     T *dwg = dw + grp * d->mg * d->rows;
     for (int64_t img = 0; img < d->n; ++img) {
@@ -316,10 +318,10 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
         if (parallelInner)
           parallelFor(d->rows, std::max<int64_t>(1, 16384 / g.outSize),
                       [&](int64_t r0, int64_t r1) {
-                        im2col(xg, g, r0, r1, col, g.outSize);
+                        im2col(xg, g, taps, r0, r1, col, g.outSize);
                       });
         else
-          im2col(xg, g, 0, d->rows, col, g.outSize);
+          im2col(xg, g, taps, 0, d->rows, col, g.outSize);
         cols = col;
       }
       parallelGemm<T>(false, true, d->mg, d->rows, g.outSize, T(1), dyg,
