@@ -264,7 +264,7 @@ def main():
             flops = training_flops(model, inputs)
             model.train()
             argv = tuple(inputs.values())
-            first_torch = float(model(*argv))
+            first_torch = float(model(*argv).detach())
             opt = torch.optim.SGD(model.parameters(), lr=args.lr)
             eager = lambda: torch_step(model, opt, argv)  # noqa: E731
             torch_times(eager, WARMUP)
