@@ -175,7 +175,7 @@ def torch_times(step, steps):
         t0 = time.perf_counter()
         loss = step()
         times.append((time.perf_counter() - t0) * 1000)
-    return times, float(loss)
+    return times, float(loss.detach())
 
 
 def run(cmd):
