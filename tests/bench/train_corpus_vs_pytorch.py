@@ -35,7 +35,8 @@ Printed per model: the median step of each framework over all rounds, the
 ratios torch/cleave (above 1.0: cleave is faster), the first losses of
 both (same weights, same batch), and the training FLOPs per step (counted
 by torch.utils.flop_counter) as GFLOP/s each framework achieves, against a
-measured f32 GEMM of PyTorch (torch.mm, 2048^3) on the same threads.
+measured f32 GEMM of PyTorch (torch.mm, 2048^3) and of cleave's runtime
+(build/tests/cleave-bench-device-profile, 1024^3) on the same threads.
 """
 
 import argparse
@@ -209,6 +210,16 @@ def gemm_peak(threads):
     return 2 * 2048 ** 3 / best / 1e9
 
 
+def cleave_peak(args):
+    """The runtime's own f32 GEMM on 1024^3 (cleave-bench-device-profile)."""
+    tool = os.path.join(args.build, "tests", "cleave-bench-device-profile")
+    if not os.path.exists(tool):
+        return "n/a (no " + tool + ")"
+    out = run([tool, str(args.threads)])
+    m = re.search(r"^sgemm \S+\s+(\S+) FLOP/s", out, re.M)
+    return f"{float(m.group(1)) / 1e9:.0f} GFLOP/s" if m else "n/a"
+
+
 def timed(f):
     t0 = time.perf_counter()
     f()
@@ -241,7 +252,7 @@ def main():
     peak = gemm_peak(args.threads)
     print(f"CPU: {cpu_model()}; {args.threads} threads; torch {torch.__version__}; "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
-          f"torch.mm f32 2048^3: {peak:.0f} GFLOP/s")
+          f"torch.mm f32 2048^3: {peak:.0f} GFLOP/s; cleave's sgemm: {cleave_peak(args):s}")
     print(f"medians over {args.rounds} interleaved rounds x {args.steps} steps "
           f"(after {WARMUP} warm-up steps); ratio = torch ms / cleave ms")
     head = f"{'model':16} {'torch ms':>9} {'cleave ms':>10} {'torch/cl':>8}"
