@@ -2,8 +2,10 @@
 // (ConvPool.cpp) and their gradients (GradientsConvPool.cpp): where each
 // output position's window lies in the input, over any number of spatial
 // dims (NCHW-style layouts, explicit strides, pads and dilations as the
-// importer resolved them). The gradients walk the windows the way the
-// forward kernels do, so both use these helpers.
+// importer resolved them), the im2col matrix and its adjoint, and a conv's
+// GEMM sizes. The gradients walk the windows the way the forward kernels
+// do, so both use these helpers; so do the batch-folded convs
+// (ConvBatchFolded.h).
 #pragma once
 
 #include "runtime/cpu/CpuKernels.h"
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace cleave::runtime::cpu {
 
@@ -70,8 +73,7 @@ struct WindowGeometry {
 // window's first input coordinate per dim; returns false if no tap lands
 // inside.
 template <typename F>
-bool forEachTap(const WindowGeometry &g, llvm::ArrayRef<int64_t> start,
-                F &&f) {
+bool forEachTap(const WindowGeometry &g, llvm::ArrayRef<int64_t> start, F &&f) {
   using Dims = WindowGeometry::Dims;
   size_t sp = g.rank(), last = sp - 1;
   Dims lo(sp), hi(sp), k(sp);
@@ -144,6 +146,145 @@ void forEachWindow(const WindowGeometry &g, int64_t planes, F &&f) {
                   }
                 }
               });
+}
+
+// For one kernel tap (first input coordinate start[d] per dim), calls
+// f(outLine, inLine, lo, hi) for every line of output positions (all dims
+// but the last fixed) that reads inside the input: output outLine + j reads
+// input inLine + j * stride for j in [lo, hi).
+template <typename F>
+void forEachTapLine(const WindowGeometry &g, llvm::ArrayRef<int64_t> start,
+                    F &&f) {
+  size_t last = g.rank() - 1;
+  int64_t outInner = g.out[last], outOuter = g.outSize / outInner;
+  auto [lo, hi] =
+      insideRange(start[last], g.strides[last], outInner, g.in[last]);
+  if (lo >= hi)
+    return;
+  for (int64_t o = 0; o < outOuter; ++o) {
+    int64_t off = 0, rest = o;
+    for (size_t d = last; d-- > 0 && off >= 0;) {
+      int64_t i = (rest % g.out[d]) * g.strides[d] + start[d];
+      rest /= g.out[d];
+      off = i < 0 || i >= g.in[d] ? -1 : off + i * g.inStrides[d];
+    }
+    if (off >= 0)
+      f(o * outInner, off + start[last], lo, hi);
+  }
+}
+
+// The first input coordinate, per spatial dim, of im2col row `row`'s tap.
+inline WindowGeometry::Dims tapStart(const WindowGeometry &g, int64_t row) {
+  WindowGeometry::Dims start(g.rank());
+  int64_t t = row % g.kernelSize;
+  for (size_t d = g.rank(); d-- > 0;) {
+    start[d] = (t % g.kernel[d]) * g.dilations[d] - g.padBegin[d];
+    t /= g.kernel[d];
+  }
+  return start;
+}
+
+// Where each kernel tap reads the input, worked out once per conv for all
+// its channels: per tap, runs of output positions (along the last spatial
+// dim) whose input lies inside; run r covers outputs [out, out + count),
+// which read input in + j * stride for j in [0, count).
+struct TapRuns {
+  struct Run {
+    int64_t out, in, count;
+  };
+  std::vector<Run> runs;
+  std::vector<size_t> first; // tap t's runs: [first[t], first[t + 1])
+  int64_t stride;
+
+  explicit TapRuns(const WindowGeometry &g) : stride(g.strides.back()) {
+    first.push_back(0);
+    for (int64_t t = 0; t < g.kernelSize; ++t) {
+      forEachTapLine(
+          g, tapStart(g, t),
+          [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
+            runs.push_back({outLine + lo, inLine + lo * stride, hi - lo});
+          });
+      first.push_back(runs.size());
+    }
+  }
+  llvm::ArrayRef<Run> ofTap(int64_t t) const {
+    return llvm::ArrayRef<Run>(runs).slice(first[t], first[t + 1] - first[t]);
+  }
+};
+
+// Rows [row0, row1) of the im2col matrix [Cg * kernelSize, outSize] of the
+// planes at x: row (c, tap) holds the input under that tap for every output
+// position, 0 in the padding. Row r starts at col + r * ld (ld >= outSize:
+// the batch-folded convs put the images' matrices side by side).
+template <typename T>
+void im2col(const T *x, const WindowGeometry &g, const TapRuns &taps,
+            int64_t row0, int64_t row1, T *col, int64_t ld) {
+  int64_t s = taps.stride;
+  for (int64_t row = row0; row < row1; ++row) {
+    const T *plane = x + (row / g.kernelSize) * g.inSize;
+    T *dst = col + row * ld;
+    std::fill(dst, dst + g.outSize, T(0));
+    for (const TapRuns::Run &r : taps.ofTap(row % g.kernelSize)) {
+      const T *src = plane + r.in;
+      T *out = dst + r.out;
+      if (s == 1) // a separate loop, so the compiler can vectorize it
+        for (int64_t j = 0; j < r.count; ++j)
+          out[j] = src[j];
+      else
+        for (int64_t j = 0; j < r.count; ++j)
+          out[j] = src[j * s];
+    }
+  }
+}
+
+// The adjoint of im2col for channels [c0, c1): adds every entry of those
+// channels' rows onto the input position it was read from (taps in order);
+// row r starts at col + r * ld.
+template <typename T>
+void col2im(const T *col, const WindowGeometry &g, const TapRuns &taps,
+            int64_t c0, int64_t c1, T *x, int64_t ld) {
+  int64_t s = taps.stride;
+  for (int64_t row = c0 * g.kernelSize; row < c1 * g.kernelSize; ++row) {
+    T *plane = x + (row / g.kernelSize) * g.inSize;
+    const T *src = col + row * ld;
+    for (const TapRuns::Run &r : taps.ofTap(row % g.kernelSize)) {
+      T *dst = plane + r.in;
+      const T *in = src + r.out;
+      if (s == 1)
+        for (int64_t j = 0; j < r.count; ++j)
+          dst[j] += in[j];
+      else
+        for (int64_t j = 0; j < r.count; ++j)
+          dst[j * s] += in[j];
+    }
+  }
+}
+
+// Conv of X [N, C, in...] with W [M, C/group, kernel...] into Y [N, M,
+// out...], and the GEMM sizes of one (image, group).
+struct ConvDims {
+  WindowGeometry g;
+  int64_t n, c, m, groups, cg, mg, rows;
+};
+
+// The ConvDims of a call with X shape x, W shape w and Y shape y, unchecked
+// (the gradient kernels check them first; the forward relies on the
+// verifier).
+inline ConvDims convDimsOf(const KernelCall &call, llvm::ArrayRef<int64_t> x,
+                           llvm::ArrayRef<int64_t> w,
+                           llvm::ArrayRef<int64_t> y) {
+  ConvDims d{WindowGeometry(call, x, y, w.drop_front(2), /*hasDilations=*/true),
+             x[0],
+             x[1],
+             w[0],
+             call.getInt("group"),
+             0,
+             0,
+             0};
+  d.cg = d.c / d.groups;
+  d.mg = d.m / d.groups;
+  d.rows = d.cg * d.g.kernelSize;
+  return d;
 }
 
 } // namespace cleave::runtime::cpu

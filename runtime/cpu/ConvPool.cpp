@@ -5,11 +5,15 @@
 // Conv multiplies each (image, group)'s filters [Mg, Cg * prod(kernel)] by
 // its input windows with OpenBLAS: straight from the input for a pointwise
 // conv, per kernel tap from a zero-padded copy for 2-D stride-1 convs, or
-// from an im2col matrix (see Lowering). Pooling windows are walked directly,
-// one (image, channel) plane per task.
+// from an im2col matrix (see Lowering). Two shapes go elsewhere first:
+// depthwise convs to direct loops (ConvDepthwise.h), and small outputs to
+// one GEMM over the whole batch (ConvBatchFolded.h). Pooling windows are
+// walked directly, one (image, channel) plane per task.
 #include "runtime/cpu/CpuKernels.h"
 
 #include "runtime/cpu/Blas.h"
+#include "runtime/cpu/ConvBatchFolded.h"
+#include "runtime/cpu/ConvDepthwise.h"
 #include "runtime/cpu/ConvGeometry.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -32,8 +36,8 @@ using Dims = llvm::SmallVector<int64_t, 4>;
 // each of those positions, the input value under that tap, or 0 in the
 // padding.
 template <typename T>
-void im2col(const T *x, const WindowGeometry &g, int64_t rows, int64_t outer0,
-            int64_t outer1, T *col) {
+void im2colBlock(const T *x, const WindowGeometry &g, int64_t rows,
+                 int64_t outer0, int64_t outer1, T *col) {
   size_t sp = g.rank(), last = sp - 1;
   int64_t outInner = g.out[last], s = g.strides[last];
   Dims tap(sp), start(sp), pos(sp);
@@ -229,7 +233,7 @@ template <typename T> struct ConvProblem {
     const T *b = in + outer0 * outInner;
     int64_t ldb = g.inSize;
     if (lowering == Lowering::Im2col) {
-      im2col(in, g, rows, outer0, outer1, scratch);
+      im2colBlock(in, g, rows, outer0, outer1, scratch);
       b = scratch;
       ldb = cols;
     }
@@ -299,6 +303,16 @@ template <typename T> llvm::Error conv(const KernelCall &call) {
   int64_t n = X.shape[0];
   if (n == 0 || W.shape[0] == 0)
     return llvm::Error::success();
+  ConvDims d = convDimsOf(call, X.shape, W.shape, call.outputs[0].shape);
+  const T *bias = call.inputs.size() == 3 ? call.inputs[2].as<T>() : nullptr;
+  if (isDepthwise2d(d)) {
+    depthwiseForward(d, X.as<T>(), W.as<T>(), bias, call.outputs[0].as<T>());
+    return llvm::Error::success();
+  }
+  if (foldsBatch(d)) {
+    convForwardFolded(d, X.as<T>(), W.as<T>(), bias, call.outputs[0].as<T>());
+    return llvm::Error::success();
+  }
   ConvProblem<T> p(call);
   const WindowGeometry &g = p.g;
   if (p.rows > INT_MAX || g.outSize > INT_MAX)

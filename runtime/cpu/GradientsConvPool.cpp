@@ -9,12 +9,16 @@
 //                   onto the input position it was read from;
 //   ConvGradFilter: dW += dY * im2col(X)^T, images added in order.
 // Both GEMMs go to OpenBLAS (Blas.h). A 1x1 conv that maps the input onto
-// the output position for position needs no im2col or col2im. Pooling
+// the output position for position needs no im2col or col2im. As in the
+// forward kernel, depthwise convs run direct loops (ConvDepthwise.h) and
+// small outputs one GEMM over the batch (ConvBatchFolded.h). Pooling
 // gradients walk each window again, one (image, channel) plane per task.
 //
 // Every scatter-add is done by one thread in a fixed order (col2im by
 // channel, pools by plane), so results do not depend on the thread count.
 #include "runtime/cpu/Blas.h"
+#include "runtime/cpu/ConvBatchFolded.h"
+#include "runtime/cpu/ConvDepthwise.h"
 #include "runtime/cpu/ConvGeometry.h"
 #include "runtime/cpu/CpuKernels.h"
 
@@ -50,80 +54,6 @@ llvm::Expected<WindowGeometry> window(const KernelCall &call,
   return WindowGeometry(call, inShape, outShape, kernel, hasDilations);
 }
 
-// For one kernel tap (first input coordinate start[d] per dim), calls
-// f(outLine, inLine, lo, hi) for every line of output positions (all dims
-// but the last fixed) that reads inside the input: output outLine + j reads
-// input inLine + j * stride for j in [lo, hi).
-template <typename F>
-void forEachTapLine(const WindowGeometry &g, llvm::ArrayRef<int64_t> start,
-                    F &&f) {
-  size_t last = g.rank() - 1;
-  int64_t outInner = g.out[last], outOuter = g.outSize / outInner;
-  auto [lo, hi] =
-      insideRange(start[last], g.strides[last], outInner, g.in[last]);
-  if (lo >= hi)
-    return;
-  for (int64_t o = 0; o < outOuter; ++o) {
-    int64_t off = 0, rest = o;
-    for (size_t d = last; d-- > 0 && off >= 0;) {
-      int64_t i = (rest % g.out[d]) * g.strides[d] + start[d];
-      rest /= g.out[d];
-      off = i < 0 || i >= g.in[d] ? -1 : off + i * g.inStrides[d];
-    }
-    if (off >= 0)
-      f(o * outInner, off + start[last], lo, hi);
-  }
-}
-
-// The first input coordinate, per spatial dim, of im2col row `row`'s tap.
-Dims tapStart(const WindowGeometry &g, int64_t row) {
-  Dims start(g.rank());
-  int64_t t = row % g.kernelSize;
-  for (size_t d = g.rank(); d-- > 0;) {
-    start[d] = (t % g.kernel[d]) * g.dilations[d] - g.padBegin[d];
-    t /= g.kernel[d];
-  }
-  return start;
-}
-
-// Rows [row0, row1) of the im2col matrix [Cg * kernelSize, outSize] of the
-// planes at x: row (c, tap) holds the input under that tap for every output
-// position, 0 in the padding.
-template <typename T>
-void im2col(const T *x, const WindowGeometry &g, int64_t row0, int64_t row1,
-            T *col) {
-  int64_t s = g.strides.back();
-  for (int64_t row = row0; row < row1; ++row) {
-    const T *plane = x + (row / g.kernelSize) * g.inSize;
-    T *dst = col + row * g.outSize;
-    std::fill(dst, dst + g.outSize, T(0));
-    forEachTapLine(
-        g, tapStart(g, row),
-        [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
-          for (int64_t j = lo; j < hi; ++j)
-            dst[outLine + j] = plane[inLine + j * s];
-        });
-  }
-}
-
-// The adjoint of im2col for channels [c0, c1): adds every entry of those
-// channels' rows onto the input position it was read from (taps in order).
-template <typename T>
-void col2im(const T *col, const WindowGeometry &g, int64_t c0, int64_t c1,
-            T *x) {
-  int64_t s = g.strides.back();
-  for (int64_t row = c0 * g.kernelSize; row < c1 * g.kernelSize; ++row) {
-    T *plane = x + (row / g.kernelSize) * g.inSize;
-    const T *src = col + row * g.outSize;
-    forEachTapLine(
-        g, tapStart(g, row),
-        [&](int64_t outLine, int64_t inLine, int64_t lo, int64_t hi) {
-          for (int64_t j = lo; j < hi; ++j)
-            plane[inLine + j * s] += src[outLine + j];
-        });
-  }
-}
-
 // A 1x1 conv whose input positions are its output positions.
 bool isPointwise(const WindowGeometry &g) {
   if (g.kernelSize != 1 || g.in != g.out)
@@ -136,13 +66,6 @@ bool isPointwise(const WindowGeometry &g) {
 
 // --- Conv -------------------------------------------------------------------
 
-// Conv of X [N, C, in...] with W [M, C/group, kernel...] into Y [N, M,
-// out...], and the GEMM sizes of one (image, group).
-struct ConvDims {
-  WindowGeometry g;
-  int64_t n, c, m, groups, cg, mg, rows;
-};
-
 llvm::Expected<ConvDims> convDims(const KernelCall &call,
                                   llvm::ArrayRef<int64_t> x,
                                   llvm::ArrayRef<int64_t> w,
@@ -151,16 +74,15 @@ llvm::Expected<ConvDims> convDims(const KernelCall &call,
                   /*hasDilations=*/true);
   if (!g)
     return g.takeError();
-  ConvDims d{*g, x[0], x[1], w[0], call.getInt("group"), 0, 0, 0};
-  if (d.groups <= 0 || d.c % d.groups || d.m % d.groups ||
-      w[1] != d.c / d.groups || y[1] != d.m)
-    return kernelError(call, "input {0}, weights {1} and output {2} do not "
-                             "fit group {3}",
+  int64_t groups = call.getInt("group");
+  if (groups <= 0 || x[1] % groups || w[0] % groups || w[1] != x[1] / groups ||
+      y[1] != w[0])
+    return kernelError(call,
+                       "input {0}, weights {1} and output {2} do not "
+                       "fit group {3}",
                        ir::shapeStr(x), ir::shapeStr(w), ir::shapeStr(y),
-                       d.groups);
-  d.cg = d.c / d.groups;
-  d.mg = d.m / d.groups;
-  d.rows = d.cg * d.g.kernelSize;
+                       groups);
+  ConvDims d = convDimsOf(call, x, w, y);
   if (d.rows > INT_MAX || d.g.outSize > INT_MAX || d.g.inSize > INT_MAX)
     return kernelError(call, "input {0} with weights {1} is too large for BLAS",
                        ir::shapeStr(x), ir::shapeStr(w));
@@ -220,15 +142,13 @@ llvm::Error convGradDataAsConv(const KernelCall &call, const ConvDims &d) {
           turned[size_t((((grp * d.cg + c) * d.mg + o) * taps) + taps - 1 -
                         t)] = w[((grp * d.mg + o) * d.cg + c) * taps + t];
   std::vector<int64_t> shape{d.c, d.mg, kh, kw};
-  ir::AttrMap attrs{
-      {"group", d.groups},
-      {"kernel_shape", std::vector<int64_t>{kh, kw}},
-      {"strides", std::vector<int64_t>{1, 1}},
-      {"dilations", std::vector<int64_t>{1, 1}},
-      {"pads", std::vector<int64_t>{kh - 1 - g.padBegin[0],
-                                    kw - 1 - g.padBegin[1],
-                                    kh - 1 - g.padEnd[0],
-                                    kw - 1 - g.padEnd[1]}}};
+  ir::AttrMap attrs{{"group", d.groups},
+                    {"kernel_shape", std::vector<int64_t>{kh, kw}},
+                    {"strides", std::vector<int64_t>{1, 1}},
+                    {"dilations", std::vector<int64_t>{1, 1}},
+                    {"pads", std::vector<int64_t>{
+                                 kh - 1 - g.padBegin[0], kw - 1 - g.padBegin[1],
+                                 kh - 1 - g.padEnd[0], kw - 1 - g.padEnd[1]}}};
   TensorRef inputs[2] = {dY, {W.dtype, shape, turned.data()}};
   KernelCall conv{ir::OpKind::Conv, attrs, inputs, call.outputs, 0};
   return convForward(conv);
@@ -243,15 +163,24 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
   if (!d)
     return d.takeError();
   const WindowGeometry &g = d->g;
-  if (g.outSize > 0 && shiftedGradients(*d) && d->mg >= kMinShiftedChannels)
-    return convGradDataAsConv<T>(call, *d);
   const T *dy = dY.as<T>(), *w = W.as<T>();
   T *dx = dX.as<T>();
+  if (isDepthwise2d(*d)) {
+    depthwiseGradData(*d, dy, w, dx);
+    return llvm::Error::success();
+  }
+  if (foldsBatch(*d)) {
+    convGradDataFolded(*d, dy, w, dx);
+    return llvm::Error::success();
+  }
+  if (g.outSize > 0 && shiftedGradients(*d) && d->mg >= kMinShiftedChannels)
+    return convGradDataAsConv<T>(call, *d);
   if (g.outSize == 0) {
     std::fill_n(dx, dX.numElements(), T(0));
     return llvm::Error::success();
   }
   bool pointwise = isPointwise(g);
+  TapRuns taps(g);
   auto one = [&](int64_t ng, T *col, bool parallelInner) {
     int64_t img = ng / d->groups, grp = ng % d->groups;
     const T *dyg = dy + (img * d->m + grp * d->mg) * g.outSize;
@@ -269,10 +198,10 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
     std::fill_n(dxg, d->cg * g.inSize, T(0));
     if (parallelInner)
       parallelFor(d->cg, 1, [&](int64_t c0, int64_t c1) {
-        col2im(col, g, c0, c1, dxg);
+        col2im(col, g, taps, c0, c1, dxg, g.outSize);
       });
     else
-      col2im(col, g, 0, d->cg, dxg);
+      col2im(col, g, taps, 0, d->cg, dxg, g.outSize);
   };
   forEachProduct<T>(d->n * d->groups, d->mg * g.outSize * d->rows,
                     pointwise ? 0 : size_t(d->rows * g.outSize), one);
@@ -361,6 +290,14 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
   const WindowGeometry &g = d->g;
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dw = dW.as<T>();
+  if (isDepthwise2d(*d)) {
+    depthwiseGradFilter(*d, x, dy, dw);
+    return llvm::Error::success();
+  }
+  if (foldsBatch(*d)) {
+    convGradFilterFolded(*d, x, dy, dw);
+    return llvm::Error::success();
+  }
   if (g.outSize > 0 && d->n > 0 && dW.numElements() > 0 &&
       shiftedGradients(*d) && d->cg >= kMinShiftedChannels) {
     convGradFilterByTaps<T>(call, *d);
@@ -370,6 +307,7 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
   if (g.outSize == 0 || dW.numElements() == 0)
     return llvm::Error::success();
   bool pointwise = isPointwise(g);
+  TapRuns taps(g);
   auto one = [&](int64_t grp, T *col, bool parallelInner) {
     T *dwg = dw + grp * d->mg * d->rows;
     for (int64_t img = 0; img < d->n; ++img) {
@@ -380,10 +318,10 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
         if (parallelInner)
           parallelFor(d->rows, std::max<int64_t>(1, 16384 / g.outSize),
                       [&](int64_t r0, int64_t r1) {
-                        im2col(xg, g, r0, r1, col);
+                        im2col(xg, g, taps, r0, r1, col, g.outSize);
                       });
         else
-          im2col(xg, g, 0, d->rows, col);
+          im2col(xg, g, taps, 0, d->rows, col, g.outSize);
         cols = col;
       }
       parallelGemm<T>(false, true, d->mg, d->rows, g.outSize, T(1), dyg,
@@ -456,23 +394,24 @@ template <typename T> llvm::Error averagePoolGrad(const KernelCall &call) {
   if (!g)
     return g.takeError();
   if (dY.shape[1] != dX.shape[1])
-    return kernelError(call, "gradient {0} and shape {1} have different "
-                             "channels",
+    return kernelError(call,
+                       "gradient {0} and shape {1} have different "
+                       "channels",
                        ir::shapeStr(dY.shape), ir::shapeStr(dX.shape));
   bool includePad = call.getInt("count_include_pad");
-  forEachPoolWindow(
-      *g, dX.shape[0] * dX.shape[1], dX.as<T>(), dY.as<T>(),
-      [&](T *dxp, T dy, llvm::ArrayRef<int64_t> start) {
-        int64_t count = 0;
-        if (includePad)
-          count = tapsInsidePadding(*g, start);
-        else
-          forEachTap(*g, start, [&](int64_t) { ++count; });
-        if (count == 0)
-          return;
-        T share = T(double(dy) / double(count));
-        forEachTap(*g, start, [&](int64_t off) { dxp[off] += share; });
-      });
+  forEachPoolWindow(*g, dX.shape[0] * dX.shape[1], dX.as<T>(), dY.as<T>(),
+                    [&](T *dxp, T dy, llvm::ArrayRef<int64_t> start) {
+                      int64_t count = 0;
+                      if (includePad)
+                        count = tapsInsidePadding(*g, start);
+                      else
+                        forEachTap(*g, start, [&](int64_t) { ++count; });
+                      if (count == 0)
+                        return;
+                      T share = T(double(dy) / double(count));
+                      forEachTap(*g, start,
+                                 [&](int64_t off) { dxp[off] += share; });
+                    });
   return llvm::Error::success();
 }
 

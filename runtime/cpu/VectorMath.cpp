@@ -1,4 +1,4 @@
-// exp and erf over arrays in Double8 lanes (VectorMath.h).
+// exp and erf over arrays in double lanes (VectorMath.h).
 #include "runtime/cpu/VectorMath.h"
 
 #include "runtime/cpu/CpuKernels.h"
@@ -9,28 +9,25 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-using Int8 [[gnu::vector_size(64)]] = int64_t;
-
-[[gnu::always_inline]] inline Double8 splat(double v) { return Double8{} + v; }
-
 // exp(x) lane by lane: x = k ln2 + r, e^r by its Taylor polynomial, 2^k in
 // the exponent bits.
-const Double8 kRoundVector = Double8{} + 6755399441055744.0;
 
-[[gnu::always_inline]] inline Double8 exp8(Double8 x) {
+template <typename V> [[gnu::always_inline]] inline V expLanes(V x) {
+  using I [[gnu::vector_size(sizeof(V))]] = int64_t;
+  const V roundVector = V{} + 6755399441055744.0;
   constexpr double kLog2e = 1.4426950408889634, kLn2Hi = 0.6931471803691238,
                    kLn2Lo = 1.9082149292705877e-10;
   constexpr double kRound = 6755399441055744.0; // 1.5 * 2^52
-  Double8 xc = x < -708.0 ? splat(-708.0) : x;
-  xc = xc > 709.0 ? splat(709.0) : xc;
+  V xc = x < -708.0 ? (V{} + -708.0) : x;
+  xc = xc > 709.0 ? (V{} + 709.0) : xc;
   // k = x log2(e) rounded to nearest, by adding 1.5 * 2^52: k then sits in
   // the low bits of the sum's mantissa, which give 2^k below without a
   // double-to-integer conversion (AVX-512F has none for vectors).
-  Double8 shifted = xc * kLog2e + kRound;
-  Double8 k = shifted - kRound;
-  Double8 r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  V shifted = xc * kLog2e + kRound;
+  V k = shifted - kRound;
+  V r = (xc - k * kLn2Hi) - k * kLn2Lo;
   // 1 + r + r^2/2! + ... + r^11/11!, Horner.
-  Double8 p = splat(1.0 / 39916800);
+  V p = (V{} + 1.0 / 39916800);
   p = p * r + 1.0 / 3628800;
   p = p * r + 1.0 / 362880;
   p = p * r + 1.0 / 40320;
@@ -42,25 +39,25 @@ const Double8 kRoundVector = Double8{} + 6755399441055744.0;
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  Int8 kBits, roundBits;
+  I kBits, roundBits;
   std::memcpy(&kBits, &shifted, sizeof(kBits));
-  std::memcpy(&roundBits, &kRoundVector, sizeof(roundBits));
-  Int8 bits = (kBits - roundBits + 1023) << 52;
-  Double8 scale;
+  std::memcpy(&roundBits, &roundVector, sizeof(roundBits));
+  I bits = (kBits - roundBits + 1023) << 52;
+  V scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  Double8 y = p * scale;
-  y = x > 709.782712893384 ? splat(HUGE_VAL) : y;
-  y = x < -708.0 ? splat(0.0) : y; // no subnormal results
-  return x != x ? x : y;           // NaN stays NaN
+  V y = p * scale;
+  y = x > 709.782712893384 ? (V{} + HUGE_VAL) : y;
+  y = x < -708.0 ? (V{} + 0.0) : y; // no subnormal results
+  return x != x ? x : y;            // NaN stays NaN
 }
 
 // erf(x): below 0.5 in magnitude its Taylor series (ten terms, relative
 // error about 1e-14 there); above, 1 - erfc(|x|) with Numerical Recipes'
 // Chebyshev fit of erfc (relative error below 1.2e-7), sign restored.
-[[gnu::always_inline]] inline Double8 erf8(Double8 x) {
-  Double8 z = x < 0.0 ? -x : x;
-  Double8 x2 = x * x;
-  Double8 s = splat(-1.0 / 6894720);
+template <typename V> [[gnu::always_inline]] inline V erfLanes(V x) {
+  V z = x < 0.0 ? -x : x;
+  V x2 = x * x;
+  V s = (V{} + -1.0 / 6894720);
   s = s * x2 + 1.0 / 685440;
   s = s * x2 - 1.0 / 75600;
   s = s * x2 + 1.0 / 9360;
@@ -70,9 +67,9 @@ const Double8 kRoundVector = Double8{} + 6755399441055744.0;
   s = s * x2 + 1.0 / 10;
   s = s * x2 - 1.0 / 3;
   s = s * x2 + 1.0;
-  Double8 small = s * x * 1.1283791670955126; // 2 / sqrt(pi)
-  Double8 t = 1.0 / (1.0 + 0.5 * z);
-  Double8 q = splat(0.17087277);
+  V small = s * x * 1.1283791670955126; // 2 / sqrt(pi)
+  V t = 1.0 / (1.0 + 0.5 * z);
+  V q = (V{} + 0.17087277);
   q = q * t - 0.82215223;
   q = q * t + 1.48851587;
   q = q * t - 1.13520398;
@@ -82,70 +79,94 @@ const Double8 kRoundVector = Double8{} + 6755399441055744.0;
   q = q * t + 0.37409196;
   q = q * t + 1.00002368;
   q = q * t - 1.26551223;
-  Double8 erfc = t * exp8(q - z * z);
-  Double8 large = 1.0 - erfc;
+  V erfc = t * expLanes(q - z * z);
+  V large = 1.0 - erfc;
   large = x < 0.0 ? -large : large;
-  Double8 y = z < 0.5 ? small : large;
+  V y = z < 0.5 ? small : large;
   return x != x ? x : y;
 }
 
+// Four double lanes at a time: the same arithmetic lane for lane as eight
+// (so the same bits), but erf's two branches in eight lanes did not fit
+// AVX2's registers (the spills took most of GELU's time on such CPUs).
+using Double4 [[gnu::vector_size(32)]] = double;
+using Float4 [[gnu::vector_size(16)]] = float;
+
+template <typename T> [[gnu::always_inline]] inline Double4 load4(const T *p) {
+  if constexpr (sizeof(T) == sizeof(double)) {
+    Double4 v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  } else {
+    Float4 f;
+    std::memcpy(&f, p, sizeof(f));
+    return __builtin_convertvector(f, Double4);
+  }
+}
 template <typename T>
-[[gnu::always_inline]] inline void store8(T *p, Double8 v) {
+[[gnu::always_inline]] inline void store4(T *p, Double4 v) {
   if constexpr (sizeof(T) == sizeof(double)) {
     std::memcpy(p, &v, sizeof(v));
   } else {
-    Float8 f = __builtin_convertvector(v, Float8);
+    Float4 f = __builtin_convertvector(v, Float4);
     std::memcpy(p, &f, sizeof(f));
   }
 }
-
-// Loads the n < 8 elements at p, the other lanes `fill`.
+// Loads the n < 4 elements at p (n may be 0 or negative: none), the other
+// lanes `fill`.
 template <typename T>
-[[gnu::always_inline]] inline Double8 loadPartial(const T *p, int64_t n,
-                                                  double fill) {
-  double lanes[8];
-  for (int i = 0; i < 8; ++i)
-    lanes[i] = i < n ? double(p[i]) : fill;
-  Double8 v;
+[[gnu::always_inline]] inline Double4 loadPartial4(const T *p, int64_t n,
+                                                   double fill = 0) {
+  double lanes[4] = {fill, fill, fill, fill};
+  for (int64_t i = 0; i < n && i < 4; ++i)
+    lanes[i] = double(p[i]);
+  Double4 v;
   std::memcpy(&v, lanes, sizeof(v));
   return v;
 }
 template <typename T>
-[[gnu::always_inline]] inline void storePartial(T *p, int64_t n, Double8 v) {
-  for (int i = 0; i < n; ++i)
+[[gnu::always_inline]] inline void storePartial4(T *p, int64_t n, Double4 v) {
+  for (int64_t i = 0; i < n; ++i)
     p[i] = T(v[i]);
 }
 
+// The sum keeps eight lanes (two halves of four) and adds them in
+// laneSum's tree, as it did in eight-lane vectors.
 template <typename T>
 CLEAVE_VECTOR_CLONES double sumExpShiftedT(const T *x, int64_t n,
                                            double shift) {
-  Double8 s = {};
+  Double4 lo = {}, hi = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    s += exp8(loadDouble8(x + i) - shift);
-  if (i < n) // the missing lanes add exp(-inf) = 0
-    s += exp8(loadPartial(x + i, n - i, -INFINITY) - shift);
-  return laneSum(s);
+  for (; i + 8 <= n; i += 8) {
+    lo += expLanes(load4(x + i) - shift);
+    hi += expLanes(load4(x + i + 4) - shift);
+  }
+  if (i < n) { // the missing lanes add exp(-inf) = 0
+    lo += expLanes(loadPartial4(x + i, n - i, -INFINITY) - shift);
+    hi += expLanes(loadPartial4(x + i + 4, n - i - 4, -INFINITY) - shift);
+  }
+  return ((lo[0] + lo[1]) + (lo[2] + lo[3])) +
+         ((hi[0] + hi[1]) + (hi[2] + hi[3]));
 }
 
 template <typename T>
 CLEAVE_VECTOR_CLONES void expShiftedT(const T *x, int64_t n, double shift,
                                       double scale, T *out) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    store8(out + i, exp8(loadDouble8(x + i) - shift) * scale);
+  for (; i + 4 <= n; i += 4)
+    store4(out + i, expLanes(load4(x + i) - shift) * scale);
   if (i < n)
-    storePartial(out + i, n - i,
-                 exp8(loadPartial(x + i, n - i, 0.0) - shift) * scale);
+    storePartial4(out + i, n - i,
+                  expLanes(loadPartial4(x + i, n - i) - shift) * scale);
 }
 
 template <typename T>
 CLEAVE_VECTOR_CLONES void erfArrayT(const T *x, int64_t n, T *out) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    store8(out + i, erf8(loadDouble8(x + i)));
+  for (; i + 4 <= n; i += 4)
+    store4(out + i, erfLanes(load4(x + i)));
   if (i < n)
-    storePartial(out + i, n - i, erf8(loadPartial(x + i, n - i, 0.0)));
+    storePartial4(out + i, n - i, erfLanes(loadPartial4(x + i, n - i)));
 }
 
 template <typename T>
@@ -153,15 +174,15 @@ CLEAVE_VECTOR_CLONES void erfGradArrayT(const T *dy, const T *x, int64_t n,
                                         T *out) {
   constexpr double k2OverSqrtPi = 1.1283791670955126;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    Double8 v = loadDouble8(x + i);
-    store8(out + i, loadDouble8(dy + i) * k2OverSqrtPi * exp8(-(v * v)));
+  for (; i + 4 <= n; i += 4) {
+    Double4 v = load4(x + i);
+    store4(out + i, load4(dy + i) * k2OverSqrtPi * expLanes(-(v * v)));
   }
   if (i < n) {
-    Double8 v = loadPartial(x + i, n - i, 0.0);
-    storePartial(out + i, n - i,
-                 loadPartial(dy + i, n - i, 0.0) * k2OverSqrtPi *
-                     exp8(-(v * v)));
+    Double4 v = loadPartial4(x + i, n - i);
+    storePartial4(out + i, n - i,
+                  loadPartial4(dy + i, n - i) * k2OverSqrtPi *
+                      expLanes(-(v * v)));
   }
 }
 

@@ -203,6 +203,10 @@ TEST(CpuConv, GroupsStridesDilationsPadsMatchReference) {
   checkConv<double>({2, 4, 9, 8}, {6, 2, 3, 2}, false, attrs, 2);
   checkConv<float>({3, 6, 7, 7}, {6, 1, 3, 3}, true,
                    convAttrs({1, 1}, {1, 1, 1, 1}, {1, 1}, 6), 3); // depthwise
+  checkConv<double>({2, 3, 8, 7}, {3, 1, 3, 2}, true,
+                    convAttrs({1, 1}, {2, 0, 1, 1}, {2, 1}, 3), 6);
+  checkConv<float>({2, 4, 9, 8}, {4, 1, 5, 5}, true,
+                   convAttrs({2, 2}, {2, 2, 2, 2}, {1, 1}, 4), 7);
 }
 
 TEST(CpuConv, PointwiseFastPath) {

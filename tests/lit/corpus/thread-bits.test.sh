@@ -1,0 +1,25 @@
+# Driver of thread-bits.test: $1 the corpus folder, $2 a scratch folder,
+# $3 and $4 the cleavec and cleave-run binaries.
+set -e
+corpus=$1
+out=$2
+cleavec=$3
+cleave_run=$4
+for m in resnet18-legacy resnet18-dynamo mobilenet_v2-legacy mobilenet_v2-dynamo; do
+  "$cleavec" "$corpus/$m/model.onnx" --microbatches 4 --lr 0.1 --momentum 0.9 \
+    -o "$out/$m-1.cplan" >/dev/null
+  "$cleavec" "$corpus/$m/model.onnx" --stages 2 --microbatches 4 --schedule zb-h1 \
+    --lr 0.1 --momentum 0.9 -o "$out/$m-2.cplan" >/dev/null
+  for t in 1 2 4; do
+    "$cleave_run" "$out/$m-1.cplan" --data "$corpus/$m/steps/data" --steps 3 \
+      --threads $t --quiet --save "$out/$m-t$t.onnx"
+  done
+  "$cleave_run" "$out/$m-2.cplan" --data "$corpus/$m/steps/data" --steps 3 \
+    --threads 1 --quiet --save "$out/$m-s2.onnx"
+  for v in t2 t4 s2; do
+    cmp "$out/$m-t1.onnx" "$out/$m-$v.onnx"
+  done
+  echo "$m: threads 1, 2, 4 and 2 stages identical"
+  rm -f "$out/$m"-*.cplan "$out/$m"-*.onnx
+done
+echo "all done"

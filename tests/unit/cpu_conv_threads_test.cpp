@@ -1,0 +1,137 @@
+// The f32 convolution kernels on the layer shapes of real CNNs (torchvision
+// ResNet-18 and MobileNetV2 at 32x32, batch 16): forward, input gradient
+// and filter gradient give the same bits on 1, 2 and 4 threads (training
+// bits must not depend on --threads), and the batch-folded path
+// (ConvBatchFolded.h) agrees with the image-by-image one.
+#include "CpuKernelTesting.h"
+
+#include "runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+using namespace cleave;
+using namespace cleave::testsupport::typed;
+using ir::OpKind;
+
+namespace {
+
+struct ConvShape {
+  const char *name;
+  Ints x, w;
+  int64_t stride, pad, group;
+
+  Ints y() const {
+    Ints s{x[0], w[0]};
+    for (size_t d = 2; d < x.size(); ++d)
+      s.push_back((x[d] + 2 * pad - w[d]) / stride + 1);
+    return s;
+  }
+  ir::AttrMap attrs() const {
+    return {{"strides", Ints{stride, stride}},
+            {"pads", Ints{pad, pad, pad, pad}},
+            {"dilations", Ints{1, 1}},
+            {"group", group}};
+  }
+};
+
+const ConvShape kShapes[] = {
+    {"resnet stem 7x7/2", {16, 3, 32, 32}, {64, 3, 7, 7}, 2, 3, 1},
+    {"resnet layer1 3x3", {16, 64, 8, 8}, {64, 64, 3, 3}, 1, 1, 1},
+    {"resnet strided 3x3", {16, 64, 8, 8}, {128, 64, 3, 3}, 2, 1, 1},
+    {"resnet downsample 1x1/2", {16, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},
+    {"resnet layer4 3x3 at 1x1", {16, 512, 1, 1}, {512, 512, 3, 3}, 1, 1, 1},
+    {"mobilenet stem 3x3/2", {16, 3, 32, 32}, {32, 3, 3, 3}, 2, 1, 1},
+    {"mobilenet depthwise 3x3", {16, 32, 16, 16}, {32, 1, 3, 3}, 1, 1, 32},
+    {"mobilenet depthwise 3x3/2", {16, 96, 16, 16}, {96, 1, 3, 3}, 2, 1, 96},
+    {"mobilenet pointwise", {16, 32, 16, 16}, {16, 32, 1, 1}, 1, 0, 1},
+    {"large image 3x3", {4, 16, 40, 40}, {32, 16, 3, 3}, 1, 1, 1},
+};
+
+// Runs one conv kernel into a NaN-filled output of `shape`.
+Host<float> runConv(OpKind op, const ir::AttrMap &attrs, Host<float> &a,
+                    Host<float> &b, Ints shape) {
+  Host<float> out(std::move(shape));
+  std::fill(out.data.begin(), out.data.end(),
+            std::numeric_limits<float>::quiet_NaN());
+  if (llvm::Error e = run(op, attrs, {a.ref(), b.ref()}, {out.ref()}))
+    ADD_FAILURE() << llvm::toString(std::move(e));
+  return out;
+}
+
+// Forward, input gradient and filter gradient of `s`, one after another.
+std::vector<Host<float>> allThree(const ConvShape &s, Host<float> &x,
+                                  Host<float> &w, Host<float> &dy) {
+  ir::AttrMap fwd = s.attrs(), data = s.attrs(), filter = s.attrs();
+  data.insert_or_assign("shape", s.x);
+  filter.insert_or_assign("shape", s.w);
+  std::vector<Host<float>> r;
+  r.push_back(runConv(OpKind::Conv, fwd, x, w, s.y()));
+  r.push_back(runConv(OpKind::ConvGradData, data, dy, w, s.x));
+  r.push_back(runConv(OpKind::ConvGradFilter, filter, x, dy, s.w));
+  return r;
+}
+
+bool sameBits(const Host<float> &a, const Host<float> &b) {
+  return a.data.size() == b.data.size() &&
+         std::memcmp(a.data.data(), b.data.data(),
+                     a.data.size() * sizeof(float)) == 0;
+}
+
+TEST(CpuConvThreads, CnnShapesGiveTheSameBitsOnOneTwoAndFourThreads) {
+  const char *part[] = {"forward", "input gradient", "filter gradient"};
+  for (const ConvShape &s : kShapes) {
+    SCOPED_TRACE(s.name);
+    Host<float> x = randomHost<float>(s.x, 1), w = randomHost<float>(s.w, 2),
+                dy = randomHost<float>(s.y(), 3);
+    std::vector<std::vector<Host<float>>> results;
+    testsupport::cpu(); // first, so it does not reset the pool below
+    for (int threads : {1, 2, 4}) {
+      auto backend = runtime::createCpuBackend(threads);
+      results.push_back(allThree(s, x, w, dy));
+    }
+    // The shared pool back at the 2 threads the other tests expect.
+    auto restore = runtime::createCpuBackend(2);
+    for (size_t t = 1; t < results.size(); ++t)
+      for (size_t k = 0; k < 3; ++k)
+        EXPECT_TRUE(sameBits(results[0][k], results[t][k]))
+            << part[k] << " on " << (t == 1 ? 2 : 4) << " threads";
+  }
+}
+
+// A batch of images goes batch-folded where the output is small; each
+// image alone (batch 1) takes the image-by-image paths. Both agree to f32
+// rounding, and the filter gradient is the sum over the images.
+TEST(CpuConvThreads, BatchFoldedAgreesWithImageByImage) {
+  for (const ConvShape &big : kShapes) {
+    SCOPED_TRACE(big.name);
+    ConvShape s = big;
+    s.x[0] = 3;
+    Host<float> x = randomHost<float>(s.x, 4), w = randomHost<float>(s.w, 5),
+                dy = randomHost<float>(s.y(), 6);
+    std::vector<Host<float>> batch = allThree(s, x, w, dy);
+    ConvShape one = s;
+    one.x[0] = 1;
+    int64_t xs = numElements(one.x), ys = numElements(one.y());
+    std::vector<double> wantY, wantDx, wantDw(size_t(numElements(s.w)), 0.0);
+    for (int64_t i = 0; i < s.x[0]; ++i) {
+      Host<float> xi(one.x,
+                     {x.data.begin() + i * xs, x.data.begin() + (i + 1) * xs});
+      Host<float> dyi(
+          one.y(), {dy.data.begin() + i * ys, dy.data.begin() + (i + 1) * ys});
+      std::vector<Host<float>> r = allThree(one, xi, w, dyi);
+      wantY.insert(wantY.end(), r[0].data.begin(), r[0].data.end());
+      wantDx.insert(wantDx.end(), r[1].data.begin(), r[1].data.end());
+      for (size_t k = 0; k < wantDw.size(); ++k)
+        wantDw[k] += r[2].data[k];
+    }
+    expectClose(batch[0].data, wantY, 1e-5);
+    expectClose(batch[1].data, wantDx, 1e-5);
+    expectClose(batch[2].data, wantDw, 1e-4);
+  }
+}
+
+} // namespace
