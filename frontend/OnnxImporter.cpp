@@ -518,20 +518,12 @@ llvm::Error Importer::importLargeFill(const onnx::NodeProto &n, int index) {
   auto dims = staticInts(n, index, 0, "shape");
   if (!dims)
     return dims.takeError();
-  Data value = TensorData::fromDoubles(DType::F32, {1}, {0.0});
-  if (const auto *a = findAttr(n, "value")) {
-    auto t = tensorFromOnnx(a->t(), modelDir_, {});
-    if (!t)
-      return err("{0}: {1}", describeNode(n, index),
-                 llvm::toString(t.takeError()));
-    if ((*t)->type().numElements() != 1)
-      return err("{0}: 'value' must hold one element", describeNode(n, index));
-    value = std::make_shared<TensorData>(
-        TensorType((*t)->type().dtype, {1}),
-        std::vector<uint8_t>((*t)->bytes().begin(), (*t)->bytes().end()));
-  }
+  auto value = constantOfShapeValue(n);
+  if (!value)
+    return err("{0}: {1}", describeNode(n, index),
+               llvm::toString(value.takeError()));
   std::string name = n.output(0) + ".value";
-  env_[name] = Entry{value->type(), nullptr, value, true};
+  env_[name] = Entry{(*value)->type(), nullptr, *value, true};
   Value *v = materialize(name, env_[name]);
   return emit(n, index, OpKind::Expand, {v}, {{"shape", Attribute(*dims)}},
               false);

@@ -226,6 +226,21 @@ static llvm::Expected<FoldResult> one(llvm::Expected<Data> d) {
   return FoldResult(std::vector<Data>{*d});
 }
 
+llvm::Expected<std::shared_ptr<TensorData>>
+constantOfShapeValue(const onnx::NodeProto &node) {
+  const auto *a = findAttr(node, "value");
+  if (!a)
+    return TensorData::fromDoubles(DType::F32, {1}, {0.0});
+  auto t = tensorFromOnnx(a->t(), "", {});
+  if (!t)
+    return t.takeError();
+  if ((*t)->type().numElements() != 1)
+    return err("'value' must hold one element");
+  llvm::ArrayRef<uint8_t> b = (*t)->bytes();
+  return std::make_shared<TensorData>(TensorType((*t)->type().dtype, {1}),
+                                      std::vector<uint8_t>(b.begin(), b.end()));
+}
+
 llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
                                     llvm::ArrayRef<FoldInput> inputs) {
   const std::string &op = node.op_type();
@@ -384,17 +399,11 @@ llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
     Shape shape(dims.begin(), dims.end());
     if (auto e = checkShape(shape))
       return std::move(e);
-    DType dt = DType::F32;
-    double v = 0;
-    if (const auto *a = findAttr(node, "value")) {
-      auto t = tensorFromOnnx(a->t(), "", {});
-      if (!t)
-        return t.takeError();
-      if ((*t)->type().numElements() != 1)
-        return err("'value' must hold one element");
-      dt = (*t)->type().dtype;
-      v = (*t)->getDouble(0);
-    }
+    auto value = constantOfShapeValue(node);
+    if (!value)
+      return value.takeError();
+    DType dt = (*value)->type().dtype;
+    double v = (*value)->getDouble(0);
     if (TensorType(dt, shape).numElements() > kMaxFoldElements)
       return FoldResult();
     Data out = makeData(dt, shape);

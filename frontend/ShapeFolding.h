@@ -37,6 +37,11 @@ using FoldResult = std::optional<std::vector<std::shared_ptr<ir::TensorData>>>;
 llvm::Expected<FoldResult> foldNode(const onnx::NodeProto &node,
                                     llvm::ArrayRef<FoldInput> inputs);
 
+// ConstantOfShape's fill value: its `value` attribute's one element as a
+// tensor of shape [1] (float 0 when the attribute is absent).
+llvm::Expected<std::shared_ptr<ir::TensorData>>
+constantOfShapeValue(const onnx::NodeProto &node);
+
 // Largest tensor (in elements) the folder will produce.
 constexpr int64_t kMaxFoldElements = int64_t(1) << 20;
 

@@ -164,13 +164,13 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
         os << " @" << sl.offset;
       if (sl.blob >= 0)
         os << " blob " << sl.blob;
-      if (sl.blob >= 0 && size_t(sl.blob) < plan.blobs.size() &&
-          plan.blobs[sl.blob].referenced())
-        os << " (file " << plan.blobs[sl.blob].file << " at "
-           << plan.blobs[sl.blob].offset << ")";
-      if (sl.blob >= 0 && size_t(sl.blob) < plan.blobs.size() &&
-          plan.blobs[sl.blob].filled())
-        os << " (fill)";
+      if (sl.blob >= 0 && size_t(sl.blob) < plan.blobs.size()) {
+        const Blob &b = plan.blobs[size_t(sl.blob)];
+        if (b.referenced())
+          os << " (file " << b.file << " at " << b.offset << ")";
+        if (b.filled())
+          os << " (fill)";
+      }
       if (sl.accum >= 0)
         os << " accum %" << sl.accum;
       if (sl.trainable)

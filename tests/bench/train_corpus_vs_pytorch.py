@@ -53,43 +53,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see train_vs_pytorch.py
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "models", "corpus"))
+# The corpus's loss wrappers, so both sides train what the corpus exports.
+from export_corpus import CausalLMWithLoss, MaskedLMWithLoss, WithLoss  # noqa: E402
 WARMUP = 3
-
-
-class WithLoss(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, x, labels):
-        return F.cross_entropy(self.m(x), labels)
-
-
-class CausalLMWithLoss(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids, attention_mask):
-        logits = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                        use_cache=False).logits
-        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                               input_ids[:, 1:].reshape(-1))
-
-
-class MaskedLMWithLoss(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids, attention_mask, labels):
-        return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                      labels=labels).loss
 
 
 def images(batch):
