@@ -32,11 +32,17 @@ memory per stage.
   --schedule=NAME        gpipe, 1f1b, gpipe-2bp, 1f1b-2bp, zb-h1, zb-h2, auto
                          (fastest that fits --mem-cap), or csv:FILE (PyTorch
                          torch.distributed.pipelining notation; P and M come
-                         from the file)
-  --stages=P             pipeline stages
+                         from the file); with several stages per rank:
+                         interleaved-1f1b, interleaved-1f1b-2bp, looped-bfs,
+                         looped-bfs-2bp, zb-v, v-half
+  --stages=P             pipeline ranks (devices)
+  --chunks=V             stages per rank (default 2 for the schedules with
+                         several, else 1): P x V stages in all
   --microbatches=M       microbatches per step
   --costs=F,B,W          time of a forward, input-gradient and
-                         weight-gradient step on every stage (default 1,1,1)
+                         weight-gradient step of one rank's share of the
+                         model (default 1,1,1); each of its V stages takes
+                         1/V of it
   --mem-cap=N            at most N microbatches of activations held on any
                          stage
   --emit=summary|schedule-csv
@@ -55,7 +61,7 @@ namespace {
 
 struct Request {
   std::string schedule;
-  std::optional<int> stages, microbatches, memCap;
+  std::optional<int> stages, microbatches, memCap, chunks;
   double f = 1, b = 1, w = 1;
   std::string emit = "summary";
 };
@@ -112,7 +118,9 @@ llvm::Expected<Request> readRequest(const tools::Flags &flags) {
                         "stages"},
                   Count{"microbatches", &req.microbatches,
                         &support::SizeLimits::microbatches, "microbatches"},
-                  Count{"mem-cap", &req.memCap, nullptr, ""}})
+                  Count{"mem-cap", &req.memCap, nullptr, ""},
+                  Count{"chunks", &req.chunks, &support::SizeLimits::workers,
+                        "stages per rank"}})
     if (auto e = readCount(flags, c.name, *c.dst, c.limit, c.what))
       return std::move(e);
   bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
@@ -122,6 +130,9 @@ llvm::Expected<Request> readRequest(const tools::Flags &flags) {
   if (!fromCsv && (!req.stages || !req.microbatches))
     return usage("--schedule " + req.schedule +
                  " needs --stages and --microbatches");
+  if (fromCsv && req.chunks)
+    return usage("--chunks does not go with a CSV schedule, which places its "
+                 "stages itself");
   if (auto c = flags.get("costs"))
     if (auto e = readCosts(*c, req))
       return std::move(e);
@@ -136,10 +147,13 @@ llvm::Expected<Request> readRequest(const tools::Flags &flags) {
   return req;
 }
 
-passes::PipelineCosts costsFor(const Request &req, int stages) {
+// Each of the `stages` stages takes 1/v of a rank's share, v = stages per
+// rank.
+passes::PipelineCosts costsFor(const Request &req, int stages, int ranks) {
   passes::PipelineCosts costs = passes::PipelineCosts::uniform(stages);
+  double v = ranks > 0 ? double(stages) / double(ranks) : 1;
   for (passes::StageCost &c : costs.stages)
-    c.f = req.f, c.b = req.b, c.w = req.w;
+    c.f = req.f / v, c.b = req.b / v, c.w = req.w / v;
   return costs;
 }
 
@@ -148,8 +162,8 @@ llvm::Expected<Schedule> loadCsv(const Request &req) {
   auto s = readScheduleCsvFile(req.schedule.substr(4));
   if (!s)
     return s.takeError();
-  if (req.stages && *req.stages != s->stages)
-    return usage(req.schedule + " has " + std::to_string(s->stages) +
+  if (req.stages && *req.stages != rankCount(*s))
+    return usage(req.schedule + " has " + std::to_string(rankCount(*s)) +
                  " ranks, but --stages is " + std::to_string(*req.stages));
   if (req.microbatches && *req.microbatches != s->microbatches)
     return usage(req.schedule + " has " + std::to_string(s->microbatches) +
@@ -166,6 +180,7 @@ int main(int argc, char **argv) {
                       {"microbatches", true, false},
                       {"costs", true, false},
                       {"mem-cap", true, false},
+                      {"chunks", true, false},
                       {"emit", true, false},
                       {"o", true, false},
                       {"timeline", true, true},
@@ -189,13 +204,23 @@ int main(int argc, char **argv) {
   if (auto e = tools::checkOutputs(flags, {"o", "timeline", "report"}))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   bool fromCsv = llvm::StringRef(req->schedule).startswith("csv:");
-  auto sched = fromCsv ? loadCsv(*req)
-                       : makeSchedule(req->schedule, *req->stages,
-                                      *req->microbatches,
-                                      costsFor(*req, *req->stages), req->memCap);
+  int chunks = req->chunks.value_or(defaultChunks(req->schedule));
+  auto sched = [&]() -> llvm::Expected<Schedule> {
+    if (fromCsv)
+      return loadCsv(*req);
+    int64_t total = int64_t(*req->stages) * chunks;
+    if (auto e = tools::checkLimit(flags, "chunks", total,
+                                   &support::SizeLimits::workers, "stages"))
+      return std::move(e);
+    return makeSchedule(
+        req->schedule, int(total), *req->microbatches,
+        costsFor(*req, int(total), *req->stages),
+        req->memCap ? HeldCap(size_t(total), *req->memCap) : HeldCap(), chunks);
+  }();
   if (!sched)
     return fail(kTool, llvm::toString(sched.takeError()), tools::kBadInput);
-  passes::PipelineCosts costs = costsFor(*req, sched->stages);
+  passes::PipelineCosts costs =
+      costsFor(*req, sched->stages, rankCount(*sched));
   if (auto e = validateSchedule(*sched, costs, req->memCap))
     return fail(kTool, sched->name + ": " + llvm::toString(std::move(e)),
                 tools::kBadInput);

@@ -21,6 +21,49 @@ llvm::Error genError(const std::string &msg) {
 }
 
 using StageOrder = std::vector<std::vector<Action>>; // [stage] -> F/B/BW
+using RankOrder = std::vector<std::vector<PlacedAction>>; // [rank] -> F/B/BW
+
+// Where each stage runs and how many ranks there are.
+struct Placement {
+  int ranks = 0;
+  std::vector<int> rankOf; // [stage]
+  // One stage per rank (rank s runs stage s): the schedule keeps no
+  // placement.
+  bool trivial() const { return int(rankOf.size()) == ranks; }
+};
+
+Placement onePerRank(int P) {
+  Placement p{P, {}};
+  for (int s = 0; s < P; ++s)
+    p.rankOf.push_back(s);
+  return p;
+}
+
+// v stages per rank, round-robin: stage c * P + r on rank r (interleaved,
+// looping).
+Placement roundRobin(int P, int v) {
+  Placement p{P, {}};
+  for (int c = 0; c < v; ++c)
+    for (int r = 0; r < P; ++r)
+      p.rankOf.push_back(r);
+  return p;
+}
+
+// Two stages per rank in a V: rank r runs stages r and 2P-1-r.
+Placement vShape(int P) {
+  Placement p{P, std::vector<int>(size_t(2 * P))};
+  for (int r = 0; r < P; ++r)
+    p.rankOf[size_t(r)] = p.rankOf[size_t(2 * P - 1 - r)] = r;
+  return p;
+}
+
+RankOrder asRankOrder(const StageOrder &order) {
+  RankOrder out(order.size());
+  for (size_t s = 0; s < order.size(); ++s)
+    for (const Action &a : order[s])
+      out[s].push_back({int(s), a});
+  return out;
+}
 
 // GPipe: every forward, then every backward, microbatches in order.
 StageOrder gpipeOrder(int P, int M, ActionKind backward) {
@@ -53,58 +96,128 @@ StageOrder oneFOneBOrder(int P, int M, ActionKind backward) {
   return order;
 }
 
-// Places the F, B and W actions of a 2BP schedule by timing the stages as
-// the simulator would. Each stage either follows a prescribed F/B order or,
-// without one, picks greedily: a ready B first (B is on the critical path
-// up the pipeline), else a ready F. Either way an F waits while `limit`
-// microbatches are held, and when nothing else can run the stage runs a
-// pending W — so W fills the time a stage would otherwise idle, and
-// whatever W is left runs at the end.
+// Interleaved 1F1B (Megatron-LM) on P ranks with v stages each, placed
+// round-robin. The rank's k-th forward is of stage ((k mod Pv) / P) P + r,
+// microbatch (k / Pv) P + k mod P: P microbatches through one of its
+// stages, then through the next. Its backwards go the same way through
+// the stages in reverse. Rank r warms up with 2(P-r-1) + (v-1)P forwards,
+// then alternates one forward and one backward. Needs M a multiple of P.
+RankOrder interleavedOrder(int P, int v, int M, ActionKind backward) {
+  RankOrder order(P);
+  int total = v * M;
+  auto stageOf = [&](int r, int k, bool fwd) {
+    int c = (k % (P * v)) / P;
+    return (fwd ? c : v - 1 - c) * P + r;
+  };
+  auto mbOf = [&](int k) { return (k / (P * v)) * P + k % P; };
+  for (int r = 0; r < P; ++r) {
+    int warmup = std::min(2 * (P - r - 1) + (v - 1) * P, total);
+    auto fwd = [&](int k) {
+      order[r].push_back({stageOf(r, k, true), compute(ActionKind::F, mbOf(k))});
+    };
+    auto bwd = [&](int k) {
+      order[r].push_back({stageOf(r, k, false), compute(backward, mbOf(k))});
+    };
+    for (int k = 0; k < warmup; ++k)
+      fwd(k);
+    for (int k = 0; k + warmup < total; ++k) {
+      fwd(warmup + k);
+      bwd(k);
+    }
+    for (int k = std::max(total - warmup, 0); k < total; ++k)
+      bwd(k);
+  }
+  return order;
+}
+
+// Looped BFS (breadth-first pipeline parallelism): each rank runs every
+// microbatch's forward through its first stage, then through its next, and
+// the backwards through its stages in reverse, all microbatches each.
+RankOrder loopedOrder(int P, int v, int M, ActionKind backward) {
+  RankOrder order(P);
+  for (int r = 0; r < P; ++r) {
+    for (int c = 0; c < v; ++c)
+      for (int mb = 0; mb < M; ++mb)
+        order[r].push_back({c * P + r, compute(ActionKind::F, mb)});
+    for (int c = v - 1; c >= 0; --c)
+      for (int mb = 0; mb < M; ++mb)
+        order[r].push_back({c * P + r, compute(backward, mb)});
+  }
+  return order;
+}
+
+// Places the F, B and W actions of a 2BP schedule by timing the ranks as
+// the simulator would. Each rank either follows a prescribed F/B order or,
+// without one, picks greedily among its stages: a ready B first (B is on
+// the critical path up the pipeline; the lowest microbatch, then the later
+// stage), else a ready F (the later stage first: it brings a microbatch
+// nearer its backward). Either way an F of the rank's first stage — new
+// work entering the rank — waits while `limit` microbatches are held on
+// the rank, and when nothing else can run the rank runs its oldest pending
+// W — so W fills the time a rank would otherwise idle, and whatever W is
+// left runs at the end. With one stage per rank this is the zero-bubble
+// paper's H1 and H2 construction.
 class WeightFillingBuilder {
 public:
-  WeightFillingBuilder(int P, int M, const PipelineCosts &costs,
-                       StageOrder prescribed, int limit)
-      : P_(P), M_(M), costs_(costs), prescribed_(std::move(prescribed)),
-        limit_(limit), stages_(P), fEnd_(P, std::vector<double>(M, kNever)),
-        bEnd_(P, std::vector<double>(M, kNever)) {}
+  WeightFillingBuilder(const Placement &place, int M, const PipelineCosts &costs,
+                       RankOrder prescribed, int limit)
+      : S_(int(place.rankOf.size())), M_(M), place_(place), costs_(costs),
+        prescribed_(std::move(prescribed)), limit_(limit),
+        ranks_(place.ranks),
+        nextF_(S_, 0), nextB_(S_, 0), fEnd_(S_, std::vector<double>(M, kNever)),
+        bEnd_(S_, std::vector<double>(M, kNever)) {
+    for (int s = 0; s < S_; ++s)
+      ranks_[size_t(place.rankOf[s])].stages.push_back(s);
+  }
 
-  StageOrder build() && {
+  RankOrder build() && {
     while (true) {
       double now = earliestUnfinished();
       if (now == kNever)
         break;
       if (!commitOneAt(now))
-        advanceWaitingStages(now);
+        advanceWaitingRanks(now);
     }
-    StageOrder out(P_);
-    for (int s = 0; s < P_; ++s)
-      out[s] = std::move(stages_[s].order);
+    RankOrder out(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      out[r] = std::move(ranks_[r].order);
     return out;
   }
 
 private:
-  struct StageState {
+  struct RankState {
+    std::vector<int> stages; // increasing
     double clock = 0;
     size_t nextPrescribed = 0;
-    int nextF = 0, nextB = 0, held = 0;
-    std::deque<int> pendingW; // microbatches whose B ran, W not yet
-    std::vector<Action> order;
+    int held = 0;
+    int entered = 0, forwards = 0; // F's of its first stage, of all stages
+    std::deque<std::pair<int, int>> pendingW; // (stage, microbatch): B ran
+    std::vector<PlacedAction> order;
   };
 
-  bool finished(int s) const {
-    const StageState &st = stages_[s];
-    bool fbDone = prescribed_.empty()
-                      ? st.nextF == M_ && st.nextB == M_
-                      : st.nextPrescribed == prescribed_[s].size();
-    return fbDone && st.pendingW.empty();
+  bool finished(size_t r) const {
+    const RankState &rk = ranks_[r];
+    bool fbDone = true;
+    if (!prescribed_.empty())
+      fbDone = rk.nextPrescribed == prescribed_[r].size();
+    else
+      for (int s : rk.stages)
+        fbDone = fbDone && nextF_[s] == M_ && nextB_[s] == M_;
+    return fbDone && rk.pendingW.empty();
   }
 
   double earliestUnfinished() const {
     double t = kNever;
-    for (int s = 0; s < P_; ++s)
-      if (!finished(s))
-        t = std::min(t, stages_[s].clock);
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      if (!finished(r))
+        t = std::min(t, ranks_[r].clock);
     return t;
+  }
+
+  double transfer(int from, int to, ActionKind send) const {
+    return place_.rankOf[from] == place_.rankOf[to]
+               ? 0
+               : transferTime(costs_, from, send);
   }
 
   // When the inputs of F(mb) / B(mb) on stage s are there (kNever: not yet
@@ -113,124 +226,160 @@ private:
     if (s == 0)
       return 0;
     double end = fEnd_[s - 1][mb];
-    return end == kNever ? kNever
-                         : end + transferTime(costs_, s - 1, ActionKind::SendF);
+    return end == kNever ? kNever : end + transfer(s - 1, s, ActionKind::SendF);
   }
   double readyB(int s, int mb) const {
-    if (s == P_ - 1)
+    if (s == S_ - 1)
       return fEnd_[s][mb];
     double end = bEnd_[s + 1][mb];
-    return end == kNever ? kNever
-                         : end + transferTime(costs_, s + 1, ActionKind::SendB);
+    return end == kNever ? kNever : end + transfer(s + 1, s, ActionKind::SendB);
   }
-  double ready(int s, const Action &a) const {
-    return a.kind == ActionKind::F ? readyF(s, a.microbatch)
-                                   : readyB(s, a.microbatch);
+  double ready(const PlacedAction &a) const {
+    return a.action.kind == ActionKind::F ? readyF(a.stage, a.action.microbatch)
+                                          : readyB(a.stage, a.action.microbatch);
   }
 
-  // The F or B actions stage s may run next, in order of preference: the
-  // prescribed one, or a B and then an F; an F only while fewer than the
-  // limit are held.
-  llvm::SmallVector<Action, 2> candidates(int s) const {
-    const StageState &st = stages_[s];
-    llvm::SmallVector<Action, 2> out;
+  // The F or B actions rank r may run next, in order of preference.
+  llvm::SmallVector<PlacedAction, 4> candidates(size_t r) const {
+    const RankState &rk = ranks_[r];
+    llvm::SmallVector<PlacedAction, 4> out;
+    // An F of the rank's first stage takes in a microbatch that will hold
+    // a slot on each of the rank's stages before any of them is freed, so
+    // it waits unless all of them fit under the limit; the rank's later
+    // F's use slots reserved so.
+    auto mayRunF = [&](int s) {
+      int local = int(rk.stages.size());
+      int reserved = rk.entered * local - rk.forwards;
+      return s != rk.stages.front() ||
+             int64_t(rk.held) + reserved + local <= int64_t(limit_);
+    };
     if (!prescribed_.empty()) {
-      if (st.nextPrescribed == prescribed_[s].size())
+      if (rk.nextPrescribed == prescribed_[r].size())
         return out;
-      const Action &next = prescribed_[s][st.nextPrescribed];
-      if (next.kind != ActionKind::F || st.held < limit_)
+      const PlacedAction &next = prescribed_[r][rk.nextPrescribed];
+      if (next.action.kind != ActionKind::F || mayRunF(next.stage))
         out.push_back(next);
       return out;
     }
-    if (st.nextB < st.nextF)
-      out.push_back(compute(ActionKind::B, st.nextB));
-    if (st.nextF < M_ && st.held < limit_)
-      out.push_back(compute(ActionKind::F, st.nextF));
+    llvm::SmallVector<PlacedAction, 4> bs, fs;
+    for (int s : rk.stages) {
+      if (nextB_[s] < nextF_[s])
+        bs.push_back({s, compute(ActionKind::B, nextB_[s])});
+      if (nextF_[s] < M_ && mayRunF(s))
+        fs.push_back({s, compute(ActionKind::F, nextF_[s])});
+    }
+    std::stable_sort(bs.begin(), bs.end(), [](const PlacedAction &a, const PlacedAction &b) {
+      return a.action.microbatch != b.action.microbatch
+                 ? a.action.microbatch < b.action.microbatch
+                 : a.stage > b.stage;
+    });
+    out.append(bs.begin(), bs.end());
+    out.append(fs.rbegin(), fs.rend());
     return out;
   }
 
-  // Places one action on a stage whose clock is `now`; false if none can
+  // Places one action on a rank whose clock is `now`; false if none can
   // start now.
   bool commitOneAt(double now) {
-    for (int s = 0; s < P_; ++s) {
-      StageState &st = stages_[s];
-      if (finished(s) || st.clock != now)
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      RankState &rk = ranks_[r];
+      if (finished(r) || rk.clock != now)
         continue;
-      for (const Action &a : candidates(s))
-        if (ready(s, a) <= now) {
-          place(s, a);
+      for (const PlacedAction &a : candidates(r))
+        if (ready(a) <= now) {
+          place(r, a);
           return true;
         }
-      if (!st.pendingW.empty()) {
-        place(s, compute(ActionKind::W, st.pendingW.front()));
+      if (!rk.pendingW.empty()) {
+        auto [s, mb] = rk.pendingW.front();
+        place(r, {s, compute(ActionKind::W, mb)});
         return true;
       }
     }
     return false;
   }
 
-  void place(int s, const Action &a) {
-    StageState &st = stages_[s];
-    st.clock += computeCost(costs_, s, a.kind);
-    st.order.push_back(a);
+  void place(size_t r, const PlacedAction &pa) {
+    RankState &rk = ranks_[r];
+    const Action &a = pa.action;
+    int s = pa.stage;
+    rk.clock += computeCost(costs_, s, a.kind);
+    rk.order.push_back(pa);
     switch (a.kind) {
     case ActionKind::F:
-      fEnd_[s][a.microbatch] = st.clock;
-      ++st.held;
-      ++st.nextF;
+      fEnd_[s][a.microbatch] = rk.clock;
+      ++rk.held;
+      ++rk.forwards;
+      rk.entered += s == rk.stages.front();
+      ++nextF_[s];
       break;
     case ActionKind::B:
-      bEnd_[s][a.microbatch] = st.clock;
-      ++st.nextB;
-      st.pendingW.push_back(a.microbatch);
+      bEnd_[s][a.microbatch] = rk.clock;
+      ++nextB_[s];
+      rk.pendingW.push_back({s, a.microbatch});
       break;
     case ActionKind::W:
-      st.pendingW.pop_front();
-      --st.held;
+      rk.pendingW.pop_front();
+      --rk.held;
       break;
     default:
       assert(false && "the builder places only F, B and W");
     }
     if (a.kind != ActionKind::W && !prescribed_.empty())
-      ++st.nextPrescribed;
+      ++rk.nextPrescribed;
   }
 
-  // No stage at `now` can start anything: move them to the next moment
+  // No rank at `now` can start anything: move them to the next moment
   // something may change — an input they wait for arrives, or another
-  // stage finishes its current action.
-  void advanceWaitingStages(double now) {
+  // rank finishes its current action.
+  void advanceWaitingRanks(double now) {
     double next = kNever;
-    for (int s = 0; s < P_; ++s) {
-      if (finished(s))
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      if (finished(r))
         continue;
-      if (stages_[s].clock > now)
-        next = std::min(next, stages_[s].clock);
+      if (ranks_[r].clock > now)
+        next = std::min(next, ranks_[r].clock);
       else
-        for (const Action &a : candidates(s))
-          if (double r = ready(s, a); r > now)
-            next = std::min(next, r);
+        for (const PlacedAction &a : candidates(r))
+          if (double t = ready(a); t > now)
+            next = std::min(next, t);
     }
     assert(next != kNever && "schedule builder stalled");
     if (next == kNever)
       next = now + 1; // unreachable with positive F and B costs
-    for (StageState &st : stages_)
-      st.clock = std::max(st.clock, next);
+    for (RankState &rk : ranks_)
+      rk.clock = std::max(rk.clock, next);
   }
 
-  int P_, M_;
+  int S_, M_;
+  const Placement &place_;
   const PipelineCosts &costs_;
-  StageOrder prescribed_; // empty: choose greedily
+  RankOrder prescribed_; // empty: choose greedily
   int limit_;
-  std::vector<StageState> stages_;
+  std::vector<RankState> ranks_;
+  std::vector<int> nextF_, nextB_; // by stage
   std::vector<std::vector<double>> fEnd_, bEnd_; // kNever until placed
 };
 
-Schedule finish(const std::string &name, int P, int M, StageOrder order) {
-  Schedule s{name, P, M, std::move(order)};
+// The finished schedule: messages inserted, and each stage's STEP last, the
+// rank's stages in increasing order.
+Schedule finish(const std::string &name, int M, const Placement &place,
+                RankOrder order) {
+  int S = int(place.rankOf.size());
+  for (size_t r = 0; r < order.size(); ++r)
+    for (int s = 0; s < S; ++s)
+      if (place.rankOf[s] == int(r))
+        order[r].push_back({s, Action{ActionKind::Step, -1, -1}});
+  Schedule s = scheduleFromPrograms(name, S, M,
+                                    place.trivial() ? std::vector<int>()
+                                                    : place.rankOf,
+                                    order);
   insertCommunication(s);
-  for (auto &list : s.actions)
-    list.push_back(Action{ActionKind::Step, -1, -1});
   return s;
+}
+
+Schedule finish(const std::string &name, int P, int M, StageOrder order) {
+  return finish(name, M, onePerRank(P), asRankOrder(order));
 }
 
 int peakActivations(const SimResult &r) {
@@ -286,14 +435,14 @@ llvm::Expected<Schedule> pickFastest(int P, int M, const PipelineCosts &costs,
   return std::move(*best);
 }
 
-llvm::Error checkRequest(int P, int M, const PipelineCosts &costs) {
-  if (P < 1 || M < 1)
+llvm::Error checkRequest(int S, int M, const PipelineCosts &costs) {
+  if (S < 1 || M < 1)
     return genError("a schedule needs at least 1 stage and 1 microbatch, not " +
-                    std::to_string(P) + " and " + std::to_string(M));
-  if (int(costs.stages.size()) != P)
+                    std::to_string(S) + " and " + std::to_string(M));
+  if (int(costs.stages.size()) != S)
     return genError("the costs are for " + std::to_string(costs.stages.size()) +
-                    " stages, the schedule has " + std::to_string(P));
-  for (int s = 0; s < P; ++s) {
+                    " stages, the schedule has " + std::to_string(S));
+  for (int s = 0; s < S; ++s) {
     const StageCost &c = costs.stages[s];
     if (!(c.f > 0) || !(c.b > 0) || !(c.w >= 0))
       return genError("stage " + std::to_string(s) +
@@ -301,6 +450,10 @@ llvm::Error checkRequest(int P, int M, const PipelineCosts &costs) {
                       "time");
   }
   return llvm::Error::success();
+}
+
+bool isVShaped(const std::string &name) {
+  return name == "zb-v" || name == "v-half";
 }
 
 } // namespace
@@ -311,15 +464,63 @@ const std::vector<std::string> &scheduleNames() {
   return names;
 }
 
+const std::vector<std::string> &chunkedScheduleNames() {
+  static const std::vector<std::string> names = {
+      "interleaved-1f1b", "interleaved-1f1b-2bp", "looped-bfs",
+      "looped-bfs-2bp",   "zb-v",                 "v-half"};
+  return names;
+}
+
+bool isChunkedSchedule(const std::string &name) {
+  const auto &n = chunkedScheduleNames();
+  return std::find(n.begin(), n.end(), name) != n.end();
+}
+
+int defaultChunks(const std::string &name) {
+  return isChunkedSchedule(name) ? 2 : 1;
+}
+
 llvm::Error checkScheduleName(const std::string &name) {
   if (std::find(scheduleNames().begin(), scheduleNames().end(), name) !=
-      scheduleNames().end())
+          scheduleNames().end() ||
+      isChunkedSchedule(name))
     return llvm::Error::success();
   std::string known;
-  for (const std::string &n : scheduleNames())
-    known += (known.empty() ? "" : ", ") + n;
+  for (const auto *list : {&scheduleNames(), &chunkedScheduleNames()})
+    for (const std::string &n : *list)
+      known += (known.empty() ? "" : ", ") + n;
   return genError("unknown schedule '" + name + "' (known: " + known +
                   ", csv:FILE)");
+}
+
+llvm::Error checkChunks(const std::string &name, int stages, int microbatches,
+                        int chunks) {
+  if (chunks < 1)
+    return genError("--chunks must be at least 1, not " + std::to_string(chunks));
+  if (!isChunkedSchedule(name)) {
+    if (chunks != 1)
+      return genError("schedule '" + name + "' runs one stage per rank; "
+                      "--chunks " + std::to_string(chunks) +
+                      " needs one of " + [] {
+                        std::string n;
+                        for (const std::string &c : chunkedScheduleNames())
+                          n += (n.empty() ? "" : ", ") + c;
+                        return n;
+                      }());
+    return llvm::Error::success();
+  }
+  if (isVShaped(name) && chunks != 2)
+    return genError("schedule '" + name + "' runs 2 stages per rank in a V, "
+                    "not " + std::to_string(chunks));
+  if (stages % chunks != 0)
+    return genError(std::to_string(stages) + " stages do not split into " +
+                    std::to_string(chunks) + " per rank");
+  int ranks = stages / chunks;
+  if (name.rfind("interleaved-1f1b", 0) == 0 && microbatches % ranks != 0)
+    return genError("schedule '" + name + "' needs the microbatches (" +
+                    std::to_string(microbatches) + ") to be a multiple of the "
+                    "ranks (" + std::to_string(ranks) + ")");
+  return llvm::Error::success();
 }
 
 HeldCap heldCapFor(const PipelineCosts &costs, int64_t capBytes) {
@@ -344,34 +545,65 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int P, int M,
 llvm::Expected<Schedule> makeSchedule(const std::string &name, int P, int M,
                                       const PipelineCosts &costs,
                                       const HeldCap &memCap) {
+  return makeSchedule(name, P, M, costs, memCap, 1);
+}
+
+llvm::Expected<Schedule> makeSchedule(const std::string &name, int S, int M,
+                                      const PipelineCosts &costs,
+                                      const HeldCap &memCap, int chunks) {
   if (auto e = checkScheduleName(name))
     return std::move(e);
-  if (auto e = checkRequest(P, M, costs))
+  if (auto e = checkRequest(S, M, costs))
     return std::move(e);
-  auto placeW = [&](StageOrder prescribed, int limit) {
-    return WeightFillingBuilder(P, M, costs, std::move(prescribed), limit)
+  if (auto e = checkChunks(name, S, M, chunks))
+    return std::move(e);
+  int P = S / chunks; // ranks
+  auto placeW = [&](const Placement &place, RankOrder prescribed, int limit) {
+    return WeightFillingBuilder(place, M, costs, std::move(prescribed), limit)
         .build();
   };
+  auto placeOne = [&](StageOrder prescribed, int limit) {
+    return placeW(onePerRank(S), asRankOrder(prescribed), limit);
+  };
   if (name == "gpipe")
-    return finish(name, P, M, gpipeOrder(P, M, ActionKind::BW));
+    return finish(name, S, M, gpipeOrder(S, M, ActionKind::BW));
   if (name == "1f1b")
-    return finish(name, P, M, oneFOneBOrder(P, M, ActionKind::BW));
+    return finish(name, S, M, oneFOneBOrder(S, M, ActionKind::BW));
   if (name == "gpipe-2bp")
-    return finish(name, P, M,
-                  placeW(gpipeOrder(P, M, ActionKind::B), INT_MAX));
+    return finish(name, M, onePerRank(S),
+                  placeOne(gpipeOrder(S, M, ActionKind::B), INT_MAX));
   if (name == "1f1b-2bp")
-    return finish(name, P, M,
-                  placeW(oneFOneBOrder(P, M, ActionKind::B), INT_MAX));
+    return finish(name, M, onePerRank(S),
+                  placeOne(oneFOneBOrder(S, M, ActionKind::B), INT_MAX));
   if (name == "zb-h1")
-    return finish(name, P, M,
-                  placeW(oneFOneBOrder(P, M, ActionKind::B),
-                                std::min(P, M)));
+    return finish(name, M, onePerRank(S),
+                  placeOne(oneFOneBOrder(S, M, ActionKind::B), std::min(S, M)));
   if (name == "zb-h2")
-    return finish(name, P, M, placeW({}, std::min(2 * P - 1, M)));
+    return finish(name, M, onePerRank(S),
+                  placeOne({}, std::min(2 * S - 1, M)));
+  Placement rr = roundRobin(P, chunks);
+  if (name == "interleaved-1f1b")
+    return finish(name, M, rr, interleavedOrder(P, chunks, M, ActionKind::BW));
+  if (name == "interleaved-1f1b-2bp")
+    return finish(name, M, rr,
+                  placeW(rr, interleavedOrder(P, chunks, M, ActionKind::B),
+                         INT_MAX));
+  if (name == "looped-bfs")
+    return finish(name, M, rr, loopedOrder(P, chunks, M, ActionKind::BW));
+  if (name == "looped-bfs-2bp")
+    return finish(name, M, rr,
+                  placeW(rr, loopedOrder(P, chunks, M, ActionKind::B), INT_MAX));
+  Placement v = vShape(P);
+  // ZB-V: 1F1B's activation memory, 2P microbatches of a half-size stage
+  // on each rank; V-Half: half of it and one microbatch more (P + 2).
+  if (name == "zb-v")
+    return finish(name, M, v, placeW(v, {}, 2 * P));
+  if (name == "v-half")
+    return finish(name, M, v, placeW(v, {}, P + 2));
   // checkScheduleName left only `auto`.
   if (memCap.empty())
-    return pickFastest(P, M, costs, HeldCap(size_t(P), INT_MAX));
-  return pickFastest(P, M, costs, memCap);
+    return pickFastest(S, M, costs, HeldCap(size_t(S), INT_MAX));
+  return pickFastest(S, M, costs, memCap);
 }
 
 } // namespace cleave::passes::schedule

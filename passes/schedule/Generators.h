@@ -14,6 +14,22 @@
 //              min(2P-1, M) are held (extra warm-up forwards), else a W
 //   auto       the lowest simulated step time whose peak fits the memory cap
 //
+// and, with v stages per rank (P ranks x v stages; `chunks` = v):
+//
+//   interleaved-1f1b      Megatron-LM's interleaved 1F1B, stages placed
+//   interleaved-1f1b-2bp  round-robin (stage c P + r on rank r); the 2bp
+//                         form runs B in place of BW and fills idle time
+//                         with W. M must be a multiple of P.
+//   looped-bfs            breadth-first: all microbatches through one of a
+//   looped-bfs-2bp        rank's stages before the next (round-robin)
+//   zb-v                  zero bubble V (Qi et al.): 2 stages per rank in a
+//                         V (rank r runs r and 2P-1-r), B first, then F
+//                         while fewer than 2P microbatches of a half-size
+//                         stage are held on the rank (1F1B's memory),
+//                         then W
+//   v-half                the same V under half of that, plus one
+//                         microbatch (P + 2)
+//
 // Where W goes depends on when each stage would idle, so the 2BP and zero
 // bubble generators place it by timing the stages with the real per-stage
 // costs (the same cost model as Simulator.h); the simulator then gives the
@@ -30,8 +46,18 @@
 
 namespace cleave::passes::schedule {
 
-// The names makeSchedule accepts, `auto` last.
+// The names of the one-stage-per-rank schedules, `auto` last.
 const std::vector<std::string> &scheduleNames();
+// The names of the schedules with several stages per rank.
+const std::vector<std::string> &chunkedScheduleNames();
+bool isChunkedSchedule(const std::string &name);
+// The stages per rank a schedule runs with unless told: 2 for the chunked
+// ones, 1 for the rest.
+int defaultChunks(const std::string &name);
+// Fails (one line) unless schedule `name` can run `stages` stages, `chunks`
+// per rank, with `microbatches`.
+llvm::Error checkChunks(const std::string &name, int stages, int microbatches,
+                        int chunks);
 
 // Fails, listing the known names, unless `name` is one of them.
 llvm::Error checkScheduleName(const std::string &name);
@@ -48,6 +74,12 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int stages,
                                       int microbatches,
                                       const PipelineCosts &costs,
                                       const HeldCap &heldCap);
+// `stages` in all, `chunks` per rank (stages / chunks ranks); the costs
+// are per stage.
+llvm::Expected<Schedule> makeSchedule(const std::string &name, int stages,
+                                      int microbatches,
+                                      const PipelineCosts &costs,
+                                      const HeldCap &heldCap, int chunks);
 
 // What a memory cap of `capBytes` per stage leaves each stage for
 // activations, in microbatches: (capBytes - staticBytes) / activationBytes,

@@ -2,9 +2,14 @@
 // runs for one training step of M microbatches. Generators (Generators.h)
 // make one, the validator (Validator.h) checks one, the simulator
 // (Simulator.h) times one, and ScheduleCsv.h reads and writes PyTorch's
-// notation. Stage s runs on rank s; activations flow s -> s+1, gradients
-// s+1 -> s. docs/schedules.md describes the schedules.
+// notation. Activations flow s -> s+1, gradients s+1 -> s. A rank (a
+// device, a process) runs one stage, or several (interleaved, looping and
+// V-shaped schedules): then `rankOf` places each stage and `order` says in
+// which order each rank interleaves its stages' actions. docs/schedules.md
+// describes the schedules.
 #pragma once
+
+#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <string>
@@ -51,12 +56,54 @@ using HeldCap = std::vector<int>;
 
 struct Schedule {
   std::string name;
-  int stages = 0;       // P
+  int stages = 0;       // S: P ranks x v stages per rank
   int microbatches = 0; // M
   std::vector<std::vector<Action>> actions; // [stage] -> in program order
+  // Several stages per rank. rankOf[stage] is the rank running it (empty:
+  // stage s alone on rank s). order[r] is rank r's program: entry k names
+  // the stage whose next action (in actions[stage]) the rank runs k-th, so
+  // it names each of its stages once per action (empty: one stage per
+  // rank, whose list is the program).
+  std::vector<int> rankOf;
+  std::vector<std::vector<int>> order;
 
   bool operator==(const Schedule &) const = default;
 };
+
+// One action of a rank's program: actions[stage][index].
+struct RankAction {
+  int stage = 0;
+  size_t index = 0;
+};
+
+// The ranks the schedule runs on (stages when each has its own).
+int rankCount(const Schedule &s);
+// The rank running `stage`.
+int rankOfStage(const Schedule &s, int stage);
+// True when some rank runs more than one stage.
+bool sharesRanks(const Schedule &s);
+// Each rank's program, in order (for one stage per rank: its list).
+std::vector<std::vector<RankAction>> rankPrograms(const Schedule &s);
+// The stages of each rank, in increasing order.
+std::vector<std::vector<int>> stagesOfRanks(const Schedule &s);
+
+// Fails (one line) unless rankOf places every stage on a rank 0..R-1, each
+// rank has a stage, and order[r] names only rank r's stages, each exactly
+// as often as it has actions. The simulator and the validator check it.
+llvm::Error checkPlacement(const Schedule &s);
+
+// A (stage, action) of a rank's program, as generators and the CSV reader
+// build one.
+struct PlacedAction {
+  int stage = 0;
+  Action action;
+};
+// The schedule whose rank r runs programs[r] in that order; stage `st` is
+// on rank rankOf[st] (empty: stage s on rank s, one program per stage).
+// Nothing is checked here (validateSchedule does).
+Schedule scheduleFromPrograms(std::string name, int stages, int microbatches,
+                              std::vector<int> rankOf,
+                              const std::vector<std::vector<PlacedAction>> &programs);
 
 // The stage a SEND/RECV on `stage` talks to: activations go to the next
 // stage, gradients to the previous one.
@@ -65,8 +112,9 @@ int messagePeer(int stage, ActionKind kind);
 // Adds the point-to-point messages a compute-only schedule implies: each F
 // on a stage after the first gets RECV_F right before it, each F before the
 // last stage gets SEND_F right after it, and the same for the gradient of
-// each B (or BW) in the other direction. Sends are eager (Simulator.h), so
-// a RECV placed right before its use never costs time it need not.
+// each B (or BW) in the other direction; in a rank's program too, around
+// the same action. Sends are eager (Simulator.h), so a RECV placed right
+// before its use never costs time it need not.
 void insertCommunication(Schedule &s);
 
 // True when the schedule has any SEND or RECV.

@@ -5,7 +5,9 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <map>
 
 namespace cleave::passes::schedule {
 
@@ -36,8 +38,8 @@ llvm::Error csvError(const std::string &msg) {
 }
 
 // Reads `<stage><type><microbatch>`; the error says what was expected.
-llvm::Expected<Action> parseAction(llvm::StringRef cell, int rank,
-                                   const std::string &where) {
+llvm::Expected<PlacedAction> parseAction(llvm::StringRef cell,
+                                         const std::string &where) {
   llvm::StringRef rest = cell;
   unsigned stage;
   size_t digits = rest.find_first_not_of("0123456789");
@@ -59,27 +61,26 @@ llvm::Expected<Action> parseAction(llvm::StringRef cell, int rank,
     return csvError(where + ": cannot read '" + cell.str() +
                     "' (cleave reads F, I, W, B, SEND_F, RECV_F, SEND_B, "
                     "RECV_B actions with a microbatch, e.g. 0F3)");
-  if (int(stage) != rank)
-    return csvError(where + ": '" + cell.str() + "' is for stage " +
-                    std::to_string(stage) + ", but this row is rank " +
-                    std::to_string(rank) + "'s (cleave runs one stage per rank)");
+  if (stage > unsigned(INT_MAX / 2) || mb > unsigned(INT_MAX / 2))
+    return csvError(where + ": '" + cell.str() + "' is out of range");
   Action a = compute(kind->kind, int(mb));
   if (isComm(a.kind))
-    a.peer = messagePeer(rank, a.kind);
-  return a;
+    a.peer = messagePeer(int(stage), a.kind);
+  return PlacedAction{int(stage), a};
 }
 
 } // namespace
 
 std::string scheduleToCsv(const Schedule &s, bool computeOnly) {
   std::string out;
-  for (int st = 0; st < s.stages; ++st) {
+  for (const auto &program : rankPrograms(s)) {
     std::string row;
-    for (const Action &a : s.actions[st]) {
+    for (const RankAction &ra : program) {
+      const Action &a = s.actions[ra.stage][ra.index];
       const char *token = csvToken(a.kind);
       if (!token || (computeOnly && isComm(a.kind)))
         continue;
-      row += (row.empty() ? "" : ",") + std::to_string(st) + token +
+      row += (row.empty() ? "" : ",") + std::to_string(ra.stage) + token +
              std::to_string(a.microbatch);
     }
     out += row + "\n";
@@ -92,33 +93,57 @@ llvm::Expected<Schedule> scheduleFromCsv(llvm::StringRef text,
                                          const std::string &name) {
   llvm::SmallVector<llvm::StringRef, 16> lines;
   text.rtrim().split(lines, '\n');
-  Schedule s;
-  s.name = name;
-  s.stages = int(lines.size());
-  for (int rank = 0; rank < s.stages; ++rank) {
+  std::vector<std::vector<PlacedAction>> programs;
+  std::map<int, int> rankOf; // stage -> the row it appears in
+  int microbatches = 0;
+  for (int rank = 0; rank < int(lines.size()); ++rank) {
     llvm::SmallVector<llvm::StringRef, 64> cells;
     lines[rank].rtrim("\r").split(cells, ',');
-    std::vector<Action> row;
+    std::vector<PlacedAction> row;
     for (size_t c = 0; c < cells.size(); ++c) {
       llvm::StringRef cell = cells[c].trim();
       if (cell.empty())
         continue;
       std::string where = source + ": line " + std::to_string(rank + 1) +
                           ", cell " + std::to_string(c + 1);
-      auto a = parseAction(cell, rank, where);
+      auto a = parseAction(cell, where);
       if (!a)
         return a.takeError();
-      s.microbatches = std::max(s.microbatches, a->microbatch + 1);
+      auto [it, fresh] = rankOf.insert({a->stage, rank});
+      if (!fresh && it->second != rank)
+        return csvError(where + ": '" + cell.str() + "' is for stage " +
+                        std::to_string(a->stage) + ", which line " +
+                        std::to_string(it->second + 1) +
+                        " (rank " + std::to_string(it->second) +
+                        ") already runs; a stage runs on one rank");
+      microbatches = std::max(microbatches, a->action.microbatch + 1);
       row.push_back(*a);
     }
-    s.actions.push_back(std::move(row));
+    programs.push_back(std::move(row));
   }
-  if (s.stages == 0 || s.microbatches == 0)
+  if (programs.empty() || microbatches == 0)
     return csvError(source + ": no schedule actions in the CSV");
+  int stages = rankOf.rbegin()->first + 1;
+  for (int st = 0; st < stages; ++st)
+    if (!rankOf.count(st))
+      return csvError(source + ": no row has actions of stage " +
+                      std::to_string(st) + " (the stages run 0.." +
+                      std::to_string(stages - 1) + ")");
+  std::vector<int> placement;
+  bool onePerRank = stages == int(programs.size());
+  for (auto [st, rank] : rankOf) {
+    placement.push_back(rank);
+    onePerRank = onePerRank && st == rank;
+  }
+  for (int st = 0; st < stages; ++st)
+    programs[size_t(rankOf[st])].push_back(
+        {st, Action{ActionKind::Step, -1, -1}});
+  if (onePerRank)
+    placement.clear();
+  Schedule s = scheduleFromPrograms(name, stages, microbatches,
+                                    std::move(placement), programs);
   if (!hasCommunication(s))
     insertCommunication(s);
-  for (auto &row : s.actions)
-    row.push_back(Action{ActionKind::Step, -1, -1});
   return s;
 }
 

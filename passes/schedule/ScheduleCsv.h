@@ -4,8 +4,9 @@
 // (forward), I (input gradient: cleave's B), W (weight gradient), B (full
 // backward: cleave's BW), SEND_F, RECV_F, SEND_B, RECV_B. Example row:
 // `0F0,0F1,0I0,0W0`. Empty cells (PyTorch's idle slots) are skipped.
-// cleave runs one stage per rank, so row r holds stage r's actions. STEP is
-// not written; reading adds one at the end of every row. A CSV without any
+// Row r is rank r's program; a row with actions of several stages (the
+// interleaved and V schedules) places them on that rank. STEP is not
+// written; reading adds one per stage at the end of its rank's row. A CSV without any
 // SEND/RECV (PyTorch's compute-only form) gets them inserted
 // (insertCommunication).
 #pragma once

@@ -30,14 +30,18 @@ std::string where(int stage, size_t index, const Action &a) {
          std::to_string(index) + " (" + actionName(a) + ")";
 }
 
-// Runs the stages in dataflow order. Because SENDs never block, the times
-// do not depend on the order the stages are visited in.
+// Runs the ranks in dataflow order. Because SENDs never block, the times
+// do not depend on the order the ranks are visited in.
 class StepSimulator {
 public:
   StepSimulator(const Schedule &s, const PipelineCosts &costs)
-      : s_(s), costs_(costs), cursor_(s.stages, 0), clock_(s.stages, 0),
-        held_(s.stages, 0), started_(s.stages, false) {
+      : s_(s), costs_(costs), programs_(rankPrograms(s)),
+        cursor_(programs_.size(), 0), clock_(programs_.size(), 0),
+        heldBytes_(programs_.size(), 0), heldCount_(programs_.size(), 0),
+        held_(s.stages, 0),
+        started_(s.stages, false), rankStarted_(programs_.size(), false) {
     result_.stages.resize(s.stages);
+    result_.ranks.resize(programs_.size());
     result_.spans.resize(s.stages);
     for (int st = 0; st < s.stages; ++st)
       result_.spans[st].resize(s.actions[st].size());
@@ -47,98 +51,129 @@ public:
     bool progress = true;
     while (progress) {
       progress = false;
-      for (int st = 0; st < s_.stages; ++st)
-        progress |= advance(st);
+      for (size_t r = 0; r < programs_.size(); ++r)
+        progress |= advance(r);
     }
-    for (int st = 0; st < s_.stages; ++st)
-      if (cursor_[st] < s_.actions[st].size())
-        return explainStall(st);
+    for (size_t r = 0; r < programs_.size(); ++r)
+      if (cursor_[r] < programs_[r].size())
+        return explainStall(r);
     summarize();
     return std::move(result_);
   }
 
 private:
-  // Runs stage `st` until it finishes or blocks; true if it moved.
-  bool advance(int st) {
+  const Action &actionAt(size_t r) const {
+    const RankAction &ra = programs_[r][cursor_[r]];
+    return s_.actions[ra.stage][ra.index];
+  }
+
+  // Runs rank `r` until it finishes or blocks; true if it moved.
+  bool advance(size_t r) {
     bool moved = false;
-    const auto &list = s_.actions[st];
-    while (cursor_[st] < list.size()) {
-      const Action &a = list[cursor_[st]];
-      Span &span = result_.spans[st][cursor_[st]];
-      span.start = clock_[st];
+    const auto &prog = programs_[r];
+    while (cursor_[r] < prog.size()) {
+      int st = prog[cursor_[r]].stage;
+      const Action &a = actionAt(r);
+      Span &span = result_.spans[st][prog[cursor_[r]].index];
+      span.start = clock_[r];
       if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) {
         auto it = inFlight_.find(keyOfRecv(st, a));
         if (it == inFlight_.end() || it->second.empty())
           return moved;
-        clock_[st] = std::max(clock_[st], it->second.front());
+        clock_[r] = std::max(clock_[r], it->second.front());
         it->second.pop_front();
-        span.end = clock_[st];
+        span.end = clock_[r];
       } else if (isSend(a.kind)) {
         // The message leaves when its value exists, which inside a BW can
         // be before the action (and so this SEND) ends.
         auto made = made_.find({a.kind, st, a.microbatch});
-        span.start = made == made_.end() ? clock_[st] : made->second;
-        span.end = span.start + transferTime(costs_, st, a.kind);
+        span.start = made == made_.end() ? clock_[r] : made->second;
+        bool local = a.peer >= 0 && a.peer < s_.stages &&
+                     rankOfStage(s_, a.peer) == int(r);
+        span.end = span.start + (local ? 0 : transferTime(costs_, st, a.kind));
         inFlight_[{a.kind, a.microbatch, st, a.peer}].push_back(span.end);
       } else {
-        runCompute(st, a, span);
+        runCompute(r, st, a, span);
       }
-      ++cursor_[st];
+      ++cursor_[r];
       moved = true;
     }
     return moved;
   }
 
-  void runCompute(int st, const Action &a, Span &span) {
+  void runCompute(size_t r, int st, const Action &a, Span &span) {
     StageStats &stats = result_.stages[st];
+    RankStats &rank = result_.ranks[r];
     double cost = computeCost(costs_, st, a.kind);
+    if (a.kind == ActionKind::Step)
+      return;
     if (!started_[st]) {
       started_[st] = true;
-      stats.start = clock_[st];
+      stats.start = clock_[r];
+    }
+    if (!rankStarted_[r]) {
+      rankStarted_[r] = true;
+      rank.start = clock_[r];
     }
     const StageCost &c = costs_.stages[st];
     if (a.kind == ActionKind::F)
-      made_[{ActionKind::SendF, st, a.microbatch}] = clock_[st] + c.f;
+      made_[{ActionKind::SendF, st, a.microbatch}] = clock_[r] + c.f;
     else if (a.kind == ActionKind::B || a.kind == ActionKind::BW)
       made_[{ActionKind::SendB, st, a.microbatch}] =
-          clock_[st] + (a.kind == ActionKind::BW && !costs_.bwSendsAfterB
-                            ? c.b + c.w
-                            : c.b);
-    clock_[st] += cost;
-    span.end = clock_[st];
+          clock_[r] + (a.kind == ActionKind::BW && !costs_.bwSendsAfterB
+                           ? c.b + c.w
+                           : c.b);
+    clock_[r] += cost;
+    span.end = clock_[r];
     stats.busy += cost;
-    stats.finish = clock_[st];
-    if (a.kind == ActionKind::F)
+    stats.finish = clock_[r];
+    rank.busy += cost;
+    rank.finish = clock_[r];
+    if (a.kind == ActionKind::F) {
       stats.peakActivationMicrobatches =
           std::max(stats.peakActivationMicrobatches, ++held_[st]);
-    if (a.kind == ActionKind::W || a.kind == ActionKind::BW)
+      heldBytes_[r] += c.activationBytes;
+      rank.peakActivationMicrobatches =
+          std::max(rank.peakActivationMicrobatches, ++heldCount_[r]);
+      rank.peakBytes = std::max(rank.peakBytes, heldBytes_[r]);
+    }
+    if (a.kind == ActionKind::W || a.kind == ActionKind::BW) {
       --held_[st];
+      heldBytes_[r] -= c.activationBytes;
+      --heldCount_[r];
+    }
   }
 
-  // Every unfinished stage waits on a RECV. Follow who waits for whom from
-  // `st`: either a stage whose SEND will never come, or a cycle.
-  llvm::Error explainStall(int st) {
-    std::vector<int> chain;
-    std::vector<bool> seen(s_.stages, false);
-    while (!seen[st]) {
-      seen[st] = true;
-      chain.push_back(st);
-      const Action &a = s_.actions[st][cursor_[st]];
+  // Every unfinished rank waits on a RECV. Follow who waits for whom from
+  // rank `r`: either a stage whose SEND will never come, or a cycle.
+  llvm::Error explainStall(size_t r) {
+    std::vector<size_t> chain;
+    std::vector<bool> seen(programs_.size(), false);
+    while (!seen[r]) {
+      seen[r] = true;
+      chain.push_back(r);
+      const RankAction &ra = programs_[r][cursor_[r]];
+      const Action &a = actionAt(r);
       int peer = a.peer;
-      bool peerBlocked = peer >= 0 && peer < s_.stages &&
-                         cursor_[peer] < s_.actions[peer].size();
+      bool peerBlocked = false;
+      size_t peerRank = 0;
+      if (peer >= 0 && peer < s_.stages) {
+        peerRank = size_t(rankOfStage(s_, peer));
+        peerBlocked = peerRank != r && cursor_[peerRank] < programs_[peerRank].size();
+      }
       if (!peerBlocked)
-        return simError(where(st, cursor_[st], a) + ": its " +
+        return simError(where(ra.stage, ra.index, a) + ": its " +
                         kindName(matchingSend(a.kind)) +
                         std::to_string(a.microbatch) + " from stage " +
                         std::to_string(peer) + " never comes");
-      st = peer;
+      r = peerRank;
     }
     std::string msg = "deadlock under blocking point-to-point: ";
-    auto from = std::find(chain.begin(), chain.end(), st);
+    auto from = std::find(chain.begin(), chain.end(), r);
     for (auto it = from; it != chain.end(); ++it) {
-      const Action &a = s_.actions[*it][cursor_[*it]];
-      msg += where(*it, cursor_[*it], a) + " waits for stage " +
+      const RankAction &ra = programs_[*it][cursor_[*it]];
+      const Action &a = s_.actions[ra.stage][ra.index];
+      msg += where(ra.stage, ra.index, a) + " waits for stage " +
              std::to_string(a.peer) + "; ";
     }
     msg.resize(msg.size() - 2);
@@ -146,30 +181,40 @@ private:
   }
 
   void summarize() {
-    for (const StageStats &st : result_.stages) {
-      result_.stepTime = std::max(result_.stepTime, st.finish - st.start);
-      result_.makespan = std::max(result_.makespan, st.finish);
+    for (const RankStats &rk : result_.ranks) {
+      result_.stepTime = std::max(result_.stepTime, rk.finish - rk.start);
+      result_.makespan = std::max(result_.makespan, rk.finish);
     }
+    // Busy time summed in a different order than the step time can exceed
+    // it by a rounding error; a bubble is never negative.
+    auto bubbleOf = [&](double busy) {
+      return result_.stepTime > 0
+                 ? std::max(0.0, (result_.stepTime - busy) / result_.stepTime)
+                 : 0;
+    };
+    for (RankStats &rk : result_.ranks)
+      rk.bubble = bubbleOf(rk.busy);
     for (int st = 0; st < s_.stages; ++st) {
       StageStats &stats = result_.stages[st];
-      // Busy time summed in a different order than the step time can exceed
-      // it by a rounding error; a bubble is never negative.
-      stats.bubble = result_.stepTime > 0
-                         ? std::max(0.0, (result_.stepTime - stats.busy) /
-                                             result_.stepTime)
-                         : 0;
+      RankStats &rk = result_.ranks[size_t(rankOfStage(s_, st))];
+      stats.bubble = rk.bubble;
       const StageCost &c = costs_.stages[st];
       stats.peakBytes =
           c.activationBytes * stats.peakActivationMicrobatches + c.staticBytes;
+      rk.peakBytes += c.staticBytes;
     }
   }
 
   const Schedule &s_;
   const PipelineCosts &costs_;
-  std::vector<size_t> cursor_;
-  std::vector<double> clock_;
-  std::vector<int> held_;
-  std::vector<bool> started_; // has the stage begun computing
+  std::vector<std::vector<RankAction>> programs_;
+  std::vector<size_t> cursor_; // by rank
+  std::vector<double> clock_;  // by rank
+  std::vector<int64_t> heldBytes_; // by rank: activation bytes held now
+  std::vector<int> heldCount_;     // by rank: microbatches held now
+  std::vector<int> held_;      // by stage
+  std::vector<bool> started_;  // by stage: has it begun computing
+  std::vector<bool> rankStarted_;
   std::map<MessageKey, std::deque<double>> inFlight_; // arrival times
   // (SEND kind, stage, microbatch) -> when the value to send exists.
   std::map<std::tuple<ActionKind, int, int>, double> made_;
@@ -202,6 +247,8 @@ llvm::Expected<SimResult> simulate(const Schedule &s,
   if (int(costs.stages.size()) != s.stages || int(s.actions.size()) != s.stages)
     return simError("the costs have " + std::to_string(costs.stages.size()) +
                     " stages, the schedule " + std::to_string(s.stages));
+  if (auto e = checkPlacement(s))
+    return e;
   return StepSimulator(s, costs).run();
 }
 

@@ -169,6 +169,28 @@ llvm::Error checkMemory(const Schedule &s, int stage, int cap) {
   return llvm::Error::success();
 }
 
+// A rank runs its stages' STEPs after all their other actions (the
+// runtime updates a rank's stages together, after its last backward).
+llvm::Error checkStepsLast(const Schedule &s) {
+  if (s.order.empty())
+    return llvm::Error::success();
+  auto programs = rankPrograms(s);
+  for (size_t r = 0; r < programs.size(); ++r) {
+    bool stepped = false;
+    for (const RankAction &ra : programs[r]) {
+      const Action &a = s.actions[ra.stage][ra.index];
+      if (a.kind == ActionKind::Step)
+        stepped = true;
+      else if (stepped)
+        return ruleBroken(ra.stage, ra.index, a,
+                          "rank " + std::to_string(r) +
+                              " runs it after a STEP; a rank's STEPs come "
+                              "after all its other actions");
+    }
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 
 llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
@@ -185,6 +207,10 @@ llvm::Error validateSchedule(const Schedule &s, const PipelineCosts &costs,
         llvm::inconvertibleErrorCode(),
         "a schedule needs at least 1 stage and 1 microbatch and one action "
         "list per stage");
+  if (auto e = checkPlacement(s))
+    return e;
+  if (auto e = checkStepsLast(s))
+    return e;
   for (int st = 0; st < s.stages; ++st) {
     if (auto e = checkWellFormed(s, st))
       return e;

@@ -66,8 +66,10 @@ TEST(ScheduleCsv, ParseErrorsNameThePlace) {
             "<stage><F|I|W|B|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>, e.g. "
             "0F3)");
   EXPECT_EQ(err("0F0\n0F1\n"),
-            "bad.csv: line 2, cell 1: '0F1' is for stage 0, but this row is "
-            "rank 1's (cleave runs one stage per rank)");
+            "bad.csv: line 2, cell 1: '0F1' is for stage 0, which line 1 "
+            "(rank 0) already runs; a stage runs on one rank");
+  EXPECT_EQ(err("0F0\n2F0\n"),
+            "bad.csv: no row has actions of stage 1 (the stages run 0..2)");
   EXPECT_EQ(err("\n"), "bad.csv: no schedule actions in the CSV");
   auto missing = readScheduleCsvFile("/nonexistent/s.csv");
   EXPECT_EQ(llvm::toString(missing.takeError()),

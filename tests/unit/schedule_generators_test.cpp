@@ -211,7 +211,9 @@ TEST(ScheduleGenerators, RejectsBadRequests) {
   auto unknown = makeSchedule("pipedream", 2, 2, PipelineCosts::uniform(2));
   EXPECT_EQ(llvm::toString(unknown.takeError()),
             "unknown schedule 'pipedream' (known: gpipe, 1f1b, gpipe-2bp, "
-            "1f1b-2bp, zb-h1, zb-h2, auto, csv:FILE)");
+            "1f1b-2bp, zb-h1, zb-h2, auto, interleaved-1f1b, "
+            "interleaved-1f1b-2bp, looped-bfs, looped-bfs-2bp, zb-v, v-half, "
+            "csv:FILE)");
   auto mismatch = makeSchedule("1f1b", 4, 2, PipelineCosts::uniform(2));
   EXPECT_EQ(llvm::toString(mismatch.takeError()),
             "the costs are for 2 stages, the schedule has 4");

@@ -1,0 +1,213 @@
+// Schedules with several stages per rank (interleaved 1F1B, looped BFS,
+// ZB-V, V-Half): the published bubble and memory at equal costs, the
+// placement rules, the simulator's rank clocks and local messages, and the
+// CSV notation with several stages in a row.
+#include "passes/schedule/Generators.h"
+#include "passes/schedule/ScheduleCsv.h"
+#include "passes/schedule/Simulator.h"
+#include "passes/schedule/Validator.h"
+
+#include <gtest/gtest.h>
+
+using namespace cleave::passes;
+using namespace cleave::passes::schedule;
+
+namespace {
+
+// Each of the P x v stages does 1/v of a rank's unit of work.
+PipelineCosts chunkCosts(int P, int v) {
+  PipelineCosts c = PipelineCosts::uniform(P * v);
+  for (StageCost &s : c.stages)
+    s.f = s.b = s.w = 1.0 / v;
+  return c;
+}
+
+struct Made {
+  Schedule schedule;
+  SimResult sim;
+};
+
+Made make(const std::string &name, int P, int v, int M) {
+  PipelineCosts costs = chunkCosts(P, v);
+  auto s = makeSchedule(name, P * v, M, costs, HeldCap(), v);
+  if (!s) {
+    ADD_FAILURE() << name << ": " << llvm::toString(s.takeError());
+    return {};
+  }
+  if (auto e = validateSchedule(*s, costs, HeldCap()))
+    ADD_FAILURE() << name << ": " << llvm::toString(std::move(e));
+  auto r = simulate(*s, costs);
+  if (!r) {
+    ADD_FAILURE() << name << ": " << llvm::toString(r.takeError());
+    return {};
+  }
+  return {std::move(*s), std::move(*r)};
+}
+
+std::string label(const std::string &name, int P, int v, int M) {
+  return name + " P=" + std::to_string(P) + " v=" + std::to_string(v) +
+         " M=" + std::to_string(M);
+}
+
+int rankPeak(const SimResult &r) {
+  int peak = 0;
+  for (const RankStats &rk : r.ranks)
+    peak = std::max(peak, rk.peakActivationMicrobatches);
+  return peak;
+}
+
+TEST(ChunkedSchedules, InterleavedMatchesMegatronsBubbleAndMemory) {
+  for (int P : {2, 4, 8})
+    for (int v : {2, 3, 4})
+      for (int M : {P, 2 * P, 4 * P}) {
+        Made m = make("interleaved-1f1b", P, v, M);
+        std::string at = label("interleaved-1f1b", P, v, M);
+        ASSERT_EQ(rankCount(m.schedule), P) << at;
+        // Every rank does 3 units per microbatch; the bubble is (P-1)/(vM +
+        // P - 1) of the step: the step is 3M (vM + P - 1) / (vM).
+        double busy = 3.0 * M;
+        EXPECT_NEAR(m.sim.stepTime, busy * (v * M + P - 1) / (v * M), 1e-9) << at;
+        EXPECT_NEAR(m.sim.ranks[0].bubble, double(P - 1) / (v * M + P - 1), 1e-9)
+            << at;
+        // Rank 0 holds its warm-up forwards plus one.
+        EXPECT_EQ(m.sim.ranks[0].peakActivationMicrobatches,
+                  std::min(2 * (P - 1) + (v - 1) * P + 1, v * M))
+            << at;
+        // Less bubble than 1F1B's (P-1)/(M+P-1).
+        Made base = make("1f1b", P, 1, M);
+        EXPECT_LT(m.sim.stepTime, base.sim.stepTime) << at;
+      }
+}
+
+TEST(ChunkedSchedules, LoopedHoldsEveryMicrobatchOfEveryStage) {
+  for (int P : {2, 4})
+    for (int v : {2, 4}) {
+      int M = 2 * P;
+      Made m = make("looped-bfs", P, v, M);
+      for (const RankStats &rk : m.sim.ranks)
+        EXPECT_EQ(rk.peakActivationMicrobatches, v * M) << label("looped-bfs", P, v, M);
+      Made split = make("looped-bfs-2bp", P, v, M);
+      EXPECT_LE(split.sim.stepTime, m.sim.stepTime) << label("looped-bfs-2bp", P, v, M);
+    }
+}
+
+TEST(ChunkedSchedules, ZbVKeepsOneFOneBMemoryWithLessBubbleThanZbH1) {
+  for (int P : {2, 4, 8})
+    for (int M : {P, 2 * P, 4 * P}) {
+      std::string at = label("zb-v", P, 2, M);
+      Made v = make("zb-v", P, 2, M);
+      ASSERT_EQ(rankCount(v.schedule), P) << at;
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(rankOfStage(v.schedule, r), r) << at;
+        EXPECT_EQ(rankOfStage(v.schedule, 2 * P - 1 - r), r) << at;
+      }
+      // 1F1B's peak, P microbatches of a whole rank's share: 2P of a
+      // half-size stage.
+      EXPECT_LE(rankPeak(v.sim), 2 * std::min(P, M)) << at;
+      Made h1 = make("zb-h1", P, 1, M);
+      EXPECT_LE(v.sim.stepTime, h1.sim.stepTime) << at;
+      // Under cleave's count (a microbatch held until its W) what is left
+      // of the bubble is at most (P-1) half-size forwards and backwards.
+      EXPECT_LE(v.sim.stepTime, 3.0 * M + (P - 1) * 1.0 + 1e-9) << at;
+      Made half = make("v-half", P, 2, M);
+      EXPECT_LE(rankPeak(half.sim), std::min(P + 2, 2 * M)) << label("v-half", P, 2, M);
+      Made base = make("1f1b", P, 1, M);
+      if (P > 2)
+        EXPECT_LT(half.sim.stepTime, base.sim.stepTime) << label("v-half", P, 2, M);
+    }
+}
+
+TEST(ChunkedSchedules, LocalMessagesTakeNoTime) {
+  // Slow links: the V's turn (stages P-1 and P on the last rank) and the
+  // loss's turn back are local, so zb-v crosses fewer links than 1f1b.
+  PipelineCosts costs = chunkCosts(2, 2);
+  costs.linkLatency = 10;
+  auto s = makeSchedule("zb-v", 4, 4, costs, HeldCap(), 2);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  auto r = simulate(*s, costs);
+  ASSERT_TRUE(bool(r));
+  const auto &list = s->actions[1];
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].kind == ActionKind::SendF) // stage 1 -> 2, both on rank 1
+      EXPECT_DOUBLE_EQ(r->spans[1][i].end, r->spans[1][i].start);
+}
+
+TEST(ChunkedSchedules, RejectsBadRequests) {
+  PipelineCosts c4 = chunkCosts(2, 2);
+  auto odd = makeSchedule("zb-v", 4, 4, c4, HeldCap(), 4);
+  EXPECT_EQ(llvm::toString(odd.takeError()),
+            "schedule 'zb-v' runs 2 stages per rank in a V, not 4");
+  auto one = makeSchedule("1f1b", 4, 4, c4, HeldCap(), 2);
+  EXPECT_EQ(llvm::toString(one.takeError()),
+            "schedule '1f1b' runs one stage per rank; --chunks 2 needs one of "
+            "interleaved-1f1b, interleaved-1f1b-2bp, looped-bfs, "
+            "looped-bfs-2bp, zb-v, v-half");
+  auto mb = makeSchedule("interleaved-1f1b", 4, 3, c4, HeldCap(), 2);
+  EXPECT_EQ(llvm::toString(mb.takeError()),
+            "schedule 'interleaved-1f1b' needs the microbatches (3) to be a "
+            "multiple of the ranks (2)");
+  PipelineCosts c6 = chunkCosts(3, 2);
+  auto split = makeSchedule("looped-bfs", 6, 4, c6, HeldCap(), 4);
+  EXPECT_EQ(llvm::toString(split.takeError()),
+            "6 stages do not split into 4 per rank");
+}
+
+TEST(ChunkedSchedules, ValidatorChecksThePlacement) {
+  PipelineCosts costs = chunkCosts(2, 2);
+  auto s = makeSchedule("interleaved-1f1b", 4, 4, costs, HeldCap(), 2);
+  ASSERT_TRUE(bool(s));
+  Schedule moved = *s;
+  moved.order[0][0] = 1; // stage 1 runs on rank 1
+  EXPECT_EQ(llvm::toString(validateSchedule(moved, costs, HeldCap())),
+            "rank 0's program names stage 1, which rank 1 runs");
+  Schedule empty = *s;
+  empty.rankOf = {0, 2, 0, 2};
+  empty.order.push_back({});
+  EXPECT_EQ(llvm::toString(validateSchedule(empty, costs, HeldCap())),
+            "rank 1 runs no stage");
+  Schedule lateStep = *s;
+  // Rank 0's program: put its first STEP before its last action.
+  auto &prog = lateStep.order[0];
+  std::vector<size_t> count(4, 0);
+  size_t stepAt = 0;
+  for (size_t k = 0; k < prog.size(); ++k) {
+    int st = prog[k];
+    if (lateStep.actions[st][count[st]++].kind == ActionKind::Step) {
+      stepAt = k;
+      break;
+    }
+  }
+  // The last action of stage prog[stepAt] is its STEP; move every entry of
+  // the other stage after it.
+  int stepped = prog[stepAt];
+  std::stable_partition(prog.begin(), prog.end(),
+                        [&](int st) { return st == stepped; });
+  EXPECT_NE(llvm::toString(validateSchedule(lateStep, costs, HeldCap()))
+                .find("a rank's STEPs come after all its other actions"),
+            std::string::npos);
+}
+
+TEST(ChunkedSchedules, CsvRoundTripKeepsThePlacement) {
+  for (const std::string &name : chunkedScheduleNames()) {
+    PipelineCosts costs = chunkCosts(4, 2);
+    auto s = makeSchedule(name, 8, 8, costs, HeldCap(), 2);
+    ASSERT_TRUE(bool(s)) << name;
+    auto back = scheduleFromCsv(scheduleToCsv(*s), "x.csv", s->name);
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    EXPECT_EQ(*back, *s) << name;
+    // PyTorch's compute-only form gets the same messages inserted.
+    auto compute = scheduleFromCsv(scheduleToCsv(*s, true), "x.csv", s->name);
+    ASSERT_TRUE(bool(compute)) << llvm::toString(compute.takeError());
+    EXPECT_EQ(*compute, *s) << name;
+  }
+  // Row 0 holds stages 0 and 3 of a 2-rank V.
+  auto v = scheduleFromCsv("0F0,3F0,3I0,3W0,0I0,0W0\n1F0,2F0,2I0,1I0,2W0,1W0\n",
+                           "v.csv");
+  ASSERT_TRUE(bool(v)) << llvm::toString(v.takeError());
+  EXPECT_EQ(v->stages, 4);
+  EXPECT_EQ(rankCount(*v), 2);
+  EXPECT_EQ(rankOfStage(*v, 3), 0);
+  EXPECT_FALSE(bool(validateSchedule(*v, PipelineCosts::uniform(4), HeldCap())));
+}
+
+} // namespace
