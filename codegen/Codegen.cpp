@@ -428,6 +428,20 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
     sp->predictedPeakBytes = plannedPeakBytes(*sp);
     plan.stages.push_back(std::move(*sp));
   }
+  // Several stages per rank: each rank's order over its stages' compute
+  // actions (messages are in the programs, STEPs run after all of them).
+  if (sched::sharesRanks(schedule)) {
+    for (int s = 0; s < schedule.stages; ++s)
+      plan.stageRank.push_back(sched::rankOfStage(schedule, s));
+    for (const auto &program : sched::rankPrograms(schedule)) {
+      std::vector<int> &out = plan.rankPrograms.emplace_back();
+      for (const sched::RankAction &ra : program) {
+        sched::ActionKind k = schedule.actions[ra.stage][ra.index].kind;
+        if (!sched::isComm(k) && k != sched::ActionKind::Step)
+          out.push_back(ra.stage);
+      }
+    }
+  }
   return plan;
 }
 

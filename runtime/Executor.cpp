@@ -995,39 +995,6 @@ std::string StageExecutor::describeNonFinite() {
   return "";
 }
 
-llvm::Expected<bool> StageExecutor::voteNonFinite() {
-  nonFiniteReport_ = describeNonFinite();
-  int32_t bad = nonFiniteReport_.empty() ? 0 : 1;
-  int stages = comm_.size();
-  if (stages <= 1)
-    return bad != 0;
-  auto where = [] { return std::string("agreeing on non-finite values"); };
-  if (comm_.rank() == 0) {
-    for (int s = 1; s < stages; ++s) {
-      int32_t other = 0;
-      if (auto e = nameTimeout(
-              comm_.recv(s, voteTag_, -1, &other, sizeof other),
-              "stage " + std::to_string(s),
-              "its vote on non-finite values before the step", voteTag_))
-        return wrap(std::move(e), where());
-      bad |= other;
-    }
-    for (int s = 1; s < stages; ++s)
-      if (auto e = comm_.send(s, voteTag_, -1, &bad, sizeof bad))
-        return wrap(std::move(e), where());
-    return bad != 0;
-  }
-  if (auto e = comm_.send(0, voteTag_, -1, &bad, sizeof bad))
-    return wrap(std::move(e), where());
-  if (auto e = nameTimeout(comm_.recv(0, voteTag_, -1, &bad, sizeof bad),
-                           "stage 0",
-                           "the stages' vote on non-finite values before the "
-                           "step",
-                           voteTag_))
-    return wrap(std::move(e), where());
-  return bad != 0;
-}
-
 llvm::Error StageExecutor::fillInputs(int microbatch, void *frame,
                                       const DataFn &data) {
   for (size_t s = 0; s < stage_.slots.size(); ++s) {
@@ -1073,8 +1040,10 @@ double StageExecutor::lastLoss() const {
   return sum / double(losses_.size());
 }
 
-llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
-  auto t0 = Clock::now();
+void StageExecutor::beginStep(int64_t step, const DataFn &data) {
+  stepStart_ = Clock::now();
+  step_ = step;
+  data_ = data;
   // A failed earlier step may have left frames out; take them back.
   for (auto &[mb, f] : live_)
     giveFrame(f);
@@ -1086,15 +1055,28 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
   stats_.spans.clear();
   stepSkipped_ = false;
   nonFiniteReport_.clear();
+  update_ = Update{};
+}
 
+size_t StageExecutor::stepAction() const {
   const auto &acts = stage_.actions;
-  for (size_t i = 0; i < acts.size(); ++i) {
+  for (size_t i = 0; i < acts.size(); ++i)
+    if (acts[i].kind == ActionKind::Step)
+      return i;
+  return acts.size();
+}
+
+llvm::Error StageExecutor::runActions(size_t first, size_t count) {
+  const auto &acts = stage_.actions;
+  size_t end = std::min(first + count, stepAction());
+  const int64_t step = step_;
+  for (size_t i = first; i < end; ++i) {
     const Action &a = acts[i];
     auto ta = Clock::now();
     // W batching: the run of W actions of consecutive microbatches here.
     size_t run = 1;
     if (batchW_ && wBatch_.possible && a.kind == ActionKind::W)
-      while (i + run < acts.size() && acts[i + run].kind == ActionKind::W &&
+      while (i + run < end && acts[i + run].kind == ActionKind::W &&
              acts[i + run].microbatch == a.microbatch + int(run))
         ++run;
     if (run > 1) {
@@ -1112,26 +1094,6 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
       continue;
     }
     llvm::Error e = [&]() -> llvm::Error {
-      if (a.kind == ActionKind::Step) {
-        if (dataParallel_)
-          if (auto e = allReduceAccums())
-            return e;
-        if (nonFinitePolicy_ != NonFinitePolicy::Ignore) {
-          auto skip = voteNonFinite();
-          if (!skip)
-            return skip.takeError();
-          if (*skip) {
-            stepSkipped_ = true;
-            return llvm::Error::success();
-          }
-        }
-        if (auto e = runProgram(Phase::Step, step, -1, nullptr))
-          return e;
-        for (const StateUpdate &u : stage_.stepUpdates)
-          if (auto e = copySlot(u.state, nullptr, u.value, nullptr))
-            return e;
-        return llvm::Error::success();
-      }
       int mb = a.microbatch;
       void *frame;
       if (a.kind == ActionKind::F) {
@@ -1140,7 +1102,7 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
           return f.takeError();
         frame = *f;
         live_[mb] = frame;
-        if (auto e = fillInputs(mb, frame, data))
+        if (auto e = fillInputs(mb, frame, data_))
           return e;
       } else {
         auto it = live_.find(mb);
@@ -1176,7 +1138,117 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
     if (e)
       return wrap(std::move(e), [&] { return describeAction(a); });
   }
-  stats_.stepSeconds = secondsSince(t0);
+  return llvm::Error::success();
+}
+
+// The update's errors name the STEP action, as the action loop's do.
+llvm::Error StageExecutor::stepError(llvm::Error e) {
+  if (!e)
+    return e;
+  return wrap(std::move(e), [&] { return describeAction({ActionKind::Step, -1}); });
+}
+
+llvm::Error StageExecutor::beginUpdate() {
+  update_ = Update{};
+  update_.start = Clock::now();
+  if (dataParallel_)
+    if (auto e = allReduceAccums())
+      return stepError(std::move(e));
+  update_.voting = nonFinitePolicy_ != NonFinitePolicy::Ignore;
+  if (!update_.voting)
+    return llvm::Error::success();
+  nonFiniteReport_ = describeNonFinite();
+  update_.bad = nonFiniteReport_.empty() ? 0 : 1;
+  if (comm_.size() <= 1) {
+    update_.voting = false;
+    stepSkipped_ = update_.bad != 0;
+    return llvm::Error::success();
+  }
+  update_.nextVoter = 1;
+  if (comm_.rank() != 0)
+    if (auto e = comm_.send(0, voteTag_, -1, &update_.bad, sizeof update_.bad))
+      return stepError(wrap(std::move(e), "agreeing on non-finite values"));
+  return llvm::Error::success();
+}
+
+llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
+  auto ready = [&](int peer, int64_t tag) {
+    return wait || comm_.poll(peer, tag, -1);
+  };
+  auto where = [] { return std::string("agreeing on non-finite values"); };
+  if (update_.voting) {
+    int stages = comm_.size();
+    if (comm_.rank() == 0) {
+      for (; update_.nextVoter < stages; ++update_.nextVoter) {
+        int s = update_.nextVoter;
+        if (!ready(s, voteTag_))
+          return false;
+        int32_t other = 0;
+        if (auto e = nameTimeout(
+                comm_.recv(s, voteTag_, -1, &other, sizeof other),
+                "stage " + std::to_string(s),
+                "its vote on non-finite values before the step", voteTag_))
+          return stepError(wrap(std::move(e), where()));
+        update_.bad |= other;
+      }
+      for (int s = 1; s < stages; ++s)
+        if (auto e = comm_.send(s, voteTag_, -1, &update_.bad, sizeof update_.bad))
+          return stepError(wrap(std::move(e), where()));
+    } else {
+      if (!ready(0, voteTag_))
+        return false;
+      if (auto e = nameTimeout(
+              comm_.recv(0, voteTag_, -1, &update_.bad, sizeof update_.bad),
+              "stage 0",
+              "the stages' vote on non-finite values before the step",
+              voteTag_))
+        return stepError(wrap(std::move(e), where()));
+    }
+    update_.voting = false;
+    stepSkipped_ = update_.bad != 0;
+  }
+  if (stepSkipped_)
+    return finishUpdate();
+  const auto &prog = stage_.programs[int(Phase::Step)];
+  for (; update_.next < prog.size(); ++update_.next) {
+    const Instr &in = prog[update_.next];
+    if (in.kind == InstrKind::Recv && !ready(in.peer, in.tag))
+      return false;
+    auto t0 = Clock::now();
+    llvm::Error e = runInstr(in, update_.next, Phase::Step, step_, -1, nullptr);
+    if (profiling_ && in.kind == InstrKind::Kernel) {
+      InstrProfile &p = profile_[{instrKey(in), Phase::Step}];
+      p.seconds += secondsSince(t0);
+      ++p.calls;
+    }
+    if (e)
+      return stepError(std::move(e));
+  }
+  for (const StateUpdate &u : stage_.stepUpdates)
+    if (auto e = copySlot(u.state, nullptr, u.value, nullptr))
+      return stepError(std::move(e));
+  return finishUpdate();
+}
+
+bool StageExecutor::finishUpdate() {
+  double took = secondsSince(update_.start);
+  stats_.busySeconds[size_t(ActionKind::Step)] += took;
+  stats_.spans.push_back({actionKindName(ActionKind::Step), -1,
+                          clockSeconds(update_.start),
+                          clockSeconds(update_.start) + took});
+  stats_.stepSeconds = secondsSince(stepStart_);
+  return true;
+}
+
+llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
+  beginStep(step, data);
+  if (auto e = runActions(0, stage_.actions.size()))
+    return e;
+  if (auto e = beginUpdate())
+    return e;
+  auto done = continueUpdate(/*wait=*/true);
+  if (!done)
+    return done.takeError();
   return llvm::Error::success();
 }
 
@@ -1234,30 +1306,115 @@ llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
 
 llvm::Error runPipelineThreads(std::vector<StageExecutor *> stages,
                                int64_t step, const std::vector<DataFn> &data) {
+  std::vector<RankWork> ranks;
+  for (size_t i = 0; i < stages.size(); ++i)
+    ranks.push_back({{stages[i]}, {data[i]}, {}});
+  return runRankThreads(ranks, step);
+}
+
+namespace {
+
+llvm::Error stageFailed(const StageExecutor &ex, llvm::Error e) {
+  return fail(llvm::formatv("stage {0}: {1}", ex.stage(),
+                            llvm::toString(std::move(e))));
+}
+
+} // namespace
+
+llvm::Error runRankStep(const RankWork &work, int64_t step) {
+  const auto &stages = work.stages;
+  if (stages.size() == 1) {
+    if (auto e = stages[0]->runStep(step, work.data[0]))
+      return stageFailed(*stages[0], std::move(e));
+    return llvm::Error::success();
+  }
+  std::map<int, size_t> local; // stage -> index in `stages`
+  for (size_t i = 0; i < stages.size(); ++i) {
+    local[stages[i]->stage()] = i;
+    stages[i]->beginStep(step, work.data[i]);
+  }
+  std::vector<size_t> cursor(stages.size(), 0);
+  for (size_t k = 0; k < work.program.size();) {
+    auto it = local.find(work.program[k]);
+    if (it == local.end()) // verifyPlan rules it out
+      return fail(llvm::formatv("the rank's program names stage {0}, which "
+                                "it does not run",
+                                work.program[k]));
+    size_t run = 1;
+    while (k + run < work.program.size() && work.program[k + run] == it->first)
+      ++run;
+    StageExecutor &ex = *stages[it->second];
+    if (auto e = ex.runActions(cursor[it->second], run))
+      return stageFailed(ex, std::move(e));
+    cursor[it->second] += run;
+    k += run;
+  }
+  // The updates: every stage sends what it owes first, then they run as
+  // far as each can, in turn, until all are done.
+  for (StageExecutor *ex : stages)
+    if (auto e = ex->beginUpdate())
+      return stageFailed(*ex, std::move(e));
+  std::vector<StageExecutor *> pending = stages;
+  double timeout = 0;
+  for (StageExecutor *ex : stages)
+    timeout = std::max(timeout, ex->comm().timeout());
+  auto idleSince = Clock::now();
+  for (int polls = 0; !pending.empty();) {
+    bool moved = false;
+    for (size_t i = 0; i < pending.size();) {
+      auto done = pending[i]->continueUpdate(/*wait=*/false);
+      if (!done)
+        return stageFailed(*pending[i], done.takeError());
+      if (*done) {
+        pending.erase(pending.begin() + long(i));
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
+    if (moved || pending.empty()) {
+      polls = 0;
+      idleSince = Clock::now();
+      continue;
+    }
+    // Every stage left waits for another rank. Past the timeout, wait in
+    // the first one's recv, which reports the timeout as a recv does.
+    if (timeout > 0 && secondsSince(idleSince) > timeout) {
+      auto done = pending[0]->continueUpdate(/*wait=*/true);
+      if (!done)
+        return stageFailed(*pending[0], done.takeError());
+      pending.erase(pending.begin());
+      continue;
+    }
+    if (++polls > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error runRankThreads(const std::vector<RankWork> &ranks, int64_t step) {
   std::mutex mu;
   std::optional<std::string> first;
   std::vector<std::thread> threads;
-  threads.reserve(stages.size());
-  for (size_t i = 0; i < stages.size(); ++i)
+  threads.reserve(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i)
     threads.emplace_back([&, i] {
-      StageExecutor *ex = stages[i];
-      llvm::Error e = ex->runStep(step, data[i]);
+      llvm::Error e = runRankStep(ranks[i], step);
       if (!e)
         return;
-      std::string msg = llvm::formatv("stage {0}: {1}", ex->stage(),
-                                      llvm::toString(std::move(e)))
-                            .str();
+      std::string msg = llvm::toString(std::move(e));
       {
         std::lock_guard<std::mutex> lock(mu);
         if (!first)
           first = msg;
       }
       // Wake every stage blocked on a message that will not come.
-      for (StageExecutor *other : stages) {
-        other->comm().abort(msg);
-        if (other->dataParallel())
-          other->dataParallel()->abort(msg);
-      }
+      for (const RankWork &r : ranks)
+        for (StageExecutor *other : r.stages) {
+          other->comm().abort(msg);
+          if (other->dataParallel())
+            other->dataParallel()->abort(msg);
+        }
     });
   for (std::thread &t : threads)
     t.join();

@@ -40,6 +40,7 @@
 #include "llvm/Support/Error.h"
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -107,6 +108,24 @@ public:
   // action and instruction ("F of microbatch 2, instr 3 (Relu 'fc1'): ...")
   // but not the stage: runPipelineThreads adds "stage N: ".
   llvm::Error runStep(int64_t step, const DataFn &data);
+
+  // The same step in pieces, for a rank that runs several stages in one
+  // thread (runRankStep): beginStep; runActions over the action list, in
+  // the order the rank interleaves its stages; then the update (the STEP
+  // action: data-parallel sums, the vote on non-finite values, the step
+  // program). beginUpdate sends what the stage owes the others;
+  // continueUpdate runs as far as it can without waiting for a message
+  // (wait: block instead) and returns true when the update is done, false
+  // when a message it needs has not come yet, so the rank can run its
+  // other stages' updates first (a tied weight's gradient goes between
+  // two stages of one rank).
+  void beginStep(int64_t step, const DataFn &data);
+  // Actions [first, first + count) of the list, the STEP excluded.
+  llvm::Error runActions(size_t first, size_t count);
+  llvm::Error beginUpdate();
+  llvm::Expected<bool> continueUpdate(bool wait);
+  // The index of the STEP action (the action list's last).
+  size_t stepAction() const;
 
   int stage() const { return stage_.index; }
   Comm &comm() { return comm_; }
@@ -201,10 +220,9 @@ private:
   llvm::Error accumulate(Phase phase, int microbatch, void *frame);
   llvm::Error accumulateSlot(int slot, int microbatch, void *frame);
   llvm::Error allReduceAccums();
-  // Checks the gradient sums and losses, votes with the other stages;
-  // true when the step must not be applied.
-  llvm::Expected<bool> voteNonFinite();
   std::string describeNonFinite();
+  llvm::Error stepError(llvm::Error e);
+  bool finishUpdate();
   llvm::Error fillInputs(int microbatch, void *frame, const DataFn &data);
   llvm::Error recordLoss(void *frame);
   std::string instrKey(const Instr &in) const;
@@ -228,6 +246,18 @@ private:
   std::map<std::string, int> byName_;
   std::vector<uint8_t> staging_; // host bounce buffer (non-host backends)
 
+  // The step being run (beginStep) and how far its update got.
+  int64_t step_ = 0;
+  DataFn data_;
+  std::chrono::steady_clock::time_point stepStart_;
+  struct Update {
+    std::chrono::steady_clock::time_point start;
+    bool voting = false;  // the vote is not over
+    int32_t bad = 0;      // this stage's finding, then the verdict
+    int nextVoter = 1;    // stage 0: the next stage whose vote it takes
+    size_t next = 0;      // the next instruction of the step program
+  } update_;
+
   StageStats stats_;
   bool profiling_ = false;
   Comm *dataParallel_ = nullptr;
@@ -245,6 +275,22 @@ private:
   size_t reduceDeviceBytes_ = 0;
   ProfileMap profile_;
 };
+
+// One rank's share of a step: its stages in increasing order, the data
+// each reads, and its program (Plan::rankPrograms: the stage of each next
+// F, B, W or BW; empty with one stage).
+struct RankWork {
+  std::vector<StageExecutor *> stages;
+  std::vector<DataFn> data;
+  std::vector<int> program;
+};
+// Runs the rank's stages' actions in the program's order on this thread,
+// then their updates (each as far as it can go, in turn). Errors: "stage
+// N: <error>".
+llvm::Error runRankStep(const RankWork &work, int64_t step);
+// runRankStep for every rank at once, one thread each; when one fails it
+// aborts every stage's Comm group and the first failure is returned.
+llvm::Error runRankThreads(const std::vector<RankWork> &ranks, int64_t step);
 
 // Runs stages[i]->runStep(step, data) for all i at once, one thread each.
 // When a stage fails it aborts its Comm group (waking every blocked recv)

@@ -1,5 +1,7 @@
 #include "runtime/Plan.h"
 
+#include <algorithm>
+
 namespace cleave::runtime {
 
 const char *slotKindName(SlotKind k) {
@@ -33,6 +35,27 @@ const char *actionKindName(ActionKind k) {
   case ActionKind::Step: return "STEP";
   }
   return "?";
+}
+
+int rankCount(const Plan &plan) {
+  if (plan.stageRank.empty())
+    return int(plan.stages.size());
+  int n = 0;
+  for (int r : plan.stageRank)
+    n = std::max(n, r + 1);
+  return n;
+}
+
+int rankOfStage(const Plan &plan, int stage) {
+  return plan.stageRank.empty() ? stage : plan.stageRank[size_t(stage)];
+}
+
+std::vector<int> stagesOfRank(const Plan &plan, int rank) {
+  std::vector<int> out;
+  for (int s = 0; s < int(plan.stages.size()); ++s)
+    if (rankOfStage(plan, s) == rank)
+      out.push_back(s);
+  return out;
 }
 
 uint64_t fnv1a64(const void *data, size_t bytes) {

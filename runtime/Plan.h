@@ -168,10 +168,23 @@ struct Plan {
   double lr = 0;         // the default learning rate (slot optimizer.lr)
   std::string precision = "f32"; // "bf16": products in bf16 (--precision)
   std::vector<StagePlan> stages;
+  // Several stages per rank (cleavec --chunks): stageRank[s] is the rank
+  // (device, process) running stage s, and rankPrograms[r] the order rank r
+  // runs its stages' actions in: entry k names the stage whose next F, B,
+  // W or BW it runs k-th. A rank runs its stages' STEPs after all of them,
+  // in increasing stage order. Both empty: stage s alone on rank s.
+  std::vector<int> stageRank;
+  std::vector<std::vector<int>> rankPrograms;
   std::vector<Blob> blobs;
   std::vector<WeightFile> weightFiles; // what referenced blobs read
   double predictedStepTime = 0; // seconds (0: not predicted)
 };
+
+// The ranks of a plan's pipeline, and the rank running `stage`.
+int rankCount(const Plan &plan);
+int rankOfStage(const Plan &plan, int stage);
+// The stages rank `rank` runs, in increasing order.
+std::vector<int> stagesOfRank(const Plan &plan, int rank);
 
 uint64_t fnv1a64(const void *data, size_t bytes);
 

@@ -198,6 +198,13 @@ pb::Header toProto(const Plan &plan) {
   h.set_precision(plan.precision);
   for (const StagePlan &s : plan.stages)
     toProto(s, *h.add_stages());
+  for (int r : plan.stageRank)
+    h.add_stage_rank(r);
+  for (const std::vector<int> &prog : plan.rankPrograms) {
+    pb::RankProgram *rp = h.add_rank_programs();
+    for (int st : prog)
+      rp->add_stages(st);
+  }
   std::vector<int> owner(plan.blobs.size(), -1);
   for (const StagePlan &s : plan.stages)
     for (const Slot &sl : s.slots)
@@ -404,6 +411,9 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   for (int si = 0; si < h.stages_size(); ++si)
     if (llvm::Error e = fromProto(h.stages(si), si, plan.stages[si]))
       return std::move(e);
+  plan.stageRank.assign(h.stage_rank().begin(), h.stage_rank().end());
+  for (const pb::RankProgram &rp : h.rank_programs())
+    plan.rankPrograms.emplace_back(rp.stages().begin(), rp.stages().end());
   for (const pb::WeightFile &w : h.weight_files())
     plan.weightFiles.push_back({w.path(), w.size()});
   plan.blobs.resize(h.blobs_size());

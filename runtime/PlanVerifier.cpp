@@ -10,6 +10,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
@@ -242,6 +243,54 @@ std::string actionText(const StagePlan &s, size_t i) {
       .str();
 }
 
+// Several stages per rank: every stage on a rank, every rank with a stage,
+// and each rank's program naming its own stages, each as often as it has
+// actions before its STEP.
+llvm::Error verifyPlacement(const Plan &plan) {
+  int n = int(plan.stages.size());
+  if (plan.stageRank.empty()) {
+    if (!plan.rankPrograms.empty())
+      return invalid("the plan has rank programs but places no stages");
+    return llvm::Error::success();
+  }
+  if (int(plan.stageRank.size()) != n)
+    return invalid(llvm::formatv("the plan places {0} stages on ranks, but "
+                                 "has {1}",
+                                 plan.stageRank.size(), n));
+  for (int st = 0; st < n; ++st)
+    if (plan.stageRank[size_t(st)] < 0 || plan.stageRank[size_t(st)] >= n)
+      return invalid(llvm::formatv("stage {0} is placed on rank {1}", st,
+                                   plan.stageRank[size_t(st)]));
+  int ranks = rankCount(plan);
+  for (int r = 0; r < ranks; ++r)
+    if (stagesOfRank(plan, r).empty())
+      return invalid(llvm::formatv("rank {0} runs no stage", r));
+  if (int(plan.rankPrograms.size()) != ranks)
+    return invalid(llvm::formatv("the plan has {0} rank programs for {1} "
+                                 "ranks",
+                                 plan.rankPrograms.size(), ranks));
+  std::vector<size_t> count(size_t(n), 0);
+  for (int r = 0; r < ranks; ++r)
+    for (int st : plan.rankPrograms[size_t(r)]) {
+      if (st < 0 || st >= n || plan.stageRank[size_t(st)] != r)
+        return invalid(llvm::formatv("rank {0}'s program names stage {1}, "
+                                     "which it does not run",
+                                     r, st));
+      ++count[size_t(st)];
+    }
+  for (int st = 0; st < n; ++st) {
+    size_t work = 0;
+    for (const Action &a : plan.stages[size_t(st)].actions)
+      work += a.kind != ActionKind::Step;
+    if (count[size_t(st)] != work)
+      return invalid(llvm::formatv("rank {0}'s program runs {1} actions of "
+                                   "stage {2}, which has {3}",
+                                   plan.stageRank[size_t(st)],
+                                   count[size_t(st)], st, work));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error verifySchedule(const Plan &plan) {
   int n = int(plan.stages.size());
   std::vector<std::vector<SimOp>> ops;
@@ -258,40 +307,86 @@ llvm::Error verifySchedule(const Plan &plan) {
   std::map<Message, std::deque<int64_t>> inFlight; // sizes, in send order
   std::vector<size_t> at(size_t(n), 0);
   std::vector<bool> voted(size_t(n), false);
+  // Each rank runs its program (one stage's actions, or several stages'
+  // interleaved) in order; once it is through, each of its stages' updates
+  // goes on by itself (the runtime runs them in turn, none waiting for
+  // another).
+  int ranks = rankCount(plan);
+  std::vector<std::vector<int>> programs(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    if (size_t(r) < plan.rankPrograms.size()) {
+      programs[size_t(r)] = plan.rankPrograms[size_t(r)];
+      continue;
+    }
+    for (const Action &a : plan.stages[size_t(r)].actions)
+      if (a.kind != ActionKind::Step)
+        programs[size_t(r)].push_back(r);
+  }
+  std::vector<size_t> pos(size_t(ranks), 0);   // by rank: program entry
+  std::vector<size_t> action(size_t(n), 0);    // by stage: its next action
+  // Runs stage st's ops while they belong to action `upTo` (SIZE_MAX: any);
+  // false when it blocks on a message or the vote.
+  auto runOps = [&](int st, size_t upTo, bool &moved) -> llvm::Expected<bool> {
+    const std::vector<SimOp> &list = ops[size_t(st)];
+    size_t &i = at[size_t(st)];
+    for (; i < list.size(); ++i) {
+      const SimOp &op = list[i];
+      if (upTo != SIZE_MAX && op.action != upTo)
+        return true;
+      if (op.kind == SimOp::Send) {
+        inFlight[op.msg].push_back(op.bytes);
+      } else if (op.kind == SimOp::Recv) {
+        auto it = inFlight.find(op.msg);
+        if (it == inFlight.end() || it->second.empty())
+          return false;
+        if (it->second.front() != op.bytes)
+          return invalid(llvm::formatv(
+              "stage {0} {1} receives {2} bytes from stage {3} (tag {4}) "
+              "but that stage sends {5}",
+              st, actionText(plan.stages[size_t(st)], op.action), op.bytes,
+              op.msg.from, op.msg.tag, it->second.front()));
+        it->second.pop_front();
+      } else {
+        // The vote: every stage at its STEP (or past it) before any goes on.
+        bool all = true;
+        for (int o = 0; o < n && all; ++o) {
+          size_t k = at[size_t(o)];
+          const std::vector<SimOp> &other = ops[size_t(o)];
+          all = voted[size_t(o)] ||
+                (k < other.size() && other[k].kind == SimOp::Vote);
+        }
+        if (!all)
+          return false;
+        voted[size_t(st)] = true;
+      }
+      moved = true;
+    }
+    return true;
+  };
   for (;;) {
     bool moved = false;
-    for (int st = 0; st < n; ++st) {
-      const std::vector<SimOp> &list = ops[size_t(st)];
-      size_t &i = at[size_t(st)];
-      for (; i < list.size(); ++i) {
-        const SimOp &op = list[i];
-        if (op.kind == SimOp::Send) {
-          inFlight[op.msg].push_back(op.bytes);
-        } else if (op.kind == SimOp::Recv) {
-          auto it = inFlight.find(op.msg);
-          if (it == inFlight.end() || it->second.empty())
-            break;
-          if (it->second.front() != op.bytes)
-            return invalid(llvm::formatv(
-                "stage {0} {1} receives {2} bytes from stage {3} (tag {4}) "
-                "but that stage sends {5}",
-                st, actionText(plan.stages[size_t(st)], op.action), op.bytes,
-                op.msg.from, op.msg.tag, it->second.front()));
-          it->second.pop_front();
-        } else {
-          // The vote: every stage at its STEP (or past it) before any goes on.
-          bool all = true;
-          for (int o = 0; o < n && all; ++o) {
-            size_t k = at[size_t(o)];
-            const std::vector<SimOp> &other = ops[size_t(o)];
-            all = voted[size_t(o)] ||
-                  (k < other.size() && other[k].kind == SimOp::Vote);
-          }
-          if (!all)
-            break;
-          voted[size_t(st)] = true;
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<int> &prog = programs[size_t(r)];
+      bool blocked = false;
+      while (pos[size_t(r)] < prog.size() && !blocked) {
+        int st = prog[pos[size_t(r)]];
+        auto through = runOps(st, action[size_t(st)], moved);
+        if (!through)
+          return through.takeError();
+        if (!*through) {
+          blocked = true;
+          break;
         }
+        ++action[size_t(st)];
+        ++pos[size_t(r)];
         moved = true;
+      }
+      if (blocked || pos[size_t(r)] < prog.size())
+        continue;
+      for (int st : stagesOfRank(plan, r)) {
+        auto through = runOps(st, SIZE_MAX, moved);
+        if (!through)
+          return through.takeError();
       }
     }
     bool done = true;
@@ -426,8 +521,13 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
     if (s.lossSlot < -1 || s.lossSlot >= nslots)
       return invalid(llvm::formatv("stage {0}: loss slot {1} out of range", si,
                                    s.lossSlot));
+    for (size_t i = 0; i + 1 < s.actions.size(); ++i)
+      if (s.actions[i].kind == ActionKind::Step)
+        return invalid(llvm::formatv("stage {0}: STEP is action {1} of {2}; "
+                                     "it must be the last",
+                                     si, i, s.actions.size()));
   }
-  return llvm::Error::success();
+  return verifyPlacement(plan);
 }
 
 llvm::Error verifyRunnable(const Plan &plan) {

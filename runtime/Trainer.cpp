@@ -90,19 +90,32 @@ llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
 }
 
 llvm::Error Trainer::runLocal(int64_t step) {
-  if (stages_.size() == 1) { // on this thread (MPI calls come from it)
-    LocalStage &st = *stages_[0];
-    if (auto e = st.executor->runStep(step, data_(step, st.replica)))
-      return fail(where(st) + ": " + llvm::toString(std::move(e)));
+  // One thread per rank of each replica, running that rank's stages in its
+  // program's order; a process with one rank runs it on this thread (MPI
+  // calls come from it).
+  std::map<std::pair<int, int>, RankWork> ranks; // (replica, rank)
+  for (LocalStage *st : stages_) {
+    int rank = rankOfStage(plan_, st->stage);
+    RankWork &w = ranks[{st->replica, rank}];
+    w.stages.push_back(st->executor.get());
+    w.data.push_back(data_(step, st->replica));
+    if (w.program.empty() && size_t(rank) < plan_.rankPrograms.size())
+      w.program = plan_.rankPrograms[size_t(rank)];
+  }
+  std::vector<RankWork> work;
+  for (auto &[key, w] : ranks)
+    work.push_back(std::move(w));
+  if (work.size() == 1) {
+    if (auto e = runRankStep(work[0], step)) {
+      // runRankStep names the stage; add the replica where there are several.
+      if (plan_.dataParallel > 1)
+        return fail("replica " + std::to_string(stages_[0]->replica) + " " +
+                    llvm::toString(std::move(e)));
+      return e;
+    }
     return llvm::Error::success();
   }
-  std::vector<StageExecutor *> raw;
-  std::vector<DataFn> feeds;
-  for (LocalStage *st : stages_) {
-    raw.push_back(st->executor.get());
-    feeds.push_back(data_(step, st->replica));
-  }
-  return runPipelineThreads(raw, step, feeds);
+  return runRankThreads(work, step);
 }
 
 llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {

@@ -22,6 +22,7 @@ static llvm::Error usage(const llvm::Twine &msg) {
 
 std::vector<Flags::Spec> planningFlagSpecs() {
   return {{"stages", true, false},       {"schedule", true, false},
+          {"chunks", true, false},
           {"mem-cap", true, false},      {"cost-model", true, false},
           {"device-profile", true, false}, {"split-at", true, false},
           {"layer-depth", true, false},  {"timeline", true, true},
@@ -29,13 +30,19 @@ std::vector<Flags::Spec> planningFlagSpecs() {
 }
 
 const char kPlanningHelp[] = R"(pipeline (needs a training graph):
-  --stages=P             split the training step into P pipeline stages
+  --stages=P             split the training step over P pipeline ranks
   --schedule=NAME        gpipe, 1f1b (default), gpipe-2bp, 1f1b-2bp, zb-h1,
                          zb-h2, auto (fastest simulated schedule within
-                         --mem-cap), or csv:FILE (PyTorch pipelining notation)
+                         --mem-cap), or csv:FILE (PyTorch pipelining notation);
+                         several stages per rank: interleaved-1f1b,
+                         interleaved-1f1b-2bp, looped-bfs, looped-bfs-2bp,
+                         zb-v, v-half
+  --chunks=V             stages per rank for those (default 2; the V ones
+                         take only 2): P x V stages in all
   --microbatches=M       microbatches per step (also averages the gradients)
-  --mem-cap=SIZE         bytes per stage (2GiB, 512MiB, ...): the partition
-                         and the schedule must fit it
+  --mem-cap=SIZE         bytes per rank (2GiB, 512MiB, ...): the partition
+                         and the schedule must fit it (each of a rank's V
+                         stages gets SIZE/V)
   --cost-model=analytic|uniform|profile:FILE
                          where times come from (default analytic: FLOPs and
                          bytes against --device-profile cpu|h200|a100)
@@ -77,9 +84,25 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
     req.microbatches = std::max<int64_t>(*n, 1);
   }
   req.schedule = flags.get("schedule").value_or("1f1b");
-  if (!llvm::StringRef(req.schedule).startswith("csv:"))
+  bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
+  if (!fromCsv)
     if (auto e = sched::checkScheduleName(req.schedule))
       return std::move(e);
+  req.chunks = sched::defaultChunks(req.schedule);
+  if (auto c = flags.get("chunks")) {
+    if (fromCsv)
+      return usage("--chunks does not go with a CSV schedule, which places "
+                   "its stages itself");
+    auto n = parseCount("chunks", *c);
+    if (!n)
+      return n.takeError();
+    if (*n < 1)
+      return usage("--chunks must be at least 1");
+    if (auto e = checkLimit(flags, "chunks", *n * req.stages,
+                            &support::SizeLimits::workers, "stages"))
+      return std::move(e);
+    req.chunks = int(*n);
+  }
   if (auto c = flags.get("mem-cap")) {
     auto bytes = passes::parseByteSize(*c);
     if (!bytes)
@@ -119,8 +142,38 @@ static int64_t heldUnder(const std::string &schedule, int p, int64_t m,
   return m; // gpipe and the 2BP schedules hold every microbatch until W
 }
 
-// The largest number of held microbatches every stage can afford under
-// `cap` bytes.
+// The microbatches each stage holds at most, for the partitioner's memory
+// check: heldUnder's rule for the one-stage-per-rank schedules, and for the
+// others (a CSV, several stages per rank) what the schedule itself holds
+// at equal costs, simulated.
+static llvm::Expected<std::vector<int64_t>>
+heldMicrobatches(const std::optional<sched::Schedule> &csv,
+                 const std::string &name, int stages, int64_t microbatches,
+                 int chunks) {
+  std::vector<int64_t> out;
+  if (!csv && !sched::isChunkedSchedule(name)) {
+    for (int s = 0; s < stages; ++s)
+      out.push_back(heldUnder(name, stages, microbatches, s));
+    return out;
+  }
+  passes::PipelineCosts uniform = passes::PipelineCosts::uniform(stages);
+  llvm::Expected<sched::Schedule> s =
+      csv ? llvm::Expected<sched::Schedule>(*csv)
+          : sched::makeSchedule(name, stages, int(microbatches), uniform,
+                                sched::HeldCap(), chunks);
+  if (!s)
+    return s.takeError();
+  if (s->stages != stages)
+    return usage(llvm::formatv("the schedule has {0} stages, the plan {1}",
+                               s->stages, stages));
+  auto sim = sched::simulate(*s, uniform);
+  if (!sim) // the validator reports it with the real costs
+    return std::vector<int64_t>(size_t(stages), microbatches);
+  for (const sched::StageStats &st : sim->stages)
+    out.push_back(st.peakActivationMicrobatches);
+  return out;
+}
+
 // When the searched split is unbalanced, as when a whole encoder is one
 // layer, the line that says how to cut finer: the layer count one
 // name-scope deeper. Empty when balanced, when the split was given, with one
@@ -149,7 +202,8 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
                                             const PlanningRequest &req) {
   bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
   std::optional<sched::Schedule> csv;
-  int stages = req.stages;
+  int stages = req.stages * req.chunks; // in all, over req.stages ranks
+  int chunks = req.chunks;
   int64_t microbatches = req.microbatches;
   if (fromCsv) {
     auto s = sched::readScheduleCsvFile(req.schedule.substr(4));
@@ -158,15 +212,24 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
     csv = std::move(*s);
     stages = csv->stages;
     microbatches = csv->microbatches;
+    chunks = std::max(1, stages / sched::rankCount(*csv));
+  } else if (auto e = sched::checkChunks(req.schedule, stages,
+                                         int(microbatches), chunks)) {
+    return std::move(e);
   }
 
   passes::PartitionOptions popts;
   popts.stages = stages;
   popts.microbatches = microbatches;
-  popts.memCap = req.memCap;
-  for (int s = 0; s < stages; ++s)
-    popts.heldMicrobatches.push_back(
-        heldUnder(fromCsv ? "gpipe" : req.schedule, stages, microbatches, s));
+  // A rank's cap is shared by its stages.
+  if (req.memCap)
+    popts.memCap = *req.memCap / chunks;
+  auto held = heldMicrobatches(fromCsv ? std::optional<sched::Schedule>(*csv)
+                                       : std::nullopt,
+                               req.schedule, stages, microbatches, chunks);
+  if (!held)
+    return held.takeError();
+  popts.heldMicrobatches = std::move(*held);
   popts.splitAt = req.splitAt;
   auto model = passes::parseCostModel(req.costModel);
   if (!model)
@@ -180,12 +243,13 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
 
   // The activations each stage may hold under the cap, counted as the
   // partitioner counted them.
-  sched::HeldCap cap =
-      req.memCap ? sched::heldCapFor(part->costs, *req.memCap) : sched::HeldCap();
+  sched::HeldCap cap = popts.memCap
+                           ? sched::heldCapFor(part->costs, *popts.memCap)
+                           : sched::HeldCap();
   llvm::Expected<sched::Schedule> schedule =
       fromCsv ? llvm::Expected<sched::Schedule>(std::move(*csv))
               : sched::makeSchedule(req.schedule, stages, int(microbatches),
-                                    part->costs, cap);
+                                    part->costs, cap, chunks);
   if (!schedule)
     return schedule.takeError();
   if (auto e = sched::validateSchedule(*schedule, part->costs, cap))

@@ -27,10 +27,11 @@ extern const char kPlanningHelp[];
 bool wantsPlanning(const Flags &flags);
 
 struct PlanningRequest {
-  int stages = 1;
+  int stages = 1;  // ranks
+  int chunks = 1;  // stages per rank (--chunks)
   int64_t microbatches = 1;
   std::string schedule = "1f1b"; // a name or csv:FILE
-  std::optional<int64_t> memCap; // bytes per stage
+  std::optional<int64_t> memCap; // bytes per rank
   std::string costModel = "analytic";
   std::string deviceProfile = "cpu";
   std::vector<std::string> splitAt;

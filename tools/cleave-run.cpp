@@ -177,6 +177,32 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
   llvm::outs() << llvm::formatv(
       "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n", stepsRun,
       sum.seconds, sum.firstLoss, sum.lastLoss);
+  if (!plan.stageRank.empty() && sum.stages.size() == plan.stages.size()) {
+    // Several stages per rank: a rank's figures are its stages' together.
+    llvm::outs() << "rank  stages  busy %  bubble %  peak bytes (measured / "
+                    "planned)  step ms (measured / predicted)\n";
+    for (int r = 0; r < runtime::rankCount(plan); ++r) {
+      std::string list;
+      double busy = 0, step = 0;
+      int64_t peak = 0, planned = 0;
+      for (int s : runtime::stagesOfRank(plan, r)) {
+        const runtime::StageFigures &f = sum.stages[size_t(s)];
+        list += (list.empty() ? "" : ",") + std::to_string(s);
+        busy += f.busySeconds;
+        step = std::max(step, f.stepSeconds);
+        peak += f.peakBytes;
+        planned += plan.stages[size_t(s)].predictedPeakBytes;
+      }
+      double busyPct = step > 0 ? std::min(100.0, 100 * busy / step) : 0;
+      llvm::outs() << llvm::formatv(
+          "{0,-4}  {1,-6}  {2,6:F1}  {3,8:F1}  {4,14} / {5,-14}  {6,8:F3} / "
+          "{7:F3}\n",
+          r, list, busyPct, 100 - busyPct, peak, planned,
+          1e3 * sum.meanStepSeconds, 1e3 * plan.predictedStepTime);
+    }
+    llvm::outs().flush();
+    return;
+  }
   llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
                   "step ms (measured / predicted)\n";
   for (size_t s = 0; s < sum.stages.size(); ++s) {
@@ -335,8 +361,9 @@ int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
   if (auto d = flags.get("data"))
     if (auto e = data.load(*d))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  // The ranks run at once; a rank's stages take turns on its threads.
   opt.stage.threads = runtime::threadsPerStage(
-      opt.threads, int(plan.stages.size()) * plan.dataParallel);
+      opt.threads, runtime::rankCount(plan) * plan.dataParallel);
   auto run = runtime::createThreadedPipeline(plan, opt.stage);
   if (!run)
     return fail(kTool, llvm::toString(run.takeError()), tools::kBadInput);

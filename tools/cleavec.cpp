@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
       return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
     planning = std::move(*req);
   } else {
-    for (const char *f : {"mem-cap", "cost-model", "device-profile",
+    for (const char *f : {"chunks", "mem-cap", "cost-model", "device-profile",
                           "split-at", "layer-depth", "timeline", "report"})
       if (flags.has(f))
         return fail(kTool,

@@ -169,6 +169,15 @@ public:
   }
 
   void setTimeout(double seconds) override { timeout_ = seconds; }
+  double timeout() const override { return timeout_; }
+
+  bool poll(int peer, int64_t tag, int microbatch) override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    if (g_->aborted)
+      return true;
+    auto it = g_->mailbox.find({peer, rank_, tag, microbatch});
+    return it != g_->mailbox.end() && !it->second.empty();
+  }
 
 private:
   // Waits until `pred` holds; false if the timeout ran out first.

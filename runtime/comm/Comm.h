@@ -53,6 +53,11 @@ public:
   // and copies it to `data`, which holds exactly `bytes` bytes.
   virtual llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
                            size_t bytes) = 0;
+  // Whether recv(peer, tag, microbatch) would return without waiting: its
+  // message has arrived, or the group failed (recv then fails at once). A
+  // rank running several stages in one thread polls before it receives
+  // where another of its stages may have to run first (the update).
+  virtual bool poll(int peer, int64_t tag, int microbatch) = 0;
   // Fails the group (see above). The first reason given is the one reported.
   virtual void abort(const std::string &why) = 0;
   virtual bool aborted() const = 0;
@@ -62,6 +67,7 @@ public:
   // The longest a recv or barrier waits before failing with a CommTimeout;
   // 0 (the default) waits forever.
   virtual void setTimeout(double seconds) = 0;
+  virtual double timeout() const = 0;
 };
 
 // A wait that ran past the timeout. Its message is complete as it stands

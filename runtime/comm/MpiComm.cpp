@@ -133,6 +133,22 @@ llvm::Error MpiComm::send(int peer, int64_t tag, int microbatch,
   return llvm::Error::success();
 }
 
+bool MpiComm::poll(int peer, int64_t tag, int microbatch) {
+  if (aborted_)
+    return true;
+  auto t = mpiTag(tag, microbatch, peer, "recv from");
+  if (!t) {
+    llvm::consumeError(t.takeError());
+    return true;
+  }
+  reapSends(/*wait=*/false);
+  int found = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(peer, *t, impl_->pipe, &found, &status) != MPI_SUCCESS)
+    return true;
+  return found != 0;
+}
+
 llvm::Error MpiComm::recv(int peer, int64_t tag, int microbatch, void *data,
                           size_t bytes) {
   if (aborted_)

@@ -69,6 +69,10 @@ public:
   bool aborted() const override { return aborted_; }
   llvm::Error barrier() override;
   void setTimeout(double seconds) override { timeout_ = seconds; }
+  double timeout() const override { return timeout_; }
+  // MPI_Iprobe for the message (a tag the mapping refuses polls true, so
+  // the recv reports it).
+  bool poll(int peer, int64_t tag, int microbatch) override;
 
   // The plan's microbatch count, which the tag mapping needs; must be set
   // before the first send or recv.
