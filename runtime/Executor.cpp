@@ -1244,6 +1244,8 @@ llvm::Error StageExecutor::runStep(int64_t step, const DataFn &data) {
   beginStep(step, data);
   if (auto e = runActions(0, stage_.actions.size()))
     return e;
+  if (!hasStepAction())
+    return llvm::Error::success();
   if (auto e = beginUpdate())
     return e;
   auto done = continueUpdate(/*wait=*/true);
@@ -1352,9 +1354,13 @@ llvm::Error runRankStep(const RankWork &work, int64_t step) {
   // The updates: every stage sends what it owes first, then they run as
   // far as each can, in turn, until all are done.
   for (StageExecutor *ex : stages)
-    if (auto e = ex->beginUpdate())
-      return stageFailed(*ex, std::move(e));
-  std::vector<StageExecutor *> pending = stages;
+    if (ex->hasStepAction())
+      if (auto e = ex->beginUpdate())
+        return stageFailed(*ex, std::move(e));
+  std::vector<StageExecutor *> pending;
+  for (StageExecutor *ex : stages)
+    if (ex->hasStepAction())
+      pending.push_back(ex);
   double timeout = 0;
   for (StageExecutor *ex : stages)
     timeout = std::max(timeout, ex->comm().timeout());

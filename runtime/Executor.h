@@ -124,8 +124,10 @@ public:
   llvm::Error runActions(size_t first, size_t count);
   llvm::Error beginUpdate();
   llvm::Expected<bool> continueUpdate(bool wait);
-  // The index of the STEP action (the action list's last).
+  // The index of the STEP action (the action list's last), and whether the
+  // list has one (a plan that passed verifyPlan always does).
   size_t stepAction() const;
+  bool hasStepAction() const { return stepAction() < stage_.actions.size(); }
 
   int stage() const { return stage_.index; }
   Comm &comm() { return comm_; }
