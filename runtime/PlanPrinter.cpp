@@ -129,6 +129,25 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
                    " data-parallel replicas"
              : std::string())
      << "\n";
+  if (!plan.stageRank.empty())
+    for (int r = 0; r < rankCount(plan); ++r) {
+      os << "  rank " << r << ": stages";
+      for (int s : stagesOfRank(plan, r))
+        os << " " << s;
+      os << "; program";
+      // Runs of one stage's actions: "0x2 3x1 ..." (stage x count).
+      const std::vector<int> &prog = size_t(r) < plan.rankPrograms.size()
+                                         ? plan.rankPrograms[size_t(r)]
+                                         : std::vector<int>();
+      for (size_t k = 0; k < prog.size();) {
+        size_t n = 1;
+        while (k + n < prog.size() && prog[k + n] == prog[k])
+          ++n;
+        os << " " << prog[k] << "x" << n;
+        k += n;
+      }
+      os << "\n";
+    }
   for (const PlanInput &in : plan.inputs)
     os << "  input " << quoted(in.name) << " : " << typeText(in.dtype, in.shape)
        << (in.indexLimit > 0 ? " (values below " + std::to_string(in.indexLimit) + ")"

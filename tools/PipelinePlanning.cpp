@@ -88,7 +88,6 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   if (!fromCsv)
     if (auto e = sched::checkScheduleName(req.schedule))
       return std::move(e);
-  req.chunks = sched::defaultChunks(req.schedule);
   if (auto c = flags.get("chunks")) {
     if (fromCsv)
       return usage("--chunks does not go with a CSV schedule, which places "
@@ -202,8 +201,8 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
                                             const PlanningRequest &req) {
   bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
   std::optional<sched::Schedule> csv;
-  int stages = req.stages * req.chunks; // in all, over req.stages ranks
-  int chunks = req.chunks;
+  int chunks = req.chunks > 0 ? req.chunks : sched::defaultChunks(req.schedule);
+  int stages = req.stages * chunks; // in all, over req.stages ranks
   int64_t microbatches = req.microbatches;
   if (fromCsv) {
     auto s = sched::readScheduleCsvFile(req.schedule.substr(4));

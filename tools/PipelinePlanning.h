@@ -28,7 +28,7 @@ bool wantsPlanning(const Flags &flags);
 
 struct PlanningRequest {
   int stages = 1;  // ranks
-  int chunks = 1;  // stages per rank (--chunks)
+  int chunks = 0;  // stages per rank (--chunks); 0: the schedule's default
   int64_t microbatches = 1;
   std::string schedule = "1f1b"; // a name or csv:FILE
   std::optional<int64_t> memCap; // bytes per rank

@@ -155,8 +155,8 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
                          const tools::Flags &flags) {
   int d = plan.dataParallel;
   llvm::outs() << llvm::formatv(
-      "training {0}: {1} stage(s){7}, schedule {2}{8}, {3} microbatches of "
-      "{4} samples per step, {5} step(s), data: {6}\n",
+      "training {0}: {1} stage(s){9}{7}, schedule {2}{8}, {3} microbatches "
+      "of {4} samples per step, {5} step(s), data: {6}\n",
       plan.modelName, plan.stages.size(), plan.schedule,
       d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
             : std::to_string(plan.microbatches),
@@ -167,7 +167,10 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
       d > 1 ? " x " + std::to_string(d) + " data-parallel replicas"
             : std::string(),
       plan.precision == "f32" ? std::string()
-                              : ", precision " + plan.precision);
+                              : ", precision " + plan.precision,
+      plan.stageRank.empty()
+          ? std::string()
+          : " on " + std::to_string(runtime::rankCount(plan)) + " ranks");
   llvm::outs().flush();
 }
 
