@@ -17,22 +17,35 @@ llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
   // to load (it may be a later replica's, loaded again below), but a
   // mismatch is the error to report.
   auto planOr = readPlanFile(path, rank);
-  double stages = 0, replicas = 0;
+  double stages = 0, replicas = 0, ranks = 0;
   std::optional<std::string> loadError;
   if (planOr) {
     stages = double(planOr->stages.size());
     replicas = double(planOr->dataParallel);
+    ranks = double(rankCount(*planOr));
   } else {
     loadError = llvm::toString(planOr.takeError());
   }
-  auto loaded = world.allGather({stages, replicas});
+  auto loaded = world.allGather({stages, replicas, ranks});
   if (!loaded)
     return world.failAlone(loaded.takeError());
   int p = 0, d = 1;
   for (int r = 0; r < size; ++r) {
-    double s = (*loaded)[size_t(2 * r)], reps = (*loaded)[size_t(2 * r + 1)];
+    double s = (*loaded)[size_t(3 * r)], reps = (*loaded)[size_t(3 * r + 1)],
+           rk = (*loaded)[size_t(3 * r + 2)];
     if (s <= 0)
       continue;
+    if (rk != s) { // several stages per rank: the threaded run only
+      if (r != rank)
+        return llvm::make_error<ReportedElsewhere>();
+      return fail(llvm::formatv(
+                      "the plan runs {0} stages on {1} ranks (cleavec "
+                      "--chunks); under mpirun each process runs one stage: "
+                      "run it without mpirun (one thread per rank), or "
+                      "compile it without --chunks",
+                      int64_t(s), int64_t(rk))
+                      .str());
+    }
     if (s * reps != size) { // the first rank that loaded says so
       if (r != rank)
         return llvm::make_error<ReportedElsewhere>();
