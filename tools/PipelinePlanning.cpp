@@ -197,18 +197,26 @@ static std::string coarseLayerHint(const ir::Graph &g,
       .str();
 }
 
-llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
-                                            const PlanningRequest &req) {
-  bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");
-  std::optional<sched::Schedule> csv;
-  int chunks = req.chunks > 0 ? req.chunks : sched::defaultChunks(req.schedule);
+namespace {
+
+// One partition and schedule: what planPipeline weighs and then emits.
+struct Planned {
+  passes::PartitionResult part;
+  sched::Schedule schedule;
+  sched::SimResult sim;
+  int stages = 0;
+};
+
+} // namespace
+
+// Partitions `g` into req.stages x chunks stages and schedules them (or
+// follows the CSV `csv`).
+static llvm::Expected<Planned> planWith(const ir::Graph &g,
+                                        const PlanningRequest &req, int chunks,
+                                        std::optional<sched::Schedule> csv) {
   int stages = req.stages * chunks; // in all, over req.stages ranks
   int64_t microbatches = req.microbatches;
-  if (fromCsv) {
-    auto s = sched::readScheduleCsvFile(req.schedule.substr(4));
-    if (!s)
-      return s.takeError();
-    csv = std::move(*s);
+  if (csv) {
     stages = csv->stages;
     microbatches = csv->microbatches;
     chunks = std::max(1, stages / sched::rankCount(*csv));
@@ -223,9 +231,8 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
   // A rank's cap is shared by its stages.
   if (req.memCap)
     popts.memCap = *req.memCap / chunks;
-  auto held = heldMicrobatches(fromCsv ? std::optional<sched::Schedule>(*csv)
-                                       : std::nullopt,
-                               req.schedule, stages, microbatches, chunks);
+  auto held =
+      heldMicrobatches(csv, req.schedule, stages, microbatches, chunks);
   if (!held)
     return held.takeError();
   popts.heldMicrobatches = std::move(*held);
@@ -246,9 +253,9 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
                            ? sched::heldCapFor(part->costs, *popts.memCap)
                            : sched::HeldCap();
   llvm::Expected<sched::Schedule> schedule =
-      fromCsv ? llvm::Expected<sched::Schedule>(std::move(*csv))
-              : sched::makeSchedule(req.schedule, stages, int(microbatches),
-                                    part->costs, cap, chunks);
+      csv ? llvm::Expected<sched::Schedule>(std::move(*csv))
+          : sched::makeSchedule(req.schedule, stages, int(microbatches),
+                                part->costs, cap, chunks);
   if (!schedule)
     return schedule.takeError();
   if (auto e = sched::validateSchedule(*schedule, part->costs, cap))
@@ -256,6 +263,51 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
   auto sim = sched::simulate(*schedule, part->costs);
   if (!sim)
     return sim.takeError();
+  return Planned{std::move(*part), std::move(*schedule), std::move(*sim),
+                 stages};
+}
+
+llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
+                                            const PlanningRequest &req) {
+  std::optional<sched::Schedule> csv;
+  if (llvm::StringRef(req.schedule).startswith("csv:")) {
+    auto s = sched::readScheduleCsvFile(req.schedule.substr(4));
+    if (!s)
+      return s.takeError();
+    csv = std::move(*s);
+  }
+  // `auto` without --chunks also weighs 2 stages per rank (not with
+  // --split-at, whose cuts are for one stage per rank).
+  std::vector<int> tries = {req.chunks > 0 ? req.chunks
+                                           : sched::defaultChunks(req.schedule)};
+  if (req.schedule == "auto" && req.chunks == 0 && req.splitAt.empty())
+    tries.push_back(2);
+  std::optional<Planned> best;
+  std::string tried;
+  for (int chunks : tries) {
+    auto p = planWith(g, req, chunks, csv);
+    if (tries.size() == 1 && !p)
+      return p.takeError();
+    std::string label = std::to_string(chunks) + " stage(s) per rank: ";
+    if (!p) {
+      tried += "  " + label + "none (" + llvm::toString(p.takeError()) + ")\n";
+      continue;
+    }
+    bool seconds = p->part.costs.timeUnit == "s";
+    tried += llvm::formatv("  {0}{1}, step {2:F3} {3}\n", label,
+                           p->schedule.name,
+                           seconds ? 1e3 * p->sim.stepTime : p->sim.stepTime,
+                           seconds ? "ms" : p->part.costs.timeUnit)
+                 .str();
+    if (!best || p->sim.stepTime < best->sim.stepTime)
+      best = std::move(*p);
+  }
+  if (!best) // every try failed: the one-stage-per-rank reason
+    return planWith(g, req, tries[0], csv).takeError();
+  passes::PartitionResult *part = &best->part;
+  sched::Schedule *schedule = &best->schedule;
+  sched::SimResult *sim = &best->sim;
+  int stages = best->stages;
 
   PlanningResult out;
   auto stageGraphs = passes::splitStages(g, part->stageOfOp, stages);
@@ -275,6 +327,8 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
   } else {
     passes::printStageTable(*part, text);
     text << coarseLayerHint(g, *part, req);
+    if (tries.size() > 1)
+      text << "auto tried:\n" << tried;
     text << sched::scheduleSummary(*schedule, *sim, part->costs);
   }
   text.flush();

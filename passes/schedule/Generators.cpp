@@ -391,16 +391,22 @@ int peakActivations(const SimResult &r) {
 
 // `auto`: every named schedule, simulated; the fastest whose peak fits the
 // cap on every stage (ties: less memory, then the earlier name).
+// With several stages per rank, among the schedules that run `chunks`.
 llvm::Expected<Schedule> pickFastest(int P, int M, const PipelineCosts &costs,
-                                     const HeldCap &cap) {
+                                     const HeldCap &cap, int chunks) {
   std::optional<Schedule> best;
   double bestTime = kNever;
   int bestPeak = INT_MAX, leastPeak = INT_MAX;
   std::string leastName;
-  for (const std::string &name : scheduleNames()) {
+  for (const std::string &name :
+       chunks == 1 ? scheduleNames() : chunkedScheduleNames()) {
     if (name == "auto")
       continue;
-    auto s = makeSchedule(name, P, M, costs);
+    if (llvm::Error e = checkChunks(name, P, M, chunks)) {
+      llvm::consumeError(std::move(e));
+      continue;
+    }
+    auto s = makeSchedule(name, P, M, costs, HeldCap(), chunks);
     if (!s)
       return s.takeError();
     auto r = simulate(*s, costs);
@@ -420,6 +426,10 @@ llvm::Expected<Schedule> pickFastest(int P, int M, const PipelineCosts &costs,
       bestPeak = peak;
     }
   }
+  if (!best && leastName.empty())
+    return genError("no schedule runs " + std::to_string(chunks) +
+                    " stages per rank with " + std::to_string(M) +
+                    " microbatches");
   if (!best) {
     bool uniform = std::all_of(cap.begin(), cap.end(),
                                [&](int c) { return c == cap[0]; });
@@ -497,6 +507,12 @@ llvm::Error checkChunks(const std::string &name, int stages, int microbatches,
                         int chunks) {
   if (chunks < 1)
     return genError("--chunks must be at least 1, not " + std::to_string(chunks));
+  if (name == "auto") {
+    if (stages % chunks != 0)
+      return genError(std::to_string(stages) + " stages do not split into " +
+                      std::to_string(chunks) + " per rank");
+    return llvm::Error::success();
+  }
   if (!isChunkedSchedule(name)) {
     if (chunks != 1)
       return genError("schedule '" + name + "' runs one stage per rank; "
@@ -602,8 +618,8 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int S, int M,
     return finish(name, M, v, placeW(v, {}, P + 2));
   // checkScheduleName left only `auto`.
   if (memCap.empty())
-    return pickFastest(S, M, costs, HeldCap(size_t(S), INT_MAX));
-  return pickFastest(S, M, costs, memCap);
+    return pickFastest(S, M, costs, HeldCap(size_t(S), INT_MAX), chunks);
+  return pickFastest(S, M, costs, memCap, chunks);
 }
 
 } // namespace cleave::passes::schedule

@@ -211,3 +211,18 @@ TEST(ChunkedSchedules, CsvRoundTripKeepsThePlacement) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(ChunkedSchedules, AutoIsTheFastestOfTheChunkedOnes) {
+  for (int P : {2, 4})
+    for (int M : {P, 2 * P}) {
+      Made best = make("auto", P, 2, M);
+      ASSERT_EQ(rankCount(best.schedule), P);
+      for (const std::string &name : chunkedScheduleNames())
+        EXPECT_LE(best.sim.stepTime, make(name, P, 2, M).sim.stepTime)
+            << label(name, P, 2, M);
+    }
+}
+
+} // namespace
