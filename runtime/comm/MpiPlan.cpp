@@ -39,7 +39,7 @@ llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
       if (r != rank)
         return llvm::make_error<ReportedElsewhere>();
       return fail(llvm::formatv(
-                      "the plan runs {0} stages on {1} ranks (cleavec "
+                      "the plan runs {0} stages on {1} rank(s) (cleavec "
                       "--chunks); under mpirun each process runs one stage: "
                       "run it without mpirun (one thread per rank), or "
                       "compile it without --chunks",

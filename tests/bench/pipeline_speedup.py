@@ -32,6 +32,10 @@ stage on a 2-core machine):
   Per round: measured/simulated per schedule, and measured speedup over
   1f1b divided by simulated speedup. Printed: the median over rounds (and
   min..max).
+With --chunks 2: 2 ranks x 2 stages each (cleavec --stages 2 --chunks 2),
+the schedules with several stages per rank, speedups over
+interleaved-1f1b; the 4-stage split comes from an interleaved-1f1b
+profile the same way.
 The bar: measured speedup / simulated speedup >= 0.9 for zb-h1 and
 1f1b-2bp, and measured within 10% of simulated for every schedule.
 """
@@ -46,6 +50,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEDULES = ["1f1b", "1f1b-2bp", "zb-h1"]
+CHUNKED = ["interleaved-1f1b", "interleaved-1f1b-2bp", "zb-v", "v-half"]
 
 
 def run(cmd):
@@ -59,6 +64,7 @@ class Bench:
     def __init__(self, args, out_dir):
         self.args, self.dir = args, out_dir
         self.tools = os.path.join(args.build, "tools")
+        self.schedules = CHUNKED if args.chunks > 1 else SCHEDULES
 
     def compile(self, schedule, plan, cost_model=None, split=None, emit=None):
         a = self.args
@@ -70,14 +76,18 @@ class Bench:
             cmd.append(f"--cost-model={cost_model}")
         if split:
             cmd.append(f"--split-at={split}")
+        if a.chunks > 1 and not schedule.startswith("csv:"):
+            cmd.append(f"--chunks={a.chunks}")
         if emit:
             cmd.append(f"--emit={emit}")
             return run(cmd)
         out = run(cmd)
         # cleave-run ends each step on every stage before the next: the
         # isolated step is the prediction of what it measures.
-        sim = float(re.search(r"^step time \S+ s \(one isolated step: ([\d.e+-]+)\)",
-                              out, re.M).group(1)) * 1000
+        times = re.search(r"^step time (\S+) s \(one isolated step: ([\d.e+-]+)\)",
+                          out, re.M)
+        sim = float(times.group(2)) * 1000
+        self.steady = float(times.group(1)) * 1000
         stages = re.findall(r"^(\d+)\s+(\S+)\.\.(\S+)\s+[\d.]+ \S*B\s+([\d.]+ \S+)\s+"
                             r"([\d.]+ \S+)\s+([\d.]+ \S+)", out, re.M)
         return sim, stages
@@ -92,15 +102,16 @@ class Bench:
 
     def split(self):
         base = os.path.join(self.dir, "split-analytic.cplan")
-        self.compile("1f1b", base)
+        first = self.schedules[0]
+        self.compile(first, base)
         prof = self.split_profile = os.path.join(self.dir, "split-profile.json")
         self.train(base, 10, prof)
-        _, stages = self.compile("1f1b", base, "profile:" + prof)
-        return stages[1][1], stages
+        _, stages = self.compile(first, base, "profile:" + prof)
+        return ",".join(st[1] for st in stages[1:]), stages
 
     def round(self, k, split):
         meas, sim = {}, {}
-        for s in SCHEDULES:
+        for s in self.schedules:
             # The schedule's order of actions depends on the costs it was
             # built for; the CSV pins the one that runs for the simulation.
             csv = os.path.join(self.dir, f"{s}.csv")
@@ -128,6 +139,8 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--chunks", type=int, default=1,
+                    help="2: 2 ranks x 2 stages, the schedules with several stages per rank")
     ap.add_argument("--keep", help="folder to keep the plans and the profiles in")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,20 +149,23 @@ def main():
         bench = Bench(args, out_dir)
         split, stages = bench.split()
         rounds = [bench.round(k, split) for k in range(args.rounds)]
-    print(f"gpt-tiny, 2 stages split at {split} (layer depth {args.layer_depth}; "
+    layout = "2 stages" if args.chunks == 1 else f"2 ranks x {args.chunks} stages"
+    print(f"gpt-tiny, {layout} split at {split} (layer depth {args.layer_depth}; "
           + "; ".join(f"stage {i}: {a}..{b}, profiled F/B/W {f} / {bb} / {w}"
                       for i, a, b, f, bb, w in stages)
           + f"), {args.microbatches} microbatches of {args.microbatch_size}, 1 thread per "
-          f"stage, {args.steps} steps per run, median (min..max) of {args.rounds} rounds; "
+          f"rank, {args.steps} steps per run, median (min..max) of {args.rounds} rounds; "
           "each run's simulation is fed that run's own --profile")
-    print(f"\n{'schedule':9} {'measured ms':>21} {'simulated ms':>21} {'meas/sim':>18} "
+    base = bench.schedules[0]
+    w = max(len(s) for s in bench.schedules)
+    print(f"\n{'schedule':{w}} {'measured ms':>21} {'simulated ms':>21} {'meas/sim':>18} "
           f"{'meas speedup':>18} {'sim speedup':>18} {'ratio':>18}")
-    for s in SCHEDULES:
+    for s in bench.schedules:
         m = [r[0][s] for r in rounds]
         sm = [r[1][s] for r in rounds]
-        ms = [r[0]["1f1b"] / r[0][s] for r in rounds]
-        ss = [r[1]["1f1b"] / r[1][s] for r in rounds]
-        print(f"{s:9} {spread(m):>21} {spread(sm):>21} "
+        ms = [r[0][base] / r[0][s] for r in rounds]
+        ss = [r[1][base] / r[1][s] for r in rounds]
+        print(f"{s:{w}} {spread(m):>21} {spread(sm):>21} "
               f"{spread([a / b for a, b in zip(m, sm)]):>18} {spread(ms, '{:.3f}'):>18} "
               f"{spread(ss, '{:.3f}'):>18} "
               f"{spread([a / b for a, b in zip(ms, ss)], '{:.3f}'):>18}")
