@@ -245,7 +245,34 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
                               "W or opt) and \"time\" (seconds, >= 0)");
     profile.times_[key(*loc, *phase)] += *time;
   }
+  if (const llvm::json::Array *actions = top->getArray("actions"))
+    for (size_t i = 0; i < actions->size(); ++i) {
+      const llvm::json::Object *entry = (*actions)[i].getAsObject();
+      llvm::Optional<llvm::StringRef> kind;
+      llvm::Optional<double> overhead;
+      if (entry) {
+        kind = entry->getString("action");
+        overhead = entry->getNumber("overhead");
+      }
+      if (!kind || !overhead || *overhead < 0 ||
+          (*kind != "F" && *kind != "B" && *kind != "W" && *kind != "BW"))
+        return profileError(source,
+                            "actions[" + llvm::Twine(i) +
+                                "] needs \"action\" (F, B, W or BW) and "
+                                "\"overhead\" (seconds, >= 0)");
+      profile.overheads_[*kind].push_back(*overhead);
+    }
   return profile;
+}
+
+double OpProfile::actionOverhead(llvm::StringRef kind) const {
+  auto it = overheads_.find(kind);
+  if (it == overheads_.end() || it->second.empty())
+    return 0;
+  double sum = 0;
+  for (double v : it->second)
+    sum += v;
+  return sum / double(it->second.size());
 }
 
 llvm::Expected<OpProfile> OpProfile::load(const std::string &path) {

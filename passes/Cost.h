@@ -76,9 +76,15 @@ public:
   // The time of the ops at `loc` in `phase`, if the profile has one.
   std::optional<double> time(llvm::StringRef loc, ir::Phase phase) const;
 
+  // What one action of `kind` ("F", "B", "W", "BW") took beyond its
+  // kernels and waits, the mean over the profiled stages (the profile's
+  // "actions"; 0 if it has none): the executor's own time per action.
+  double actionOverhead(llvm::StringRef kind) const;
+
 private:
   static std::string key(llvm::StringRef loc, ir::Phase phase);
   llvm::StringMap<double> times_;
+  llvm::StringMap<std::vector<double>> overheads_; // by action kind
 };
 
 // The predicted time of every op of `g`, in program order, in seconds:

@@ -190,9 +190,16 @@ chooseStarts(const StageCostTable &table, const SolverOptions &solver,
 }
 
 // The stage table and the schedules' view of it.
+// The executor's own time per F, B and W action, from a profile: added to
+// every stage's action times (zero for the other cost models).
+struct ActionOverhead {
+  double f = 0, b = 0, w = 0;
+};
+
 static void fillStages(PartitionResult &r, const StageCostTable &table,
                        const SolverOptions &solver, llvm::ArrayRef<int> starts,
-                       bool uniform, const LinkModel &link) {
+                       bool uniform, const LinkModel &link,
+                       const ActionOverhead &overhead) {
   int n = table.numLayers();
   r.stageOfLayer.assign(n, 0);
   double slowest = 0, total = 0;
@@ -207,9 +214,9 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
     st.activationBytes = table.activationBytes(first, end);
     st.heldMicrobatches = heldMicrobatches(solver, int(s));
     st.peakBytes = table.peakBytes(first, end, st.heldMicrobatches);
-    st.f = table.f(first, end);
-    st.b = table.b(first, end);
-    st.w = table.w(first, end);
+    st.f = table.f(first, end) + overhead.f;
+    st.b = table.b(first, end) + overhead.b;
+    st.w = table.w(first, end) + overhead.w;
     st.comm = table.commTime(first, end);
     st.sendBytes = table.sendBytes(first, end);
     st.recvBytes = table.recvBytes(first, end);
@@ -278,7 +285,19 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   PartitionResult r;
   r.memCap = opts.memCap;
   r.microbatches = opts.microbatches;
-  fillStages(r, table, solver, *starts, uniform, link);
+  ActionOverhead overhead;
+  if (opts.costModel.kind == CostModelKind::Profile) {
+    auto profile = OpProfile::load(opts.costModel.profilePath);
+    if (!profile)
+      return profile.takeError();
+    overhead.f = profile->actionOverhead("F");
+    // A profile of a schedule without 2BP has BW actions only.
+    overhead.b = profile->actionOverhead("B");
+    if (overhead.b == 0)
+      overhead.b = profile->actionOverhead("BW");
+    overhead.w = profile->actionOverhead("W");
+  }
+  fillStages(r, table, solver, *starts, uniform, link, overhead);
   for (const auto &[op, layer] : layering->layerOfOp)
     r.stageOfOp[op] = r.stageOfLayer[layer];
   r.layering = std::move(*layering);

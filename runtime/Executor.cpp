@@ -814,8 +814,10 @@ llvm::Error StageExecutor::runProgram(Phase phase, int64_t step,
     auto t0 = Clock::now();
     llvm::Error e = runInstr(prog[i], i, phase, step, microbatch, frame);
     InstrProfile &p = profile_[{instrKey(prog[i]), phase}];
-    p.seconds += secondsSince(t0);
+    double took = secondsSince(t0);
+    p.seconds += took;
     ++p.calls;
+    actionKernelSeconds_ += took;
     if (e)
       return e;
   }
@@ -1093,6 +1095,8 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
       i += run - 1;
       continue;
     }
+    actionKernelSeconds_ = 0;
+    double waitedBefore = stats_.recvWaitSeconds;
     llvm::Error e = [&]() -> llvm::Error {
       int mb = a.microbatch;
       void *frame;
@@ -1135,6 +1139,14 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
     stats_.spans.push_back(
         {actionKindName(a.kind), a.microbatch, clockSeconds(ta),
          clockSeconds(ta) + took});
+    if (profiling_) {
+      // What the action took beyond its kernels and its waits: frames,
+      // inputs, gradient sums, message copies, the loop itself.
+      InstrProfile &o = actionOverhead_[size_t(a.kind)];
+      o.seconds += std::max(0.0, took - actionKernelSeconds_ -
+                                     (stats_.recvWaitSeconds - waitedBefore));
+      ++o.calls;
+    }
     if (e)
       return wrap(std::move(e), [&] { return describeAction(a); });
   }

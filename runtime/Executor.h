@@ -147,7 +147,16 @@ public:
   // stage). profile() accumulates until clearProfile().
   void setProfiling(bool on) { profiling_ = on; }
   const ProfileMap &profile() const { return profile_; }
-  void clearProfile() { profile_.clear(); }
+  // Per action kind (F, B, W, BW; W batches not counted), what the actions
+  // took beyond their kernels and their waits in recv, summed, and how many
+  // ran, while profiling.
+  const std::array<InstrProfile, 4> &actionOverhead() const {
+    return actionOverhead_;
+  }
+  void clearProfile() {
+    profile_.clear();
+    actionOverhead_ = {};
+  }
 
   // A State, Const or Accum slot's current bytes (trained parameters,
   // optimizer state) copied to host memory.
@@ -276,6 +285,8 @@ private:
   void *reduceDevice_ = nullptr;      // ... in backend memory
   size_t reduceDeviceBytes_ = 0;
   ProfileMap profile_;
+  std::array<InstrProfile, 4> actionOverhead_{};
+  double actionKernelSeconds_ = 0; // the current action's, while profiling
 };
 
 // One rank's share of a step: its stages in increasing order, the data

@@ -268,8 +268,11 @@ llvm::Expected<TrainSummary> Trainer::summary() {
 llvm::Expected<std::string> Trainer::profileJson() {
   llvm::json::Array ops;
   for (size_t i = 0; i < stages_.size(); ++i) // replica 0: one entry per op
-    if (stages_[i]->replica == 0)
+    if (stages_[i]->replica == 0) {
       appendProfileOps(plan_, profiles_[i].trimmedMean(), ops);
+      appendActionOverheads(stages_[i]->stage, profiles_[i].actionOverhead(),
+                            ops);
+    }
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(ops));

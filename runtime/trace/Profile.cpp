@@ -7,23 +7,55 @@
 
 namespace cleave::runtime {
 
+namespace {
+
+// The mean with the fastest and slowest tenth left out.
+double trimmed(std::vector<double> all) {
+  if (all.empty())
+    return 0;
+  std::sort(all.begin(), all.end());
+  size_t cut = all.size() / 10;
+  double sum = 0;
+  for (size_t i = cut; i < all.size() - cut; ++i)
+    sum += all[i];
+  return sum / double(all.size() - 2 * cut);
+}
+
+} // namespace
+
 void ProfileSteps::take(StageExecutor &ex) {
   for (const auto &[key, prof] : ex.profile())
     seconds_[key].push_back(prof.seconds);
+  for (size_t k = 0; k < overhead_.size(); ++k) {
+    const InstrProfile &o = ex.actionOverhead()[k];
+    if (o.calls > 0)
+      overhead_[k].push_back(o.seconds / double(o.calls));
+  }
   ex.clearProfile();
 }
 
 ProfileMap ProfileSteps::trimmedMean() const {
   ProfileMap out;
-  for (auto [key, all] : seconds_) {
-    std::sort(all.begin(), all.end());
-    size_t cut = all.size() / 10;
-    double sum = 0;
-    for (size_t i = cut; i < all.size() - cut; ++i)
-      sum += all[i];
-    out[key] = {sum / double(all.size() - 2 * cut), 1};
-  }
+  for (const auto &[key, all] : seconds_)
+    out[key] = {trimmed(all), 1};
   return out;
+}
+
+std::array<double, 4> ProfileSteps::actionOverhead() const {
+  std::array<double, 4> out{};
+  for (size_t k = 0; k < out.size(); ++k)
+    out[k] = trimmed(overhead_[k]);
+  return out;
+}
+
+void appendActionOverheads(int stage, const std::array<double, 4> &overhead,
+                           llvm::json::Array &ops) {
+  for (ActionKind k : {ActionKind::F, ActionKind::B, ActionKind::W,
+                       ActionKind::BW})
+    if (overhead[size_t(k)] > 0)
+      ops.push_back(llvm::json::Object{{"stage", stage},
+                                       {"action", actionKindName(k)},
+                                       {"overhead", overhead[size_t(k)]}});
 }
 
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
@@ -42,12 +74,19 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
   }
 }
 
-std::string profileJson(llvm::json::Array ops) {
+std::string profileJson(llvm::json::Array entries) {
+  llvm::json::Array ops, actions;
+  for (llvm::json::Value &e : entries) {
+    const llvm::json::Object *o = e.getAsObject();
+    (o && o->get("action") ? actions : ops).push_back(std::move(e));
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}\n",
                       llvm::json::Value(llvm::json::Object{
-                          {"time_unit", "s"}, {"ops", std::move(ops)}}));
+                          {"time_unit", "s"},
+                          {"ops", std::move(ops)},
+                          {"actions", std::move(actions)}}));
   os.flush();
   return text;
 }

@@ -7,6 +7,7 @@
 
 #include "llvm/Support/JSON.h"
 
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,17 +27,28 @@ public:
   // Takes the executor's figures of the step just run and clears them.
   void take(StageExecutor &ex);
   ProfileMap trimmedMean() const;
+  // Per action kind (F, B, W, BW): the seconds an action took beyond its
+  // kernels and waits, trimmed mean over the steps (0 where none ran).
+  std::array<double, 4> actionOverhead() const;
 
 private:
   std::map<std::pair<std::string, Phase>, std::vector<double>> seconds_;
+  std::array<std::vector<double>, 4> overhead_; // per step: mean per action
 };
+
+// One stage's action overheads as entries of the same array
+// ({"stage", "action", "overhead"}); profileJson files them apart.
+void appendActionOverheads(int stage, const std::array<double, 4> &overhead,
+                           llvm::json::Array &ops);
 
 // One stage's measured instructions as --profile entries, appended to
 // `ops`: per-microbatch seconds, except the optimizer step's.
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
                       llvm::json::Array &ops);
 
-// The --profile file's text from its entries.
+// The --profile file's text from its entries: "ops" (per-op times) and
+// "actions" (each stage's per-action overhead, which cleavec
+// --cost-model profile: adds to every action's time).
 std::string profileJson(llvm::json::Array ops);
 
 } // namespace cleave::runtime

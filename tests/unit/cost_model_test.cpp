@@ -150,6 +150,25 @@ TEST(CostModel, ProfileSharesAGroupsTimeAmongItsOps) {
   EXPECT_FALSE(profile->time("/fc/MatMul", ir::Phase::W));
 }
 
+// The executor's own time per action (cleave-run --profile's "actions"):
+// the mean over the profiled stages, per action kind.
+TEST(CostModel, ProfileActionOverheadIsTheMeanOverStages) {
+  auto profile = OpProfile::parse(R"({"time_unit": "s", "ops": [],
+    "actions": [{"stage": 0, "action": "F", "overhead": 1e-5},
+                {"stage": 1, "action": "F", "overhead": 3e-5},
+                {"stage": 1, "action": "W", "overhead": 2e-6}]})", "p.json");
+  ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
+  EXPECT_DOUBLE_EQ(profile->actionOverhead("F"), 2e-5);
+  EXPECT_DOUBLE_EQ(profile->actionOverhead("W"), 2e-6);
+  EXPECT_EQ(profile->actionOverhead("B"), 0);
+  auto bad = OpProfile::parse(R"({"ops": [], "actions": [{"action": "X",
+                                            "overhead": 1}]})", "p.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "profile 'p.json': actions[0] needs \"action\" (F, B, W or BW) "
+            "and \"overhead\" (seconds, >= 0)");
+}
+
 TEST(CostModel, ProfileErrorsAreOneLine) {
   auto bad = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "X",
                                             "time": 1}]})", "p.json");
