@@ -382,6 +382,7 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
   plan.lr = info.lr;
   plan.precision = info.precision;
   plan.predictedStepTime = info.predictedStepTime;
+  plan.predictedPeriod = info.predictedPeriod;
   for (const auto &g : stages)
     for (const Value *v : g->inputs()) {
       auto it = std::find_if(plan.inputs.begin(), plan.inputs.end(),

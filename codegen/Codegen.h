@@ -40,6 +40,7 @@ struct PlanInfo {
   // file's bytes instead of copies in the plan (cleavec --weights).
   bool referenceWeights = true;
   double predictedStepTime = 0; // seconds; 0 when not in seconds
+  double predictedPeriod = 0;   // overlapping steps; the same
   std::vector<passes::StageReport> stageReports; // may be empty
 };
 

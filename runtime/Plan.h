@@ -177,7 +177,11 @@ struct Plan {
   std::vector<std::vector<int>> rankPrograms;
   std::vector<Blob> blobs;
   std::vector<WeightFile> weightFiles; // what referenced blobs read
-  double predictedStepTime = 0; // seconds (0: not predicted)
+  double predictedStepTime = 0; // seconds (0: not predicted): one isolated step
+  // Seconds between steps that overlap (cleave-run --overlap-steps): each
+  // rank starts the next step as soon as its own update is done (0: not
+  // predicted).
+  double predictedPeriod = 0;
 };
 
 // The ranks of a plan's pipeline, and the rank running `stage`.

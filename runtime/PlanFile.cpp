@@ -233,6 +233,7 @@ pb::Header toProto(const Plan &plan) {
     w->set_size(f.size);
   }
   h.set_predicted_step_time(plan.predictedStepTime);
+  h.set_predicted_period(plan.predictedPeriod);
   return h;
 }
 
@@ -447,6 +448,7 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
                                    b, blob.offset + blob.size, f.path, f.size));
   }
   plan.predictedStepTime = h.predicted_step_time();
+  plan.predictedPeriod = h.predicted_period();
   return std::move(plan);
 }
 

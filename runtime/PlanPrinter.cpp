@@ -170,6 +170,9 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
        << " bytes)\n";
   if (plan.predictedStepTime > 0)
     os << "  predicted step time " << ms(plan.predictedStepTime) << "\n";
+  if (plan.predictedPeriod > 0)
+    os << "  predicted period of overlapping steps " << ms(plan.predictedPeriod)
+       << "\n";
 
   for (const StagePlan &s : plan.stages) {
     os << "\nstage " << s.index << "\n";

@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
 
 namespace cleave::runtime {
 
@@ -118,91 +122,252 @@ llvm::Error Trainer::runLocal(int64_t step) {
   return runRankThreads(work, step);
 }
 
-llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
-  auto start = std::chrono::steady_clock::now();
-  double stepSum = 0;
-  int64_t steps = options_.steps;
+Trainer::StepResult Trainer::snapshot(const std::vector<size_t> &which) const {
+  StepResult out(stages_.size());
+  for (size_t i : which) {
+    const StageExecutor &ex = *stages_[i]->executor;
+    out[i] = {ex.stepSkipped(), ex.nonFiniteReport(), ex.hasLoss(),
+              ex.hasLoss() ? ex.lastLoss() : 0.0, ex.stats().stepSeconds};
+  }
+  return out;
+}
+
+llvm::Expected<bool> Trainer::reportStep(int64_t step, const StepResult &result,
+                                         std::optional<double> period,
+                                         StepReport &report) {
   int d = plan_.dataParallel;
-  for (int64_t step = firstStep_; step < steps; ++step) {
-    for (LocalStage *st : stages_)
-      st->executor->setProfiling(options_.profile &&
-                                 warmStep(step, firstStep_, steps));
-    if (auto e = runLocal(step))
-      return driver_.failAlone(fail(stepText(step) + llvm::toString(std::move(e))));
-    if (options_.profile)
-      for (size_t i = 0; i < stages_.size(); ++i)
-        profiles_[i].take(*stages_[i]->executor);
-
-    StepReport report;
-    report.step = step;
-    // Every stage skipped the update or none did; the first (in executor
-    // order) that found a non-finite value says what.
-    bool skipped = stages_[0]->executor->stepSkipped();
-    if (skipped) {
-      std::string found;
-      for (LocalStage *st : stages_)
-        if (found.empty() && !st->executor->nonFiniteReport().empty())
-          found = where(*st) + ": " + st->executor->nonFiniteReport();
-      if (!options_.skipNonFinite) {
-        llvm::Error err = llvm::Error::success();
-        if (!found.empty())
-          err = fail(stepText(step) + found +
-                     "; stopping before the update (--on-nan=skip-step "
-                     "skips such steps)");
-        if (auto e = agree(driver_, std::move(err)))
-          return e;
-      }
-      auto all = driver_.gatherToRoot(
-          std::vector<uint8_t>(found.begin(), found.end()));
-      if (!all)
-        return driver_.failAlone(all.takeError());
-      for (const std::vector<uint8_t> &r : *all)
-        if (!r.empty() && !report.skipped)
-          report.skipped = std::string(r.begin(), r.end());
+  report.step = step;
+  // Every stage skipped the update or none did; the first (in executor
+  // order) that found a non-finite value says what.
+  bool skipped = result[0].skipped;
+  if (skipped) {
+    std::string found;
+    for (size_t i = 0; i < stages_.size(); ++i)
+      if (found.empty() && !result[i].nonFinite.empty())
+        found = where(*stages_[i]) + ": " + result[i].nonFinite;
+    if (!options_.skipNonFinite) {
+      llvm::Error err = llvm::Error::success();
+      if (!found.empty())
+        err = fail(stepText(step) + found +
+                   "; stopping before the update (--on-nan=skip-step "
+                   "skips such steps)");
+      if (auto e = agree(driver_, std::move(err)))
+        return std::move(e);
     }
-
-    std::vector<double> mine;
-    for (LocalStage *st : stages_) {
-      const StageExecutor &ex = *st->executor;
-      mine.insert(mine.end(), {ex.hasLoss() ? 1.0 : 0.0,
-                               ex.hasLoss() ? ex.lastLoss() : 0.0,
-                               ex.stats().stepSeconds});
-    }
-    auto all = driver_.allGather(mine);
+    auto all = driver_.gatherToRoot(
+        std::vector<uint8_t>(found.begin(), found.end()));
     if (!all)
       return driver_.failAlone(all.takeError());
-    for (size_t i = 0; i + 2 < all->size(); i += 3) {
-      if ((*all)[i] != 0)
-        report.loss += (*all)[i + 1] / d;
-      report.stepSeconds = std::max(report.stepSeconds, (*all)[i + 2]);
-    }
-    if (step == firstStep_)
-      summary_.firstLoss = report.loss;
-    summary_.lastLoss = report.loss;
-    if (!skipped && !std::isfinite(report.loss)) {
-      llvm::Error err = llvm::Error::success();
-      if (driver_.rank() == 0)
-        err = fail(stepText(step) + "the loss is not finite (" +
-                   std::to_string(report.loss) + "); try a smaller --lr");
-      return agree(driver_, std::move(err));
-    }
+    for (const std::vector<uint8_t> &r : *all)
+      if (!r.empty() && !report.skipped)
+        report.skipped = std::string(r.begin(), r.end());
+  }
+
+  std::vector<double> mine;
+  for (const StageResult &r : result)
+    mine.insert(mine.end(), {r.hasLoss ? 1.0 : 0.0, r.loss, r.stepSeconds});
+  auto all = driver_.allGather(mine);
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  for (size_t i = 0; i + 2 < all->size(); i += 3) {
+    if ((*all)[i] != 0)
+      report.loss += (*all)[i + 1] / d;
+    report.stepSeconds = std::max(report.stepSeconds, (*all)[i + 2]);
+  }
+  if (period)
+    report.stepSeconds = *period;
+  if (step == firstStep_)
+    summary_.firstLoss = report.loss;
+  summary_.lastLoss = report.loss;
+  if (!skipped && !std::isfinite(report.loss)) {
+    llvm::Error err = llvm::Error::success();
+    if (driver_.rank() == 0)
+      err = fail(stepText(step) + "the loss is not finite (" +
+                 std::to_string(report.loss) + "); try a smaller --lr");
+    return agree(driver_, std::move(err));
+  }
+  return true;
+}
+
+llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
+  start_ = std::chrono::steady_clock::now();
+  stepSum_ = 0;
+  int64_t steps = options_.steps;
+  std::vector<size_t> everyStage(stages_.size());
+  for (size_t i = 0; i < everyStage.size(); ++i)
+    everyStage[i] = i;
+  auto finishStep = [&](int64_t step, StepReport &report) -> llvm::Error {
     if (warmStep(step, firstStep_, steps))
-      stepSum += report.stepSeconds;
+      stepSum_ += report.stepSeconds;
     if (options_.checkpointDir &&
         checkpointDue(step, steps, options_.checkpointEvery))
       if (auto e = writeCheckpoint(step + 1))
         return e;
     report.elapsedSeconds = std::chrono::duration<double>(
-                                std::chrono::steady_clock::now() - start)
+                                std::chrono::steady_clock::now() - start_)
                                 .count();
     onStep(report);
+    return llvm::Error::success();
+  };
+  if (options_.overlapSteps) {
+    // Blocks of overlapping steps, each ending where a checkpoint is due.
+    for (int64_t first = firstStep_; first < steps;) {
+      int64_t last = first;
+      while (last + 1 < steps &&
+             !(options_.checkpointDir &&
+               checkpointDue(last, steps, options_.checkpointEvery)))
+        ++last;
+      if (auto e = runOverlapped(first, last + 1, finishStep))
+        return e;
+      first = last + 1;
+    }
+  } else {
+    for (int64_t step = firstStep_; step < steps; ++step) {
+      for (LocalStage *st : stages_)
+        st->executor->setProfiling(options_.profile &&
+                                   warmStep(step, firstStep_, steps));
+      if (auto e = runLocal(step))
+        return driver_.failAlone(
+            fail(stepText(step) + llvm::toString(std::move(e))));
+      if (options_.profile)
+        for (size_t i = 0; i < stages_.size(); ++i)
+          profiles_[i].take(*stages_[i]->executor);
+      StepReport report;
+      auto ok = reportStep(step, snapshot(everyStage), std::nullopt, report);
+      if (!ok)
+        return ok.takeError();
+      if (auto e = finishStep(step, report))
+        return e;
+    }
   }
   summary_.seconds = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
+                         std::chrono::steady_clock::now() - start_)
                          .count();
   summary_.meanStepSeconds =
-      stepSum / double(std::max<int64_t>(steps - firstStep_ - 1, 1));
+      stepSum_ / double(std::max<int64_t>(steps - firstStep_ - 1, 1));
   return llvm::Error::success();
+}
+
+// Steps [first, end) with each rank going on to the next step as soon as
+// its own part of this one is done: one thread per rank runs them all,
+// and this thread reports each step once every rank is through it, from
+// the figures each rank left for it. The measured step is the time
+// between two steps' ends.
+llvm::Error Trainer::runOverlapped(
+    int64_t first, int64_t end,
+    llvm::function_ref<llvm::Error(int64_t, StepReport &)> finishStep) {
+  std::map<std::pair<int, int>, std::vector<size_t>> byRank; // local stages
+  for (size_t i = 0; i < stages_.size(); ++i)
+    byRank[{stages_[i]->replica, rankOfStage(plan_, stages_[i]->stage)}]
+        .push_back(i);
+  size_t ranks = byRank.size();
+  size_t n = size_t(end - first);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<StepResult> results(n, StepResult(stages_.size()));
+  std::vector<size_t> done(n, 0);
+  std::vector<std::chrono::steady_clock::time_point> ended(n);
+  std::optional<std::string> failure;
+  int64_t failedStep = -1;
+  bool stop = false; // the reporter wants the ranks to stop
+  auto abortAll = [&](const std::string &why) {
+    for (LocalStage *st : stages_) {
+      st->executor->comm().abort(why);
+      if (st->executor->dataParallel())
+        st->executor->dataParallel()->abort(why);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (auto &[key, locals] : byRank)
+    threads.emplace_back([&, key = key, locals = locals] {
+      int rank = key.second;
+      for (int64_t step = first; step < end; ++step) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (stop || failure)
+            return;
+        }
+        RankWork w;
+        for (size_t i : locals) {
+          stages_[i]->executor->setProfiling(
+              options_.profile && warmStep(step, firstStep_, options_.steps));
+          w.stages.push_back(stages_[i]->executor.get());
+          w.data.push_back(data_(step, stages_[i]->replica));
+        }
+        if (size_t(rank) < plan_.rankPrograms.size())
+          w.program = plan_.rankPrograms[size_t(rank)];
+        llvm::Error e = runRankStep(w, step);
+        if (e) {
+          std::string msg = llvm::toString(std::move(e));
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!failure) {
+              failure = msg;
+              failedStep = step;
+            }
+          }
+          abortAll(msg);
+          cv.notify_all();
+          return;
+        }
+        if (options_.profile)
+          for (size_t i : locals)
+            profiles_[i].take(*stages_[i]->executor);
+        StepResult mine = snapshot(locals);
+        bool skipped = stages_[locals[0]]->executor->stepSkipped();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          size_t k = size_t(step - first);
+          for (size_t i : locals)
+            results[k][i] = mine[i];
+          if (++done[k] == ranks)
+            ended[k] = std::chrono::steady_clock::now();
+        }
+        cv.notify_all();
+        // A step stopped for a non-finite value ends the run; every rank
+        // learnt it in the vote.
+        if (skipped && !options_.skipNonFinite)
+          return;
+      }
+    });
+  llvm::Error err = llvm::Error::success();
+  auto previous = std::chrono::steady_clock::time_point();
+  for (int64_t step = first; step < end; ++step) {
+    size_t k = size_t(step - first);
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done[k] == ranks || failure; });
+    if (done[k] != ranks) {
+      err = fail(stepText(failedStep) + *failure);
+      break;
+    }
+    StepResult result = results[k];
+    auto endedAt = ended[k];
+    lock.unlock();
+    std::optional<double> period;
+    if (step > first)
+      period = std::chrono::duration<double>(endedAt - previous).count();
+    previous = endedAt;
+    StepReport report;
+    auto ok = reportStep(step, result, period, report);
+    if (!ok) {
+      err = ok.takeError();
+      break;
+    }
+    if (auto e = finishStep(step, report)) {
+      err = std::move(e);
+      break;
+    }
+  }
+  if (err) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    abortAll("the run stopped");
+  }
+  for (std::thread &t : threads)
+    t.join();
+  return err;
 }
 
 llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {

@@ -26,6 +26,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -47,6 +48,12 @@ struct TrainOptions {
   bool profile = false; // keep per-op times for profileJson()
   std::optional<std::string> checkpointDir;
   int64_t checkpointEvery = 0; // 0: a checkpoint only after the last step
+  // Each rank starts the next step as soon as its own update is done,
+  // instead of every stage finishing a step before any starts the next
+  // (threaded runs; the same bits). Steps still meet where a checkpoint is
+  // due. With a non-finite check (Stop, SkipStep) each step's vote waits
+  // for every stage, so only the time after it overlaps.
+  bool overlapSteps = false;
 };
 
 struct StepReport {
@@ -105,6 +112,24 @@ public:
   modelTensors();
 
 private:
+  // What a step left on each local stage, for its report.
+  struct StageResult {
+    bool skipped = false;
+    std::string nonFinite;
+    bool hasLoss = false;
+    double loss = 0, stepSeconds = 0;
+  };
+  using StepResult = std::vector<StageResult>; // by local stage
+  StepResult snapshot(const std::vector<size_t> &which) const;
+  // The step's report from its results (the loss, the stop on a
+  // non-finite value); `period`, when given, is its measured time. False
+  // never: an error ends the run.
+  llvm::Expected<bool> reportStep(int64_t step, const StepResult &result,
+                                  std::optional<double> period,
+                                  StepReport &report);
+  llvm::Error runOverlapped(
+      int64_t first, int64_t end,
+      llvm::function_ref<llvm::Error(int64_t, StepReport &)> finishStep);
   llvm::Error runLocal(int64_t step);
   llvm::Error writeCheckpoint(int64_t stepsDone);
   // "stage S", or "replica R stage S" with several replicas.
@@ -118,6 +143,8 @@ private:
   int64_t firstStep_ = 0;
   std::vector<ProfileSteps> profiles_; // by local stage
   TrainSummary summary_;
+  std::chrono::steady_clock::time_point start_;
+  double stepSum_ = 0;
 };
 
 } // namespace cleave::runtime

@@ -320,6 +320,7 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
   // so what it measures is the isolated step (the makespan), not the
   // steady-state period of steps that overlap.
   out.predictedStepTime = sim->makespan;
+  out.predictedPeriod = sim->stepTime;
   out.timeUnit = part->costs.timeUnit;
   llvm::raw_string_ostream text(out.text);
   if (req.emitCsv) {

@@ -51,6 +51,7 @@ struct PlanningResult {
   sched::Schedule schedule;
   std::vector<passes::StageReport> stageReports;
   double predictedStepTime = 0; // simulated isolated step, in timeUnit
+  double predictedPeriod = 0;   // simulated steady state of overlapping steps
   std::string timeUnit;
 };
 

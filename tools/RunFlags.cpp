@@ -35,6 +35,7 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"checkpoint-every", true, false},
           {"resume", true, false},
           {"on-nan", true, false},
+          {"overlap-steps", false, false},
           {"comm-timeout", true, false},
           {"print-plan", false, false},
           allowLargeFlagSpec(),
@@ -92,12 +93,15 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
     opt.stage.commTimeoutSeconds = *x;
   }
   std::string onNan = flags.get("on-nan").value_or("stop");
-  if (onNan != "stop" && onNan != "skip-step")
-    return usage("--on-nan must be 'stop' or 'skip-step', not '" + onNan + "'");
+  if (onNan != "stop" && onNan != "skip-step" && onNan != "off")
+    return usage("--on-nan must be 'stop', 'skip-step' or 'off', not '" +
+                 onNan + "'");
   opt.skipNonFinite = onNan == "skip-step";
-  opt.stage.nonFinite = opt.skipNonFinite
-                            ? runtime::StageExecutor::NonFinitePolicy::SkipStep
-                            : runtime::StageExecutor::NonFinitePolicy::Stop;
+  opt.stage.nonFinite =
+      onNan == "off"       ? runtime::StageExecutor::NonFinitePolicy::Ignore
+      : opt.skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
+                          : runtime::StageExecutor::NonFinitePolicy::Stop;
+  opt.overlapSteps = flags.has("overlap-steps");
   opt.stage.device = flags.get("device").value_or("cpu");
   opt.stage.batchW = flags.has("batch-w");
   if (opt.stage.device != "cpu" && opt.stage.device != "cuda" &&

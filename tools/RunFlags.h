@@ -22,6 +22,7 @@ struct RunOptions {
   bool skipNonFinite = false; // --on-nan=skip-step
   runtime::StageOptions stage;
   int64_t checkpointEvery = 0;
+  bool overlapSteps = false; // --overlap-steps
   // A usage error every MPI rank found: printed once, after MPI starts.
   std::optional<std::string> usageError;
 };

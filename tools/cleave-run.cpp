@@ -52,11 +52,18 @@ data:
 training:
   --steps=N              training steps (default 10; at most 2^40)
   --lr=X                 learning rate (default: the one compiled in)
-  --on-nan=stop|skip-step
+  --on-nan=stop|skip-step|off
                          when a loss or a gradient is NaN or infinite, stop
                          before the update, naming the value, the op that
                          made it and the stage (default), or skip that
-                         step's update on every stage and go on
+                         step's update on every stage and go on; off: no
+                         check (a NaN trains on)
+  --overlap-steps        each rank starts the next step as soon as its own
+                         update is done (the threaded run; the same bits):
+                         the schedule's steady state, not one isolated step
+                         after another. The check on non-finite values waits
+                         for every stage each step, so only --on-nan=off
+                         lets steps overlap fully
   --comm-timeout=SECONDS wait at most this long for any message from another
                          stage or process (every receive and collective,
                          threads and MPI; default 600, 0: forever). On
@@ -175,11 +182,19 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
 }
 
 // Per-stage figures: busy time of the last step, the mean step time.
+// With overlapping steps the measured step is the time between two steps'
+// ends, and the prediction the schedule's steady state.
 void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
-                  int64_t stepsRun) {
+                  int64_t stepsRun, bool overlapped) {
   llvm::outs() << llvm::formatv(
-      "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}\n", stepsRun,
-      sum.seconds, sum.firstLoss, sum.lastLoss);
+      "done: {0} step(s) in {1:F2} s, loss {2:F4} -> {3:F4}{4}\n", stepsRun,
+      sum.seconds, sum.firstLoss, sum.lastLoss,
+      overlapped ? "; steps overlapped (step ms: the period, predicted: the "
+                   "steady state)"
+                 : "");
+  double predicted = overlapped && plan.predictedPeriod > 0
+                         ? plan.predictedPeriod
+                         : plan.predictedStepTime;
   if (!plan.stageRank.empty() && sum.stages.size() == plan.stages.size()) {
     // Several stages per rank: a rank's figures are its stages' together.
     llvm::outs() << "rank  stages  busy %  bubble %  peak bytes (measured / "
@@ -201,7 +216,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
           "{0,-4}  {1,-6}  {2,6:F1}  {3,8:F1}  {4,14} / {5,-14}  {6,8:F3} / "
           "{7:F3}\n",
           r, list, busyPct, 100 - busyPct, peak, planned,
-          1e3 * sum.meanStepSeconds, 1e3 * plan.predictedStepTime);
+          1e3 * sum.meanStepSeconds, 1e3 * predicted);
     }
     llvm::outs().flush();
     return;
@@ -214,7 +229,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
     llvm::outs() << llvm::formatv(
         "{0,-5}  {1,6:F1}  {2,8:F1}  {3,14} / {4,-14}  {5,8:F3} / {6:F3}\n", s,
         busyPct, 100 - busyPct, f.peakBytes, plan.stages[s].predictedPeakBytes,
-        1e3 * sum.meanStepSeconds, 1e3 * plan.predictedStepTime);
+        1e3 * sum.meanStepSeconds, 1e3 * predicted);
   }
   llvm::outs().flush();
 }
@@ -263,6 +278,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   topt.profile = flags.has("profile");
   topt.checkpointDir = flags.get("checkpoint-dir");
   topt.checkpointEvery = opt.checkpointEvery;
+  topt.overlapSteps = opt.overlapSteps;
   runtime::Trainer trainer(
       plan, std::move(stages), driver,
       [&](int64_t step, int replica) { return data.forStep(step, replica); },
@@ -317,7 +333,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   if (!sum)
     return report(sum.takeError(), tools::kBadInput);
   if (root)
-    printSummary(plan, *sum, opt.steps - trainer.firstStep());
+    printSummary(plan, *sum, opt.steps - trainer.firstStep(), opt.overlapSteps);
 
   if (auto path = flags.get("profile")) {
     auto text = trainer.profileJson();
@@ -463,6 +479,10 @@ int main(int argc, char **argv) {
     opt.usageError = llvm::toString(std::move(e)); // said once, by MPI rank 0
   }
   if (runtime::launchedByMpirun()) {
+    if (opt.overlapSteps && !opt.usageError)
+      opt.usageError = "--overlap-steps runs threaded (one process, a thread "
+                       "per rank); under mpirun each step's figures meet on "
+                       "rank 0 every step";
 #ifdef CLEAVE_HAVE_MPI
     return runUnderMpi(opt, flags, argc, argv);
 #else

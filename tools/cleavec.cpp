@@ -315,8 +315,10 @@ int main(int argc, char **argv) {
       info.lr = pipe.context.training.lr;
       info.precision = pipe.context.training.precision;
       info.dataParallel = int(pipe.context.training.dataParallel);
-      if (plan->timeUnit == "s")
+      if (plan->timeUnit == "s") {
         info.predictedStepTime = plan->predictedStepTime;
+        info.predictedPeriod = plan->predictedPeriod;
+      }
       info.stageReports = plan->stageReports;
       info.referenceWeights = weights == "reference";
       auto built = codegen::buildPlan(plan->stageGraphs, plan->schedule, info);
