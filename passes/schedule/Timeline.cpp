@@ -82,17 +82,29 @@ std::string fmt(double v) {
   return buf;
 }
 
+// One row per rank: its stage, or its several stages' actions (a rank's
+// later stages drawn lighter, each box's title naming its stage).
 void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
               const GanttLayout &g) {
-  for (int st = 0; st < s.stages; ++st) {
-    double y = g.rowY(st);
-    os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">stage "
-                        "{2}</text>\n",
-                        g.left - 8, y + g.rowHeight * 0.65, st);
+  std::vector<std::vector<int>> ranks = stagesOfRanks(s);
+  bool shared = sharesRanks(s);
+  for (size_t rk = 0; rk < ranks.size(); ++rk) {
+    double y = g.rowY(int(rk));
+    std::string label = "stage " + std::to_string(ranks[rk].front());
+    if (shared) {
+      label = "rank " + std::to_string(rk) + " (";
+      for (size_t k = 0; k < ranks[rk].size(); ++k)
+        label += (k ? "," : "") + std::to_string(ranks[rk][k]);
+      label += ")";
+    }
+    os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">{2}"
+                        "</text>\n",
+                        g.left - 8, y + g.rowHeight * 0.65, label);
     // The grey background is the idle time: whatever no box covers.
     os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
                         "fill=\"#E6E6E6\"/>\n",
                         g.x(0), y, r.makespan * g.scale, g.rowHeight);
+    for (int st : ranks[rk])
     for (size_t i = 0; i < s.actions[st].size(); ++i) {
       const Action &a = s.actions[st][i];
       const Span &sp = r.spans[st][i];
@@ -106,10 +118,13 @@ void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
       if (isComm(a.kind) || a.kind == ActionKind::Step || w <= 0)
         continue;
       os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
-                          "fill=\"{4}\" stroke=\"white\" stroke-width=\"1\">"
-                          "<title>{5}: {6} to {7}</title></rect>\n",
+                          "fill=\"{4}\" fill-opacity=\"{8}\" stroke=\"white\" "
+                          "stroke-width=\"1\"><title>{9}{5}: {6} to {7}</title>"
+                          "</rect>\n",
                           g.x(sp.start), y, w, g.rowHeight, fillOf(a.kind),
-                          actionName(a), fmt(sp.start), fmt(sp.end));
+                          actionName(a), fmt(sp.start), fmt(sp.end),
+                          st == ranks[rk].front() ? "1" : "0.6",
+                          shared ? "stage " + std::to_string(st) + " " : "");
       if (w >= 12)
         os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\" "
                             "fill=\"white\">{2}</text>\n",
@@ -165,21 +180,29 @@ std::string chromeTrace(const Schedule &s, const SimResult &r,
                             "cleave schedule " + s.name + " (P=" +
                                 std::to_string(s.stages) + ", M=" +
                                 std::to_string(s.microbatches) + ")"));
-  for (int st = 0; st < s.stages; ++st) {
-    int computeTid = 2 * st, sendTid = 2 * st + 1;
-    events.push_back(metadata("thread_name", computeTid, "stage " + std::to_string(st)));
-    events.push_back(metadata("thread_name", sendTid,
-                              "stage " + std::to_string(st) + " sends"));
-    for (size_t i = 0; i < s.actions[st].size(); ++i) {
-      const Action &a = s.actions[st][i];
-      if (isSend(a.kind))
-        events.push_back(span(actionName(a) + " to stage " + std::to_string(a.peer),
-                              kindName(a.kind), sendTid, r.spans[st][i], scale,
-                              a.microbatch));
-      else if (!isComm(a.kind))
-        events.push_back(span(actionName(a), kindName(a.kind), computeTid,
-                              r.spans[st][i], scale, a.microbatch));
-    }
+  // One track per rank (its stage, or its stages), and one for its sends.
+  bool shared = sharesRanks(s);
+  std::vector<std::vector<int>> ranks = stagesOfRanks(s);
+  for (size_t rk = 0; rk < ranks.size(); ++rk) {
+    int computeTid = 2 * int(rk), sendTid = 2 * int(rk) + 1;
+    std::string track = shared ? "rank " + std::to_string(rk)
+                               : "stage " + std::to_string(ranks[rk].front());
+    events.push_back(metadata("thread_name", computeTid, track));
+    events.push_back(metadata("thread_name", sendTid, track + " sends"));
+    for (int st : ranks[rk])
+      for (size_t i = 0; i < s.actions[st].size(); ++i) {
+        const Action &a = s.actions[st][i];
+        std::string prefix = shared ? "stage " + std::to_string(st) + " " : "";
+        if (isSend(a.kind))
+          events.push_back(span(prefix + actionName(a) + " to stage " +
+                                    std::to_string(a.peer),
+                                kindName(a.kind), sendTid, r.spans[st][i],
+                                scale, a.microbatch));
+        else if (!isComm(a.kind))
+          events.push_back(span(prefix + actionName(a), kindName(a.kind),
+                                computeTid, r.spans[st][i], scale,
+                                a.microbatch));
+      }
   }
   llvm::json::Object trace{
       {"traceEvents", std::move(events)},
@@ -199,7 +222,7 @@ std::string ganttSvg(const Schedule &s, const SimResult &r,
                      const PipelineCosts &costs) {
   GanttLayout g;
   g.scale = r.makespan > 0 ? g.width / r.makespan : 1;
-  double axisY = g.rowY(s.stages) + 2;
+  double axisY = g.rowY(rankCount(s)) + 2;
   double legendY = axisY + 34;
   double height = legendY + 30, width = g.left + g.width + 110;
   double worst = 0;
@@ -223,7 +246,11 @@ std::string ganttSvg(const Schedule &s, const SimResult &r,
   os << llvm::formatv("<text x=\"{0}\" y=\"22\" font-size=\"15\" "
                       "font-weight=\"bold\">{1}: P={2}, M={3}, step time {4} "
                       "{5}{6}, bubble up to {7:P1}</text>\n",
-                      g.left, s.name, s.stages, s.microbatches,
+                      g.left, s.name,
+                      sharesRanks(s) ? std::to_string(rankCount(s)) + " ranks x " +
+                                           std::to_string(s.stages / rankCount(s))
+                                     : std::to_string(s.stages),
+                      s.microbatches,
                       fmt(r.stepTime), costs.timeUnit, isolated, worst);
   drawRows(os, s, r, g);
   drawAxis(os, r, g, axisY, costs.timeUnit);
