@@ -25,7 +25,8 @@ static sched::ActionKind kindOf(const std::string &name) {
 
 std::string measuredTimelineSvg(const std::string &schedule, int stages,
                                 int microbatches,
-                                const std::vector<runtime::TraceTrack> &tracks) {
+                                const std::vector<runtime::TraceTrack> &tracks,
+                                const std::vector<int> &stageRank) {
   stages = std::min<int>(stages, int(tracks.size()));
   double t0 = INFINITY;
   for (int st = 0; st < stages; ++st)
@@ -53,10 +54,24 @@ std::string measuredTimelineSvg(const std::string &schedule, int stages,
         stats.busy += end - start;
     }
   }
+  // Several stages per rank: one row per rank, its bubble its stages' idle
+  // time together.
+  if (!stageRank.empty() && int(stageRank.size()) == stages) {
+    s.rankOf = stageRank;
+    for (int rk = 0; rk < sched::rankCount(s); ++rk) {
+      double busy = 0;
+      for (int st = 0; st < stages; ++st)
+        if (stageRank[size_t(st)] == rk)
+          busy += r.stages[size_t(st)].busy;
+      for (int st = 0; st < stages; ++st)
+        if (stageRank[size_t(st)] == rk)
+          r.stages[size_t(st)].busy = busy;
+    }
+  }
   // The spans of one step, drawn from its first: the step is the makespan.
   r.stepTime = r.makespan;
   for (sched::StageStats &stats : r.stages)
-    stats.bubble = r.makespan > 0 ? 1 - stats.busy / r.makespan : 0;
+    stats.bubble = r.makespan > 0 ? std::max(0.0, 1 - stats.busy / r.makespan) : 0;
   passes::PipelineCosts costs;
   costs.timeUnit = "ms";
   return sched::ganttSvg(s, r, costs);

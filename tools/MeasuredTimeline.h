@@ -16,6 +16,7 @@ namespace cleave::tools {
 // `stages` of them are replica 0's, in stage order.
 std::string measuredTimelineSvg(const std::string &schedule, int stages,
                                 int microbatches,
-                                const std::vector<runtime::TraceTrack> &tracks);
+                                const std::vector<runtime::TraceTrack> &tracks,
+                                const std::vector<int> &stageRank = {});
 
 } // namespace cleave::tools

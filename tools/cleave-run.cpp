@@ -353,7 +353,8 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
       if (auto e = writeOnRoot(
               driver, *path,
               tools::measuredTimelineSvg(plan.schedule, int(plan.stages.size()),
-                                         plan.microbatches, *tracks)))
+                                         plan.microbatches, *tracks,
+                                         plan.stageRank)))
         return report(std::move(e), tools::kBadInput);
   }
   if (auto out = flags.get("save"))
