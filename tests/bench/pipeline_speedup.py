@@ -32,6 +32,9 @@ stage on a 2-core machine):
   Per round: measured/simulated per schedule, and measured speedup over
   1f1b divided by simulated speedup. Printed: the median over rounds (and
   min..max).
+With --overlap: steps overlap (cleave-run --overlap-steps --on-nan=off) and
+"simulated" is the schedule's steady state, cleavec's "step time"; zb-h2
+joins the one-stage-per-rank list.
 With --chunks 2: 2 ranks x 2 stages each (cleavec --stages 2 --chunks 2),
 the schedules with several stages per rank, speedups over
 interleaved-1f1b; the 4-stage split comes from an interleaved-1f1b
@@ -65,6 +68,8 @@ class Bench:
         self.args, self.dir = args, out_dir
         self.tools = os.path.join(args.build, "tools")
         self.schedules = CHUNKED if args.chunks > 1 else SCHEDULES
+        if args.overlap and args.chunks == 1:
+            self.schedules = SCHEDULES + ["zb-h2"]
 
     def compile(self, schedule, plan, cost_model=None, split=None, emit=None):
         a = self.args
@@ -93,8 +98,11 @@ class Bench:
         return sim, stages
 
     def train(self, plan, steps, profile):
-        out = run([os.path.join(self.tools, "cleave-run"), plan, "--threads=1",
-                   f"--steps={steps}", f"--profile={profile}"])
+        cmd = [os.path.join(self.tools, "cleave-run"), plan, "--threads=1",
+               f"--steps={steps}", f"--profile={profile}"]
+        if self.args.overlap:
+            cmd += ["--overlap-steps", "--on-nan=off"]
+        out = run(cmd)
         ms = [float(m.group(2)) for m in re.finditer(
             r"^step\s+(\d+)/\d+\s+loss \S+\s+\d+ samples/s\s+(\S+) ms", out, re.M)
               if int(m.group(1)) > 1]
@@ -122,6 +130,8 @@ class Bench:
             meas[s] = self.train(plan, self.args.steps, prof)
             sim[s], _ = self.compile("csv:" + csv, os.path.join(self.dir, f"{s}.sim.cplan"),
                                      "profile:" + prof, split)
+            if self.args.overlap:  # against the steady state
+                sim[s] = self.steady
         return meas, sim
 
 
@@ -139,6 +149,10 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--overlap", action="store_true",
+                    help="cleave-run --overlap-steps --on-nan=off, against the "
+                         "simulated steady state (step time) instead of one "
+                         "isolated step; adds zb-h2")
     ap.add_argument("--chunks", type=int, default=1,
                     help="2: 2 ranks x 2 stages, the schedules with several stages per rank")
     ap.add_argument("--keep", help="folder to keep the plans and the profiles in")
