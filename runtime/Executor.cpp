@@ -1171,6 +1171,15 @@ llvm::Error StageExecutor::beginUpdate() {
     return llvm::Error::success();
   nonFiniteReport_ = describeNonFinite();
   update_.bad = nonFiniteReport_.empty() ? 0 : 1;
+  if (nonFinitePolicy_ == NonFinitePolicy::StopAfter) {
+    // Every other stage gets this stage's finding; the update goes ahead.
+    update_.voting = false;
+    for (int s = 0; s < comm_.size(); ++s)
+      if (s != comm_.rank())
+        if (auto e = comm_.send(s, voteTag_, -1, &update_.bad, sizeof update_.bad))
+          return stepError(wrap(std::move(e), "sending its finding on non-finite values"));
+    return llvm::Error::success();
+  }
   if (comm_.size() <= 1) {
     update_.voting = false;
     stepSkipped_ = update_.bad != 0;
@@ -1183,10 +1192,48 @@ llvm::Error StageExecutor::beginUpdate() {
   return llvm::Error::success();
 }
 
+llvm::Expected<bool> StageExecutor::takeVotes(bool wait) {
+  for (; votesOutFor_ >= 0 && nextVoteFrom_ < comm_.size(); ++nextVoteFrom_) {
+    int s = nextVoteFrom_;
+    if (s == comm_.rank())
+      continue;
+    if (!wait && !comm_.poll(s, voteTag_, -1))
+      return false;
+    int32_t other = 0;
+    if (auto e = nameTimeout(comm_.recv(s, voteTag_, -1, &other, sizeof other),
+                             "stage " + std::to_string(s),
+                             "its finding on non-finite values in step " +
+                                 std::to_string(votesOutFor_ + 1),
+                             voteTag_))
+      return stepError(wrap(std::move(e), "agreeing on non-finite values"));
+    votesBad_ |= other;
+  }
+  if (votesOutFor_ >= 0)
+    verdict_ = {votesOutFor_, votesBad_ != 0};
+  votesOutFor_ = -1;
+  return true;
+}
+
+llvm::Error StageExecutor::collectVotes() {
+  auto done = takeVotes(/*wait=*/true);
+  return done ? llvm::Error::success() : done.takeError();
+}
+
 llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
   auto ready = [&](int peer, int64_t tag) {
     return wait || comm_.poll(peer, tag, -1);
   };
+  if (nonFinitePolicy_ == NonFinitePolicy::StopAfter && !update_.voting &&
+      update_.next == 0) {
+    // The previous step's votes first (they are in by now: every stage
+    // has done some of this step since its previous update), then this
+    // step's go out (beginUpdate sent them) and are taken at the next.
+    auto taken = takeVotes(wait);
+    if (!taken)
+      return taken.takeError();
+    if (!*taken)
+      return false;
+  }
   auto where = [] { return std::string("agreeing on non-finite values"); };
   if (update_.voting) {
     int stages = comm_.size();
@@ -1243,6 +1290,11 @@ llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
 }
 
 bool StageExecutor::finishUpdate() {
+  if (nonFinitePolicy_ == NonFinitePolicy::StopAfter) {
+    votesOutFor_ = step_;
+    nextVoteFrom_ = 0;
+    votesBad_ = update_.bad;
+  }
   double took = secondsSince(update_.start);
   stats_.busySeconds[size_t(ActionKind::Step)] += took;
   stats_.spans.push_back({actionKindName(ActionKind::Step), -1,

@@ -184,8 +184,25 @@ public:
   // what this stage found (the value, the op that made it, the microbatch
   // for a loss). Stop and SkipStep differ only for the driver, which stops
   // or goes on.
-  enum class NonFinitePolicy { Ignore, Stop, SkipStep };
+  //
+  // StopAfter (overlapping steps under Stop): the update goes ahead without
+  // waiting; the stage sends its finding to every other stage and takes
+  // theirs at its next update (collectVotes at the end of a run of steps),
+  // so the verdict on step k is known one step later (verdict()). A run
+  // that then stops has gone on past the step it reports, in memory only.
+  enum class NonFinitePolicy { Ignore, Stop, SkipStep, StopAfter };
   void setNonFinitePolicy(NonFinitePolicy p) { nonFinitePolicy_ = p; }
+  NonFinitePolicy nonFinitePolicy() const { return nonFinitePolicy_; }
+  // StopAfter: the latest step whose votes are all in, and whether any
+  // stage found a non-finite value in it.
+  struct Verdict {
+    int64_t step = -1;
+    bool bad = false;
+  };
+  const Verdict &verdict() const { return verdict_; }
+  // StopAfter: takes the votes on the last update still out (waiting for
+  // them); then verdict() is on that step.
+  llvm::Error collectVotes();
   bool stepSkipped() const { return stepSkipped_; }
   const std::string &nonFiniteReport() const { return nonFiniteReport_; }
   Comm *dataParallel() const { return dataParallel_; }
@@ -268,6 +285,13 @@ private:
     int nextVoter = 1;    // stage 0: the next stage whose vote it takes
     size_t next = 0;      // the next instruction of the step program
   } update_;
+  // StopAfter: the step whose votes are still out (-1: none), those taken
+  // so far, and what they said.
+  int64_t votesOutFor_ = -1;
+  int nextVoteFrom_ = 0;
+  int32_t votesBad_ = 0;
+  Verdict verdict_;
+  llvm::Expected<bool> takeVotes(bool wait);
 
   StageStats stats_;
   bool profiling_ = false;

@@ -277,10 +277,58 @@ llvm::Error Trainer::runOverlapped(
         st->executor->dataParallel()->abort(why);
     }
   };
+  // Under Stop no update waits for the others' findings: each stage sends
+  // its own to all and takes theirs at its next update, so the verdict on
+  // a step (and that step's report) comes one step later, and a run that
+  // stops has computed one step more than it reports, in memory only.
+  using Policy = StageExecutor::NonFinitePolicy;
+  std::vector<Policy> policies;
+  bool deferred = false;
+  for (LocalStage *st : stages_) {
+    policies.push_back(st->executor->nonFinitePolicy());
+    if (policies.back() == Policy::Stop) {
+      st->executor->setNonFinitePolicy(Policy::StopAfter);
+      deferred = true;
+    }
+  }
+  // Step k's figures from `locals` are in: count the rank done with it.
+  auto record = [&](int64_t step, const std::vector<size_t> &locals,
+                    const StepResult &mine) {
+    std::lock_guard<std::mutex> lock(mu);
+    size_t k = size_t(step - first);
+    for (size_t i : locals)
+      results[k][i] = mine[i];
+    if (++done[k] == ranks)
+      ended[k] = std::chrono::steady_clock::now();
+  };
+  // The verdict each local stage has on step `step`, into `held`.
+  auto judged = [&](int64_t step, const std::vector<size_t> &locals,
+                    StepResult &held) {
+    bool bad = false;
+    for (size_t i : locals) {
+      const StageExecutor::Verdict &v = stages_[i]->executor->verdict();
+      held[i].skipped = v.step == step && v.bad;
+      bad = bad || held[i].skipped;
+    }
+    return bad;
+  };
   std::vector<std::thread> threads;
   for (auto &[key, locals] : byRank)
     threads.emplace_back([&, key = key, locals = locals] {
       int rank = key.second;
+      StepResult held; // deferred: the previous step's, awaiting its verdict
+      auto failed = [&](int64_t step, llvm::Error e) {
+        std::string msg = llvm::toString(std::move(e));
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failure) {
+            failure = msg;
+            failedStep = step;
+          }
+        }
+        abortAll(msg);
+        cv.notify_all();
+      };
       for (int64_t step = first; step < end; ++step) {
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -297,32 +345,34 @@ llvm::Error Trainer::runOverlapped(
         if (size_t(rank) < plan_.rankPrograms.size())
           w.program = plan_.rankPrograms[size_t(rank)];
         llvm::Error e = runRankStep(w, step);
-        if (e) {
-          std::string msg = llvm::toString(std::move(e));
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            if (!failure) {
-              failure = msg;
-              failedStep = step;
-            }
-          }
-          abortAll(msg);
-          cv.notify_all();
-          return;
-        }
+        if (e)
+          return failed(step, std::move(e));
         if (options_.profile)
           for (size_t i : locals)
             profiles_[i].take(*stages_[i]->executor);
         StepResult mine = snapshot(locals);
-        bool skipped = stages_[locals[0]]->executor->stepSkipped();
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          size_t k = size_t(step - first);
-          for (size_t i : locals)
-            results[k][i] = mine[i];
-          if (++done[k] == ranks)
-            ended[k] = std::chrono::steady_clock::now();
+        if (deferred) {
+          // This step's update took the votes on the previous one.
+          if (step > first) {
+            bool bad = judged(step - 1, locals, held);
+            record(step - 1, locals, held);
+            cv.notify_all();
+            if (bad)
+              return;
+          }
+          held = std::move(mine);
+          if (step + 1 == end) {
+            for (size_t i : locals)
+              if (auto e = stages_[i]->executor->collectVotes())
+                return failed(step, std::move(e));
+            judged(step, locals, held);
+            record(step, locals, held);
+            cv.notify_all();
+          }
+          continue;
         }
+        bool skipped = stages_[locals[0]]->executor->stepSkipped();
+        record(step, locals, mine);
         cv.notify_all();
         // A step stopped for a non-finite value ends the run; every rank
         // learnt it in the vote.
@@ -367,6 +417,8 @@ llvm::Error Trainer::runOverlapped(
   }
   for (std::thread &t : threads)
     t.join();
+  for (size_t i = 0; i < stages_.size(); ++i)
+    stages_[i]->executor->setNonFinitePolicy(policies[i]);
   return err;
 }
 

@@ -51,8 +51,8 @@ struct TrainOptions {
   // Each rank starts the next step as soon as its own update is done,
   // instead of every stage finishing a step before any starts the next
   // (threaded runs; the same bits). Steps still meet where a checkpoint is
-  // due. With a non-finite check (Stop, SkipStep) each step's vote waits
-  // for every stage, so only the time after it overlaps.
+  // due. Under Stop the verdict on a step comes with the next one's update
+  // (nothing waits); under SkipStep each update waits for the vote.
   bool overlapSteps = false;
 };
 

@@ -61,9 +61,9 @@ training:
   --overlap-steps        each rank starts the next step as soon as its own
                          update is done (the threaded run; the same bits):
                          the schedule's steady state, not one isolated step
-                         after another. The check on non-finite values waits
-                         for every stage each step, so only --on-nan=off
-                         lets steps overlap fully
+                         after another. Under --on-nan=stop the verdict on
+                         a step comes with the next one's update; under
+                         skip-step each update waits for every stage
   --comm-timeout=SECONDS wait at most this long for any message from another
                          stage or process (every receive and collective,
                          threads and MPI; default 600, 0: forever). On
