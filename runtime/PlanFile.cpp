@@ -605,6 +605,16 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
 
 llvm::Expected<Plan> readPlanFile(const std::string &path,
                                   std::optional<int> onlyStage) {
+  return readPlanFile(path, onlyStage, false);
+}
+
+llvm::Expected<Plan> readPlanFileForRank(const std::string &path, int rank) {
+  return readPlanFile(path, rank, true);
+}
+
+llvm::Expected<Plan> readPlanFile(const std::string &path,
+                                  std::optional<int> only, bool byRank) {
+  std::optional<int> onlyStage = only;
   auto error = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
   // Mapped, not read: only the header and the wanted blobs are touched.
   auto file = support::readFile(path, "plan");
@@ -704,7 +714,16 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
   }
 
   std::vector<bool> wanted(plan.blobs.size(), !onlyStage);
-  if (onlyStage) {
+  if (onlyStage && byRank) {
+    int ranks = rankCount(plan);
+    if (*onlyStage < 0 || *onlyStage >= ranks)
+      return error(llvm::formatv("no rank {0} (the plan has {1} ranks)",
+                                 *onlyStage, ranks));
+    for (int st : stagesOfRank(plan, *onlyStage))
+      for (const Slot &sl : plan.stages[size_t(st)].slots)
+        if (sl.blob >= 0)
+          wanted[sl.blob] = true;
+  } else if (onlyStage) {
     if (*onlyStage < 0 || *onlyStage >= nstages)
       return error(llvm::formatv("no stage {0} (the plan has {1} stages)",
                                  *onlyStage, nstages));

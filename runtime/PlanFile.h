@@ -54,6 +54,11 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path);
 // use; the other blobs keep their checksum and have no bytes.
 llvm::Expected<Plan> readPlanFile(const std::string &path,
                                   std::optional<int> onlyStage = std::nullopt);
+// The same loading the blobs of every stage rank `rank` runs
+// (Plan::stageRank; stage `rank` where the plan places none).
+llvm::Expected<Plan> readPlanFileForRank(const std::string &path, int rank);
+llvm::Expected<Plan> readPlanFile(const std::string &path,
+                                  std::optional<int> only, bool byRank);
 
 // A readable, deterministic text form (cleave-run --print-plan);
 // PlanPrinter.cpp.

@@ -423,39 +423,48 @@ llvm::Error Trainer::runOverlapped(
 }
 
 llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
-  // Replica 0's stages, in stage order (executor order is stage order
-  // within a replica, and rank order under MPI).
-  std::string body;
-  uint64_t entries = 0;
+  // Replica 0's stages, in stage order: each process sends one record per
+  // stage (its index, its entry count, its entries), and rank 0 puts them
+  // in order (a process may run several stages, not in a row).
+  std::vector<uint8_t> mine;
   llvm::Error err = llvm::Error::success();
   for (LocalStage *st : stages_) {
     if (st->replica != 0)
       continue;
+    std::string body;
     auto n = appendCheckpointEntries(body, plan_.stages[size_t(st->stage)],
                                      *st->executor);
     if (!n) {
       err = n.takeError();
       break;
     }
-    entries += *n;
+    uint64_t head[2] = {uint64_t(st->stage), *n};
+    std::vector<uint8_t> record(sizeof head + body.size());
+    std::memcpy(record.data(), head, sizeof head);
+    std::memcpy(record.data() + sizeof head, body.data(), body.size());
+    putRecord(mine, record.data(), record.size());
   }
   if (auto e = agree(driver_, std::move(err)))
     return e;
-  auto counts = driver_.allGather({double(entries)});
-  if (!counts)
-    return driver_.failAlone(counts.takeError());
-  auto all =
-      driver_.gatherToRoot(std::vector<uint8_t>(body.begin(), body.end()));
+  auto all = driver_.gatherToRoot(mine);
   if (!all)
     return driver_.failAlone(all.takeError());
   llvm::Error written = llvm::Error::success();
   if (driver_.rank() == 0) {
+    std::map<uint64_t, std::vector<uint8_t>> byStage;
     uint64_t total = 0;
-    for (double c : *counts)
-      total += uint64_t(c);
+    for (const std::vector<uint8_t> &process : *all)
+      for (std::vector<uint8_t> &r : splitRecords(process)) {
+        uint64_t head[2] = {0, 0};
+        if (r.size() < sizeof head)
+          continue;
+        std::memcpy(head, r.data(), sizeof head);
+        total += head[1];
+        byStage[head[0]].assign(r.begin() + long(sizeof head), r.end());
+      }
     std::string whole;
-    for (const std::vector<uint8_t> &b : *all)
-      whole.append(b.begin(), b.end());
+    for (const auto &[stage, body] : byStage)
+      whole.append(body.begin(), body.end());
     written = writeCheckpointFile(*options_.checkpointDir, plan_, stepsDone,
                                   total, whole);
   }
@@ -463,22 +472,36 @@ llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
 }
 
 llvm::Expected<TrainSummary> Trainer::summary() {
+  // Every process sends the same number of values: its stages' (the
+  // most any rank runs; absent ones marked), each tagged with its replica
+  // and stage, so the figures land by stage however they were spread.
+  size_t most = 0;
+  for (int r = 0; r < rankCount(plan_); ++r)
+    most = std::max(most, stagesOfRank(plan_, r).size());
+  most = std::max(most, stages_.size());
   std::vector<double> mine;
   for (LocalStage *st : stages_) {
     const StageStats &s = st->executor->stats();
     double busy = -s.recvWaitSeconds;
     for (double b : s.busySeconds)
       busy += b;
-    mine.insert(mine.end(), {busy, double(s.peakBytes), s.stepSeconds});
+    mine.insert(mine.end(), {double(st->replica), double(st->stage), busy,
+                             double(s.peakBytes), s.stepSeconds});
   }
+  mine.resize(5 * most, -1);
   auto all = driver_.allGather(mine);
   if (!all)
     return driver_.failAlone(all.takeError());
   TrainSummary out = summary_;
-  out.stages.clear();
-  for (size_t s = 0; s < plan_.stages.size() && 3 * s + 2 < all->size(); ++s)
-    out.stages.push_back(StageFigures{(*all)[3 * s], (*all)[3 * s + 2],
-                                      int64_t((*all)[3 * s + 1])});
+  out.stages.assign(plan_.stages.size(), StageFigures{});
+  for (size_t i = 0; i + 4 < all->size(); i += 5) {
+    if ((*all)[i] != 0) // replica 0's only; -1: no stage
+      continue;
+    size_t s = size_t((*all)[i + 1]);
+    if (s < out.stages.size())
+      out.stages[s] = StageFigures{(*all)[i + 2], (*all)[i + 4],
+                                   int64_t((*all)[i + 3])};
+  }
   return out;
 }
 
@@ -542,6 +565,17 @@ llvm::Expected<std::vector<TraceTrack>> Trainer::traceTracks() {
   if (!all)
     return driver_.failAlone(all.takeError());
   std::vector<TraceTrack> tracks;
+  // Each process sent its stages in increasing order: the (replica, stage)
+  // of every track, to put them in executor order.
+  std::vector<std::pair<int, int>> keys;
+  int ranks = rankCount(plan_);
+  for (size_t w = 0; w < all->size(); ++w)
+    if (driver_.size() == 1)
+      for (LocalStage *st : stages_)
+        keys.push_back({st->replica, st->stage});
+    else
+      for (int st : stagesOfRank(plan_, int(w) % ranks))
+        keys.push_back({int(w) / ranks, st});
   for (const std::vector<uint8_t> &process : *all)
     for (const std::vector<uint8_t> &b : splitRecords(process)) {
       std::vector<std::vector<uint8_t>> parts = splitRecords(b);
@@ -561,6 +595,17 @@ llvm::Expected<std::vector<TraceTrack>> Trainer::traceTracks() {
       }
       tracks.push_back(std::move(t));
     }
+  if (keys.size() == tracks.size()) {
+    std::vector<size_t> order(tracks.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+    std::vector<TraceTrack> sorted;
+    for (size_t i : order)
+      sorted.push_back(std::move(tracks[i]));
+    tracks = std::move(sorted);
+  }
   return tracks;
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/data/DataSource.h"
 #ifdef CLEAVE_HAVE_MPI
 #include "runtime/comm/MpiPlan.h"
+#include "runtime/comm/StageComm.h"
 #endif
 #include "tools/MeasuredTimeline.h"
 #include "tools/RunFlags.h"
@@ -436,21 +437,44 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
   if (int rc = agreed(prefixed(opt.planPath + ": ",
                                 codegen::checkRunnable(plan))))
     return rc;
-  int p = int(plan.stages.size()), d = plan.dataParallel;
-  world->setRankNames([p, d](int w) {
+  int p = runtime::rankCount(plan), d = plan.dataParallel;
+  bool shared = !plan.stageRank.empty();
+  world->setRankNames([p, d, shared](int w) {
     return (d > 1 ? "replica " + std::to_string(w / p) + " " : std::string()) +
-           "stage " + std::to_string(w % p);
+           (shared ? "rank " : "stage ") + std::to_string(w % p);
   });
   runtime::DataSource data(plan, uint64_t(opt.seed));
   if (auto d = flags.get("data"))
     if (int rc = agreed(data.load(*d)))
       return rc;
   opt.stage.threads = runtime::threadsPerStage(opt.threads, world->size());
-  auto st = runtime::createLocalStage(plan, rp.replica, rp.stage, opt.stage,
-                                      *rp.pipe, rp.group.get());
-  if (int rc = agreed(st ? llvm::Error::success() : st.takeError()))
+  // Several stages in this process: each sees the pipeline through a view
+  // in which it is its own rank (runtime/comm/StageComm.h).
+  std::vector<std::unique_ptr<runtime::StageComm>> views;
+  std::vector<runtime::LocalStage> locals;
+  llvm::Error made = llvm::Error::success();
+  for (size_t k = 0; k < rp.stages.size() && !made; ++k) {
+    runtime::Comm *pipe = rp.pipe.get();
+    if (shared) {
+      views.push_back(std::make_unique<runtime::StageComm>(
+          *rp.pipe, rp.stages[k], plan.stageRank));
+      pipe = views.back().get();
+    }
+    runtime::Comm *group =
+        k < rp.groups.size() ? rp.groups[k].get() : nullptr;
+    auto st = runtime::createLocalStage(plan, rp.replica, rp.stages[k],
+                                        opt.stage, *pipe, group);
+    if (st)
+      locals.push_back(std::move(*st));
+    else
+      made = st.takeError();
+  }
+  if (int rc = agreed(std::move(made)))
     return rc;
-  return train(opt, flags, plan, {&*st}, driver, data, /*live=*/false);
+  std::vector<runtime::LocalStage *> ptrs;
+  for (runtime::LocalStage &st : locals)
+    ptrs.push_back(&st);
+  return train(opt, flags, plan, ptrs, driver, data, /*live=*/false);
 }
 #endif
 

@@ -87,7 +87,8 @@ std::string MpiComm::what(const char *verb, int peer, int64_t tag,
 
 llvm::Expected<int> MpiComm::mpiTag(int64_t tag, int microbatch, int peer,
                                     const char *verb) const {
-  if (peer < 0 || peer >= size_ || peer == rank_)
+  // A process may message itself: two stages it runs (StageComm.h).
+  if (peer < 0 || peer >= size_)
     return fail(llvm::formatv("{0} rank {1} on rank {2}: no such peer (group "
                               "of {3})",
                               verb, peer, rank_, size_));

@@ -4,6 +4,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+
 namespace cleave::runtime {
 
 static llvm::Error fail(const std::string &msg) {
@@ -13,10 +15,10 @@ static llvm::Error fail(const std::string &msg) {
 llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
                                          MpiComm &world) {
   int rank = world.rank(), size = world.size();
-  // The process count decides first: a rank past the plan's last stage fails
+  // The process count decides first: a rank past the plan's last rank fails
   // to load (it may be a later replica's, loaded again below), but a
   // mismatch is the error to report.
-  auto planOr = readPlanFile(path, rank);
+  auto planOr = readPlanFileForRank(path, rank);
   double stages = 0, replicas = 0, ranks = 0;
   std::optional<std::string> loadError;
   if (planOr) {
@@ -29,49 +31,44 @@ llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
   auto loaded = world.allGather({stages, replicas, ranks});
   if (!loaded)
     return world.failAlone(loaded.takeError());
-  int p = 0, d = 1;
+  int p = 0, d = 1, s = 0;
   for (int r = 0; r < size; ++r) {
-    double s = (*loaded)[size_t(3 * r)], reps = (*loaded)[size_t(3 * r + 1)],
+    double st = (*loaded)[size_t(3 * r)], reps = (*loaded)[size_t(3 * r + 1)],
            rk = (*loaded)[size_t(3 * r + 2)];
-    if (s <= 0)
+    if (st <= 0)
       continue;
-    if (rk != s) { // several stages per rank: the threaded run only
-      if (r != rank)
-        return llvm::make_error<ReportedElsewhere>();
-      return fail(llvm::formatv(
-                      "the plan runs {0} stages on {1} rank(s) (cleavec "
-                      "--chunks); under mpirun each process runs one stage: "
-                      "run it without mpirun (one thread per rank), or "
-                      "compile it without --chunks",
-                      int64_t(s), int64_t(rk))
-                      .str());
-    }
-    if (s * reps != size) { // the first rank that loaded says so
+    if (rk * reps != size) { // the first rank that loaded says so
       if (r != rank)
         return llvm::make_error<ReportedElsewhere>();
       std::string procs = llvm::formatv("mpirun started {0} {1}", size,
                                         size == 1 ? "process" : "processes");
+      std::string layout =
+          rk != st ? llvm::formatv("{0} stages on {1} ranks", int64_t(st),
+                                   int64_t(rk))
+                         .str()
+                   : llvm::formatv("{0} stages", int64_t(st)).str();
       return fail(reps > 1
-                      ? llvm::formatv("the plan has {0} stages x {1} replicas "
-                                      "but {2}: use mpirun -np {3}",
-                                      int64_t(s), int64_t(reps), procs,
-                                      int64_t(s * reps))
+                      ? llvm::formatv("the plan has {0} x {1} replicas but "
+                                      "{2}: use mpirun -np {3}",
+                                      layout, int64_t(reps), procs,
+                                      int64_t(rk * reps))
                             .str()
-                      : llvm::formatv("the plan has {0} stages but {1}: use "
-                                      "mpirun -np {0}",
-                                      int64_t(s), procs)
+                      : llvm::formatv("the plan has {0} but {1}: use mpirun "
+                                      "-np {2}",
+                                      layout, procs, int64_t(rk))
                             .str());
     }
-    p = int(s);
+    p = int(rk);
     d = int(reps);
+    s = int(st);
     break;
   }
   RankPlan out;
   out.replica = p > 0 ? rank / p : 0;
-  out.stage = p > 0 ? rank % p : rank;
-  // A later replica's rank loads its own stage now.
+  out.rank = p > 0 ? rank % p : rank;
+  // A later replica's rank loads its own stages now.
   if (p > 0 && rank >= p) {
-    planOr = readPlanFile(path, out.stage);
+    planOr = readPlanFileForRank(path, out.rank);
     loadError.reset();
     if (!planOr)
       loadError = llvm::toString(planOr.takeError());
@@ -80,18 +77,31 @@ llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
                                       : llvm::Error::success()))
     return std::move(e);
   out.plan = std::move(*planOr);
-  if (int(out.plan.stages.size()) != p || out.plan.dataParallel != d)
+  if (int(out.plan.stages.size()) != s || rankCount(out.plan) != p ||
+      out.plan.dataParallel != d)
     return world.failAlone(fail(path + ": the plan changed while loading"));
+  out.stages = stagesOfRank(out.plan, out.rank);
+  out.stage = out.stages.front();
   world.setMicrobatches(out.plan.microbatches);
-  auto pipe = world.split(out.replica, out.stage);
+  auto pipe = world.split(out.replica, out.rank);
   if (!pipe)
     return world.failAlone(pipe.takeError());
   out.pipe = std::move(*pipe);
   if (d > 1) {
-    auto group = world.split(out.stage, out.replica);
-    if (!group)
-      return world.failAlone(group.takeError());
-    out.group = std::move(*group);
+    // One data-parallel group per stage: every process splits as often as
+    // the rank with the most stages has, a stage it lacks in a group of
+    // its own.
+    size_t most = 0;
+    for (int r = 0; r < p; ++r)
+      most = std::max(most, stagesOfRank(out.plan, r).size());
+    for (size_t k = 0; k < most; ++k) {
+      int color = k < out.stages.size() ? out.stages[k] : s + rank;
+      auto group = world.split(color, out.replica);
+      if (!group)
+        return world.failAlone(group.takeError());
+      if (k < out.stages.size())
+        out.groups.push_back(std::move(*group));
+    }
   }
   return out;
 }

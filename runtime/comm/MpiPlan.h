@@ -1,8 +1,9 @@
-// Under mpirun, each process loads only its own stage of a plan: world rank
-// w runs stage w % P of replica w / P. loadPlanForRank checks that the
-// process count is the plan's P x D, loads the rank's stage, and makes its
-// groups: the replica's pipeline (ranks = stages) and, with replicas, the
-// stage's data-parallel group (ranks = replicas).
+// Under mpirun, each process loads only its own stages of a plan: world
+// rank w is pipeline rank w % P of replica w / P (P ranks, each running one
+// stage, or several with cleavec --chunks). loadPlanForRank checks that the
+// process count is the plan's P x D, loads the rank's stages, and makes its
+// groups: the replica's pipeline (ranks = pipeline ranks) and, with
+// replicas, each stage's data-parallel group (ranks = replicas).
 #pragma once
 
 #include "runtime/Plan.h"
@@ -12,14 +13,20 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace cleave::runtime {
 
 struct RankPlan {
-  Plan plan; // with this rank's stage loaded
-  int replica = 0, stage = 0;
+  Plan plan; // with this rank's stages loaded
+  int replica = 0, rank = 0;
+  std::vector<int> stages; // this rank's (several with cleavec --chunks)
+  int stage = 0;           // the first of them
   // Sub-communicators of the world: destroyed before it (declared after).
-  std::unique_ptr<MpiComm> pipe, group; // group: null with one replica
+  // pipe: the replica's pipeline, ranks = pipeline ranks; groups[k]:
+  // stages[k]'s data-parallel group (none with one replica).
+  std::unique_ptr<MpiComm> pipe;
+  std::vector<std::unique_ptr<MpiComm>> groups;
 };
 
 // A collective of the world. Errors follow runtime::agree: one process gets
