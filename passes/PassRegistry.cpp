@@ -14,6 +14,10 @@ static const PassInfo kPasses[] = {
      eliminateDeadCode},
     {"remove-identity", "forward the operand of every Identity op to its users",
      removeIdentities},
+    {"recognize-gelu",
+     "replace GELU spelled out in elementwise ops (erf or tanh form) by one "
+     "Gelu op",
+     recognizeGelu},
     {"verify", "check the IR invariants (types, SSA order, attributes)",
      [](ir::Graph &, const PassContext &) -> llvm::Expected<bool> {
        return false;

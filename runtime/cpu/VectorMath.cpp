@@ -86,6 +86,62 @@ template <typename V> [[gnu::always_inline]] inline V erfLanes(V x) {
   return x != x ? x : y;
 }
 
+// tanh(x): for |x| below 1/8 its odd Taylor series to x^11 (relative error
+// about 1e-14 there), above 1 - 2 / (exp(2|x|) + 1) with the sign
+// restored; exactly +-1 beyond |x| = 20.
+template <typename V> [[gnu::always_inline]] inline V tanhLanes(V x) {
+  V z = x < 0.0 ? -x : x;
+  V x2 = x * x;
+  V s = (V{} + -1382.0 / 155925);
+  s = s * x2 + 62.0 / 2835;
+  s = s * x2 - 17.0 / 315;
+  s = s * x2 + 2.0 / 15;
+  s = s * x2 - 1.0 / 3;
+  s = s * x2 + 1.0;
+  V small = s * x;
+  V zc = z > 20.0 ? (V{} + 20.0) : z;
+  V large = 1.0 - 2.0 / (expLanes(2.0 * zc) + 1.0);
+  large = z > 20.0 ? (V{} + 1.0) : large;
+  large = x < 0.0 ? -large : large;
+  V y = z < 0.125 ? small : large;
+  return x != x ? x : y;
+}
+
+// 1 / (1 + exp(-x)), exp of a non-positive argument only.
+template <typename V> [[gnu::always_inline]] inline V sigmoidLanes(V x) {
+  V e = expLanes(x < 0.0 ? x : -x);
+  V y = x < 0.0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
+  return x != x ? x : y;
+}
+
+constexpr double kSqrtHalf = 0.7071067811865476;   // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
+constexpr double kGeluBeta = 0.7978845608028654;   // sqrt(2 / pi)
+constexpr double kGeluKappa = 0.044715;
+
+// GELU and its derivative (PyTorch's formulas, GeluBackward): erf form
+// x Phi(x) and Phi(x) + x phi(x); tanh form 0.5 x (1 + tanh(u)) with
+// u = beta (x + kappa x^3) and its derivative.
+template <bool TanhForm, typename V>
+[[gnu::always_inline]] inline V geluLanes(V x) {
+  if constexpr (TanhForm)
+    return 0.5 * x * (1.0 + tanhLanes(kGeluBeta * (x + kGeluKappa * x * x * x)));
+  else
+    return 0.5 * x * (1.0 + erfLanes(x * kSqrtHalf));
+}
+template <bool TanhForm, typename V>
+[[gnu::always_inline]] inline V geluDerivativeLanes(V x) {
+  if constexpr (TanhForm) {
+    V x2 = x * x;
+    V t = tanhLanes(kGeluBeta * (x + kGeluKappa * x2 * x));
+    V du = kGeluBeta * (1.0 + 3.0 * kGeluKappa * x2);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+  } else {
+    V cdf = 0.5 * (1.0 + erfLanes(x * kSqrtHalf));
+    return cdf + x * kInvSqrt2Pi * expLanes(-0.5 * (x * x));
+  }
+}
+
 // Four double lanes at a time: the same arithmetic lane for lane as eight
 // (so the same bits), but erf's two branches in eight lanes did not fit
 // AVX2's registers (the spills took most of GELU's time on such CPUs).
@@ -186,6 +242,93 @@ CLEAVE_VECTOR_CLONES void erfGradArrayT(const T *dy, const T *x, int64_t n,
   }
 }
 
+// out[i] = F::value(x[i]) and out[i] = dy[i] * F::derivative(x[i]) over
+// four lanes at a time. F is a struct of always-inlined static functions,
+// not a lambda: a lambda would be a function of its own, compiled for the
+// default target, and take its vector arguments by another ABI than the
+// clone calling it.
+template <typename F, typename T>
+[[gnu::always_inline]] inline void mapLanes(const T *x, int64_t n, T *out) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    store4(out + i, F::value(load4(x + i)));
+  if (i < n)
+    storePartial4(out + i, n - i, F::value(loadPartial4(x + i, n - i)));
+}
+template <typename F, typename T>
+[[gnu::always_inline]] inline void mapGradLanes(const T *dy, const T *x,
+                                                int64_t n, T *out) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    store4(out + i, load4(dy + i) * F::derivative(load4(x + i)));
+  if (i < n)
+    storePartial4(out + i, n - i,
+                  loadPartial4(dy + i, n - i) *
+                      F::derivative(loadPartial4(x + i, n - i)));
+}
+
+struct TanhFn {
+  [[gnu::always_inline]] static Double4 value(Double4 v) {
+    return tanhLanes(v);
+  }
+  [[gnu::always_inline]] static Double4 derivative(Double4 v) {
+    Double4 t = tanhLanes(v);
+    return 1.0 - t * t;
+  }
+};
+struct SigmoidFn {
+  [[gnu::always_inline]] static Double4 value(Double4 v) {
+    return sigmoidLanes(v);
+  }
+  [[gnu::always_inline]] static Double4 derivative(Double4 v) {
+    Double4 s = sigmoidLanes(v);
+    return s * (1.0 - s);
+  }
+};
+template <bool TanhForm> struct GeluFn {
+  [[gnu::always_inline]] static Double4 value(Double4 v) {
+    return geluLanes<TanhForm>(v);
+  }
+  [[gnu::always_inline]] static Double4 derivative(Double4 v) {
+    return geluDerivativeLanes<TanhForm>(v);
+  }
+};
+
+template <typename T>
+CLEAVE_VECTOR_CLONES void tanhArrayT(const T *x, int64_t n, T *out) {
+  mapLanes<TanhFn>(x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void tanhGradArrayT(const T *dy, const T *x, int64_t n,
+                                         T *out) {
+  mapGradLanes<TanhFn>(dy, x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void sigmoidArrayT(const T *x, int64_t n, T *out) {
+  mapLanes<SigmoidFn>(x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void sigmoidGradArrayT(const T *dy, const T *x,
+                                            int64_t n, T *out) {
+  mapGradLanes<SigmoidFn>(dy, x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void geluArrayT(const T *x, int64_t n, bool tanhForm,
+                                     T *out) {
+  if (tanhForm)
+    mapLanes<GeluFn<true>>(x, n, out);
+  else
+    mapLanes<GeluFn<false>>(x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void geluGradArrayT(const T *dy, const T *x, int64_t n,
+                                         bool tanhForm, T *out) {
+  if (tanhForm)
+    mapGradLanes<GeluFn<true>>(dy, x, n, out);
+  else
+    mapGradLanes<GeluFn<false>>(dy, x, n, out);
+}
+
 } // namespace
 
 double sumExpShifted(const float *x, int64_t n, double shift) {
@@ -209,6 +352,41 @@ void erfGradArray(const float *dy, const float *x, int64_t n, float *out) {
 }
 void erfGradArray(const double *dy, const double *x, int64_t n, double *out) {
   erfGradArrayT(dy, x, n, out);
+}
+
+void tanhArray(const float *x, int64_t n, float *out) { tanhArrayT(x, n, out); }
+void tanhGradArray(const float *dy, const float *x, int64_t n, float *out) {
+  tanhGradArrayT(dy, x, n, out);
+}
+void sigmoidArray(const float *x, int64_t n, float *out) {
+  sigmoidArrayT(x, n, out);
+}
+void sigmoidGradArray(const float *dy, const float *x, int64_t n, float *out) {
+  sigmoidGradArrayT(dy, x, n, out);
+}
+void geluArray(const float *x, int64_t n, bool tanhForm, float *out) {
+  geluArrayT(x, n, tanhForm, out);
+}
+void geluGradArray(const float *dy, const float *x, int64_t n, bool tanhForm,
+                   float *out) {
+  geluGradArrayT(dy, x, n, tanhForm, out);
+}
+void tanhArray(const double *x, int64_t n, double *out) { tanhArrayT(x, n, out); }
+void tanhGradArray(const double *dy, const double *x, int64_t n, double *out) {
+  tanhGradArrayT(dy, x, n, out);
+}
+void sigmoidArray(const double *x, int64_t n, double *out) {
+  sigmoidArrayT(x, n, out);
+}
+void sigmoidGradArray(const double *dy, const double *x, int64_t n, double *out) {
+  sigmoidGradArrayT(dy, x, n, out);
+}
+void geluArray(const double *x, int64_t n, bool tanhForm, double *out) {
+  geluArrayT(x, n, tanhForm, out);
+}
+void geluGradArray(const double *dy, const double *x, int64_t n, bool tanhForm,
+                   double *out) {
+  geluGradArrayT(dy, x, n, tanhForm, out);
 }
 
 } // namespace cleave::runtime::cpu
