@@ -344,16 +344,21 @@ CLEAVE_VECTOR_CLONES void geluGradArrayT(const T *dy, const T *x, int64_t n,
 using Float8 [[gnu::vector_size(32)]] = float;
 using Int8 [[gnu::vector_size(32)]] = int32_t;
 
-// exp(x): x = k ln2 + r, |r| <= ln2 / 2, e^r by its Taylor polynomial to
-// r^7 (relative error below 2e-8), 2^k in the exponent bits; 0 below -87.3
-// (no subnormal results), +inf above 88.7, NaN stays NaN.
-[[gnu::always_inline]] inline Float8 expLanesF(Float8 x) {
-  Float8 xc = x < -87.3f ? (Float8{} + -87.3f) : x;
-  xc = xc > 88.7f ? (Float8{} + 88.7f) : xc;
-  Float8 kf = xc * 1.44269504f;
+// exp(x - shift): x - shift = k ln2 + r, |r| <= ln2 / 2, e^r by its Taylor
+// polynomial to r^7 (relative error below 2e-8), 2^k in the exponent bits;
+// 0 below -87.3 (no subnormal results), +inf above 88.7, NaN stays NaN.
+// x - shift is taken exactly, as its float d plus the rounding error
+// (Knuth's two-sum), so a large x - shift loses nothing to its rounding.
+[[gnu::always_inline]] inline Float8 expShiftLanesF(Float8 x, float shift) {
+  Float8 d = x - shift;
+  Float8 back = d - x;
+  Float8 err = (x - (d - back)) + (-shift - back);
+  Float8 dc = d < -87.3f ? (Float8{} + -87.3f) : d;
+  dc = dc > 88.7f ? (Float8{} + 88.7f) : dc;
+  Float8 kf = dc * 1.44269504f;
   Int8 k = __builtin_convertvector(kf + (kf < 0.0f ? -0.5f : 0.5f), Int8);
   Float8 kr = __builtin_convertvector(k, Float8);
-  Float8 r = (xc - kr * 0.693145752f) - kr * 1.42860677e-6f;
+  Float8 r = ((d - kr * 0.693145752f) - kr * 1.42860677e-6f) + err;
   Float8 p = Float8{} + 1.0f / 5040;
   p = p * r + 1.0f / 720;
   p = p * r + 1.0f / 120;
@@ -366,9 +371,12 @@ using Int8 [[gnu::vector_size(32)]] = int32_t;
   Float8 scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   Float8 y = p * scale;
-  y = x > 88.72f ? (Float8{} + HUGE_VALF) : y;
-  y = x < -87.3f ? (Float8{} + 0.0f) : y;
-  return x != x ? x : y;
+  y = d > 88.72f ? (Float8{} + HUGE_VALF) : y;
+  y = d < -87.3f ? (Float8{} + 0.0f) : y;
+  return d != d ? d : y;
+}
+[[gnu::always_inline]] inline Float8 expLanesF(Float8 x) {
+  return expShiftLanesF(x, 0.0f);
 }
 
 // tanh(x): below 1/4 in magnitude its odd Taylor series to x^11, above
@@ -551,11 +559,11 @@ bool cpuHasFma() {
 bool cpuHasFma() { return false; }
 #endif
 
-// NAME##F(ARGS) runs BODY built for AVX2 + FMA where the CPU has them, else
-// built for the baseline.
-#define CLEAVE_FLOAT_LANES(NAME, PARAMS, ARGS, BODY)                           \
-  CLEAVE_FMA_TARGET void NAME##Fma PARAMS { BODY; }                            \
-  void NAME##Base PARAMS { BODY; }                                             \
+// NAME##F(ARGS) runs the body (the macro's last arguments) built for AVX2 +
+// FMA where the CPU has them, else built for the baseline.
+#define CLEAVE_FLOAT_LANES(NAME, PARAMS, ARGS, ...)                            \
+  CLEAVE_FMA_TARGET void NAME##Fma PARAMS { __VA_ARGS__; }                     \
+  void NAME##Base PARAMS { __VA_ARGS__; }                                      \
   void NAME##F PARAMS {                                                        \
     if (cpuHasFma())                                                           \
       NAME##Fma ARGS;                                                          \
@@ -584,19 +592,100 @@ CLEAVE_FLOAT_LANES(geluGradArray,
                    (dy, x, n, tanhForm, out),
                    tanhForm ? mapGradLanesF<GeluFnF<true>>(dy, x, n, out)
                             : mapGradLanesF<GeluFnF<false>>(dy, x, n, out))
+
+// exp over f32 rows for softmax, cross-entropy and Exp: float lanes, the
+// sum of exps in double, in eight lanes (each float lane adds into its own
+// double lane) added in the same tree as the double version's.
+[[gnu::always_inline]] inline Float8 expRowLanes(Float8 x, float shift) {
+  return expShiftLanesF(x, shift);
+}
+[[gnu::always_inline]] inline void addLanes(Double4 &lo, Double4 &hi,
+                                            Float8 v) {
+  using Float4v [[gnu::vector_size(16)]] = float;
+  Float4v a, b;
+  std::memcpy(&a, &v, sizeof(a));
+  std::memcpy(&b, reinterpret_cast<const char *>(&v) + sizeof(a), sizeof(b));
+  lo += __builtin_convertvector(a, Double4);
+  hi += __builtin_convertvector(b, Double4);
+}
+[[gnu::always_inline]] inline double laneTree(Double4 lo, Double4 hi) {
+  return ((lo[0] + lo[1]) + (lo[2] + lo[3])) +
+         ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+}
+[[gnu::always_inline]] inline Float8 loadPartial8Fill(const float *p,
+                                                      int64_t n, float fill) {
+  float lanes[8] = {fill, fill, fill, fill, fill, fill, fill, fill};
+  for (int64_t i = 0; i < n && i < 8; ++i)
+    lanes[i] = p[i];
+  return load8(lanes);
+}
+
+CLEAVE_FLOAT_LANES(sumExpShifted,
+                   (const float *x, int64_t n, float shift, double *sum),
+                   (x, n, shift, sum), {
+                     Double4 lo = {}, hi = {};
+                     int64_t i = 0;
+                     for (; i + 8 <= n; i += 8)
+                       addLanes(lo, hi, expRowLanes(load8(x + i), shift));
+                     if (i < n) // the missing lanes add exp(-inf) = 0
+                       addLanes(lo, hi,
+                                expRowLanes(loadPartial8Fill(x + i, n - i,
+                                                             -INFINITY),
+                                            shift));
+                     *sum = laneTree(lo, hi);
+                   })
+CLEAVE_FLOAT_LANES(expShifted,
+                   (const float *x, int64_t n, float shift, float scale,
+                    float *out),
+                   (x, n, shift, scale, out), {
+                     int64_t i = 0;
+                     for (; i + 8 <= n; i += 8)
+                       store8(out + i, expRowLanes(load8(x + i), shift) * scale);
+                     if (i < n)
+                       storePartial8(out + i, n - i,
+                                     expRowLanes(loadPartial8(x + i, n - i),
+                                                 shift) *
+                                         scale);
+                   })
+CLEAVE_FLOAT_LANES(expShiftedSum,
+                   (const float *x, int64_t n, float shift, float *out,
+                    double *sum),
+                   (x, n, shift, out, sum), {
+                     Double4 lo = {}, hi = {};
+                     int64_t i = 0;
+                     for (; i + 8 <= n; i += 8) {
+                       Float8 e = expRowLanes(load8(x + i), shift);
+                       store8(out + i, e);
+                       addLanes(lo, hi, e);
+                     }
+                     if (i < n) {
+                       Float8 e = expRowLanes(
+                           loadPartial8Fill(x + i, n - i, -INFINITY), shift);
+                       storePartial8(out + i, n - i, e);
+                       addLanes(lo, hi, e);
+                     }
+                     *sum = laneTree(lo, hi);
+                   })
 #undef CLEAVE_FLOAT_LANES
 
 } // namespace
 
 double sumExpShifted(const float *x, int64_t n, double shift) {
-  return sumExpShiftedT(x, n, shift);
+  double sum;
+  sumExpShiftedF(x, n, float(shift), &sum);
+  return sum;
 }
 double sumExpShifted(const double *x, int64_t n, double shift) {
   return sumExpShiftedT(x, n, shift);
 }
 void expShifted(const float *x, int64_t n, double shift, double scale,
                 float *out) {
-  expShiftedT(x, n, shift, scale, out);
+  expShiftedF(x, n, float(shift), float(scale), out);
+}
+double expShiftedSum(const float *x, int64_t n, double shift, float *out) {
+  double sum;
+  expShiftedSumF(x, n, float(shift), out, &sum);
+  return sum;
 }
 void expShifted(const double *x, int64_t n, double shift, double scale,
                 double *out) {

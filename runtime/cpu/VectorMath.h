@@ -21,15 +21,21 @@
 
 namespace cleave::runtime::cpu {
 
-// sum over i of exp(x[i] - shift), in double.
+// sum over i of exp(x[i] - shift), in double. (f32: the exps in float
+// lanes, shift rounded to float; sums in double.)
 double sumExpShifted(const float *x, int64_t n, double shift);
 double sumExpShifted(const double *x, int64_t n, double shift);
 
-// out[i] = exp(x[i] - shift) * scale (out may be x).
+// out[i] = exp(x[i] - shift) * scale (out may be x). (f32: float lanes,
+// shift and scale rounded to float.)
 void expShifted(const float *x, int64_t n, double shift, double scale,
                 float *out);
 void expShifted(const double *x, int64_t n, double shift, double scale,
                 double *out);
+
+// out[i] = exp(x[i] - shift) in float lanes, and returns their sum in
+// double: softmax's one pass of exps (the same sum as sumExpShifted).
+double expShiftedSum(const float *x, int64_t n, double shift, float *out);
 
 // out[i] = erf(x[i]).
 void erfArray(const float *x, int64_t n, float *out);

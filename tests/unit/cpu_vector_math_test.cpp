@@ -216,3 +216,28 @@ TEST(VectorMath, DoubleActivations) {
     EXPECT_NEAR(tg[i], 1 - tt * tt, 1e-13);
   }
 }
+
+// f32 rows: exp in float lanes within two float ulps, sums in double as
+// the double lanes add them, every tail length; softmax's one-pass form
+// writes the same exps and returns the same sum.
+TEST(VectorMath, FloatExpRows) {
+  std::vector<float> x;
+  for (double v = -80; v <= 80; v += 0.731)
+    x.push_back(float(v));
+  for (float v : {0.0f, -0.0f, 88.0f, -87.0f, -100.0f, 1e-20f})
+    x.push_back(v);
+  for (size_t n : {size_t(1), size_t(5), size_t(8), size_t(13), x.size()}) {
+    std::vector<float> out(n), once(n);
+    expShifted(x.data(), int64_t(n), 2.0, 0.5, out.data());
+    double sum = sumExpShifted(x.data(), int64_t(n), 2.0), want = 0;
+    double oneSum = expShiftedSum(x.data(), int64_t(n), 2.0, once.data());
+    for (size_t i = 0; i < n; ++i) {
+      double e = x[i] - 2.0 < -87.3 ? 0.0 : std::exp(double(x[i]) - 2.0);
+      want += e;
+      EXPECT_LE(std::abs(out[i] - 0.5 * e), 2.4e-7 * 0.5 * e) << x[i];
+      EXPECT_LE(std::abs(once[i] - e), 2.4e-7 * e) << x[i];
+    }
+    EXPECT_LE(std::abs(sum - want), 2.4e-7 * want);
+    EXPECT_EQ(sum, oneSum);
+  }
+}
