@@ -18,6 +18,10 @@ static const PassInfo kPasses[] = {
      "replace GELU spelled out in elementwise ops (erf or tanh form) by one "
      "Gelu op",
      recognizeGelu},
+    {"matmul-to-gemm",
+     "replace MatMul(x, Transpose(W)) [+ b] (nn.Linear as exported) by a "
+     "Gemm with transB = 1 and the bias as C, x and the result reshaped",
+     matMulToGemm},
     {"verify", "check the IR invariants (types, SSA order, attributes)",
      [](ir::Graph &, const PassContext &) -> llvm::Expected<bool> {
        return false;

@@ -69,7 +69,8 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
         return std::move(e);
     if (auto e = passes::runPipeline(
             **imported,
-            {"remove-identity", "recognize-gelu", "dce", "mixed-precision",
+            {"remove-identity", "recognize-gelu", "matmul-to-gemm", "dce",
+             "mixed-precision",
              "autodiff",
              "split-backward",
              "verify-2bp", "optimizer"},

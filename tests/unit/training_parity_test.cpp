@@ -86,8 +86,9 @@ class TrainingParity : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(TrainingParity, GradientsMatchPyTorch) {
   const std::string model = GetParam();
-  ModelRun r = trainGraph(model, {"remove-identity", "recognize-gelu", "dce",
-                                  "autodiff", "split-backward", "verify-2bp"});
+  ModelRun r = trainGraph(model, {"remove-identity", "recognize-gelu",
+                                  "matmul-to-gemm", "dce", "autodiff",
+                                  "split-backward", "verify-2bp"});
   ASSERT_TRUE(r.graph);
   const ir::Graph &g = *r.graph;
   ASSERT_EQ(g.outputs().size(), r.outputs.size());
@@ -128,7 +129,8 @@ TEST_P(TrainingParity, GradientsMatchPyTorch) {
 
   // split-backward changes no bit of any output.
   ModelRun unsplit =
-      trainGraph(model, {"remove-identity", "recognize-gelu", "dce", "autodiff"});
+      trainGraph(model, {"remove-identity", "recognize-gelu", "matmul-to-gemm",
+                         "dce", "autodiff"});
   ASSERT_EQ(unsplit.outputs.size(), r.outputs.size());
   for (size_t k = 0; k < r.outputs.size(); ++k)
     EXPECT_EQ(unsplit.outputs[k]->bytes(), r.outputs[k]->bytes())
