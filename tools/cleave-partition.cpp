@@ -69,7 +69,8 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
         return std::move(e);
     if (auto e = passes::runPipeline(
             **imported,
-            {"remove-identity", "recognize-gelu", "matmul-to-gemm", "dce",
+            {"remove-identity", "recognize-gelu", "recognize-rms-norm",
+             "matmul-to-gemm", "dce",
              "mixed-precision",
              "autodiff",
              "split-backward",

@@ -70,8 +70,9 @@ inspection:
   --dump-ir-after=PASS|all
                          print the IR to stderr after PASS (repeatable):
                          import, remove-identity, recognize-gelu,
-                         matmul-to-gemm, dce, mixed-precision, then for
-                         training autodiff, split-backward,
+                         recognize-rms-norm, matmul-to-gemm, dce,
+                         mixed-precision, then for training autodiff,
+                         split-backward,
                          verify-2bp, optimizer
   --list-ops             list the ONNX ops cleave imports and exit
   --help                 show this help
@@ -84,6 +85,7 @@ exit status: 0 success, 1 bad input (model, data), 2 bad usage.
 static const std::vector<std::string> kPipeline = {
     "remove-identity", // exporters emit Identity copies that carry no work
     "recognize-gelu",  // GELU exported as 5 to 8 elementwise ops: one Gelu
+    "recognize-rms-norm", // Llama's RMSNorm as 7 ops: one RMSNormalization
     "matmul-to-gemm",  // nn.Linear: no copy of W^T, its gradient, the bias
     "dce",             // drop what no output needs (unused folded results)
     "mixed-precision", // --precision bf16: products in bf16 (a no-op for f32)
@@ -233,7 +235,8 @@ int main(int argc, char **argv) {
       return fail(kTool,
                   "--dump-ir-after names '" + d +
                       "', which is not in cleavec's pipeline (import, "
-                      "remove-identity, recognize-gelu, matmul-to-gemm, dce, "
+                      "remove-identity, recognize-gelu, recognize-rms-norm, "
+                      "matmul-to-gemm, dce, "
                       "mixed-precision, "
                       "autodiff, "
                       "split-backward, "

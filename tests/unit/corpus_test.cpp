@@ -83,7 +83,8 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
 
   passes::PipelineOptions opts;
   ASSERT_FALSE(bool(passes::runPipeline(
-      **g, {"remove-identity", "recognize-gelu", "matmul-to-gemm", "dce",
+      **g, {"remove-identity", "recognize-gelu", "recognize-rms-norm",
+            "matmul-to-gemm", "dce",
             "autodiff",
             "split-backward", "verify-2bp"},
       opts)));

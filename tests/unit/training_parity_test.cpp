@@ -87,7 +87,8 @@ class TrainingParity : public ::testing::TestWithParam<const char *> {};
 TEST_P(TrainingParity, GradientsMatchPyTorch) {
   const std::string model = GetParam();
   ModelRun r = trainGraph(model, {"remove-identity", "recognize-gelu",
-                                  "matmul-to-gemm", "dce", "autodiff",
+                                  "recognize-rms-norm", "matmul-to-gemm",
+                                  "dce", "autodiff",
                                   "split-backward", "verify-2bp"});
   ASSERT_TRUE(r.graph);
   const ir::Graph &g = *r.graph;
@@ -129,8 +130,9 @@ TEST_P(TrainingParity, GradientsMatchPyTorch) {
 
   // split-backward changes no bit of any output.
   ModelRun unsplit =
-      trainGraph(model, {"remove-identity", "recognize-gelu", "matmul-to-gemm",
-                         "dce", "autodiff"});
+      trainGraph(model, {"remove-identity", "recognize-gelu",
+                         "recognize-rms-norm", "matmul-to-gemm", "dce",
+                         "autodiff"});
   ASSERT_EQ(unsplit.outputs.size(), r.outputs.size());
   for (size_t k = 0; k < r.outputs.size(); ++k)
     EXPECT_EQ(unsplit.outputs[k]->bytes(), r.outputs[k]->bytes())
