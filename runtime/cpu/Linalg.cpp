@@ -106,9 +106,10 @@ template <typename T> llvm::Error matMul(const KernelCall &call) {
     gemm<T>(false, false, m, n, k, 1.0, pa + offA * m * k, k, pb + offB * k * n,
             n, 0.0, y + i * m * n, n);
   };
-  if (m * n * k <= kSmallGemmWork)
+  if (batchOverThreads(count, m * n * k))
     parallelFor(count, std::max<int64_t>(1, kSmallGemmWork / (m * n * k)),
                 [&](int64_t b0, int64_t b1) {
+                  SerialGemmScope serial;
                   for (int64_t i = b0; i < b1; ++i)
                     one(i);
                 });
