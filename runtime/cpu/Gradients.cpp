@@ -45,10 +45,9 @@ template <typename T, typename F>
 llvm::Error mapGradientArrays(const KernelCall &call, F arrayFn) {
   const T *dy = call.inputs[0].as<T>(), *x = call.inputs[1].as<T>();
   T *dx = call.outputs[0].as<T>();
-  parallelFor(call.outputs[0].numElements(), 1 << 12,
-              [&](int64_t b, int64_t e) {
-                arrayFn(dy + b, x + b, e - b, dx + b);
-              });
+  parallelFor(
+      call.outputs[0].numElements(), 1 << 12,
+      [&](int64_t b, int64_t e) { arrayFn(dy + b, x + b, e - b, dx + b); });
   return llvm::Error::success();
 }
 
@@ -56,23 +55,22 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
   const std::string &fn = call.getString("fn");
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (fn == "tanh")
-      return mapGradientArrays<T>(call, [](const T *dy, const T *x,
-                                           int64_t n, T *dx) {
-        tanhGradArray(dy, x, n, dx);
-      });
+      return mapGradientArrays<T>(call,
+                                  [](const T *dy, const T *x, int64_t n,
+                                     T *dx) { tanhGradArray(dy, x, n, dx); });
     if (fn == "sigmoid")
-      return mapGradientArrays<T>(call, [](const T *dy, const T *x,
-                                           int64_t n, T *dx) {
-        sigmoidGradArray(dy, x, n, dx);
-      });
+      return mapGradientArrays<T>(
+          call, [](const T *dy, const T *x, int64_t n, T *dx) {
+            sigmoidGradArray(dy, x, n, dx);
+          });
     // Gelu in f64 keeps libm's erf and tanh below, as its forward does.
     bool gelu = fn == "gelu" || fn == "gelu_tanh";
     if (gelu && std::is_same_v<T, float>) {
       bool tanhForm = fn == "gelu_tanh";
-      return mapGradientArrays<T>(call, [tanhForm](const T *dy, const T *x,
-                                                   int64_t n, T *dx) {
-        geluGradArray(dy, x, n, tanhForm, dx);
-      });
+      return mapGradientArrays<T>(
+          call, [tanhForm](const T *dy, const T *x, int64_t n, T *dx) {
+            geluGradArray(dy, x, n, tanhForm, dx);
+          });
     }
   }
   if (fn == "abs")

@@ -126,7 +126,8 @@ constexpr double kGeluKappa = 0.044715;
 template <bool TanhForm, typename V>
 [[gnu::always_inline]] inline V geluLanes(V x) {
   if constexpr (TanhForm)
-    return 0.5 * x * (1.0 + tanhLanes(kGeluBeta * (x + kGeluKappa * x * x * x)));
+    return 0.5 * x *
+           (1.0 + tanhLanes(kGeluBeta * (x + kGeluKappa * x * x * x)));
   else
     return 0.5 * x * (1.0 + erfLanes(x * kSqrtHalf));
 }
@@ -309,8 +310,8 @@ CLEAVE_VECTOR_CLONES void sigmoidArrayT(const T *x, int64_t n, T *out) {
   mapLanes<SigmoidFn>(x, n, out);
 }
 template <typename T>
-CLEAVE_VECTOR_CLONES void sigmoidGradArrayT(const T *dy, const T *x,
-                                            int64_t n, T *out) {
+CLEAVE_VECTOR_CLONES void sigmoidGradArrayT(const T *dy, const T *x, int64_t n,
+                                            T *out) {
   mapGradLanes<SigmoidFn>(dy, x, n, out);
 }
 template <typename T>
@@ -506,9 +507,8 @@ template <typename F>
                   F::value(loadPartial8(x + i, n - i)));
 }
 template <typename F>
-[[gnu::always_inline]] inline void mapGradLanesF(const float *dy,
-                                                 const float *x, int64_t n,
-                                                 float *out) {
+[[gnu::always_inline]] inline void
+mapGradLanesF(const float *dy, const float *x, int64_t n, float *out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     Float8 a = load8(dy + i) * F::derivative(load8(x + i));
@@ -523,9 +523,7 @@ template <typename F>
 }
 
 struct TanhFnF {
-  [[gnu::always_inline]] static Float8 value(Float8 v) {
-    return tanhLanesF(v);
-  }
+  [[gnu::always_inline]] static Float8 value(Float8 v) { return tanhLanesF(v); }
   [[gnu::always_inline]] static Float8 derivative(Float8 v) {
     return 4.0f * sigmoidDerivativeLanesF(2.0f * v);
   }
@@ -612,41 +610,37 @@ CLEAVE_FLOAT_LANES(geluGradArray,
   return ((lo[0] + lo[1]) + (lo[2] + lo[3])) +
          ((hi[0] + hi[1]) + (hi[2] + hi[3]));
 }
-[[gnu::always_inline]] inline Float8 loadPartial8Fill(const float *p,
-                                                      int64_t n, float fill) {
+[[gnu::always_inline]] inline Float8 loadPartial8Fill(const float *p, int64_t n,
+                                                      float fill) {
   float lanes[8] = {fill, fill, fill, fill, fill, fill, fill, fill};
   for (int64_t i = 0; i < n && i < 8; ++i)
     lanes[i] = p[i];
   return load8(lanes);
 }
 
-CLEAVE_FLOAT_LANES(sumExpShifted,
-                   (const float *x, int64_t n, float shift, double *sum),
-                   (x, n, shift, sum), {
-                     Double4 lo = {}, hi = {};
-                     int64_t i = 0;
-                     for (; i + 8 <= n; i += 8)
-                       addLanes(lo, hi, expRowLanes(load8(x + i), shift));
-                     if (i < n) // the missing lanes add exp(-inf) = 0
-                       addLanes(lo, hi,
-                                expRowLanes(loadPartial8Fill(x + i, n - i,
-                                                             -INFINITY),
-                                            shift));
-                     *sum = laneTree(lo, hi);
-                   })
-CLEAVE_FLOAT_LANES(expShifted,
-                   (const float *x, int64_t n, float shift, float scale,
-                    float *out),
-                   (x, n, shift, scale, out), {
-                     int64_t i = 0;
-                     for (; i + 8 <= n; i += 8)
-                       store8(out + i, expRowLanes(load8(x + i), shift) * scale);
-                     if (i < n)
-                       storePartial8(out + i, n - i,
-                                     expRowLanes(loadPartial8(x + i, n - i),
-                                                 shift) *
-                                         scale);
-                   })
+CLEAVE_FLOAT_LANES(
+    sumExpShifted, (const float *x, int64_t n, float shift, double *sum),
+    (x, n, shift, sum), {
+      Double4 lo = {}, hi = {};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        addLanes(lo, hi, expRowLanes(load8(x + i), shift));
+      if (i < n) // the missing lanes add exp(-inf) = 0
+        addLanes(lo, hi,
+                 expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift));
+      *sum = laneTree(lo, hi);
+    })
+CLEAVE_FLOAT_LANES(
+    expShifted,
+    (const float *x, int64_t n, float shift, float scale, float *out),
+    (x, n, shift, scale, out), {
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        store8(out + i, expRowLanes(load8(x + i), shift) * scale);
+      if (i < n)
+        storePartial8(out + i, n - i,
+                      expRowLanes(loadPartial8(x + i, n - i), shift) * scale);
+    })
 CLEAVE_FLOAT_LANES(expShiftedSum,
                    (const float *x, int64_t n, float shift, float *out,
                     double *sum),
@@ -717,14 +711,17 @@ void geluGradArray(const float *dy, const float *x, int64_t n, bool tanhForm,
                    float *out) {
   geluGradArrayF(dy, x, n, tanhForm, out);
 }
-void tanhArray(const double *x, int64_t n, double *out) { tanhArrayT(x, n, out); }
+void tanhArray(const double *x, int64_t n, double *out) {
+  tanhArrayT(x, n, out);
+}
 void tanhGradArray(const double *dy, const double *x, int64_t n, double *out) {
   tanhGradArrayT(dy, x, n, out);
 }
 void sigmoidArray(const double *x, int64_t n, double *out) {
   sigmoidArrayT(x, n, out);
 }
-void sigmoidGradArray(const double *dy, const double *x, int64_t n, double *out) {
+void sigmoidGradArray(const double *dy, const double *x, int64_t n,
+                      double *out) {
   sigmoidGradArrayT(dy, x, n, out);
 }
 void geluArray(const double *x, int64_t n, bool tanhForm, double *out) {

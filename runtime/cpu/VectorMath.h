@@ -64,7 +64,7 @@ void geluArray(const float *x, int64_t n, bool tanhForm, float *out);
 void geluArray(const double *x, int64_t n, bool tanhForm, double *out);
 void geluGradArray(const float *dy, const float *x, int64_t n, bool tanhForm,
                    float *out);
-void geluGradArray(const double *dy, const double *x, int64_t n,
-                   bool tanhForm, double *out);
+void geluGradArray(const double *dy, const double *x, int64_t n, bool tanhForm,
+                   double *out);
 
 } // namespace cleave::runtime::cpu

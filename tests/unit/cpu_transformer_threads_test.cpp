@@ -85,8 +85,7 @@ TEST(CpuTransformerThreads, KernelsGiveTheSameBitsOnOneTwoAndFourThreads) {
     });
     std::string fn = std::string(form) == "tanh" ? "gelu_tanh" : "gelu";
     expectThreadIndependent("gradient of gelu " + std::string(form), [&] {
-      return runOne(OpKind::UnaryGrad, {{"fn", fn}}, {&dh, &h},
-                    {8, 128, 1024});
+      return runOne(OpKind::UnaryGrad, {{"fn", fn}}, {&dh, &h}, {8, 128, 1024});
     });
   }
   expectThreadIndependent("softmax", [&] {

@@ -120,8 +120,7 @@ double geluTanhRef(double x) {
 }
 double geluTanhDerivRef(double x) {
   double b = std::sqrt(2 / M_PI), t = std::tanh(b * (x + 0.044715 * x * x * x));
-  return 0.5 * (1 + t) +
-         0.5 * x * (1 - t * t) * b * (1 + 3 * 0.044715 * x * x);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * b * (1 + 3 * 0.044715 * x * x);
 }
 double sigmoidRef(double x) { return 1 / (1 + std::exp(-x)); }
 
@@ -129,9 +128,9 @@ std::vector<float> activationSamples() {
   std::vector<float> v;
   for (double x = -12; x <= 12; x += 0.0371)
     v.push_back(float(x));
-  for (float x : {0.0f, -0.0f, 1e-30f, -1e-8f, 0.2499f, 0.25f, -0.2501f,
-                  0.35355f, 0.7071f, 0.70711f, -0.7072f, 9.5f, -30.0f, 30.0f,
-                  100.0f, -100.0f})
+  for (float x :
+       {0.0f, -0.0f, 1e-30f, -1e-8f, 0.2499f, 0.25f, -0.2501f, 0.35355f,
+        0.7071f, 0.70711f, -0.7072f, 9.5f, -30.0f, 30.0f, 100.0f, -100.0f})
     v.push_back(x);
   return v;
 }
@@ -161,25 +160,38 @@ TEST(VectorMath, FloatActivationsWithinAFewUlps) {
         ASSERT_EQ(out[i], -7.0f) << what << " wrote past its length";
     }
   };
-  check("tanh", [&](size_t m) { tanhArray(x.data(), m, out.data()); },
-        [](double v) { return std::tanh(v); }, false);
-  check("tanh'", [&](size_t m) { tanhGradArray(dy.data(), x.data(), m, out.data()); },
-        [](double v) { return 1 - std::tanh(v) * std::tanh(v); }, true);
-  check("sigmoid", [&](size_t m) { sigmoidArray(x.data(), m, out.data()); },
-        sigmoidRef, false);
-  check("sigmoid'",
-        [&](size_t m) { sigmoidGradArray(dy.data(), x.data(), m, out.data()); },
-        [](double v) { return sigmoidRef(v) * (1 - sigmoidRef(v)); }, true);
-  check("gelu", [&](size_t m) { geluArray(x.data(), m, false, out.data()); },
-        geluErfRef, false);
-  check("gelu'",
-        [&](size_t m) { geluGradArray(dy.data(), x.data(), m, false, out.data()); },
-        geluErfDerivRef, true);
-  check("gelu_tanh", [&](size_t m) { geluArray(x.data(), m, true, out.data()); },
-        geluTanhRef, false);
-  check("gelu_tanh'",
-        [&](size_t m) { geluGradArray(dy.data(), x.data(), m, true, out.data()); },
-        geluTanhDerivRef, true);
+  check(
+      "tanh", [&](size_t m) { tanhArray(x.data(), m, out.data()); },
+      [](double v) { return std::tanh(v); }, false);
+  check(
+      "tanh'",
+      [&](size_t m) { tanhGradArray(dy.data(), x.data(), m, out.data()); },
+      [](double v) { return 1 - std::tanh(v) * std::tanh(v); }, true);
+  check(
+      "sigmoid", [&](size_t m) { sigmoidArray(x.data(), m, out.data()); },
+      sigmoidRef, false);
+  check(
+      "sigmoid'",
+      [&](size_t m) { sigmoidGradArray(dy.data(), x.data(), m, out.data()); },
+      [](double v) { return sigmoidRef(v) * (1 - sigmoidRef(v)); }, true);
+  check(
+      "gelu", [&](size_t m) { geluArray(x.data(), m, false, out.data()); },
+      geluErfRef, false);
+  check(
+      "gelu'",
+      [&](size_t m) {
+        geluGradArray(dy.data(), x.data(), m, false, out.data());
+      },
+      geluErfDerivRef, true);
+  check(
+      "gelu_tanh", [&](size_t m) { geluArray(x.data(), m, true, out.data()); },
+      geluTanhRef, false);
+  check(
+      "gelu_tanh'",
+      [&](size_t m) {
+        geluGradArray(dy.data(), x.data(), m, true, out.data());
+      },
+      geluTanhDerivRef, true);
 }
 
 TEST(VectorMath, FloatActivationEdges) {
