@@ -303,9 +303,42 @@ void StageLowering::planFrames() {
     for (const runtime::StateUpdate &u : *updates)
       keepToEnd(u.value);
   keepToEnd(stage_.lossSlot);
+  // The result of a reshape-like op (Reshape, Flatten, Squeeze, Unsqueeze,
+  // Identity: the operand's bytes in the same order) shares its operand's
+  // bytes when both are temporaries of the same frame: one interval covers
+  // both lifetimes, and the executor skips the op (its operand and result
+  // are then the same buffer). Values are never written after their op, so
+  // the two names cannot disagree.
+  std::vector<int> aliasOf(slots.size());
+  for (size_t s = 0; s < slots.size(); ++s)
+    aliasOf[s] = int(s);
+  auto root = [&](int s) {
+    while (aliasOf[s] != s)
+      s = aliasOf[s];
+    return s;
+  };
+  for (const auto &prog : stage_.programs)
+    for (const Instr &in : prog) {
+      if (in.kind != InstrKind::Kernel ||
+          !ir::opInfo(in.op).has(ir::optrait::LayoutOnly) ||
+          in.inputs.size() != 1 || in.outputs.size() != 1)
+        continue;
+      int src = root(in.inputs[0]), dst = in.outputs[0];
+      bool sameFrame = slots[src].kind == slots[dst].kind &&
+                       (slots[dst].kind == SlotKind::MicroTemp ||
+                        slots[dst].kind == SlotKind::StepTemp);
+      if (!sameFrame || slots[src].bytes != slots[dst].bytes ||
+          from[dst] == INT64_MAX || aliasOf[dst] != dst)
+        continue;
+      aliasOf[dst] = src;
+      from[src] = std::min(from[src], from[dst]);
+      to[src] = std::max(to[src], to[dst]);
+    }
   std::vector<Interval> micro, step;
   for (size_t s = 0; s < slots.size(); ++s) {
     const Slot &sl = slots[s];
+    if (aliasOf[s] != int(s))
+      continue;
     if (sl.kind == SlotKind::Input)
       micro.push_back({int(s), -1, std::max<int64_t>(to[s], 0), sl.bytes});
     else if (sl.kind == SlotKind::MicroTemp && from[s] != INT64_MAX)
@@ -315,6 +348,9 @@ void StageLowering::planFrames() {
   }
   stage_.frameBytes = placeIntervals(std::move(micro), slots);
   stage_.stepFrameBytes = placeIntervals(std::move(step), slots);
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (aliasOf[s] != int(s))
+      slots[s].offset = slots[root(int(s))].offset;
 }
 
 // The bound an integer input's values must stay under: the size of the

@@ -59,6 +59,9 @@ const PassInfo *lookupPass(std::string_view name);
 // The passes, one per file.
 llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> recognizeGelu(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> recognizeRmsNorm(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);

@@ -14,6 +14,18 @@ static const PassInfo kPasses[] = {
      eliminateDeadCode},
     {"remove-identity", "forward the operand of every Identity op to its users",
      removeIdentities},
+    {"recognize-gelu",
+     "replace GELU spelled out in elementwise ops (erf or tanh form) by one "
+     "Gelu op",
+     recognizeGelu},
+    {"recognize-rms-norm",
+     "replace RMS norm spelled out in elementwise ops and a ReduceMean by "
+     "one RMSNormalization op",
+     recognizeRmsNorm},
+    {"matmul-to-gemm",
+     "replace MatMul(x, Transpose(W)) [+ b] (nn.Linear as exported) by a "
+     "Gemm with transB = 1 and the bias as C, x and the result reshaped",
+     matMulToGemm},
     {"verify", "check the IR invariants (types, SSA order, attributes)",
      [](ir::Graph &, const PassContext &) -> llvm::Expected<bool> {
        return false;

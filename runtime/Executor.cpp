@@ -748,6 +748,12 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
   };
   switch (in.kind) {
   case InstrKind::Kernel: {
+    // A reshape-like op whose result codegen placed on its operand's bytes
+    // (Plan.h) has nothing to do.
+    if (ir::opInfo(in.op).has(ir::optrait::LayoutOnly) &&
+        in.inputs.size() == 1 && in.outputs.size() == 1 &&
+        slotData(in.inputs[0], frame) == slotData(in.outputs[0], frame))
+      return llvm::Error::success();
     llvm::SmallVector<TensorRef, 6> ins, outs;
     for (int s : in.inputs) {
       const Slot &sl = stage_.slots[s];

@@ -69,7 +69,10 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
         return std::move(e);
     if (auto e = passes::runPipeline(
             **imported,
-            {"remove-identity", "dce", "mixed-precision", "autodiff",
+            {"remove-identity", "recognize-gelu", "recognize-rms-norm",
+             "matmul-to-gemm", "dce",
+             "mixed-precision",
+             "autodiff",
              "split-backward",
              "verify-2bp", "optimizer"},
             pipe))

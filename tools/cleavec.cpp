@@ -69,8 +69,10 @@ shapes:
 inspection:
   --dump-ir-after=PASS|all
                          print the IR to stderr after PASS (repeatable):
-                         import, remove-identity, dce, mixed-precision, then
-                         for training autodiff, split-backward,
+                         import, remove-identity, recognize-gelu,
+                         recognize-rms-norm, matmul-to-gemm, dce,
+                         mixed-precision, then for training autodiff,
+                         split-backward,
                          verify-2bp, optimizer
   --list-ops             list the ONNX ops cleave imports and exit
   --help                 show this help
@@ -82,6 +84,9 @@ exit status: 0 success, 1 bad input (model, data), 2 bad usage.
 // The passes cleavec runs after import, each with why it is there.
 static const std::vector<std::string> kPipeline = {
     "remove-identity", // exporters emit Identity copies that carry no work
+    "recognize-gelu",  // GELU exported as 5 to 8 elementwise ops: one Gelu
+    "recognize-rms-norm", // Llama's RMSNorm as 7 ops: one RMSNormalization
+    "matmul-to-gemm",  // nn.Linear: no copy of W^T, its gradient, the bias
     "dce",             // drop what no output needs (unused folded results)
     "mixed-precision", // --precision bf16: products in bf16 (a no-op for f32)
 };
@@ -230,7 +235,10 @@ int main(int argc, char **argv) {
       return fail(kTool,
                   "--dump-ir-after names '" + d +
                       "', which is not in cleavec's pipeline (import, "
-                      "remove-identity, dce, mixed-precision, autodiff, "
+                      "remove-identity, recognize-gelu, recognize-rms-norm, "
+                      "matmul-to-gemm, dce, "
+                      "mixed-precision, "
+                      "autodiff, "
                       "split-backward, "
                       "verify-2bp, optimizer, or all)",
                   tools::kUsage);

@@ -70,6 +70,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
                  int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
+static thread_local bool serialGemm = false;
+
+SerialGemmScope::SerialGemmScope() : previous_(serialGemm) {
+  serialGemm = true;
+}
+SerialGemmScope::~SerialGemmScope() { serialGemm = previous_; }
+
 template <typename T>
 void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
                   const T *a, int64_t lda, const T *b, int64_t ldb, T beta,
@@ -84,7 +91,7 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   }
   // Blocks of at least this many multiply-adds are worth a thread.
   const int64_t minWork = int64_t(1) << 17;
-  if (m * n * std::max<int64_t>(k, 1) < 2 * minWork) {
+  if (serialGemm || m * n * std::max<int64_t>(k, 1) < 2 * minWork) {
     gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }

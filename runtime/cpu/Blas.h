@@ -50,6 +50,31 @@ void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 // products spread the products over threads instead.
 constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
 
+// Whether `count` products of `work` multiply-adds each run one product per
+// task, each one BLAS call, rather than one after another, each split over
+// the threads: small products always; mid-size ones when there are many
+// (attention's per-head 128 x 128 x 64 products ran at half the big GEMMs'
+// rate split into 64-row halves, a parallel region each). Shapes decide,
+// never the thread count, so the bits stay the same on any number of
+// threads.
+constexpr int64_t kBatchedGemmWork = int64_t(1) << 22;
+inline bool batchOverThreads(int64_t count, int64_t work) {
+  return work <= kSmallGemmWork || (count >= 8 && work <= kBatchedGemmWork);
+}
+
+// While one is alive on a thread, parallelGemm on that thread is one BLAS
+// call: for the tasks of a batch spread over the pool (batchOverThreads).
+class SerialGemmScope {
+public:
+  SerialGemmScope();
+  ~SerialGemmScope();
+  SerialGemmScope(const SerialGemmScope &) = delete;
+  SerialGemmScope &operator=(const SerialGemmScope &) = delete;
+
+private:
+  bool previous_;
+};
+
 // OpenBLAS's CBLAS interface takes 32-bit sizes.
 inline bool fitsBlas(std::initializer_list<int64_t> dims) {
   return std::all_of(dims.begin(), dims.end(),

@@ -627,6 +627,8 @@ void registerElementwiseKernels(KernelTable &t) {
     return unary<FloatTypes>(c, [](auto x) { return std::sqrt(x); });
   }, floats);
   t.add(OpKind::Tanh, [](KC c) -> E {
+    if (vectorMath(c, [](auto *x, int64_t n, auto *y) { tanhArray(x, n, y); }))
+      return llvm::Error::success();
     return unary<FloatTypes>(c, [](auto x) { return std::tanh(x); });
   }, floats);
   t.add(OpKind::Erf, [](KC c) -> E {
@@ -638,6 +640,9 @@ void registerElementwiseKernels(KernelTable &t) {
     return unary<FloatTypes>(c, [](auto x) { return decltype(x)(1) / x; });
   }, floats);
   t.add(OpKind::Sigmoid, [](KC c) -> E {
+    if (vectorMath(c,
+                   [](auto *x, int64_t n, auto *y) { sigmoidArray(x, n, y); }))
+      return llvm::Error::success();
     // exp of a non-positive argument only, so large |x| cannot overflow.
     return unary<FloatTypes>(c, [](auto x) {
       using C = decltype(x);
@@ -658,6 +663,13 @@ void registerElementwiseKernels(KernelTable &t) {
     if (!tanhForm && c.getString("approximate") != "none")
       return kernelError(c, "approximate must be \"none\" or \"tanh\", not "
                             "\"{0}\"", c.getString("approximate"));
+    // f32 through VectorMath (erf to 1e-7, a float's rounding); f64 keeps
+    // libm's erf and tanh.
+    if (c.inputs[0].dtype == DType::F32 &&
+        vectorMath(c, [tanhForm](auto *x, int64_t n, auto *y) {
+          geluArray(x, n, tanhForm, y);
+        }))
+      return llvm::Error::success();
     return unary<FloatTypes>(
         c, [tanhForm](auto x) { return geluValue(x, tanhForm); });
   }, floats);

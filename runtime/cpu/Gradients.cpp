@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -38,8 +39,40 @@ llvm::Error mapGradient(const KernelCall &call, F grad) {
 
 // Masks (relu, clip) select dY or 0 rather than multiply, so an infinite dY
 // where the mask is off gives 0, not NaN.
+// dX = arrayFn(dY, X) in chunks over threads (VectorMath.h's lane-wise
+// functions: the chunks do not change a bit).
+template <typename T, typename F>
+llvm::Error mapGradientArrays(const KernelCall &call, F arrayFn) {
+  const T *dy = call.inputs[0].as<T>(), *x = call.inputs[1].as<T>();
+  T *dx = call.outputs[0].as<T>();
+  parallelFor(
+      call.outputs[0].numElements(), 1 << 12,
+      [&](int64_t b, int64_t e) { arrayFn(dy + b, x + b, e - b, dx + b); });
+  return llvm::Error::success();
+}
+
 template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
   const std::string &fn = call.getString("fn");
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (fn == "tanh")
+      return mapGradientArrays<T>(call,
+                                  [](const T *dy, const T *x, int64_t n,
+                                     T *dx) { tanhGradArray(dy, x, n, dx); });
+    if (fn == "sigmoid")
+      return mapGradientArrays<T>(
+          call, [](const T *dy, const T *x, int64_t n, T *dx) {
+            sigmoidGradArray(dy, x, n, dx);
+          });
+    // Gelu in f64 keeps libm's erf and tanh below, as its forward does.
+    bool gelu = fn == "gelu" || fn == "gelu_tanh";
+    if (gelu && std::is_same_v<T, float>) {
+      bool tanhForm = fn == "gelu_tanh";
+      return mapGradientArrays<T>(
+          call, [tanhForm](const T *dy, const T *x, int64_t n, T *dx) {
+            geluGradArray(dy, x, n, tanhForm, dx);
+          });
+    }
+  }
   if (fn == "abs")
     return mapGradient<T>(call, [](T dy, T x) {
       return x > 0 ? dy : x < 0 ? T(-dy) : T(0);
@@ -193,6 +226,37 @@ template <typename T> llvm::Error sumTo(const KernelCall &call) {
 
   constexpr int64_t block = 256; // outputs accumulated together
   int64_t blocks = (keptInner + block - 1) / block;
+  // Few output blocks over a long reduction (a bias gradient: [M, N] to
+  // [N] with N <= 1024) would leave threads idle: the reduction is cut
+  // into pieces of kPieceRows rows (fixed by the shape), each summed into
+  // its own partials, and the pieces added in order.
+  constexpr int64_t kPieceRows = 128;
+  if (innerKept && rows == 1 && blocks <= 4 && reductions >= 4 * kPieceRows) {
+    int64_t pieces = (reductions + kPieceRows - 1) / kPieceRows;
+    std::vector<double> partial(size_t(pieces * keptInner));
+    parallelFor(pieces * blocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t item = b; item < e; ++item) {
+        int64_t piece = item / blocks;
+        int64_t j0 = (item % blocks) * block,
+                j1 = std::min(keptInner, j0 + block);
+        double *acc = partial.data() + piece * keptInner;
+        std::fill(acc + j0, acc + j1, 0.0);
+        int64_t q1 = std::min(reductions, (piece + 1) * kPieceRows);
+        for (int64_t q = piece * kPieceRows; q < q1; ++q) {
+          const T *src = x + reducedOff[q];
+          for (int64_t j = j0; j < j1; ++j)
+            acc[j] += src[j];
+        }
+      }
+    });
+    for (int64_t j = 0; j < keptInner; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < pieces; ++p)
+        sum += partial[size_t(p * keptInner + j)];
+      y[j] = T(sum);
+    }
+    return llvm::Error::success();
+  }
   int64_t work = reductions * reducedInner * std::min(block, keptInner);
   parallelFor(rows * blocks, std::max<int64_t>(1, kGrain / work),
               [&](int64_t b, int64_t e) {

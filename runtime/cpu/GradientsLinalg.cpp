@@ -51,9 +51,10 @@ void sumProducts(int64_t targets, const std::vector<int64_t> &target,
     for (size_t i = 0; i < entries[t].size(); ++i)
       product(entries[t][i], i == 0 ? T(0) : T(1));
   };
-  if (work <= kSmallGemmWork)
+  if (batchOverThreads(targets, work))
     parallelFor(targets, std::max<int64_t>(1, kSmallGemmWork / (work + 1)),
                 [&](int64_t t0, int64_t t1) {
+                  SerialGemmScope serial;
                   for (int64_t t = t0; t < t1; ++t)
                     one(t);
                 });

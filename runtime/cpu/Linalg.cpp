@@ -106,9 +106,10 @@ template <typename T> llvm::Error matMul(const KernelCall &call) {
     gemm<T>(false, false, m, n, k, 1.0, pa + offA * m * k, k, pb + offB * k * n,
             n, 0.0, y + i * m * n, n);
   };
-  if (m * n * k <= kSmallGemmWork)
+  if (batchOverThreads(count, m * n * k))
     parallelFor(count, std::max<int64_t>(1, kSmallGemmWork / (m * n * k)),
                 [&](int64_t b0, int64_t b1) {
+                  SerialGemmScope serial;
                   for (int64_t i = b0; i < b1; ++i)
                     one(i);
                 });
@@ -139,9 +140,19 @@ template <typename T> llvm::Error gemmOp(const KernelCall &call) {
     int64_t cm = C.rank() == 2 ? C.shape[0] : 1;
     int64_t cn = C.rank() >= 1 ? C.shape.back() : 1;
     const T *c = C.as<T>();
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j)
-        y[i * n + j] = c[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
+    // Rows of Y in parallel (a bias row is copied, not summed: no bits
+    // depend on the split).
+    parallelFor(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)),
+                [&](int64_t r0, int64_t r1) {
+                  for (int64_t i = r0; i < r1; ++i) {
+                    const T *ci = c + (cm == 1 ? 0 : i) * cn;
+                    T *yi = y + i * n;
+                    if (cn == 1)
+                      std::fill(yi, yi + n, ci[0]);
+                    else
+                      std::copy(ci, ci + n, yi);
+                  }
+                });
   } else {
     std::fill(y, y + m * n, T(0));
   }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -39,6 +40,14 @@ template <typename T, bool Log> llvm::Error softmax(const KernelCall &call) {
                   for (int64_t j = 0; j < len; ++j)
                     max = std::max(max, xl[j * inner]);
                   if (inner == 1) { // a contiguous row: exp in vector lanes
+                    if constexpr (!Log && std::is_same_v<T, float>) {
+                      // One pass of exps into y, then y scaled.
+                      double sum = expShiftedSum(xl, len, double(max), yl);
+                      float scale = float(1.0 / sum);
+                      for (int64_t j = 0; j < len; ++j)
+                        yl[j] *= scale;
+                      continue;
+                    }
                     double sum = sumExpShifted(xl, len, double(max));
                     if constexpr (Log) {
                       double shift = double(max) + std::log(sum);

@@ -118,6 +118,7 @@ enum class MapOp : uint8_t {
   Scale,     // a * p0
   Clip,      // min(max(a, p0), p1), NaN stays NaN
   LeakyRelu, // a < 0 ? a * p0 : a
+  Gelu,      // x Phi(x): p0 0 the erf form, 1 the tanh approximation
   Not,       // !a (bool)
   Dropout,   // a * p0 where the draw for element i keeps it (key, ratio)
   DropoutMask, // the same draw, as a bool
@@ -131,12 +132,32 @@ enum class MapOp : uint8_t {
   // infinite dy where the mask is off gives 0
   AbsGrad, ClipGrad, ErfGrad, ExpGrad, LeakyReluGrad, LogGrad,
   ReciprocalGrad, ReluGrad, SigmoidGrad, SqrtGrad, TanhGrad,
+  GeluGrad, // p0 as Gelu's
   // three operands
   Where, // operand 0 the condition
 };
 
 CLEAVE_HD float sigmoid(float x) {
   return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+}
+
+// GELU and its derivative (PyTorch's formulas, as the CPU kernels).
+CLEAVE_HD float geluTanhInner(float x) {
+  return 0.7978845608028654f * (x + 0.044715f * x * x * x);
+}
+CLEAVE_HD float gelu(float x, bool tanhForm) {
+  if (tanhForm)
+    return 0.5f * x * (1.0f + tanhf(geluTanhInner(x)));
+  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+CLEAVE_HD float geluDerivative(float x, bool tanhForm) {
+  if (tanhForm) {
+    float t = tanhf(geluTanhInner(x));
+    float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  }
+  float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+  return cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
 }
 
 // p0, p1: the op's parameters (Clip's min and max, LeakyRelu's alpha).
@@ -163,6 +184,7 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
     return y > p1 ? p1 : y;
   }
   case MapOp::LeakyRelu: return a < 0.0f ? a * p0 : a;
+  case MapOp::Gelu: return gelu(a, p0 != 0.0f);
   case MapOp::Not: return a != 0.0f ? 0.0f : 1.0f;
   case MapOp::Max: return a > b || a != a ? a : b;
   case MapOp::Min: return a < b || a != a ? a : b;
@@ -196,6 +218,7 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
     float t = tanhf(b);
     return a * (1.0f - t * t);
   }
+  case MapOp::GeluGrad: return a * geluDerivative(b, p0 != 0.0f);
   case MapOp::Where: return a != 0.0f ? b : c;
   }
   return a;

@@ -51,6 +51,8 @@ std::optional<MapOp> unaryGradMap(llvm::StringRef fn) {
       .Case("clip", MapOp::ClipGrad)
       .Case("erf", MapOp::ErfGrad)
       .Case("exp", MapOp::ExpGrad)
+      .Case("gelu", MapOp::GeluGrad)
+      .Case("gelu_tanh", MapOp::GeluGrad)
       .Case("leaky_relu", MapOp::LeakyReluGrad)
       .Case("log", MapOp::LogGrad)
       .Case("reciprocal", MapOp::ReciprocalGrad)

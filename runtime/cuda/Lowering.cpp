@@ -213,7 +213,19 @@ llvm::Expected<Steps> lowerUnaryGrad(const KernelCall &call,
     m.p1 = call.getFloat("max");
   } else if (fn == "leaky_relu") {
     m.p0 = call.getFloat("alpha");
+  } else if (fn == "gelu_tanh") {
+    m.p0 = 1.0f;
   }
+  return Steps{m};
+}
+
+llvm::Expected<Steps> lowerGelu(const KernelCall &call, const Scratch &) {
+  const std::string &form = call.getString("approximate");
+  if (form != "none" && form != "tanh")
+    return fail(call, "approximate must be \"none\" or \"tanh\", not \"" +
+                          form + "\"");
+  MapArgs m = mapOver(MapOp::Gelu, call.outputs[0], {&call.inputs[0]});
+  m.p0 = form == "tanh" ? 1.0f : 0.0f;
   return Steps{m};
 }
 
@@ -234,6 +246,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::Abs, Types::IntFloat, lowerUnary},
     {OpKind::Erf, Types::Float, lowerUnary},
     {OpKind::Exp, Types::Float, lowerUnary},
+    {OpKind::Gelu, Types::Float, lowerGelu},
     {OpKind::Identity, Types::All, noScratch<lowerDataMovement>},
     {OpKind::LeakyRelu, Types::Float, lowerClipOrLeakyRelu},
     {OpKind::Log, Types::Float, lowerUnary},

@@ -7,7 +7,7 @@ Run (after building), with the PyTorch 2 venv of
 tests/models/corpus/make-venv.sh:
     $VENV/bin/python tests/bench/train_corpus_vs_pytorch.py [--build build]
         [--models resnet18,mobilenet_v2,...] [--threads 2] [--rounds 5]
-        [--steps 10] [--compile]
+        [--steps 10] [--compile] [--keep DIR]
 
 Models (the corpus's classes, at the sizes the issue measured; one stage,
 one microbatch, SGD lr 0.01, the same --threads for both):
@@ -213,6 +213,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="timed steps per round")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--compile", action="store_true", help="time torch.compile too")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="write the exports, plans and data under DIR (for cleave-run --profile)")
     args = ap.parse_args()
     tools = os.path.join(args.build, "tools")
     for t in ("cleavec", "cleave-run"):
@@ -229,14 +231,16 @@ def main():
     if args.compile:
         head += f" {'compile ms':>10} {'comp/cl':>7}"
     print(head + f" {'GFLOP':>6} {'cl GFLOP/s':>10} {'torch GF/s':>10}   first loss torch / cleave")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        os.makedirs(tmp, exist_ok=True)
         for name in args.models.split(","):
             torch.manual_seed(0)
             model, inputs = make(name)
             path = os.path.join(tmp, name + ".onnx")
             export(model, inputs, path)
             data = os.path.join(tmp, name)
-            os.makedirs(data)
+            os.makedirs(data, exist_ok=True)
             for k, v in inputs.items():
                 np.save(os.path.join(data, k + ".npy"), v.numpy())
             plan = os.path.join(tmp, name + ".cplan")

@@ -83,8 +83,9 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
 
   passes::PipelineOptions opts;
   ASSERT_FALSE(bool(passes::runPipeline(
-      **g, {"remove-identity", "dce", "autodiff", "split-backward",
-            "verify-2bp"},
+      **g,
+      {"remove-identity", "recognize-gelu", "recognize-rms-norm",
+       "matmul-to-gemm", "dce", "autodiff", "split-backward", "verify-2bp"},
       opts)));
   std::vector<interp::Tensor> inputs;
   for (const ir::Value *v : (*g)->inputs()) {

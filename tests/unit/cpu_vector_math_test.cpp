@@ -102,3 +102,154 @@ TEST(VectorMath, ErfWithinAFloatsRounding) {
   EXPECT_EQ(edgeOut[1], 1.0);
   EXPECT_EQ(edgeOut[2], -1.0);
 }
+
+// The f32 activations (eight float lanes) against double references: tanh,
+// sigmoid, both GELU forms and their derivatives, within a few float ulps
+// of the result's magnitude (relative 1e-6, absolute 1e-7), every tail
+// length, the edges; and the f64 versions to about 1e-13.
+namespace {
+
+double geluErfRef(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+double geluErfDerivRef(double x) {
+  return 0.5 * std::erfc(-x / std::sqrt(2.0)) +
+         x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
+double geluTanhRef(double x) {
+  double b = std::sqrt(2 / M_PI);
+  return 0.5 * x * (1 + std::tanh(b * (x + 0.044715 * x * x * x)));
+}
+double geluTanhDerivRef(double x) {
+  double b = std::sqrt(2 / M_PI), t = std::tanh(b * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * b * (1 + 3 * 0.044715 * x * x);
+}
+double sigmoidRef(double x) { return 1 / (1 + std::exp(-x)); }
+
+std::vector<float> activationSamples() {
+  std::vector<float> v;
+  for (double x = -12; x <= 12; x += 0.0371)
+    v.push_back(float(x));
+  for (float x :
+       {0.0f, -0.0f, 1e-30f, -1e-8f, 0.2499f, 0.25f, -0.2501f, 0.35355f,
+        0.7071f, 0.70711f, -0.7072f, 9.5f, -30.0f, 30.0f, 100.0f, -100.0f})
+    v.push_back(x);
+  return v;
+}
+
+void expectClose(float got, double want, const char *what, float x) {
+  EXPECT_LE(std::abs(double(got) - want), 1e-7 + 1e-6 * std::abs(want))
+      << what << " at x = " << x << ": " << got << " against " << want;
+}
+
+} // namespace
+
+TEST(VectorMath, FloatActivationsWithinAFewUlps) {
+  std::vector<float> x = activationSamples();
+  size_t n = x.size();
+  std::vector<float> dy(n), out(n);
+  for (size_t i = 0; i < n; ++i)
+    dy[i] = 0.5f + float(i % 7) * 0.25f;
+  auto check = [&](const char *what, auto run, auto ref, bool withDy) {
+    for (size_t len : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(15),
+                       size_t(17), n}) {
+      std::fill(out.begin(), out.end(), -7.0f);
+      run(len);
+      for (size_t i = 0; i < len; ++i)
+        expectClose(out[i], (withDy ? double(dy[i]) : 1.0) * ref(double(x[i])),
+                    what, x[i]);
+      for (size_t i = len; i < n; ++i)
+        ASSERT_EQ(out[i], -7.0f) << what << " wrote past its length";
+    }
+  };
+  check(
+      "tanh", [&](size_t m) { tanhArray(x.data(), m, out.data()); },
+      [](double v) { return std::tanh(v); }, false);
+  check(
+      "tanh'",
+      [&](size_t m) { tanhGradArray(dy.data(), x.data(), m, out.data()); },
+      [](double v) { return 1 - std::tanh(v) * std::tanh(v); }, true);
+  check(
+      "sigmoid", [&](size_t m) { sigmoidArray(x.data(), m, out.data()); },
+      sigmoidRef, false);
+  check(
+      "sigmoid'",
+      [&](size_t m) { sigmoidGradArray(dy.data(), x.data(), m, out.data()); },
+      [](double v) { return sigmoidRef(v) * (1 - sigmoidRef(v)); }, true);
+  check(
+      "gelu", [&](size_t m) { geluArray(x.data(), m, false, out.data()); },
+      geluErfRef, false);
+  check(
+      "gelu'",
+      [&](size_t m) {
+        geluGradArray(dy.data(), x.data(), m, false, out.data());
+      },
+      geluErfDerivRef, true);
+  check(
+      "gelu_tanh", [&](size_t m) { geluArray(x.data(), m, true, out.data()); },
+      geluTanhRef, false);
+  check(
+      "gelu_tanh'",
+      [&](size_t m) {
+        geluGradArray(dy.data(), x.data(), m, true, out.data());
+      },
+      geluTanhDerivRef, true);
+}
+
+TEST(VectorMath, FloatActivationEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {inf, -inf, std::nanf(""), 1e30f, -1e30f};
+  std::vector<float> t(5), s(5), g(5);
+  tanhArray(x.data(), 5, t.data());
+  sigmoidArray(x.data(), 5, s.data());
+  geluArray(x.data(), 5, false, g.data());
+  EXPECT_EQ(t[0], 1.0f);
+  EXPECT_EQ(t[1], -1.0f);
+  EXPECT_TRUE(std::isnan(t[2]));
+  EXPECT_EQ(s[0], 1.0f);
+  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_TRUE(std::isnan(s[2]));
+  EXPECT_EQ(g[3], 1e30f);
+  EXPECT_EQ(g[4], -0.0f);
+  EXPECT_TRUE(std::isnan(g[2]));
+}
+
+TEST(VectorMath, DoubleActivations) {
+  std::vector<double> x;
+  for (double v = -25; v <= 25; v += 0.0913)
+    x.push_back(v);
+  size_t n = x.size();
+  std::vector<double> t(n), s(n), dy(n, 1.0), tg(n);
+  tanhArray(x.data(), n, t.data());
+  sigmoidArray(x.data(), n, s.data());
+  tanhGradArray(dy.data(), x.data(), n, tg.data());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(t[i], std::tanh(x[i]), 1e-13 * std::max(1e-3, std::abs(t[i])));
+    EXPECT_NEAR(s[i], sigmoidRef(x[i]), 1e-13 * s[i] + 1e-300);
+    double tt = std::tanh(x[i]);
+    EXPECT_NEAR(tg[i], 1 - tt * tt, 1e-13);
+  }
+}
+
+// f32 rows: exp in float lanes within two float ulps, sums in double as
+// the double lanes add them, every tail length; softmax's one-pass form
+// writes the same exps and returns the same sum.
+TEST(VectorMath, FloatExpRows) {
+  std::vector<float> x;
+  for (double v = -80; v <= 80; v += 0.731)
+    x.push_back(float(v));
+  for (float v : {0.0f, -0.0f, 88.0f, -87.0f, -100.0f, 1e-20f})
+    x.push_back(v);
+  for (size_t n : {size_t(1), size_t(5), size_t(8), size_t(13), x.size()}) {
+    std::vector<float> out(n), once(n);
+    expShifted(x.data(), int64_t(n), 2.0, 0.5, out.data());
+    double sum = sumExpShifted(x.data(), int64_t(n), 2.0), want = 0;
+    double oneSum = expShiftedSum(x.data(), int64_t(n), 2.0, once.data());
+    for (size_t i = 0; i < n; ++i) {
+      double e = x[i] - 2.0 < -87.3 ? 0.0 : std::exp(double(x[i]) - 2.0);
+      want += e;
+      EXPECT_LE(std::abs(out[i] - 0.5 * e), 2.4e-7 * 0.5 * e) << x[i];
+      EXPECT_LE(std::abs(once[i] - e), 2.4e-7 * e) << x[i];
+    }
+    EXPECT_LE(std::abs(sum - want), 2.4e-7 * want);
+    EXPECT_EQ(sum, oneSum);
+  }
+}

@@ -86,8 +86,9 @@ class TrainingParity : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(TrainingParity, GradientsMatchPyTorch) {
   const std::string model = GetParam();
-  ModelRun r = trainGraph(model, {"remove-identity", "dce", "autodiff",
-                             "split-backward", "verify-2bp"});
+  ModelRun r = trainGraph(model, {"remove-identity", "recognize-gelu",
+                                  "recognize-rms-norm", "matmul-to-gemm", "dce",
+                                  "autodiff", "split-backward", "verify-2bp"});
   ASSERT_TRUE(r.graph);
   const ir::Graph &g = *r.graph;
   ASSERT_EQ(g.outputs().size(), r.outputs.size());
@@ -127,7 +128,9 @@ TEST_P(TrainingParity, GradientsMatchPyTorch) {
               model.c_str(), checked, worst, worstName.c_str(), lossErr);
 
   // split-backward changes no bit of any output.
-  ModelRun unsplit = trainGraph(model, {"remove-identity", "dce", "autodiff"});
+  ModelRun unsplit = trainGraph(model, {"remove-identity", "recognize-gelu",
+                                        "recognize-rms-norm", "matmul-to-gemm",
+                                        "dce", "autodiff"});
   ASSERT_EQ(unsplit.outputs.size(), r.outputs.size());
   for (size_t k = 0; k < r.outputs.size(); ++k)
     EXPECT_EQ(unsplit.outputs[k]->bytes(), r.outputs[k]->bytes())

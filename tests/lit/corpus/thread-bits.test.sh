@@ -1,11 +1,14 @@
-# Driver of thread-bits.test: $1 the corpus folder, $2 a scratch folder,
-# $3 and $4 the cleavec and cleave-run binaries.
+# Driver of thread-bits.test and thread-bits-transformers.test: $1 the
+# corpus folder, $2 a scratch folder, $3 and $4 the cleavec and cleave-run
+# binaries, then the models (default: the CNNs).
 set -e
 corpus=$1
 out=$2
 cleavec=$3
 cleave_run=$4
-for m in resnet18-legacy resnet18-dynamo mobilenet_v2-legacy mobilenet_v2-dynamo; do
+shift 4
+models=${*:-resnet18-legacy resnet18-dynamo mobilenet_v2-legacy mobilenet_v2-dynamo}
+for m in $models; do
   "$cleavec" "$corpus/$m/model.onnx" --microbatches 4 --lr 0.1 --momentum 0.9 \
     -o "$out/$m-1.cplan" >/dev/null
   "$cleavec" "$corpus/$m/model.onnx" --stages 2 --microbatches 4 --schedule zb-h1 \
