@@ -292,14 +292,17 @@ llvm::Error Trainer::runOverlapped(
     }
   }
   // Step k's figures from `locals` are in: count the rank done with it.
+  // The step ended when the last rank's part of it did (`at`), which under
+  // a deferred verdict is before the figures come in.
   auto record = [&](int64_t step, const std::vector<size_t> &locals,
-                    const StepResult &mine) {
+                    const StepResult &mine,
+                    std::chrono::steady_clock::time_point at) {
     std::lock_guard<std::mutex> lock(mu);
     size_t k = size_t(step - first);
     for (size_t i : locals)
       results[k][i] = mine[i];
-    if (++done[k] == ranks)
-      ended[k] = std::chrono::steady_clock::now();
+    ended[k] = std::max(ended[k], at);
+    ++done[k];
   };
   // The verdict each local stage has on step `step`, into `held`.
   auto judged = [&](int64_t step, const std::vector<size_t> &locals,
@@ -317,6 +320,7 @@ llvm::Error Trainer::runOverlapped(
     threads.emplace_back([&, key = key, locals = locals] {
       int rank = key.second;
       StepResult held; // deferred: the previous step's, awaiting its verdict
+      std::chrono::steady_clock::time_point heldEnd;
       auto failed = [&](int64_t step, llvm::Error e) {
         std::string msg = llvm::toString(std::move(e));
         {
@@ -351,28 +355,30 @@ llvm::Error Trainer::runOverlapped(
           for (size_t i : locals)
             profiles_[i].take(*stages_[i]->executor);
         StepResult mine = snapshot(locals);
+        auto now = std::chrono::steady_clock::now();
         if (deferred) {
           // This step's update took the votes on the previous one.
           if (step > first) {
             bool bad = judged(step - 1, locals, held);
-            record(step - 1, locals, held);
+            record(step - 1, locals, held, heldEnd);
             cv.notify_all();
             if (bad)
               return;
           }
           held = std::move(mine);
+          heldEnd = now;
           if (step + 1 == end) {
             for (size_t i : locals)
               if (auto e = stages_[i]->executor->collectVotes())
                 return failed(step, std::move(e));
             judged(step, locals, held);
-            record(step, locals, held);
+            record(step, locals, held, heldEnd);
             cv.notify_all();
           }
           continue;
         }
         bool skipped = stages_[locals[0]]->executor->stepSkipped();
-        record(step, locals, mine);
+        record(step, locals, mine, now);
         cv.notify_all();
         // A step stopped for a non-finite value ends the run; every rank
         // learnt it in the vote.
