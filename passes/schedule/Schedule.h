@@ -64,8 +64,8 @@ struct Schedule {
   // the stage whose next action (in actions[stage]) the rank runs k-th, so
   // it names each of its stages once per action (empty: one stage per
   // rank, whose list is the program).
-  std::vector<int> rankOf;
-  std::vector<std::vector<int>> order;
+  std::vector<int> rankOf{};
+  std::vector<std::vector<int>> order{};
 
   bool operator==(const Schedule &) const = default;
 };
