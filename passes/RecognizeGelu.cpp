@@ -14,6 +14,7 @@
 // when it agrees with x * Phi(x) in one of the two forms to within a float's
 // rounding of the constants; anything else is left alone.
 #include "passes/Pass.h"
+#include "passes/ScalarConstant.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
@@ -45,18 +46,6 @@ bool isTreeOp(OpKind k) {
   default:
     return false;
   }
-}
-
-// A scalar constant's value, or nothing.
-std::optional<double> scalarConstant(const Value *v) {
-  if (v->kind() != ir::ValueKind::Const || v->type().numElements() != 1 ||
-      !ir::isFloat(v->type().dtype) || !v->data())
-    return std::nullopt;
-  if (llvm::Error e = v->data()->load()) {
-    llvm::consumeError(std::move(e));
-    return std::nullopt;
-  }
-  return v->data()->getDouble(0);
 }
 
 // The tree under `root`: its ops (root first), the one tensor leaf x and

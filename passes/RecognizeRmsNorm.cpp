@@ -11,6 +11,7 @@
 // Pow(x, 2) or Mul(x, x), eps a scalar constant and w of the last axis's
 // size. Every interior value must have that one use; anything else stays.
 #include "passes/Pass.h"
+#include "passes/ScalarConstant.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -22,17 +23,6 @@ namespace {
 using ir::Op;
 using ir::OpKind;
 using ir::Value;
-
-std::optional<double> scalarConstant(const Value *v) {
-  if (v->kind() != ir::ValueKind::Const || v->type().numElements() != 1 ||
-      !ir::isFloat(v->type().dtype) || !v->data())
-    return std::nullopt;
-  if (llvm::Error e = v->data()->load()) {
-    llvm::consumeError(std::move(e));
-    return std::nullopt;
-  }
-  return v->data()->getDouble(0);
-}
 
 // The ops of one match, root first; `x`, `weight` and `epsilon` found.
 struct Match {
