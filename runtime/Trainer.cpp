@@ -93,22 +93,33 @@ llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
   return firstStep_;
 }
 
+std::map<std::pair<int, int>, std::vector<size_t>> Trainer::localRanks() const {
+  std::map<std::pair<int, int>, std::vector<size_t>> out;
+  for (size_t i = 0; i < stages_.size(); ++i)
+    out[{stages_[i]->replica, rankOfStage(plan_, stages_[i]->stage)}]
+        .push_back(i);
+  return out;
+}
+
+RankWork Trainer::rankWork(int rank, const std::vector<size_t> &locals,
+                           int64_t step) {
+  RankWork w;
+  for (size_t i : locals) {
+    w.stages.push_back(stages_[i]->executor.get());
+    w.data.push_back(data_(step, stages_[i]->replica));
+  }
+  if (size_t(rank) < plan_.rankPrograms.size())
+    w.program = plan_.rankPrograms[size_t(rank)];
+  return w;
+}
+
 llvm::Error Trainer::runLocal(int64_t step) {
   // One thread per rank of each replica, running that rank's stages in its
   // program's order; a process with one rank runs it on this thread (MPI
   // calls come from it).
-  std::map<std::pair<int, int>, RankWork> ranks; // (replica, rank)
-  for (LocalStage *st : stages_) {
-    int rank = rankOfStage(plan_, st->stage);
-    RankWork &w = ranks[{st->replica, rank}];
-    w.stages.push_back(st->executor.get());
-    w.data.push_back(data_(step, st->replica));
-    if (w.program.empty() && size_t(rank) < plan_.rankPrograms.size())
-      w.program = plan_.rankPrograms[size_t(rank)];
-  }
   std::vector<RankWork> work;
-  for (auto &[key, w] : ranks)
-    work.push_back(std::move(w));
+  for (const auto &[key, locals] : localRanks())
+    work.push_back(rankWork(key.second, locals, step));
   if (work.size() == 1) {
     if (auto e = runRankStep(work[0], step)) {
       // runRankStep names the stage; add the replica where there are several.
@@ -256,10 +267,7 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
 llvm::Error Trainer::runOverlapped(
     int64_t first, int64_t end,
     llvm::function_ref<llvm::Error(int64_t, StepReport &)> finishStep) {
-  std::map<std::pair<int, int>, std::vector<size_t>> byRank; // local stages
-  for (size_t i = 0; i < stages_.size(); ++i)
-    byRank[{stages_[i]->replica, rankOfStage(plan_, stages_[i]->stage)}]
-        .push_back(i);
+  auto byRank = localRanks();
   size_t ranks = byRank.size();
   size_t n = size_t(end - first);
   std::mutex mu;
@@ -339,16 +347,10 @@ llvm::Error Trainer::runOverlapped(
           if (stop || failure)
             return;
         }
-        RankWork w;
-        for (size_t i : locals) {
+        for (size_t i : locals)
           stages_[i]->executor->setProfiling(
               options_.profile && warmStep(step, firstStep_, options_.steps));
-          w.stages.push_back(stages_[i]->executor.get());
-          w.data.push_back(data_(step, stages_[i]->replica));
-        }
-        if (size_t(rank) < plan_.rankPrograms.size())
-          w.program = plan_.rankPrograms[size_t(rank)];
-        llvm::Error e = runRankStep(w, step);
+        llvm::Error e = runRankStep(rankWork(rank, locals, step), step);
         if (e)
           return failed(step, std::move(e));
         if (options_.profile)

@@ -131,6 +131,11 @@ private:
       int64_t first, int64_t end,
       llvm::function_ref<llvm::Error(int64_t, StepReport &)> finishStep);
   llvm::Error runLocal(int64_t step);
+  // This process's stages by (replica, rank), as indices into stages_.
+  std::map<std::pair<int, int>, std::vector<size_t>> localRanks() const;
+  // Rank `rank`'s share of step `step`: those stages, their data, the
+  // rank's program.
+  RankWork rankWork(int rank, const std::vector<size_t> &locals, int64_t step);
   llvm::Error writeCheckpoint(int64_t stepsDone);
   // "stage S", or "replica R stage S" with several replicas.
   std::string where(const LocalStage &st) const;
