@@ -12,7 +12,9 @@ namespace cleave::passes {
 static const PassInfo kPasses[] = {
     {"dce", "remove ops and declared tensors that no output depends on",
      eliminateDeadCode},
-    {"remove-identity", "forward the operand of every Identity op to its users",
+    {"remove-identity",
+     "forward the operand of every Identity op, and of every Dropout that "
+     "drops nothing (inference mode or ratio 0, mask unused), to its users",
      removeIdentities},
     {"recognize-gelu",
      "replace GELU spelled out in elementwise ops (erf or tanh form) by one "

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <dlfcn.h>
 
+#include <atomic>
+#include <string_view>
+
 namespace cleave::runtime::cpu {
 
 // The kernel family to ask OpenBLAS for, from the CPU's features.
@@ -56,16 +59,90 @@ const Blas &blas() {
   return b;
 }
 
+namespace {
+// oneDNN's row-major sgemm and the OpenMP call that keeps it on the calling
+// thread, from the libdnnl it is loaded with; null when it is not installed.
+struct OneDnn {
+  int (*sgemm)(char, char, int64_t, int64_t, int64_t, float, const float *,
+               int64_t, const float *, int64_t, float, float *,
+               int64_t) = nullptr;
+  void (*setOmpThreads)(int) = nullptr;
+};
+} // namespace
+
+static OneDnn loadOneDnn() {
+  OneDnn d;
+  void *lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    lib = dlopen("libdnnl.so", RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return d;
+  d.sgemm = reinterpret_cast<decltype(d.sgemm)>(dlsym(lib, "dnnl_sgemm"));
+  d.setOmpThreads =
+      reinterpret_cast<void (*)(int)>(dlsym(lib, "omp_set_num_threads"));
+  if (!d.sgemm || !d.setOmpThreads)
+    d = OneDnn{};
+  return d;
+}
+
+static const OneDnn &oneDnn() {
+  static const OneDnn d = loadOneDnn();
+  return d;
+}
+
+const char *gemmLibraryName(GemmLibrary library) {
+  return library == GemmLibrary::OneDnn ? "onednn" : "openblas";
+}
+
+static std::atomic<GemmLibrary> &chosenLibrary() {
+  static std::atomic<GemmLibrary> chosen = [] {
+    const char *env = std::getenv("CLEAVE_GEMM");
+    if (env && std::string_view(env) == "onednn" && oneDnn().sgemm)
+      return GemmLibrary::OneDnn;
+    return GemmLibrary::OpenBlas;
+  }();
+  return chosen;
+}
+
+GemmLibrary gemmLibrary() { return chosenLibrary().load(); }
+
+bool setGemmLibrary(GemmLibrary library) {
+  if (library == GemmLibrary::OneDnn && !oneDnn().sgemm)
+    return false;
+  chosenLibrary().store(library);
+  return true;
+}
+
+// oneDNN's sgemm on the calling thread: each thread's OpenMP limit is set
+// to 1 once, so a call never starts a team of its own inside the pool.
+static void oneDnnSgemm(bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b,
+                        int64_t ldb, float beta, float *c, int64_t ldc) {
+  static thread_local bool oneThread = false;
+  if (!oneThread) {
+    oneDnn().setOmpThreads(1);
+    oneThread = true;
+  }
+  oneDnn().sgemm('N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+                 ldc);
+}
+
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
           const T *a, int64_t lda, const T *b, int64_t ldb, T beta, T *c,
           int64_t ldc) {
   auto opA = ta ? CblasTrans : CblasNoTrans,
        opB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    // oneDNN's sgemm with a transposed A ran at half OpenBLAS's rate here
+    // (docs/benchmarks.md), so those stay on OpenBLAS.
+    if (!ta && gemmLibrary() == GemmLibrary::OneDnn) {
+      oneDnnSgemm(tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
     blas().sgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), alpha, a,
                  int(lda), b, int(ldb), beta, c, int(ldc));
-  else
+  } else
     blas().dgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), alpha, a,
                  int(lda), b, int(ldb), beta, c, int(ldc));
 }

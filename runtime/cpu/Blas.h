@@ -26,6 +26,18 @@ struct Blas {
 // Loads OpenBLAS on first use; exits with one error line if it is missing.
 const Blas &blas();
 
+// The library f32 GEMMs without a transposed A run on. OpenBLAS is the
+// default; oneDNN's sgemm (libdnnl, loaded at run time) is the measured
+// alternative (docs/benchmarks.md, "GEMM libraries"). Either way each call
+// runs on the calling thread over a block fixed by the shape, so the bits
+// do not depend on the thread count; they do depend on the library.
+enum class GemmLibrary { OpenBlas, OneDnn };
+GemmLibrary gemmLibrary();
+// False (and no change) when oneDNN is asked for and cannot be loaded.
+bool setGemmLibrary(GemmLibrary library);
+// "openblas" or "onednn" (CLEAVE_GEMM's values).
+const char *gemmLibraryName(GemmLibrary library);
+
 // Row-major C = alpha * op(A) * op(B) + beta * C for float or double, on the
 // calling thread: for kernels that already spread their work over the pool.
 template <typename T>

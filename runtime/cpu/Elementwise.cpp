@@ -557,15 +557,29 @@ template <typename U> void whereTyped(const KernelCall &c) {
   const uint8_t *cond = c.inputs[0].as<uint8_t>();
   const U *x = c.inputs[1].as<U>(), *y = c.inputs[2].as<U>();
   U *z = o.as<U>();
-  int64_t sc = p.innerStride(0), sx = p.innerStride(1), sy = p.innerStride(2);
-  forEachRow(p, total, [&](int64_t oi, llvm::ArrayRef<int64_t> off,
-                           int64_t len) {
-    const uint8_t *cr = cond + off[0];
-    const U *xr = x + off[1], *yr = y + off[2];
-    U *zr = z + oi;
-    for (int64_t j = 0; j < len; ++j)
-      zr[j] = cr[j * sc] ? xr[j * sx] : yr[j * sy];
-  });
+  // Inner strides are 0 or 1 (planBroadcast): one loop for each of the
+  // eight cases, so each compiles to a select over contiguous or repeated
+  // elements (a masked_fill's causal mask and -inf scalar ran at a
+  // nanosecond an element through multiplied strides).
+  auto rows = [&](auto sc, auto sx, auto sy) {
+    forEachRow(p, total, [&](int64_t oi, llvm::ArrayRef<int64_t> off,
+                             int64_t len) {
+      const uint8_t *cr = cond + off[0];
+      const U *xr = x + off[1], *yr = y + off[2];
+      U *zr = z + oi;
+      for (int64_t j = 0; j < len; ++j)
+        zr[j] = cr[sc ? j : 0] ? xr[sx ? j : 0] : yr[sy ? j : 0];
+    });
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  auto withY = [&](auto sc, auto sx) {
+    p.innerStride(2) ? rows(sc, sx, T{}) : rows(sc, sx, F{});
+  };
+  auto withX = [&](auto sc) {
+    p.innerStride(1) ? withY(sc, T{}) : withY(sc, F{});
+  };
+  p.innerStride(0) ? withX(T{}) : withX(F{});
 }
 
 llvm::Error where(const KernelCall &c) {

@@ -20,23 +20,7 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-struct Stats {
-  double mean, inv;
-};
-
-// The sum of f(i) for i in [0, n), in double, with four independent
-// accumulators so the additions pipeline (one running sum is a long
-// dependency chain); the order is fixed, so the bits are too.
-template <typename F> double sum4(int64_t n, F &&f) {
-  double s[4] = {0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int k = 0; k < 4; ++k)
-      s[k] += f(i + k);
-  for (; i < n; ++i)
-    s[0] += f(i);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
+using Stats = RowStats;
 
 // --- LayerNormalization -----------------------------------------------------
 
@@ -61,16 +45,9 @@ llvm::Expected<LayerNormDims> layerNormDims(const KernelCall &call,
                        elementCount(X.shape.drop_front(axis))};
 }
 
-// Mean and 1/sqrt(biased variance + epsilon) of one row (the formulas of
-// the LayerNormalization kernel).
+// The forward kernel's row statistics (CpuKernels.h).
 template <typename T> Stats rowStats(const T *x, int64_t size, double eps) {
-  double sum = sum4(size, [&](int64_t i) { return double(x[i]); });
-  double mean = size ? sum / double(size) : 0.0;
-  double sq = sum4(size, [&](int64_t i) {
-    double d = x[i] - mean;
-    return d * d;
-  });
-  return {mean, 1.0 / std::sqrt((size ? sq / size : 0.0) + eps)};
+  return layerNormRowStats(x, size, eps);
 }
 
 // RMSNormalization's row statistics in LayerNormalization's form: a mean

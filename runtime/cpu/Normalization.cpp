@@ -109,15 +109,7 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
                 for (int64_t r = r0; r < r1; ++r) {
                   const T *xr = x + r * size;
                   T *yr = y + r * size;
-                  double sum = 0, sq = 0;
-                  for (int64_t i = 0; i < size; ++i)
-                    sum += xr[i];
-                  double mean = size ? sum / double(size) : 0.0;
-                  for (int64_t i = 0; i < size; ++i) {
-                    double d = xr[i] - mean;
-                    sq += d * d;
-                  }
-                  double inv = 1.0 / std::sqrt((size ? sq / size : 0.0) + eps);
+                  auto [mean, inv] = layerNormRowStats(xr, size, eps);
                   for (int64_t i = 0; i < size; ++i)
                     yr[i] = T((xr[i] - mean) * inv * scale[i] + bias[i]);
                   if (meanOut)

@@ -7,6 +7,7 @@
 //                  3 arrays of traffic (2 read, 1 written);
 // best of 5 runs each, so a busy neighbour lowers the figures less.
 //   build/tests/cleave-bench-device-profile [THREADS]
+#include "runtime/Kernel.h"
 #include "runtime/cpu/Blas.h"
 
 #include <algorithm>
@@ -64,6 +65,9 @@ int main(int argc, char **argv) {
   int threads = argc > 1 ? std::atoi(argv[1])
                          : int(std::thread::hardware_concurrency());
   std::printf("threads            %d\n", threads);
+  // The backend sizes the pool parallelGemm splits over; without one the
+  // product ran on the calling thread alone (the figure of one thread).
+  auto backend = cleave::runtime::createCpuBackend(threads);
   std::printf("sgemm 1024^3       %.3g FLOP/s\n", gemmFlops());
   std::printf("triad 64 MiB       %.3g bytes/s\n", triadBandwidth(threads));
   return 0;
