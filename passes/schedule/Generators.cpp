@@ -146,6 +146,87 @@ RankOrder loopedOrder(int P, int v, int M, ActionKind backward) {
   return order;
 }
 
+// DualPipeV (DeepSeek's DualPipe cut in half): the V placement (rank r runs
+// stage r, "chunk 0", and stage 2P-1-r, "chunk 1"), M >= 2P, and rank r's
+// program in eight phases, with F&B (one microbatch's forward beside
+// another's full backward, which DualPipe overlaps with their messages)
+// as the two actions one after the other:
+//   1. 2(P-r-1) F of chunk 0            5. P-r-1 x (BW 1, F 1 & BW 0)
+//   2. r+1 x (F 0, F 1)                 6. r+1 x (B 1, B 0), from the
+//   3. P-r-1 x (B 1, W 1, F 1)             middle on with W deferred
+//   4. M-2P+r+1 x (F 0 & BW 1,          7. P-r-1 x (a deferred W, B 0
+//                  F 1 & BW 0)             with its W deferred)
+//                                       8. r+1 deferred W
+// A deferred W runs in the order its B ran. Every chunk gets M forwards
+// and M backwards; P W are deferred and P run in phases 7 and 8.
+RankOrder dualPipeVOrder(int P, int M) {
+  RankOrder order(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    std::vector<PlacedAction> &prog = order[size_t(r)];
+    const int stage[2] = {r, 2 * P - 1 - r};
+    int nextF[2] = {0, 0}, nextB[2] = {0, 0};
+    std::deque<PlacedAction> deferred;
+    auto fwd = [&](int c) {
+      prog.push_back({stage[c], compute(ActionKind::F, nextF[c]++)});
+    };
+    auto bwd = [&](int c, bool deferW) {
+      int mb = nextB[c]++;
+      if (!deferW) {
+        prog.push_back({stage[c], compute(ActionKind::BW, mb)});
+        return;
+      }
+      prog.push_back({stage[c], compute(ActionKind::B, mb)});
+      deferred.push_back({stage[c], compute(ActionKind::W, mb)});
+    };
+    auto weight = [&] {
+      prog.push_back(deferred.front());
+      deferred.pop_front();
+    };
+    for (int i = 0; i < 2 * (P - r - 1); ++i)
+      fwd(0);
+    for (int i = 0; i < r + 1; ++i) {
+      fwd(0);
+      fwd(1);
+    }
+    for (int i = 0; i < P - r - 1; ++i) {
+      bwd(1, true);
+      weight();
+      fwd(1);
+    }
+    for (int i = 0; i < M - 2 * P + r + 1; ++i) {
+      fwd(0);
+      bwd(1, false);
+      fwd(1);
+      bwd(0, false);
+    }
+    for (int i = 0; i < P - r - 1; ++i) {
+      bwd(1, false);
+      fwd(1);
+      bwd(0, false);
+    }
+    // Phase 6 starts deferring W halfway, on odd ranks before chunk 1's B
+    // and on even ranks after it.
+    bool deferW = false;
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1)
+        deferW = true;
+      bwd(1, deferW);
+      if (i == (r + 1) / 2 && r % 2 == 0)
+        deferW = true;
+      bwd(0, deferW);
+    }
+    for (int i = 0; i < P - r - 1; ++i) {
+      weight();
+      bwd(0, true);
+    }
+    for (int i = 0; i < r + 1; ++i)
+      weight();
+    assert(deferred.empty() && nextF[0] == M && nextF[1] == M &&
+           nextB[0] == M && nextB[1] == M);
+  }
+  return order;
+}
+
 // Places the F, B and W actions of a 2BP schedule by timing the ranks as
 // the simulator would. Each rank either follows a prescribed F/B order or,
 // without one, picks greedily among its stages: a ready B first (B is on
@@ -463,7 +544,7 @@ llvm::Error checkRequest(int S, int M, const PipelineCosts &costs) {
 }
 
 bool isVShaped(const std::string &name) {
-  return name == "zb-v" || name == "v-half";
+  return name == "zb-v" || name == "v-half" || name == "dualpipe-v";
 }
 
 } // namespace
@@ -477,7 +558,8 @@ const std::vector<std::string> &scheduleNames() {
 const std::vector<std::string> &chunkedScheduleNames() {
   static const std::vector<std::string> names = {
       "interleaved-1f1b", "interleaved-1f1b-2bp", "looped-bfs",
-      "looped-bfs-2bp",   "zb-v",                 "v-half"};
+      "looped-bfs-2bp",   "zb-v",                 "v-half",
+      "dualpipe-v"};
   return names;
 }
 
@@ -532,6 +614,10 @@ llvm::Error checkChunks(const std::string &name, int stages, int microbatches,
     return genError(std::to_string(stages) + " stages do not split into " +
                     std::to_string(chunks) + " per rank");
   int ranks = stages / chunks;
+  if (name == "dualpipe-v" && microbatches < 2 * ranks)
+    return genError("schedule 'dualpipe-v' needs at least twice as many "
+                    "microbatches as ranks (" + std::to_string(2 * ranks) +
+                    "), not " + std::to_string(microbatches));
   if (name.rfind("interleaved-1f1b", 0) == 0 && microbatches % ranks != 0)
     return genError("schedule '" + name + "' needs the microbatches (" +
                     std::to_string(microbatches) + ") to be a multiple of the "
@@ -616,6 +702,8 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int S, int M,
     return finish(name, M, v, placeW(v, {}, 2 * P));
   if (name == "v-half")
     return finish(name, M, v, placeW(v, {}, P + 2));
+  if (name == "dualpipe-v")
+    return finish(name, M, v, dualPipeVOrder(P, M));
   // checkScheduleName left only `auto`.
   if (memCap.empty())
     return pickFastest(S, M, costs, HeldCap(size_t(S), INT_MAX), chunks);

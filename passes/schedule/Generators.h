@@ -29,6 +29,10 @@
 //                         then W
 //   v-half                the same V under half of that, plus one
 //                         microbatch (P + 2)
+//   dualpipe-v            DeepSeek's DualPipeV on the same V: a fixed
+//                         program in eight phases whose steady state pairs
+//                         one chunk's F with the other's full backward
+//                         (F&B, one after the other here); M >= 2P
 //
 // Where W goes depends on when each stage would idle, so the 2BP and zero
 // bubble generators place it by timing the stages with the real per-stage

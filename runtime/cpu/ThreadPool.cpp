@@ -1,7 +1,6 @@
 #include "runtime/cpu/ThreadPool.h"
 
 #include <climits>
-#include <cstdlib>
 
 namespace cleave::runtime::cpu {
 
@@ -54,8 +53,7 @@ void ThreadPool::workerLoop() {
     // while (about 50 us) before sleeping, so a worker does not pay a
     // futex wake-up (tens of microseconds, longer than many kernels) on
     // every call. The generation is the high half of ticket_.
-    static const int spins = std::getenv("CLEAVE_SPINS") ? std::atoi(std::getenv("CLEAVE_SPINS")) : kWorkerSpins;
-    for (int spin = 0; spin < spins; ++spin) {
+    for (int spin = 0; spin < kWorkerSpins; ++spin) {
       if (uint32_t(ticket_.load(std::memory_order_acquire) >> 32) != seen ||
           stopping_.load(std::memory_order_relaxed))
         break;

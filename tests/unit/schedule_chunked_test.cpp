@@ -1,5 +1,5 @@
 // Schedules with several stages per rank (interleaved 1F1B, looped BFS,
-// ZB-V, V-Half): the published bubble and memory at equal costs, the
+// ZB-V, V-Half, DualPipeV): the published bubble and memory at equal costs, the
 // placement rules, the simulator's rank clocks and local messages, and the
 // CSV notation with several stages in a row.
 #include "passes/schedule/Generators.h"
@@ -117,6 +117,48 @@ TEST(ChunkedSchedules, ZbVKeepsOneFOneBMemoryWithLessBubbleThanZbH1) {
     }
 }
 
+// DualPipeV at equal costs (each half-size stage F = B = W = 1/2, F&B
+// run as F then the full backward, 3/2): the published bubble
+// (PP/2 - 1)(F&B + B - 3W) = (P-1)/2 and PP + 1 = 2P + 1 half-size
+// microbatches held on every rank; M forwards and backwards per chunk in
+// its eight phases; never slower than zb-v, faster from P = 8.
+TEST(ChunkedSchedules, DualPipeVMatchesItsPublishedBubbleAndMemory) {
+  for (int P : {2, 4, 8})
+    for (int M : {2 * P, 3 * P, 4 * P}) {
+      std::string at = label("dualpipe-v", P, 2, M);
+      Made d = make("dualpipe-v", P, 2, M);
+      ASSERT_EQ(rankCount(d.schedule), P) << at;
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(rankOfStage(d.schedule, r), r) << at;
+        EXPECT_EQ(rankOfStage(d.schedule, 2 * P - 1 - r), r) << at;
+      }
+      EXPECT_NEAR(d.sim.stepTime, 3.0 * M + 0.5 * (P - 1), 1e-9) << at;
+      for (const RankStats &rk : d.sim.ranks)
+        EXPECT_EQ(rk.peakActivationMicrobatches, 2 * P + 1) << at;
+      // Phase 1 on rank 0: 2(P-1) forwards of stage 0 before anything else.
+      auto programs = rankPrograms(d.schedule);
+      int leading = 0;
+      for (const RankAction &a : programs[0]) {
+        const Action &act = d.schedule.actions[a.stage][a.index];
+        if (isComm(act.kind))
+          continue;
+        if (act.kind != ActionKind::F || a.stage != 0)
+          break;
+        ++leading;
+      }
+      EXPECT_EQ(leading, 2 * (P - 1) + 1) << at; // phase 2 starts with F 0
+      Made v = make("zb-v", P, 2, M);
+      EXPECT_LE(d.sim.stepTime, v.sim.stepTime + 1e-9) << at;
+      if (P == 8)
+        EXPECT_LT(d.sim.stepTime, v.sim.stepTime) << at;
+    }
+  PipelineCosts costs = chunkCosts(4, 2);
+  auto few = makeSchedule("dualpipe-v", 8, 6, costs, HeldCap(), 2);
+  EXPECT_EQ(llvm::toString(few.takeError()),
+            "schedule 'dualpipe-v' needs at least twice as many microbatches "
+            "as ranks (8), not 6");
+}
+
 TEST(ChunkedSchedules, LocalMessagesTakeNoTime) {
   // Slow links: the V's turn (stages P-1 and P on the last rank) and the
   // loss's turn back are local, so zb-v crosses fewer links than 1f1b.
@@ -141,7 +183,7 @@ TEST(ChunkedSchedules, RejectsBadRequests) {
   EXPECT_EQ(llvm::toString(one.takeError()),
             "schedule '1f1b' runs one stage per rank; --chunks 2 needs one of "
             "interleaved-1f1b, interleaved-1f1b-2bp, looped-bfs, "
-            "looped-bfs-2bp, zb-v, v-half");
+            "looped-bfs-2bp, zb-v, v-half, dualpipe-v");
   auto mb = makeSchedule("interleaved-1f1b", 4, 3, c4, HeldCap(), 2);
   EXPECT_EQ(llvm::toString(mb.takeError()),
             "schedule 'interleaved-1f1b' needs the microbatches (3) to be a "
@@ -219,9 +261,12 @@ TEST(ChunkedSchedules, AutoIsTheFastestOfTheChunkedOnes) {
     for (int M : {P, 2 * P}) {
       Made best = make("auto", P, 2, M);
       ASSERT_EQ(rankCount(best.schedule), P);
-      for (const std::string &name : chunkedScheduleNames())
+      for (const std::string &name : chunkedScheduleNames()) {
+        if (name == "dualpipe-v" && M < 2 * P)
+          continue; // not a candidate (M >= 2P)
         EXPECT_LE(best.sim.stepTime, make(name, P, 2, M).sim.stepTime)
             << label(name, P, 2, M);
+      }
     }
 }
 
