@@ -128,48 +128,54 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   return req;
 }
 
-// Microbatches of activations stage s holds under the named schedule: what
-// the partition's memory check counts.
-static int64_t heldUnder(const std::string &schedule, int p, int64_t m,
-                         int s) {
-  if (schedule == "1f1b" || schedule == "auto")
-    return std::min<int64_t>(p - s, m);
-  if (schedule == "zb-h1")
-    return std::min<int64_t>(p, m);
-  if (schedule == "zb-h2")
-    return std::min<int64_t>(2 * p - 1, m);
-  return m; // gpipe and the 2BP schedules hold every microbatch until W
-}
-
 // The microbatches each stage holds at most, for the partitioner's memory
-// check: heldUnder's rule for the one-stage-per-rank schedules, and for the
-// others (a CSV, several stages per rank) what the schedule itself holds
-// at equal costs, simulated.
+// check: what the schedule itself holds at equal costs, simulated (the
+// count the validator and the schedule report use too), for every named
+// schedule and a CSV alike. For `auto`, per stage the least that any
+// schedule it may pick holds: the split must fit at least one of them, and
+// the schedule is then chosen under the cap with the real costs.
 static llvm::Expected<std::vector<int64_t>>
 heldMicrobatches(const std::optional<sched::Schedule> &csv,
                  const std::string &name, int stages, int64_t microbatches,
                  int chunks) {
-  std::vector<int64_t> out;
-  if (!csv && !sched::isChunkedSchedule(name)) {
-    for (int s = 0; s < stages; ++s)
-      out.push_back(heldUnder(name, stages, microbatches, s));
-    return out;
-  }
   passes::PipelineCosts uniform = passes::PipelineCosts::uniform(stages);
-  llvm::Expected<sched::Schedule> s =
-      csv ? llvm::Expected<sched::Schedule>(*csv)
-          : sched::makeSchedule(name, stages, int(microbatches), uniform,
-                                sched::HeldCap(), chunks);
-  if (!s)
-    return s.takeError();
-  if (s->stages != stages)
-    return usage(llvm::formatv("the schedule has {0} stages, the plan {1}",
-                               s->stages, stages));
-  auto sim = sched::simulate(*s, uniform);
-  if (!sim) // the validator reports it with the real costs
-    return std::vector<int64_t>(size_t(stages), microbatches);
-  for (const sched::StageStats &st : sim->stages)
-    out.push_back(st.peakActivationMicrobatches);
+  std::vector<std::string> names = {name};
+  if (!csv && name == "auto") {
+    names.clear();
+    for (const std::string &n : chunks == 1 ? sched::scheduleNames()
+                                            : sched::chunkedScheduleNames())
+      if (n != "auto")
+        names.push_back(n);
+  }
+  std::vector<int64_t> out(size_t(stages), microbatches);
+  for (const std::string &n : names) {
+    if (!csv) {
+      if (llvm::Error e = sched::checkChunks(n, stages, int(microbatches),
+                                             chunks)) {
+        if (names.size() == 1)
+          return std::move(e);
+        llvm::consumeError(std::move(e)); // not one `auto` may pick
+        continue;
+      }
+    }
+    llvm::Expected<sched::Schedule> s =
+        csv ? llvm::Expected<sched::Schedule>(*csv)
+            : sched::makeSchedule(n, stages, int(microbatches), uniform,
+                                  sched::HeldCap(), chunks);
+    if (!s)
+      return s.takeError();
+    if (s->stages != stages)
+      return usage(llvm::formatv("the schedule has {0} stages, the plan {1}",
+                                 s->stages, stages));
+    auto sim = sched::simulate(*s, uniform);
+    if (!sim) { // the validator reports it with the real costs
+      llvm::consumeError(sim.takeError());
+      continue;
+    }
+    for (int st = 0; st < stages; ++st)
+      out[size_t(st)] = std::min<int64_t>(
+          out[size_t(st)], sim->stages[size_t(st)].peakActivationMicrobatches);
+  }
   return out;
 }
 
