@@ -181,7 +181,8 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   // dimension allows, kMinBlock rows (or columns): on one thread OpenBLAS
   // ran 32-row blocks of a 512^3 product at 77% of one call's rate, 128-row
   // ones at 94%. A power of two of blocks (at most kMaxBlocks, at least 2),
-  // so that 2, 4 or 8 threads get equal shares.
+  // so that 2, 4 or 8 threads get equal shares. Each block is a task of
+  // its own (parallelTasks), taken by the next free thread.
   constexpr int64_t kBlockWork = int64_t(1) << 20, kMaxBlocks = 16,
                     kMinBlock = 128;
   auto blockOf = [&](int64_t length) {
@@ -194,21 +195,17 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   };
   if (m >= n) {
     int64_t block = blockOf(m), blocks = (m + block - 1) / block;
-    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t bi = b0; bi < b1; ++bi) {
-        int64_t r0 = bi * block, r1 = std::min(m, r0 + block);
-        gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b,
-             ldb, beta, c + r0 * ldc, ldc);
-      }
+    parallelTasks(blocks, [&](int64_t bi) {
+      int64_t r0 = bi * block, r1 = std::min(m, r0 + block);
+      gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b,
+           ldb, beta, c + r0 * ldc, ldc);
     });
   } else {
     int64_t block = blockOf(n), blocks = (n + block - 1) / block;
-    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t bi = b0; bi < b1; ++bi) {
-        int64_t c0 = bi * block, c1 = std::min(n, c0 + block);
-        gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0,
-             ldb, beta, c + c0, ldc);
-      }
+    parallelTasks(blocks, [&](int64_t bi) {
+      int64_t c0 = bi * block, c1 = std::min(n, c0 + block);
+      gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0,
+           ldb, beta, c + c0, ldc);
     });
   }
 }

@@ -50,6 +50,15 @@ void parallelFor(int64_t n, int64_t grain,
   });
 }
 
+void parallelTasks(int64_t n, const std::function<void(int64_t)> &f) {
+  if (!pool() || pool()->size() <= 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i)
+      f(i);
+    return;
+  }
+  pool()->run(n, f);
+}
+
 void addCombinedGradients(KernelTable &t) {
   for (const ir::OpInfo &info : ir::allOps()) {
     if (!info.split)

@@ -179,6 +179,12 @@ inline int64_t normalizedAxis(const KernelCall &call, size_t rank) {
 void parallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)> &f);
 
+// Runs f(i) for each i in [0, n) as its own task, taken by whichever
+// thread is free next: for a few large tasks (GEMM blocks), where a worker
+// that wakes late (an idle vCPU took 0.1 to 2 ms to wake here) still takes
+// its share instead of leaving the caller a whole range to run alone.
+void parallelTasks(int64_t n, const std::function<void(int64_t)> &f);
+
 // Calls `f` with a value of the C++ type matching `dtype` (float, double,
 // int64_t, int32_t, int8_t, bool); f16/bf16 are not dispatched here.
 template <typename F> auto dispatchType(ir::DType dtype, F &&f) {
