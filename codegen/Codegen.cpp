@@ -394,7 +394,7 @@ int64_t plannedPeakBytes(const runtime::StagePlan &sp) {
     if (a.microbatch >= 0 && last[a.microbatch] == i)
       --live;
   }
-  return persistent + int64_t(most) * sp.frameBytes;
+  return persistent + int64_t(most) * sp.frameBytes + sp.wBatchScratchBytes;
 }
 
 } // namespace
@@ -462,6 +462,8 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
       sp->predictedB = r.b;
       sp->predictedW = r.w;
     }
+    if (info.batchW)
+      runtime::planWBatch(*sp);
     sp->predictedPeakBytes = plannedPeakBytes(*sp);
     plan.stages.push_back(std::move(*sp));
   }

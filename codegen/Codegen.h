@@ -39,6 +39,10 @@ struct PlanInfo {
   // external data, never read by the compiler) become references to that
   // file's bytes instead of copies in the plan (cleavec --weights).
   bool referenceWeights = true;
+  // W batching (cleavec --batch-w): each stage whose W program allows it
+  // runs a run of consecutive microbatches' weight-gradient products as
+  // one (runtime::planWBatch); its scratch is part of the planned peak.
+  bool batchW = false;
   double predictedStepTime = 0; // seconds; 0 when not in seconds
   double predictedPeriod = 0;   // overlapping steps; the same
   std::vector<passes::StageReport> stageReports; // may be empty

@@ -434,85 +434,23 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
       return fail("loss slot '" + l.name +
                   "' must be a microbatch f32 or f64 scalar");
   }
-  planBatchW();
+  indexWBatch();
   return checkActions();
 }
 
-// Which W instructions W batching runs once for a run of microbatches: a
-// weight-gradient product whose operands concatenate along their first
-// dim into the same product (MatMulGradB with a 2-D result and equal-rank
-// operands, GemmGradB without transA, ConvGradFilter), followed by a chain
-// of single-use layout ops and casts ending in a slot that is only summed
-// over the microbatches. The sum of the chain's results is then the chain
-// applied to the product of the concatenated operands.
-void StageExecutor::planBatchW() {
-  const auto &prog = stage_.programs[int(Phase::W)];
-  const auto &slots = stage_.slots;
-  wBatch_ = WBatch{};
-  wBatch_.chainOf.assign(prog.size(), -1);
-  wBatch_.chain.resize(prog.size());
-  wBatch_.summedSlot.assign(slots.size(), false);
-  for (const Instr &in : prog)
-    if (in.kind != InstrKind::Kernel)
-      return;
-  wBatch_.possible = true;
-  std::vector<std::vector<int>> readers(slots.size());
-  for (size_t i = 0; i < prog.size(); ++i)
-    for (int s : prog[i].inputs)
-      readers[s].push_back(int(i));
-  auto perMicrobatch = [&](int s) {
-    return slots[s].kind == SlotKind::MicroTemp ||
-           slots[s].kind == SlotKind::Input;
-  };
-  auto linear = [](ir::OpKind k) {
-    return k == ir::OpKind::Transpose || k == ir::OpKind::Reshape ||
-           k == ir::OpKind::Identity || k == ir::OpKind::Cast ||
-           k == ir::OpKind::Squeeze || k == ir::OpKind::Unsqueeze ||
-           k == ir::OpKind::Flatten;
-  };
-  for (size_t i = 0; i < prog.size(); ++i) {
-    const Instr &in = prog[i];
-    if (in.inputs.size() != 2 || in.outputs.size() != 1 ||
-        !perMicrobatch(in.inputs[0]) || !perMicrobatch(in.inputs[1]))
-      continue;
-    const Slot &a = slots[in.inputs[0]], &dy = slots[in.inputs[1]],
-               &out = slots[in.outputs[0]];
-    bool concatenates =
-        (in.op == ir::OpKind::MatMulGradB && out.shape.size() == 2 &&
-         a.shape.size() == dy.shape.size() && a.shape.size() >= 2) ||
-        (in.op == ir::OpKind::GemmGradB &&
-         !ir::attrOrDefault(ir::opInfo(in.op), in.attrs, "transA")
-              .getInt()) ||
-        in.op == ir::OpKind::ConvGradFilter;
-    if (!concatenates || a.shape.empty() || dy.shape.empty() ||
-        a.shape[0] != dy.shape[0])
-      continue;
-    std::vector<int> chain;
-    int s = in.outputs[0];
-    bool ok = true;
-    while (slots[s].accum < 0) {
-      if (readers[s].size() != 1) {
-        ok = false;
-        break;
-      }
-      const Instr &next = prog[readers[s][0]];
-      if (!linear(next.op) || next.inputs.size() != 1 ||
-          next.outputs.size() != 1) {
-        ok = false;
-        break;
-      }
-      chain.push_back(readers[s][0]);
-      s = next.outputs[0];
-    }
-    if (!ok || !readers[s].empty() || slots[s].kind != SlotKind::MicroTemp)
-      continue;
-    for (int c : chain)
-      wBatch_.chainOf[c] = int(i);
-    wBatch_.chain[i] = chain;
-    wBatch_.chainOf[i] = int(i);
-    wBatch_.summedSlot[s] = true;
+void StageExecutor::setBatchW(bool on) {
+  if (on && !stage_.wBatch) {
+    planWBatch(stage_);
+    indexWBatch();
   }
 }
+
+void StageExecutor::indexWBatch() {
+  wSummed_.assign(stage_.slots.size(), false);
+  for (int s : stage_.wBatchSummed)
+    wSummed_[size_t(s)] = true;
+}
+
 
 // Actions first .. first + count - 1: W of consecutive microbatches, in
 // order (runStep checked), run as one (setBatchW).
@@ -530,7 +468,7 @@ llvm::Error StageExecutor::runBatchedW(size_t first, size_t count,
   }
   for (size_t i = 0; i < prog.size(); ++i) {
     const Instr &in = prog[i];
-    int product = wBatch_.chainOf[i];
+    int product = stage_.wBatchProduct[i];
     if (product < 0) { // per microbatch
       for (size_t j = 0; j < count; ++j)
         if (auto e = runInstr(in, i, Phase::W, step, m0 + int(j), frames[j]))
@@ -601,7 +539,7 @@ llvm::Error StageExecutor::runBatchedW(size_t first, size_t count,
   for (size_t j = 0; j < count; ++j)
     for (int s : accumWrites_[int(Phase::W)]) {
       int acc = stage_.slots[s].accum;
-      bool summed = wBatch_.summedSlot[s];
+      bool summed = wSummed_[size_t(s)];
       if (summed && j > 0)
         continue;
       if (auto e = accumulateSlot(s, m0 + int(j), frames[j]))
@@ -1083,7 +1021,7 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
     auto ta = Clock::now();
     // W batching: the run of W actions of consecutive microbatches here.
     size_t run = 1;
-    if (batchW_ && wBatch_.possible && a.kind == ActionKind::W)
+    if (stage_.wBatch && a.kind == ActionKind::W)
       while (i + run < end && acts[i + run].kind == ActionKind::W &&
              acts[i + run].microbatch == a.microbatch + int(run))
         ++run;

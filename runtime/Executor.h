@@ -215,22 +215,16 @@ public:
   // concatenated along the batch (the same sum, with the products' own
   // summation order), and the rest of the program runs per microbatch.
   // Fewer, larger GEMMs; results equal the unbatched ones up to rounding.
-  void setBatchW(bool on) { batchW_ = on; }
+  // The plan decides (cleavec --batch-w, StagePlan::wBatch); on asks for
+  // it on a plan compiled without (planWBatch on this stage's copy).
+  void setBatchW(bool on);
   // W products that ran batched, and the per-microbatch products they
   // replaced, since the executor was made.
   int64_t batchedProducts() const { return batchedProducts_; }
   int64_t replacedProducts() const { return replacedProducts_; }
 
 private:
-  // What W batching does with the W program (planBatchW).
-  struct WBatch {
-    bool possible = false;          // the program has no messages
-    std::vector<int> chainOf;       // by instruction: its product's index
-                                    // if it is in a product's chain, else -1
-    std::vector<std::vector<int>> chain; // by product instruction: its chain
-    std::vector<bool> summedSlot;   // by slot: fed by a batched chain
-  };
-  void planBatchW();
+  void indexWBatch(); // wSummed_ from the plan's wBatchSummed
   llvm::Error runBatchedW(size_t first, size_t count, int64_t step);
   StageExecutor(const StagePlan &sp, int microbatches, Backend &backend,
                 Comm &comm);
@@ -300,8 +294,7 @@ private:
   bool stepSkipped_ = false;
   std::string nonFiniteReport_;
   int64_t voteTag_ = 0; // past every tag of the plan's messages
-  bool batchW_ = false;
-  WBatch wBatch_;
+  std::vector<bool> wSummed_; // by slot: filled by a batched chain
   void *wScratch_ = nullptr; // concatenated W operands, grown, kept
   size_t wScratchBytes_ = 0;
   int64_t batchedProducts_ = 0, replacedProducts_ = 0;

@@ -106,7 +106,30 @@ struct StagePlan {
   // The compiler's predictions for this stage.
   double predictedF = 0, predictedB = 0, predictedW = 0; // per microbatch
   int64_t predictedPeakBytes = 0;
+  // W batching (cleavec --batch-w, planWBatch): a run of W actions of
+  // consecutive microbatches runs each weight-gradient product once, over
+  // the run's operands side by side. wBatchProduct has one entry per W
+  // instruction: the index of the product it belongs to (its own for a
+  // product, the product's for the layout ops that follow it), -1 for one
+  // that runs per microbatch. wBatchSummed are the slots a batched chain
+  // fills with the whole run's sum at once; wBatchScratchBytes the
+  // operands of the longest run laid side by side, part of the peak.
+  bool wBatch = false;
+  std::vector<int> wBatchProduct;
+  std::vector<int> wBatchSummed;
+  int64_t wBatchScratchBytes = 0;
 };
+
+// Decides W batching for a stage (sets the wBatch fields): a weight-
+// gradient product whose operands concatenate along their first dim into
+// the same product (MatMulGradB with a 2-D result and equal-rank operands,
+// GemmGradB without transA, ConvGradFilter), followed by a chain of
+// single-use layout ops and casts ending in a slot that is only summed over
+// the microbatches, batches: the sum of the chain's results is the chain
+// applied to the product of the concatenated operands. A W program with
+// messages does not batch (wBatch stays false). Codegen calls it for
+// cleavec --batch-w; cleave-run --batch-w for a plan compiled without.
+void planWBatch(StagePlan &stage);
 
 // A parameter's or constant's initial value, in one of three forms: the
 // plan holds its bytes (`bytes`: written into the .cplan); it refers to

@@ -178,6 +178,12 @@ void toProto(const StagePlan &s, pb::Stage &p) {
   p.set_predicted_b(s.predictedB);
   p.set_predicted_w(s.predictedW);
   p.set_predicted_peak_bytes(s.predictedPeakBytes);
+  p.set_w_batch(s.wBatch);
+  for (int i : s.wBatchProduct)
+    p.add_w_batch_product(i);
+  for (int i : s.wBatchSummed)
+    p.add_w_batch_summed(i);
+  p.set_w_batch_scratch_bytes(s.wBatchScratchBytes);
 }
 
 // The header, with every blob's offset left at 0 for the caller to place.
@@ -381,6 +387,11 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
   s.predictedB = p.predicted_b();
   s.predictedW = p.predicted_w();
   s.predictedPeakBytes = p.predicted_peak_bytes();
+  s.wBatch = p.w_batch();
+  s.wBatchProduct.assign(p.w_batch_product().begin(),
+                         p.w_batch_product().end());
+  s.wBatchSummed.assign(p.w_batch_summed().begin(), p.w_batch_summed().end());
+  s.wBatchScratchBytes = p.w_batch_scratch_bytes();
   return llvm::Error::success();
 }
 

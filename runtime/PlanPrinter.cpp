@@ -219,6 +219,14 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
         os << a.microbatch;
     }
     os << "\n";
+    if (s.wBatch) {
+      size_t products = 0;
+      for (size_t i = 0; i < s.wBatchProduct.size(); ++i)
+        products += s.wBatchProduct[i] == int(i);
+      os << "  W batching: " << products << " product(s) run once per run "
+         << "of consecutive microbatches, scratch " << s.wBatchScratchBytes
+         << " B\n";
+    }
     os << "  predicted: F " << ms(s.predictedF) << ", B " << ms(s.predictedB)
        << ", W " << ms(s.predictedW) << ", peak " << s.predictedPeakBytes
        << " B\n";

@@ -521,6 +521,20 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
     if (s.lossSlot < -1 || s.lossSlot >= nslots)
       return invalid(llvm::formatv("stage {0}: loss slot {1} out of range", si,
                                    s.lossSlot));
+    // W batching: what planWBatch decides for this stage, or nothing. The
+    // executor trusts the record, so a file's must be exactly that.
+    if (s.wBatch || !s.wBatchProduct.empty() || !s.wBatchSummed.empty() ||
+        s.wBatchScratchBytes != 0) {
+      StagePlan expected = s;
+      planWBatch(expected);
+      if (!s.wBatch || !expected.wBatch ||
+          expected.wBatchProduct != s.wBatchProduct ||
+          expected.wBatchSummed != s.wBatchSummed ||
+          expected.wBatchScratchBytes != s.wBatchScratchBytes)
+        return invalid(llvm::formatv("stage {0}: the W batching record is not "
+                                     "what its W program and actions give",
+                                     si));
+    }
     for (size_t i = 0; i + 1 < s.actions.size(); ++i)
       if (s.actions[i].kind == ActionKind::Step)
         return invalid(llvm::formatv("stage {0}: STEP is action {1} of {2}; "

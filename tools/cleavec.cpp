@@ -52,6 +52,11 @@ output:
                          from that file, which must stay unchanged; or
                          copied into the plan (embed). Weights inside the
                          .onnx are always copied
+  --batch-w              with -o FILE.cplan: each run of W actions of
+                         consecutive microbatches computes each weight-
+                         gradient product once, over their operands side by
+                         side (fewer, larger GEMMs; the same sums up to
+                         rounding); its scratch is in the planned peak
   --inline-limit=N       in IR text, spell out tensors of at most N elements
                          (default 16); larger ones refer to their file
 
@@ -145,6 +150,7 @@ int main(int argc, char **argv) {
   specs.insert(specs.end(), {{"emit", true, false},
                       {"o", true, false},
                       {"weights", true, false},
+                      {"batch-w", false, false},
                       {"inline-limit", true, false},
                       {"microbatch-size", true, false},
                       {"input-shape", true, true},
@@ -191,6 +197,8 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   if (flags.has("weights") && !planOut)
     return fail(kTool, "--weights goes with -o FILE.cplan", tools::kUsage);
+  if (flags.has("batch-w") && !planOut)
+    return fail(kTool, "--batch-w goes with -o FILE.cplan", tools::kUsage);
   if (planOut && emit != "summary")
     return fail(kTool, "-o FILE.cplan writes a plan; it does not go with --emit",
                 tools::kUsage);
@@ -329,6 +337,7 @@ int main(int argc, char **argv) {
       }
       info.stageReports = plan->stageReports;
       info.referenceWeights = weights == "reference";
+      info.batchW = flags.has("batch-w");
       auto built = codegen::buildPlan(plan->stageGraphs, plan->schedule, info);
       if (!built)
         return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);

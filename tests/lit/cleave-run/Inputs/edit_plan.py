@@ -7,6 +7,10 @@ usage: edit_plan.py IN OUT send-tag STAGE       the first Send of STAGE's
        edit_plan.py IN OUT step-recv-tag STAGE  the same for the first Recv
                                                  of STAGE's STEP program
        edit_plan.py IN OUT drop-step STAGE      STAGE's STEP action removed
+       edit_plan.py IN OUT w-batch-scratch STAGE
+                                                 STAGE's W batching scratch
+                                                 one byte larger (the record
+                                                 no longer matches)
 
 The header is protobuf (runtime/plan.proto), edited here at the wire level
 so no protobuf package is needed. Blobs sit at absolute offsets after the
@@ -34,7 +38,13 @@ stage_fields = [e for e in hdr if e[0] == HEADER_STAGES]
 entry = [e for e in stage_fields if get(decode(e[2]), STAGE_INDEX) == stage][0]
 st = decode(entry[2])
 done = False
-if what == "drop-step":
+STAGE_W_BATCH_SCRATCH = 17
+if what == "w-batch-scratch":
+    for e in st:
+        if e[0] == STAGE_W_BATCH_SCRATCH and e[2] % 128 != 127:
+            e[2] += 1  # the same varint length
+            done = True
+elif what == "drop-step":
     for e in st:
         if e[0] == STAGE_ACTIONS and get(decode(e[2]), 1) == ACTION_STEP:
             st.remove(e)
