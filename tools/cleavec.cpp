@@ -9,12 +9,14 @@
 #include "ir/Printer.h"
 #include "ir/Summary.h"
 #include "ir/Verifier.h"
+#include "passes/Partition.h"
 #include "passes/Pass.h"
 #include "runtime/PlanFile.h"
 #include "tools/PipelinePlanning.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -349,6 +351,29 @@ int main(int argc, char **argv) {
                     "cleave-run's checks: " +
                         llvm::toString(std::move(e)),
                     tools::kBadInput);
+      // --mem-cap bounds the partitioner's count: parameters, state and the
+      // stashed activations of the microbatches a stage holds. The plan
+      // keeps each held microbatch's whole frame (its temporaries and
+      // gradients too), so its peak can be higher; say so where it is.
+      if (planning->memCap) {
+        std::map<int, int64_t> rankPeak;
+        std::map<int, std::string> rankStages;
+        for (size_t s = 0; s < built->stages.size(); ++s) {
+          int r = built->stageRank.empty() ? int(s) : built->stageRank[s];
+          rankPeak[r] += built->stages[s].predictedPeakBytes;
+          rankStages[r] += (rankStages[r].empty() ? "" : ",") +
+                           std::to_string(s);
+        }
+        for (const auto &[r, peak] : rankPeak)
+          if (peak > *planning->memCap)
+            llvm::errs() << llvm::formatv(
+                "cleavec: warning: the memory plan of rank {0} (stage {1}) "
+                "peaks at {2}, above --mem-cap {3}: the cap bounds the "
+                "partition's count of stashed activations, and the plan "
+                "keeps each held microbatch's whole frame\n",
+                r, rankStages[r], passes::formatBytes(peak),
+                passes::formatBytes(*planning->memCap));
+      }
       for (const auto &[path, text] : plan->files)
         if (auto e = tools::writeOutput(path, text))
           return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
