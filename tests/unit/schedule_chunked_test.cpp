@@ -56,6 +56,15 @@ int rankPeak(const SimResult &r) {
   return peak;
 }
 
+// P ranks, rank r running stages r and 2P-1-r.
+void expectVPlacement(const Schedule &s, int P, const std::string &at) {
+  ASSERT_EQ(rankCount(s), P) << at;
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(rankOfStage(s, r), r) << at;
+    EXPECT_EQ(rankOfStage(s, 2 * P - 1 - r), r) << at;
+  }
+}
+
 TEST(ChunkedSchedules, InterleavedMatchesMegatronsBubbleAndMemory) {
   for (int P : {2, 4, 8})
     for (int v : {2, 3, 4})
@@ -96,11 +105,7 @@ TEST(ChunkedSchedules, ZbVKeepsOneFOneBMemoryWithLessBubbleThanZbH1) {
     for (int M : {P, 2 * P, 4 * P}) {
       std::string at = label("zb-v", P, 2, M);
       Made v = make("zb-v", P, 2, M);
-      ASSERT_EQ(rankCount(v.schedule), P) << at;
-      for (int r = 0; r < P; ++r) {
-        EXPECT_EQ(rankOfStage(v.schedule, r), r) << at;
-        EXPECT_EQ(rankOfStage(v.schedule, 2 * P - 1 - r), r) << at;
-      }
+      expectVPlacement(v.schedule, P, at);
       // 1F1B's peak, P microbatches of a whole rank's share: 2P of a
       // half-size stage.
       EXPECT_LE(rankPeak(v.sim), 2 * std::min(P, M)) << at;
@@ -127,11 +132,7 @@ TEST(ChunkedSchedules, DualPipeVMatchesItsPublishedBubbleAndMemory) {
     for (int M : {2 * P, 3 * P, 4 * P}) {
       std::string at = label("dualpipe-v", P, 2, M);
       Made d = make("dualpipe-v", P, 2, M);
-      ASSERT_EQ(rankCount(d.schedule), P) << at;
-      for (int r = 0; r < P; ++r) {
-        EXPECT_EQ(rankOfStage(d.schedule, r), r) << at;
-        EXPECT_EQ(rankOfStage(d.schedule, 2 * P - 1 - r), r) << at;
-      }
+      expectVPlacement(d.schedule, P, at);
       EXPECT_NEAR(d.sim.stepTime, 3.0 * M + 0.5 * (P - 1), 1e-9) << at;
       for (const RankStats &rk : d.sim.ranks)
         EXPECT_EQ(rk.peakActivationMicrobatches, 2 * P + 1) << at;
