@@ -45,31 +45,44 @@ struct Interval {
   int64_t from, to, bytes;
 };
 
-// First-fit placement of intervals into one arena; returns its size.
+// Places intervals into one arena; returns its size. Greedy by size: the
+// largest first, each at the lowest offset where it overlaps no placed
+// interval that is live at the same time. First fit in start order had
+// left the frames 15 to 22% above the peak of live bytes (gpt-tiny: 1.06 MB
+// for 870 KB live), which is what the partitioner counts
+// (docs/design/memory-count.md); by size they come within a few percent.
 int64_t placeIntervals(std::vector<Interval> intervals,
                        std::vector<Slot> &slots) {
   std::sort(intervals.begin(), intervals.end(),
             [](const Interval &a, const Interval &b) {
+              int64_t x = align64(a.bytes), y = align64(b.bytes);
+              if (x != y)
+                return x > y;
               return a.from != b.from ? a.from < b.from : a.slot < b.slot;
             });
-  struct Live {
-    int64_t offset, bytes, to;
+  struct Placed {
+    int64_t offset, bytes, from, to;
   };
-  std::vector<Live> live;
+  std::vector<Placed> placed; // by offset
+  std::vector<const Placed *> overlapping;
   int64_t size = 0;
   for (const Interval &iv : intervals) {
-    live.erase(std::remove_if(live.begin(), live.end(),
-                              [&](const Live &l) { return l.to < iv.from; }),
-               live.end());
-    std::sort(live.begin(), live.end(),
-              [](const Live &a, const Live &b) { return a.offset < b.offset; });
+    overlapping.clear();
+    for (const Placed &p : placed)
+      if (p.from <= iv.to && iv.from <= p.to)
+        overlapping.push_back(&p);
     int64_t need = align64(iv.bytes), offset = 0;
-    for (const Live &l : live) {
-      if (offset + need <= l.offset)
+    for (const Placed *p : overlapping) { // in offset order
+      if (offset + need <= p->offset)
         break;
-      offset = std::max(offset, l.offset + l.bytes);
+      offset = std::max(offset, p->offset + p->bytes);
     }
-    live.push_back({offset, need, iv.to});
+    Placed mine{offset, need, iv.from, iv.to};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), mine,
+                                   [](const Placed &a, const Placed &b) {
+                                     return a.offset < b.offset;
+                                   }),
+                  mine);
     slots[iv.slot].offset = offset;
     size = std::max(size, offset + need);
   }

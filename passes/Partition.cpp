@@ -4,6 +4,9 @@
 // the PipelineCosts for the schedules are read off the cost table.
 #include "passes/Partition.h"
 
+#include "ir/OpInfo.h"
+
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -55,6 +58,183 @@ static std::vector<ChainValue> chainValues(const ir::Graph &g,
   return values;
 }
 
+namespace {
+
+// The values of the graph by number, with what the frame sweep asks of
+// each.
+struct SweepValues {
+  llvm::DenseMap<const ir::Value *, int> id;
+  std::vector<int64_t> bytes;
+  std::vector<int> defLayer;   // -1: a graph input
+  std::vector<int> defPhase;   // 0 F, 1 B, 2 W, 3 opt; -1: a graph input
+  std::vector<bool> readByOpt; // summed over the microbatches
+  std::vector<bool> output;    // a graph output or a state update's value
+};
+
+int phaseIndex(ir::Phase p) {
+  switch (p) {
+  case ir::Phase::Fwd:
+    return 0;
+  case ir::Phase::B:
+    return 1;
+  case ir::Phase::W:
+    return 2;
+  default:
+    return 3;
+  }
+}
+
+// One candidate stage's peak of live bytes over a program made of the
+// given phases' ops of layers [first, end), in graph order phase after
+// phase, as codegen lays out a frame (codegen/Codegen.cpp): a value lives
+// from its op to its last reader; a value made elsewhere and read here for
+// the whole program (codegen's Input slots); one summed over the
+// microbatches to the end of its phase's program; a graph output or a
+// state update's value to the end; the result of a layout-only op on the
+// bytes of its operand made here. Work arrays are the caller's, reused.
+struct FrameSweep {
+  const SweepValues &vals;
+  const std::vector<std::vector<const ir::Op *>> &phaseOps; // [phase]
+  const llvm::DenseMap<const ir::Op *, unsigned> &layerOf;
+  std::vector<int> start, last, alias, stamp;
+  std::vector<int64_t> diff;
+  int now = 0;
+
+  FrameSweep(const SweepValues &v,
+             const std::vector<std::vector<const ir::Op *>> &ops,
+             const llvm::DenseMap<const ir::Op *, unsigned> &layers)
+      : vals(v), phaseOps(ops), layerOf(layers), start(v.bytes.size()),
+        last(v.bytes.size()), alias(v.bytes.size()),
+        stamp(v.bytes.size(), -1) {}
+
+  int64_t peak(int first, int end, llvm::ArrayRef<int> phases) {
+    ++now;
+    std::vector<int> touched;
+    int pos = 0;
+    int phaseEnd[4] = {-1, -1, -1, -1};
+    auto touch = [&](int v) {
+      if (stamp[v] == now)
+        return false;
+      stamp[v] = now;
+      start[v] = -1;
+      last[v] = -1;
+      alias[v] = v;
+      touched.push_back(v);
+      return true;
+    };
+    for (int phase : phases) {
+      for (const ir::Op *op : phaseOps[size_t(phase)]) {
+        int layer = int(layerOf.lookup(op));
+        if (layer < first || layer >= end)
+          continue;
+        for (const ir::Value *v : op->operands()) {
+          auto it = v ? vals.id.find(v) : vals.id.end();
+          // The step's program reads the microbatch sums, which live in
+          // accumulators (state, not a frame).
+          if (it == vals.id.end() ||
+              (phases[0] == 3) != (vals.defPhase[it->second] == 3))
+            continue;
+          touch(it->second); // first seen at a reader: made elsewhere
+          last[it->second] = pos;
+        }
+        for (const ir::Value *r : op->results()) {
+          auto it = vals.id.find(r);
+          if (it == vals.id.end())
+            continue;
+          int v = it->second;
+          touch(v);
+          start[v] = last[v] = pos;
+          const ir::Value *in = op->numOperands() == 1 ? op->operand(0) : nullptr;
+          auto src = in ? vals.id.find(in) : vals.id.end();
+          if (op->numResults() == 1 && src != vals.id.end() &&
+              ir::opInfo(op->kind()).has(ir::optrait::LayoutOnly) &&
+              vals.bytes[src->second] == vals.bytes[v] &&
+              stamp[src->second] == now && start[src->second] >= 0 &&
+              vals.defPhase[src->second] == vals.defPhase[v]) {
+            int root = src->second;
+            while (alias[root] != root)
+              root = alias[root];
+            alias[v] = root;
+          }
+        }
+        ++pos;
+      }
+      phaseEnd[phase] = pos - 1;
+    }
+    for (int v : touched) {
+      if (start[v] >= 0 && vals.defPhase[v] >= 0) {
+        if (vals.readByOpt[v] && vals.defPhase[v] < 3)
+          last[v] = std::max(last[v], phaseEnd[vals.defPhase[v]]);
+        if (vals.output[v])
+          last[v] = pos - 1;
+      }
+    }
+    for (int v : touched)
+      if (alias[v] != v) {
+        int root = alias[v];
+        while (alias[root] != root)
+          root = alias[root];
+        last[root] = std::max(last[root], last[v]);
+      }
+    diff.assign(size_t(pos) + 2, 0);
+    for (int v : touched) {
+      if (alias[v] != v || vals.bytes[v] == 0)
+        continue;
+      int from = start[v] + 1, to = std::max(last[v], start[v]) + 1;
+      diff[size_t(from)] += vals.bytes[v];
+      diff[size_t(to) + 1] -= vals.bytes[v];
+    }
+    int64_t live = 0, most = 0;
+    for (int64_t d : diff) {
+      live += d;
+      most = std::max(most, live);
+    }
+    return most;
+  }
+};
+
+} // namespace
+
+// LayerChain::frameBytes and stepFrameBytes for every candidate stage.
+static void fillFrameTables(const ir::Graph &g, const Layering &layering,
+                            LayerChain &chain) {
+  SweepValues vals;
+  auto add = [&](const ir::Value *v, int layer, int phase) {
+    vals.id[v] = int(vals.bytes.size());
+    vals.bytes.push_back(v->type().byteSize());
+    vals.defLayer.push_back(layer);
+    vals.defPhase.push_back(phase);
+    bool opt = false;
+    for (const ir::Use &u : v->uses())
+      opt = opt || u.user->phase() == ir::Phase::Opt;
+    vals.readByOpt.push_back(opt);
+    vals.output.push_back(g.isOutput(v));
+  };
+  for (const ir::Value *v : g.inputs())
+    add(v, -1, -1);
+  std::vector<std::vector<const ir::Op *>> phaseOps(4);
+  for (const auto &op : g.ops()) {
+    int phase = phaseIndex(op->phase());
+    phaseOps[size_t(phase)].push_back(op.get());
+    for (const ir::Value *r : op->results())
+      add(r, int(layering.layerOfOp.lookup(op.get())), phase);
+  }
+  for (const ir::StateUpdate &u : g.updates())
+    if (auto it = vals.id.find(u.value); it != vals.id.end())
+      vals.output[size_t(it->second)] = true;
+  int n = int(chain.layers.size());
+  chain.frameBytes.assign(size_t(n) * n, 0);
+  chain.stepFrameBytes.assign(size_t(n) * n, 0);
+  FrameSweep sweep(vals, phaseOps, layering.layerOfOp);
+  const int perMicrobatch[] = {0, 1, 2}, step[] = {3};
+  for (int first = 0; first < n; ++first)
+    for (int end = first + 1; end <= n; ++end) {
+      size_t cell = size_t(first) * n + end - 1;
+      chain.frameBytes[cell] = sweep.peak(first, end, perMicrobatch);
+      chain.stepFrameBytes[cell] = sweep.peak(first, end, step);
+    }
+}
+
 LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
                            llvm::ArrayRef<double> opTimes) {
   LayerChain chain;
@@ -86,6 +266,7 @@ LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
     c.staticBytes += staticBytes(*value);
   }
   chain.values = chainValues(g, layering);
+  fillFrameTables(g, layering, chain);
   // Parameters and buffers read by forward ops of several layers.
   for (const auto &[value, owner] : layering.layerOfDeclared) {
     if (value->kind() != ir::ValueKind::Param &&

@@ -69,6 +69,12 @@ struct LayerChain {
   std::vector<LayerCost> layers;
   std::vector<ChainValue> values;
   std::vector<SharedState> shared;
+  // For every candidate stage [first, end) (index first * n + end - 1),
+  // from a liveness sweep over its ops as codegen orders them: the peak
+  // bytes of one microbatch's frame, and of the step's frame
+  // (docs/design/memory-count.md). Empty for a chain made by hand: the
+  // stash (the values' holders) is the frame then, and no step frame.
+  std::vector<int64_t> frameBytes, stepFrameBytes;
 };
 
 // The link between two stages: each message costs latency + bytes/bandwidth.
@@ -95,8 +101,10 @@ public:
   double commTime(int first, int end) const { return comm_[at(first, end)]; }
   int64_t paramBytes(int first, int end) const;
   int64_t staticBytes(int first, int end) const;
+  // Per held microbatch: the stage's frame (the stashed activations with
+  // everything else a microbatch keeps while it runs).
   int64_t activationBytes(int first, int end) const {
-    return held_[at(first, end)];
+    return frame_.empty() ? held_[at(first, end)] : frame_[at(first, end)];
   }
   // Forward bytes received from earlier stages / sent to later ones.
   int64_t recvBytes(int first, int end) const { return recv_[at(first, end)]; }
@@ -119,6 +127,7 @@ private:
   std::vector<int64_t> paramSum_, staticSum_;       // prefix sums
   std::vector<double> comm_;                        // n x n tables
   std::vector<int64_t> held_, recv_, send_, replica_;
+  std::vector<int64_t> frame_, stepFrame_; // LayerChain's, when it has them
 };
 
 struct SolverOptions {

@@ -28,6 +28,8 @@ StageCostTable::StageCostTable(const LayerChain &chain, const LinkModel &link)
     staticSum_[i + 1] = staticSum_[i] + c.staticBytes;
   }
   fillActivationAndTraffic(chain, link);
+  frame_ = chain.frameBytes;
+  stepFrame_ = chain.stepFrameBytes;
 }
 
 double StageCostTable::time(int first, int end) const {
@@ -39,7 +41,8 @@ int64_t StageCostTable::paramBytes(int first, int end) const {
 }
 
 int64_t StageCostTable::staticBytes(int first, int end) const {
-  return staticSum_[end] - staticSum_[first] + replica_[at(first, end)];
+  return staticSum_[end] - staticSum_[first] + replica_[at(first, end)] +
+         (stepFrame_.empty() ? 0 : stepFrame_[at(first, end)]);
 }
 
 // For each first layer i, every value's contribution is a run of stage ends

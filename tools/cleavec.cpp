@@ -333,46 +333,83 @@ int main(int argc, char **argv) {
       info.lr = pipe.context.training.lr;
       info.precision = pipe.context.training.precision;
       info.dataParallel = int(pipe.context.training.dataParallel);
-      if (plan->timeUnit == "s") {
-        info.predictedStepTime = plan->predictedStepTime;
-        info.predictedPeriod = plan->predictedPeriod;
-      }
-      info.stageReports = plan->stageReports;
       info.referenceWeights = weights == "reference";
       info.batchW = flags.has("batch-w");
-      auto built = codegen::buildPlan(plan->stageGraphs, plan->schedule, info);
+      auto build = [&](const tools::PlanningResult &p)
+          -> llvm::Expected<runtime::Plan> {
+        codegen::PlanInfo in = info;
+        if (p.timeUnit == "s") {
+          in.predictedStepTime = p.predictedStepTime;
+          in.predictedPeriod = p.predictedPeriod;
+        }
+        in.stageReports = p.stageReports;
+        auto built = codegen::buildPlan(p.stageGraphs, p.schedule, in);
+        if (!built)
+          return built.takeError();
+        // What cleave-run checks before it runs a plan holds for every
+        // plan cleavec writes; a failure here is a compiler bug.
+        if (auto e = codegen::checkRunnable(*built))
+          return llvm::createStringError(
+              llvm::inconvertibleErrorCode(),
+              "internal error: the plan codegen built does not pass "
+              "cleave-run's checks: " + llvm::toString(std::move(e)));
+        return built;
+      };
+      auto built = build(*plan);
       if (!built)
         return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);
-      // What cleave-run checks before it runs a plan holds for every plan
-      // cleavec writes; a failure here is a compiler bug.
-      if (auto e = codegen::checkRunnable(*built))
-        return fail(kTool,
-                    "internal error: the plan codegen built does not pass "
-                    "cleave-run's checks: " +
-                        llvm::toString(std::move(e)),
-                    tools::kBadInput);
-      // --mem-cap bounds the partitioner's count: parameters, state and the
-      // stashed activations of the microbatches a stage holds. The plan
-      // keeps each held microbatch's whole frame (its temporaries and
-      // gradients too), so its peak can be higher; say so where it is.
-      if (planning->memCap) {
+      // --mem-cap bounds the partitioner's count: the peak of live bytes of
+      // each stage's frames (docs/design/memory-count.md). Laying the frames
+      // out can leave gaps of a few percent: where that puts a rank above
+      // the cap, partition again under a cap smaller by the overshoot (at
+      // most three times), and say so if a rank is still above it.
+      struct Over {
+        int rank;
+        std::string stages;
+        int64_t peak;
+      };
+      auto worstOver = [&](const runtime::Plan &p) -> std::optional<Over> {
         std::map<int, int64_t> rankPeak;
         std::map<int, std::string> rankStages;
-        for (size_t s = 0; s < built->stages.size(); ++s) {
-          int r = built->stageRank.empty() ? int(s) : built->stageRank[s];
-          rankPeak[r] += built->stages[s].predictedPeakBytes;
-          rankStages[r] += (rankStages[r].empty() ? "" : ",") +
-                           std::to_string(s);
+        for (size_t s = 0; s < p.stages.size(); ++s) {
+          int r = p.stageRank.empty() ? int(s) : p.stageRank[s];
+          rankPeak[r] += p.stages[s].predictedPeakBytes;
+          rankStages[r] +=
+              (rankStages[r].empty() ? "" : ",") + std::to_string(s);
         }
+        std::optional<Over> worst;
         for (const auto &[r, peak] : rankPeak)
-          if (peak > *planning->memCap)
-            llvm::errs() << llvm::formatv(
-                "cleavec: warning: the memory plan of rank {0} (stage {1}) "
-                "peaks at {2}, above --mem-cap {3}: the cap bounds the "
-                "partition's count of stashed activations, and the plan "
-                "keeps each held microbatch's whole frame\n",
-                r, rankStages[r], passes::formatBytes(peak),
-                passes::formatBytes(*planning->memCap));
+          if (peak > *planning->memCap && (!worst || peak > worst->peak))
+            worst = Over{r, rankStages[r], peak};
+        return worst;
+      };
+      if (planning->memCap) {
+        tools::PlanningRequest tighter = *planning;
+        for (int refit = 0; refit < 3; ++refit) {
+          std::optional<Over> over = worstOver(*built);
+          if (!over)
+            break;
+          *tighter.memCap -= over->peak - *planning->memCap;
+          auto again = tools::planPipeline(**graph, tighter);
+          if (!again) { // no split fits the tighter count: keep this one
+            llvm::consumeError(again.takeError());
+            break;
+          }
+          auto rebuilt = build(*again);
+          if (!rebuilt)
+            return fail(kTool, llvm::toString(rebuilt.takeError()),
+                        tools::kBadInput);
+          plan = std::move(again);
+          built = std::move(rebuilt);
+        }
+        if (std::optional<Over> over = worstOver(*built))
+          llvm::errs() << llvm::formatv(
+              "cleavec: warning: the memory plan of rank {0} (stage {1}) "
+              "peaks at {2} ({3} bytes), above --mem-cap {4}: the partition "
+              "counts the peak of live bytes, and laying out the frames "
+              "left gaps that no other split avoided\n",
+              over->rank, over->stages, passes::formatBytes(over->peak),
+              over->peak, passes::formatBytes(*planning->memCap));
       }
       for (const auto &[path, text] : plan->files)
         if (auto e = tools::writeOutput(path, text))
