@@ -84,105 +84,96 @@ int phaseIndex(ir::Phase p) {
   }
 }
 
-// One candidate stage's peak of live bytes over a program made of the
-// given phases' ops of layers [first, end), in graph order phase after
-// phase, as codegen lays out a frame (codegen/Codegen.cpp): a value lives
-// from its op to its last reader; a value made elsewhere and read here for
-// the whole program (codegen's Input slots); one summed over the
-// microbatches to the end of its phase's program; a graph output or a
-// state update's value to the end; the result of a layout-only op on the
-// bytes of its operand made here. Work arrays are the caller's, reused.
+// An op as the sweep reads it: its layer, and its per-microbatch (or, for
+// the step, optimizer-made) operands and results by value number.
+struct SweepOp {
+  int layer = 0;
+  std::vector<int> operands, results;
+  int aliasOf = -1; // a layout-only op's operand, whose bytes it shares
+};
+
+// One candidate stage's peak of live bytes over a program made of one
+// phase list's ops of layers [first, end) (F, B and W in graph order, one
+// after the other; or the step's), as codegen lays out a frame
+// (codegen/Codegen.cpp): a value lives from its op to its last reader; a
+// value made elsewhere and read here for the whole program (codegen's
+// Input slots); one summed over the microbatches to the end of its phase's
+// program; a graph output or a state update's value to the end; the
+// result of a layout-only op on the bytes of its operand made here.
 struct FrameSweep {
   const SweepValues &vals;
-  const std::vector<std::vector<const ir::Op *>> &phaseOps; // [phase]
-  const llvm::DenseMap<const ir::Op *, unsigned> &layerOf;
-  std::vector<int> start, last, alias, stamp;
+  std::vector<int> start, last, alias, stamp, touched;
   std::vector<int64_t> diff;
   int now = 0;
 
-  FrameSweep(const SweepValues &v,
-             const std::vector<std::vector<const ir::Op *>> &ops,
-             const llvm::DenseMap<const ir::Op *, unsigned> &layers)
-      : vals(v), phaseOps(ops), layerOf(layers), start(v.bytes.size()),
-        last(v.bytes.size()), alias(v.bytes.size()),
-        stamp(v.bytes.size(), -1) {}
+  explicit FrameSweep(const SweepValues &v)
+      : vals(v), start(v.bytes.size()), last(v.bytes.size()),
+        alias(v.bytes.size()), stamp(v.bytes.size(), -1) {}
 
-  int64_t peak(int first, int end, llvm::ArrayRef<int> phases) {
+  void touch(int v) {
+    if (stamp[size_t(v)] == now)
+      return;
+    stamp[size_t(v)] = now;
+    start[size_t(v)] = last[size_t(v)] = -1;
+    alias[size_t(v)] = v;
+    touched.push_back(v);
+  }
+  int root(int v) const {
+    while (alias[size_t(v)] != v)
+      v = alias[size_t(v)];
+    return v;
+  }
+
+  // phases: the op lists of the program's phases, in order, with each
+  // list's phase number (0 F, 1 B, 2 W, 3 step).
+  int64_t peak(int first, int end,
+               llvm::ArrayRef<std::pair<int, const std::vector<SweepOp> *>>
+                   phases) {
     ++now;
-    std::vector<int> touched;
+    touched.clear();
     int pos = 0;
     int phaseEnd[4] = {-1, -1, -1, -1};
-    auto touch = [&](int v) {
-      if (stamp[v] == now)
-        return false;
-      stamp[v] = now;
-      start[v] = -1;
-      last[v] = -1;
-      alias[v] = v;
-      touched.push_back(v);
-      return true;
-    };
-    for (int phase : phases) {
-      for (const ir::Op *op : phaseOps[size_t(phase)]) {
-        int layer = int(layerOf.lookup(op));
-        if (layer < first || layer >= end)
+    for (const auto &[phase, ops] : phases) {
+      for (const SweepOp &op : *ops) {
+        if (op.layer < first || op.layer >= end)
           continue;
-        for (const ir::Value *v : op->operands()) {
-          auto it = v ? vals.id.find(v) : vals.id.end();
-          // The step's program reads the microbatch sums, which live in
-          // accumulators (state, not a frame).
-          if (it == vals.id.end() ||
-              (phases[0] == 3) != (vals.defPhase[it->second] == 3))
-            continue;
-          touch(it->second); // first seen at a reader: made elsewhere
-          last[it->second] = pos;
+        for (int v : op.operands) {
+          touch(v); // first seen at a reader: made elsewhere
+          last[size_t(v)] = pos;
         }
-        for (const ir::Value *r : op->results()) {
-          auto it = vals.id.find(r);
-          if (it == vals.id.end())
-            continue;
-          int v = it->second;
+        for (int v : op.results) {
           touch(v);
-          start[v] = last[v] = pos;
-          const ir::Value *in = op->numOperands() == 1 ? op->operand(0) : nullptr;
-          auto src = in ? vals.id.find(in) : vals.id.end();
-          if (op->numResults() == 1 && src != vals.id.end() &&
-              ir::opInfo(op->kind()).has(ir::optrait::LayoutOnly) &&
-              vals.bytes[src->second] == vals.bytes[v] &&
-              stamp[src->second] == now && start[src->second] >= 0 &&
-              vals.defPhase[src->second] == vals.defPhase[v]) {
-            int root = src->second;
-            while (alias[root] != root)
-              root = alias[root];
-            alias[v] = root;
-          }
+          start[size_t(v)] = last[size_t(v)] = pos;
         }
+        if (op.aliasOf >= 0 && stamp[size_t(op.aliasOf)] == now &&
+            start[size_t(op.aliasOf)] >= 0)
+          alias[size_t(op.results[0])] = root(op.aliasOf);
         ++pos;
       }
       phaseEnd[phase] = pos - 1;
     }
-    for (int v : touched) {
-      if (start[v] >= 0 && vals.defPhase[v] >= 0) {
-        if (vals.readByOpt[v] && vals.defPhase[v] < 3)
-          last[v] = std::max(last[v], phaseEnd[vals.defPhase[v]]);
-        if (vals.output[v])
-          last[v] = pos - 1;
-      }
-    }
     for (int v : touched)
-      if (alias[v] != v) {
-        int root = alias[v];
-        while (alias[root] != root)
-          root = alias[root];
-        last[root] = std::max(last[root], last[v]);
+      if (start[size_t(v)] >= 0) {
+        int ph = vals.defPhase[size_t(v)];
+        if (vals.readByOpt[size_t(v)] && ph >= 0 && ph < 3)
+          last[size_t(v)] = std::max(last[size_t(v)], phaseEnd[ph]);
+        if (vals.output[size_t(v)])
+          last[size_t(v)] = pos - 1;
+      }
+    for (int v : touched)
+      if (alias[size_t(v)] != v) {
+        int r = root(v);
+        last[size_t(r)] = std::max(last[size_t(r)], last[size_t(v)]);
       }
     diff.assign(size_t(pos) + 2, 0);
     for (int v : touched) {
-      if (alias[v] != v || vals.bytes[v] == 0)
+      int64_t bytes = vals.bytes[size_t(v)];
+      if (alias[size_t(v)] != v || bytes == 0)
         continue;
-      int from = start[v] + 1, to = std::max(last[v], start[v]) + 1;
-      diff[size_t(from)] += vals.bytes[v];
-      diff[size_t(to) + 1] -= vals.bytes[v];
+      int from = start[size_t(v)] + 1,
+          to = std::max(last[size_t(v)], start[size_t(v)]) + 1;
+      diff[size_t(from)] += bytes;
+      diff[size_t(to) + 1] -= bytes;
     }
     int64_t live = 0, most = 0;
     for (int64_t d : diff) {
@@ -212,21 +203,46 @@ static void fillFrameTables(const ir::Graph &g, const Layering &layering,
   };
   for (const ir::Value *v : g.inputs())
     add(v, -1, -1);
-  std::vector<std::vector<const ir::Op *>> phaseOps(4);
-  for (const auto &op : g.ops()) {
-    int phase = phaseIndex(op->phase());
-    phaseOps[size_t(phase)].push_back(op.get());
+  for (const auto &op : g.ops())
     for (const ir::Value *r : op->results())
-      add(r, int(layering.layerOfOp.lookup(op.get())), phase);
-  }
+      add(r, int(layering.layerOfOp.lookup(op.get())),
+          phaseIndex(op->phase()));
   for (const ir::StateUpdate &u : g.updates())
     if (auto it = vals.id.find(u.value); it != vals.id.end())
       vals.output[size_t(it->second)] = true;
+  // The ops by phase. The step's program reads the microbatch sums, which
+  // live in accumulators (state, not a frame), so a step op's operands are
+  // only what other step ops made; a microbatch op's, what is made per
+  // microbatch.
+  std::vector<SweepOp> phaseOps[4];
+  for (const auto &op : g.ops()) {
+    int phase = phaseIndex(op->phase());
+    SweepOp so;
+    so.layer = int(layering.layerOfOp.lookup(op.get()));
+    for (const ir::Value *v : op->operands()) {
+      auto it = v ? vals.id.find(v) : vals.id.end();
+      if (it != vals.id.end() &&
+          (phase == 3) == (vals.defPhase[size_t(it->second)] == 3))
+        so.operands.push_back(it->second);
+    }
+    for (const ir::Value *r : op->results())
+      so.results.push_back(vals.id.lookup(r));
+    if (op->numOperands() == 1 && op->numResults() == 1 &&
+        so.operands.size() == 1 &&
+        ir::opInfo(op->kind()).has(ir::optrait::LayoutOnly) &&
+        vals.bytes[size_t(so.operands[0])] == vals.bytes[size_t(so.results[0])] &&
+        vals.defPhase[size_t(so.operands[0])] == phase)
+      so.aliasOf = so.operands[0];
+    phaseOps[phase].push_back(std::move(so));
+  }
   int n = int(chain.layers.size());
   chain.frameBytes.assign(size_t(n) * n, 0);
   chain.stepFrameBytes.assign(size_t(n) * n, 0);
-  FrameSweep sweep(vals, phaseOps, layering.layerOfOp);
-  const int perMicrobatch[] = {0, 1, 2}, step[] = {3};
+  FrameSweep sweep(vals);
+  const std::pair<int, const std::vector<SweepOp> *> perMicrobatch[] = {
+      {0, &phaseOps[0]}, {1, &phaseOps[1]}, {2, &phaseOps[2]}};
+  const std::pair<int, const std::vector<SweepOp> *> step[] = {
+      {3, &phaseOps[3]}};
   for (int first = 0; first < n; ++first)
     for (int end = first + 1; end <= n; ++end) {
       size_t cell = size_t(first) * n + end - 1;
