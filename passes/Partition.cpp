@@ -11,6 +11,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace cleave::passes {
 
@@ -124,19 +125,23 @@ struct FrameSweep {
     return v;
   }
 
-  // phases: the op lists of the program's phases, in order, with each
-  // list's phase number (0 F, 1 B, 2 W, 3 step).
-  int64_t peak(int first, int end,
-               llvm::ArrayRef<std::pair<int, const std::vector<SweepOp> *>>
-                   phases) {
+  // The program's phases in order: each one's number (0 F, 1 B, 2 W, 3
+  // step), its ops, and the indices of the stage's ops among them, in
+  // graph order.
+  struct PhaseOps {
+    int phase;
+    const std::vector<SweepOp> *ops;
+    const std::vector<int> *inStage;
+  };
+  int64_t peak(llvm::ArrayRef<PhaseOps> phases) {
     ++now;
     touched.clear();
     int pos = 0;
     int phaseEnd[4] = {-1, -1, -1, -1};
-    for (const auto &[phase, ops] : phases) {
-      for (const SweepOp &op : *ops) {
-        if (op.layer < first || op.layer >= end)
-          continue;
+    for (const PhaseOps &ph : phases) {
+      int phase = ph.phase;
+      for (int index : *ph.inStage) {
+        const SweepOp &op = (*ph.ops)[size_t(index)];
         for (int v : op.operands) {
           touch(v); // first seen at a reader: made elsewhere
           last[size_t(v)] = pos;
@@ -239,16 +244,36 @@ static void fillFrameTables(const ir::Graph &g, const Layering &layering,
   chain.frameBytes.assign(size_t(n) * n, 0);
   chain.stepFrameBytes.assign(size_t(n) * n, 0);
   FrameSweep sweep(vals);
-  const std::pair<int, const std::vector<SweepOp> *> perMicrobatch[] = {
-      {0, &phaseOps[0]}, {1, &phaseOps[1]}, {2, &phaseOps[2]}};
-  const std::pair<int, const std::vector<SweepOp> *> step[] = {
-      {3, &phaseOps[3]}};
-  for (int first = 0; first < n; ++first)
+  // Each phase's ops by layer, in graph order; a stage's are its layers'
+  // merged, grown one layer at a time, so a stage costs its own ops.
+  std::vector<std::vector<int>> byLayer[4];
+  for (int ph = 0; ph < 4; ++ph) {
+    byLayer[ph].resize(size_t(n));
+    for (size_t i = 0; i < phaseOps[ph].size(); ++i)
+      byLayer[ph][size_t(phaseOps[ph][i].layer)].push_back(int(i));
+  }
+  std::vector<int> inStage[4], merged;
+  for (int first = 0; first < n; ++first) {
+    for (auto &v : inStage)
+      v.clear();
     for (int end = first + 1; end <= n; ++end) {
+      for (int ph = 0; ph < 4; ++ph) {
+        const std::vector<int> &add = byLayer[ph][size_t(end - 1)];
+        merged.clear();
+        std::merge(inStage[ph].begin(), inStage[ph].end(), add.begin(),
+                   add.end(), std::back_inserter(merged));
+        inStage[ph].swap(merged);
+      }
+      const FrameSweep::PhaseOps perMicrobatch[] = {
+          {0, &phaseOps[0], &inStage[0]},
+          {1, &phaseOps[1], &inStage[1]},
+          {2, &phaseOps[2], &inStage[2]}};
+      const FrameSweep::PhaseOps step[] = {{3, &phaseOps[3], &inStage[3]}};
       size_t cell = size_t(first) * n + end - 1;
-      chain.frameBytes[cell] = sweep.peak(first, end, perMicrobatch);
-      chain.stepFrameBytes[cell] = sweep.peak(first, end, step);
+      chain.frameBytes[cell] = sweep.peak(perMicrobatch);
+      chain.stepFrameBytes[cell] = sweep.peak(step);
     }
+  }
 }
 
 LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,

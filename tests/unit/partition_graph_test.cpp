@@ -406,7 +406,11 @@ TEST(Partition, NinetySixLayerGraphUnderASecond) {
   std::printf("96-layer graph into 16 stages under a cap: %.1f ms, "
               "imbalance %.3f\n",
               seconds * 1e3, capped->imbalance);
+  // The bar is for an optimized build; an unoptimized, instrumented one
+  // (CI's ASan + UBSan build) runs the same search several times slower.
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(seconds, 1.0);
+#endif
 }
 
 } // namespace
