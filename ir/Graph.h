@@ -115,6 +115,11 @@ public:
   Phase phase() const { return phase_; }
   void setPhase(Phase p) { phase_ = p; }
 
+  // The pipeline stage the `partition` pass put this op on; -1 before it
+  // (passes/Planning.h). Printed as `[s]` before the phase.
+  int stage() const { return stage_; }
+  void setStage(int s) { stage_ = s; }
+
 private:
   friend class Graph;
   OpKind kind_;
@@ -123,6 +128,7 @@ private:
   AttrMap attrs_;
   std::string loc_;
   Phase phase_ = Phase::Fwd;
+  int stage_ = -1;
 };
 
 class Graph {

@@ -19,6 +19,8 @@
 
 namespace cleave::ir {
 namespace {
+// Stage tags above this are refused (more than any plan may have).
+constexpr int64_t kMaxStageTag = 1 << 20;
 
 // Input text quoted in an error, with control and non-ASCII bytes escaped so
 // the message stays one readable line.
@@ -70,7 +72,8 @@ private:
   llvm::Expected<std::shared_ptr<TensorData>> parseData(const TensorType &t);
   llvm::Expected<Attribute> parseAttrValue(AttrKind kind);
   llvm::Error parseDeclaration(llvm::StringRef keyword);
-  llvm::Error parseOp(Phase phase = Phase::Fwd);
+  llvm::Error parseOp(Phase phase = Phase::Fwd, int stage = -1);
+  llvm::Error parseTaggedOp(int stage);
   llvm::Error parseStash();
   llvm::Error parseUpdate();
   llvm::Error checkNewName(const std::string &name);
@@ -535,7 +538,7 @@ llvm::Error Parser::parseDeclaration(llvm::StringRef keyword) {
   return llvm::Error::success();
 }
 
-llvm::Error Parser::parseOp(Phase phase) {
+llvm::Error Parser::parseOp(Phase phase, int stage) {
   std::vector<std::string> names;
   // An op without results (Send) starts with its name.
   while (peek() == '%') {
@@ -619,9 +622,27 @@ llvm::Error Parser::parseOp(Phase phase) {
       return l.takeError();
     loc = *l;
   }
-  graph_->appendOp(*kind, operands, types, names, std::move(attrs), loc)
-      ->setPhase(phase);
+  Op *op = graph_->appendOp(*kind, operands, types, names, std::move(attrs),
+                            loc);
+  op->setPhase(phase);
+  op->setStage(stage);
   return llvm::Error::success();
+}
+
+// After `[s]`, the stage tag: an op with or without its phase.
+llvm::Error Parser::parseTaggedOp(int stage) {
+  if (peek() == '%')
+    return parseOp(Phase::Fwd, stage);
+  size_t at = pos_;
+  llvm::StringRef kw = readWord();
+  if (auto phase = parsePhase(std::string_view(kw.data(), kw.size())))
+    return parseOp(*phase, stage);
+  if (lookupOp(std::string_view(kw.data(), kw.size()))) {
+    pos_ = at; // an untagged op, no results
+    return parseOp(Phase::Fwd, stage);
+  }
+  return error("expected an op after the stage tag [" +
+               llvm::Twine(stage) + "]");
 }
 
 llvm::Error Parser::parseStash() {
@@ -670,6 +691,20 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::run() {
       return error("expected '}' to close the graph");
     if (peek() == '%') {
       if (auto e = parseOp())
+        return std::move(e);
+      continue;
+    }
+    if (consume("[")) { // a pipeline stage tag: `[s] fwd %x = ...`
+      auto stage = parseInt();
+      if (!stage)
+        return stage.takeError();
+      if (*stage < 0 || *stage > kMaxStageTag)
+        return error("stage tag " + llvm::Twine(*stage) +
+                     " is out of range (0.." + llvm::Twine(kMaxStageTag) +
+                     ")");
+      if (auto e = expect("]"))
+        return std::move(e);
+      if (auto e = parseTaggedOp(int(*stage)))
         return std::move(e);
       continue;
     }

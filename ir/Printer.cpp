@@ -4,6 +4,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -115,8 +116,19 @@ void printGraph(const Graph &g, llvm::raw_ostream &os,
        << " : " << v->type().str() << " = " << dataText(*v->data(), opts)
        << "\n";
   bool tagged = g.isTraining();
+  // Stage tags (the partition pass's), padded to the widest.
+  int maxStage = -1;
+  for (const auto &op : g.ops())
+    maxStage = std::max(maxStage, op->stage());
+  size_t stageWidth =
+      maxStage < 0 ? 0 : std::to_string(maxStage).size() + 3;
   for (const auto &op : g.ops()) {
     os << "  ";
+    if (maxStage >= 0)
+      os << llvm::left_justify(
+          op->stage() < 0 ? std::string()
+                          : "[" + std::to_string(op->stage()) + "]",
+          stageWidth);
     if (tagged)
       os << llvm::left_justify(llvm::StringRef(phaseName(op->phase()).data(),
                                               phaseName(op->phase()).size()),

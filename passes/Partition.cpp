@@ -378,7 +378,8 @@ splitAtStarts(const Layering &layering, llvm::ArrayRef<std::string> names) {
 static llvm::Error checkSplitFits(const StageCostTable &table,
                                   const SolverOptions &opts,
                                   llvm::ArrayRef<int> starts,
-                                  const Layering &layering) {
+                                  const Layering &layering,
+                                  llvm::StringRef from) {
   if (!opts.memCap)
     return llvm::Error::success();
   for (size_t s = 0; s < starts.size(); ++s) {
@@ -386,17 +387,73 @@ static llvm::Error checkSplitFits(const StageCostTable &table,
     int64_t peak = table.peakBytes(starts[s], end, heldMicrobatches(opts, s));
     if (peak > *opts.memCap)
       return partitionError(llvm::formatv(
-          "--split-at: stage {0} ({1}..{2}) needs {3}, over the memory cap "
+          "{5}: stage {0} ({1}..{2}) needs {3}, over the memory cap "
           "of {4}; move its cuts or raise --mem-cap",
           s, layering.layers[starts[s]].name, layering.layers[end - 1].name,
-          formatBytes(peak), formatBytes(*opts.memCap)));
+          formatBytes(peak), formatBytes(*opts.memCap), from));
   }
   return llvm::Error::success();
 }
 
+// The stage starts the ops' stage tags give: every op of a layer on the
+// same stage, each layer on the stage of the layer before it or the next.
 static llvm::Expected<std::vector<int>>
-chooseStarts(const StageCostTable &table, const SolverOptions &solver,
-             const PartitionOptions &opts, const Layering &layering) {
+tagStarts(const ir::Graph &g, const Layering &layering, int stages) {
+  std::vector<int> stageOfLayer(layering.layers.size(), -1);
+  for (const auto &owned : g.ops()) { // in program order, for the message
+    const ir::Op *op = owned.get();
+    auto it = layering.layerOfOp.find(op);
+    if (it == layering.layerOfOp.end())
+      continue;
+    unsigned layer = it->second;
+    int s = op->stage();
+    if (s < 0)
+      return partitionError(op->describe() +
+                            " has no stage tag; run the partition pass on "
+                            "the whole training graph first");
+    int &mine = stageOfLayer[layer];
+    if (mine >= 0 && mine != s)
+      return partitionError(llvm::formatv(
+          "layer '{0}' has ops on stages {1} and {2} ({3}); a stage holds "
+          "whole layers (is --layer-depth the one the tags were made with?)",
+          layering.layers[layer].name, std::min(mine, s), std::max(mine, s),
+          op->describe()));
+    mine = s;
+  }
+  std::vector<int> starts = {0};
+  for (size_t l = 0; l < stageOfLayer.size(); ++l) {
+    int s = stageOfLayer[l], before = l ? stageOfLayer[l - 1] : 0;
+    if (s == before)
+      continue;
+    if (s != before + 1)
+      return partitionError(llvm::formatv(
+          "layer '{0}' is tagged stage {1} after a layer of stage {2}; "
+          "stages hold consecutive layers, numbered in model order",
+          layering.layers[l].name, s, before));
+    starts.push_back(int(l));
+  }
+  if (stageOfLayer.empty() || stageOfLayer.front() != 0)
+    return partitionError("the first layer is not tagged stage 0");
+  if (int(starts.size()) != stages)
+    return partitionError(llvm::formatv(
+        "the stage tags make {0} stages, but {1} are asked for",
+        starts.size(), stages));
+  return starts;
+}
+
+static llvm::Expected<std::vector<int>>
+chooseStarts(const ir::Graph &g, const StageCostTable &table,
+             const SolverOptions &solver, const PartitionOptions &opts,
+             const Layering &layering) {
+  if (opts.followStageTags) {
+    auto starts = tagStarts(g, layering, solver.stages);
+    if (!starts)
+      return starts.takeError();
+    if (auto e = checkSplitFits(table, solver, *starts, layering,
+                                "the stage tags"))
+      return std::move(e);
+    return starts;
+  }
   if (opts.splitAt.empty()) {
     auto split = solveChain(table, solver);
     if (!split)
@@ -406,7 +463,7 @@ chooseStarts(const StageCostTable &table, const SolverOptions &solver,
   auto starts = splitAtStarts(layering, opts.splitAt);
   if (!starts)
     return starts.takeError();
-  if (auto e = checkSplitFits(table, solver, *starts, layering))
+  if (auto e = checkSplitFits(table, solver, *starts, layering, "--split-at"))
     return e;
   return starts;
 }
@@ -500,7 +557,7 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   solver.microbatches = opts.microbatches;
   solver.memCap = opts.memCap;
   solver.heldMicrobatches = opts.heldMicrobatches;
-  auto starts = chooseStarts(table, solver, opts, *layering);
+  auto starts = chooseStarts(g, table, solver, opts, *layering);
   if (!starts)
     return starts.takeError();
 

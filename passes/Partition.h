@@ -168,6 +168,10 @@ struct PartitionOptions {
   std::optional<int64_t> memCap;
   std::vector<int64_t> heldMicrobatches; // see SolverOptions
   std::vector<std::string> splitAt;      // first layers of stages 1..P-1
+  // Take the split from the ops' stage tags (Op::stage, which the
+  // `partition` pass sets) instead of searching: each layer's ops on one
+  // stage, the stages in layer order.
+  bool followStageTags = false;
   CostModelSpec costModel;
   std::string deviceProfile = "cpu";
   LayerOptions layers;

@@ -73,6 +73,7 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
                             "stages"))
       return std::move(e);
     req.stages = int(*n);
+    req.stagesGiven = true;
   }
   if (auto m = flags.get("microbatches")) {
     auto n = parseCount("microbatches", *m);
@@ -128,198 +129,18 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   return req;
 }
 
-// The microbatches each stage holds at most, for the partitioner's memory
-// check: what the schedule itself holds at equal costs, simulated (the
-// count the validator and the schedule report use too), for every named
-// schedule and a CSV alike. For `auto`, per stage the least that any
-// schedule it may pick holds: the split must fit at least one of them, and
-// the schedule is then chosen under the cap with the real costs.
-static llvm::Expected<std::vector<int64_t>>
-heldMicrobatches(const std::optional<sched::Schedule> &csv,
-                 const std::string &name, int stages, int64_t microbatches,
-                 int chunks) {
-  passes::PipelineCosts uniform = passes::PipelineCosts::uniform(stages);
-  std::vector<std::string> names = {name};
-  if (!csv && name == "auto") {
-    names.clear();
-    for (const std::string &n : chunks == 1 ? sched::scheduleNames()
-                                            : sched::chunkedScheduleNames())
-      if (n != "auto")
-        names.push_back(n);
-  }
-  std::vector<int64_t> out(size_t(stages), microbatches);
-  for (const std::string &n : names) {
-    if (!csv) {
-      if (llvm::Error e = sched::checkChunks(n, stages, int(microbatches),
-                                             chunks)) {
-        if (names.size() == 1)
-          return std::move(e);
-        llvm::consumeError(std::move(e)); // not one `auto` may pick
-        continue;
-      }
-    }
-    llvm::Expected<sched::Schedule> s =
-        csv ? llvm::Expected<sched::Schedule>(*csv)
-            : sched::makeSchedule(n, stages, int(microbatches), uniform,
-                                  sched::HeldCap(), chunks);
-    if (!s)
-      return s.takeError();
-    if (s->stages != stages)
-      return usage(llvm::formatv("the schedule has {0} stages, the plan {1}",
-                                 s->stages, stages));
-    auto sim = sched::simulate(*s, uniform);
-    if (!sim) { // the validator reports it with the real costs
-      llvm::consumeError(sim.takeError());
-      continue;
-    }
-    for (int st = 0; st < stages; ++st)
-      out[size_t(st)] = std::min<int64_t>(
-          out[size_t(st)], sim->stages[size_t(st)].peakActivationMicrobatches);
-  }
-  return out;
-}
-
-// When the searched split is unbalanced, as when a whole encoder is one
-// layer, the line that says how to cut finer: the layer count one
-// name-scope deeper. Empty when balanced, when the split was given, with one
-// microbatch, or when a deeper scope adds no layers.
-static std::string coarseLayerHint(const ir::Graph &g,
-                                   const passes::PartitionResult &part,
-                                   const PlanningRequest &req) {
-  constexpr double kCoarse = 1.2;
-  // With one microbatch the stages run one after the other anyway.
-  if (!req.splitAt.empty() || part.imbalance <= kCoarse ||
-      part.microbatches < 2 || part.layering.depth == 0)
-    return "";
-  unsigned depth = part.layering.depth + 1;
-  auto deeper = passes::groupLayers(g, {depth});
-  if (!deeper || deeper->layers.size() <= part.layering.layers.size())
-    return "";
-  return llvm::formatv("hint: imbalance {0:F2}; finer layers may balance the "
-                       "stages better: --layer-depth {1} cuts one name-scope "
-                       "deeper ({2} layers instead of {3})\n",
-                       part.imbalance, depth,
-                       deeper->layers.size(), part.layering.layers.size())
-      .str();
-}
-
-namespace {
-
-// One partition and schedule: what planPipeline weighs and then emits.
-struct Planned {
-  passes::PartitionResult part;
-  sched::Schedule schedule;
-  sched::SimResult sim;
-  int stages = 0;
-};
-
-} // namespace
-
-// Partitions `g` into req.stages x chunks stages and schedules them (or
-// follows the CSV `csv`).
-static llvm::Expected<Planned> planWith(const ir::Graph &g,
-                                        const PlanningRequest &req, int chunks,
-                                        std::optional<sched::Schedule> csv) {
-  int stages = req.stages * chunks; // in all, over req.stages ranks
-  int64_t microbatches = req.microbatches;
-  if (csv) {
-    stages = csv->stages;
-    microbatches = csv->microbatches;
-    chunks = std::max(1, stages / sched::rankCount(*csv));
-  } else if (auto e = sched::checkChunks(req.schedule, stages,
-                                         int(microbatches), chunks)) {
-    return std::move(e);
-  }
-
-  passes::PartitionOptions popts;
-  popts.stages = stages;
-  popts.microbatches = microbatches;
-  // A rank's cap is shared by its stages.
-  if (req.memCap)
-    popts.memCap = *req.memCap / chunks;
-  auto held =
-      heldMicrobatches(csv, req.schedule, stages, microbatches, chunks);
-  if (!held)
-    return held.takeError();
-  popts.heldMicrobatches = std::move(*held);
-  popts.splitAt = req.splitAt;
-  auto model = passes::parseCostModel(req.costModel);
-  if (!model)
-    return model.takeError();
-  popts.costModel = *model;
-  popts.deviceProfile = req.deviceProfile;
-  popts.layers.depth = req.layerDepth;
-  auto part = passes::partition(g, popts);
-  if (!part)
-    return part.takeError();
-
-  // The activations each stage may hold under the cap, counted as the
-  // partitioner counted them.
-  sched::HeldCap cap = popts.memCap
-                           ? sched::heldCapFor(part->costs, *popts.memCap)
-                           : sched::HeldCap();
-  llvm::Expected<sched::Schedule> schedule =
-      csv ? llvm::Expected<sched::Schedule>(std::move(*csv))
-          : sched::makeSchedule(req.schedule, stages, int(microbatches),
-                                part->costs, cap, chunks);
-  if (!schedule)
-    return schedule.takeError();
-  if (auto e = sched::validateSchedule(*schedule, part->costs, cap))
-    return usage(schedule->name + ": " + llvm::toString(std::move(e)));
-  auto sim = sched::simulate(*schedule, part->costs);
-  if (!sim)
-    return sim.takeError();
-  return Planned{std::move(*part), std::move(*schedule), std::move(*sim),
-                 stages};
-}
-
-llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
+llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
                                             const PlanningRequest &req) {
-  std::optional<sched::Schedule> csv;
-  if (llvm::StringRef(req.schedule).startswith("csv:")) {
-    auto s = sched::readScheduleCsvFile(req.schedule.substr(4));
-    if (!s)
-      return s.takeError();
-    csv = std::move(*s);
-  }
-  // `auto` without --chunks also weighs 2 stages per rank (not with
-  // --split-at, whose cuts are for one stage per rank).
-  std::vector<int> tries = {req.chunks > 0 ? req.chunks
-                                           : sched::defaultChunks(req.schedule)};
-  if (req.schedule == "auto" && req.chunks == 0 && req.splitAt.empty())
-    tries.push_back(2);
-  std::optional<Planned> best;
-  std::string tried;
-  for (int chunks : tries) {
-    auto p = planWith(g, req, chunks, csv);
-    if (tries.size() == 1 && !p)
-      return p.takeError();
-    std::string label = std::to_string(chunks) + " stage(s) per rank: ";
-    if (!p) {
-      tried += "  " + label + "none (" + llvm::toString(p.takeError()) + ")\n";
-      continue;
-    }
-    bool seconds = p->part.costs.timeUnit == "s";
-    tried += llvm::formatv("  {0}{1}, step {2:F3} {3}\n", label,
-                           p->schedule.name,
-                           seconds ? 1e3 * p->sim.stepTime : p->sim.stepTime,
-                           seconds ? "ms" : p->part.costs.timeUnit)
-                 .str();
-    if (!best || p->sim.stepTime < best->sim.stepTime)
-      best = std::move(*p);
-  }
-  if (!best) // every try failed: the one-stage-per-rank reason
-    return planWith(g, req, tries[0], csv).takeError();
-  passes::PartitionResult *part = &best->part;
-  sched::Schedule *schedule = &best->schedule;
-  sched::SimResult *sim = &best->sim;
-  int stages = best->stages;
+  passes::PipelineModule m(g, req);
+  for (const passes::PlanningPassInfo &p : passes::planningPasses())
+    if (auto e = p.run(m))
+      return std::move(e);
+  const passes::PartitionResult *part = &*m.partition;
+  const sched::Schedule *schedule = &*m.schedule;
+  const sched::SimResult *sim = &*m.sim;
 
   PlanningResult out;
-  auto stageGraphs = passes::splitStages(g, part->stageOfOp, stages);
-  if (!stageGraphs)
-    return stageGraphs.takeError();
-  out.stageGraphs = std::move(*stageGraphs);
+  out.stageGraphs = std::move(m.stageGraphs);
   out.schedule = *schedule;
   out.stageReports = part->stages;
   // cleave-run finishes a step on every stage before it starts the next,
@@ -332,11 +153,7 @@ llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
   if (req.emitCsv) {
     text << sched::scheduleToCsv(*schedule);
   } else {
-    passes::printStageTable(*part, text);
-    text << coarseLayerHint(g, *part, req);
-    if (tries.size() > 1)
-      text << "auto tried:\n" << tried;
-    text << sched::scheduleSummary(*schedule, *sim, part->costs);
+    text << passes::planningSummary(m);
   }
   text.flush();
   for (const std::string &t : req.timelines)

@@ -1,11 +1,12 @@
-// The pipeline half of cleavec: partition the training graph into stages,
-// build and validate the schedule, simulate it, and produce what the user
-// asked for (stage table and schedule figures, timeline, JSON report,
-// schedule CSV). Everything is computed before anything is written.
+// The pipeline half of cleavec: the planning flags, and the planning passes
+// (passes/Planning.h) run in order with what the user asked for rendered
+// (stage table and schedule figures, timeline, JSON report, schedule CSV).
+// Everything is computed before anything is written.
 #pragma once
 
 #include "ir/Graph.h"
 #include "passes/Partition.h"
+#include "passes/Planning.h"
 #include "passes/schedule/Schedule.h"
 #include "tools/ToolSupport.h"
 
@@ -26,16 +27,9 @@ extern const char kPlanningHelp[];
 // True when the flags ask for pipeline planning (--stages or --schedule).
 bool wantsPlanning(const Flags &flags);
 
-struct PlanningRequest {
-  int stages = 1;  // ranks
-  int chunks = 0;  // stages per rank (--chunks); 0: the schedule's default
-  int64_t microbatches = 1;
-  std::string schedule = "1f1b"; // a name or csv:FILE
-  std::optional<int64_t> memCap; // bytes per rank
-  std::string costModel = "analytic";
-  std::string deviceProfile = "cpu";
-  std::vector<std::string> splitAt;
-  std::optional<unsigned> layerDepth; // unset: found (passes/Layers.h)
+// The planning options (passes/Planning.h) and what cleavec writes of the
+// plan besides it.
+struct PlanningRequest : passes::PlanningOptions {
   std::vector<std::string> timelines; // .json or .svg paths
   std::optional<std::string> report;
   bool emitCsv = false; // --emit=schedule-csv
@@ -55,7 +49,9 @@ struct PlanningResult {
   std::string timeUnit;
 };
 
-llvm::Expected<PlanningResult> planPipeline(const ir::Graph &g,
+// Runs the planning passes partition, schedule and split-stages on `g`
+// (which keeps the stage tags) and renders what the request asks for.
+llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
                                             const PlanningRequest &req);
 
 } // namespace cleave::tools

@@ -6,6 +6,8 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
+#include "passes/Planning.h"
+#include "tools/PipelinePlanning.h"
 #include "tools/RunGraph.h"
 #include "support/FileIO.h"
 #include "tools/ToolSupport.h"
@@ -45,6 +47,16 @@ result as cleave IR text.
   --list-passes          list the passes and exit
   --help                 show this help
 
+Pipeline planning passes (partition, schedule, split-stages) run after the
+graph passes, on a training graph, and take cleavec's pipeline flags:
+--stages, --schedule, --chunks, --microbatches, --mem-cap, --cost-model,
+--device-profile, --split-at, --layer-depth (cleavec --help says what they
+do). `partition` tags every op with its stage ([s] before the op); a pass
+run on tagged IR rebuilds the partition from the tags, so each planning
+pass runs alone on the output of the one before it. The planning figures
+follow the IR as // comments; after split-stages the stage graphs are
+printed instead of the training graph.
+
 exit status: 0 success, 1 bad input, 2 bad usage.
 )";
 
@@ -66,6 +78,15 @@ readInput(const std::string &path, const frontend::ImportOptions &opts,
   return ir::parseGraph((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
 }
 
+static std::string unknownPass(const std::string &name) {
+  std::string known;
+  for (const passes::PassInfo &p : passes::allPasses())
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  for (const passes::PlanningPassInfo &p : passes::planningPasses())
+    known += ", " + std::string(p.name);
+  return "unknown pass '" + name + "' (known passes: " + known + ")";
+}
+
 int main(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
   specs.insert(specs.end(), {{"passes", true, false},
@@ -81,6 +102,9 @@ int main(int argc, char **argv) {
                       {"outputs", true, false},
                       {"help", false, false},
                       {"h", false, false}});
+  for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
+    if (p.name != "timeline" && p.name != "report")
+      specs.push_back(p);
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
@@ -92,6 +116,9 @@ int main(int argc, char **argv) {
   }
   if (flags.has("list-passes")) {
     for (const passes::PassInfo &p : passes::allPasses())
+      llvm::outs() << "  " << p.name << "  " << p.summary << "\n";
+    llvm::outs() << "pipeline planning (after the graph passes):\n";
+    for (const passes::PlanningPassInfo &p : passes::planningPasses())
       llvm::outs() << "  " << p.name << "  " << p.summary << "\n";
     return tools::kOk;
   }
@@ -105,14 +132,46 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   std::vector<std::string> names =
       tools::splitList(flags.get("passes").value_or(""));
-  if (auto e = passes::checkPassNames(names))
-    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  // Graph passes first, then planning passes.
+  std::vector<std::string> graphNames, planningNames;
+  for (const std::string &n : names) {
+    if (passes::lookupPlanningPass(n)) {
+      planningNames.push_back(n);
+    } else if (!passes::lookupPass(n)) {
+      return fail(kTool, unknownPass(n), tools::kUsage);
+    } else if (!planningNames.empty()) {
+      return fail(kTool,
+                  "graph pass '" + n + "' comes after planning pass '" +
+                      planningNames.back() + "'; the planning passes run last",
+                  tools::kUsage);
+    } else {
+      graphNames.push_back(n);
+    }
+  }
+  names = std::move(graphNames);
+  std::optional<tools::PlanningRequest> planning;
+  if (!planningNames.empty()) {
+    auto req = tools::readPlanningFlags(flags);
+    if (!req)
+      return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
+    planning = std::move(*req);
+  } else {
+    for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
+      if (flags.has(p.name))
+        return fail(kTool,
+                    "--" + p.name +
+                        " is a pipeline flag: it goes with the planning "
+                        "passes (partition, schedule, split-stages)",
+                    tools::kUsage);
+  }
   passes::PipelineOptions pipe;
   pipe.dumpAfter = flags.getAll("dump-ir-after");
   pipe.verifyEach = !flags.has("no-verify-each");
   for (const std::string &d : pipe.dumpAfter)
     if (d != "all" &&
-        std::find(names.begin(), names.end(), d) == names.end())
+        std::find(names.begin(), names.end(), d) == names.end() &&
+        std::find(planningNames.begin(), planningNames.end(), d) ==
+            planningNames.end())
       return fail(kTool,
                   "--dump-ir-after names '" + d +
                       "', which is not among --passes",
@@ -121,6 +180,11 @@ int main(int argc, char **argv) {
   if (auto e = tools::readTrainingFlags(flags, pipe.context.training, addLoss))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   bool run = flags.has("run");
+  if (run && planning)
+    return fail(kTool,
+                "--run executes one graph; it does not go with the planning "
+                "passes",
+                tools::kUsage);
   if (run && (!flags.has("inputs") || !flags.has("outputs")))
     return fail(kTool, "--run needs --inputs DIR and --outputs DIR",
                 tools::kUsage);
@@ -152,6 +216,25 @@ int main(int argc, char **argv) {
     if (auto e = ir::verifyGraph(**graph))
       return fail(kTool, "invalid IR: " + llvm::toString(std::move(e)),
                   tools::kBadInput);
+  if (planning) {
+    passes::PipelineModule module(**graph, *planning);
+    for (const std::string &name : planningNames) {
+      if (auto e = passes::lookupPlanningPass(name)->run(module))
+        return fail(kTool, "pass " + name + ": " + llvm::toString(std::move(e)),
+                    tools::kBadInput);
+      if (passes::wantsDump(pipe, name)) {
+        llvm::errs() << "// -----// IR after " << name << " //----- //\n";
+        passes::printModule(module, llvm::errs(), print);
+      }
+    }
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    passes::printModule(module, os, print);
+    os.flush();
+    if (auto e = tools::writeOutput(flags.get("o").value_or("-"), text))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+    return tools::kOk;
+  }
   if (run) {
     if (auto e = tools::runGraphOnFiles(**graph, *flags.get("inputs"),
                                         *flags.get("outputs"), llvm::outs()))

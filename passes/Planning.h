@@ -1,0 +1,98 @@
+// Pipeline planning as passes over a module (docs/design/planning-passes.md).
+//
+// A pipeline module is a training graph and what the planning passes add to
+// it: `partition` tags every op with its stage (Op::stage, printed `[s]`),
+// `schedule` orders every rank's actions and simulates the step, and
+// `split-stages` makes one graph per stage. Each pass reads only the module,
+// so each runs alone on a module printed after the one before it: the
+// stage tags are in the IR text, and a pass that needs the partition
+// rebuilds it from them. cleavec runs the three in order; cleave-opt runs
+// any of them by name after the graph passes.
+#pragma once
+
+#include "ir/Graph.h"
+#include "ir/Printer.h"
+#include "passes/Partition.h"
+#include "passes/schedule/Schedule.h"
+#include "passes/schedule/Simulator.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cleave::passes {
+
+// What the planning flags ask for (cleavec and cleave-opt read the same).
+struct PlanningOptions {
+  int stages = 1;          // ranks (--stages)
+  bool stagesGiven = false; // --stages was given (else taken from the tags)
+  int chunks = 0; // stages per rank (--chunks); 0: the schedule's default
+  int64_t microbatches = 1;
+  std::string schedule = "1f1b"; // a name or csv:FILE
+  std::optional<int64_t> memCap; // bytes per rank
+  std::string costModel = "analytic";
+  std::string deviceProfile = "cpu";
+  std::vector<std::string> splitAt;
+  std::optional<unsigned> layerDepth; // unset: found (passes/Layers.h)
+};
+
+struct PipelineModule {
+  explicit PipelineModule(ir::Graph &g, PlanningOptions o = {})
+      : graph(g), options(std::move(o)) {}
+
+  ir::Graph &graph; // the training graph; its ops carry the stage tags
+  PlanningOptions options;
+
+  // From `partition` (or rebuilt from the tags): the split, and the stages
+  // per rank it was made for.
+  std::optional<PartitionResult> partition;
+  int chunks = 1;
+  std::string autoTried; // `auto`'s candidates, one line each, when it tried several
+  std::string layerHint; // how to cut finer, when the split is unbalanced
+
+  // From `schedule`.
+  std::optional<schedule::Schedule> schedule;
+  std::optional<schedule::SimResult> sim;
+
+  // From `split-stages`: one graph per stage with its Send and Recv ops.
+  std::vector<std::unique_ptr<ir::Graph>> stageGraphs;
+
+  // Stages in all (ranks x chunks), once partitioned.
+  int stageCount() const {
+    return partition ? int(partition->stages.size()) : 0;
+  }
+};
+
+using PlanningPassFn = llvm::Error (*)(PipelineModule &);
+
+struct PlanningPassInfo {
+  std::string_view name;
+  std::string_view summary;
+  PlanningPassFn run;
+};
+
+llvm::ArrayRef<PlanningPassInfo> planningPasses();
+const PlanningPassInfo *lookupPlanningPass(std::string_view name);
+
+// The passes, in the order cleavec runs them.
+llvm::Error partitionPass(PipelineModule &m);
+llvm::Error schedulePass(PipelineModule &m);
+llvm::Error splitStagesPass(PipelineModule &m);
+
+// The stage table, the hint, what `auto` tried and the schedule figures:
+// what cleavec prints for a plan.
+std::string planningSummary(const PipelineModule &m);
+
+// The module as .cir text: before `split-stages`, the training graph with
+// its stage tags; after it, the stage graphs. The planning summary comes
+// after the graph as `//` comments, so the text parses back.
+void printModule(const PipelineModule &m, llvm::raw_ostream &os,
+                 const ir::PrintOptions &opts = {});
+
+} // namespace cleave::passes

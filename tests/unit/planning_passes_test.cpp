@@ -1,0 +1,157 @@
+// The planning passes (passes/Planning.h): partition tags every op, the
+// tags survive the IR text, and schedule / split-stages run on a reparsed
+// module give what the passes give in one run, for one and two stages per
+// rank.
+#include "frontend/OnnxImporter.h"
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "passes/Pass.h"
+#include "passes/Planning.h"
+#include "passes/schedule/ScheduleCsv.h"
+
+#include <gtest/gtest.h>
+
+using namespace cleave;
+using namespace cleave::passes;
+
+namespace {
+
+std::unique_ptr<ir::Graph> gptTraining() {
+  frontend::ImportOptions importOpts;
+  importOpts.microbatchSize = 2;
+  auto g = frontend::importOnnxFile(
+      std::string(CLEAVE_SOURCE_DIR) + "/examples/gpt/gpt-tiny.onnx",
+      importOpts);
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return nullptr;
+  }
+  PipelineOptions pipe;
+  if (auto e = runPipeline(**g,
+                           {"remove-identity", "dce", "autodiff",
+                            "split-backward", "optimizer"},
+                           pipe)) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return nullptr;
+  }
+  return std::move(*g);
+}
+
+// The printed module without the hint on finer layers, which only a
+// searched split gets (as with --split-at, tags are a given split).
+std::string moduleText(const PipelineModule &m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  printModule(m, os);
+  os.flush();
+  std::string out;
+  llvm::SmallVector<llvm::StringRef, 64> lines;
+  llvm::StringRef(s).split(lines, '\n');
+  for (llvm::StringRef l : lines)
+    if (!l.startswith("// hint:"))
+      out += l.str() + "\n";
+  return out;
+}
+
+// Partition, schedule and split in one module, and the same with the
+// module printed and reparsed after partition.
+void expectReparsedModuleAgrees(PlanningOptions o) {
+  auto g = gptTraining();
+  ASSERT_TRUE(g);
+  PipelineModule whole(*g, o);
+  for (const PlanningPassInfo &p : planningPasses())
+    ASSERT_FALSE(bool(p.run(whole))) << p.name;
+
+  auto g2 = gptTraining();
+  ASSERT_TRUE(g2);
+  PipelineModule first(*g2, o);
+  ASSERT_FALSE(bool(partitionPass(first)));
+  for (const auto &op : g2->ops())
+    ASSERT_GE(op->stage(), 0) << op->describe();
+  auto reparsed = ir::parseGraph(ir::printGraph(*g2), "module");
+  ASSERT_TRUE(bool(reparsed)) << llvm::toString(reparsed.takeError());
+  ASSERT_EQ((*reparsed)->ops().size(), g2->ops().size());
+  for (size_t i = 0; i < g2->ops().size(); ++i)
+    EXPECT_EQ((*reparsed)->ops()[i]->stage(), g2->ops()[i]->stage()) << i;
+
+  PlanningOptions alone = o;
+  alone.stagesGiven = false; // the tags say how many
+  PipelineModule second(**reparsed, alone);
+  ASSERT_FALSE(bool(schedulePass(second)));
+  ASSERT_FALSE(bool(splitStagesPass(second)));
+  EXPECT_EQ(second.chunks, whole.chunks);
+  EXPECT_EQ(second.stageCount(), whole.stageCount());
+  EXPECT_EQ(schedule::scheduleToCsv(*second.schedule),
+            schedule::scheduleToCsv(*whole.schedule));
+  EXPECT_DOUBLE_EQ(second.sim->makespan, whole.sim->makespan);
+  EXPECT_DOUBLE_EQ(second.sim->stepTime, whole.sim->stepTime);
+  ASSERT_EQ(second.partition->stages.size(), whole.partition->stages.size());
+  for (size_t s = 0; s < whole.partition->stages.size(); ++s) {
+    const StageReport &a = whole.partition->stages[s],
+                      &b = second.partition->stages[s];
+    EXPECT_EQ(a.firstLayer, b.firstLayer);
+    EXPECT_EQ(a.lastLayer, b.lastLayer);
+    EXPECT_EQ(a.peakBytes, b.peakBytes);
+    EXPECT_EQ(a.heldMicrobatches, b.heldMicrobatches);
+  }
+  ASSERT_EQ(second.stageGraphs.size(), whole.stageGraphs.size());
+  for (size_t s = 0; s < whole.stageGraphs.size(); ++s)
+    EXPECT_EQ(ir::printGraph(*second.stageGraphs[s]),
+              ir::printGraph(*whole.stageGraphs[s]));
+  // What cleavec prints, from either module.
+  EXPECT_EQ(moduleText(second), moduleText(whole));
+}
+
+TEST(PlanningPasses, ReparsedTagsGiveTheSamePlan) {
+  PlanningOptions o;
+  o.stages = 3;
+  o.stagesGiven = true;
+  o.microbatches = 4;
+  o.schedule = "zb-h1";
+  expectReparsedModuleAgrees(o);
+}
+
+TEST(PlanningPasses, ReparsedTagsGiveTheSamePlanWithTwoStagesPerRank) {
+  PlanningOptions o;
+  o.stages = 2;
+  o.stagesGiven = true;
+  o.chunks = 2;
+  o.microbatches = 4;
+  o.schedule = "zb-v";
+  expectReparsedModuleAgrees(o);
+}
+
+TEST(PlanningPasses, TagsFollowTheLayersAndOrderOfStages) {
+  auto g = gptTraining();
+  ASSERT_TRUE(g);
+  PlanningOptions o;
+  o.stages = 2;
+  o.stagesGiven = true;
+  o.microbatches = 2;
+  PipelineModule m(*g, o);
+  ASSERT_FALSE(bool(partitionPass(m)));
+  // Stage tags never decrease over the forward ops.
+  int last = 0;
+  for (const auto &op : g->ops())
+    if (op->phase() == ir::Phase::Fwd) {
+      EXPECT_GE(op->stage(), last) << op->describe();
+      last = op->stage();
+    }
+  EXPECT_EQ(last, 1);
+  // Moving one op of a layer to the other stage is refused by name.
+  ir::Op *moved = nullptr;
+  for (const auto &op : g->ops())
+    if (op->phase() == ir::Phase::W && op->stage() == 1) {
+      moved = op.get();
+      break;
+    }
+  ASSERT_TRUE(moved);
+  moved->setStage(0);
+  PipelineModule again(*g, o);
+  llvm::Error e = schedulePass(again);
+  ASSERT_TRUE(bool(e));
+  std::string msg = llvm::toString(std::move(e));
+  EXPECT_NE(msg.find("has ops on stages 0 and 1"), std::string::npos) << msg;
+}
+
+} // namespace
