@@ -1,5 +1,6 @@
 #include "codegen/Codegen.h"
 
+#include "passes/MemoryPlan.h"
 #include "support/Checksum.h"
 #include "support/FileIO.h"
 
@@ -35,59 +36,8 @@ static Phase planPhase(ir::Phase p) {
   return Phase::F;
 }
 
-static int64_t align64(int64_t n) { return (std::max<int64_t>(n, 1) + 63) / 64 * 64; }
 
 namespace {
-
-// A value's lifetime over a program, in instruction positions.
-struct Interval {
-  int slot;
-  int64_t from, to, bytes;
-};
-
-// Places intervals into one arena; returns its size. Greedy by size: the
-// largest first, each at the lowest offset where it overlaps no placed
-// interval that is live at the same time. First fit in start order had
-// left the frames 15 to 22% above the peak of live bytes (gpt-tiny: 1.06 MB
-// for 870 KB live), which is what the partitioner counts
-// (docs/design/memory-count.md); by size they come within a few percent.
-int64_t placeIntervals(std::vector<Interval> intervals,
-                       std::vector<Slot> &slots) {
-  std::sort(intervals.begin(), intervals.end(),
-            [](const Interval &a, const Interval &b) {
-              int64_t x = align64(a.bytes), y = align64(b.bytes);
-              if (x != y)
-                return x > y;
-              return a.from != b.from ? a.from < b.from : a.slot < b.slot;
-            });
-  struct Placed {
-    int64_t offset, bytes, from, to;
-  };
-  std::vector<Placed> placed; // by offset
-  std::vector<const Placed *> overlapping;
-  int64_t size = 0;
-  for (const Interval &iv : intervals) {
-    overlapping.clear();
-    for (const Placed &p : placed)
-      if (p.from <= iv.to && iv.from <= p.to)
-        overlapping.push_back(&p);
-    int64_t need = align64(iv.bytes), offset = 0;
-    for (const Placed *p : overlapping) { // in offset order
-      if (offset + need <= p->offset)
-        break;
-      offset = std::max(offset, p->offset + p->bytes);
-    }
-    Placed mine{offset, need, iv.from, iv.to};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), mine,
-                                   [](const Placed &a, const Placed &b) {
-                                     return a.offset < b.offset;
-                                   }),
-                  mine);
-    slots[iv.slot].offset = offset;
-    size = std::max(size, offset + need);
-  }
-  return size;
-}
 
 // The blobs that refer to ranges of weight files (PlanInfo::referenceWeights):
 // one blob per distinct range, shared by every stage that holds a replica
@@ -278,92 +228,18 @@ llvm::Expected<runtime::StagePlan> StageLowering::run() {
   return std::move(stage_);
 }
 
-// Lifetimes: the frame's programs F, B, W run in that order for one
-// microbatch (BW runs B then W); a value lives from the instruction that
-// makes it to its last reader, an input from the start. A value the step
-// sums, a state update's value and the loss live to the end of their
-// program (they are read after it).
+// The frames as the memory planner lays them out (passes/MemoryPlan.h):
+// the slots are the stage graph's values, one per value, and the programs
+// its ops by phase, so the planner's lifetimes are the executor's. A value
+// that shares its operand's buffer has its offset, and the executor skips
+// the op that made it.
 void StageLowering::planFrames() {
-  auto &slots = stage_.slots;
-  std::vector<int64_t> from(slots.size(), INT64_MAX), to(slots.size(), -1);
-  int64_t pos = 0;
-  std::vector<int64_t> programEnd(runtime::kNumPhases, 0);
-  std::vector<int> defPhase(slots.size(), 0); // the program that writes it
-  for (int p = 0; p < runtime::kNumPhases; ++p) {
-    if (p == int(Phase::Step))
-      pos = 0; // the step frame is its own arena
-    for (const Instr &in : stage_.programs[p]) {
-      for (int s : in.inputs)
-        to[s] = std::max(to[s], pos);
-      for (int s : in.outputs) {
-        if (from[s] == INT64_MAX)
-          defPhase[s] = p;
-        from[s] = std::min(from[s], pos);
-        to[s] = std::max(to[s], pos);
-      }
-      ++pos;
-    }
-    programEnd[p] = pos;
-  }
-  auto keepToEnd = [&](int s) {
-    if (s >= 0 && slots[s].kind != SlotKind::Input)
-      to[s] = std::max(to[s], programEnd[defPhase[s]]);
-  };
-  for (size_t s = 0; s < slots.size(); ++s)
-    if (slots[s].accum >= 0)
-      keepToEnd(int(s));
-  for (const auto *updates : {&stage_.fwdUpdates, &stage_.stepUpdates})
-    for (const runtime::StateUpdate &u : *updates)
-      keepToEnd(u.value);
-  keepToEnd(stage_.lossSlot);
-  // The result of a reshape-like op (Reshape, Flatten, Squeeze, Unsqueeze,
-  // Identity: the operand's bytes in the same order) shares its operand's
-  // bytes when both are temporaries of the same frame: one interval covers
-  // both lifetimes, and the executor skips the op (its operand and result
-  // are then the same buffer). Values are never written after their op, so
-  // the two names cannot disagree.
-  std::vector<int> aliasOf(slots.size());
-  for (size_t s = 0; s < slots.size(); ++s)
-    aliasOf[s] = int(s);
-  auto root = [&](int s) {
-    while (aliasOf[s] != s)
-      s = aliasOf[s];
-    return s;
-  };
-  for (const auto &prog : stage_.programs)
-    for (const Instr &in : prog) {
-      if (in.kind != InstrKind::Kernel ||
-          !ir::opInfo(in.op).has(ir::optrait::LayoutOnly) ||
-          in.inputs.size() != 1 || in.outputs.size() != 1)
-        continue;
-      int src = root(in.inputs[0]), dst = in.outputs[0];
-      bool sameFrame = slots[src].kind == slots[dst].kind &&
-                       (slots[dst].kind == SlotKind::MicroTemp ||
-                        slots[dst].kind == SlotKind::StepTemp);
-      if (!sameFrame || slots[src].bytes != slots[dst].bytes ||
-          from[dst] == INT64_MAX || aliasOf[dst] != dst)
-        continue;
-      aliasOf[dst] = src;
-      from[src] = std::min(from[src], from[dst]);
-      to[src] = std::max(to[src], to[dst]);
-    }
-  std::vector<Interval> micro, step;
-  for (size_t s = 0; s < slots.size(); ++s) {
-    const Slot &sl = slots[s];
-    if (aliasOf[s] != int(s))
-      continue;
-    if (sl.kind == SlotKind::Input)
-      micro.push_back({int(s), -1, std::max<int64_t>(to[s], 0), sl.bytes});
-    else if (sl.kind == SlotKind::MicroTemp && from[s] != INT64_MAX)
-      micro.push_back({int(s), from[s], to[s], sl.bytes});
-    else if (sl.kind == SlotKind::StepTemp && from[s] != INT64_MAX)
-      step.push_back({int(s), from[s], to[s], sl.bytes});
-  }
-  stage_.frameBytes = placeIntervals(std::move(micro), slots);
-  stage_.stepFrameBytes = placeIntervals(std::move(step), slots);
-  for (size_t s = 0; s < slots.size(); ++s)
-    if (aliasOf[s] != int(s))
-      slots[s].offset = slots[root(int(s))].offset;
+  const Value *loss = g_.lookup(info_.lossName);
+  passes::StageFrames frames = passes::planStageFrames(g_, loss);
+  for (const auto &[v, offset] : frames.offset)
+    stage_.slots[slotOf_.lookup(v)].offset = offset;
+  stage_.frameBytes = frames.micro.size;
+  stage_.stepFrameBytes = frames.step.size;
 }
 
 // The bound an integer input's values must stay under: the size of the

@@ -1,5 +1,7 @@
 #include "interp/Interpreter.h"
 
+#include "passes/MemoryPlan.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -12,7 +14,6 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-static int64_t align64(int64_t n) { return (std::max<int64_t>(n, 1) + 63) / 64 * 64; }
 
 Interpreter::~Interpreter() {
   for (void *p : owned_)
@@ -55,11 +56,8 @@ llvm::Error Interpreter::prepare() {
   // both until their last use (graph outputs until the end).
   const auto &ops = g_.ops();
   int64_t end = int64_t(ops.size());
-  struct Interval {
-    const Value *v;
-    int64_t from, to, bytes;
-  };
-  std::vector<Interval> items;
+  std::vector<const Value *> values;
+  std::vector<passes::Lifetime> lifetimes;
   llvm::DenseMap<const Op *, int64_t> index;
   for (int64_t i = 0; i < end; ++i)
     index[ops[i].get()] = i;
@@ -71,37 +69,20 @@ llvm::Error Interpreter::prepare() {
       last = end;
     return last;
   };
+  auto add = [&](const Value *v, int64_t from) {
+    values.push_back(v);
+    lifetimes.push_back({from, lastUse(v, from), v->type().byteSize()});
+  };
   for (const Value *v : g_.inputs())
-    items.push_back({v, -1, lastUse(v, -1), align64(v->type().byteSize())});
+    add(v, -1);
   for (int64_t i = 0; i < end; ++i)
     for (const Value *r : ops[i]->results())
-      items.push_back({r, i, lastUse(r, i), align64(r->type().byteSize())});
-  // Greedy first fit, largest first: each buffer goes to the lowest offset
-  // that no lifetime-overlapping buffer already placed occupies.
-  std::vector<size_t> order(items.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return items[a].bytes > items[b].bytes;
-  });
-  std::vector<std::pair<int64_t, size_t>> placed; // (offset, item)
-  for (size_t k : order) {
-    const Interval &it = items[k];
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (auto &[off, j] : placed)
-      if (items[j].from <= it.to && it.from <= items[j].to)
-        busy.push_back({off, off + items[j].bytes});
-    std::sort(busy.begin(), busy.end());
-    int64_t off = 0;
-    for (auto &[b, e] : busy) {
-      if (off + it.bytes <= b)
-        break;
-      off = std::max(off, e);
-    }
-    placed.push_back({off, k});
-    offset_[it.v] = off;
-    arenaBytes_ = std::max(arenaBytes_, off + it.bytes);
-  }
+      add(r, i);
+  // The memory planner codegen uses too (passes/MemoryPlan.h).
+  passes::ArenaLayout layout = passes::placeLifetimes(lifetimes);
+  for (size_t k = 0; k < values.size(); ++k)
+    offset_[values[k]] = layout.offsets[k];
+  arenaBytes_ = layout.size;
   arena_ = backend_.allocate(arenaBytes_);
   for (auto &[v, off] : offset_)
     where_[v] = static_cast<char *>(arena_) + off;

@@ -2,6 +2,7 @@
 // (docs/design/planning-passes.md).
 #include "passes/Planning.h"
 
+#include "passes/MemoryPlan.h"
 #include "passes/Stages.h"
 #include "passes/schedule/Generators.h"
 #include "passes/schedule/ScheduleCsv.h"
@@ -12,6 +13,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <map>
 
 namespace cleave::passes {
 
@@ -260,6 +262,7 @@ llvm::Error partitionPass(PipelineModule &m) {
     llvm::consumeError(std::move(*firstError));
   m.chunks = best->chunks;
   m.partition = std::move(best->part);
+  m.partitionSearched = o.splitAt.empty();
   m.autoTried = tries.size() > 1 ? tried : "";
   m.layerHint = coarseLayerHint(m.graph, *m.partition, o);
   m.schedule.reset();
@@ -313,6 +316,7 @@ static llvm::Error ensurePartition(PipelineModule &m, std::string_view pass) {
   if (!part)
     return part.takeError();
   m.partition = std::move(*part);
+  m.partitionSearched = false; // the tags are a given split
   m.chunks = chunks;
   m.layerHint.clear();
   return llvm::Error::success();
@@ -342,6 +346,143 @@ llvm::Error splitStagesPass(PipelineModule &m) {
   return llvm::Error::success();
 }
 
+int rankOfStage(const PipelineModule &m, int stage) {
+  if (!m.schedule || m.schedule->rankOf.empty())
+    return stage;
+  return m.schedule->rankOf[size_t(stage)];
+}
+
+// The most microbatch frames stage `stage` holds at once: one from each
+// microbatch's F to its last compute action there (what the executor
+// keeps, and codegen's plannedPeakBytes counts).
+static int heldFrames(const sched::Schedule &s, int stage) {
+  const std::vector<sched::Action> &acts = s.actions[size_t(stage)];
+  auto computes = [](sched::ActionKind k) {
+    return k == sched::ActionKind::F || k == sched::ActionKind::B ||
+           k == sched::ActionKind::W || k == sched::ActionKind::BW;
+  };
+  std::vector<size_t> last(size_t(s.microbatches), 0);
+  for (size_t i = 0; i < acts.size(); ++i)
+    if (computes(acts[i].kind) && acts[i].microbatch >= 0)
+      last[size_t(acts[i].microbatch)] = i;
+  int live = 0, most = 0;
+  for (size_t i = 0; i < acts.size(); ++i) {
+    if (!computes(acts[i].kind) || acts[i].microbatch < 0)
+      continue;
+    if (acts[i].kind == sched::ActionKind::F)
+      most = std::max(most, ++live);
+    if (last[size_t(acts[i].microbatch)] == i)
+      --live;
+  }
+  return most;
+}
+
+static void layOutMemory(PipelineModule &m) {
+  m.memory.clear();
+  const ir::Value *loss =
+      m.graph.outputs().empty() ? nullptr : m.graph.outputs()[0];
+  for (size_t s = 0; s < m.stageGraphs.size(); ++s) {
+    const ir::Graph &stage = *m.stageGraphs[s];
+    StageFrames frames = planStageFrames(
+        stage, loss ? stage.lookup(loss->name()) : nullptr);
+    PipelineModule::StageMemory mem;
+    mem.frameBytes = frames.micro.size;
+    mem.frameLivePeak = frames.micro.livePeak;
+    mem.stepFrameBytes = frames.step.size;
+    mem.persistentBytes = frames.persistentBytes;
+    mem.heldFrames = heldFrames(*m.schedule, int(s));
+    mem.peakBytes = mem.persistentBytes + mem.stepFrameBytes +
+                    int64_t(mem.heldFrames) * mem.frameBytes;
+    m.memory.push_back(mem);
+  }
+}
+
+namespace {
+struct RankOver {
+  int rank = 0;
+  std::string stages;
+  int64_t peak = 0;
+};
+} // namespace
+
+// The rank furthest above the cap, if one is.
+static std::optional<RankOver> worstRank(const PipelineModule &m,
+                                         int64_t cap) {
+  std::map<int, RankOver> ranks;
+  for (size_t s = 0; s < m.memory.size(); ++s) {
+    RankOver &r = ranks[rankOfStage(m, int(s))];
+    r.rank = rankOfStage(m, int(s));
+    r.peak += m.memory[s].peakBytes;
+    r.stages += (r.stages.empty() ? "" : ",") + std::to_string(s);
+  }
+  std::optional<RankOver> worst;
+  for (const auto &[rank, r] : ranks)
+    if (r.peak > cap && (!worst || r.peak > worst->peak))
+      worst = r;
+  return worst;
+}
+
+llvm::Error planMemoryPass(PipelineModule &m) {
+  if (auto e = ensurePartition(m, "plan-memory"))
+    return e;
+  if (m.stageGraphs.empty())
+    if (auto e = splitStagesPass(m))
+      return e;
+  if (!m.schedule)
+    if (auto e = schedulePass(m))
+      return e;
+  layOutMemory(m);
+  m.memoryWarning.clear();
+  m.memoryRefits = 0;
+  if (!m.options.memCap)
+    return llvm::Error::success();
+  // --mem-cap bounds the partitioner's count: the peak of live bytes of
+  // each stage's frames (docs/design/memory-count.md). Laying the frames out
+  // can leave gaps of a few percent: where that puts a rank above the cap,
+  // partition again under a cap smaller by the overshoot (at most three
+  // times, and only where the partition was searched), and say so if a rank
+  // is still above it.
+  int64_t cap = *m.options.memCap;
+  PlanningOptions tighter = m.options;
+  for (int refit = 0; refit < 3 && m.partitionSearched; ++refit) {
+    std::optional<RankOver> over = worstRank(m, cap);
+    if (!over)
+      break;
+    *tighter.memCap -= over->peak - cap;
+    PipelineModule again(m.graph, tighter);
+    llvm::Error e = partitionPass(again);
+    if (!e)
+      e = schedulePass(again);
+    if (!e)
+      e = splitStagesPass(again);
+    if (e) { // no split fits the tighter count: keep this one
+      llvm::consumeError(std::move(e));
+      tagOps(m);
+      break;
+    }
+    layOutMemory(again);
+    m.partition = std::move(again.partition);
+    m.chunks = again.chunks;
+    m.autoTried = std::move(again.autoTried);
+    m.layerHint = std::move(again.layerHint);
+    m.schedule = std::move(again.schedule);
+    m.sim = std::move(again.sim);
+    m.stageGraphs = std::move(again.stageGraphs);
+    m.memory = std::move(again.memory);
+    // The table shows the user's cap, not the tightened one.
+    m.partition->memCap = cap / m.chunks;
+    ++m.memoryRefits;
+  }
+  if (std::optional<RankOver> over = worstRank(m, cap))
+    m.memoryWarning = llvm::formatv(
+        "the memory plan of rank {0} (stage {1}) peaks at {2} ({3} bytes), "
+        "above --mem-cap {4}: the partition counts the peak of live bytes, "
+        "and laying out the frames left gaps that no other split avoided",
+        over->rank, over->stages, formatBytes(over->peak), over->peak,
+        formatBytes(cap));
+  return llvm::Error::success();
+}
+
 static const PlanningPassInfo kPlanningPasses[] = {
     {"partition",
      "cut the training graph into --stages x --chunks stages of whole "
@@ -356,6 +497,11 @@ static const PlanningPassInfo kPlanningPasses[] = {
      "make one graph per stage, with Send and Recv ops where values cross "
      "stages",
      splitStagesPass},
+    {"plan-memory",
+     "lay out every stage's frames as codegen does and check each rank's "
+     "peak under the schedule against --mem-cap (partitioning again under "
+     "a tighter cap where the layout's gaps overshoot it)",
+     planMemoryPass},
 };
 
 llvm::ArrayRef<PlanningPassInfo> planningPasses() { return kPlanningPasses; }
@@ -409,6 +555,36 @@ void printModule(const PipelineModule &m, llvm::raw_ostream &os,
   if (m.schedule) {
     os << "// schedule (PyTorch pipelining notation):\n";
     printCommented(sched::scheduleToCsv(*m.schedule), os);
+  }
+  if (!m.memory.empty()) {
+    os << "// memory plan (bytes; peak = persistent + step frame + held x "
+          "frame):\n";
+    os << llvm::formatv("// {0,5} {1,4} {2,12} {3,12} {4,12} {5,12} {6,4} "
+                        "{7,12}\n",
+                        "stage", "rank", "frame", "live peak", "step frame",
+                        "persistent", "held", "peak");
+    std::map<int, int64_t> rankPeak;
+    for (size_t s = 0; s < m.memory.size(); ++s) {
+      const PipelineModule::StageMemory &x = m.memory[s];
+      int rank = rankOfStage(m, int(s));
+      rankPeak[rank] += x.peakBytes;
+      os << llvm::formatv("// {0,5} {1,4} {2,12} {3,12} {4,12} {5,12} {6,4} "
+                          "{7,12}\n",
+                          s, rank, x.frameBytes, x.frameLivePeak,
+                          x.stepFrameBytes, x.persistentBytes, x.heldFrames,
+                          x.peakBytes);
+    }
+    for (const auto &[rank, peak] : rankPeak) {
+      os << "// rank " << rank << ": peak " << peak << " (" << formatBytes(peak)
+         << ")";
+      if (m.options.memCap)
+        os << (peak > *m.options.memCap ? ", above" : ", within")
+           << " --mem-cap " << formatBytes(*m.options.memCap);
+      os << "\n";
+    }
+    if (m.memoryRefits)
+      os << "// partitioned again " << m.memoryRefits
+         << " time(s) under a tighter cap: the first layout overshot it\n";
   }
   os.flush();
 }

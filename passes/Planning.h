@@ -2,12 +2,13 @@
 //
 // A pipeline module is a training graph and what the planning passes add to
 // it: `partition` tags every op with its stage (Op::stage, printed `[s]`),
-// `schedule` orders every rank's actions and simulates the step, and
-// `split-stages` makes one graph per stage. Each pass reads only the module,
-// so each runs alone on a module printed after the one before it: the
-// stage tags are in the IR text, and a pass that needs the partition
-// rebuilds it from them. cleavec runs the three in order; cleave-opt runs
-// any of them by name after the graph passes.
+// `schedule` orders every rank's actions and simulates the step,
+// `split-stages` makes one graph per stage, and `plan-memory` lays out each
+// stage's frames and checks every rank's peak against the cap. Each pass
+// reads only the module, so each runs alone on a module printed after the
+// one before it: the stage tags are in the IR text, and a pass that needs
+// what an earlier pass makes rebuilds it from them. cleavec runs the four
+// in order; cleave-opt runs any of them by name after the graph passes.
 #pragma once
 
 #include "ir/Graph.h"
@@ -53,6 +54,7 @@ struct PipelineModule {
   // per rank it was made for.
   std::optional<PartitionResult> partition;
   int chunks = 1;
+  bool partitionSearched = false; // not --split-at, not the tags
   std::string autoTried; // `auto`'s candidates, one line each, when it tried several
   std::string layerHint; // how to cut finer, when the split is unbalanced
 
@@ -62,6 +64,19 @@ struct PipelineModule {
 
   // From `split-stages`: one graph per stage with its Send and Recv ops.
   std::vector<std::unique_ptr<ir::Graph>> stageGraphs;
+
+  // From `plan-memory`: each stage's frames as codegen lays them out
+  // (passes/MemoryPlan.h) and its peak under the schedule; a warning when a
+  // rank stays above --mem-cap after partitioning again.
+  struct StageMemory {
+    int64_t frameBytes = 0, frameLivePeak = 0, stepFrameBytes = 0;
+    int64_t persistentBytes = 0;
+    int heldFrames = 0; // microbatch frames live at once under the schedule
+    int64_t peakBytes = 0;
+  };
+  std::vector<StageMemory> memory;
+  std::string memoryWarning;
+  int memoryRefits = 0; // partitions made again under a tighter cap
 
   // Stages in all (ranks x chunks), once partitioned.
   int stageCount() const {
@@ -84,6 +99,10 @@ const PlanningPassInfo *lookupPlanningPass(std::string_view name);
 llvm::Error partitionPass(PipelineModule &m);
 llvm::Error schedulePass(PipelineModule &m);
 llvm::Error splitStagesPass(PipelineModule &m);
+llvm::Error planMemoryPass(PipelineModule &m);
+
+// The rank of each stage in the module's schedule.
+int rankOfStage(const PipelineModule &m, int stage);
 
 // The stage table, the hint, what `auto` tried and the schedule figures:
 // what cleavec prints for a plan.

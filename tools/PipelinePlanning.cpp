@@ -149,6 +149,7 @@ llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
   out.predictedStepTime = sim->makespan;
   out.predictedPeriod = sim->stepTime;
   out.timeUnit = part->costs.timeUnit;
+  out.memoryWarning = m.memoryWarning;
   llvm::raw_string_ostream text(out.text);
   if (req.emitCsv) {
     text << sched::scheduleToCsv(*schedule);

@@ -47,10 +47,13 @@ struct PlanningResult {
   double predictedStepTime = 0; // simulated isolated step, in timeUnit
   double predictedPeriod = 0;   // simulated steady state of overlapping steps
   std::string timeUnit;
+  // plan-memory's warning when a rank stays above --mem-cap; empty if none.
+  std::string memoryWarning;
 };
 
-// Runs the planning passes partition, schedule and split-stages on `g`
-// (which keeps the stage tags) and renders what the request asks for.
+// Runs the planning passes partition, schedule, split-stages and
+// plan-memory on `g` (which keeps the stage tags) and renders what the
+// request asks for.
 llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
                                             const PlanningRequest &req);
 

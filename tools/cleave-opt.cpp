@@ -47,15 +47,16 @@ result as cleave IR text.
   --list-passes          list the passes and exit
   --help                 show this help
 
-Pipeline planning passes (partition, schedule, split-stages) run after the
-graph passes, on a training graph, and take cleavec's pipeline flags:
---stages, --schedule, --chunks, --microbatches, --mem-cap, --cost-model,
---device-profile, --split-at, --layer-depth (cleavec --help says what they
-do). `partition` tags every op with its stage ([s] before the op); a pass
-run on tagged IR rebuilds the partition from the tags, so each planning
-pass runs alone on the output of the one before it. The planning figures
-follow the IR as // comments; after split-stages the stage graphs are
-printed instead of the training graph.
+Pipeline planning passes (partition, schedule, split-stages, plan-memory)
+run after the graph passes, on a training graph, and take cleavec's
+pipeline flags: --stages, --schedule, --chunks, --microbatches, --mem-cap,
+--cost-model, --device-profile, --split-at, --layer-depth (cleavec --help
+says what they do). `partition` tags every op with its stage ([s] before
+the op); a pass run on tagged IR rebuilds what it needs from the tags, so
+each planning pass runs alone on the output of the one before it. The
+planning figures follow the IR as // comments; after split-stages the
+stage graphs are printed instead of the training graph, and plan-memory
+adds each stage's frames and each rank's peak.
 
 exit status: 0 success, 1 bad input, 2 bad usage.
 )";
@@ -161,7 +162,8 @@ int main(int argc, char **argv) {
         return fail(kTool,
                     "--" + p.name +
                         " is a pipeline flag: it goes with the planning "
-                        "passes (partition, schedule, split-stages)",
+                        "passes (partition, schedule, split-stages, "
+                        "plan-memory)",
                     tools::kUsage);
   }
   passes::PipelineOptions pipe;
@@ -227,6 +229,8 @@ int main(int argc, char **argv) {
         passes::printModule(module, llvm::errs(), print);
       }
     }
+    if (!module.memoryWarning.empty())
+      llvm::errs() << kTool << ": warning: " << module.memoryWarning << "\n";
     std::string text;
     llvm::raw_string_ostream os(text);
     passes::printModule(module, os, print);

@@ -358,59 +358,30 @@ int main(int argc, char **argv) {
       auto built = build(*plan);
       if (!built)
         return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);
-      // --mem-cap bounds the partitioner's count: the peak of live bytes of
-      // each stage's frames (docs/design/memory-count.md). Laying the frames
-      // out can leave gaps of a few percent: where that puts a rank above
-      // the cap, partition again under a cap smaller by the overshoot (at
-      // most three times), and say so if a rank is still above it.
-      struct Over {
-        int rank;
-        std::string stages;
-        int64_t peak;
-      };
-      auto worstOver = [&](const runtime::Plan &p) -> std::optional<Over> {
+      // plan-memory has partitioned again where the frames' layout
+      // overshot --mem-cap; what is still above it (or above it only with
+      // --batch-w's scratch, which codegen adds) is said here.
+      auto worstOver = [&](const runtime::Plan &p)
+          -> std::optional<std::pair<int, int64_t>> {
         std::map<int, int64_t> rankPeak;
-        std::map<int, std::string> rankStages;
-        for (size_t s = 0; s < p.stages.size(); ++s) {
-          int r = p.stageRank.empty() ? int(s) : p.stageRank[s];
-          rankPeak[r] += p.stages[s].predictedPeakBytes;
-          rankStages[r] +=
-              (rankStages[r].empty() ? "" : ",") + std::to_string(s);
-        }
-        std::optional<Over> worst;
+        for (size_t s = 0; s < p.stages.size(); ++s)
+          rankPeak[p.stageRank.empty() ? int(s) : p.stageRank[s]] +=
+              p.stages[s].predictedPeakBytes;
+        std::optional<std::pair<int, int64_t>> worst;
         for (const auto &[r, peak] : rankPeak)
-          if (peak > *planning->memCap && (!worst || peak > worst->peak))
-            worst = Over{r, rankStages[r], peak};
+          if (peak > *planning->memCap && (!worst || peak > worst->second))
+            worst = std::make_pair(r, peak);
         return worst;
       };
-      if (planning->memCap) {
-        tools::PlanningRequest tighter = *planning;
-        for (int refit = 0; refit < 3; ++refit) {
-          std::optional<Over> over = worstOver(*built);
-          if (!over)
-            break;
-          *tighter.memCap -= over->peak - *planning->memCap;
-          auto again = tools::planPipeline(**graph, tighter);
-          if (!again) { // no split fits the tighter count: keep this one
-            llvm::consumeError(again.takeError());
-            break;
-          }
-          auto rebuilt = build(*again);
-          if (!rebuilt)
-            return fail(kTool, llvm::toString(rebuilt.takeError()),
-                        tools::kBadInput);
-          plan = std::move(again);
-          built = std::move(rebuilt);
-        }
-        if (std::optional<Over> over = worstOver(*built))
+      if (!plan->memoryWarning.empty())
+        llvm::errs() << "cleavec: warning: " << plan->memoryWarning << "\n";
+      else if (planning->memCap)
+        if (auto over = worstOver(*built))
           llvm::errs() << llvm::formatv(
-              "cleavec: warning: the memory plan of rank {0} (stage {1}) "
-              "peaks at {2} ({3} bytes), above --mem-cap {4}: the partition "
-              "counts the peak of live bytes, and laying out the frames "
-              "left gaps that no other split avoided\n",
-              over->rank, over->stages, passes::formatBytes(over->peak),
-              over->peak, passes::formatBytes(*planning->memCap));
-      }
+              "cleavec: warning: with --batch-w's scratch the memory plan of "
+              "rank {0} peaks at {1} ({2} bytes), above --mem-cap {3}\n",
+              over->first, passes::formatBytes(over->second), over->second,
+              passes::formatBytes(*planning->memCap));
       for (const auto &[path, text] : plan->files)
         if (auto e = tools::writeOutput(path, text))
           return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
