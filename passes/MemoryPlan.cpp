@@ -76,6 +76,8 @@ struct FrameValue {
   int root;           // the value whose buffer it shares (itself)
 };
 
+} // namespace
+
 int programOf(ir::Phase p) {
   switch (p) {
   case ir::Phase::Fwd:
@@ -87,10 +89,8 @@ int programOf(ir::Phase p) {
   case ir::Phase::Opt:
     return 3;
   }
-  return 0;
+  return 3;
 }
-
-} // namespace
 
 StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
   std::vector<FrameValue> vals;

@@ -63,4 +63,7 @@ struct StageFrames {
 
 StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss);
 
+// The program an op of phase `p` runs in: 0 F, 1 B, 2 W, 3 the step.
+int programOf(ir::Phase p);
+
 } // namespace cleave::passes

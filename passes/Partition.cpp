@@ -4,6 +4,8 @@
 // the PipelineCosts for the schedules are read off the cost table.
 #include "passes/Partition.h"
 
+#include "passes/MemoryPlan.h"
+
 #include "ir/OpInfo.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -71,19 +73,6 @@ struct SweepValues {
   std::vector<bool> readByOpt; // summed over the microbatches
   std::vector<bool> output;    // a graph output or a state update's value
 };
-
-int phaseIndex(ir::Phase p) {
-  switch (p) {
-  case ir::Phase::Fwd:
-    return 0;
-  case ir::Phase::B:
-    return 1;
-  case ir::Phase::W:
-    return 2;
-  default:
-    return 3;
-  }
-}
 
 // An op as the sweep reads it: its layer, and its per-microbatch (or, for
 // the step, optimizer-made) operands and results by value number.
@@ -211,7 +200,7 @@ static void fillFrameTables(const ir::Graph &g, const Layering &layering,
   for (const auto &op : g.ops())
     for (const ir::Value *r : op->results())
       add(r, int(layering.layerOfOp.lookup(op.get())),
-          phaseIndex(op->phase()));
+          programOf(op->phase()));
   for (const ir::StateUpdate &u : g.updates())
     if (auto it = vals.id.find(u.value); it != vals.id.end())
       vals.output[size_t(it->second)] = true;
@@ -221,7 +210,7 @@ static void fillFrameTables(const ir::Graph &g, const Layering &layering,
   // microbatch.
   std::vector<SweepOp> phaseOps[4];
   for (const auto &op : g.ops()) {
-    int phase = phaseIndex(op->phase());
+    int phase = programOf(op->phase());
     SweepOp so;
     so.layer = int(layering.layerOfOp.lookup(op.get()));
     for (const ir::Value *v : op->operands()) {
