@@ -153,13 +153,13 @@ template <typename T> llvm::Error gemmOp(const KernelCall &call) {
                       std::copy(ci, ci + n, yi);
                   }
                 });
-  } else {
-    std::fill(y, y + m * n, T(0));
   }
+  // Without C the product writes every element (BLAS's beta 0 reads
+  // nothing of Y), so Y is not cleared first: that was a serial pass over
+  // the output before every bias-free Gemm.
   if (k == 0) {
-    if (useC)
-      for (int64_t i = 0; i < m * n; ++i)
-        y[i] = T(beta * double(y[i]));
+    for (int64_t i = 0; i < m * n; ++i)
+      y[i] = useC ? T(beta * double(y[i])) : T(0);
     return llvm::Error::success();
   }
   gemm<T>(ta, tb, m, n, k, alpha, A.as<T>(), A.shape[1], B.as<T>(), B.shape[1],

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+
+#include <cmath>
 #include <limits>
 #include <random>
 
@@ -215,6 +218,38 @@ TEST(CpuGemm, WithoutCAndBetaZeroIgnoresC) {
   ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(1.0f, 0.0f, 0, 0),
                         {a.ref(), b.ref(), c.ref()}, {y.ref()})));
   EXPECT_EQ(y.data, (std::vector<float>{13, 16}));
+}
+
+// Without C, Y is not cleared before the product: whatever Y held (an
+// arena's earlier values, here NaN) must not reach the result, for one
+// BLAS call and for the threaded blocks of a large product, and an empty
+// inner dimension gives zeros (or beta x C).
+TEST(CpuGemm, WithoutCOverwritesWhatYHeld) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t size : {4, 384}) {
+    SCOPED_TRACE(size);
+    Host<float> a = randomHost<float>({size, size}, 31),
+                b = randomHost<float>({size, size}, 32);
+    Host<float> y({size, size}, std::vector<float>(size * size, nan)),
+        clean({size, size});
+    ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(1.0f, 1.0f, 0, 1),
+                          {a.ref(), b.ref()}, {y.ref()})));
+    ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(1.0f, 1.0f, 0, 1),
+                          {a.ref(), b.ref()}, {clean.ref()})));
+    EXPECT_EQ(std::memcmp(y.data.data(), clean.data.data(),
+                          y.data.size() * sizeof(float)),
+              0);
+    for (float v : y.data)
+      ASSERT_FALSE(std::isnan(v));
+  }
+  Host<float> a0({2, 0}), b0({0, 3}), c({3}, {1, 2, 3});
+  Host<float> y0({2, 3}, std::vector<float>(6, nan));
+  ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(1.0f, 1.0f, 0, 0),
+                        {a0.ref(), b0.ref()}, {y0.ref()})));
+  EXPECT_EQ(y0.data, std::vector<float>(6, 0.0f));
+  ASSERT_FALSE(bool(run(ir::OpKind::Gemm, gemmAttrs(1.0f, 2.0f, 0, 0),
+                        {a0.ref(), b0.ref(), c.ref()}, {y0.ref()})));
+  EXPECT_EQ(y0.data, (std::vector<float>{2, 4, 6, 2, 4, 6}));
 }
 
 // --- 16-bit floats through f32 kernels ------------------------------------
