@@ -1,4 +1,4 @@
-// The planning passes: partition, schedule, split-stages
+// The planning passes: partition, schedule, split-stages, plan-memory
 // (docs/design/planning-passes.md).
 #include "passes/Planning.h"
 
@@ -219,17 +219,20 @@ llvm::Error partitionPass(PipelineModule &m) {
     double stepTime;
   };
   std::optional<Candidate> best;
-  std::string tried;
-  std::optional<llvm::Error> firstError;
+  std::string tried, firstWhy;
   for (int chunks : tries) {
     int stages = 0;
     int64_t microbatches = 0;
+    // With one candidate the schedule pass makes its schedule; with
+    // several, each is scheduled here to compare their steps.
     auto attempt = [&]() -> llvm::Expected<Candidate> {
       if (auto e = stageShape(m, *csv, chunks, stages, microbatches))
         return std::move(e);
       auto part = partitionFor(m, *csv, chunks, stages, microbatches, false);
       if (!part)
         return part.takeError();
+      if (tries.size() == 1)
+        return Candidate{std::move(*part), chunks, "", 0.0};
       auto s = scheduleFor(m, *csv, *part, chunks);
       if (!s)
         return s.takeError();
@@ -237,14 +240,18 @@ llvm::Error partitionPass(PipelineModule &m) {
                        s->sim.stepTime};
     };
     auto c = attempt();
+    if (tries.size() == 1) {
+      if (!c)
+        return c.takeError();
+      best = std::move(*c);
+      break;
+    }
     std::string label = std::to_string(chunks) + " stage(s) per rank: ";
     if (!c) {
       std::string why = llvm::toString(c.takeError());
-      if (tries.size() == 1)
-        return planningError(why);
       tried += "  " + label + "none (" + why + ")\n";
-      if (!firstError)
-        firstError = planningError(why);
+      if (firstWhy.empty())
+        firstWhy = why;
       continue;
     }
     bool seconds = c->part.costs.timeUnit == "s";
@@ -257,9 +264,7 @@ llvm::Error partitionPass(PipelineModule &m) {
       best = std::move(*c);
   }
   if (!best) // every try failed: the one-stage-per-rank reason
-    return std::move(*firstError);
-  if (firstError)
-    llvm::consumeError(std::move(*firstError));
+    return planningError(firstWhy);
   m.chunks = best->chunks;
   m.partition = std::move(best->part);
   m.partitionSearched = o.splitAt.empty();
