@@ -47,11 +47,24 @@ struct PassContext {
 
 using PassFn = llvm::Expected<bool> (*)(ir::Graph &, const PassContext &);
 
-struct PassInfo {
+// A registered pass: its name, its one-line summary and its function (the
+// graph passes here, the planning passes in Planning.h).
+template <typename Fn> struct PassEntry {
   std::string_view name;
   std::string_view summary;
-  PassFn run;
+  Fn run;
 };
+using PassInfo = PassEntry<PassFn>;
+
+// The entry of `table` named `name`, or null.
+template <typename Fn>
+const PassEntry<Fn> *findPass(llvm::ArrayRef<PassEntry<Fn>> table,
+                              std::string_view name) {
+  for (const PassEntry<Fn> &p : table)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
 
 llvm::ArrayRef<PassInfo> allPasses();
 const PassInfo *lookupPass(std::string_view name);

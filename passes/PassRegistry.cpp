@@ -56,10 +56,7 @@ static const PassInfo kPasses[] = {
 llvm::ArrayRef<PassInfo> allPasses() { return kPasses; }
 
 const PassInfo *lookupPass(std::string_view name) {
-  for (const PassInfo &p : kPasses)
-    if (p.name == name)
-      return &p;
-  return nullptr;
+  return findPass(allPasses(), name);
 }
 
 void dumpIR(const ir::Graph &g, std::string_view after,

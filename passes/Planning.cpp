@@ -512,10 +512,7 @@ static const PlanningPassInfo kPlanningPasses[] = {
 llvm::ArrayRef<PlanningPassInfo> planningPasses() { return kPlanningPasses; }
 
 const PlanningPassInfo *lookupPlanningPass(std::string_view name) {
-  for (const PlanningPassInfo &p : kPlanningPasses)
-    if (p.name == name)
-      return &p;
-  return nullptr;
+  return findPass(planningPasses(), name);
 }
 
 std::string planningSummary(const PipelineModule &m) {

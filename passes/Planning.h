@@ -14,6 +14,7 @@
 #include "ir/Graph.h"
 #include "ir/Printer.h"
 #include "passes/Partition.h"
+#include "passes/Pass.h"
 #include "passes/schedule/Schedule.h"
 #include "passes/schedule/Simulator.h"
 
@@ -86,11 +87,7 @@ struct PipelineModule {
 
 using PlanningPassFn = llvm::Error (*)(PipelineModule &);
 
-struct PlanningPassInfo {
-  std::string_view name;
-  std::string_view summary;
-  PlanningPassFn run;
-};
+using PlanningPassInfo = PassEntry<PlanningPassFn>;
 
 llvm::ArrayRef<PlanningPassInfo> planningPasses();
 const PlanningPassInfo *lookupPlanningPass(std::string_view name);
