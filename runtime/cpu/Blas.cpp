@@ -94,13 +94,48 @@ const char *gemmLibraryName(GemmLibrary library) {
   return library == GemmLibrary::OneDnn ? "onednn" : "openblas";
 }
 
-static std::atomic<GemmLibrary> &chosenLibrary() {
-  static std::atomic<GemmLibrary> chosen = [] {
-    const char *env = std::getenv("CLEAVE_GEMM");
-    if (env && std::string_view(env) == "onednn" && oneDnn().sgemm)
-      return GemmLibrary::OneDnn;
+// oneDNN's JIT kernels use AVX-512 where the CPU has it (its avx512_core
+// level: F, DQ, BW and VL), whatever OPENBLAS_CORETYPE says; OpenBLAS's
+// are capped by that variable (this project's environments force Haswell).
+static bool cpuHasAvx512Core() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+static GemmLibrary defaultLibrary() {
+  const char *env = std::getenv("CLEAVE_GEMM");
+  std::string_view want = env ? env : "auto";
+  if (want == "openblas")
     return GemmLibrary::OpenBlas;
-  }();
+  if (want == "onednn") {
+    if (oneDnn().sgemm)
+      return GemmLibrary::OneDnn;
+    std::fprintf(stderr, "cleave: error: CLEAVE_GEMM=onednn, but libdnnl.so.2 "
+                         "cannot be loaded; install the Debian package "
+                         "libdnnl2 or unset CLEAVE_GEMM\n");
+    std::exit(1);
+  }
+  if (want != "auto") {
+    std::fprintf(stderr,
+                 "cleave: error: CLEAVE_GEMM=%s: expected openblas, onednn "
+                 "or auto\n",
+                 env);
+    std::exit(1);
+  }
+  return cpuHasAvx512Core() && oneDnn().sgemm ? GemmLibrary::OneDnn
+                                               : GemmLibrary::OpenBlas;
+}
+
+GemmLibrary defaultGemmLibrary() {
+  static const GemmLibrary library = defaultLibrary();
+  return library;
+}
+
+static std::atomic<GemmLibrary> &chosenLibrary() {
+  static std::atomic<GemmLibrary> chosen = defaultGemmLibrary();
   return chosen;
 }
 
@@ -115,7 +150,7 @@ bool setGemmLibrary(GemmLibrary library) {
 
 // oneDNN's sgemm on the calling thread: each thread's OpenMP limit is set
 // to 1 once, so a call never starts a team of its own inside the pool.
-static void oneDnnSgemm(bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+static void oneDnnSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *a, int64_t lda, const float *b,
                         int64_t ldb, float beta, float *c, int64_t ldc) {
   static thread_local bool oneThread = false;
@@ -123,7 +158,7 @@ static void oneDnnSgemm(bool tb, int64_t m, int64_t n, int64_t k, float alpha,
     oneDnn().setOmpThreads(1);
     oneThread = true;
   }
-  oneDnn().sgemm('N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+  oneDnn().sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
                  ldc);
 }
 
@@ -134,10 +169,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   auto opA = ta ? CblasTrans : CblasNoTrans,
        opB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    // oneDNN's sgemm with a transposed A ran at half OpenBLAS's rate here
-    // (docs/benchmarks.md), so those stay on OpenBLAS.
-    if (!ta && gemmLibrary() == GemmLibrary::OneDnn) {
-      oneDnnSgemm(tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    // On an AVX2 CPU oneDNN's sgemm with a transposed A ran at half
+    // OpenBLAS's rate (docs/benchmarks.md), so there those stay on
+    // OpenBLAS; with AVX-512 it ran at 1.6x OpenBLAS's Haswell kernels.
+    static const bool oneDnnTakesTransposedA = cpuHasAvx512Core();
+    if ((!ta || oneDnnTakesTransposedA) &&
+        gemmLibrary() == GemmLibrary::OneDnn) {
+      oneDnnSgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     }
     blas().sgemm(CblasRowMajor, opA, opB, int(m), int(n), int(k), alpha, a,

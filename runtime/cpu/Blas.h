@@ -26,13 +26,20 @@ struct Blas {
 // Loads OpenBLAS on first use; exits with one error line if it is missing.
 const Blas &blas();
 
-// The library f32 GEMMs without a transposed A run on. OpenBLAS is the
-// default; oneDNN's sgemm (libdnnl, loaded at run time) is the measured
-// alternative (docs/benchmarks.md, "GEMM libraries"). Either way each call
-// runs on the calling thread over a block fixed by the shape, so the bits
-// do not depend on the thread count; they do depend on the library.
+// The library the f32 GEMMs run on: OpenBLAS or oneDNN's sgemm (libdnnl,
+// loaded at run time). CLEAVE_GEMM chooses (openblas, onednn or auto, the
+// default); auto is oneDNN on CPUs with AVX-512 where libdnnl loads, whose
+// JIT kernels ran at 1.6 to 2x OpenBLAS's forced-Haswell ones there, and
+// OpenBLAS elsewhere (docs/benchmarks.md, "GEMM libraries"). A bad value,
+// or onednn without libdnnl, is one error line and exit 1. Either way each
+// call runs on the calling thread over a block fixed by the shape, so the
+// bits do not depend on the thread count; they do depend on the library.
+// On CPUs without AVX-512, products with a transposed A stay on OpenBLAS
+// (oneDNN ran them at half its rate there).
 enum class GemmLibrary { OpenBlas, OneDnn };
 GemmLibrary gemmLibrary();
+// What CLEAVE_GEMM (or auto) chose, whatever setGemmLibrary did since.
+GemmLibrary defaultGemmLibrary();
 // False (and no change) when oneDNN is asked for and cannot be loaded.
 bool setGemmLibrary(GemmLibrary library);
 // "openblas" or "onednn" (CLEAVE_GEMM's values).

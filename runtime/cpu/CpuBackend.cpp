@@ -220,6 +220,9 @@ private:
 } // namespace cpu
 
 std::unique_ptr<Backend> createCpuBackend(int threads) {
+  // CLEAVE_GEMM is read (and a bad value refused) before any work starts,
+  // not at a step's first product.
+  cpu::defaultGemmLibrary();
   return std::make_unique<cpu::CpuBackend>(threads);
 }
 

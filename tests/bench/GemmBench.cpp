@@ -2,8 +2,9 @@
 // interleaved rounds (median of 15 after 3, GFLOP/s of the whole product):
 //   cleave/openblas  parallelGemm, OpenBLAS calls on the backend's pool
 //   cleave/onednn    parallelGemm, oneDNN sgemm calls on the pool (the
-//                    CLEAVE_GEMM=onednn choice; transposed-A products stay
-//                    on OpenBLAS)
+//                    CLEAVE_GEMM=onednn choice, auto's on AVX-512 CPUs;
+//                    without AVX-512, transposed-A products stay on
+//                    OpenBLAS)
 //   onednn xT        one oneDNN call on T OpenMP threads (what PyTorch's
 //                    CPU matmuls are like: one library call, its threads)
 //   openblas xT      one OpenBLAS call on its own T threads, timed after
@@ -82,8 +83,10 @@ int main(int argc, char **argv) {
   auto backend = runtime::createCpuBackend(threads);
   bool haveOneDnn = setGemmLibrary(GemmLibrary::OneDnn);
   setGemmLibrary(GemmLibrary::OpenBlas);
-  std::printf("threads %d; OpenBLAS core %s; oneDNN %s\n", threads,
-              blas().coreName(), haveOneDnn ? "loaded" : "not installed");
+  std::printf("threads %d; OpenBLAS core %s; oneDNN %s; default %s\n",
+              threads, blas().coreName(),
+              haveOneDnn ? "loaded" : "not installed",
+              gemmLibraryName(defaultGemmLibrary()));
   std::printf("%-30s %16s %14s %11s %12s   bits 1 vs %d threads "
               "(openblas/onednn)\n",
               "GFLOP/s", "cleave/openblas", "cleave/onednn", "onednn x",

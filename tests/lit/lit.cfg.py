@@ -51,6 +51,13 @@ for name, path in tool_subs:
 
 # Give the tools a predictable environment.
 config.environment["LC_ALL"] = "C"
+# The kernel-library choices travel into the tests: OpenBLAS's kernel family
+# (this project's environments force Haswell, and without it the backend
+# picks one from the CPU) and cleave's GEMM library (CLEAVE_GEMM), so that a
+# run of the suite under CLEAVE_GEMM=openblas tests what it says.
+for name in ("OPENBLAS_CORETYPE", "CLEAVE_GEMM"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
 
 # mpirun on PATH: the MPI tests (REQUIRES: mpi) run cleave-run one stage per
 # process. They pass --allow-run-as-root (Open MPI refuses root otherwise)

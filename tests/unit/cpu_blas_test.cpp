@@ -69,5 +69,5 @@ TEST(CpuBlas, OneDnnGemmBitsDoNotDependOnTheThreadCount) {
     for (size_t i = 0; i < ref.size(); ++i)
       ASSERT_NEAR(one[i], ref[i], 1e-3f * (1.0f + std::abs(ref[i]))) << i;
   }
-  setGemmLibrary(GemmLibrary::OpenBlas);
+  setGemmLibrary(defaultGemmLibrary());
 }
