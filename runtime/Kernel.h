@@ -80,7 +80,18 @@ public:
   // Runs one kernel. Errors name the op and what is wrong (an index out of
   // range, an unsupported element type); they are bad input, not crashes.
   virtual llvm::Error run(const KernelCall &call) = 0;
+
+  // Whether `count` values of `dtype` in backend memory are all finite
+  // (f32 and f64; other types are not checked and count as finite): the
+  // non-finite check before each update. By default a copy to the host and
+  // allFiniteOnHost; the CPU backend reads in place on its threads.
+  virtual bool allFinite(ir::DType dtype, const void *data, int64_t count);
 };
+
+// The same on host memory, on the calling thread: the largest magnitude's
+// bits below the exponent's all-ones pattern, one max over the words
+// (vectorized, no branch per element).
+bool allFiniteOnHost(ir::DType dtype, const void *data, int64_t count);
 
 // The CPU backend (runtime/cpu): OpenBLAS for GEMM and convolution, a thread pool
 // for everything else. `threads` 0 means all cores.

@@ -3,6 +3,7 @@
 #include "runtime/cpu/CpuKernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdlib>
 #include "runtime/cpu/Blas.h"
@@ -126,6 +127,21 @@ public:
   void copyToHost(void *dst, const void *src, size_t n) override {
     if (n)
       std::memcpy(dst, src, n);
+  }
+
+  // In place, in blocks over the pool (a boolean, so the cut cannot change
+  // the answer).
+  bool allFinite(ir::DType dtype, const void *data, int64_t count) override {
+    if (dtype != ir::DType::F32 && dtype != ir::DType::F64)
+      return true;
+    size_t width = ir::dtypeSize(dtype);
+    const auto *bytes = static_cast<const uint8_t *>(data);
+    std::atomic<bool> finite{true};
+    parallelFor(count, 1 << 16, [&](int64_t b, int64_t e) {
+      if (!allFiniteOnHost(dtype, bytes + size_t(b) * width, e - b))
+        finite.store(false, std::memory_order_relaxed);
+    });
+    return finite.load();
   }
 
   bool supports(ir::OpKind op, ir::DType dtype) const override {

@@ -21,6 +21,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 using namespace cleave;
@@ -713,3 +714,38 @@ TEST(ExecutorTest, SeedsDependOnStepMicrobatchAndSalt) {
 }
 
 } // namespace
+
+// The non-finite check before each update: the host scan and the CPU
+// backend's in-place one over its threads agree, find one NaN or infinity
+// anywhere (the first, the last, an odd tail) and pass the largest finite
+// values; types other than f32 and f64 are not checked.
+TEST(NonFiniteCheck, FindsEveryKindAnywhere) {
+  auto backend = cleave::runtime::createCpuBackend(2);
+  const int64_t n = 300001; // several of the pool's blocks, an odd tail
+  std::vector<float> f(size_t(n), 1.5f);
+  f[7] = -std::numeric_limits<float>::max();
+  f[8] = std::numeric_limits<float>::denorm_min();
+  auto both = [&](ir::DType t, const void *p, int64_t count) {
+    bool host = runtime::allFiniteOnHost(t, p, count);
+    EXPECT_EQ(backend->allFinite(t, p, count), host);
+    return host;
+  };
+  EXPECT_TRUE(both(ir::DType::F32, f.data(), n));
+  for (int64_t at : {int64_t(0), n / 2, n - 1})
+    for (float bad : {std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      float keep = f[size_t(at)];
+      f[size_t(at)] = bad;
+      EXPECT_FALSE(both(ir::DType::F32, f.data(), n)) << at << " " << bad;
+      f[size_t(at)] = keep;
+    }
+  std::vector<double> d(1001, -2.0);
+  d[3] = std::numeric_limits<double>::max();
+  EXPECT_TRUE(both(ir::DType::F64, d.data(), int64_t(d.size())));
+  d[1000] = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(both(ir::DType::F64, d.data(), int64_t(d.size())));
+  EXPECT_TRUE(both(ir::DType::F32, f.data(), 0));
+  std::vector<uint16_t> h(8, 0x7fc0); // bf16 NaNs: not checked
+  EXPECT_TRUE(both(ir::DType::BF16, h.data(), 8));
+}
