@@ -402,6 +402,31 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
                                 "writes it");
     accumWrites_[writer[s]].push_back(s);
   }
+  // Which values the first microbatch writes straight into their
+  // accumulators: written by one kernel that is not a layout-only view,
+  // read by no instruction, of the accumulator's type and size.
+  std::vector<int> readers(n, 0), writes(n, 0);
+  std::vector<bool> viewWritten(n, false);
+  for (const auto &prog : sp.programs)
+    for (const Instr &in : prog) {
+      for (int s : in.inputs)
+        ++readers[s];
+      for (int s : in.outputs) {
+        ++writes[s];
+        if (in.kind != InstrKind::Kernel ||
+            ir::opInfo(in.op).has(ir::optrait::LayoutOnly))
+          viewWritten[s] = true;
+      }
+    }
+  intoAccum_.assign(n, false);
+  accumPreset_.assign(n, false);
+  for (int s = 0; s < n; ++s) {
+    int acc = sp.slots[s].accum;
+    intoAccum_[s] = acc >= 0 && readers[s] == 0 && writes[s] == 1 &&
+                    !viewWritten[s] &&
+                    sp.slots[acc].dtype == sp.slots[s].dtype &&
+                    sp.slots[acc].bytes == sp.slots[s].bytes;
+  }
 
   // State updates.
   for (int which = 0; which < 2; ++which) {
@@ -701,7 +726,17 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
     }
     for (int s : in.outputs) {
       const Slot &sl = stage_.slots[s];
-      outs.push_back({sl.dtype, sl.shape, slotData(s, frame)});
+      void *p = slotData(s, frame);
+      // The first microbatch's value of an accumulated slot nothing else
+      // reads goes straight into the accumulator (accumulateSlot); a W
+      // batch runs its microbatches' kernels before summing any, so only
+      // microbatch 0's may.
+      if (intoAccum_[s] && microbatch == 0 && accumCount_[sl.accum] == 0 &&
+          !(size_t(s) < wSummed_.size() && wSummed_[size_t(s)])) {
+        p = persistent_[sl.accum];
+        accumPreset_[sl.accum] = true;
+      }
+      outs.push_back({sl.dtype, sl.shape, p});
     }
     KernelCall call{in.op, in.attrs, ins, outs,
                     kernelSeed(step, microbatch, in.seedSalt)};
@@ -812,7 +847,9 @@ llvm::Error StageExecutor::accumulateSlot(int s, int microbatch,
                                 "order (microbatch {2} is next)",
                                 v.name, a.name, accumCount_[acc]));
     if (accumCount_[acc] == 0) {
-      if (auto e = copySlot(acc, nullptr, s, frame))
+      if (accumPreset_[acc])
+        accumPreset_[acc] = false; // the kernel wrote it there
+      else if (auto e = copySlot(acc, nullptr, s, frame))
         return e;
     } else {
       TensorRef ins[2] = {{a.dtype, a.shape, persistent_[acc]},
@@ -1003,6 +1040,7 @@ void StageExecutor::beginStep(int64_t step, const DataFn &data) {
     giveFrame(f);
   live_.clear();
   std::fill(accumCount_.begin(), accumCount_.end(), 0);
+  std::fill(accumPreset_.begin(), accumPreset_.end(), false);
   losses_.clear();
   stats_.busySeconds.fill(0);
   stats_.recvWaitSeconds = 0;

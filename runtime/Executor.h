@@ -264,6 +264,11 @@ private:
   // The Accum-fed slots each phase writes (F, B, W).
   std::vector<int> accumWrites_[3];
   std::vector<int> accumCount_; // by Accum slot: microbatches summed so far
+  // By slot: a per-microbatch value the first microbatch's kernel writes
+  // straight into its accumulator (nothing else reads it, same type and
+  // size), so that summing it is no copy. By Accum slot: it was so written
+  // this step.
+  std::vector<bool> intoAccum_, accumPreset_;
   std::vector<double> losses_;
   std::map<std::string, int> byName_;
   std::vector<uint8_t> staging_; // host bounce buffer (non-host backends)
