@@ -26,6 +26,12 @@ inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // kernel taps of a pooling window that land inside the input.
 inline std::pair<int64_t, int64_t> insideRange(int64_t start, int64_t step,
                                                int64_t count, int64_t limit) {
+  if (step == 1) { // undilated pooling taps: no division (per window)
+    int64_t lo = std::max<int64_t>(0, -start),
+            hi = std::min(count, limit - start);
+    hi = std::max<int64_t>(hi, 0);
+    return {std::min(lo, hi), hi};
+  }
   int64_t lo = start >= 0 ? 0 : ceilDiv(-start, step);
   int64_t hi =
       start <= limit - 1 ? std::min(count, (limit - 1 - start) / step + 1) : 0;

@@ -5,6 +5,7 @@
 #include "CpuKernelTesting.h"
 #include "ir/OpInfo.h"
 #include "runtime/Kernel.h"
+#include "runtime/cpu/ConvGeometry.h"
 
 #include <gtest/gtest.h>
 
@@ -186,6 +187,31 @@ PoolReference referencePool(bool isMax, const Host<T> &x, const Ints &yShape,
 } // namespace
 
 // --- Conv ----------------------------------------------------------------
+
+// insideRange (the taps of a window, the columns an im2col row reads) is
+// the brute-force count of i in [0, count) with 0 <= start + i * step <
+// limit, for unit steps (their branch has no division) and others.
+TEST(CpuConvGeometry, InsideRangeMatchesBruteForce) {
+  for (int64_t step = 1; step <= 3; ++step)
+    for (int64_t start = -7; start <= 9; ++start)
+      for (int64_t count = 0; count <= 5; ++count)
+        for (int64_t limit = 0; limit <= 6; ++limit) {
+          int64_t lo = count, hi = 0;
+          for (int64_t i = 0; i < count; ++i)
+            if (start + i * step >= 0 && start + i * step < limit) {
+              lo = std::min(lo, i);
+              hi = i + 1;
+            }
+          auto [gotLo, gotHi] =
+              runtime::cpu::insideRange(start, step, count, limit);
+          if (hi == 0) { // empty: any lo == hi will do
+            EXPECT_EQ(gotLo, gotHi) << start << " " << step << " " << count;
+            continue;
+          }
+          EXPECT_EQ(gotLo, lo) << start << " " << step << " " << count << " " << limit;
+          EXPECT_EQ(gotHi, hi) << start << " " << step << " " << count << " " << limit;
+        }
+}
 
 TEST(CpuConv, HandComputed) {
   // 3x3 input 1..9, 2x2 kernel of ones: sums of each 2x2 block, plus bias.
