@@ -7,26 +7,26 @@
 
 namespace cleave::runtime {
 
-bool allFiniteOnHost(ir::DType dtype, const void *data, int64_t count) {
+// Whether the largest of `count` words' magnitude bits (the word less its
+// sign bit) stays below `infinity`, the all-ones exponent.
+template <typename Word>
+static bool magnitudesBelow(const void *data, int64_t count, Word infinity) {
   const auto *bytes = static_cast<const uint8_t *>(data);
-  if (dtype == ir::DType::F32) {
-    uint32_t most = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      uint32_t w;
-      std::memcpy(&w, bytes + 4 * i, 4);
-      most = std::max<uint32_t>(most, w & 0x7fffffffu);
-    }
-    return most < 0x7f800000u;
+  const Word magnitude = ~(Word(1) << (8 * sizeof(Word) - 1));
+  Word most = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    Word w;
+    std::memcpy(&w, bytes + sizeof(Word) * size_t(i), sizeof(Word));
+    most = std::max<Word>(most, w & magnitude);
   }
-  if (dtype == ir::DType::F64) {
-    uint64_t most = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      uint64_t w;
-      std::memcpy(&w, bytes + 8 * i, 8);
-      most = std::max<uint64_t>(most, w & 0x7fffffffffffffffull);
-    }
-    return most < 0x7ff0000000000000ull;
-  }
+  return most < infinity;
+}
+
+bool allFiniteOnHost(ir::DType dtype, const void *data, int64_t count) {
+  if (dtype == ir::DType::F32)
+    return magnitudesBelow<uint32_t>(data, count, 0x7f800000u);
+  if (dtype == ir::DType::F64)
+    return magnitudesBelow<uint64_t>(data, count, 0x7ff0000000000000ull);
   return true;
 }
 
