@@ -150,16 +150,17 @@ bool setGemmLibrary(GemmLibrary library) {
 
 // oneDNN's sgemm on the calling thread: each thread's OpenMP limit is set
 // to 1 once, so a call never starts a team of its own inside the pool.
-static void oneDnnSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float *a, int64_t lda, const float *b,
-                        int64_t ldb, float beta, float *c, int64_t ldc) {
+static void oneDnnSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float *c,
+                        int64_t ldc) {
   static thread_local bool oneThread = false;
   if (!oneThread) {
     oneDnn().setOmpThreads(1);
     oneThread = true;
   }
-  oneDnn().sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
-                 ldc);
+  oneDnn().sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                 ldb, beta, c, ldc);
 }
 
 template <typename T>
