@@ -223,6 +223,13 @@ private:
   // exporter writes one), when the model has it.
   bool hasSignature_ = false;
   std::set<std::string> signatureParams_, signatureBuffers_;
+  // The buffers the module updates when it runs (BUFFER_MUTATION outputs
+  // of the signature): a BatchNorm's running statistics appear here only
+  // when the module ran in train() mode.
+  std::set<std::string> signatureMutated_;
+  // PyTorch wrote the model (either exporter): its BatchNorms keep the
+  // unbiased batch variance in running_var.
+  bool fromPyTorch_ = false;
 };
 
 static const char kTrainingDomain[] = "ai.onnx.preview.training";
@@ -779,6 +786,23 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
       return emit(n, index, OpKind::Identity, operands, {}, false);
     if (!axes.empty())
       attrs.emplace("axes", Attribute(axes));
+  } else if (op == "BatchNormalization") {
+    // PyTorch's dynamo exporter writes a train()-mode BatchNorm in the
+    // inference form (one output, no training_mode) and records in its
+    // signature that the module updates its running statistics; that update
+    // happens only in train() mode, so the op trains on batch statistics.
+    bool mutated = signatureMutated_.count(n.input_size() > 3 ? n.input(3)
+                                                              : "") ||
+                   signatureMutated_.count(n.input_size() > 4 ? n.input(4)
+                                                              : "");
+    using Mode = ImportOptions::ModuleMode;
+    if (opts_.moduleMode != Mode::Auto)
+      attrs.emplace("training_mode",
+                    Attribute(int64_t(opts_.moduleMode == Mode::Train)));
+    else if (mutated)
+      attrs.emplace("training_mode", Attribute(int64_t(1)));
+    if (fromPyTorch_)
+      attrs.emplace("unbiased_running_var", Attribute(int64_t(1)));
   } else if (op == "Dropout") {
     auto ratio = staticScalar(n, index, 1, "ratio");
     if (!ratio)
@@ -788,7 +812,11 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
     auto mode = staticScalar(n, index, 2, "training_mode");
     if (!mode)
       return mode.takeError();
-    if (*mode)
+    using Mode = ImportOptions::ModuleMode;
+    if (opts_.moduleMode != Mode::Auto)
+      attrs.emplace("training_mode",
+                    Attribute(int64_t(opts_.moduleMode == Mode::Train)));
+    else if (*mode)
       attrs.emplace("training_mode", Attribute((*mode)->getInt(0)));
   } else if ((op == "Softmax" || op == "LogSoftmax") && opset_ < 13) {
     // Before opset 13, softmax treats the input as 2-D, [prod(dims before
@@ -1277,9 +1305,11 @@ llvm::Error Importer::readSignature() {
   llvm::SmallVector<llvm::StringRef> lines;
   llvm::StringRef(*text).split(lines, '\n');
   for (llvm::StringRef line : lines) {
-    for (auto [kind, set] : {std::pair{"PARAMETER", &signatureParams_},
-                             std::pair{"BUFFER", &signatureBuffers_},
-                             std::pair{"CONSTANT_TENSOR", &signatureBuffers_}}) {
+    for (auto [kind, set] :
+         {std::pair{"PARAMETER", &signatureParams_},
+          std::pair{"BUFFER", &signatureBuffers_},
+          std::pair{"CONSTANT_TENSOR", &signatureBuffers_},
+          std::pair{"BUFFER_MUTATION", &signatureMutated_}}) {
       std::string marker = std::string(": ") + kind + " target='";
       size_t at = line.find(marker);
       if (at == llvm::StringRef::npos)
@@ -1316,6 +1346,42 @@ llvm::Error Importer::readSignature() {
                "'{4}': the exporter folded them; export for training with "
                "torch.onnx.export(..., dynamo=True, optimize=False)",
                path_, missing, signatureParams_.size(), first, anonymous);
+  // A module whose parameters are all gone and whose updated statistics are
+  // gone too was folded away, not tied: the default optimize=True drops a
+  // train()-mode BatchNorm with its weight, bias and running statistics
+  // and leaves the convolution's names as they were.
+  auto moduleOf = [](llvm::StringRef target) {
+    return target.rsplit('.').first.str();
+  };
+  std::map<std::string, std::vector<std::string>> lostParams;
+  for (const std::string &p : signatureParams_)
+    if (!names.count(p))
+      lostParams[moduleOf(p)].push_back(p);
+  std::set<std::string> keptParamModules;
+  for (const std::string &p : signatureParams_)
+    if (names.count(p))
+      keptParamModules.insert(moduleOf(p));
+  std::vector<std::string> folded;
+  std::string example;
+  for (const std::string &b : signatureMutated_) {
+    std::string module = moduleOf(b);
+    if (names.count(b) || !lostParams.count(module) ||
+        keptParamModules.count(module) ||
+        (!folded.empty() && folded.back() == module))
+      continue;
+    if (folded.empty())
+      example = llvm::formatv("'{0}' ({1} and the statistic '{2}')", module,
+                              lostParams[module].front(), b)
+                    .str();
+    folded.push_back(module);
+  }
+  if (!folded.empty())
+    return err("'{0}': {1} module(s) such as {2} are missing from the graph "
+               "although the exporter recorded them: the exporter folded "
+               "them away (the default optimize=True drops train()-mode "
+               "BatchNorms); export for training with "
+               "torch.onnx.export(..., dynamo=True, optimize=False)",
+               path_, folded.size(), example);
   return llvm::Error::success();
 }
 
@@ -1493,6 +1559,7 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
     std::string msg = oneLine(ex.what());
     return err("'{0}' fails the ONNX checker: {1}", path_, msg);
   }
+  fromPyTorch_ = model_.producer_name() == "pytorch";
   if (auto e = readSignature())
     return std::move(e);
   g_ = std::make_unique<Graph>();

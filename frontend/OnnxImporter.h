@@ -29,6 +29,13 @@ struct ImportOptions {
   // stop being inputs). For models that pass static operands, such as a
   // Reshape target, as inputs; the conformance suite uses it.
   std::map<std::string, std::shared_ptr<ir::TensorData>> constantInputs;
+  // The mode the module's BatchNorm and Dropout train in (--module-mode).
+  // Auto follows the producer: PyTorch's dynamo export records a train()
+  // BatchNorm as a BUFFER_MUTATION of its running statistics (the graph's
+  // op is in inference form), the legacy export and ONNX set training_mode.
+  // Train and Eval override every such op.
+  enum class ModuleMode { Auto, Train, Eval };
+  ModuleMode moduleMode = ModuleMode::Auto;
 };
 
 // Reads and imports `path`. Every failure is one line naming the file and,

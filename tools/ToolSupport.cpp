@@ -216,6 +216,18 @@ llvm::Error readImportFlags(const Flags &flags,
       return usageError("--microbatch-size must be at least 1");
     opts.microbatchSize = *v;
   }
+  if (auto mode = flags.get("module-mode")) {
+    using Mode = frontend::ImportOptions::ModuleMode;
+    if (*mode == "auto")
+      opts.moduleMode = Mode::Auto;
+    else if (*mode == "train")
+      opts.moduleMode = Mode::Train;
+    else if (*mode == "eval")
+      opts.moduleMode = Mode::Eval;
+    else
+      return usageError("--module-mode must be auto, train or eval, not '" +
+                        *mode + "'");
+  }
   return llvm::Error::success();
 }
 

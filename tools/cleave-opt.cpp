@@ -37,6 +37,12 @@ result as cleave IR text.
   --microbatch-size=N    for .onnx input: bind a symbolic leading dimension
   --input-shape=NAME=D0,D1,...
                          for .onnx input: give input NAME a static shape
+  --module-mode=auto|train|eval
+                         the mode BatchNorm and Dropout run in (default
+                         auto: as the exporter recorded it; a dynamo
+                         export's BatchNorm trains on batch statistics when
+                         its signature says the module updated its running
+                         statistics, i.e. it ran in train())
   --run                  after the passes, execute the graph on the CPU
   --inputs=DIR           with --run: one file per graph input, either
                          input_0.pb, input_1.pb, ... (ONNX TensorProto, in
@@ -97,6 +103,7 @@ int main(int argc, char **argv) {
                       {"inline-limit", true, false},
                       {"microbatch-size", true, false},
                       {"input-shape", true, true},
+                      {"module-mode", true, false},
                       {"list-passes", false, false},
                       {"run", false, false},
                       {"inputs", true, false},

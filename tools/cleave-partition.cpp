@@ -39,6 +39,12 @@ made into one as cleavec does.
   --microbatch-size=N    for .onnx input: bind a symbolic leading dimension
   --input-shape=NAME=D0,D1,...
                          for .onnx input: give input NAME a static shape
+  --module-mode=auto|train|eval
+                         the mode BatchNorm and Dropout run in (default
+                         auto: as the exporter recorded it; a dynamo
+                         export's BatchNorm trains on batch statistics when
+                         its signature says the module updated its running
+                         statistics, i.e. it ran in train())
   --precision=f32|bf16   for .onnx input: bf16 products (cleavec
                          --precision), which the cost model times at the
                          device's bf16 rate
@@ -151,6 +157,7 @@ int main(int argc, char **argv) {
                              {"report", true, false},
                              {"microbatch-size", true, false},
                              {"input-shape", true, true},
+                      {"module-mode", true, false},
                              {"help", false, false}});
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))

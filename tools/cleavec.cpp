@@ -67,6 +67,12 @@ shapes:
                          input to N
   --input-shape=NAME=D0,D1,...
                          give input NAME this static shape (repeatable)
+  --module-mode=auto|train|eval
+                         the mode BatchNorm and Dropout run in (default
+                         auto: as the exporter recorded it; a dynamo
+                         export's BatchNorm trains on batch statistics when
+                         its signature says the module updated its running
+                         statistics, i.e. it ran in train())
 
   --inference            do not make a training graph, even when the model
                          has a scalar loss
@@ -156,6 +162,7 @@ int main(int argc, char **argv) {
                       {"inline-limit", true, false},
                       {"microbatch-size", true, false},
                       {"input-shape", true, true},
+                      {"module-mode", true, false},
                       {"dump-ir-after", true, true},
                       {"list-ops", false, false},
                       {"help", false, false},

@@ -158,8 +158,9 @@ template <typename T> llvm::Error rmsNorm(const KernelCall &call) {
 // Inference normalizes with the given statistics. Training (training_mode=1)
 // normalizes with the batch's mean and population variance and, with three
 // outputs, returns running = input * momentum + batch * (1 - momentum) for
-// both, as ONNX specifies (population variance there too, unlike PyTorch's
-// unbiased running_var).
+// both, as ONNX specifies (population variance there too), or with the
+// unbiased variance in running_var when unbiased_running_var is set (what
+// PyTorch's train() does; the importer sets it for PyTorch's exports).
 
 // The mean and the sum of squared deviations of p[0..n) in one pass, in
 // double: sums of d = p[i] - K and d^2 about the row's first value K, then
@@ -260,12 +261,18 @@ template <typename T> llvm::Error batchNorm(const KernelCall &call) {
                     q[s] = p[s] * ar + br;
                 }
               });
+  // n / (n - 1) over the n values a channel's statistics saw.
+  int64_t count = n * spatial;
+  double unbias = call.getInt("unbiased_running_var") && count > 1
+                      ? double(count) / double(count - 1)
+                      : 1.0;
   if (call.outputs.size() == 3)
     for (int64_t ch = 0; ch < c; ++ch) {
       double runMean =
           training ? mean[ch] * momentum + mu[ch] * (1.0 - momentum) : mean[ch];
       double runVar = training
-                          ? var[ch] * momentum + sigma2[ch] * (1.0 - momentum)
+                          ? var[ch] * momentum +
+                                sigma2[ch] * unbias * (1.0 - momentum)
                           : var[ch];
       storeDouble(call.outputs[1], ch, runMean);
       storeDouble(call.outputs[2], ch, runVar);

@@ -345,8 +345,9 @@ CLEAVE_HD void lossStep(const LossStep &s) {
 //   BatchNorm:     coef[2c], [2c+1] = a, shift with y = x * a + shift, and
 //                  the running statistics when asked: running = input *
 //                  momentum + batch * (1 - momentum) in training mode
-//                  (ONNX's convention, population variance), the input
-//                  otherwise;
+//                  (ONNX's convention, population variance; times
+//                  unbias = n / (n - 1) for PyTorch's unbiased one), the
+//                  input otherwise;
 //   BatchNormGradData: coef[4c..4c+3] = a, q, r, m with dX = a * dY +
 //                  (q * (x - m) + r); in inference mode (or with no
 //                  elements) q = r = m = 0 and a = scale / sqrt(var +
@@ -371,6 +372,7 @@ struct ChannelStep {
        varElem = Elem::F32;
   bool training = false;
   double epsilon = 0, momentum = 0;
+  double unbias = 1; // multiplies the batch variance in the running one
   float *coef = nullptr;
   void *runMean = nullptr, *runVar = nullptr; // BatchNorm's optional results
   Elem runMeanElem = Elem::F32, runVarElem = Elem::F32;
@@ -421,7 +423,8 @@ CLEAVE_HD void channelElement(const L &l, const ChannelStep &s, int64_t ch) {
             float(s.training ? m0 * s.momentum + mean * (1.0 - s.momentum)
                              : m0));
       store(s.runVar, s.runVarElem, ch,
-            float(s.training ? v0 * s.momentum + var * (1.0 - s.momentum)
+            float(s.training ? v0 * s.momentum +
+                                   var * s.unbias * (1.0 - s.momentum)
                              : v0));
     }
     return;

@@ -496,6 +496,10 @@ llvm::Expected<Steps> lowerBatchNorm(const KernelCall &call,
   case OpKind::BatchNormalization:
     s.op = ChannelOp::BatchNorm;
     s.momentum = call.getFloat("momentum");
+    if (call.getInt("unbiased_running_var") &&
+        s.images * s.spatial > 1)
+      s.unbias = double(s.images * s.spatial) /
+                 double(s.images * s.spatial - 1);
     scale = &in[1];
     bias = &in[2];
     mean = &in[3];

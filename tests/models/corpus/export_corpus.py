@@ -56,12 +56,14 @@ tests/models/README.md and README.md here):
     info.json                     exporter, opset, IR version, op histogram,
                                   parameter count, inputs, accuracy, notes
 
-The references are what the exported graph computes. Where the graph's
-BatchNormalization is an inference-mode one (the dynamo exporter's
-onnxscript translation of aten._native_batch_norm_legit_functional forces
-training=False, whatever the module's mode), the references are computed
-with those BatchNorm modules in eval() mode, using the running statistics
-stored in model.onnx, and info.json / the printout say so.
+The references are what PyTorch's train() computes for the module. The
+dynamo exporter's onnxscript translation of
+aten._native_batch_norm_legit_functional writes an inference-form
+BatchNormalization (no training_mode, one output) whatever the module's
+mode; its graph signature records the running statistics as BUFFER_MUTATION
+outputs, which only a train()-mode BatchNorm produces, and cleave's importer
+reads that. The references use train() BatchNorm for both exporters, and
+info.json / the printout say so.
 
 Everything is seeded; two runs from the same checkout write identical
 files. The dynamo exporter's node metadata pkg.torch.onnx.stack_trace holds
@@ -330,8 +332,8 @@ def perturb_constant_params(model, gen):
 def warm_up_batchnorm(model, sample, batch, gen):
     """Give the BatchNorm running statistics realistic values (not 0 / 1):
     one train-mode forward of a batch of 4 * batch rows with momentum 1, so
-    the running statistics are that batch's. The dynamo exports' inference
-    BatchNorm (see module docstring) uses them."""
+    the running statistics are that batch's (the steps' running-statistics
+    references start from them)."""
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not bns:
         return False
@@ -648,13 +650,20 @@ def build_export(name, exporter, wrapped, inputs, data, batch, bn_present):
                          "name: %s" % mismatch)
 
     modes = batchnorm_modes(graph)
-    bn_eval = bool(modes) and not all(modes)
     assert all(modes) or not any(modes), modes
-    if bn_eval:
-        notes.append("the graph's %d BatchNormalization nodes have no training_mode "
-                     "(inference: running statistics, 1 output), though the module was "
-                     "exported in train(); references use eval() BatchNorm with the "
-                     "running statistics in model.onnx" % len(modes))
+    # The references are the module's train() semantics, always. The dynamo
+    # exporter writes a train()-mode BatchNorm in inference form (no
+    # training_mode, 1 output) and records its running statistics as
+    # BUFFER_MUTATION outputs of the signature, which cleave reads.
+    bn_eval = False
+    if modes and not all(modes):
+        mutated = set(re.findall(r"BUFFER_MUTATION target='([^']*)'", sig_text or ""))
+        bn_inputs = [n.input[3] for n in graph.node if n.op_type == "BatchNormalization"]
+        assert all(b in mutated for b in bn_inputs), "an inference BatchNorm without mutation"
+        notes.append("the graph's %d BatchNormalization nodes are in inference form "
+                     "(no training_mode, 1 output); the signature lists their running "
+                     "statistics as BUFFER_MUTATION (the module ran in train()); "
+                     "references use train() BatchNorm" % len(modes))
     assert bool(modes) == bn_present or not bn_present, (modes, bn_present)
 
     base, changed = prepare(wrapped, graph, bn_eval)
