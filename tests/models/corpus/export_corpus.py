@@ -25,7 +25,8 @@ fixed shapes, into its own folder <model>-<exporter>/:
              do_constant_folding=False)
 
 plus gpt2 once more with the dynamo default optimize=True into
-gpt2-dynamo-folded/model.onnx (the model only).
+gpt2-dynamo-folded/model.onnx and resnet18-dynamo-folded/model.onnx (the
+model only).
 
 Each export folder holds (the layout of tests/models/training/*/, see
 tests/models/README.md and README.md here):
@@ -855,8 +856,8 @@ def build_export(name, exporter, wrapped, inputs, data, batch, bn_present):
     return info
 
 
-def build_folded(wrapped, inputs, expected_loss):
-    folder = os.path.join(HERE, "gpt2-dynamo-folded")
+def build_folded(name, wrapped, inputs, expected_loss):
+    folder = os.path.join(HERE, "%s-dynamo-folded" % name)
     if os.path.exists(folder):
         shutil.rmtree(folder)
     os.makedirs(folder)
@@ -877,22 +878,22 @@ def build_folded(wrapped, inputs, expected_loss):
     missing = [" = ".join(ns) for ns in aliases.values() if not any(n in inits for n in ns)]
     others = sorted(inits - set(targets))
     opsets = {(o.domain or "ai.onnx"): o.version for o in mo.opset_import}
-    info = {"model": "gpt2", "exporter": "dynamo-folded", "opset": opsets.get("ai.onnx"),
+    info = {"model": name, "exporter": "dynamo-folded", "opset": opsets.get("ai.onnx"),
             "ir_version": mo.ir_version, "op_histogram": hist, "nodes": len(mo.graph.node),
             "initializers": len(mo.graph.initializer), "model_bytes": os.path.getsize(path),
             "onnxruntime_loss": ort_value, "onnxruntime_error": ort_error,
             "onnxruntime_loss_rel_err": (abs(ort_value - expected_loss) / abs(expected_loss)
                                          if ort_value is not None else None)}
-    print("gpt2-dynamo-folded: opset %s, IR %d, %d nodes, %d initializers, model.onnx %d B" % (
-        info["opset"], mo.ir_version, len(mo.graph.node), len(mo.graph.initializer),
+    print("%s-dynamo-folded: opset %s, IR %d, %d nodes, %d initializers, model.onnx %d B" % (
+        name, info["opset"], mo.ir_version, len(mo.graph.node), len(mo.graph.initializer),
         os.path.getsize(path)))
     print("  ops: " + ", ".join("%s %d" % kv for kv in hist.items()))
-    print("  parameters with no initializer (folded into constants): %s; %d initializers "
+    print("  parameters with no initializer (folded away): %s; %d initializers "
           "that are not parameters (%s, ...)" % (", ".join(missing) or "none", len(others),
                                                 ", ".join(others[:6])))
     info["folded_parameters"] = missing
-    print("  onnxruntime: " + ("loss %.6f, rel err %.2e vs gpt2-dynamo reference" % (
-        ort_value, info["onnxruntime_loss_rel_err"]) if ort_value is not None
+    print("  onnxruntime: " + ("loss %.6f, rel err %.2e vs the %s-dynamo reference" % (
+        ort_value, info["onnxruntime_loss_rel_err"], name) if ort_value is not None
         else "FAILED " + ort_error))
     return info
 
@@ -924,9 +925,11 @@ def build_model(index, name):
             msg = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1][:400])
             print("%s-%s: EXPORT FAILED %s" % (name, exporter, msg))
             results.append({"model": name, "exporter": exporter, "failed": msg})
-    if name == "gpt2":
+    if name in ("gpt2", "resnet18"):
+        # The default optimize=True: GPT-2's parameters folded into unnamed
+        # constants, ResNet's train()-mode BatchNorms dropped.
         ref = next(r for r in results if r.get("exporter") == "dynamo")
-        results.append(build_folded(wrapped, inputs, ref["loss"]))
+        results.append(build_folded(name, wrapped, inputs, ref["loss"]))
     return results
 
 
