@@ -219,6 +219,31 @@ llvm::Error readImportFlags(const Flags &flags,
   return llvm::Error::success();
 }
 
+llvm::Error checkMicrobatchSizeUsed(const ir::Graph &g,
+                                    const frontend::ImportOptions &opts) {
+  if (!opts.microbatchSize)
+    return llvm::Error::success();
+  int64_t n = *opts.microbatchSize;
+  const ir::Value *fixed = nullptr;
+  for (const ir::Value *v : g.inputs()) {
+    if (v->type().rank() == 0)
+      continue;
+    if (v->type().shape[0] == n)
+      return llvm::Error::success();
+    if (!fixed)
+      fixed = v;
+  }
+  std::string why =
+      fixed ? "the model fixes the leading (batch) dimension of its inputs ('" +
+                  fixed->name() + "' is " + fixed->type().str() + ")"
+            : "the model has no input with a leading dimension";
+  return usageError("--microbatch-size=" + std::to_string(n) +
+                    " would do nothing: " + why +
+                    "; re-export the model with a dynamic batch dimension "
+                    "(torch.onnx.export's dynamic_shapes or dynamic_axes) "
+                    "to choose the batch here, or leave the flag out");
+}
+
 std::vector<Flags::Spec> trainingFlagSpecs() {
   return {{"loss", true, false},         {"add-loss", true, false},
           {"freeze", true, false},       {"trainable", true, false},

@@ -86,6 +86,13 @@ llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit);
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts);
 
+// After import: --microbatch-size binds only a symbolic leading dimension,
+// so on a model whose inputs all have a fixed one it would do nothing. That
+// is refused (re-export with a dynamic batch) rather than ignored: the run
+// would train the exported batch, not the one asked for.
+llvm::Error checkMicrobatchSizeUsed(const ir::Graph &g,
+                                    const frontend::ImportOptions &opts);
+
 // The flags that shape a training graph, shared by cleavec and cleave-opt,
 // and their --help text.
 std::vector<Flags::Spec> trainingFlagSpecs();

@@ -67,10 +67,19 @@ readInput(const std::string &path, const frontend::ImportOptions &opts,
   if (llvm::StringRef(path).endswith(".onnx")) {
     auto g = frontend::importOnnxFile(path, opts);
     if (g)
+      if (auto e = tools::checkMicrobatchSizeUsed(**g, opts))
+        return std::move(e);
+    if (g)
       if (auto e = tools::loadSmallTensors(**g, inlineLimit))
         return std::move(e);
     return g;
   }
+  if (opts.microbatchSize || !opts.inputShapes.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        std::string(opts.microbatchSize ? "--microbatch-size"
+                                        : "--input-shape") +
+            " binds the inputs of an .onnx model; IR text states its shapes");
   auto buf = path == "-"
                  ? support::readStdin("IR file", support::kMaxIrTextBytes)
                  : support::readFile(path, "IR file", support::kMaxIrTextBytes);

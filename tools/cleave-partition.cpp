@@ -63,6 +63,8 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
     auto imported = frontend::importOnnxFile(path, importOpts);
     if (!imported)
       return imported.takeError();
+    if (auto e = tools::checkMicrobatchSizeUsed(**imported, importOpts))
+      return std::move(e);
     if (addLoss)
       if (auto e = passes::addLoss(**imported, addLoss->kind, addLoss->output,
                                    addLoss->target))
@@ -79,6 +81,13 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
       return std::move(e);
     return imported;
   }
+  for (const char *f : {"microbatch-size", "input-shape"})
+    if (flags.has(f))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          std::string("--") + f +
+              " binds the inputs of an .onnx model; IR text states its "
+              "shapes");
   auto buf = support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
     return buf.takeError();

@@ -64,7 +64,8 @@ output:
 
 shapes:
   --microbatch-size=N    bind a symbolic leading (batch) dimension of every
-                         input to N
+                         input to N (refused when the model fixes it:
+                         re-export with a dynamic batch dimension)
   --input-shape=NAME=D0,D1,...
                          give input NAME this static shape (repeatable)
 
@@ -258,6 +259,8 @@ int main(int argc, char **argv) {
   auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
   if (!graph)
     return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);
+  if (auto e = tools::checkMicrobatchSizeUsed(**graph, importOpts))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (auto e = ir::verifyGraph(**graph))
     return fail(kTool, "imported IR is invalid: " + llvm::toString(std::move(e)),
                 tools::kBadInput);
