@@ -38,14 +38,21 @@ into pipeline stages (one graph per stage with explicit Send and Recv ops:
 step by simulation. -o FILE.cplan writes the plan cleave-run trains.
 
 output:
-  --emit=summary|ir      what to print (default: summary): inputs, outputs,
-                         parameter count and bytes, op histogram; or the
-                         whole graph as cleave IR text (.cir)
+  --emit=summary|ir|schedule-csv
+                         what to print (default: summary): inputs, counts
+                         of parameters, ops and training work, and with
+                         --stages the stage table and the schedule's
+                         figures; or the whole graph as cleave IR text
+                         (.cir); or the schedule in PyTorch's notation
+  --verbose              the summary in full: every output of the graph
+                         (a training graph's gradients and updated state)
+                         and every op kind's count
   -o FILE                write the output to FILE instead of stdout; FILE is
-                         written only when compilation succeeds
-  -o FILE.cplan          write the training plan that cleave-run trains (per
-                         stage programs, messages, schedule, memory plan,
-                         parameters); one stage unless --stages says more
+                         written only when compilation succeeds. FILE.cplan:
+                         the training plan that cleave-run trains (per stage
+                         programs, messages, schedule, memory plan,
+                         parameters; one stage unless --stages says more),
+                         with the summary on stdout
   --weights=reference|embed
                          with -o FILE.cplan: parameters whose bytes are in
                          the model's external data file are referenced
@@ -161,6 +168,7 @@ int main(int argc, char **argv) {
                       {"list-ops", false, false},
                       {"help", false, false},
                       {"h", false, false},
+                      {"verbose", false, false},
                       {"inference", false, false},
                       {"version", false, false}});
   tools::Flags flags(specs);
@@ -200,6 +208,10 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   if (flags.has("weights") && !planOut)
     return fail(kTool, "--weights goes with -o FILE.cplan", tools::kUsage);
+  if (flags.has("verbose") && emit != "summary")
+    return fail(kTool, "--verbose lengthens the summary; it does not go with "
+                       "--emit=" + emit,
+                tools::kUsage);
   if (flags.has("batch-w") && !planOut)
     return fail(kTool, "--batch-w goes with -o FILE.cplan", tools::kUsage);
   if (planOut && emit != "summary")
@@ -318,8 +330,12 @@ int main(int argc, char **argv) {
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
   std::vector<std::pair<std::string, std::string>> files;
-  std::string out = emit == "ir" ? ir::printGraph(**graph, print)
-                                 : ir::summarizeGraph(**graph);
+  std::string out =
+      emit == "ir" ? ir::printGraph(**graph, print)
+                   : ir::summarizeGraph(**graph,
+                                        flags.has("verbose")
+                                            ? ir::SummaryDetail::Full
+                                            : ir::SummaryDetail::Short);
   if (planning) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)
