@@ -39,13 +39,16 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          zb-v, v-half, dualpipe-v (M >= 2P)
   --chunks=V             stages per rank for those (default 2; the V ones
                          take only 2): P x V stages in all
-  --microbatches=M       microbatches per step (also averages the gradients)
   --mem-cap=SIZE         bytes per rank (2GiB, 512MiB, ...): the partition
                          and the schedule must fit it (each of a rank's V
                          stages gets SIZE/V)
   --cost-model=analytic|uniform|profile:FILE
                          where times come from (default analytic: FLOPs and
-                         bytes against --device-profile cpu|h200|a100)
+                         bytes against --device-profile; profile:FILE: the
+                         op times `cleave-run --profile FILE` measured)
+  --device-profile=cpu|h200|a100
+                         the device the analytic cost model times (its
+                         FLOP rates and memory bandwidth; default cpu)
   --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
   --layer-depth=N        module-path components per layer (default: the
                          shallowest depth with repeated blocks, such as
@@ -54,7 +57,6 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          the predicted step as a Perfetto trace or a Gantt
                          picture (repeatable)
   --report=FILE.json     stage table and schedule figures as JSON
-  --emit=schedule-csv    print the schedule in PyTorch's notation
 )";
 
 bool wantsPlanning(const Flags &flags) {

@@ -38,16 +38,17 @@ actions. Every step runs the plan's M microbatches and one optimizer update;
 the loss printed is the mean over the step's microbatches.
 
 data:
-  --data=DIR|FILE.npz    one array per model input, named after it (DIR/NAME.npy
+  --data=DIR|FILE.npz|text:FILE
+                         one array per model input, named after it (DIR/NAME.npy
                          or the archive member NAME.npy), samples along the
                          first axis; each step takes microbatch-size x M
                          samples in order, wrapping around. Without --data:
                          deterministic synthetic data (floats in [-1, 1],
-                         integer inputs in the range the model indexes)
-  --data=text:FILE       byte-level language modelling on a text file: a
-                         model with two integer inputs [B, T] gets windows
-                         of T bytes as tokens and the same windows shifted
-                         by one byte as targets
+                         integer inputs in the range the model indexes).
+                         text:FILE: byte-level language modelling on a text
+                         file: a model with two integer inputs [B, T] gets
+                         windows of T bytes as tokens and the same windows
+                         shifted by one byte as targets
   --seed=N               seed of the synthetic data and of dropout (default 0)
 
 training:
@@ -528,10 +529,8 @@ int main(int argc, char **argv) {
   tools::Flags flags(tools::runFlagSpecs());
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help")) {
-    llvm::outs() << kHelp;
-    return tools::kOk;
-  }
+  if (flags.has("help"))
+    return tools::printHelp(kTool, flags, kHelp);
   if (flags.positional().size() != 1)
     return fail(kTool,
                 flags.positional().empty()

@@ -90,7 +90,7 @@ inspection:
                          split-backward,
                          verify-2bp, optimizer
   --list-ops             list the ONNX ops cleave imports and exit
-  --help                 show this help
+  -h, --help             show this help
   --version              show the version
 
 exit status: 0 success, 1 bad input (model, data), 2 bad usage.
@@ -128,7 +128,9 @@ static std::string helpText() {
   std::string h = kHelp;
   h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
   h.replace(h.find("%PLANNING%"), 10,
-            tools::kPlanningHelp + std::string(tools::kAllowLargeHelp));
+            tools::kPlanningHelp +
+                tools::allowLargeHelp({tools::LargeBound::Workers,
+                                       tools::LargeBound::Microbatches}));
   return h;
 }
 
@@ -174,10 +176,8 @@ int main(int argc, char **argv) {
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << helpText();
-    return tools::kOk;
-  }
+  if (flags.has("help") || flags.has("h"))
+    return tools::printHelp(kTool, flags, helpText());
   if (flags.has("version")) {
     llvm::outs() << "cleavec " << CLEAVE_VERSION << "\n";
     return tools::kOk;
