@@ -1,8 +1,10 @@
 // cleave-run --timeline: the measured last step as the same SVG Gantt chart
 // `cleavec --timeline` draws for the predicted one (passes/schedule/
 // Timeline.h), so the two can be laid side by side: one row per stage of
-// replica 0, its F/B/W/BW spans as boxes, waits for messages as idle time,
-// times in milliseconds from the step's first span.
+// replica 0, its F/B/W/BW spans as boxes less the waits for messages inside
+// them (idle time), times in milliseconds from the step's first span, each
+// stage's bubble as cleave-run's table counts it (its busy time against its
+// own step).
 #pragma once
 
 #include "runtime/trace/ChromeTrace.h"

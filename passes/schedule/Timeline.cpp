@@ -82,6 +82,17 @@ std::string fmt(double v) {
   return buf;
 }
 
+// "stage 2", or with several stages per rank "rank 1 (1,5)".
+std::string rowLabel(const Schedule &s, const std::vector<int> &stages,
+                     size_t rank) {
+  if (!sharesRanks(s))
+    return "stage " + std::to_string(stages.front());
+  std::string label = "rank " + std::to_string(rank) + " (";
+  for (size_t k = 0; k < stages.size(); ++k)
+    label += (k ? "," : "") + std::to_string(stages[k]);
+  return label + ")";
+}
+
 // One row per rank: its stage, or its several stages' actions (a rank's
 // later stages drawn lighter, each box's title naming its stage).
 void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
@@ -90,13 +101,7 @@ void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
   bool shared = sharesRanks(s);
   for (size_t rk = 0; rk < ranks.size(); ++rk) {
     double y = g.rowY(int(rk));
-    std::string label = "stage " + std::to_string(ranks[rk].front());
-    if (shared) {
-      label = "rank " + std::to_string(rk) + " (";
-      for (size_t k = 0; k < ranks[rk].size(); ++k)
-        label += (k ? "," : "") + std::to_string(ranks[rk][k]);
-      label += ")";
-    }
+    std::string label = rowLabel(s, ranks[rk], rk);
     os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">{2}"
                         "</text>\n",
                         g.left - 8, y + g.rowHeight * 0.65, label);
@@ -145,8 +150,11 @@ void drawAxis(llvm::raw_ostream &os, const SimResult &r, const GanttLayout &g,
                         "</text>\n",
                         g.x(t), y + 18, fmt(t));
   }
-  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\">time ({2})</text>\n",
-                      g.x(r.makespan) + 10, y + 18, unit);
+  // In the left margin, under the row labels: after the last tick it
+  // would run into that tick's number.
+  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">"
+                      "time ({2})</text>\n",
+                      g.left - 8, y + 18, unit);
 }
 
 void drawLegend(llvm::raw_ostream &os, const Schedule &s, double y, double x) {
@@ -218,13 +226,32 @@ std::string chromeTrace(const Schedule &s, const SimResult &r,
   return os.str();
 }
 
-std::string ganttSvg(const Schedule &s, const SimResult &r,
+std::string ganttSvg(const Schedule &s, const SimResult &simulated,
                      const PipelineCosts &costs) {
+  // Seconds are drawn as milliseconds, the unit of cleave-run's measured
+  // timeline, so that the predicted and the measured step read alike.
+  SimResult r = simulated;
+  std::string unit = costs.timeUnit;
+  if (unit == "s") {
+    unit = "ms";
+    r.stepTime *= 1e3;
+    r.makespan *= 1e3;
+    for (std::vector<Span> &row : r.spans)
+      for (Span &sp : row)
+        sp.start *= 1e3, sp.end *= 1e3;
+  }
   GanttLayout g;
+  // Room on the left for the longest row label ("rank 3 (3,7,11)") and the
+  // axis's unit, at about 7 pixels a character.
+  size_t longest = std::string("time (" + unit + ")").size();
+  std::vector<std::vector<int>> ranks = stagesOfRanks(s);
+  for (size_t rk = 0; rk < ranks.size(); ++rk)
+    longest = std::max(longest, rowLabel(s, ranks[rk], rk).size());
+  g.left = std::max(g.left, 12 + 7.0 * double(longest));
   g.scale = r.makespan > 0 ? g.width / r.makespan : 1;
   double axisY = g.rowY(rankCount(s)) + 2;
   double legendY = axisY + 34;
-  double height = legendY + 30, width = g.left + g.width + 110;
+  double height = legendY + 30, width = g.left + g.width + 30;
   double worst = 0;
   for (const StageStats &st : r.stages)
     worst = std::max(worst, st.bubble);
@@ -251,9 +278,9 @@ std::string ganttSvg(const Schedule &s, const SimResult &r,
                                            std::to_string(s.stages / rankCount(s))
                                      : std::to_string(s.stages),
                       s.microbatches,
-                      fmt(r.stepTime), costs.timeUnit, isolated, worst);
+                      fmt(r.stepTime), unit, isolated, worst);
   drawRows(os, s, r, g);
-  drawAxis(os, r, g, axisY, costs.timeUnit);
+  drawAxis(os, r, g, axisY, unit);
   drawLegend(os, s, legendY, g.left);
   os << "</svg>\n";
   return os.str();

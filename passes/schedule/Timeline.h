@@ -3,7 +3,8 @@
 // messages it sends), and an SVG Gantt chart for people: stages as rows,
 // one colour per kind, microbatch numbers in the boxes, idle time as grey
 // background, a legend and the step time. Both show one isolated step,
-// every stage starting at time 0.
+// every stage starting at time 0. The chart draws seconds as milliseconds,
+// the unit of cleave-run's measured timeline (tools/MeasuredTimeline.h).
 #pragma once
 
 #include "passes/PipelineCosts.h"
