@@ -89,6 +89,11 @@ inspection:
                          mixed-precision, then for training autodiff,
                          split-backward,
                          verify-2bp, optimizer
+  --compare-schedules    with --stages: partition and simulate every
+                         schedule (one row each: ranks x stages per rank,
+                         predicted step and steady-state period, worst
+                         bubble and peak bytes; the one auto picks) and
+                         print that table instead of a plan
   --list-ops             list the ONNX ops cleave imports and exit
   -h, --help             show this help
   --version              show the version
@@ -171,6 +176,7 @@ int main(int argc, char **argv) {
                       {"help", false, false},
                       {"h", false, false},
                       {"verbose", false, false},
+                      {"compare-schedules", false, false},
                       {"inference", false, false},
                       {"version", false, false}});
   tools::Flags flags(specs);
@@ -208,6 +214,15 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   if (flags.has("weights") && !planOut)
     return fail(kTool, "--weights goes with -o FILE.cplan", tools::kUsage);
+  bool compare = flags.has("compare-schedules");
+  if (compare && (!flags.has("stages") || flags.has("o") ||
+                  flags.has("emit") || flags.has("timeline") ||
+                  flags.has("report") || flags.has("schedule")))
+    return fail(kTool,
+                "--compare-schedules needs --stages and prints a table: it "
+                "does not go with -o, --emit, --schedule, --timeline or "
+                "--report",
+                tools::kUsage);
   if (flags.has("verbose") && emit != "summary")
     return fail(kTool, "--verbose lengthens the summary; it does not go with "
                        "--emit=" + emit,
@@ -329,6 +344,13 @@ int main(int argc, char **argv) {
   if (auto e = passes::runPipeline(**graph, pipeline, pipe))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
+  if (compare) {
+    auto table = tools::compareSchedules(**graph, *planning);
+    if (!table)
+      return fail(kTool, llvm::toString(table.takeError()), tools::kBadInput);
+    llvm::outs() << *table;
+    return tools::kOk;
+  }
   std::vector<std::pair<std::string, std::string>> files;
   std::string out =
       emit == "ir" ? ir::printGraph(**graph, print)
