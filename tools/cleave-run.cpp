@@ -109,7 +109,9 @@ output:
   --profile=FILE.json    measured per-op times (kernels only, not waits): each
                          op's mean over the steps after the first, its
                          fastest and slowest tenth left out, in the format
-                         `cleavec --cost-model profile:FILE` reads
+                         `cleavec --cost-model profile:FILE` reads (a step
+                         more than 20% off the plan's prediction says so
+                         after the summary, and suggests this)
   --print-plan           print the plan as text and exit
   --quiet                no per-step lines, only checkpoint writes and the
                          summary
@@ -257,6 +259,31 @@ std::string nothingToDo(const tools::Flags &flags, int64_t steps) {
          ")";
 }
 
+// When the measured step is more than 20% off the plan's prediction, one
+// line on how to plan from this machine's own op times instead.
+void printProfileHint(const runtime::Plan &plan,
+                      const runtime::TrainSummary &sum, bool overlapped,
+                      const tools::Flags &flags) {
+  double predicted = overlapped && plan.predictedPeriod > 0
+                         ? plan.predictedPeriod
+                         : plan.predictedStepTime;
+  double measured = sum.meanStepSeconds;
+  if (predicted <= 0 || measured <= 0 ||
+      std::abs(measured / predicted - 1) <= 0.2)
+    return;
+  auto profile = flags.get("profile");
+  llvm::outs() << llvm::formatv(
+      "the step took {0:F3} ms, {1:F1}x the {2:F3} ms predicted: {3}\n",
+      1e3 * measured, measured / predicted, 1e3 * predicted,
+      profile ? "compile again with cleavec --cost-model profile:" + *profile +
+                    " (the op times just measured) for a plan that fits "
+                    "this machine"
+              : std::string("measure the ops with cleave-run --profile "
+                            "FILE.json and compile again with cleavec "
+                            "--cost-model profile:FILE.json for a plan that "
+                            "fits this machine"));
+}
+
 // Writes `text` to `path` on rank 0; every process learns the outcome.
 llvm::Error writeOnRoot(runtime::Driver &driver, const std::string &path,
                         const std::string &text) {
@@ -376,8 +403,10 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   auto sum = trainer.summary();
   if (!sum)
     return report(sum.takeError(), tools::kBadInput);
-  if (root)
+  if (root) {
     printSummary(plan, *sum, opt.steps - trainer.firstStep(), opt.overlapSteps);
+    printProfileHint(plan, *sum, opt.overlapSteps, flags);
+  }
 
   if (auto path = flags.get("profile")) {
     auto text = trainer.profileJson();
