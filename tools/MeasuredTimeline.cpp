@@ -1,5 +1,6 @@
 #include "tools/MeasuredTimeline.h"
 
+#include "passes/schedule/Simulator.h"
 #include "passes/schedule/Timeline.h"
 
 #include <algorithm>
@@ -25,10 +26,11 @@ static std::optional<sched::ActionKind> computeKind(const std::string &name) {
   return std::nullopt;
 }
 
-std::string measuredTimelineSvg(const std::string &schedule, int stages,
-                                int microbatches,
-                                const std::vector<runtime::TraceTrack> &tracks,
-                                const std::vector<int> &stageRank) {
+// The measured step as a schedule and its "simulation": the spans drawn.
+static std::pair<sched::Schedule, sched::SimResult>
+measuredStep(const std::string &schedule, int stages, int microbatches,
+             const std::vector<runtime::TraceTrack> &tracks,
+             const std::vector<int> &stageRank) {
   stages = std::min<int>(stages, int(tracks.size()));
   double t0 = INFINITY;
   for (int st = 0; st < stages; ++st)
@@ -111,9 +113,78 @@ std::string measuredTimelineSvg(const std::string &schedule, int stages,
     sched::StageStats &stats = r.stages[size_t(st)];
     stats.bubble = span > 0 ? std::max(0.0, 1 - stats.busy / span) : 0;
   }
+  return {std::move(s), std::move(r)};
+}
+
+static passes::PipelineCosts inMilliseconds() {
   passes::PipelineCosts costs;
   costs.timeUnit = "ms";
-  return sched::ganttSvg(s, r, costs);
+  return costs;
+}
+
+std::string measuredTimelineSvg(const std::string &schedule, int stages,
+                                int microbatches,
+                                const std::vector<runtime::TraceTrack> &tracks,
+                                const std::vector<int> &stageRank) {
+  auto [s, r] = measuredStep(schedule, stages, microbatches, tracks, stageRank);
+  return sched::ganttSvg(s, r, inMilliseconds());
+}
+
+// The plan's schedule with its messages, and its predicted costs (seconds).
+static std::optional<std::pair<sched::Schedule, passes::PipelineCosts>>
+predictedStep(const runtime::Plan &plan) {
+  int stages = int(plan.stages.size());
+  sched::Schedule s;
+  s.name = plan.schedule + " (predicted)";
+  s.stages = stages;
+  s.microbatches = int(plan.microbatches);
+  s.actions.resize(size_t(stages));
+  passes::PipelineCosts costs;
+  costs.timeUnit = "s";
+  costs.bwSendsAfterB = true; // as cleave's runtime runs a BW
+  for (int st = 0; st < stages; ++st) {
+    const runtime::StagePlan &sp = plan.stages[size_t(st)];
+    if (sp.predictedF <= 0)
+      return std::nullopt;
+    passes::StageCost c;
+    c.f = sp.predictedF, c.b = sp.predictedB, c.w = sp.predictedW;
+    costs.stages.push_back(c);
+    for (const runtime::Action &a : sp.actions) {
+      auto kind = computeKind(runtime::actionKindName(a.kind));
+      if (!kind)
+        return std::nullopt;
+      sched::Action act;
+      act.kind = *kind;
+      act.microbatch = a.microbatch;
+      s.actions[size_t(st)].push_back(act);
+    }
+  }
+  if (!plan.stageRank.empty()) {
+    s.rankOf = plan.stageRank;
+    s.order = plan.rankPrograms;
+    // A rank runs its stages' STEPs after the rest, in stage order.
+    for (int st = 0; st < stages; ++st)
+      for (const runtime::Action &a : plan.stages[size_t(st)].actions)
+        if (a.kind == runtime::ActionKind::Step &&
+            size_t(plan.stageRank[size_t(st)]) < s.order.size())
+          s.order[size_t(plan.stageRank[size_t(st)])].push_back(st);
+  }
+  sched::insertCommunication(s);
+  return std::make_pair(std::move(s), std::move(costs));
+}
+
+std::string timelineWithPrediction(
+    const runtime::Plan &plan, const std::vector<runtime::TraceTrack> &tracks) {
+  auto [measured, spans] =
+      measuredStep(plan.schedule, int(plan.stages.size()),
+                   int(plan.microbatches), tracks, plan.stageRank);
+  if (auto predicted = predictedStep(plan))
+    if (auto sim = sched::simulate(predicted->first, predicted->second))
+      return sched::ganttSvgPair(predicted->first, *sim, predicted->second,
+                                 measured, spans, inMilliseconds());
+    else
+      llvm::consumeError(sim.takeError()); // drawn without the prediction
+  return sched::ganttSvg(measured, spans, inMilliseconds());
 }
 
 } // namespace cleave::tools

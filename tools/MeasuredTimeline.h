@@ -7,6 +7,7 @@
 // own step).
 #pragma once
 
+#include "runtime/Plan.h"
 #include "runtime/trace/ChromeTrace.h"
 
 #include <string>
@@ -20,5 +21,13 @@ std::string measuredTimelineSvg(const std::string &schedule, int stages,
                                 int microbatches,
                                 const std::vector<runtime::TraceTrack> &tracks,
                                 const std::vector<int> &stageRank = {});
+
+// The plan's schedule (its actions, ranks and rank programs, with the
+// messages they imply) simulated on its predicted per-stage F, B and W
+// times (messages taken as free) over the measured step, at one time
+// scale; a plan without predicted times (a uniform cost model) gets the
+// measured step alone.
+std::string timelineWithPrediction(
+    const runtime::Plan &plan, const std::vector<runtime::TraceTrack> &tracks);
 
 } // namespace cleave::tools

@@ -103,9 +103,10 @@ output:
   --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
                          last step: one track per stage, its F, B, W and STEP
                          actions and its waits for messages (RECV)
-  --timeline=FILE.svg    the last step as a Gantt chart, the picture
-                         `cleavec --timeline` draws for the predicted step
-                         (replica 0's stages; waits for messages are idle)
+  --timeline=FILE.svg    the last step as a Gantt chart (replica 0's
+                         stages; waits for messages are idle) under the
+                         plan's prediction (its schedule simulated on the
+                         predicted stage times), at one time scale, in ms
   --profile=FILE.json    measured per-op times (kernels only, not waits): each
                          op's mean over the steps after the first, its
                          fastest and slowest tenth left out, in the format
@@ -425,9 +426,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
     if (auto path = flags.get("timeline"))
       if (auto e = writeOnRoot(
               driver, *path,
-              tools::measuredTimelineSvg(plan.schedule, int(plan.stages.size()),
-                                         plan.microbatches, *tracks,
-                                         plan.stageRank)))
+              tools::timelineWithPrediction(plan, *tracks)))
         return report(std::move(e), tools::kBadInput);
   }
   if (auto out = flags.get("save"))

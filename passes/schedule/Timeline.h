@@ -21,4 +21,12 @@ std::string chromeTrace(const Schedule &s, const SimResult &r,
 std::string ganttSvg(const Schedule &s, const SimResult &r,
                      const PipelineCosts &costs);
 
+// Two charts, one above the other, at one time scale: cleave-run's
+// predicted step (the plan's schedule simulated on its costs) over the
+// measured one. Both must be in the same unit after seconds become
+// milliseconds.
+std::string ganttSvgPair(const Schedule &s1, const SimResult &r1,
+                         const PipelineCosts &costs1, const Schedule &s2,
+                         const SimResult &r2, const PipelineCosts &costs2);
+
 } // namespace cleave::passes::schedule

@@ -42,3 +42,39 @@ TEST(MeasuredTimeline, WaitsInsideAnActionAreIdle) {
                              "bubble up to 33.3%"));
   EXPECT_THAT(svg, HasSubstr("time (ms)"));
 }
+
+TEST(MeasuredTimeline, PredictionAboveTheMeasuredStep) {
+  // Two stages, one microbatch, F, B and W of 1 ms each as predicted: the
+  // plan's schedule simulated takes 5 ms (stage 0's B waits for stage 1's).
+  runtime::Plan plan;
+  plan.schedule = "zb-h1";
+  plan.microbatches = 1;
+  for (int st = 0; st < 2; ++st) {
+    runtime::StagePlan sp;
+    sp.index = st;
+    sp.predictedF = sp.predictedB = sp.predictedW = 0.001;
+    sp.actions = {{runtime::ActionKind::F, 0},
+                  {runtime::ActionKind::B, 0},
+                  {runtime::ActionKind::W, 0},
+                  {runtime::ActionKind::Step, -1}};
+    plan.stages.push_back(sp);
+  }
+  std::vector<runtime::TraceTrack> tracks{
+      track({{"F", 0, 0.000, 0.001},
+             {"B", 0, 0.003, 0.004},
+             {"W", 0, 0.004, 0.005}}),
+      track({{"F", 0, 0.001, 0.002},
+             {"B", 0, 0.002, 0.003},
+             {"W", 0, 0.003, 0.004}})};
+  std::string svg = tools::timelineWithPrediction(plan, tracks);
+  EXPECT_THAT(svg, HasSubstr("zb-h1 (predicted): P=2, M=1, step time 5 ms"));
+  EXPECT_THAT(svg, HasSubstr("zb-h1 (measured): P=2, M=1, step time 5 ms"));
+  EXPECT_LT(svg.find("(predicted)"), svg.find("(measured)"));
+  EXPECT_EQ(svg.find("<svg", 1), std::string::npos); // one document
+  // A plan without predicted times: the measured step alone.
+  for (runtime::StagePlan &sp : plan.stages)
+    sp.predictedF = 0;
+  svg = tools::timelineWithPrediction(plan, tracks);
+  EXPECT_THAT(svg, Not(HasSubstr("(predicted)")));
+  EXPECT_THAT(svg, HasSubstr("(measured)"));
+}
