@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace cleave::ir {
 
@@ -34,23 +35,44 @@ static std::string withCommas(int64_t n) {
   return out;
 }
 
-std::string summarizeGraph(const Graph &g) {
+std::string summarizeGraph(const Graph &g, SummaryDetail detail) {
+  bool full = detail == SummaryDetail::Full;
+  // What a training graph adds to its outputs: one gradient per trained
+  // parameter, and the state the optimizer updates.
+  std::set<const Value *> updated;
+  for (const StateUpdate &u : g.updates())
+    updated.insert(u.value);
+  int64_t gradients = 0, updates = 0;
+  std::vector<const Value *> listed;
+  for (const Value *v : g.outputs()) {
+    if (!full && updated.count(v))
+      ++updates;
+    else if (!full && llvm::StringRef(v->name()).startswith("grad."))
+      ++gradients;
+    else
+      listed.push_back(v);
+  }
   std::string s;
   llvm::raw_string_ostream os(s);
   os << "graph @" << g.name() << "\n";
   size_t width = 4;
   for (const Value *v : g.inputs())
     width = std::max(width, v->name().size());
-  for (const Value *v : g.outputs())
+  for (const Value *v : listed)
     width = std::max(width, v->name().size());
   os << "inputs:\n";
   for (const Value *v : g.inputs())
     os << "  " << v->name() << std::string(width - v->name().size() + 1, ' ')
        << v->type().str() << "\n";
   os << "outputs:\n";
-  for (const Value *v : g.outputs())
+  for (const Value *v : listed)
     os << "  " << v->name() << std::string(width - v->name().size() + 1, ' ')
        << v->type().str() << "\n";
+  if (gradients || updates)
+    os << llvm::formatv("  and {0} gradient{1} (grad.*), {2} updated "
+                        "state{3} (.next); --verbose lists them\n",
+                        gradients, gradients == 1 ? "" : "s", updates,
+                        updates == 1 ? "" : "s");
   for (ValueKind kind :
        {ValueKind::Param, ValueKind::Buffer, ValueKind::Const}) {
     int64_t count = 0, elements = 0, bytes = 0;
@@ -91,13 +113,24 @@ std::string summarizeGraph(const Graph &g) {
                                                        hist.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](auto &a, auto &b) { return a.second > b.second; });
-  os << "ops: " << g.ops().size() << "\n";
+  if (!full) {
+    constexpr size_t kShown = 6;
+    os << "ops: " << g.ops().size();
+    for (size_t i = 0; i < sorted.size() && i < kShown; ++i)
+      os << (i ? ", " : " (") << sorted[i].first << " " << sorted[i].second;
+    if (sorted.size() > kShown)
+      os << ", and " << sorted.size() - kShown << " more kinds";
+    os << (sorted.empty() ? "\n" : ")\n");
+  } else {
+    os << "ops: " << g.ops().size() << "\n";
+  }
   size_t nameWidth = 24;
   for (auto &[name, n] : sorted)
     nameWidth = std::max(nameWidth, name.size());
   for (auto &[name, n] : sorted)
-    os << "  " << name << std::string(nameWidth - name.size() + 1, ' ')
-       << llvm::formatv("{0,5}\n", n);
+    if (full)
+      os << "  " << name << std::string(nameWidth - name.size() + 1, ' ')
+         << llvm::formatv("{0,5}\n", n);
   if (g.isTraining()) {
     std::map<Phase, int> phases;
     for (const auto &op : g.ops())

@@ -211,9 +211,11 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
     if (warmStep(step, firstStep_, steps))
       stepSum_ += report.stepSeconds;
     if (options_.checkpointDir &&
-        checkpointDue(step, steps, options_.checkpointEvery))
+        checkpointDue(step, steps, options_.checkpointEvery)) {
       if (auto e = writeCheckpoint(step + 1))
         return e;
+      report.checkpoint = *options_.checkpointDir + "/checkpoint.bin";
+    }
     report.elapsedSeconds = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start_)
                                 .count();

@@ -64,6 +64,8 @@ struct StepReport {
   // The update was skipped: what was found, where ("stage 1: ..."); on
   // rank 0 only.
   std::optional<std::string> skipped;
+  // The checkpoint file written after this step, if one was.
+  std::optional<std::string> checkpoint;
 };
 
 struct StageFigures {

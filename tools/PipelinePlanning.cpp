@@ -10,6 +10,8 @@
 #include "passes/schedule/Validator.h"
 
 #include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -39,13 +41,16 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          zb-v, v-half, dualpipe-v (M >= 2P)
   --chunks=V             stages per rank for those (default 2; the V ones
                          take only 2): P x V stages in all
-  --microbatches=M       microbatches per step (also averages the gradients)
   --mem-cap=SIZE         bytes per rank (2GiB, 512MiB, ...): the partition
                          and the schedule must fit it (each of a rank's V
                          stages gets SIZE/V)
   --cost-model=analytic|uniform|profile:FILE
                          where times come from (default analytic: FLOPs and
-                         bytes against --device-profile cpu|h200|a100)
+                         bytes against --device-profile; profile:FILE: the
+                         op times `cleave-run --profile FILE` measured)
+  --device-profile=cpu|h200|a100
+                         the device the analytic cost model times (its
+                         FLOP rates and memory bandwidth; default cpu)
   --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
   --layer-depth=N        module-path components per layer (default: the
                          shallowest depth with repeated blocks, such as
@@ -54,7 +59,6 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          the predicted step as a Perfetto trace or a Gantt
                          picture (repeatable)
   --report=FILE.json     stage table and schedule figures as JSON
-  --emit=schedule-csv    print the schedule in PyTorch's notation
 )";
 
 bool wantsPlanning(const Flags &flags) {
@@ -180,6 +184,72 @@ llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
     js.flush();
     out.files.push_back({*req.report, json});
   }
+  return out;
+}
+
+llvm::Expected<std::string> compareSchedules(ir::Graph &g,
+                                             const PlanningRequest &req) {
+  std::vector<std::string> names;
+  for (const auto *list : {&sched::scheduleNames(),
+                           &sched::chunkedScheduleNames()})
+    for (const std::string &n : *list)
+      if (n != "auto" &&
+          std::find(names.begin(), names.end(), n) == names.end())
+        names.push_back(n);
+  names.push_back("auto");
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  std::string unit;
+  bool header = false;
+  for (const std::string &name : names) {
+    passes::PlanningOptions o = req;
+    o.schedule = name;
+    // --chunks is for the schedules with several stages per rank.
+    if (name != "auto" && !sched::isChunkedSchedule(name))
+      o.chunks = 0;
+    passes::PipelineModule m(g, o);
+    llvm::Error err = llvm::Error::success();
+    err = passes::partitionPass(m);
+    if (!err)
+      err = passes::schedulePass(m);
+    if (!header) {
+      os << llvm::formatv("{0,-28} {1,-7} {2,12} {3,12} {4,8} {5,14}\n",
+                          "schedule", "P x V", "step", "steady", "bubble",
+                          "peak bytes");
+      header = true;
+    }
+    std::string label = name == "auto" && m.schedule
+                            ? "auto: " + m.schedule->name
+                            : name;
+    if (err) {
+      std::string why = llvm::toString(std::move(err));
+      os << llvm::formatv("{0,-28} cannot run: {1}\n", label, why);
+      continue;
+    }
+    const sched::SimResult &sim = *m.sim;
+    bool seconds = m.partition->costs.timeUnit == "s";
+    double k = seconds ? 1e3 : 1;
+    unit = seconds ? "ms" : m.partition->costs.timeUnit;
+    double bubble = 0;
+    int64_t peak = 0;
+    for (const sched::RankStats &r : sim.ranks) {
+      bubble = std::max(bubble, r.bubble);
+      peak = std::max(peak, r.peakBytes);
+    }
+    int ranks = sched::rankCount(*m.schedule);
+    os << llvm::formatv("{0,-28} {1,-7} {2,12:F3} {3,12:F3} {4,7:F1}% {5,14}\n",
+                        label,
+                        std::to_string(ranks) + " x " +
+                            std::to_string(m.schedule->stages / ranks),
+                        k * sim.makespan, k * sim.stepTime, 100 * bubble,
+                        passes::formatBytes(peak));
+  }
+  os << "step: one isolated step (what cleave-run measures); steady: the "
+        "period of overlapping steps; times in "
+     << (unit.empty() ? "ms" : unit)
+     << ", bubble and peak bytes of the worst rank"
+     << (req.memCap ? "; auto: the fastest within --mem-cap" : "") << "\n";
+  os.flush();
   return out;
 }
 

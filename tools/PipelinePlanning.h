@@ -57,4 +57,12 @@ struct PlanningResult {
 llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
                                             const PlanningRequest &req);
 
+// cleavec --compare-schedules: every named schedule partitioned and
+// simulated for `req` (its --schedule aside), one table row each: ranks x
+// stages per rank, the predicted isolated step (what cleave-run measures)
+// and steady-state period, the worst rank's bubble and peak bytes; a
+// schedule that cannot run says why; the last line names what `auto` picks.
+llvm::Expected<std::string> compareSchedules(ir::Graph &g,
+                                             const PlanningRequest &req);
+
 } // namespace cleave::tools

@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -113,15 +116,112 @@ llvm::Expected<int64_t> parseCount(const std::string &flag,
   return int64_t(v);
 }
 
+// "--x" for a flag named x, "-o" for a one-letter one.
+static std::string spelled(const std::string &name) {
+  return (name.size() == 1 ? "-" : "--") + name;
+}
+
+std::vector<std::string> documentedFlags(llvm::StringRef help) {
+  std::vector<std::string> out;
+  llvm::SmallVector<llvm::StringRef, 64> lines;
+  help.split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    if (!line.startswith("  -"))
+      continue;
+    // The entry is what comes before its description, which starts after
+    // a run of two or more spaces.
+    llvm::StringRef entry = line.drop_front(2);
+    entry = entry.take_front(entry.find("  "));
+    for (size_t i = 0; i < entry.size(); ++i) {
+      if (entry[i] != '-' || (i > 0 && entry[i - 1] != ' ' &&
+                              entry[i - 1] != ','))
+        continue;
+      size_t end = i;
+      while (end < entry.size() && entry[end] == '-')
+        ++end;
+      size_t nameStart = end;
+      while (end < entry.size() &&
+             (llvm::isAlnum(entry[end]) || entry[end] == '-'))
+        ++end;
+      if (end > nameStart)
+        out.push_back(entry.slice(i, end).str());
+      i = end;
+    }
+  }
+  return out;
+}
+
+llvm::Error Flags::checkHelp(llvm::StringRef help) const {
+  std::set<std::string> documented;
+  for (const std::string &flag : documentedFlags(help)) {
+    std::string name = llvm::StringRef(flag).ltrim('-').str();
+    if (!documented.insert(name).second)
+      return usageError("--help documents " + flag + " twice");
+    if (llvm::none_of(specs_, [&](const Spec &s) { return s.name == name; }))
+      return usageError("--help documents " + flag +
+                        ", which the flag parser does not take");
+  }
+  for (const Spec &s : specs_)
+    if (!documented.count(s.name))
+      return usageError("the flag parser takes " + spelled(s.name) +
+                        ", which --help does not document");
+  return llvm::Error::success();
+}
+
+int printHelp(const std::string &tool, const Flags &flags,
+              llvm::StringRef help) {
+  if (auto e = flags.checkHelp(help))
+    return fail(tool, "internal error: " + llvm::toString(std::move(e)),
+                kBadInput);
+  llvm::outs() << help;
+  return kOk;
+}
+
 Flags::Spec allowLargeFlagSpec() { return {"allow-large", false, false}; }
 
-const char kAllowLargeHelp[] = R"(limits:
-  --allow-large          raise the bounds on sizes asked for (threads,
-                         stages x data-parallel replicas, microbatches,
-                         steps) from what one machine or a modest cluster
-                         runs (4 x the cores, 4096, 2^20, 2^40) to 2^16,
-                         2^20, 2^24 and 2^62
-)";
+std::string allowLargeHelp(const std::vector<LargeBound> &bounds) {
+  std::string text = "raise the bounds on what may be asked for from what "
+                     "one machine or a modest cluster runs:";
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    switch (bounds[i]) {
+    case LargeBound::Threads:
+      text += " --threads from 4 x the cores to 2^16";
+      break;
+    case LargeBound::Workers:
+      text += " stages x data-parallel replicas from 4096 to 2^20";
+      break;
+    case LargeBound::Stages:
+      text += " stages (P x V) from 4096 to 2^20";
+      break;
+    case LargeBound::Microbatches:
+      text += " microbatches from 2^20 to 2^24";
+      break;
+    case LargeBound::Steps:
+      text += " --steps from 2^40 to 2^62";
+      break;
+    }
+    text += i + 1 == bounds.size() ? "" : ",";
+  }
+  // Wrapped into the description column of the other entries.
+  constexpr size_t kColumn = 25, kWidth = 77;
+  const std::string entry = "  --allow-large";
+  std::string out = "limits:\n" + entry + std::string(kColumn - entry.size(), ' ');
+  llvm::SmallVector<llvm::StringRef, 32> words;
+  llvm::StringRef(text).split(words, ' ', -1, false);
+  size_t col = kColumn;
+  for (llvm::StringRef w : words) {
+    if (col > kColumn && col + 1 + w.size() > kWidth) {
+      out += "\n" + std::string(kColumn, ' ');
+      col = kColumn;
+    } else if (col > kColumn) {
+      out += ' ';
+      ++col;
+    }
+    out += w.str();
+    col += w.size();
+  }
+  return out + "\n";
+}
 
 support::SizeLimits limitsFor(const Flags &flags) {
   return support::limitsFor(flags.has("allow-large"));
@@ -229,6 +329,31 @@ llvm::Error readImportFlags(const Flags &flags,
                         *mode + "'");
   }
   return llvm::Error::success();
+}
+
+llvm::Error checkMicrobatchSizeUsed(const ir::Graph &g,
+                                    const frontend::ImportOptions &opts) {
+  if (!opts.microbatchSize)
+    return llvm::Error::success();
+  int64_t n = *opts.microbatchSize;
+  const ir::Value *fixed = nullptr;
+  for (const ir::Value *v : g.inputs()) {
+    if (v->type().rank() == 0)
+      continue;
+    if (v->type().shape[0] == n)
+      return llvm::Error::success();
+    if (!fixed)
+      fixed = v;
+  }
+  std::string why =
+      fixed ? "the model fixes the leading (batch) dimension of its inputs ('" +
+                  fixed->name() + "' is " + fixed->type().str() + ")"
+            : "the model has no input with a leading dimension";
+  return usageError("--microbatch-size=" + std::to_string(n) +
+                    " would do nothing: " + why +
+                    "; re-export the model with a dynamic batch dimension "
+                    "(torch.onnx.export's dynamic_shapes or dynamic_axes) "
+                    "to choose the batch here, or leave the flag out");
 }
 
 std::vector<Flags::Spec> trainingFlagSpecs() {

@@ -46,6 +46,13 @@ public:
   std::vector<std::string> getAll(const std::string &name) const;
   const std::vector<std::string> &positional() const { return positional_; }
 
+  // Whether `help` (a tool's --help text) documents exactly the flags this
+  // parser takes, each once: the error names the first flag that is
+  // documented but not taken, taken but not documented, or documented
+  // twice. A flag is documented by an entry, a line that starts with two
+  // spaces and the flag; an entry may name several ("  -h, --help").
+  llvm::Error checkHelp(llvm::StringRef help) const;
+
 private:
   std::vector<Spec> specs_;
   std::multimap<std::string, std::string> values_;
@@ -57,10 +64,21 @@ private:
 llvm::Expected<int64_t> parseCount(const std::string &flag,
                                    const std::string &value);
 
+// The flags the entries of a --help text document, in order, as written
+// ("--stages", "-o"), repeats kept (Flags::checkHelp).
+std::vector<std::string> documentedFlags(llvm::StringRef help);
+
+// --help: prints `help` after checking it against the parser
+// (Flags::checkHelp; a mismatch is an internal error, exit 1).
+int printHelp(const std::string &tool, const Flags &flags,
+              llvm::StringRef help);
+
 // --allow-large, which raises the bounds of support/Limits.h from the
-// standard to the large ones, and its --help line.
+// standard to the large ones, and its --help entry, which names the bounds
+// of the tool's own flags.
 Flags::Spec allowLargeFlagSpec();
-extern const char kAllowLargeHelp[];
+enum class LargeBound { Threads, Workers, Stages, Microbatches, Steps };
+std::string allowLargeHelp(const std::vector<LargeBound> &bounds);
 support::SizeLimits limitsFor(const Flags &flags);
 
 // The count `value` of --`flag` (a number of `what`) against `limit`:
@@ -86,6 +104,13 @@ llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit);
 // --module-mode.
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts);
+
+// After import: --microbatch-size binds only a symbolic leading dimension,
+// so on a model whose inputs all have a fixed one it would do nothing. That
+// is refused (re-export with a dynamic batch) rather than ignored: the run
+// would train the exported batch, not the one asked for.
+llvm::Error checkMicrobatchSizeUsed(const ir::Graph &g,
+                                    const frontend::ImportOptions &opts);
 
 // The flags that shape a training graph, shared by cleavec and cleave-opt,
 // and their --help text.

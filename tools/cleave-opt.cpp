@@ -51,21 +51,24 @@ result as cleave IR text.
                          (output_K.pb or <output name>.npy); created if
                          needed. With --run, IR is printed only with -o.
   --list-passes          list the passes and exit
-  --help                 show this help
+  -h, --help             show this help
 
 Pipeline planning passes (partition, schedule, split-stages, plan-memory)
-run after the graph passes, on a training graph, and take cleavec's
-pipeline flags: --stages, --schedule, --chunks, --microbatches, --mem-cap,
---cost-model, --device-profile, --split-at, --layer-depth (cleavec --help
-says what they do). `partition` tags every op with its stage ([s] before
-the op); a pass run on tagged IR rebuilds what it needs from the tags, so
-each planning pass runs alone on the output of the one before it. The
-planning figures follow the IR as // comments; after split-stages the
-stage graphs are printed instead of the training graph, and plan-memory
-adds each stage's frames and each rank's peak.
+run after the graph passes, on a training graph. `partition` tags every op
+with its stage ([s] before the op); a pass run on tagged IR rebuilds what
+it needs from the tags, so each planning pass runs alone on the output of
+the one before it. The planning figures follow the IR as // comments;
+after split-stages the stage graphs are printed instead of the training
+graph, and plan-memory adds each stage's frames and each rank's peak.
 
-exit status: 0 success, 1 bad input, 2 bad usage.
+pipeline (with the planning passes; cleavec --help says what each does):
+  --stages=P, --schedule=NAME, --chunks=V, --mem-cap=SIZE,
+  --cost-model=analytic|uniform|profile:FILE, --device-profile=NAME,
+  --split-at=LAYER,..., --layer-depth=N
 )";
+
+static const char kExitStatus[] =
+    "\nexit status: 0 success, 1 bad input, 2 bad usage.\n";
 
 static llvm::Expected<std::unique_ptr<ir::Graph>>
 readInput(const std::string &path, const frontend::ImportOptions &opts,
@@ -73,10 +76,19 @@ readInput(const std::string &path, const frontend::ImportOptions &opts,
   if (llvm::StringRef(path).endswith(".onnx")) {
     auto g = frontend::importOnnxFile(path, opts);
     if (g)
+      if (auto e = tools::checkMicrobatchSizeUsed(**g, opts))
+        return std::move(e);
+    if (g)
       if (auto e = tools::loadSmallTensors(**g, inlineLimit))
         return std::move(e);
     return g;
   }
+  if (opts.microbatchSize || !opts.inputShapes.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        std::string(opts.microbatchSize ? "--microbatch-size"
+                                        : "--input-shape") +
+            " binds the inputs of an .onnx model; IR text states its shapes");
   auto buf = path == "-"
                  ? support::readStdin("IR file", support::kMaxIrTextBytes)
                  : support::readFile(path, "IR file", support::kMaxIrTextBytes);
@@ -116,12 +128,14 @@ int main(int argc, char **argv) {
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << kHelp << "\n" << tools::kTrainingHelp
-                 << "  (--add-loss is applied before the passes)\n\n"
-                 << tools::kAllowLargeHelp;
-    return tools::kOk;
-  }
+  if (flags.has("help") || flags.has("h"))
+    return tools::printHelp(
+        kTool, flags,
+        std::string(kHelp) + "\n" + tools::kTrainingHelp +
+            "  (--add-loss is applied before the passes)\n\n" +
+            tools::allowLargeHelp({tools::LargeBound::Workers,
+                                   tools::LargeBound::Microbatches}) +
+            kExitStatus);
   if (flags.has("list-passes")) {
     for (const passes::PassInfo &p : passes::allPasses())
       llvm::outs() << "  " << p.name << "  " << p.summary << "\n";

@@ -25,7 +25,6 @@ table. A .cir input must already be a training graph; an .onnx model is
 made into one as cleavec does.
 
   --stages=P             pipeline stages (default: from --split-at, or 1)
-  --microbatches=M       microbatches per step (default 1)
   --mem-cap=SIZE         memory per stage, e.g. 2GiB, 512MiB, 1.5GB
   --split-at=LAYER,...   cut before these layers instead of searching
   --cost-model=analytic|uniform|profile:FILE
@@ -45,15 +44,14 @@ made into one as cleavec does.
                          export's BatchNorm trains on batch statistics when
                          its signature says the module updated its running
                          statistics, i.e. it ran in train())
-  --precision=f32|bf16   for .onnx input: bf16 products (cleavec
-                         --precision), which the cost model times at the
-                         device's bf16 rate
-  (cleavec's training flags, --optimizer, --lr, ..., and --allow-large
-  are taken too)
   --help                 show this help
 
-exit status: 0 success, 1 bad input, 2 bad usage.
+cleavec's training flags make the training graph of an .onnx input
+(--precision bf16 products are timed at the device's bf16 rate):
 )";
+
+static const char kExitStatus[] =
+    "\nexit status: 0 success, 1 bad input, 2 bad usage.\n";
 
 // The training graph from a .cir file, or made from an .onnx model with
 // the passes cleavec runs.
@@ -69,6 +67,8 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
     auto imported = frontend::importOnnxFile(path, importOpts);
     if (!imported)
       return imported.takeError();
+    if (auto e = tools::checkMicrobatchSizeUsed(**imported, importOpts))
+      return std::move(e);
     if (addLoss)
       if (auto e = passes::addLoss(**imported, addLoss->kind, addLoss->output,
                                    addLoss->target))
@@ -85,6 +85,13 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
       return std::move(e);
     return imported;
   }
+  for (const char *f : {"microbatch-size", "input-shape"})
+    if (flags.has(f))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          std::string("--") + f +
+              " binds the inputs of an .onnx model; IR text states its "
+              "shapes");
   auto buf = support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
     return buf.takeError();
@@ -162,10 +169,13 @@ int main(int argc, char **argv) {
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help")) {
-    llvm::outs() << kHelp;
-    return tools::kOk;
-  }
+  if (flags.has("help"))
+    return tools::printHelp(
+        kTool, flags,
+        std::string(kHelp) + tools::kTrainingHelp + "\n" +
+            tools::allowLargeHelp({tools::LargeBound::Workers,
+                                   tools::LargeBound::Microbatches}) +
+            kExitStatus);
   if (flags.positional().size() != 1)
     return fail(kTool, "expected one input (MODEL.onnx or GRAPH.cir; see --help)",
                 tools::kUsage);

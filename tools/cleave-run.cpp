@@ -38,16 +38,17 @@ actions. Every step runs the plan's M microbatches and one optimizer update;
 the loss printed is the mean over the step's microbatches.
 
 data:
-  --data=DIR|FILE.npz    one array per model input, named after it (DIR/NAME.npy
+  --data=DIR|FILE.npz|text:FILE
+                         one array per model input, named after it (DIR/NAME.npy
                          or the archive member NAME.npy), samples along the
                          first axis; each step takes microbatch-size x M
                          samples in order, wrapping around. Without --data:
                          deterministic synthetic data (floats in [-1, 1],
-                         integer inputs in the range the model indexes)
-  --data=text:FILE       byte-level language modelling on a text file: a
-                         model with two integer inputs [B, T] gets windows
-                         of T bytes as tokens and the same windows shifted
-                         by one byte as targets
+                         integer inputs in the range the model indexes).
+                         text:FILE: byte-level language modelling on a text
+                         file: a model with two integer inputs [B, T] gets
+                         windows of T bytes as tokens and the same windows
+                         shifted by one byte as targets
   --seed=N               seed of the synthetic data and of dropout (default 0)
 
 training:
@@ -91,24 +92,30 @@ training:
 output:
   --checkpoint-dir=DIR   write DIR/checkpoint.bin (every parameter, buffer and
                          optimizer state, atomically) every --checkpoint-every
-                         steps (default: only after the last step)
+                         steps (default: only after the last step); each
+                         write is said on one line
   --checkpoint-every=K   steps between checkpoints
   --resume=DIR           continue from DIR/checkpoint.bin: --steps counts the
                          steps in all, so a resumed run ends where an
-                         uninterrupted one would, with the same bits
+                         uninterrupted one would, with the same bits (a
+                         checkpoint already there: nothing to do, exit 0)
   --save=FILE.onnx       the source model with the trained parameters
   --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
                          last step: one track per stage, its F, B, W and STEP
                          actions and its waits for messages (RECV)
-  --timeline=FILE.svg    the last step as a Gantt chart, the picture
-                         `cleavec --timeline` draws for the predicted step
-                         (replica 0's stages; waits for messages are idle)
+  --timeline=FILE.svg    the last step as a Gantt chart (replica 0's
+                         stages; waits for messages are idle) under the
+                         plan's prediction (its schedule simulated on the
+                         predicted stage times), at one time scale, in ms
   --profile=FILE.json    measured per-op times (kernels only, not waits): each
                          op's mean over the steps after the first, its
                          fastest and slowest tenth left out, in the format
-                         `cleavec --cost-model profile:FILE` reads
+                         `cleavec --cost-model profile:FILE` reads (a step
+                         more than 20% off the plan's prediction says so
+                         after the summary, and suggests this)
   --print-plan           print the plan as text and exit
-  --quiet                no per-step lines, only the summary
+  --quiet                no per-step lines, only checkpoint writes and the
+                         summary
   --allow-large          allow --threads above 4 x the cores (up to 2^16)
                          and --steps above 2^40 (up to 2^62)
   --help                 show this help
@@ -157,14 +164,14 @@ std::string formatSeconds(double s) {
 
 // "training gpt-tiny: 2 stage(s), schedule zb-h1, 4 microbatches of 8
 // samples per step, 300 step(s), data: ..."; a bf16 plan says so after the
-// schedule.
+// schedule, a run under mpirun at the end with its process count.
 void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
                          int64_t steps, const runtime::DataSource &data,
-                         const tools::Flags &flags) {
+                         const tools::Flags &flags, int mpiRanks) {
   int d = plan.dataParallel;
   llvm::outs() << llvm::formatv(
       "training {0}: {1} stage(s){9}{7}, schedule {2}{8}, {3} microbatches "
-      "of {4} samples per step, {5} step(s), data: {6}\n",
+      "of {4} samples per step, {5} step(s), data: {6}{10}\n",
       plan.modelName, plan.stages.size(), plan.schedule,
       d > 1 ? std::to_string(plan.microbatches) + " x " + std::to_string(d)
             : std::to_string(plan.microbatches),
@@ -178,7 +185,9 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
                               : ", precision " + plan.precision,
       plan.stageRank.empty()
           ? std::string()
-          : " on " + std::to_string(runtime::rankCount(plan)) + " ranks");
+          : " on " + std::to_string(runtime::rankCount(plan)) + " ranks",
+      mpiRanks ? ", under MPI with " + std::to_string(mpiRanks) + " ranks"
+               : std::string());
   llvm::outs().flush();
 }
 
@@ -235,6 +244,47 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
   llvm::outs().flush();
 }
 
+// What a resume that has no step left to run says after "resumed from DIR
+// after step N": that --steps counts from the start, and which outputs of
+// a step are not written.
+std::string nothingToDo(const tools::Flags &flags, int64_t steps) {
+  std::string unwritten;
+  for (const char *f : {"trace", "timeline", "profile"})
+    if (flags.has(f))
+      unwritten += (unwritten.empty() ? "--" : ", --") + std::string(f);
+  return ": nothing to do (--steps " + std::to_string(steps) +
+         " counts the steps from the start; give more to train on" +
+         (unwritten.empty() ? std::string()
+                            : "; no step ran, so " + unwritten +
+                                  " not written") +
+         ")";
+}
+
+// When the measured step is more than 20% off the plan's prediction, one
+// line on how to plan from this machine's own op times instead.
+void printProfileHint(const runtime::Plan &plan,
+                      const runtime::TrainSummary &sum, bool overlapped,
+                      const tools::Flags &flags) {
+  double predicted = overlapped && plan.predictedPeriod > 0
+                         ? plan.predictedPeriod
+                         : plan.predictedStepTime;
+  double measured = sum.meanStepSeconds;
+  if (predicted <= 0 || measured <= 0 ||
+      std::abs(measured / predicted - 1) <= 0.2)
+    return;
+  auto profile = flags.get("profile");
+  llvm::outs() << llvm::formatv(
+      "the step took {0:F3} ms, {1:F1}x the {2:F3} ms predicted: {3}\n",
+      1e3 * measured, measured / predicted, 1e3 * predicted,
+      profile ? "compile again with cleavec --cost-model profile:" + *profile +
+                    " (the op times just measured) for a plan that fits "
+                    "this machine"
+              : std::string("measure the ops with cleave-run --profile "
+                            "FILE.json and compile again with cleavec "
+                            "--cost-model profile:FILE.json for a plan that "
+                            "fits this machine"));
+}
+
 // Writes `text` to `path` on rank 0; every process learns the outcome.
 llvm::Error writeOnRoot(runtime::Driver &driver, const std::string &path,
                         const std::string &text) {
@@ -264,7 +314,7 @@ llvm::Error saveModel(const runtime::Plan &plan, runtime::Trainer &trainer,
 int train(const tools::RunOptions &opt, const tools::Flags &flags,
           const runtime::Plan &plan, std::vector<runtime::LocalStage *> stages,
           runtime::Driver &driver, const runtime::DataSource &data,
-          bool live) {
+          bool live, bool underMpi) {
   bool root = driver.rank() == 0;
   // Rank 0 writes the files; every rank may write checkpoints.
   if (auto e = runtime::agree(
@@ -291,20 +341,39 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
                        ? 1
                        : plan.inputs[0].shape[0];
   if (root)
-    printTrainingHeader(plan, mbRows, opt.steps, data, flags);
+    printTrainingHeader(plan, mbRows, opt.steps, data, flags,
+                        underMpi ? driver.size() : 0);
   if (auto dir = flags.get("resume")) {
     auto done = trainer.resume(*dir);
     if (!done)
       return report(done.takeError(), tools::kBadInput);
     if (root)
       llvm::outs() << "resumed from " << *dir << " after step " << *done
+                   << (*done < opt.steps ? "" : nothingToDo(flags, opt.steps))
                    << "\n";
+    if (*done >= opt.steps) {
+      if (auto out = flags.get("save"))
+        if (auto e = saveModel(plan, trainer, driver, *out))
+          return report(std::move(e), tools::kBadInput);
+      llvm::outs().flush();
+      return tools::kOk;
+    }
   }
   int64_t samplesPerStep = mbRows * plan.microbatches * plan.dataParallel;
   bool quiet = flags.has("quiet");
+  bool lineOpen = false; // a live step line waits for its newline
   auto onStep = [&](const runtime::StepReport &r) {
     if (!root)
       return;
+    // After the step's own line: one line per checkpoint written.
+    auto announceCheckpoint = [&] {
+      if (!r.checkpoint)
+        return;
+      llvm::outs() << (lineOpen ? "\n" : "") << "wrote checkpoint "
+                   << *r.checkpoint << " after step " << r.step + 1 << "\n";
+      llvm::outs().flush();
+      lineOpen = false;
+    };
     if (r.skipped) {
       llvm::outs().flush();
       llvm::errs() << std::string(kTool) + ": warning: step " +
@@ -313,7 +382,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
                           "; the step's update was skipped\n";
     }
     if (quiet)
-      return;
+      return announceCheckpoint();
     int64_t done = r.step + 1 - trainer.firstStep();
     double rate = double(samplesPerStep * done) / r.elapsedSeconds;
     double eta = r.elapsedSeconds / double(done) * double(opt.steps - r.step - 1);
@@ -325,16 +394,20 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
         r.step + 1, opt.steps, r.loss, rate, formatSeconds(eta),
         live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds);
     llvm::outs().flush();
+    lineOpen = live;
+    announceCheckpoint();
   };
   if (auto e = trainer.run(onStep))
     return report(std::move(e), tools::kBadInput);
-  if (live && !quiet && root)
+  if (lineOpen)
     llvm::outs() << "\n";
   auto sum = trainer.summary();
   if (!sum)
     return report(sum.takeError(), tools::kBadInput);
-  if (root)
+  if (root) {
     printSummary(plan, *sum, opt.steps - trainer.firstStep(), opt.overlapSteps);
+    printProfileHint(plan, *sum, opt.overlapSteps, flags);
+  }
 
   if (auto path = flags.get("profile")) {
     auto text = trainer.profileJson();
@@ -353,9 +426,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
     if (auto path = flags.get("timeline"))
       if (auto e = writeOnRoot(
               driver, *path,
-              tools::measuredTimelineSvg(plan.schedule, int(plan.stages.size()),
-                                         plan.microbatches, *tracks,
-                                         plan.stageRank)))
+              tools::timelineWithPrediction(plan, *tracks)))
         return report(std::move(e), tools::kBadInput);
   }
   if (auto out = flags.get("save"))
@@ -390,7 +461,8 @@ int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
     return fail(kTool, llvm::toString(run.takeError()), tools::kBadInput);
   auto driver = runtime::createSingleProcessDriver();
   return train(opt, flags, plan, (*run)->locals(), *driver, data,
-               llvm::sys::Process::StandardOutIsDisplayed());
+               llvm::sys::Process::StandardOutIsDisplayed(),
+               /*underMpi=*/false);
 }
 
 #ifdef CLEAVE_HAVE_MPI
@@ -474,7 +546,8 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
   std::vector<runtime::LocalStage *> ptrs;
   for (runtime::LocalStage &st : locals)
     ptrs.push_back(&st);
-  return train(opt, flags, plan, ptrs, driver, data, /*live=*/false);
+  return train(opt, flags, plan, ptrs, driver, data, /*live=*/false,
+               /*underMpi=*/true);
 }
 #endif
 
@@ -484,10 +557,8 @@ int main(int argc, char **argv) {
   tools::Flags flags(tools::runFlagSpecs());
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help")) {
-    llvm::outs() << kHelp;
-    return tools::kOk;
-  }
+  if (flags.has("help"))
+    return tools::printHelp(kTool, flags, kHelp);
   if (flags.positional().size() != 1)
     return fail(kTool,
                 flags.positional().empty()

@@ -52,8 +52,10 @@ memory per stage.
   --timeline=FILE        FILE.json: Chrome trace / Perfetto; FILE.svg: Gantt
                          chart (repeatable)
   --report=FILE          the figures as JSON ({"schedule": {...}})
-  --help                 show this help
+  -h, --help             show this help
+)";
 
+static const char kExitStatus[] = R"(
 exit status: 0 success, 1 bad schedule, 2 bad usage. No file is written
 unless everything succeeds.
 )";
@@ -191,10 +193,13 @@ int main(int argc, char **argv) {
                       {"h", false, false}});
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << kHelp << "\n" << tools::kAllowLargeHelp;
-    return tools::kOk;
-  }
+  if (flags.has("help") || flags.has("h"))
+    return tools::printHelp(
+        kTool, flags,
+        std::string(kHelp) + "\n" +
+            tools::allowLargeHelp({tools::LargeBound::Stages,
+                                   tools::LargeBound::Microbatches}) +
+            kExitStatus);
   if (!flags.positional().empty())
     return fail(kTool, "unexpected argument '" + flags.positional()[0] + "'",
                 tools::kUsage);

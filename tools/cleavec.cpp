@@ -38,14 +38,21 @@ into pipeline stages (one graph per stage with explicit Send and Recv ops:
 step by simulation. -o FILE.cplan writes the plan cleave-run trains.
 
 output:
-  --emit=summary|ir      what to print (default: summary): inputs, outputs,
-                         parameter count and bytes, op histogram; or the
-                         whole graph as cleave IR text (.cir)
+  --emit=summary|ir|schedule-csv
+                         what to print (default: summary): inputs, counts
+                         of parameters, ops and training work, and with
+                         --stages the stage table and the schedule's
+                         figures; or the whole graph as cleave IR text
+                         (.cir); or the schedule in PyTorch's notation
+  --verbose              the summary in full: every output of the graph
+                         (a training graph's gradients and updated state)
+                         and every op kind's count
   -o FILE                write the output to FILE instead of stdout; FILE is
-                         written only when compilation succeeds
-  -o FILE.cplan          write the training plan that cleave-run trains (per
-                         stage programs, messages, schedule, memory plan,
-                         parameters); one stage unless --stages says more
+                         written only when compilation succeeds. FILE.cplan:
+                         the training plan that cleave-run trains (per stage
+                         programs, messages, schedule, memory plan,
+                         parameters; one stage unless --stages says more),
+                         with the summary on stdout
   --weights=reference|embed
                          with -o FILE.cplan: parameters whose bytes are in
                          the model's external data file are referenced
@@ -64,7 +71,8 @@ output:
 
 shapes:
   --microbatch-size=N    bind a symbolic leading (batch) dimension of every
-                         input to N
+                         input to N (refused when the model fixes it:
+                         re-export with a dynamic batch dimension)
   --input-shape=NAME=D0,D1,...
                          give input NAME this static shape (repeatable)
   --module-mode=auto|train|eval
@@ -87,8 +95,13 @@ inspection:
                          mixed-precision, then for training autodiff,
                          split-backward,
                          verify-2bp, optimizer
+  --compare-schedules    with --stages: partition and simulate every
+                         schedule (one row each: ranks x stages per rank,
+                         predicted step and steady-state period, worst
+                         bubble and peak bytes; the one auto picks) and
+                         print that table instead of a plan
   --list-ops             list the ONNX ops cleave imports and exit
-  --help                 show this help
+  -h, --help             show this help
   --version              show the version
 
 exit status: 0 success, 1 bad input (model, data), 2 bad usage.
@@ -126,7 +139,9 @@ static std::string helpText() {
   std::string h = kHelp;
   h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
   h.replace(h.find("%PLANNING%"), 10,
-            tools::kPlanningHelp + std::string(tools::kAllowLargeHelp));
+            tools::kPlanningHelp +
+                tools::allowLargeHelp({tools::LargeBound::Workers,
+                                       tools::LargeBound::Microbatches}));
   return h;
 }
 
@@ -167,15 +182,15 @@ int main(int argc, char **argv) {
                       {"list-ops", false, false},
                       {"help", false, false},
                       {"h", false, false},
+                      {"verbose", false, false},
+                      {"compare-schedules", false, false},
                       {"inference", false, false},
                       {"version", false, false}});
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (flags.has("help") || flags.has("h")) {
-    llvm::outs() << helpText();
-    return tools::kOk;
-  }
+  if (flags.has("help") || flags.has("h"))
+    return tools::printHelp(kTool, flags, helpText());
   if (flags.has("version")) {
     llvm::outs() << "cleavec " << CLEAVE_VERSION << "\n";
     return tools::kOk;
@@ -206,6 +221,19 @@ int main(int argc, char **argv) {
                 tools::kUsage);
   if (flags.has("weights") && !planOut)
     return fail(kTool, "--weights goes with -o FILE.cplan", tools::kUsage);
+  bool compare = flags.has("compare-schedules");
+  if (compare && (!flags.has("stages") || flags.has("o") ||
+                  flags.has("emit") || flags.has("timeline") ||
+                  flags.has("report") || flags.has("schedule")))
+    return fail(kTool,
+                "--compare-schedules needs --stages and prints a table: it "
+                "does not go with -o, --emit, --schedule, --timeline or "
+                "--report",
+                tools::kUsage);
+  if (flags.has("verbose") && emit != "summary")
+    return fail(kTool, "--verbose lengthens the summary; it does not go with "
+                       "--emit=" + emit,
+                tools::kUsage);
   if (flags.has("batch-w") && !planOut)
     return fail(kTool, "--batch-w goes with -o FILE.cplan", tools::kUsage);
   if (planOut && emit != "summary")
@@ -265,6 +293,8 @@ int main(int argc, char **argv) {
   auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
   if (!graph)
     return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);
+  if (auto e = tools::checkMicrobatchSizeUsed(**graph, importOpts))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
   if (auto e = ir::verifyGraph(**graph))
     return fail(kTool, "imported IR is invalid: " + llvm::toString(std::move(e)),
                 tools::kBadInput);
@@ -321,9 +351,20 @@ int main(int argc, char **argv) {
   if (auto e = passes::runPipeline(**graph, pipeline, pipe))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
+  if (compare) {
+    auto table = tools::compareSchedules(**graph, *planning);
+    if (!table)
+      return fail(kTool, llvm::toString(table.takeError()), tools::kBadInput);
+    llvm::outs() << *table;
+    return tools::kOk;
+  }
   std::vector<std::pair<std::string, std::string>> files;
-  std::string out = emit == "ir" ? ir::printGraph(**graph, print)
-                                 : ir::summarizeGraph(**graph);
+  std::string out =
+      emit == "ir" ? ir::printGraph(**graph, print)
+                   : ir::summarizeGraph(**graph,
+                                        flags.has("verbose")
+                                            ? ir::SummaryDetail::Full
+                                            : ir::SummaryDetail::Short);
   if (planning) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)

@@ -82,6 +82,17 @@ std::string fmt(double v) {
   return buf;
 }
 
+// "stage 2", or with several stages per rank "rank 1 (1,5)".
+std::string rowLabel(const Schedule &s, const std::vector<int> &stages,
+                     size_t rank) {
+  if (!sharesRanks(s))
+    return "stage " + std::to_string(stages.front());
+  std::string label = "rank " + std::to_string(rank) + " (";
+  for (size_t k = 0; k < stages.size(); ++k)
+    label += (k ? "," : "") + std::to_string(stages[k]);
+  return label + ")";
+}
+
 // One row per rank: its stage, or its several stages' actions (a rank's
 // later stages drawn lighter, each box's title naming its stage).
 void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
@@ -90,13 +101,7 @@ void drawRows(llvm::raw_ostream &os, const Schedule &s, const SimResult &r,
   bool shared = sharesRanks(s);
   for (size_t rk = 0; rk < ranks.size(); ++rk) {
     double y = g.rowY(int(rk));
-    std::string label = "stage " + std::to_string(ranks[rk].front());
-    if (shared) {
-      label = "rank " + std::to_string(rk) + " (";
-      for (size_t k = 0; k < ranks[rk].size(); ++k)
-        label += (k ? "," : "") + std::to_string(ranks[rk][k]);
-      label += ")";
-    }
+    std::string label = rowLabel(s, ranks[rk], rk);
     os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">{2}"
                         "</text>\n",
                         g.left - 8, y + g.rowHeight * 0.65, label);
@@ -145,8 +150,11 @@ void drawAxis(llvm::raw_ostream &os, const SimResult &r, const GanttLayout &g,
                         "</text>\n",
                         g.x(t), y + 18, fmt(t));
   }
-  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\">time ({2})</text>\n",
-                      g.x(r.makespan) + 10, y + 18, unit);
+  // In the left margin, under the row labels: after the last tick it
+  // would run into that tick's number.
+  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">"
+                      "time ({2})</text>\n",
+                      g.left - 8, y + 18, unit);
 }
 
 void drawLegend(llvm::raw_ostream &os, const Schedule &s, double y, double x) {
@@ -218,45 +226,138 @@ std::string chromeTrace(const Schedule &s, const SimResult &r,
   return os.str();
 }
 
-std::string ganttSvg(const Schedule &s, const SimResult &r,
+namespace {
+
+// A chart's times with seconds drawn as milliseconds, the unit of
+// cleave-run's measured timeline, so that the predicted and the measured
+// step read alike.
+struct Chart {
+  const Schedule &s;
+  SimResult r;
+  std::string unit;
+};
+
+Chart inMilliseconds(const Schedule &s, const SimResult &simulated,
                      const PipelineCosts &costs) {
-  GanttLayout g;
-  g.scale = r.makespan > 0 ? g.width / r.makespan : 1;
-  double axisY = g.rowY(rankCount(s)) + 2;
-  double legendY = axisY + 34;
-  double height = legendY + 30, width = g.left + g.width + 110;
+  Chart c{s, simulated, costs.timeUnit};
+  if (c.unit == "s") {
+    c.unit = "ms";
+    c.r.stepTime *= 1e3;
+    c.r.makespan *= 1e3;
+    for (std::vector<Span> &row : c.r.spans)
+      for (Span &sp : row)
+        sp.start *= 1e3, sp.end *= 1e3;
+  }
+  return c;
+}
+
+// Room on the left for the longest row label ("rank 3 (3,7,11)") and the
+// axis's unit, at about 7 pixels a character.
+double leftMargin(const Chart &c) {
+  size_t longest = std::string("time (" + c.unit + ")").size();
+  std::vector<std::vector<int>> ranks = stagesOfRanks(c.s);
+  for (size_t rk = 0; rk < ranks.size(); ++rk)
+    longest = std::max(longest, rowLabel(c.s, ranks[rk], rk).size());
+  return std::max(GanttLayout{}.left, 12 + 7.0 * double(longest));
+}
+
+// "zb-h1: P=2, M=4, step time 12.19 ms, bubble up to 28.2%".
+std::string titleOf(const Chart &c) {
+  const Schedule &s = c.s;
+  const SimResult &r = c.r;
   double worst = 0;
   for (const StageStats &st : r.stages)
     worst = std::max(worst, st.bubble);
-
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
-                      "height=\"{1}\" font-family=\"sans-serif\" "
-                      "font-size=\"12\">\n",
-                      width, height);
-  os << llvm::formatv("<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n",
-                      width, height);
+  auto short4 = [](double v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.4g", v);
+    return std::string(buf);
+  };
   // Without a barrier between steps the step time can be shorter than the
   // isolated step drawn here (Simulator.h); then say both.
   std::string isolated = r.makespan > r.stepTime
                              ? " (one isolated step, as drawn: " +
-                                   fmt(r.makespan) + ")"
+                                   short4(r.makespan) + ")"
                              : "";
-  os << llvm::formatv("<text x=\"{0}\" y=\"22\" font-size=\"15\" "
-                      "font-weight=\"bold\">{1}: P={2}, M={3}, step time {4} "
-                      "{5}{6}, bubble up to {7:P1}</text>\n",
-                      g.left, s.name,
-                      sharesRanks(s) ? std::to_string(rankCount(s)) + " ranks x " +
-                                           std::to_string(s.stages / rankCount(s))
-                                     : std::to_string(s.stages),
-                      s.microbatches,
-                      fmt(r.stepTime), costs.timeUnit, isolated, worst);
+  return llvm::formatv("{0}: P={1}, M={2}, step time {3} {4}{5}, bubble up "
+                       "to {6:P1}",
+                       s.name,
+                       sharesRanks(s) ? std::to_string(rankCount(s)) +
+                                            " ranks x " +
+                                            std::to_string(s.stages /
+                                                           rankCount(s))
+                                      : std::to_string(s.stages),
+                       s.microbatches, short4(r.stepTime), c.unit, isolated,
+                       worst)
+      .str();
+}
+
+// Wide enough for the rows and for the title (bold 15px, about 8.5 pixels
+// a character).
+double widthFor(const Chart &c, const GanttLayout &g) {
+  return std::max(g.left + g.width + 30,
+                  g.left + 8.5 * double(titleOf(c).size()) + 10);
+}
+
+// The title, rows, axis and legend of one chart whose top is at `top`;
+// returns the chart's height.
+double drawChart(llvm::raw_ostream &os, const Chart &c, GanttLayout g,
+                 double top) {
+  const Schedule &s = c.s;
+  const SimResult &r = c.r;
+  g.top += top;
+  double axisY = g.rowY(rankCount(s)) + 2;
+  double legendY = axisY + 34;
+  os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" font-size=\"15\" "
+                      "font-weight=\"bold\">{2}</text>\n",
+                      g.left, top + 22, titleOf(c));
   drawRows(os, s, r, g);
-  drawAxis(os, r, g, axisY, costs.timeUnit);
+  drawAxis(os, r, g, axisY, c.unit);
   drawLegend(os, s, legendY, g.left);
-  os << "</svg>\n";
-  return os.str();
+  return legendY + 30 - top;
+}
+
+std::string svgDocument(const std::string &body, double width,
+                        double height) {
+  return llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                       "width=\"{0}\" height=\"{1}\" "
+                       "font-family=\"sans-serif\" font-size=\"12\">\n"
+                       "<rect width=\"{0}\" height=\"{1}\" "
+                       "fill=\"white\"/>\n{2}</svg>\n",
+                       width, height, body)
+      .str();
+}
+
+} // namespace
+
+std::string ganttSvg(const Schedule &s, const SimResult &r,
+                     const PipelineCosts &costs) {
+  Chart c = inMilliseconds(s, r, costs);
+  GanttLayout g;
+  g.left = leftMargin(c);
+  g.scale = c.r.makespan > 0 ? g.width / c.r.makespan : 1;
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  double height = drawChart(os, c, g, 0);
+  os.flush();
+  return svgDocument(body, widthFor(c, g), height);
+}
+
+std::string ganttSvgPair(const Schedule &s1, const SimResult &r1,
+                         const PipelineCosts &costs1, const Schedule &s2,
+                         const SimResult &r2, const PipelineCosts &costs2) {
+  Chart a = inMilliseconds(s1, r1, costs1), b = inMilliseconds(s2, r2, costs2);
+  GanttLayout g;
+  g.left = std::max(leftMargin(a), leftMargin(b));
+  // One scale for both, so that equal times are equal lengths.
+  double longest = std::max(a.r.makespan, b.r.makespan);
+  g.scale = longest > 0 ? g.width / longest : 1;
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  double height = drawChart(os, a, g, 0);
+  height += drawChart(os, b, g, height);
+  os.flush();
+  return svgDocument(body, std::max(widthFor(a, g), widthFor(b, g)), height);
 }
 
 } // namespace cleave::passes::schedule

@@ -83,3 +83,12 @@ ort_python = os.environ.get("CLEAVE_ORT_PYTHON", "")
 if ort_python and os.path.exists(ort_python):
     config.available_features.add("onnxruntime")
     config.substitutions.append(("%ortpython", ort_python))
+
+# A Python with PyTorch, transformers, torchvision, onnx and onnxruntime
+# (tests/models/corpus/make-venv.sh makes one; name its interpreter in
+# CLEAVE_TORCH_PYTHON): the test that loads trained weights back into the
+# PyTorch modules (REQUIRES: torch) runs with it.
+torch_python = os.environ.get("CLEAVE_TORCH_PYTHON", "")
+if torch_python and os.path.exists(torch_python):
+    config.available_features.add("torch")
+    config.substitutions.append(("%torchpython", torch_python))

@@ -2,6 +2,9 @@
 #include "ir/Summary.h"
 
 #include "frontend/OnnxImporter.h"
+#include "passes/Pass.h"
+
+#include <algorithm>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -37,4 +40,23 @@ TEST(Summary, CountsParametersAndOps) {
   EXPECT_THAT(s, HasSubstr("buffers: 0 elements, 0 B in 0 tensors\n"));
   EXPECT_THAT(s, HasSubstr("ops: " + std::to_string((*g)->ops().size())));
   EXPECT_THAT(s, ::testing::ContainsRegex("\n  Gemm +5\n"));
+}
+
+TEST(Summary, ShortCountsGradientsAndUpdatesAndHistogramOnOneLine) {
+  auto g = frontend::importOnnxFile(std::string(CLEAVE_SOURCE_DIR) +
+                                    "/tests/models/training/mlp/model.onnx");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  passes::PipelineOptions pipe;
+  ASSERT_FALSE(bool(passes::runPipeline(
+      **g, {"autodiff", "split-backward", "optimizer"}, pipe)));
+  std::string full = summarizeGraph(**g, SummaryDetail::Full);
+  std::string brief = summarizeGraph(**g, SummaryDetail::Short);
+  EXPECT_THAT(full, HasSubstr("grad."));
+  EXPECT_THAT(brief, ::testing::Not(HasSubstr("\n  grad.")));
+  EXPECT_THAT(brief, ::testing::ContainsRegex(
+                         "outputs:\n  loss +f32\\[\\]\n  and 10 gradients "
+                         "\\(grad\\.\\*\\), 10 updated states \\(\\.next\\)"));
+  EXPECT_THAT(brief, ::testing::ContainsRegex("\nops: [0-9]+ \\(SGD 10, "));
+  EXPECT_LT(std::count(brief.begin(), brief.end(), '\n'),
+            std::count(full.begin(), full.end(), '\n') - 20);
 }

@@ -41,6 +41,10 @@ using testsupport::TempDir;
 
 } // namespace
 
+static std::string messageOf(llvm::Error e) {
+  return e ? llvm::toString(std::move(e)) : "success";
+}
+
 // --- Flags ------------------------------------------------------------------
 
 TEST(Flags, ValueFormsAndPositionals) {
@@ -152,6 +156,83 @@ TEST(ToolSupport, ReadImportFlagsErrors) {
             "--microbatch-size must be at least 1");
 }
 
+// A graph whose inputs have these shapes (a fixed batch or none).
+static std::unique_ptr<ir::Graph> graphWithInputs(
+    const std::vector<ir::Shape> &shapes) {
+  auto g = std::make_unique<ir::Graph>();
+  int k = 0;
+  for (const ir::Shape &s : shapes)
+    g->addInput("x" + std::to_string(k++),
+                ir::TensorType(ir::DType::F32, s));
+  return g;
+}
+
+TEST(ToolSupport, MicrobatchSizeOnAFixedBatchIsRefused) {
+  frontend::ImportOptions opts;
+  auto fixed = graphWithInputs({{4, 16}, {}});
+  EXPECT_EQ(messageOf(checkMicrobatchSizeUsed(*fixed, opts)), "success");
+  opts.microbatchSize = 8;
+  EXPECT_EQ(messageOf(checkMicrobatchSizeUsed(*fixed, opts)),
+            "--microbatch-size=8 would do nothing: the model fixes the "
+            "leading (batch) dimension of its inputs ('x0' is " +
+                fixed->inputs()[0]->type().str() +
+                "); re-export the model with a dynamic batch dimension "
+                "(torch.onnx.export's dynamic_shapes or dynamic_axes) to "
+                "choose the batch here, or leave the flag out");
+  // An input the flag bound (or that already had that batch) uses it.
+  auto bound = graphWithInputs({{3}, {8, 16}});
+  EXPECT_EQ(messageOf(checkMicrobatchSizeUsed(*bound, opts)), "success");
+  auto scalars = graphWithInputs({{}});
+  EXPECT_THAT(messageOf(checkMicrobatchSizeUsed(*scalars, opts)),
+              HasSubstr("the model has no input with a leading dimension"));
+}
+
+// --- --help against the parser ---------------------------------------------
+
+TEST(Flags, DocumentedFlagsAreTheEntries) {
+  const char help[] = R"(usage: tool [options]
+
+Prose that names --not-an-entry is not an entry.
+  --emit=summary|ir-like  prints; --mentioned-here does not count
+  -o FILE                write it
+  -h, --help             show this help
+  --stages=P, --schedule=NAME,
+  --split-at=LAYER,..., --layer-depth=N
+                         --continuation-lines do not count
+   --three-spaces         neither does a deeper indent
+)";
+  EXPECT_EQ(documentedFlags(help),
+            (Strings{"--emit", "-o", "-h", "--help", "--stages", "--schedule",
+                     "--split-at", "--layer-depth"}));
+}
+
+TEST(Flags, HelpMustDocumentExactlyTheParsersFlags) {
+  Flags f({{"o", true, false}, {"help", false, false}, {"stages", true, false}});
+  auto check = [&](const char *help) { return messageOf(f.checkHelp(help)); };
+  EXPECT_EQ(check("  -o FILE  out\n  --help  this\n  --stages=P  stages\n"),
+            "success");
+  EXPECT_EQ(check("  -o FILE  out\n  --help  this\n"),
+            "the flag parser takes --stages, which --help does not document");
+  EXPECT_EQ(check("  -o FILE  out\n  --help  this\n  --stages=P  a\n"
+                  "  --chunks=V  b\n"),
+            "--help documents --chunks, which the flag parser does not take");
+  EXPECT_EQ(check("  -o FILE  out\n  --help  this\n  --stages=P  a\n"
+                  "  --stages=P  again\n"),
+            "--help documents --stages twice");
+}
+
+TEST(Flags, AllowLargeHelpNamesOnlyTheBoundsGiven) {
+  std::string h =
+      allowLargeHelp({LargeBound::Stages, LargeBound::Microbatches});
+  EXPECT_EQ(documentedFlags(h), (Strings{"--allow-large"}));
+  EXPECT_THAT(h, HasSubstr("microbatches from 2^20 to 2^24"));
+  EXPECT_THAT(h, ::testing::Not(HasSubstr("threads")));
+  EXPECT_THAT(h, ::testing::Not(HasSubstr("steps")));
+  EXPECT_THAT(h, ::testing::Not(HasSubstr("replicas")));
+  for (llvm::StringRef line : llvm::split(llvm::StringRef(h).rtrim(), '\n'))
+    EXPECT_LE(line.size(), 77u) << line.str();
+}
+
 // --- fail -------------------------------------------------------------------
 
 TEST(ToolSupport, FailPrintsOneLine) {
@@ -174,9 +255,6 @@ TEST(ToolSupport, FailEscapesEveryControlCharacter) {
 
 // --- limits -------------------------------------------------------------------
 
-static std::string messageOf(llvm::Error e) {
-  return e ? llvm::toString(std::move(e)) : "success";
-}
 
 TEST(ToolSupport, CountsBeyondTheLimitsNameTheFlagAndTheNumber) {
   auto check = [](std::vector<std::string> args, const std::string &flag,
