@@ -89,7 +89,8 @@ llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
 
 llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
                                 int64_t stepsDone, uint64_t entries,
-                                llvm::StringRef body) {
+                                llvm::StringRef body,
+                                llvm::StringRef lrSchedule) {
   if (stepsDone < 0)
     return fail(llvm::formatv("a checkpoint after {0} steps", stepsDone));
   std::string header;
@@ -101,6 +102,7 @@ llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
   putLe(header, body.size(), 8);
   putStr(header, plan.modelName);
   putStr(header, plan.optimizer);
+  putStr(header, lrSchedule.str());
   std::string blob(kMagic);
   putLe(blob, header.size(), 8);
   blob += header;
@@ -178,7 +180,8 @@ llvm::Expected<int64_t> readCheckpointFile(
     llvm::function_ref<std::optional<std::string>(
         uint32_t stage, const std::string &name,
         const std::vector<uint8_t> &bytes)>
-        apply) {
+        apply,
+    std::string *lrSchedule) {
   std::string path = dir + "/checkpoint.bin";
   auto err = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
   auto buf = support::readFile(path, "checkpoint");
@@ -208,9 +211,10 @@ llvm::Expected<int64_t> readCheckpointFile(
   uint64_t version = h.get(4), identity = h.get(8), stages = h.get(4),
            entries = h.get(8), steps = h.get(8), bodyBytes = h.get(8);
   std::string model = h.str().str(), optimizer = h.str().str();
-  if (h.short_ || version != kCheckpointVersion)
+  std::string schedule = version >= 3 ? h.str().str() : std::string();
+  if (h.short_ || version < 2 || version > kCheckpointVersion)
     return err(llvm::formatv("a checkpoint of format {0}; this cleave reads "
-                             "format {1}",
+                             "formats 2 to {1}",
                              version, kCheckpointVersion));
   size_t bodyStart = r.pos;
   if (bodyBytes != data.size() - bodyStart)
@@ -294,6 +298,8 @@ llvm::Expected<int64_t> readCheckpointFile(
     if (auto msg = apply(v.stage, v.slot->name, bytes))
       return err(*msg);
   }
+  if (lrSchedule)
+    *lrSchedule = schedule;
   return int64_t(steps);
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/comm/MpiPlan.h"
 #include "runtime/comm/StageComm.h"
 #endif
+#include "support/TextFormat.h"
 #include "tools/MeasuredTimeline.h"
 #include "tools/RunFlags.h"
 #include "tools/ToolSupport.h"
@@ -52,7 +53,27 @@ data:
 
 training:
   --steps=N              training steps (default 10; at most 2^40)
-  --lr=X                 learning rate (default: the one compiled in)
+  --lr=X                 learning rate (default: the one compiled in); with
+                         a schedule, its peak
+  --warmup-steps=W       learning-rate schedule: a linear warm-up from 0,
+  --lr-decay=cosine|linear|none
+  --min-lr=M             then a decay to M (default 0) that ends at step
+  --decay-steps=D        D (default: --steps). For step s (from 0) with
+                         peak L: s < W: L*s/W; then p = min(1, (s-W) /
+                         max(1, D-W)), cosine: M + (L-M)*(1+cos(pi*p))/2,
+                         linear: M + (L-M)*(1-p), none: L (HF's
+                         get_cosine_with_min_lr_schedule_with_warmup and
+                         get_linear/constant_schedule_with_warmup); in
+                         double, rounded to float once, the same on every
+                         stage. Checkpoints store it; --resume without
+                         these flags goes on with the stored one
+  --clip-grad-norm=X     scale the step's averaged gradient by
+                         min(1, X / (norm + 1e-6)), the norm over every
+                         trained parameter of every stage (tied weights
+                         once), as torch.nn.utils.clip_grad_norm_ does; the
+                         same bits for any stages, schedule, threads or
+                         ranks. Each update waits for the norm. Printed
+                         with the loss
   --on-nan=stop|skip-step|off
                          when a loss or a gradient is NaN or infinite, stop
                          before the update, naming the value, the op that
@@ -287,6 +308,31 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   if (opt.lr)
     if (auto e = trainer.setLearningRate(*opt.lr))
       return report(std::move(e), tools::kBadInput);
+  if (opt.lrSchedule) {
+    runtime::LrSchedule s = *opt.lrSchedule;
+    if (std::isnan(s.peak)) {
+      auto lr = trainer.compiledLearningRate();
+      if (!lr)
+        return report(lr.takeError(), tools::kBadInput);
+      s.peak = *lr;
+      if (s.minLr > s.peak)
+        return report(runtime::agree(
+                          driver, root ? llvm::createStringError(
+                                             llvm::inconvertibleErrorCode(),
+                                             "--min-lr (" +
+                                                 *flags.get("min-lr") +
+                                                 ") is above the compiled "
+                                                 "learning rate (" +
+                                                 support::formatFloat(
+                                                     float(s.peak)) +
+                                                 "); pass --lr")
+                                       : llvm::Error::success()),
+                      tools::kUsage);
+    }
+    if (s.decaySteps == 0)
+      s.decaySteps = opt.steps;
+    trainer.setLrSchedule(s);
+  }
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
                        ? 1
                        : plan.inputs[0].shape[0];
@@ -300,6 +346,10 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
       llvm::outs() << "resumed from " << *dir << " after step " << *done
                    << "\n";
   }
+  if (root && trainer.lrSchedule())
+    llvm::outs() << "learning rate: " << trainer.lrSchedule()->describe()
+                 << (trainer.scheduleResumed() ? " (the checkpoint's)" : "")
+                 << "\n";
   int64_t samplesPerStep = mbRows * plan.microbatches * plan.dataParallel;
   bool quiet = flags.has("quiet");
   auto onStep = [&](const runtime::StepReport &r) {
@@ -319,11 +369,16 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
     double eta = r.elapsedSeconds / double(done) * double(opt.steps - r.step - 1);
     // On a terminal one live line, rewritten each step; else one line per
     // step (logs, pipes).
+    std::string extra;
+    if (r.lr)
+      extra += llvm::formatv("  lr {0:E3}", *r.lr).str();
+    if (r.gradNorm)
+      extra += llvm::formatv("  grad norm {0:F4}", *r.gradNorm).str();
     llvm::outs() << llvm::formatv(
-        "{5}step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  {7:F1} ms  ETA "
+        "{5}step {0,5}/{1}  loss {2:F4}{8}  {3:F0} samples/s  {7:F1} ms  ETA "
         "{4}{6}",
         r.step + 1, opt.steps, r.loss, rate, formatSeconds(eta),
-        live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds);
+        live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds, extra);
     llvm::outs().flush();
   };
   if (auto e = trainer.run(onStep))

@@ -389,9 +389,42 @@ TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
   std::string older = "CLEAVECKPT1\n" + std::string(16, '\0');
   expectRefused(older, "a checkpoint of an older cleave (format 1");
   std::string newer = file;
-  newer[20] = 3;
+  newer[20] = 4;
   resumHeader(newer);
-  expectRefused(newer, "a checkpoint of format 3; this cleave reads format 2");
+  expectRefused(newer, "a checkpoint of format 4; this cleave reads formats 2 "
+                       "to 3");
+}
+
+TEST_F(CheckpointFile, StoresTheLrScheduleAndReadsFormat2) {
+  std::string body = wEntry() + mEntry() + bEntry();
+  ASSERT_EQ(errorText(runtime::writeCheckpointFile(
+                d, plan, 7, 3, body, "cosine 0.001 10 0 100")),
+            "");
+  std::string schedule;
+  auto steps = runtime::readCheckpointFile(
+      d, plan, [](uint32_t) { return true; },
+      [](uint32_t, const std::string &, const std::vector<uint8_t> &)
+          -> std::optional<std::string> { return std::nullopt; },
+      &schedule);
+  ASSERT_TRUE(bool(steps)) << llvm::toString(steps.takeError());
+  EXPECT_EQ(*steps, 7);
+  EXPECT_EQ(schedule, "cosine 0.001 10 0 100");
+  // A format 2 file (an older cleave's: no schedule string) still loads.
+  write(42, 3, body);
+  std::string file = readAll(dir.file("checkpoint.bin"));
+  size_t headerEnd = 20 + size_t(getLe(file, 12, 8));
+  ASSERT_EQ(getLe(file, headerEnd - 4, 4), 0u); // the empty schedule
+  file.erase(headerEnd - 4, 4);
+  std::string length;
+  putLe(length, getLe(file, 12, 8) - 4, 8);
+  file.replace(12, 8, length);
+  file[20] = 2;
+  resumHeader(file);
+  std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << file;
+  auto old = read();
+  ASSERT_TRUE(bool(old)) << llvm::toString(old.takeError());
+  EXPECT_EQ(*old, 42);
+  EXPECT_EQ(got.size(), 3u);
 }
 
 TEST(Trace, ChromeTraceAndProfileText) {
