@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
   } else if (!flags.has("inference")) {
     // Flags that only mean something for training must not pass silently.
     for (const char *f : {"freeze", "trainable", "optimizer", "lr", "momentum", "nesterov",
-                          "weight-decay", "adam-betas", "adam-eps"})
+                          "weight-decay", "no-decay", "adam-betas", "adam-eps"})
       if (flags.has(f))
         return fail(kTool,
                     std::string("--") + f +
@@ -317,6 +317,8 @@ int main(int argc, char **argv) {
   std::vector<std::pair<std::string, std::string>> files;
   std::string out = emit == "ir" ? ir::printGraph(**graph, print)
                                  : ir::summarizeGraph(**graph);
+  if (training && flags.has("no-decay") && emit != "ir")
+    out += tools::decayGroupsText(**graph, pipe.context.training);
   if (planning) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)
