@@ -1147,6 +1147,38 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
   return llvm::Error::success();
 }
 
+llvm::Expected<std::vector<double>>
+StageExecutor::runForward(int64_t seedStep, const DataFn &data) {
+  // The training step's losses and profile stay as the step left them.
+  std::vector<double> trained = std::move(losses_);
+  losses_.clear();
+  bool profiling = profiling_;
+  profiling_ = false;
+  llvm::Error err = llvm::Error::success();
+  for (int mb = 0; mb < microbatches_ && !err; ++mb) {
+    auto frame = takeFrame();
+    if (!frame) {
+      err = frame.takeError();
+      break;
+    }
+    err = fillInputs(mb, *frame, data);
+    if (!err)
+      err = runProgram(Phase::F, seedStep, mb, *frame);
+    if (!err && stage_.lossSlot >= 0)
+      err = recordLoss(*frame);
+    giveFrame(*frame);
+    if (err)
+      err = wrap(std::move(err), "evaluation, F of microbatch " +
+                                     llvm::Twine(mb));
+  }
+  profiling_ = profiling;
+  std::vector<double> out = std::move(losses_);
+  losses_ = std::move(trained);
+  if (err)
+    return std::move(err);
+  return out;
+}
+
 // The update's errors name the STEP action, as the action loop's do.
 llvm::Error StageExecutor::stepError(llvm::Error e) {
   if (!e)

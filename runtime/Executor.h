@@ -110,6 +110,14 @@ public:
   // but not the stage: runPipelineThreads adds "stage N: ".
   llvm::Error runStep(int64_t step, const DataFn &data);
 
+  // Evaluation: the forward program of each of the plan's microbatches, in
+  // order, on `data`, between steps: no state updates (BatchNorm running
+  // statistics stay), no gradient sums, no backward, so the training that
+  // follows has the bits it would have had. Returns the loss of each
+  // microbatch (empty off the loss stage). Kernel seeds take `seedStep`.
+  llvm::Expected<std::vector<double>> runForward(int64_t seedStep,
+                                                 const DataFn &data);
+
   // The same step in pieces, for a rank that runs several stages in one
   // thread (runRankStep): beginStep; runActions over the action list, in
   // the order the rank interleaves its stages; then the update (the STEP

@@ -25,6 +25,11 @@ static bool warmStep(int64_t step, int64_t firstStep, int64_t steps) {
   return step > firstStep || steps - firstStep == 1;
 }
 
+// Whether an evaluation is due after step `step` (0-based) of `steps`.
+static bool evalDue(int64_t step, int64_t steps, int64_t every) {
+  return every > 0 && ((step + 1) % every == 0 || step + 1 == steps);
+}
+
 // Whether a checkpoint is due after step `step` (0-based) of `steps`.
 static bool checkpointDue(int64_t step, int64_t steps, int64_t every) {
   return (every && (step + 1) % every == 0) || step + 1 == steps;
@@ -281,6 +286,12 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
         checkpointDue(step, steps, options_.checkpointEvery))
       if (auto e = writeCheckpoint(step + 1))
         return e;
+    if (evalData_ && evalDue(step, steps, options_.evalEvery)) {
+      auto loss = evaluate();
+      if (!loss)
+        return loss.takeError();
+      report.evalLoss = *loss;
+    }
     report.elapsedSeconds = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start_)
                                 .count();
@@ -291,9 +302,11 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
     // Blocks of overlapping steps, each ending where a checkpoint is due.
     for (int64_t first = firstStep_; first < steps;) {
       int64_t last = first;
+      // ... or an evaluation: both see the state after that step.
       while (last + 1 < steps &&
              !(options_.checkpointDir &&
-               checkpointDue(last, steps, options_.checkpointEvery)))
+               checkpointDue(last, steps, options_.checkpointEvery)) &&
+             !(evalData_ && evalDue(last, steps, options_.evalEvery)))
         ++last;
       if (auto e = runOverlapped(first, last + 1, finishStep))
         return e;
@@ -497,6 +510,68 @@ llvm::Error Trainer::runOverlapped(
   for (size_t i = 0; i < stages_.size(); ++i)
     stages_[i]->executor->setNonFinitePolicy(policies[i]);
   return err;
+}
+
+llvm::Expected<double> Trainer::evaluate() {
+  double total = 0;
+  int d = plan_.dataParallel;
+  for (int64_t b = 0; b < options_.evalBatches; ++b) {
+    std::vector<std::vector<double>> losses(stages_.size());
+    // Each rank runs its stages' forwards in stage order (a stage only
+    // waits for lower stages), the ranks at once.
+    std::mutex mu;
+    std::optional<std::string> failure;
+    auto runRank = [&](const std::vector<size_t> &locals) {
+      for (size_t i : locals) {
+        LocalStage &st = *stages_[i];
+        auto l = st.executor->runForward(-1 - b, evalData_(b, st.replica));
+        if (l) {
+          losses[i] = std::move(*l);
+          continue;
+        }
+        std::string msg = where(st) + ": " + llvm::toString(l.takeError());
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failure)
+            failure = msg;
+        }
+        for (LocalStage *other : stages_)
+          other->executor->comm().abort(msg);
+        return;
+      }
+    };
+    auto byRank = localRanks();
+    if (byRank.size() == 1) {
+      runRank(byRank.begin()->second);
+    } else {
+      std::vector<std::thread> threads;
+      for (const auto &[key, locals] : byRank)
+        threads.emplace_back([&, locals = locals] { runRank(locals); });
+      for (std::thread &t : threads)
+        t.join();
+    }
+    if (failure)
+      return driver_.failAlone(fail("evaluation: " + *failure));
+    // Per local stage (every process sends as many as reportStep does):
+    // whether it has the loss, and its mean over the microbatches.
+    std::vector<double> mine;
+    for (const std::vector<double> &l : losses) {
+      double sum = 0;
+      for (double v : l)
+        sum += v;
+      mine.insert(mine.end(), {l.empty() ? 0.0 : 1.0,
+                               l.empty() ? 0.0 : sum / double(l.size())});
+    }
+    auto all = driver_.allGather(mine);
+    if (!all)
+      return driver_.failAlone(all.takeError());
+    double batch = 0;
+    for (size_t i = 0; i + 1 < all->size(); i += 2)
+      if ((*all)[i] != 0)
+        batch += (*all)[i + 1] / d;
+    total += batch;
+  }
+  return total / double(std::max<int64_t>(options_.evalBatches, 1));
 }
 
 llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {

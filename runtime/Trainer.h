@@ -61,6 +61,9 @@ struct TrainOptions {
   // checkpoint's). Checkpoints store it; resume() takes a checkpoint's
   // when none is set here.
   std::optional<LrSchedule> lrSchedule;
+  // Validation (setEvaluation): after every evalEvery-th step and the
+  // last, evalBatches batches of held-out data, forward only.
+  int64_t evalEvery = 0, evalBatches = 0;
 };
 
 struct StepReport {
@@ -69,6 +72,9 @@ struct StepReport {
   double stepSeconds = 0;    // the slowest stage's
   double elapsedSeconds = 0; // since run() began
   std::optional<double> lr;       // with a schedule: the step's (as float)
+  // After an evaluation: the mean loss over its batches (each the mean
+  // over its microbatches and replicas).
+  std::optional<double> evalLoss;
   // With --clip-grad-norm: the global norm of the step's gradient (before
   // clipping), the same bits on every stage.
   std::optional<double> gradNorm;
@@ -98,6 +104,16 @@ public:
 
   // Overrides the compiled learning rate (the slot optimizer.lr).
   llvm::Error setLearningRate(float lr);
+  // Held-out data for validation: batch b of replica r is `data(b, r)`,
+  // `batches` of them each time (TrainOptions::evalEvery says when).
+  void setEvaluation(StepData data, int64_t batches) {
+    evalData_ = std::move(data);
+    options_.evalBatches = batches;
+  }
+  // One evaluation now: the mean loss over options.evalBatches batches
+  // (every process calls it).
+  llvm::Expected<double> evaluate();
+
   // The compiled learning rate (optimizer.lr as the plan starts it), the
   // same on every process.
   llvm::Expected<double> compiledLearningRate();
@@ -169,7 +185,7 @@ private:
   const Plan &plan_;
   std::vector<LocalStage *> stages_;
   Driver &driver_;
-  StepData data_;
+  StepData data_, evalData_;
   TrainOptions options_;
   int64_t firstStep_ = 0;
   bool scheduleResumed_ = false;

@@ -29,6 +29,9 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"min-lr", true, false},
           {"decay-steps", true, false},
           {"clip-grad-norm", true, false},
+          {"eval-data", true, false},
+          {"eval-every", true, false},
+          {"eval-batches", true, false},
           {"threads", true, false},
           {"device", true, false},
           {"save", true, false},
@@ -138,6 +141,19 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
   }
   if (auto e = parseLrSchedule(flags, opt))
     return e;
+  for (auto [name, var] : {std::pair<const char *, int64_t *>{
+                               "eval-every", &opt.evalEvery},
+                           {"eval-batches", &opt.evalBatches}})
+    if (auto v = flags.get(name)) {
+      auto n = parseCount(name, *v);
+      if (!n)
+        return n.takeError();
+      if (*n == 0 || !flags.has("eval-data"))
+        return usage(std::string("--") + name +
+                     (*n == 0 ? " needs a positive count"
+                              : " goes with --eval-data"));
+      *var = *n;
+    }
   if (auto v = flags.get("clip-grad-norm")) {
     auto x = nonNegative(*v);
     if (!x || *x == 0)

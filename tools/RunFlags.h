@@ -24,6 +24,9 @@ struct RunOptions {
   // --decay-steps): peak NaN until --lr or the compiled lr fills it,
   // decaySteps 0 until the run's total steps do.
   std::optional<runtime::LrSchedule> lrSchedule;
+  // Validation: --eval-every (0: after the last step only), --eval-batches
+  // (0: enough to read the held-out set once).
+  int64_t evalEvery = 0, evalBatches = 0;
   bool skipNonFinite = false; // --on-nan=skip-step
   runtime::StageOptions stage;
   int64_t checkpointEvery = 0;

@@ -67,6 +67,17 @@ training:
                          double, rounded to float once, the same on every
                          stage. Checkpoints store it; --resume without
                          these flags goes on with the stored one
+  --eval-data=DIR|FILE.npz|text:FILE
+                         held-out data (as --data) for a validation loss
+                         after every --eval-every steps and after the last:
+                         the plan's forward program only (no update, no
+                         BatchNorm statistics, Dropout as in training), the
+                         mean loss over --eval-batches batches of M
+                         microbatches (default: the held-out samples once),
+                         printed as an "eval" line; training's bits do not
+                         change
+  --eval-every=K         steps between validations (default: the last only)
+  --eval-batches=N       batches per validation
   --clip-grad-norm=X     scale the step's averaged gradient by
                          min(1, X / (norm + 1e-6)), the norm over every
                          trained parameter of every stage (tied weights
@@ -301,6 +312,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   topt.checkpointDir = flags.get("checkpoint-dir");
   topt.checkpointEvery = opt.checkpointEvery;
   topt.overlapSteps = opt.overlapSteps;
+  topt.evalEvery = opt.evalEvery ? opt.evalEvery : opt.steps;
   runtime::Trainer trainer(
       plan, std::move(stages), driver,
       [&](int64_t step, int replica) { return data.forStep(step, replica); },
@@ -351,6 +363,28 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
                  << (trainer.scheduleResumed() ? " (the checkpoint's)" : "")
                  << "\n";
   int64_t samplesPerStep = mbRows * plan.microbatches * plan.dataParallel;
+  // Validation on held-out data: every process loads it, as --data.
+  runtime::DataSource evalSource(plan, uint64_t(opt.seed));
+  int64_t evalBatches = opt.evalBatches;
+  if (auto spec = flags.get("eval-data")) {
+    if (auto e = runtime::agree(driver, prefixed("--eval-data: ",
+                                                 evalSource.load(*spec))))
+      return report(std::move(e), tools::kBadInput);
+    if (evalBatches == 0)
+      evalBatches = std::max<int64_t>(
+          1, (evalSource.samples() + samplesPerStep - 1) / samplesPerStep);
+    trainer.setEvaluation(
+        [&](int64_t batch, int replica) {
+          return evalSource.forStep(batch, replica);
+        },
+        evalBatches);
+    if (root)
+      llvm::outs() << llvm::formatv(
+          "validation: {0} batch(es) of {1} samples from {2} after every "
+          "{3} step(s) and the last\n",
+          evalBatches, samplesPerStep, *spec,
+          opt.evalEvery ? opt.evalEvery : opt.steps);
+  }
   bool quiet = flags.has("quiet");
   auto onStep = [&](const runtime::StepReport &r) {
     if (!root)
@@ -379,6 +413,10 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
         "{4}{6}",
         r.step + 1, opt.steps, r.loss, rate, formatSeconds(eta),
         live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds, extra);
+    if (r.evalLoss)
+      llvm::outs() << llvm::formatv("{0}eval  step {1,5}/{2}  loss {3:F4}\n",
+                                    live ? "\n" : "", r.step + 1, opt.steps,
+                                    *r.evalLoss);
     llvm::outs().flush();
   };
   if (auto e = trainer.run(onStep))
