@@ -32,6 +32,8 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"eval-data", true, false},
           {"eval-every", true, false},
           {"eval-batches", true, false},
+          {"log", true, false},
+          {"loss-curve", true, false},
           {"threads", true, false},
           {"device", true, false},
           {"save", true, false},

@@ -10,6 +10,7 @@
 #include "runtime/PlanFile.h"
 #include "runtime/Trainer.h"
 #include "runtime/data/DataSource.h"
+#include "runtime/trace/Metrics.h"
 #ifdef CLEAVE_HAVE_MPI
 #include "runtime/comm/MpiPlan.h"
 #include "runtime/comm/StageComm.h"
@@ -129,6 +130,11 @@ output:
                          steps in all, so a resumed run ends where an
                          uninterrupted one would, with the same bits
   --save=FILE.onnx       the source model with the trained parameters
+  --log=FILE.jsonl       one JSON object per step: step, loss, eval_loss,
+                         lr, grad_norm (where the run has them), step_ms,
+                         samples_per_s; written after the run
+  --loss-curve=FILE.svg  the training and validation losses against the
+                         step, the learning rate beneath (for a browser)
   --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
                          last step: one track per stage, its F, B, W and STEP
                          actions and its waits for messages (RECV)
@@ -301,7 +307,9 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   // Rank 0 writes the files; every rank may write checkpoints.
   if (auto e = runtime::agree(
           driver, root ? tools::checkOutputs(
-                             flags, {"save", "trace", "timeline", "profile"},
+                             flags,
+                             {"save", "trace", "timeline", "profile", "log",
+                              "loss-curve"},
                              {"checkpoint-dir"})
                        : llvm::Error::success()))
     return report(std::move(e), tools::kBadInput);
@@ -386,9 +394,14 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
           opt.evalEvery ? opt.evalEvery : opt.steps);
   }
   bool quiet = flags.has("quiet");
+  std::vector<runtime::StepMetrics> metrics; // --log, --loss-curve
   auto onStep = [&](const runtime::StepReport &r) {
     if (!root)
       return;
+    metrics.push_back({r.step + 1, r.loss, r.evalLoss, r.lr, r.gradNorm,
+                       r.stepSeconds,
+                       r.stepSeconds > 0 ? double(samplesPerStep) / r.stepSeconds
+                                         : 0.0});
     if (r.skipped) {
       llvm::outs().flush();
       llvm::errs() << std::string(kTool) + ": warning: step " +
@@ -451,6 +464,17 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
                                          plan.stageRank)))
         return report(std::move(e), tools::kBadInput);
   }
+  if (auto path = flags.get("log"))
+    if (auto e = writeOnRoot(driver, *path, runtime::metricsJsonl(metrics)))
+      return report(std::move(e), tools::kBadInput);
+  if (auto path = flags.get("loss-curve"))
+    if (auto e = writeOnRoot(
+            driver, *path,
+            runtime::lossCurveSvg(metrics, "cleave-run " + plan.modelName +
+                                               ": " + std::to_string(
+                                                          opt.steps) +
+                                               " steps")))
+      return report(std::move(e), tools::kBadInput);
   if (auto out = flags.get("save"))
     if (auto e = saveModel(plan, trainer, driver, *out))
       return report(std::move(e), tools::kBadInput);
