@@ -32,6 +32,7 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"eval-data", true, false},
           {"eval-every", true, false},
           {"eval-batches", true, false},
+          {"data-order", true, false},
           {"log", true, false},
           {"loss-curve", true, false},
           {"threads", true, false},
@@ -156,6 +157,17 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
                               : " goes with --eval-data"));
       *var = *n;
     }
+  if (auto v = flags.get("data-order")) {
+    if (*v != "sequential" && *v != "shuffle")
+      return usage("--data-order must be 'sequential' or 'shuffle', not '" +
+                   *v + "'");
+    std::string data = flags.get("data").value_or("");
+    if (*v == "shuffle" && !(llvm::StringRef(data).startswith("tokens:") ||
+                             llvm::StringRef(data).startswith("tokens32:")))
+      return usage("--data-order shuffle goes with --data tokens:FILE or "
+                   "tokens32:FILE");
+    opt.shuffle = *v == "shuffle";
+  }
   if (auto v = flags.get("clip-grad-norm")) {
     auto x = nonNegative(*v);
     if (!x || *x == 0)

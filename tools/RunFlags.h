@@ -27,6 +27,7 @@ struct RunOptions {
   // Validation: --eval-every (0: after the last step only), --eval-batches
   // (0: enough to read the held-out set once).
   int64_t evalEvery = 0, evalBatches = 0;
+  bool shuffle = false; // --data-order shuffle (token files)
   bool skipNonFinite = false; // --on-nan=skip-step
   runtime::StageOptions stage;
   int64_t checkpointEvery = 0;

@@ -50,7 +50,23 @@ data:
                          model with two integer inputs [B, T] gets windows
                          of T bytes as tokens and the same windows shifted
                          by one byte as targets
-  --seed=N               seed of the synthetic data and of dropout (default 0)
+  --data=tokens:FILE|tokens32:FILE
+                         a pre-tokenized corpus: a flat little-endian uint16
+                         (tokens:) or uint32 (tokens32:) stream of token ids,
+                         memory-mapped; a model with two integer inputs
+                         [B, T] reads windows of T tokens and the same
+                         windows one token later as targets (nanoGPT's and
+                         Megatron's format; examples/tokenize.py writes it).
+                         Checked first: a size that is not a whole number
+                         of tokens, or an id the model cannot index, is
+                         one line
+  --data-order=sequential|shuffle
+                         token files: windows in order (default), or in a
+                         permutation of all windows per epoch seeded by
+                         --seed and the epoch, so a resumed run reads what
+                         an unbroken one reads
+  --seed=N               seed of the synthetic data, of dropout and of
+                         --data-order shuffle (default 0)
 
 training:
   --steps=N              training steps (default 10; at most 2^40)
@@ -496,6 +512,7 @@ int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
                                codegen::checkRunnable(plan)))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   runtime::DataSource data(plan, uint64_t(opt.seed));
+  data.setShuffle(opt.shuffle);
   if (auto d = flags.get("data"))
     if (auto e = data.load(*d))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
@@ -561,6 +578,7 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
            (shared ? "rank " : "stage ") + std::to_string(w % p);
   });
   runtime::DataSource data(plan, uint64_t(opt.seed));
+  data.setShuffle(opt.shuffle);
   if (auto d = flags.get("data"))
     if (int rc = agreed(data.load(*d)))
       return rc;

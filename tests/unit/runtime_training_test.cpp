@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <cstring>
 #include <functional>
 
 using namespace cleave;
@@ -128,6 +129,84 @@ TEST(DataSource, BadFilesAreOneLineNamingFileAndInput) {
   std::string e = errorText(d.load("/nonexistent/file.txt"));
   EXPECT_NE(e.find("--data needs a folder of .npy files or an .npz file"),
             std::string::npos) << e;
+}
+
+// tokens:FILE: windows of T tokens and the targets one token later, in
+// order or in a seeded permutation per epoch; bad files are one line.
+TEST(DataSource, TokenFilesWindowsShuffleAndBadFiles) {
+  runtime::Plan p;
+  p.microbatches = 1;
+  p.inputs.push_back({"idx", ir::DType::I64, {2, 4}, 100});
+  p.inputs.push_back({"targets", ir::DType::I64, {2, 4}, 100});
+  TempDir dir;
+  auto writeTokens = [&](const std::string &name, std::vector<uint16_t> ids,
+                         size_t extraBytes = 0) {
+    std::string bytes(reinterpret_cast<const char *>(ids.data()),
+                      ids.size() * 2);
+    bytes.append(extraBytes, '\0');
+    std::ofstream(dir.file(name), std::ios::binary) << bytes;
+    return "tokens:" + dir.file(name);
+  };
+  std::vector<uint16_t> ids(41);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t(i);
+  std::string spec = writeTokens("t.bin", ids);
+  runtime::DataSource d(p, 7);
+  ASSERT_EQ(errorText(d.load(spec)), "");
+  EXPECT_FALSE(d.synthetic());
+  EXPECT_EQ(d.samples(), 10); // (41 - 1) / 4 windows
+  auto values = [&](int64_t step, int input) {
+    std::vector<uint8_t> b = fillOne(d, p, step, 0, input);
+    std::vector<int64_t> v(b.size() / 8);
+    std::memcpy(v.data(), b.data(), b.size());
+    return v;
+  };
+  EXPECT_EQ(values(0, 0), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(values(0, 1), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(values(5, 0), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Shuffled: every epoch a permutation of the 10 windows, epochs differ,
+  // the same for the same seed.
+  d.setShuffle(true);
+  std::vector<int64_t> epoch0, epoch1;
+  for (int64_t k = 0; k < 10; ++k) {
+    epoch0.push_back(d.tokenWindow(k));
+    epoch1.push_back(d.tokenWindow(10 + k));
+  }
+  std::vector<int64_t> sorted0 = epoch0, sorted1 = epoch1;
+  std::sort(sorted0.begin(), sorted0.end());
+  std::sort(sorted1.begin(), sorted1.end());
+  std::vector<int64_t> all{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  EXPECT_EQ(sorted0, all);
+  EXPECT_EQ(sorted1, all);
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_NE(epoch0, all);
+  int64_t w = d.tokenWindow(0);
+  EXPECT_EQ(values(0, 0)[0], w * 4);
+  EXPECT_EQ(values(0, 1)[0], w * 4 + 1);
+  runtime::DataSource again(p, 7), other(p, 8);
+  again.setShuffle(true);
+  other.setShuffle(true);
+  ASSERT_EQ(errorText(again.load(spec)), "");
+  ASSERT_EQ(errorText(other.load(spec)), "");
+  std::vector<int64_t> same, different;
+  for (int64_t k = 0; k < 10; ++k) {
+    same.push_back(again.tokenWindow(k));
+    different.push_back(other.tokenWindow(k));
+  }
+  EXPECT_EQ(same, epoch0);
+  EXPECT_NE(different, epoch0);
+  // Bad files.
+  runtime::DataSource bad(p, 0);
+  EXPECT_THAT(errorText(bad.load(writeTokens("odd.bin", ids, 1))),
+              testing::HasSubstr("83 bytes is not a whole number of uint16 "
+                                 "tokens"));
+  ids[17] = 100;
+  EXPECT_THAT(errorText(bad.load(writeTokens("big.bin", ids))),
+              testing::HasSubstr("token 17 is 100 but the model's 'idx' "
+                                 "indexes a table of 100 entries"));
+  EXPECT_THAT(errorText(bad.load(writeTokens("short.bin", {1, 2, 3, 4}))),
+              testing::HasSubstr("4 tokens is too short for one microbatch "
+                                 "of 2 windows of 4 tokens"));
 }
 
 TEST(DataSource, SyntheticIsDeterministicSeededAndInRange) {
