@@ -22,7 +22,16 @@
 //
 // The file is exactly that long. Its entries are exactly the plan's State
 // slots, each once, in that order, with the plan's type and shape: a missing
-// entry would otherwise leave a slot at its initial value. CLEAVECKPT1 files
+// entry would otherwise leave a slot at its initial value.
+//
+// Resharding: a checkpoint written by another plan of the same model and
+// optimizer (another stage count, split, schedule, replicas) is read by
+// name instead: its entries' names (a tied weight's replicas and
+// optimizer.lr appear once per stage holding them, with one value) must be
+// exactly the plan's State slots' names with their types and shapes, and
+// every slot of every stage takes its name's bytes. Since every plan of a
+// model trains the same bits, the resumed run continues as the new plan
+// would have run from the start (with the same microbatches x replicas). CLEAVECKPT1 files
 // (an older cleave, without identity or full coverage) are refused; format
 // 2 headers (without the schedule) still load.
 //

@@ -453,10 +453,31 @@ TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
   plan.stages[1].slots[0].shape = {2};
   plan.stages[1].slots[0].bytes = 16;
   expectRefused(file, "a checkpoint of another plan of 'tiny' (its state "
-                      "slots differ)");
+                      "slots differ: 'b' on stage 1, i64[1] there, 'b' on "
+                      "stage 1, i64[2] here)");
   plan = ours;
+  // Another plan of the model (a third stage, the same State slots) reads
+  // it by name; a replica of 'w' on the new stage takes the same bytes.
   plan.stages.push_back(runtime::StagePlan());
-  expectRefused(file, "a checkpoint of 2 stages; this plan has 3");
+  plan.stages[2].index = 2;
+  plan.stages[2].slots = {
+      slot("w", runtime::SlotKind::State, ir::DType::F32, {2})};
+  std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << file;
+  auto resharded = read();
+  ASSERT_TRUE(bool(resharded)) << llvm::toString(resharded.takeError());
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"0w", "abcdefgh"},
+                                                     {"0m", "ijkl"},
+                                                     {"1b", "mnopqrst"},
+                                                     {"2w", "abcdefgh"}}));
+  // ... but not one that lacks a slot's name or has one more.
+  plan.stages[2].slots = {
+      slot("v", runtime::SlotKind::State, ir::DType::F32, {2})};
+  expectRefused(file, "(its state slots differ: no 'v', which this plan has "
+                      "as 'v' on stage 2, f32[2])");
+  plan.stages[2].slots.clear();
+  plan.stages[1].slots.clear();
+  expectRefused(file, "(its state slots differ: it has 'b', which this plan "
+                      "does not)");
   plan = ours;
   // A step count of 2^63, with the header's checksum made to fit.
   std::string huge = file;
