@@ -1448,48 +1448,23 @@ llvm::Error StageExecutor::setClipGradNorm(double maxNorm) {
   return llvm::Error::success();
 }
 
-// The sum of squares of `slot` times `scale`, in double: per block of
-// kNormBlock elements in order, then the blocks' sums in order (one fixed
-// decomposition, whatever runs it).
-static constexpr int64_t kNormBlock = 4096;
-
-template <typename T>
-static double sumOfSquares(const T *x, int64_t n, double scale) {
-  double total = 0;
-  for (int64_t b = 0; b < n; b += kNormBlock) {
-    double part = 0;
-    for (int64_t i = b, e = std::min(n, b + kNormBlock); i < e; ++i) {
-      double v = double(x[i]) * scale;
-      part += v * v;
-    }
-    total += part;
-  }
-  return total;
-}
-
 llvm::Expected<bool> StageExecutor::exchangeNorm(bool wait) {
   const auto &prog = stage_.programs[int(Phase::Step)];
   int stages = comm_.size(), me = comm_.rank();
   auto where = [] { return std::string("agreeing on the gradient norm"); };
   if (!update_.normSent) {
+    // Each gradient's sum of squares (Backend::sumOfSquares: in blocks,
+    // the blocks in order, the same bits on any backend thread count).
     std::vector<double> mine;
-    std::vector<uint8_t> host;
     for (size_t i : optInstrs_) {
       const Instr &in = prog[i];
       const Slot &g = stage_.slots[size_t(in.inputs[1])];
-      const void *p = slotData(in.inputs[1], stepFrame_);
-      if (!hostMemory_) {
-        host.resize(size_t(g.bytes));
-        backend_.copyToHost(host.data(), p, host.size());
-        p = host.data();
-      }
       double scale = in.attrs.count("grad_scale")
                          ? double(in.attrs.find("grad_scale")->second.getFloat())
                          : 1.0;
-      int64_t n = g.bytes / int64_t(ir::dtypeSize(g.dtype));
-      mine.push_back(g.dtype == ir::DType::F64
-                         ? sumOfSquares(static_cast<const double *>(p), n, scale)
-                         : sumOfSquares(static_cast<const float *>(p), n, scale));
+      mine.push_back(backend_.sumOfSquares(
+          g.dtype, slotData(in.inputs[1], stepFrame_),
+          g.bytes / int64_t(ir::dtypeSize(g.dtype)), scale));
     }
     update_.normSent = true;
     update_.nextNormFrom = 1;

@@ -8,6 +8,7 @@
 //     embedding on 2 stages (several schedules, kernel threads, overlapping
 //     steps) equal to one stage bit for bit, norms included;
 //   - a plan that cannot clip is refused in one line.
+#include "runtime/Kernel.h"
 #include "runtime/Trainer.h"
 #include "runtime/data/DataSource.h"
 #include "runtime/data/NumpyFiles.h"
@@ -187,5 +188,21 @@ TEST(ClipGradNorm, PipelinedRunsEqualOneStageBitForBit) {
         EXPECT_EQ(got.lrs, want.lrs);
       }
     }
+  }
+}
+
+// The CPU backend's blocks on 1, 2 and 4 threads give the host's bits.
+TEST(ClipGradNorm, SumOfSquaresIsTheSameOnAnyThreadCount) {
+  std::vector<float> x(3 * runtime::kSquaresBlock + 123);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(std::sin(double(i)) * 1e3 / double(i + 1));
+  double want = runtime::sumOfSquaresOnHost(ir::DType::F32, x.data(),
+                                            int64_t(x.size()), 0.25);
+  for (int threads : {1, 2, 4}) {
+    auto cpu = runtime::createCpuBackend(threads);
+    EXPECT_EQ(cpu->sumOfSquares(ir::DType::F32, x.data(), int64_t(x.size()),
+                                0.25),
+              want)
+        << threads << " threads";
   }
 }
