@@ -84,8 +84,8 @@ training:
                          double, rounded to float once, the same on every
                          stage. Checkpoints store it; --resume without
                          these flags goes on with the stored one
-  --eval-data=DIR|FILE.npz|text:FILE
-                         held-out data (as --data) for a validation loss
+  --eval-data=SOURCE     held-out data (any --data source, tokens: files
+                         included; always in order) for a validation loss
                          after every --eval-every steps and after the last:
                          the plan's forward program only (no update, no
                          BatchNorm statistics, Dropout as in training), the
