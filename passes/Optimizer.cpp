@@ -5,6 +5,8 @@
 
 #include "ir/Printer.h"
 
+#include "llvm/Support/Regex.h"
+
 namespace cleave::passes {
 
 using ir::OpKind;
@@ -55,6 +57,24 @@ static void addRunningStatUpdates(ir::Graph &g) {
     }
 }
 
+// Whether `p` is exempt from weight decay under `noDecay`.
+static bool exemptFromDecay(const Value *p, const std::string &noDecay) {
+  if (noDecay.empty())
+    return false;
+  if (noDecay == "1-d")
+    return p->type().shape.size() < 2;
+  return llvm::Regex("^(" + noDecay + ")$").match(p->name());
+}
+
+DecayGroups weightDecayGroups(const ir::Graph &g, const TrainingOptions &t) {
+  DecayGroups out;
+  for (Value *v : g.declared())
+    if (v->kind() == ir::ValueKind::Param)
+      (exemptFromDecay(v, t.noDecay) ? out.exempt : out.decayed)
+          .push_back(v->name());
+  return out;
+}
+
 llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx) {
   const TrainingOptions &t = ctx.training;
   for (const auto &op : g.ops())
@@ -88,8 +108,9 @@ llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx) {
     std::vector<Value *> operands{p, grad, lr};
     std::vector<Value *> states{p};
     std::vector<std::string> names{p->name() + ".next"};
-    ir::AttrMap attrs{{"grad_scale", gradScale},
-                      {"weight_decay", float(wd)}};
+    ir::AttrMap attrs{
+        {"grad_scale", gradScale},
+        {"weight_decay", exemptFromDecay(p, t.noDecay) ? 0.0f : float(wd)}};
     OpKind kind = OpKind::SGD;
     if (adam) {
       kind = OpKind::AdamW;

@@ -33,6 +33,10 @@ struct TrainingOptions {
   double momentum = 0.0;
   bool nesterov = false;
   std::optional<double> weightDecay; // default: 0 for SGD, 0.01 for AdamW
+  // Parameters updated without weight decay: "1-d" (every parameter of
+  // rank below 2: biases, normalization weights, as nanoGPT and HF's
+  // Trainer group them) or a regex of whole names; empty: none.
+  std::string noDecay;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   int64_t microbatches = 1; // the optimizer averages this many gradients
   int64_t dataParallel = 1; // ... on each of this many replicas
@@ -80,6 +84,12 @@ llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> verify2BP(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx);
+// The trainable parameters' names, in declaration order, split by whether
+// the optimizer applies weight decay to them (TrainingOptions::noDecay).
+struct DecayGroups {
+  std::vector<std::string> decayed, exempt;
+};
+DecayGroups weightDecayGroups(const ir::Graph &g, const TrainingOptions &t);
 
 // Appends the gradients of `y` (of its sum, when not a scalar) with respect
 // to each of `xs` (inputs, parameters or results): one value per x, named

@@ -10,6 +10,8 @@
 #include "llvm/Support/Path.h"
 
 #include <cstdint>
+#include <map>
+#include <set>
 
 namespace cleave::runtime {
 
@@ -89,7 +91,8 @@ llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
 
 llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
                                 int64_t stepsDone, uint64_t entries,
-                                llvm::StringRef body) {
+                                llvm::StringRef body,
+                                llvm::StringRef lrSchedule) {
   if (stepsDone < 0)
     return fail(llvm::formatv("a checkpoint after {0} steps", stepsDone));
   std::string header;
@@ -101,6 +104,7 @@ llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
   putLe(header, body.size(), 8);
   putStr(header, plan.modelName);
   putStr(header, plan.optimizer);
+  putStr(header, lrSchedule.str());
   std::string blob(kMagic);
   putLe(blob, header.size(), 8);
   blob += header;
@@ -170,6 +174,86 @@ struct EntryView {
   llvm::StringRef bytes;
 };
 
+// Resharding: a checkpoint of another plan of the model (another stage
+// count or split; the same optimizer). Its entries, each checked (bounds,
+// checksum), are keyed by name: a name on several stages (a tied weight's
+// replicas, optimizer.lr) has one value, since the runtime keeps them
+// equal. The plan's State slots must be exactly those names, with their
+// types and shapes; each slot of each stage then takes its name's bytes.
+llvm::Expected<std::vector<EntryView>>
+readByName(FieldReader &r, llvm::StringRef data, uint64_t entries,
+           const Plan &plan, const std::string &model) {
+  struct Found {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    llvm::StringRef bytes;
+  };
+  std::map<std::string, Found> byName;
+  auto differ = [&](const std::string &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "a checkpoint of another plan of '" + model +
+                                       "' (its state slots differ: " + why +
+                                       ")");
+  };
+  for (uint64_t k = 0; k < entries; ++k) {
+    size_t start = r.pos;
+    uint32_t stage = uint32_t(r.get(4));
+    llvm::StringRef name = r.str();
+    llvm::StringRef dtype = r.str();
+    uint64_t rank = r.get(4);
+    std::vector<int64_t> shape;
+    for (uint64_t i = 0; i < rank && !r.short_; ++i)
+      shape.push_back(int64_t(r.get(8)));
+    llvm::StringRef bytes = r.take(r.get(8));
+    size_t end = r.pos;
+    uint64_t stored = r.get(8);
+    std::string where =
+        llvm::formatv("entry {0} of {1}", k + 1, entries).str();
+    if (r.short_)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     where + " runs past the end of the file");
+    if (fnv1a64(data.data() + start, end - start) != stored)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     where + " ('" + name.str() +
+                                         "') is corrupt (checksum mismatch)");
+    auto [it, fresh] =
+        byName.emplace(name.str(), Found{dtype.str(), shape, bytes});
+    if (!fresh && (it->second.dtype != dtype || it->second.shape != shape))
+      return differ("'" + name.str() + "' twice, as " +
+                    slotText(name, stage, dtype, shape) + " and " +
+                    it->second.dtype);
+  }
+  if (r.pos != data.size())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("{0} bytes after its last entry", data.size() - r.pos));
+  std::vector<EntryView> views;
+  std::set<std::string> used;
+  for (const StagePlan &sp : plan.stages)
+    for (const Slot &sl : sp.slots) {
+      if (sl.kind != SlotKind::State)
+        continue;
+      auto it = byName.find(sl.name);
+      std::string plans = slotText(sl.name, uint64_t(sp.index),
+                                   llvm::StringRef(ir::dtypeName(sl.dtype)),
+                                   sl.shape);
+      if (it == byName.end())
+        return differ("no '" + sl.name + "', which this plan has as " + plans);
+      if (it->second.dtype != llvm::StringRef(ir::dtypeName(sl.dtype)) ||
+          it->second.shape != sl.shape ||
+          it->second.bytes.size() != size_t(sl.bytes))
+        return differ(slotText(sl.name, uint64_t(sp.index), it->second.dtype,
+                               it->second.shape) +
+                      " there, " + plans + " here");
+      used.insert(sl.name);
+      views.push_back({uint32_t(sp.index), &sl, it->second.bytes});
+    }
+  for (const auto &[name, found] : byName)
+    if (!used.count(name))
+      return differ("it has '" + name + "', which this plan does not");
+  return views;
+}
+
 } // namespace
 
 llvm::Expected<int64_t> readCheckpointFile(
@@ -178,7 +262,8 @@ llvm::Expected<int64_t> readCheckpointFile(
     llvm::function_ref<std::optional<std::string>(
         uint32_t stage, const std::string &name,
         const std::vector<uint8_t> &bytes)>
-        apply) {
+        apply,
+    std::string *lrSchedule) {
   std::string path = dir + "/checkpoint.bin";
   auto err = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
   auto buf = support::readFile(path, "checkpoint");
@@ -208,9 +293,10 @@ llvm::Expected<int64_t> readCheckpointFile(
   uint64_t version = h.get(4), identity = h.get(8), stages = h.get(4),
            entries = h.get(8), steps = h.get(8), bodyBytes = h.get(8);
   std::string model = h.str().str(), optimizer = h.str().str();
-  if (h.short_ || version != kCheckpointVersion)
+  std::string schedule = version >= 3 ? h.str().str() : std::string();
+  if (h.short_ || version < 2 || version > kCheckpointVersion)
     return err(llvm::formatv("a checkpoint of format {0}; this cleave reads "
-                             "format {1}",
+                             "formats 2 to {1}",
                              version, kCheckpointVersion));
   size_t bodyStart = r.pos;
   if (bodyBytes != data.size() - bodyStart)
@@ -227,26 +313,33 @@ llvm::Expected<int64_t> readCheckpointFile(
   if (model != plan.modelName)
     return err("a checkpoint of model '" + model + "'; this plan is of '" +
                plan.modelName + "'");
-  if (stages != plan.stages.size())
-    return err(llvm::formatv("a checkpoint of {0} stages; this plan has {1}",
-                             stages, plan.stages.size()));
+  // The plan that wrote it, or another plan of the same model and
+  // optimizer (another stage count or split): then the entries are matched
+  // by name (resharding, below).
+  bool samePlan = stages == plan.stages.size() &&
+                  identity == checkpointPlanIdentity(plan);
   uint64_t want = stateSlotCount(plan);
-  if (entries != want)
+  if (samePlan && entries != want)
     return err(llvm::formatv("holds {0} entries; this plan has {1} state "
                              "slots (parameters, buffers, optimizer state)",
                              entries, want));
-  if (identity != checkpointPlanIdentity(plan))
-    return err("a checkpoint of another plan of '" + model +
-               "' (its state slots differ)");
   if (steps > uint64_t(INT64_MAX) / 2)
     return err(llvm::formatv("records {0} steps done, which no run reaches",
                              steps));
 
-  // Every entry, in order, is the plan's next State slot.
   std::vector<EntryView> views;
   r.data = data;
+  if (!samePlan) {
+    auto read = readByName(r, data, entries, plan, model);
+    if (!read)
+      return err(llvm::toString(read.takeError()));
+    views = std::move(*read);
+  }
+  // Every entry, in order, is the plan's next State slot.
   for (const StagePlan &sp : plan.stages)
     for (const Slot &sl : sp.slots) {
+      if (!samePlan)
+        break;
       if (sl.kind != SlotKind::State)
         continue;
       size_t k = views.size(), start = r.pos;
@@ -294,6 +387,8 @@ llvm::Expected<int64_t> readCheckpointFile(
     if (auto msg = apply(v.stage, v.slot->name, bytes))
       return err(*msg);
   }
+  if (lrSchedule)
+    *lrSchedule = schedule;
   return int64_t(steps);
 }
 

@@ -12,7 +12,8 @@
 //   u64 header length H, then the H header bytes:
 //     u32 format version (2), u64 plan identity (checkpointPlanIdentity),
 //     u32 stage count, u64 entry count, u64 steps done, u64 body length,
-//     str model name, str optimizer
+//     str model name, str optimizer,
+//     str lr schedule (LrSchedule::str(); empty: none) -- format 3 only
 //   u64 FNV-1a of everything before it (magic, H, header)
 //   the body: per entry, in stage order, then in the stage's slot order:
 //     u32 stage, str name, str element type (f32, i64, ...), u32 rank,
@@ -21,8 +22,18 @@
 //
 // The file is exactly that long. Its entries are exactly the plan's State
 // slots, each once, in that order, with the plan's type and shape: a missing
-// entry would otherwise leave a slot at its initial value. CLEAVECKPT1 files
-// (an older cleave, without identity or full coverage) are refused.
+// entry would otherwise leave a slot at its initial value.
+//
+// Resharding: a checkpoint written by another plan of the same model and
+// optimizer (another stage count, split, schedule, replicas) is read by
+// name instead: its entries' names (a tied weight's replicas and
+// optimizer.lr appear once per stage holding them, with one value) must be
+// exactly the plan's State slots' names with their types and shapes, and
+// every slot of every stage takes its name's bytes. Since every plan of a
+// model trains the same bits, the resumed run continues as the new plan
+// would have run from the start (with the same microbatches x replicas). CLEAVECKPT1 files
+// (an older cleave, without identity or full coverage) are refused; format
+// 2 headers (without the schedule) still load.
 //
 // The threaded run and the MPI run (whose rank 0 gathers replica 0's stages)
 // write and read the same file, so either can resume the other's checkpoint.
@@ -40,7 +51,7 @@
 
 namespace cleave::runtime {
 
-inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr uint32_t kCheckpointVersion = 3;
 
 // FNV-1a 64 of the plan's model name, stage count, optimizer and, per
 // stage, each State slot's name, element type and shape: what must match
@@ -59,18 +70,21 @@ llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
 // temp files of writers killed before their rename.
 llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
                                 int64_t stepsDone, uint64_t entries,
-                                llvm::StringRef body);
+                                llvm::StringRef body,
+                                llvm::StringRef lrSchedule = "");
 
 // Reads DIR/checkpoint.bin and checks all of it against `plan` (see above);
 // only then hands each entry of a stage `wanted` says yes to, to `apply`,
 // which returns the message of an entry it cannot take (reported prefixed
-// with the path). Returns the steps the checkpoint had done.
+// with the path). Returns the steps the checkpoint had done; `lrSchedule`,
+// when given, gets the stored schedule text (empty: none, or format 2).
 llvm::Expected<int64_t> readCheckpointFile(
     const std::string &dir, const Plan &plan,
     llvm::function_ref<bool(uint32_t stage)> wanted,
     llvm::function_ref<std::optional<std::string>(
         uint32_t stage, const std::string &name,
         const std::vector<uint8_t> &bytes)>
-        apply);
+        apply,
+    std::string *lrSchedule = nullptr);
 
 } // namespace cleave::runtime

@@ -197,6 +197,8 @@ StageExecutor::~StageExecutor() {
     backend_.release(reduceDevice_);
   if (wScratch_)
     backend_.release(wScratch_);
+  if (clipScalar_)
+    backend_.release(clipScalar_);
 }
 
 llvm::Expected<std::unique_ptr<StageExecutor>>
@@ -233,6 +235,8 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
     for (const auto &prog : other.programs)
       for (const Instr &in : prog)
         voteTag_ = std::max(voteTag_, in.tag + 1);
+  normTag_ = voteTag_ + 1;
+  indexClipping(plan);
   std::vector<int> feeders(n, 0); // by Accum slot: MicroTemps summed into it
 
   // Slots: sizes, placement, initial data.
@@ -1143,6 +1147,38 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
   return llvm::Error::success();
 }
 
+llvm::Expected<std::vector<double>>
+StageExecutor::runForward(int64_t seedStep, const DataFn &data) {
+  // The training step's losses and profile stay as the step left them.
+  std::vector<double> trained = std::move(losses_);
+  losses_.clear();
+  bool profiling = profiling_;
+  profiling_ = false;
+  llvm::Error err = llvm::Error::success();
+  for (int mb = 0; mb < microbatches_ && !err; ++mb) {
+    auto frame = takeFrame();
+    if (!frame) {
+      err = frame.takeError();
+      break;
+    }
+    err = fillInputs(mb, *frame, data);
+    if (!err)
+      err = runProgram(Phase::F, seedStep, mb, *frame);
+    if (!err && stage_.lossSlot >= 0)
+      err = recordLoss(*frame);
+    giveFrame(*frame);
+    if (err)
+      err = wrap(std::move(err), "evaluation, F of microbatch " +
+                                     llvm::Twine(mb));
+  }
+  profiling_ = profiling;
+  std::vector<double> out = std::move(losses_);
+  losses_ = std::move(trained);
+  if (err)
+    return std::move(err);
+  return out;
+}
+
 // The update's errors name the STEP action, as the action loop's do.
 llvm::Error StageExecutor::stepError(llvm::Error e) {
   if (!e)
@@ -1153,6 +1189,9 @@ llvm::Error StageExecutor::stepError(llvm::Error e) {
 llvm::Error StageExecutor::beginUpdate() {
   update_ = Update{};
   update_.start = Clock::now();
+  clipScale_ = 1;
+  if (clipMax_ > 0)
+    lastGradNorm_ = NAN;
   if (dataParallel_)
     if (auto e = allReduceAccums())
       return stepError(std::move(e));
@@ -1259,10 +1298,23 @@ llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
   if (stepSkipped_)
     return finishUpdate();
   const auto &prog = stage_.programs[int(Phase::Step)];
-  for (; update_.next < prog.size(); ++update_.next) {
+  for (; update_.next <= prog.size(); ++update_.next) {
+    if (clipMax_ > 0 && update_.next == normAt_ && !update_.normKnown) {
+      auto known = exchangeNorm(wait);
+      if (!known)
+        return stepError(known.takeError());
+      if (!*known)
+        return false;
+    }
+    if (update_.next == prog.size())
+      break;
     const Instr &in = prog[update_.next];
     if (in.kind == InstrKind::Recv && !ready(in.peer, in.tag))
       return false;
+    if (clipScale_ < 1 && in.kind == InstrKind::Kernel &&
+        (in.op == ir::OpKind::SGD || in.op == ir::OpKind::AdamW))
+      if (auto e = scaleGradient(in.inputs[1]))
+        return stepError(std::move(e));
     auto t0 = Clock::now();
     llvm::Error e = runInstr(in, update_.next, Phase::Step, step_, -1, nullptr);
     if (profiling_ && in.kind == InstrKind::Kernel) {
@@ -1277,6 +1329,215 @@ llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
     if (auto e = copySlot(u.state, nullptr, u.value, nullptr))
       return stepError(std::move(e));
   return finishUpdate();
+}
+
+// ---------------------------------------------------------------------------
+// Gradient clipping by global norm.
+
+static bool isUpdateOp(const Instr &in) {
+  return in.kind == InstrKind::Kernel &&
+         (in.op == ir::OpKind::SGD || in.op == ir::OpKind::AdamW);
+}
+
+void StageExecutor::indexClipping(const Plan &plan) {
+  // Per stage: where its first update op is, and its update ops' order.
+  size_t stages = plan.stages.size();
+  std::vector<size_t> firstUpdate(stages);
+  normCounts_.assign(stages, 0);
+  std::map<std::string, size_t> modelOrder;
+  for (size_t i = 0; i < plan.modelTensors.size(); ++i)
+    modelOrder.emplace(plan.modelTensors[i].name, i);
+  // (model position, name) of every update op, stage after stage.
+  std::vector<std::pair<size_t, std::string>> keys;
+  for (size_t t = 0; t < stages; ++t) {
+    const StagePlan &sp = plan.stages[t];
+    const auto &prog = sp.programs[int(Phase::Step)];
+    firstUpdate[t] = prog.size();
+    for (size_t i = 0; i < prog.size(); ++i) {
+      if (!isUpdateOp(prog[i]) || prog[i].inputs.size() < 2)
+        continue;
+      firstUpdate[t] = std::min(firstUpdate[t], i);
+      ++normCounts_[t];
+      const std::string &param = sp.slots[size_t(prog[i].inputs[0])].name;
+      auto it = modelOrder.find(param);
+      keys.push_back({it == modelOrder.end() ? SIZE_MAX : it->second, param});
+      if (int(t) == stage_.index)
+        optInstrs_.push_back(i);
+    }
+  }
+  // Where each stage learns the norm: at its first update op, or earlier
+  // at a receive of what another stage sends after its own first update (a
+  // replica's new value: a stage without update ops waits there).
+  auto sendIndex = [&](size_t to, const Instr &recv) -> size_t {
+    const auto &from =
+        plan.stages[size_t(recv.peer)].programs[int(Phase::Step)];
+    for (size_t k = 0; k < from.size(); ++k)
+      if (from[k].kind == InstrKind::Send && from[k].peer == int(to) &&
+          from[k].tag == recv.tag)
+        return k;
+    return 0;
+  };
+  auto isRecv = [&](const Instr &in) {
+    return in.kind == InstrKind::Recv && in.peer >= 0 &&
+           size_t(in.peer) < stages;
+  };
+  std::vector<size_t> normAt = firstUpdate;
+  for (size_t t = 0; t < stages; ++t) {
+    const auto &prog = plan.stages[t].programs[int(Phase::Step)];
+    for (size_t i = 0; i < normAt[t]; ++i)
+      if (isRecv(prog[i]) &&
+          sendIndex(t, prog[i]) >= firstUpdate[size_t(prog[i].peer)])
+        normAt[t] = i;
+  }
+  normAt_ = normAt[size_t(stage_.index)];
+  std::vector<size_t> byKey(keys.size());
+  for (size_t i = 0; i < byKey.size(); ++i)
+    byKey[i] = i;
+  std::stable_sort(byKey.begin(), byKey.end(),
+                   [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  normOrder_.assign(keys.size(), 0);
+  for (size_t pos = 0; pos < byKey.size(); ++pos)
+    normOrder_[byKey[pos]] = pos;
+
+  // The norm is known before the first update op of each stage only if
+  // every gradient is final there, and every message a stage waits for
+  // before it is sent before the sender's own first update op.
+  for (size_t t = 0; t < stages && clipRefusal_.empty(); ++t) {
+    const StagePlan &sp = plan.stages[t];
+    const auto &prog = sp.programs[int(Phase::Step)];
+    for (size_t i = normAt[t]; i < prog.size(); ++i)
+      for (int o : prog[i].outputs)
+        for (size_t k = normAt[t]; k < prog.size(); ++k)
+          if (isUpdateOp(prog[k]) && prog[k].inputs.size() > 1 &&
+              prog[k].inputs[1] == o && clipRefusal_.empty())
+            clipRefusal_ = llvm::formatv(
+                "stage {0} computes the gradient '{1}' after it needs the "
+                "gradient norm",
+                t, sp.slots[size_t(o)].name);
+    for (size_t i = 0; i < normAt[t] && clipRefusal_.empty(); ++i) {
+      const Instr &in = prog[i];
+      if (isRecv(in) && sendIndex(t, in) >= normAt[size_t(in.peer)])
+        clipRefusal_ = llvm::formatv(
+            "stage {0} waits for '{1}' before it can know the gradient "
+            "norm, which stage {2} sends after it needs the norm",
+            t, sp.slots[size_t(in.outputs.empty() ? 0 : in.outputs[0])].name,
+            in.peer);
+    }
+  }
+}
+
+llvm::Error StageExecutor::setClipGradNorm(double maxNorm) {
+  if (maxNorm <= 0) {
+    clipMax_ = 0;
+    return llvm::Error::success();
+  }
+  if (!clipRefusal_.empty())
+    return fail("--clip-grad-norm: " + clipRefusal_ +
+                "; this plan cannot clip (compile it again)");
+  const auto &prog = stage_.programs[int(Phase::Step)];
+  for (size_t i : optInstrs_) {
+    const Slot &g = stage_.slots[size_t(prog[i].inputs[1])];
+    if (g.dtype != ir::DType::F32 && g.dtype != ir::DType::F64)
+      return fail("--clip-grad-norm: the gradient '" + g.name + "' is " +
+                  std::string(ir::dtypeName(g.dtype)) +
+                  "; clipping reads f32 and f64");
+  }
+  if (!clipScalar_ && !(clipScalar_ = backend_.allocate(sizeof(double))))
+    return fail("--clip-grad-norm: cannot allocate its scale");
+  clipMax_ = maxNorm;
+  return llvm::Error::success();
+}
+
+llvm::Expected<bool> StageExecutor::exchangeNorm(bool wait) {
+  const auto &prog = stage_.programs[int(Phase::Step)];
+  int stages = comm_.size(), me = comm_.rank();
+  auto where = [] { return std::string("agreeing on the gradient norm"); };
+  if (!update_.normSent) {
+    // Each gradient's sum of squares (Backend::sumOfSquares: in blocks,
+    // the blocks in order, the same bits on any backend thread count).
+    std::vector<double> mine;
+    for (size_t i : optInstrs_) {
+      const Instr &in = prog[i];
+      const Slot &g = stage_.slots[size_t(in.inputs[1])];
+      double scale = in.attrs.count("grad_scale")
+                         ? double(in.attrs.find("grad_scale")->second.getFloat())
+                         : 1.0;
+      mine.push_back(backend_.sumOfSquares(
+          g.dtype, slotData(in.inputs[1], stepFrame_),
+          g.bytes / int64_t(ir::dtypeSize(g.dtype)), scale));
+    }
+    update_.normSent = true;
+    update_.nextNormFrom = 1;
+    if (me == 0) {
+      normSums_.assign(normOrder_.size(), 0);
+      std::copy(mine.begin(), mine.end(), normSums_.begin());
+    } else if (!mine.empty()) {
+      if (auto e = comm_.send(0, normTag_, -1, mine.data(),
+                              mine.size() * sizeof(double)))
+        return wrap(std::move(e), where());
+    }
+  }
+  double total = 0;
+  if (me == 0) {
+    size_t offset = normCounts_[0];
+    for (int s = 1; s < update_.nextNormFrom; ++s)
+      offset += normCounts_[size_t(s)];
+    for (; update_.nextNormFrom < stages; ++update_.nextNormFrom) {
+      int s = update_.nextNormFrom;
+      size_t count = normCounts_[size_t(s)];
+      if (count == 0)
+        continue;
+      if (!wait && !comm_.poll(s, normTag_, -1))
+        return false;
+      if (auto e = nameTimeout(
+              comm_.recv(s, normTag_, -1, normSums_.data() + offset,
+                         count * sizeof(double)),
+              "stage " + std::to_string(s),
+              "its sums of squares of the gradients", normTag_))
+        return wrap(std::move(e), where());
+      offset += count;
+    }
+    // The model's parameter order, whichever stage holds each.
+    std::vector<double> ordered(normSums_.size());
+    for (size_t k = 0; k < normSums_.size(); ++k)
+      ordered[normOrder_[k]] = normSums_[k];
+    for (double v : ordered)
+      total += v;
+    for (int s = 1; s < stages; ++s)
+      if (auto e = comm_.send(s, normTag_, -1, &total, sizeof total))
+        return wrap(std::move(e), where());
+  } else {
+    if (!wait && !comm_.poll(0, normTag_, -1))
+      return false;
+    if (auto e = nameTimeout(comm_.recv(0, normTag_, -1, &total, sizeof total),
+                             "stage 0", "the gradient norm", normTag_))
+      return wrap(std::move(e), where());
+  }
+  update_.normKnown = true;
+  lastGradNorm_ = std::sqrt(total);
+  // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) where that
+  // is below 1 (a NaN norm scales nothing; --on-nan catches it first).
+  double scale = clipMax_ / (lastGradNorm_ + 1e-6);
+  clipScale_ = scale < 1 ? scale : 1;
+  return true;
+}
+
+llvm::Error StageExecutor::scaleGradient(int slot) {
+  const Slot &g = stage_.slots[size_t(slot)];
+  void *p = slotData(slot, stepFrame_);
+  if (g.dtype == ir::DType::F64) {
+    double c = clipScale_;
+    backend_.copyToDevice(clipScalar_, &c, sizeof c);
+  } else {
+    float c = float(clipScale_);
+    backend_.copyToDevice(clipScalar_, &c, sizeof c);
+  }
+  TensorRef ins[2] = {{g.dtype, g.shape, p}, {g.dtype, {}, clipScalar_}};
+  TensorRef out{g.dtype, g.shape, p};
+  KernelCall call{ir::OpKind::Mul, noAttrs(), ins, out, 0};
+  if (auto e = backend_.run(call))
+    return wrap(std::move(e), "clipping '" + g.name + "'");
+  return llvm::Error::success();
 }
 
 bool StageExecutor::finishUpdate() {

@@ -41,6 +41,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -108,6 +109,14 @@ public:
   // action and instruction ("F of microbatch 2, instr 3 (Relu 'fc1'): ...")
   // but not the stage: runPipelineThreads adds "stage N: ".
   llvm::Error runStep(int64_t step, const DataFn &data);
+
+  // Evaluation: the forward program of each of the plan's microbatches, in
+  // order, on `data`, between steps: no state updates (BatchNorm running
+  // statistics stay), no gradient sums, no backward, so the training that
+  // follows has the bits it would have had. Returns the loss of each
+  // microbatch (empty off the loss stage). Kernel seeds take `seedStep`.
+  llvm::Expected<std::vector<double>> runForward(int64_t seedStep,
+                                                 const DataFn &data);
 
   // The same step in pieces, for a rank that runs several stages in one
   // thread (runRankStep): beginStep; runActions over the action list, in
@@ -207,6 +216,26 @@ public:
   const std::string &nonFiniteReport() const { return nonFiniteReport_; }
   Comm *dataParallel() const { return dataParallel_; }
 
+  // Gradient clipping by global norm (--clip-grad-norm; off at 0). Before
+  // its first SGD/AdamW instruction, each stage takes the sum of squares of
+  // each gradient its optimizer ops read (the averaged gradient: the sum
+  // times grad_scale; in double, in blocks of a fixed size added in
+  // order), sends them to stage 0, which puts every stage's into the
+  // model's parameter order (Plan::modelTensors), adds them in that order
+  // and sends the total back. A tied weight is updated on one stage only,
+  // from its summed gradient, so it counts once. Every stage then scales
+  // its gradients by min(1, maxNorm / (norm + 1e-6)) (as float, in place)
+  // before the update, as torch.nn.utils.clip_grad_norm_ does. The same
+  // decomposition for every P, schedule, thread count and process layout:
+  // the same bits. Refused (one line) for a plan whose step program
+  // computes a gradient, or sends what another stage's gradient needs,
+  // after its first update.
+  llvm::Error setClipGradNorm(double maxNorm);
+  double clipGradNorm() const { return clipMax_; }
+  // The last update's global gradient norm (before clipping); NaN without
+  // clipping or before the first update.
+  double lastGradNorm() const { return lastGradNorm_; }
+
   // W batching (off by default): where the action list has W actions of
   // consecutive microbatches next to each other, they run as one: each
   // weight-gradient product of the W program (MatMulGradB, GemmGradB,
@@ -242,6 +271,9 @@ private:
   llvm::Error accumulate(Phase phase, int microbatch, void *frame);
   llvm::Error accumulateSlot(int slot, int microbatch, void *frame);
   llvm::Error allReduceAccums();
+  void indexClipping(const Plan &plan);
+  llvm::Expected<bool> exchangeNorm(bool wait);
+  llvm::Error scaleGradient(int slot);
   std::string describeNonFinite();
   llvm::Error stepError(llvm::Error e);
   bool finishUpdate();
@@ -283,7 +315,22 @@ private:
     int32_t bad = 0;      // this stage's finding, then the verdict
     int nextVoter = 1;    // stage 0: the next stage whose vote it takes
     size_t next = 0;      // the next instruction of the step program
+    bool normSent = false, normKnown = false; // --clip-grad-norm
+    int nextNormFrom = 1; // stage 0: the next stage whose sums it takes
   } update_;
+  // Clipping: the maximum norm (0: off), the step program's SGD/AdamW
+  // instructions, the index of the first (where the norm must be known),
+  // by stage the count of each's optimizer ops, on stage 0 the position
+  // of each received sum in the model's parameter order, the scale of the
+  // update under way, and why the plan cannot clip (empty: it can).
+  double clipMax_ = 0, lastGradNorm_ = NAN, clipScale_ = 1;
+  std::vector<size_t> optInstrs_;
+  size_t normAt_ = 0;
+  std::vector<size_t> normCounts_, normOrder_;
+  std::vector<double> normSums_; // stage 0: every stage's, as received
+  std::string clipRefusal_;
+  int64_t normTag_ = 0;
+  void *clipScalar_ = nullptr; // the scale in backend memory
   // StopAfter: the step whose votes are still out (-1: none), those taken
   // so far, and what they said.
   int64_t votesOutFor_ = -1;

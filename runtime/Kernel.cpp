@@ -30,6 +30,41 @@ bool allFiniteOnHost(ir::DType dtype, const void *data, int64_t count) {
   return true;
 }
 
+template <typename T>
+static double squares(const T *x, int64_t n, double scale) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = double(x[i]) * scale;
+    sum += v * v;
+  }
+  return sum;
+}
+
+double blockSumOfSquares(ir::DType dtype, const void *data, int64_t count,
+                         double scale) {
+  if (dtype == ir::DType::F64)
+    return squares(static_cast<const double *>(data), count, scale);
+  return squares(static_cast<const float *>(data), count, scale);
+}
+
+double sumOfSquaresOnHost(ir::DType dtype, const void *data, int64_t count,
+                          double scale) {
+  size_t width = ir::dtypeSize(dtype);
+  double total = 0;
+  for (int64_t b = 0; b < count; b += kSquaresBlock)
+    total += blockSumOfSquares(
+        dtype, static_cast<const uint8_t *>(data) + size_t(b) * width,
+        std::min(kSquaresBlock, count - b), scale);
+  return total;
+}
+
+double Backend::sumOfSquares(ir::DType dtype, const void *data, int64_t count,
+                             double scale) {
+  std::vector<uint8_t> host(size_t(count) * ir::dtypeSize(dtype));
+  copyToHost(host.data(), data, host.size());
+  return sumOfSquaresOnHost(dtype, host.data(), count, scale);
+}
+
 bool Backend::allFinite(ir::DType dtype, const void *data, int64_t count) {
   if (dtype != ir::DType::F32 && dtype != ir::DType::F64)
     return true;

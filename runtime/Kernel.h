@@ -86,7 +86,22 @@ public:
   // non-finite check before each update. By default a copy to the host and
   // allFiniteOnHost; the CPU backend reads in place on its threads.
   virtual bool allFinite(ir::DType dtype, const void *data, int64_t count);
+  // The sum of (x * scale)^2 over `count` f32 or f64 values in backend
+  // memory, in double, with one decomposition whatever runs it: per block
+  // of kSquaresBlock elements in order, then the blocks' sums in order
+  // (--clip-grad-norm). By default a copy to the host and
+  // sumOfSquaresOnHost; the CPU backend sums the blocks on its threads.
+  virtual double sumOfSquares(ir::DType dtype, const void *data, int64_t count,
+                              double scale);
 };
+
+inline constexpr int64_t kSquaresBlock = 4096;
+// One block's (or any range's) sum of (x * scale)^2, in order.
+double blockSumOfSquares(ir::DType dtype, const void *data, int64_t count,
+                         double scale);
+// Backend::sumOfSquares on host memory, on the calling thread.
+double sumOfSquaresOnHost(ir::DType dtype, const void *data, int64_t count,
+                          double scale);
 
 // The same on host memory, on the calling thread: the largest magnitude's
 // bits below the exponent's all-ones pattern, one max over the words

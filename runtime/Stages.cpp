@@ -76,6 +76,10 @@ llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
   }
   out.executor->setNonFinitePolicy(options.nonFinite);
   out.executor->setBatchW(options.batchW);
+  // The plan's shape decides whether it can clip: the same line from
+  // every stage.
+  if (auto e = out.executor->setClipGradNorm(options.clipGradNorm))
+    return std::move(e);
   return out;
 }
 

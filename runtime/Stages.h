@@ -23,6 +23,9 @@ struct StageOptions {
   StageExecutor::NonFinitePolicy nonFinite =
       StageExecutor::NonFinitePolicy::Stop;
   bool batchW = false;
+  // Gradient clipping by global norm (StageExecutor::setClipGradNorm);
+  // 0: off.
+  double clipGradNorm = 0;
   // Every receive, barrier and collective of the stage's comms fails after
   // waiting this long (0: forever); the default is PyTorch's NCCL watchdog's.
   double commTimeoutSeconds = 600;

@@ -25,6 +25,11 @@ static bool warmStep(int64_t step, int64_t firstStep, int64_t steps) {
   return step > firstStep || steps - firstStep == 1;
 }
 
+// Whether an evaluation is due after step `step` (0-based) of `steps`.
+static bool evalDue(int64_t step, int64_t steps, int64_t every) {
+  return every > 0 && ((step + 1) % every == 0 || step + 1 == steps);
+}
+
 // Whether a checkpoint is due after step `step` (0-based) of `steps`.
 static bool checkpointDue(int64_t step, int64_t steps, int64_t every) {
   return (every && (step + 1) % every == 0) || step + 1 == steps;
@@ -60,6 +65,50 @@ llvm::Error Trainer::setLearningRate(float lr) {
   return agree(driver_, std::move(err));
 }
 
+llvm::Expected<double> Trainer::compiledLearningRate() {
+  // Each process reads its stages' slot (before any step wrote it); every
+  // stage with an optimizer op holds the same compiled value.
+  std::vector<double> mine{0, 0};
+  llvm::Error err = llvm::Error::success();
+  for (LocalStage *st : stages_)
+    if (st->executor->findSlot("optimizer.lr") >= 0) {
+      auto bytes = st->executor->readSlot("optimizer.lr");
+      if (!bytes) {
+        err = bytes.takeError();
+        break;
+      }
+      float lr = 0;
+      if (bytes->size() == sizeof lr)
+        std::memcpy(&lr, bytes->data(), sizeof lr);
+      mine = {1, double(lr)};
+      break;
+    }
+  if (auto e = agree(driver_, std::move(err)))
+    return std::move(e);
+  auto all = driver_.allGather(mine);
+  if (!all)
+    return driver_.failAlone(all.takeError());
+  for (size_t i = 0; i + 1 < all->size(); i += 2)
+    if ((*all)[i] != 0)
+      return (*all)[i + 1];
+  return agree(driver_, fail("the plan has no optimizer.lr (no trained "
+                             "parameters?); a learning-rate schedule "
+                             "needs one"));
+}
+
+llvm::Error Trainer::applyLr(const std::vector<size_t> &which, int64_t step) {
+  if (!options_.lrSchedule)
+    return llvm::Error::success();
+  float lr = options_.lrSchedule->lrAt(step);
+  std::vector<uint8_t> bytes(sizeof lr);
+  std::memcpy(bytes.data(), &lr, sizeof lr);
+  for (size_t i : which)
+    if (stages_[i]->executor->findSlot("optimizer.lr") >= 0)
+      if (auto e = stages_[i]->executor->writeSlot("optimizer.lr", bytes))
+        return e;
+  return llvm::Error::success();
+}
+
 llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
   auto holds = [&](uint32_t stage) {
     return llvm::any_of(stages_, [&](LocalStage *st) {
@@ -67,6 +116,7 @@ llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
     });
   };
   // The file is checked whole against the plan before any slot is written.
+  std::string schedule;
   auto done = readCheckpointFile(
       dir, plan_, holds,
       [&](uint32_t stage, const std::string &name,
@@ -77,16 +127,27 @@ llvm::Expected<int64_t> Trainer::resume(const std::string &dir) {
             if (auto e = st->executor->writeSlot(name, bytes))
               return llvm::toString(std::move(e));
         return std::nullopt;
-      });
+      },
+      &schedule);
   llvm::Error err = llvm::Error::success();
   if (!done)
     err = done.takeError();
-  else if (*done > options_.steps)
+  else if (!schedule.empty() && !options_.lrSchedule) {
+    // The run goes on with the schedule it was started with.
+    auto s = LrSchedule::parse(schedule);
+    if (s) {
+      options_.lrSchedule = *s;
+      scheduleResumed_ = true;
+    } else {
+      err = fail(dir + "/checkpoint.bin: " + llvm::toString(s.takeError()));
+    }
+  }
+  if (!err && *done > options_.steps)
     err = fail(dir + "/checkpoint.bin: the checkpoint is after step " +
                std::to_string(*done) + " but this run has " +
                std::to_string(options_.steps) +
                " steps in all (--steps counts from the start)");
-  else
+  else if (!err)
     firstStep_ = *done;
   if (auto e = agree(driver_, std::move(err)))
     return std::move(e);
@@ -118,8 +179,11 @@ llvm::Error Trainer::runLocal(int64_t step) {
   // program's order; a process with one rank runs it on this thread (MPI
   // calls come from it).
   std::vector<RankWork> work;
-  for (const auto &[key, locals] : localRanks())
+  for (const auto &[key, locals] : localRanks()) {
+    if (auto e = applyLr(locals, step))
+      return e;
     work.push_back(rankWork(key.second, locals, step));
+  }
   if (work.size() == 1) {
     if (auto e = runRankStep(work[0], step)) {
       // runRankStep names the stage; add the replica where there are several.
@@ -138,7 +202,8 @@ Trainer::StepResult Trainer::snapshot(const std::vector<size_t> &which) const {
   for (size_t i : which) {
     const StageExecutor &ex = *stages_[i]->executor;
     out[i] = {ex.stepSkipped(), ex.nonFiniteReport(), ex.hasLoss(),
-              ex.hasLoss() ? ex.lastLoss() : 0.0, ex.stats().stepSeconds};
+              ex.hasLoss() ? ex.lastLoss() : 0.0, ex.stats().stepSeconds,
+              ex.lastGradNorm()};
   }
   return out;
 }
@@ -176,15 +241,22 @@ llvm::Expected<bool> Trainer::reportStep(int64_t step, const StepResult &result,
 
   std::vector<double> mine;
   for (const StageResult &r : result)
-    mine.insert(mine.end(), {r.hasLoss ? 1.0 : 0.0, r.loss, r.stepSeconds});
+    mine.insert(mine.end(),
+                {r.hasLoss ? 1.0 : 0.0, r.loss, r.stepSeconds, r.gradNorm});
   auto all = driver_.allGather(mine);
   if (!all)
     return driver_.failAlone(all.takeError());
-  for (size_t i = 0; i + 2 < all->size(); i += 3) {
+  for (size_t i = 0; i + 3 < all->size(); i += 4) {
     if ((*all)[i] != 0)
       report.loss += (*all)[i + 1] / d;
     report.stepSeconds = std::max(report.stepSeconds, (*all)[i + 2]);
+    // Every stage that clips computed the same norm; a stage without
+    // trained parameters has none (NaN).
+    if (!report.gradNorm && !std::isnan((*all)[i + 3]))
+      report.gradNorm = (*all)[i + 3];
   }
+  if (options_.lrSchedule)
+    report.lr = double(options_.lrSchedule->lrAt(step));
   if (period)
     report.stepSeconds = *period;
   if (step == firstStep_)
@@ -216,6 +288,12 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
         return e;
       report.checkpoint = *options_.checkpointDir + "/checkpoint.bin";
     }
+    if (evalData_ && evalDue(step, steps, options_.evalEvery)) {
+      auto loss = evaluate();
+      if (!loss)
+        return loss.takeError();
+      report.evalLoss = *loss;
+    }
     report.elapsedSeconds = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start_)
                                 .count();
@@ -226,9 +304,11 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
     // Blocks of overlapping steps, each ending where a checkpoint is due.
     for (int64_t first = firstStep_; first < steps;) {
       int64_t last = first;
+      // ... or an evaluation: both see the state after that step.
       while (last + 1 < steps &&
              !(options_.checkpointDir &&
-               checkpointDue(last, steps, options_.checkpointEvery)))
+               checkpointDue(last, steps, options_.checkpointEvery)) &&
+             !(evalData_ && evalDue(last, steps, options_.evalEvery)))
         ++last;
       if (auto e = runOverlapped(first, last + 1, finishStep))
         return e;
@@ -352,7 +432,9 @@ llvm::Error Trainer::runOverlapped(
         for (size_t i : locals)
           stages_[i]->executor->setProfiling(
               options_.profile && warmStep(step, firstStep_, options_.steps));
-        llvm::Error e = runRankStep(rankWork(rank, locals, step), step);
+        llvm::Error e = applyLr(locals, step);
+        if (!e)
+          e = runRankStep(rankWork(rank, locals, step), step);
         if (e)
           return failed(step, std::move(e));
         if (options_.profile)
@@ -432,6 +514,68 @@ llvm::Error Trainer::runOverlapped(
   return err;
 }
 
+llvm::Expected<double> Trainer::evaluate() {
+  double total = 0;
+  int d = plan_.dataParallel;
+  for (int64_t b = 0; b < options_.evalBatches; ++b) {
+    std::vector<std::vector<double>> losses(stages_.size());
+    // Each rank runs its stages' forwards in stage order (a stage only
+    // waits for lower stages), the ranks at once.
+    std::mutex mu;
+    std::optional<std::string> failure;
+    auto runRank = [&](const std::vector<size_t> &locals) {
+      for (size_t i : locals) {
+        LocalStage &st = *stages_[i];
+        auto l = st.executor->runForward(-1 - b, evalData_(b, st.replica));
+        if (l) {
+          losses[i] = std::move(*l);
+          continue;
+        }
+        std::string msg = where(st) + ": " + llvm::toString(l.takeError());
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failure)
+            failure = msg;
+        }
+        for (LocalStage *other : stages_)
+          other->executor->comm().abort(msg);
+        return;
+      }
+    };
+    auto byRank = localRanks();
+    if (byRank.size() == 1) {
+      runRank(byRank.begin()->second);
+    } else {
+      std::vector<std::thread> threads;
+      for (const auto &[key, locals] : byRank)
+        threads.emplace_back([&, locals = locals] { runRank(locals); });
+      for (std::thread &t : threads)
+        t.join();
+    }
+    if (failure)
+      return driver_.failAlone(fail("evaluation: " + *failure));
+    // Per local stage (every process sends as many as reportStep does):
+    // whether it has the loss, and its mean over the microbatches.
+    std::vector<double> mine;
+    for (const std::vector<double> &l : losses) {
+      double sum = 0;
+      for (double v : l)
+        sum += v;
+      mine.insert(mine.end(), {l.empty() ? 0.0 : 1.0,
+                               l.empty() ? 0.0 : sum / double(l.size())});
+    }
+    auto all = driver_.allGather(mine);
+    if (!all)
+      return driver_.failAlone(all.takeError());
+    double batch = 0;
+    for (size_t i = 0; i + 1 < all->size(); i += 2)
+      if ((*all)[i] != 0)
+        batch += (*all)[i + 1] / d;
+    total += batch;
+  }
+  return total / double(std::max<int64_t>(options_.evalBatches, 1));
+}
+
 llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
   // Replica 0's stages, in stage order: each process sends one record per
   // stage (its index, its entry count, its entries), and rank 0 puts them
@@ -475,8 +619,9 @@ llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
     std::string whole;
     for (const auto &[stage, body] : byStage)
       whole.append(body.begin(), body.end());
-    written = writeCheckpointFile(*options_.checkpointDir, plan_, stepsDone,
-                                  total, whole);
+    written = writeCheckpointFile(
+        *options_.checkpointDir, plan_, stepsDone, total, whole,
+        options_.lrSchedule ? options_.lrSchedule->str() : std::string());
   }
   return agree(driver_, std::move(written));
 }

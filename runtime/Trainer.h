@@ -17,6 +17,7 @@
 #pragma once
 
 #include "ir/TensorData.h"
+#include "runtime/LrSchedule.h"
 #include "runtime/Plan.h"
 #include "runtime/Stages.h"
 #include "runtime/comm/Driver.h"
@@ -54,6 +55,15 @@ struct TrainOptions {
   // due. Under Stop the verdict on a step comes with the next one's update
   // (nothing waits); under SkipStep each update waits for the vote.
   bool overlapSteps = false;
+  // The learning rate of each step (runtime/LrSchedule.h), written into
+  // every local stage's optimizer.lr before the step; without one the
+  // slot keeps what it holds (the compiled or --lr value, or a resumed
+  // checkpoint's). Checkpoints store it; resume() takes a checkpoint's
+  // when none is set here.
+  std::optional<LrSchedule> lrSchedule;
+  // Validation (setEvaluation): after every evalEvery-th step and the
+  // last, evalBatches batches of held-out data, forward only.
+  int64_t evalEvery = 0, evalBatches = 0;
 };
 
 struct StepReport {
@@ -61,6 +71,13 @@ struct StepReport {
   double loss = 0;           // mean over the step's microbatches, replicas
   double stepSeconds = 0;    // the slowest stage's
   double elapsedSeconds = 0; // since run() began
+  std::optional<double> lr;       // with a schedule: the step's (as float)
+  // After an evaluation: the mean loss over its batches (each the mean
+  // over its microbatches and replicas).
+  std::optional<double> evalLoss;
+  // With --clip-grad-norm: the global norm of the step's gradient (before
+  // clipping), the same bits on every stage.
+  std::optional<double> gradNorm;
   // The update was skipped: what was found, where ("stage 1: ..."); on
   // rank 0 only.
   std::optional<std::string> skipped;
@@ -89,6 +106,27 @@ public:
 
   // Overrides the compiled learning rate (the slot optimizer.lr).
   llvm::Error setLearningRate(float lr);
+  // Held-out data for validation: batch b of replica r is `data(b, r)`,
+  // `batches` of them each time (TrainOptions::evalEvery says when).
+  void setEvaluation(StepData data, int64_t batches) {
+    evalData_ = std::move(data);
+    options_.evalBatches = batches;
+  }
+  // One evaluation now: the mean loss over options.evalBatches batches
+  // (every process calls it).
+  llvm::Expected<double> evaluate();
+
+  // The compiled learning rate (optimizer.lr as the plan starts it), the
+  // same on every process.
+  llvm::Expected<double> compiledLearningRate();
+  // Sets the schedule (before resume(), which then keeps it).
+  void setLrSchedule(const LrSchedule &s) { options_.lrSchedule = s; }
+  // The schedule in force (options' or, after resume(), a checkpoint's).
+  const std::optional<LrSchedule> &lrSchedule() const {
+    return options_.lrSchedule;
+  }
+  // resume() took the schedule from the checkpoint.
+  bool scheduleResumed() const { return scheduleResumed_; }
   // Loads DIR/checkpoint.bin into every local stage; run() then starts
   // after the steps it had done. Returns that count.
   llvm::Expected<int64_t> resume(const std::string &dir);
@@ -120,6 +158,7 @@ private:
     std::string nonFinite;
     bool hasLoss = false;
     double loss = 0, stepSeconds = 0;
+    double gradNorm = NAN; // NaN: no clipping
   };
   using StepResult = std::vector<StageResult>; // by local stage
   StepResult snapshot(const std::vector<size_t> &which) const;
@@ -139,15 +178,19 @@ private:
   // rank's program.
   RankWork rankWork(int rank, const std::vector<size_t> &locals, int64_t step);
   llvm::Error writeCheckpoint(int64_t stepsDone);
+  // Writes the schedule's lr of `step` into the optimizer.lr slot of the
+  // local stages `which` (none without a schedule).
+  llvm::Error applyLr(const std::vector<size_t> &which, int64_t step);
   // "stage S", or "replica R stage S" with several replicas.
   std::string where(const LocalStage &st) const;
 
   const Plan &plan_;
   std::vector<LocalStage *> stages_;
   Driver &driver_;
-  StepData data_;
+  StepData data_, evalData_;
   TrainOptions options_;
   int64_t firstStep_ = 0;
+  bool scheduleResumed_ = false;
   std::vector<ProfileSteps> profiles_; // by local stage
   TrainSummary summary_;
   std::chrono::steady_clock::time_point start_;

@@ -24,6 +24,17 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"seed", true, false},
           {"steps", true, false},
           {"lr", true, false},
+          {"warmup-steps", true, false},
+          {"lr-decay", true, false},
+          {"min-lr", true, false},
+          {"decay-steps", true, false},
+          {"clip-grad-norm", true, false},
+          {"eval-data", true, false},
+          {"eval-every", true, false},
+          {"eval-batches", true, false},
+          {"data-order", true, false},
+          {"log", true, false},
+          {"loss-curve", true, false},
           {"threads", true, false},
           {"device", true, false},
           {"save", true, false},
@@ -60,6 +71,53 @@ static llvm::Error parseCheckpointEvery(const Flags &flags, int64_t &every) {
   return llvm::Error::success();
 }
 
+// --warmup-steps, --lr-decay, --min-lr, --decay-steps: a schedule when any
+// is given (runtime/LrSchedule.h).
+static llvm::Error parseLrSchedule(const Flags &flags, RunOptions &opt) {
+  if (!flags.has("warmup-steps") && !flags.has("lr-decay") &&
+      !flags.has("min-lr") && !flags.has("decay-steps"))
+    return llvm::Error::success();
+  runtime::LrSchedule s;
+  s.peak = opt.lr ? std::strtod(flags.get("lr")->c_str(), nullptr) : NAN;
+  if (auto v = flags.get("warmup-steps")) {
+    auto n = parseCount("warmup-steps", *v);
+    if (!n)
+      return n.takeError();
+    s.warmupSteps = *n;
+  }
+  std::string decay = flags.get("lr-decay").value_or("none");
+  if (decay == "cosine")
+    s.decay = runtime::LrSchedule::Decay::Cosine;
+  else if (decay == "linear")
+    s.decay = runtime::LrSchedule::Decay::Linear;
+  else if (decay != "none")
+    return usage("--lr-decay must be 'cosine', 'linear' or 'none', not '" +
+                 decay + "'");
+  if (auto v = flags.get("min-lr")) {
+    auto x = nonNegative(*v);
+    if (!x)
+      return usage("--min-lr needs a non-negative number, not '" + *v + "'");
+    if (s.decay == runtime::LrSchedule::Decay::None)
+      return usage("--min-lr goes with --lr-decay=cosine or linear");
+    if (opt.lr && *x > s.peak)
+      return usage("--min-lr (" + *v + ") is above --lr (" + *flags.get("lr") +
+                   ")");
+    s.minLr = *x;
+  }
+  if (auto v = flags.get("decay-steps")) {
+    auto n = parseCount("decay-steps", *v);
+    if (!n)
+      return n.takeError();
+    if (*n == 0 || s.decay == runtime::LrSchedule::Decay::None)
+      return usage(*n == 0 ? "--decay-steps needs a positive step count"
+                           : "--decay-steps goes with --lr-decay=cosine or "
+                             "linear");
+    s.decaySteps = *n;
+  }
+  opt.lrSchedule = s;
+  return llvm::Error::success();
+}
+
 llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
   for (auto [name, var] :
        {std::pair<const char *, int64_t *>{"steps", &opt.steps},
@@ -83,6 +141,39 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
     if (!x)
       return usage("--lr needs a non-negative number, not '" + *v + "'");
     opt.lr = float(*x);
+  }
+  if (auto e = parseLrSchedule(flags, opt))
+    return e;
+  for (auto [name, var] : {std::pair<const char *, int64_t *>{
+                               "eval-every", &opt.evalEvery},
+                           {"eval-batches", &opt.evalBatches}})
+    if (auto v = flags.get(name)) {
+      auto n = parseCount(name, *v);
+      if (!n)
+        return n.takeError();
+      if (*n == 0 || !flags.has("eval-data"))
+        return usage(std::string("--") + name +
+                     (*n == 0 ? " needs a positive count"
+                              : " goes with --eval-data"));
+      *var = *n;
+    }
+  if (auto v = flags.get("data-order")) {
+    if (*v != "sequential" && *v != "shuffle")
+      return usage("--data-order must be 'sequential' or 'shuffle', not '" +
+                   *v + "'");
+    std::string data = flags.get("data").value_or("");
+    if (*v == "shuffle" && !(llvm::StringRef(data).startswith("tokens:") ||
+                             llvm::StringRef(data).startswith("tokens32:")))
+      return usage("--data-order shuffle goes with --data tokens:FILE or "
+                   "tokens32:FILE");
+    opt.shuffle = *v == "shuffle";
+  }
+  if (auto v = flags.get("clip-grad-norm")) {
+    auto x = nonNegative(*v);
+    if (!x || *x == 0)
+      return usage("--clip-grad-norm needs a positive number, not '" + *v +
+                   "'");
+    opt.stage.clipGradNorm = *x;
   }
   if (auto v = flags.get("comm-timeout")) {
     auto x = nonNegative(*v);

@@ -3,6 +3,7 @@
 // the drivers and the printing.
 #pragma once
 
+#include "runtime/LrSchedule.h"
 #include "runtime/Stages.h"
 #include "tools/ToolSupport.h"
 
@@ -19,6 +20,14 @@ struct RunOptions {
   std::string planPath;
   int64_t steps = 10, seed = 0, threads = 0;
   std::optional<float> lr;
+  // A learning-rate schedule (--warmup-steps, --lr-decay, --min-lr,
+  // --decay-steps): peak NaN until --lr or the compiled lr fills it,
+  // decaySteps 0 until the run's total steps do.
+  std::optional<runtime::LrSchedule> lrSchedule;
+  // Validation: --eval-every (0: after the last step only), --eval-batches
+  // (0: enough to read the held-out set once).
+  int64_t evalEvery = 0, evalBatches = 0;
+  bool shuffle = false; // --data-order shuffle (token files)
   bool skipNonFinite = false; // --on-nan=skip-step
   runtime::StageOptions stage;
   int64_t checkpointEvery = 0;

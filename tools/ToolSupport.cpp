@@ -1,6 +1,9 @@
 #include "tools/ToolSupport.h"
 
 #include "support/FileIO.h"
+#include "support/TextFormat.h"
+
+#include "llvm/Support/FormatVariadic.h"
 
 #include "llvm/Support/Regex.h"
 
@@ -362,6 +365,7 @@ std::vector<Flags::Spec> trainingFlagSpecs() {
           {"optimizer", true, false},
           {"lr", true, false},           {"momentum", true, false},
           {"nesterov", false, false},    {"weight-decay", true, false},
+          {"no-decay", true, false},
           {"adam-betas", true, false},   {"adam-eps", true, false},
           {"microbatches", true, false}, {"data-parallel", true, false},
           {"precision", true, false},    allowLargeFlagSpec()};
@@ -384,6 +388,10 @@ const char kTrainingHelp[] = R"(training:
   --momentum=X           SGD momentum (default 0)
   --nesterov             SGD with Nesterov momentum
   --weight-decay=X       default 0 for SGD (L2), 0.01 for AdamW (decoupled)
+  --no-decay=1-d|REGEX   no weight decay for every parameter of rank below
+                         2 (biases, normalization weights: nanoGPT's and
+                         HF Trainer's groups) or for those whose whole name
+                         matches REGEX; the summary lists both groups
   --adam-betas=B1,B2     AdamW betas (default 0.9,0.999)
   --adam-eps=X           AdamW epsilon (default 1e-8)
   --microbatches=M       gradients of M microbatches are averaged per step
@@ -406,13 +414,38 @@ static llvm::Expected<double> parseReal(const std::string &flag,
   return v;
 }
 
+std::string decayGroupsText(const ir::Graph &g,
+                            const passes::TrainingOptions &t) {
+  passes::DecayGroups groups = passes::weightDecayGroups(g, t);
+  auto names = [](const std::vector<std::string> &list) {
+    std::string s;
+    for (size_t i = 0; i < list.size() && i < 8; ++i)
+      s += (i ? ", " : "") + list[i];
+    if (list.size() > 8)
+      s += ", and " + std::to_string(list.size() - 8) + " more";
+    return list.empty() ? s : " (" + s + ")";
+  };
+  double wd = t.weightDecay.value_or(t.optimizer == "adamw" ? 0.01 : 0.0);
+  return llvm::formatv("weight decay {0}: {1} parameter(s){2}\n"
+                       "no weight decay (--no-decay {3}): {4} "
+                       "parameter(s){5}\n",
+                       support::formatDouble(wd), groups.decayed.size(),
+                       names(groups.decayed), t.noDecay, groups.exempt.size(),
+                       names(groups.exempt))
+      .str();
+}
+
 llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
                               std::optional<LossRequest> &addLoss) {
   opts.loss = flags.get("loss").value_or("");
   opts.freeze = flags.get("freeze").value_or("");
   opts.trainable = flags.get("trainable").value_or("");
+  opts.noDecay = flags.get("no-decay").value_or("");
+  if (flags.has("no-decay") && opts.noDecay.empty())
+    return usageError("--no-decay needs '1-d' or a regular expression");
   for (auto [flag, regex] : {std::pair{"freeze", &opts.freeze},
-                             std::pair{"trainable", &opts.trainable}}) {
+                             std::pair{"trainable", &opts.trainable},
+                             std::pair{"no-decay", &opts.noDecay}}) {
     std::string why;
     if (!regex->empty() && !llvm::Regex("^(" + *regex + ")$").isValid(why))
       return usageError(std::string("--") + flag +

@@ -124,6 +124,11 @@ struct LossRequest {
 
 // Fills TrainingOptions (and `addLoss` when --add-loss is given) from the
 // training flags; usage errors name the flag.
+// "weight decay 0.01: N parameter(s) (a, b, ...)\nno weight decay
+// (--no-decay 1-d): M parameter(s) (c, ...)\n": the optimizer's two groups.
+std::string decayGroupsText(const ir::Graph &g,
+                            const passes::TrainingOptions &t);
+
 llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
                               std::optional<LossRequest> &addLoss);
 

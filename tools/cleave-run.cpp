@@ -10,10 +10,12 @@
 #include "runtime/PlanFile.h"
 #include "runtime/Trainer.h"
 #include "runtime/data/DataSource.h"
+#include "runtime/trace/Metrics.h"
 #ifdef CLEAVE_HAVE_MPI
 #include "runtime/comm/MpiPlan.h"
 #include "runtime/comm/StageComm.h"
 #endif
+#include "support/TextFormat.h"
 #include "tools/MeasuredTimeline.h"
 #include "tools/RunFlags.h"
 #include "tools/ToolSupport.h"
@@ -48,12 +50,59 @@ data:
                          text:FILE: byte-level language modelling on a text
                          file: a model with two integer inputs [B, T] gets
                          windows of T bytes as tokens and the same windows
-                         shifted by one byte as targets
-  --seed=N               seed of the synthetic data and of dropout (default 0)
+                         shifted by one byte as targets.
+                         tokens:FILE or tokens32:FILE: a pre-tokenized
+                         corpus, a flat little-endian uint16 (tokens:) or
+                         uint32 (tokens32:) stream of token ids,
+                         memory-mapped; a model with two integer inputs
+                         [B, T] reads windows of T tokens and the same
+                         windows one token later as targets (nanoGPT's and
+                         Megatron's format; examples/tokenize.py writes
+                         it). Checked first: a size that is not a whole
+                         number of tokens, or an id the model cannot
+                         index, is one line
+  --data-order=sequential|shuffle
+                         token files: windows in order (default), or in a
+                         permutation of all windows per epoch seeded by
+                         --seed and the epoch, so a resumed run reads what
+                         an unbroken one reads
+  --seed=N               seed of the synthetic data, of dropout and of
+                         --data-order shuffle (default 0)
 
 training:
   --steps=N              training steps (default 10; at most 2^40)
-  --lr=X                 learning rate (default: the one compiled in)
+  --lr=X                 learning rate (default: the one compiled in); with
+                         a schedule, its peak
+  --warmup-steps=W       learning-rate schedule: a linear warm-up from 0,
+  --lr-decay=cosine|linear|none
+  --min-lr=M             then a decay to M (default 0) that ends at step
+  --decay-steps=D        D (default: --steps). For step s (from 0) with
+                         peak L: s < W: L*s/W; then p = min(1, (s-W) /
+                         max(1, D-W)), cosine: M + (L-M)*(1+cos(pi*p))/2,
+                         linear: M + (L-M)*(1-p), none: L (HF's
+                         get_cosine_with_min_lr_schedule_with_warmup and
+                         get_linear/constant_schedule_with_warmup); in
+                         double, rounded to float once, the same on every
+                         stage. Checkpoints store it; --resume without
+                         these flags goes on with the stored one
+  --eval-data=SOURCE     held-out data (any --data source, tokens: files
+                         included; always in order) for a validation loss
+                         after every --eval-every steps and after the last:
+                         the plan's forward program only (no update, no
+                         BatchNorm statistics, Dropout as in training), the
+                         mean loss over --eval-batches batches of M
+                         microbatches (default: the held-out samples once),
+                         printed as an "eval" line; training's bits do not
+                         change
+  --eval-every=K         steps between validations (default: the last only)
+  --eval-batches=N       batches per validation
+  --clip-grad-norm=X     scale the step's averaged gradient by
+                         min(1, X / (norm + 1e-6)), the norm over every
+                         trained parameter of every stage (tied weights
+                         once), as torch.nn.utils.clip_grad_norm_ does; the
+                         same bits for any stages, schedule, threads or
+                         ranks. Each update waits for the norm. Printed
+                         with the loss
   --on-nan=stop|skip-step|off
                          when a loss or a gradient is NaN or infinite, stop
                          before the update, naming the value, the op that
@@ -100,6 +149,11 @@ output:
                          uninterrupted one would, with the same bits (a
                          checkpoint already there: nothing to do, exit 0)
   --save=FILE.onnx       the source model with the trained parameters
+  --log=FILE.jsonl       one JSON object per step: step, loss, eval_loss,
+                         lr, grad_norm (where the run has them), step_ms,
+                         samples_per_s; written after the run
+  --loss-curve=FILE.svg  the training and validation losses against the
+                         step, the learning rate beneath (for a browser)
   --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
                          last step: one track per stage, its F, B, W and STEP
                          actions and its waits for messages (RECV)
@@ -319,7 +373,9 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   // Rank 0 writes the files; every rank may write checkpoints.
   if (auto e = runtime::agree(
           driver, root ? tools::checkOutputs(
-                             flags, {"save", "trace", "timeline", "profile"},
+                             flags,
+                             {"save", "trace", "timeline", "profile", "log",
+                              "loss-curve"},
                              {"checkpoint-dir"})
                        : llvm::Error::success()))
     return report(std::move(e), tools::kBadInput);
@@ -330,6 +386,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   topt.checkpointDir = flags.get("checkpoint-dir");
   topt.checkpointEvery = opt.checkpointEvery;
   topt.overlapSteps = opt.overlapSteps;
+  topt.evalEvery = opt.evalEvery ? opt.evalEvery : opt.steps;
   runtime::Trainer trainer(
       plan, std::move(stages), driver,
       [&](int64_t step, int replica) { return data.forStep(step, replica); },
@@ -337,6 +394,31 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   if (opt.lr)
     if (auto e = trainer.setLearningRate(*opt.lr))
       return report(std::move(e), tools::kBadInput);
+  if (opt.lrSchedule) {
+    runtime::LrSchedule s = *opt.lrSchedule;
+    if (std::isnan(s.peak)) {
+      auto lr = trainer.compiledLearningRate();
+      if (!lr)
+        return report(lr.takeError(), tools::kBadInput);
+      s.peak = *lr;
+      if (s.minLr > s.peak)
+        return report(runtime::agree(
+                          driver, root ? llvm::createStringError(
+                                             llvm::inconvertibleErrorCode(),
+                                             "--min-lr (" +
+                                                 *flags.get("min-lr") +
+                                                 ") is above the compiled "
+                                                 "learning rate (" +
+                                                 support::formatFloat(
+                                                     float(s.peak)) +
+                                                 "); pass --lr")
+                                       : llvm::Error::success()),
+                      tools::kUsage);
+    }
+    if (s.decaySteps == 0)
+      s.decaySteps = opt.steps;
+    trainer.setLrSchedule(s);
+  }
   int64_t mbRows = plan.inputs.empty() || plan.inputs[0].shape.empty()
                        ? 1
                        : plan.inputs[0].shape[0];
@@ -359,12 +441,43 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
       return tools::kOk;
     }
   }
+  if (root && trainer.lrSchedule())
+    llvm::outs() << "learning rate: " << trainer.lrSchedule()->describe()
+                 << (trainer.scheduleResumed() ? " (the checkpoint's)" : "")
+                 << "\n";
   int64_t samplesPerStep = mbRows * plan.microbatches * plan.dataParallel;
+  // Validation on held-out data: every process loads it, as --data.
+  runtime::DataSource evalSource(plan, uint64_t(opt.seed));
+  int64_t evalBatches = opt.evalBatches;
+  if (auto spec = flags.get("eval-data")) {
+    if (auto e = runtime::agree(driver, prefixed("--eval-data: ",
+                                                 evalSource.load(*spec))))
+      return report(std::move(e), tools::kBadInput);
+    if (evalBatches == 0)
+      evalBatches = std::max<int64_t>(
+          1, (evalSource.samples() + samplesPerStep - 1) / samplesPerStep);
+    trainer.setEvaluation(
+        [&](int64_t batch, int replica) {
+          return evalSource.forStep(batch, replica);
+        },
+        evalBatches);
+    if (root)
+      llvm::outs() << llvm::formatv(
+          "validation: {0} batch(es) of {1} samples from {2} after every "
+          "{3} step(s) and the last\n",
+          evalBatches, samplesPerStep, *spec,
+          opt.evalEvery ? opt.evalEvery : opt.steps);
+  }
   bool quiet = flags.has("quiet");
   bool lineOpen = false; // a live step line waits for its newline
+  std::vector<runtime::StepMetrics> metrics; // --log, --loss-curve
   auto onStep = [&](const runtime::StepReport &r) {
     if (!root)
       return;
+    metrics.push_back({r.step + 1, r.loss, r.evalLoss, r.lr, r.gradNorm,
+                       r.stepSeconds,
+                       r.stepSeconds > 0 ? double(samplesPerStep) / r.stepSeconds
+                                         : 0.0});
     // After the step's own line: one line per checkpoint written.
     auto announceCheckpoint = [&] {
       if (!r.checkpoint)
@@ -388,11 +501,20 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
     double eta = r.elapsedSeconds / double(done) * double(opt.steps - r.step - 1);
     // On a terminal one live line, rewritten each step; else one line per
     // step (logs, pipes).
+    std::string extra;
+    if (r.lr)
+      extra += llvm::formatv("  lr {0:E3}", *r.lr).str();
+    if (r.gradNorm)
+      extra += llvm::formatv("  grad norm {0:F4}", *r.gradNorm).str();
     llvm::outs() << llvm::formatv(
-        "{5}step {0,5}/{1}  loss {2:F4}  {3:F0} samples/s  {7:F1} ms  ETA "
+        "{5}step {0,5}/{1}  loss {2:F4}{8}  {3:F0} samples/s  {7:F1} ms  ETA "
         "{4}{6}",
         r.step + 1, opt.steps, r.loss, rate, formatSeconds(eta),
-        live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds);
+        live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds, extra);
+    if (r.evalLoss)
+      llvm::outs() << llvm::formatv("{0}eval  step {1,5}/{2}  loss {3:F4}\n",
+                                    live ? "\n" : "", r.step + 1, opt.steps,
+                                    *r.evalLoss);
     llvm::outs().flush();
     lineOpen = live;
     announceCheckpoint();
@@ -429,6 +551,17 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
               tools::timelineWithPrediction(plan, *tracks)))
         return report(std::move(e), tools::kBadInput);
   }
+  if (auto path = flags.get("log"))
+    if (auto e = writeOnRoot(driver, *path, runtime::metricsJsonl(metrics)))
+      return report(std::move(e), tools::kBadInput);
+  if (auto path = flags.get("loss-curve"))
+    if (auto e = writeOnRoot(
+            driver, *path,
+            runtime::lossCurveSvg(metrics, "cleave-run " + plan.modelName +
+                                               ": " + std::to_string(
+                                                          opt.steps) +
+                                               " steps")))
+      return report(std::move(e), tools::kBadInput);
   if (auto out = flags.get("save"))
     if (auto e = saveModel(plan, trainer, driver, *out))
       return report(std::move(e), tools::kBadInput);
@@ -450,6 +583,7 @@ int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
                                codegen::checkRunnable(plan)))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   runtime::DataSource data(plan, uint64_t(opt.seed));
+  data.setShuffle(opt.shuffle);
   if (auto d = flags.get("data"))
     if (auto e = data.load(*d))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
@@ -516,6 +650,7 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
            (shared ? "rank " : "stage ") + std::to_string(w % p);
   });
   runtime::DataSource data(plan, uint64_t(opt.seed));
+  data.setShuffle(opt.shuffle);
   if (auto d = flags.get("data"))
     if (int rc = agreed(data.load(*d)))
       return rc;

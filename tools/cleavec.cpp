@@ -331,7 +331,7 @@ int main(int argc, char **argv) {
   } else if (!flags.has("inference")) {
     // Flags that only mean something for training must not pass silently.
     for (const char *f : {"freeze", "trainable", "optimizer", "lr", "momentum", "nesterov",
-                          "weight-decay", "adam-betas", "adam-eps"})
+                          "weight-decay", "no-decay", "adam-betas", "adam-eps"})
       if (flags.has(f))
         return fail(kTool,
                     std::string("--") + f +
@@ -365,6 +365,8 @@ int main(int argc, char **argv) {
                                         flags.has("verbose")
                                             ? ir::SummaryDetail::Full
                                             : ir::SummaryDetail::Short);
+  if (training && flags.has("no-decay") && emit != "ir")
+    out += tools::decayGroupsText(**graph, pipe.context.training);
   if (planning) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)

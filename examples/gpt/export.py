@@ -22,14 +22,14 @@ from model import GPT  # noqa: E402
 
 
 def export(output, layers=2, heads=2, embd=64, block_size=32, seed=0,
-           opset=17, external_data=False, batch=2):
+           opset=17, external_data=False, batch=2, vocab=256):
     torch.manual_seed(seed)
-    model = GPT(vocab=256, block_size=block_size, n_layer=layers,
+    model = GPT(vocab=vocab, block_size=block_size, n_layer=layers,
                 n_head=heads, n_embd=embd, dropout=0.0)
     model.train()
 
-    idx = torch.randint(0, 256, (batch, block_size), dtype=torch.long)
-    targets = torch.randint(0, 256, (batch, block_size), dtype=torch.long)
+    idx = torch.randint(0, vocab, (batch, block_size), dtype=torch.long)
+    targets = torch.randint(0, vocab, (batch, block_size), dtype=torch.long)
 
     output = os.path.abspath(output)
     os.makedirs(os.path.dirname(output), exist_ok=True)
@@ -76,13 +76,17 @@ def main(argv=None):
     p.add_argument("--embd", type=int, default=64)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab", type=int, default=256,
+                   help="token ids (256: bytes; match examples/tokenize.py's)")
+    p.add_argument("--batch", type=int, default=2, help="microbatch rows")
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--external-data", action="store_true",
                    help="store all weights in <output basename>.data next to the model")
     args = p.parse_args(argv)
     out = export(args.output, layers=args.layers, heads=args.heads,
                  embd=args.embd, block_size=args.block_size, seed=args.seed,
-                 opset=args.opset, external_data=args.external_data)
+                 opset=args.opset, external_data=args.external_data,
+                 batch=args.batch, vocab=args.vocab)
     print(out)
 
 

@@ -144,6 +144,26 @@ public:
     return finite.load();
   }
 
+  // The blocks' sums on the pool, then added in block order: the bits of
+  // sumOfSquaresOnHost for any thread count.
+  double sumOfSquares(ir::DType dtype, const void *data, int64_t count,
+                      double scale) override {
+    size_t width = ir::dtypeSize(dtype);
+    int64_t blocks = (count + kSquaresBlock - 1) / kSquaresBlock;
+    std::vector<double> partial(static_cast<size_t>(blocks));
+    const auto *bytes = static_cast<const uint8_t *>(data);
+    parallelFor(blocks, 16, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k)
+        partial[size_t(k)] = blockSumOfSquares(
+            dtype, bytes + size_t(k * kSquaresBlock) * width,
+            std::min(kSquaresBlock, count - k * kSquaresBlock), scale);
+    });
+    double total = 0;
+    for (double p : partial)
+      total += p;
+    return total;
+  }
+
   bool supports(ir::OpKind op, ir::DType dtype) const override {
     const KernelEntry *e = table_.find(op);
     return e && (handles(*e, dtype) || widens(*e, dtype));

@@ -14,6 +14,15 @@ namespace cleave::runtime {
 // The largest text --data text:FILE reads (its arrays take 16 bytes a byte).
 constexpr uint64_t kMaxTextDataBytes = uint64_t(256) << 20;
 
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
 static llvm::Error badData(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
@@ -59,8 +68,64 @@ textArrays(const Plan &plan, const std::string &file) {
   return arrays;
 }
 
+// A token file: checked whole (size, ids below the vocabulary) before
+// any step reads it.
+llvm::Error DataSource::loadTokens(const std::string &file, int width) {
+  const char *flag = width == 2 ? "tokens:" : "tokens32:";
+  const auto &in = plan_.inputs;
+  bool ok = in.size() == 2 && in[0].shape.size() == 2 &&
+            in[0].shape == in[1].shape;
+  for (const PlanInput &i : in)
+    ok = ok && (i.dtype == ir::DType::I64 || i.dtype == ir::DType::I32);
+  if (!ok)
+    return badData(std::string("--data ") + flag +
+                   "FILE needs a model with two integer inputs [B, T] "
+                   "(tokens and next-token targets)");
+  auto buf = support::readFile(file, "token file");
+  if (!buf)
+    return buf.takeError();
+  Tokens t;
+  t.file = std::move(*buf);
+  t.width = width;
+  uint64_t size = t.file->getBufferSize();
+  if (size % uint64_t(width))
+    return badData(file + ": " + std::to_string(size) +
+                   " bytes is not a whole number of " +
+                   (width == 2 ? "uint16" : "uint32") + " tokens (" +
+                   std::to_string(width) + " bytes each)");
+  t.count = int64_t(size / uint64_t(width));
+  t.t = in[0].shape[1];
+  t.windows = t.count > 1 ? (t.count - 1) / t.t : 0;
+  if (t.windows < in[0].shape[0])
+    return badData(file + ": " + std::to_string(t.count) +
+                   " tokens is too short for one microbatch of " +
+                   std::to_string(in[0].shape[0]) + " windows of " +
+                   std::to_string(t.t) + " tokens");
+  int64_t limit = std::max(in[0].indexLimit, in[1].indexLimit);
+  const auto *bytes =
+      reinterpret_cast<const uint8_t *>(t.file->getBufferStart());
+  for (int64_t i = 0; limit > 0 && i < t.count; ++i) {
+    uint32_t id = 0;
+    std::memcpy(&id, bytes + i * width, size_t(width)); // little-endian host
+    if (int64_t(id) >= limit)
+      return badData(file + ": token " + std::to_string(i) + " is " +
+                     std::to_string(id) + " but the model's '" +
+                     (in[0].indexLimit == limit ? in[0].name : in[1].name) +
+                     "' indexes a table of " + std::to_string(limit) +
+                     " entries (another tokenizer's file?)");
+  }
+  t.tokens = in[0].name;
+  t.targets = in[1].name;
+  tokens_ = std::move(t);
+  return llvm::Error::success();
+}
+
 llvm::Error DataSource::load(const std::string &path) {
   std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
+  if (llvm::StringRef(path).startswith("tokens:"))
+    return loadTokens(path.substr(7), 2);
+  if (llvm::StringRef(path).startswith("tokens32:"))
+    return loadTokens(path.substr(9), 4);
   if (llvm::StringRef(path).startswith("text:")) {
     auto a = textArrays(plan_, path.substr(5));
     if (!a)
@@ -127,13 +192,61 @@ llvm::Error DataSource::load(const std::string &path) {
   return llvm::Error::success();
 }
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
+// A bijection of [0, n) keyed by `key`: a 4-round Feistel network over
+// the smallest even-width power of two >= n, walking the cycle until the
+// value falls in range (fewer than 4 rounds' worth on average).
+static int64_t permute(int64_t x, int64_t n, uint64_t key) {
+  int bits = 2;
+  while ((int64_t(1) << bits) < n)
+    bits += 2;
+  int half = bits / 2;
+  uint64_t mask = (uint64_t(1) << half) - 1;
+  uint64_t v = uint64_t(x);
+  do {
+    uint64_t l = v >> half, r = v & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      uint64_t f = mix(key ^ mix(r * 4 + round)) & mask;
+      uint64_t next = l ^ f;
+      l = r;
+      r = next;
+    }
+    v = (l << half) | r;
+  } while (int64_t(v) >= n);
+  return int64_t(v);
+}
+
+int64_t DataSource::tokenWindow(int64_t sample) const {
+  int64_t w = tokens_ ? tokens_->windows : 1;
+  if (!shuffle_)
+    return sample % w;
+  int64_t epoch = sample / w;
+  return permute(sample % w, w, mix(seed_ * 0x9e3779b97f4a7c15ull ^
+                                    mix(uint64_t(epoch) + 1)));
+}
+
+llvm::Error DataSource::fillTokens(int64_t first, const PlanInput &in,
+                                   void *dst, size_t bytes) const {
+  const Tokens &t = *tokens_;
+  int64_t rows = in.shape[0];
+  size_t elem = ir::dtypeSize(in.dtype);
+  if (size_t(rows * t.t) * elem != bytes)
+    return badData("input '" + in.name + "': size mismatch");
+  int64_t shift = in.name == t.targets ? 1 : 0;
+  const auto *src =
+      reinterpret_cast<const uint8_t *>(t.file->getBufferStart());
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t start = tokenWindow(first + r) * t.t + shift;
+    for (int64_t j = 0; j < t.t; ++j) {
+      uint32_t id = 0;
+      std::memcpy(&id, src + (start + j) * t.width, size_t(t.width));
+      int64_t k = r * t.t + j;
+      if (in.dtype == ir::DType::I64)
+        static_cast<int64_t *>(dst)[k] = int64_t(id);
+      else
+        static_cast<int32_t *>(dst)[k] = int32_t(id);
+    }
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error DataSource::fill(int64_t step, int microbatch,
@@ -142,6 +255,8 @@ llvm::Error DataSource::fill(int64_t step, int microbatch,
   int64_t mbRows = in.shape.empty() ? 1 : in.shape[0];
   int64_t first =
       (step * plan_.microbatches * plan_.dataParallel + microbatch) * mbRows;
+  if (tokens_ && (in.name == tokens_->tokens || in.name == tokens_->targets))
+    return fillTokens(first, in, dst, bytes);
   auto it = feeds_.find(in.name);
   if (it != feeds_.end()) {
     const Feed &f = it->second;

@@ -5,6 +5,18 @@
 //   text:FILE  byte-level language modelling: a model with two integer
 //              inputs [B, T] gets windows of T bytes and the same windows
 //              shifted by one byte
+//   tokens:FILE, tokens32:FILE
+//              a pre-tokenized corpus: a flat little-endian stream of
+//              uint16 (tokens:) or uint32 (tokens32:) token ids,
+//              memory-mapped; a model with two integer inputs [B, T]
+//              (tokens, next-token targets) reads window w as tokens
+//              [w*T, w*T+T) and targets one token later, as nanoGPT and
+//              Megatron's indexed datasets do. Sample k is window k mod W
+//              (W = (count - 1) / T windows) in order, or, shuffled
+//              (setShuffle), window perm_e(k mod W) of epoch e = k / W: a
+//              seeded permutation of the W windows per epoch, a function of
+//              (seed, e, k mod W) alone, so a resumed run reads what an
+//              unbroken one reads
 //   (none)     a deterministic synthetic stream: a hash of (seed, input,
 //              sample, element), floats in [-1, 1], integer inputs below the
 //              range the model indexes
@@ -18,9 +30,11 @@
 #include "runtime/Plan.h"
 
 #include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace cleave::runtime {
@@ -34,11 +48,18 @@ public:
   llvm::Error load(const std::string &spec);
   // The feed of one step for the executors of `replica`.
   DataFn forStep(int64_t step, int replica = 0) const;
-  bool synthetic() const { return feeds_.empty(); }
-  // Samples in the data (0 when synthetic).
+  bool synthetic() const { return feeds_.empty() && !tokens_; }
+  // Samples in the data (0 when synthetic); windows of a token file.
   int64_t samples() const {
+    if (tokens_)
+      return tokens_->windows;
     return feeds_.empty() ? 0 : feeds_.begin()->second.rows;
   }
+  // Token files: windows in a seeded order, a new permutation each epoch
+  // (seed: the constructor's).
+  void setShuffle(bool on) { shuffle_ = on; }
+  // The window sample `sample` reads (tokens: files; see above).
+  int64_t tokenWindow(int64_t sample) const;
   // Copies microbatch `microbatch` of `step` (counted over all replicas) of
   // input `in` into `dst`, which holds `bytes` bytes.
   llvm::Error fill(int64_t step, int microbatch, const PlanInput &in,
@@ -52,9 +73,23 @@ private:
     int64_t rowBytes = 0;
   };
 
+  // A token file: its mapped bytes, token width (2 or 4), token count,
+  // windows of T tokens, and the two inputs it feeds.
+  struct Tokens {
+    std::shared_ptr<llvm::MemoryBuffer> file;
+    int width = 2;
+    int64_t count = 0, windows = 0, t = 0;
+    std::string tokens, targets;
+  };
+  llvm::Error loadTokens(const std::string &file, int width);
+  llvm::Error fillTokens(int64_t first, const PlanInput &in, void *dst,
+                         size_t bytes) const;
+
   const Plan &plan_;
   uint64_t seed_;
   std::map<std::string, Feed> feeds_;
+  std::optional<Tokens> tokens_;
+  bool shuffle_ = false;
 };
 
 } // namespace cleave::runtime

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <cstring>
 #include <functional>
 
 using namespace cleave;
@@ -128,6 +129,84 @@ TEST(DataSource, BadFilesAreOneLineNamingFileAndInput) {
   std::string e = errorText(d.load("/nonexistent/file.txt"));
   EXPECT_NE(e.find("--data needs a folder of .npy files or an .npz file"),
             std::string::npos) << e;
+}
+
+// tokens:FILE: windows of T tokens and the targets one token later, in
+// order or in a seeded permutation per epoch; bad files are one line.
+TEST(DataSource, TokenFilesWindowsShuffleAndBadFiles) {
+  runtime::Plan p;
+  p.microbatches = 1;
+  p.inputs.push_back({"idx", ir::DType::I64, {2, 4}, 100});
+  p.inputs.push_back({"targets", ir::DType::I64, {2, 4}, 100});
+  TempDir dir;
+  auto writeTokens = [&](const std::string &name, std::vector<uint16_t> ids,
+                         size_t extraBytes = 0) {
+    std::string bytes(reinterpret_cast<const char *>(ids.data()),
+                      ids.size() * 2);
+    bytes.append(extraBytes, '\0');
+    std::ofstream(dir.file(name), std::ios::binary) << bytes;
+    return "tokens:" + dir.file(name);
+  };
+  std::vector<uint16_t> ids(41);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t(i);
+  std::string spec = writeTokens("t.bin", ids);
+  runtime::DataSource d(p, 7);
+  ASSERT_EQ(errorText(d.load(spec)), "");
+  EXPECT_FALSE(d.synthetic());
+  EXPECT_EQ(d.samples(), 10); // (41 - 1) / 4 windows
+  auto values = [&](int64_t step, int input) {
+    std::vector<uint8_t> b = fillOne(d, p, step, 0, input);
+    std::vector<int64_t> v(b.size() / 8);
+    std::memcpy(v.data(), b.data(), b.size());
+    return v;
+  };
+  EXPECT_EQ(values(0, 0), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(values(0, 1), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(values(5, 0), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Shuffled: every epoch a permutation of the 10 windows, epochs differ,
+  // the same for the same seed.
+  d.setShuffle(true);
+  std::vector<int64_t> epoch0, epoch1;
+  for (int64_t k = 0; k < 10; ++k) {
+    epoch0.push_back(d.tokenWindow(k));
+    epoch1.push_back(d.tokenWindow(10 + k));
+  }
+  std::vector<int64_t> sorted0 = epoch0, sorted1 = epoch1;
+  std::sort(sorted0.begin(), sorted0.end());
+  std::sort(sorted1.begin(), sorted1.end());
+  std::vector<int64_t> all{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  EXPECT_EQ(sorted0, all);
+  EXPECT_EQ(sorted1, all);
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_NE(epoch0, all);
+  int64_t w = d.tokenWindow(0);
+  EXPECT_EQ(values(0, 0)[0], w * 4);
+  EXPECT_EQ(values(0, 1)[0], w * 4 + 1);
+  runtime::DataSource again(p, 7), other(p, 8);
+  again.setShuffle(true);
+  other.setShuffle(true);
+  ASSERT_EQ(errorText(again.load(spec)), "");
+  ASSERT_EQ(errorText(other.load(spec)), "");
+  std::vector<int64_t> same, different;
+  for (int64_t k = 0; k < 10; ++k) {
+    same.push_back(again.tokenWindow(k));
+    different.push_back(other.tokenWindow(k));
+  }
+  EXPECT_EQ(same, epoch0);
+  EXPECT_NE(different, epoch0);
+  // Bad files.
+  runtime::DataSource bad(p, 0);
+  EXPECT_THAT(errorText(bad.load(writeTokens("odd.bin", ids, 1))),
+              testing::HasSubstr("83 bytes is not a whole number of uint16 "
+                                 "tokens"));
+  ids[17] = 100;
+  EXPECT_THAT(errorText(bad.load(writeTokens("big.bin", ids))),
+              testing::HasSubstr("token 17 is 100 but the model's 'idx' "
+                                 "indexes a table of 100 entries"));
+  EXPECT_THAT(errorText(bad.load(writeTokens("short.bin", {1, 2, 3, 4}))),
+              testing::HasSubstr("4 tokens is too short for one microbatch "
+                                 "of 2 windows of 4 tokens"));
 }
 
 TEST(DataSource, SyntheticIsDeterministicSeededAndInRange) {
@@ -374,10 +453,31 @@ TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
   plan.stages[1].slots[0].shape = {2};
   plan.stages[1].slots[0].bytes = 16;
   expectRefused(file, "a checkpoint of another plan of 'tiny' (its state "
-                      "slots differ)");
+                      "slots differ: 'b' on stage 1, i64[1] there, 'b' on "
+                      "stage 1, i64[2] here)");
   plan = ours;
+  // Another plan of the model (a third stage, the same State slots) reads
+  // it by name; a replica of 'w' on the new stage takes the same bytes.
   plan.stages.push_back(runtime::StagePlan());
-  expectRefused(file, "a checkpoint of 2 stages; this plan has 3");
+  plan.stages[2].index = 2;
+  plan.stages[2].slots = {
+      slot("w", runtime::SlotKind::State, ir::DType::F32, {2})};
+  std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << file;
+  auto resharded = read();
+  ASSERT_TRUE(bool(resharded)) << llvm::toString(resharded.takeError());
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"0w", "abcdefgh"},
+                                                     {"0m", "ijkl"},
+                                                     {"1b", "mnopqrst"},
+                                                     {"2w", "abcdefgh"}}));
+  // ... but not one that lacks a slot's name or has one more.
+  plan.stages[2].slots = {
+      slot("v", runtime::SlotKind::State, ir::DType::F32, {2})};
+  expectRefused(file, "(its state slots differ: no 'v', which this plan has "
+                      "as 'v' on stage 2, f32[2])");
+  plan.stages[2].slots.clear();
+  plan.stages[1].slots.clear();
+  expectRefused(file, "(its state slots differ: it has 'b', which this plan "
+                      "does not)");
   plan = ours;
   // A step count of 2^63, with the header's checksum made to fit.
   std::string huge = file;
@@ -389,9 +489,42 @@ TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
   std::string older = "CLEAVECKPT1\n" + std::string(16, '\0');
   expectRefused(older, "a checkpoint of an older cleave (format 1");
   std::string newer = file;
-  newer[20] = 3;
+  newer[20] = 4;
   resumHeader(newer);
-  expectRefused(newer, "a checkpoint of format 3; this cleave reads format 2");
+  expectRefused(newer, "a checkpoint of format 4; this cleave reads formats 2 "
+                       "to 3");
+}
+
+TEST_F(CheckpointFile, StoresTheLrScheduleAndReadsFormat2) {
+  std::string body = wEntry() + mEntry() + bEntry();
+  ASSERT_EQ(errorText(runtime::writeCheckpointFile(
+                d, plan, 7, 3, body, "cosine 0.001 10 0 100")),
+            "");
+  std::string schedule;
+  auto steps = runtime::readCheckpointFile(
+      d, plan, [](uint32_t) { return true; },
+      [](uint32_t, const std::string &, const std::vector<uint8_t> &)
+          -> std::optional<std::string> { return std::nullopt; },
+      &schedule);
+  ASSERT_TRUE(bool(steps)) << llvm::toString(steps.takeError());
+  EXPECT_EQ(*steps, 7);
+  EXPECT_EQ(schedule, "cosine 0.001 10 0 100");
+  // A format 2 file (an older cleave's: no schedule string) still loads.
+  write(42, 3, body);
+  std::string file = readAll(dir.file("checkpoint.bin"));
+  size_t headerEnd = 20 + size_t(getLe(file, 12, 8));
+  ASSERT_EQ(getLe(file, headerEnd - 4, 4), 0u); // the empty schedule
+  file.erase(headerEnd - 4, 4);
+  std::string length;
+  putLe(length, getLe(file, 12, 8) - 4, 8);
+  file.replace(12, 8, length);
+  file[20] = 2;
+  resumHeader(file);
+  std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << file;
+  auto old = read();
+  ASSERT_TRUE(bool(old)) << llvm::toString(old.takeError());
+  EXPECT_EQ(*old, 42);
+  EXPECT_EQ(got.size(), 3u);
 }
 
 TEST(Trace, ChromeTraceAndProfileText) {
