@@ -9,7 +9,10 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <set>
 
 namespace cleave::runtime {
 
@@ -17,7 +20,9 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-static const char kMagic[] = "CLEAVECKPT2\n";
+static const char kMagic[] = "CLEAVECKPT3\n";
+static const char kFormat2Magic[] = "CLEAVECKPT2\n"; // read, summed from
+                                                     // the old FNV basis
 static const char kOlderMagic[] = "CLEAVECKPT1\n";
 static constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
 // A header is a few numbers and two names; anything longer is damage.
@@ -47,7 +52,7 @@ static void putSlotKey(std::string &out, uint32_t stage, const Slot &sl) {
     putLe(out, uint64_t(d), 8);
 }
 
-uint64_t checkpointPlanIdentity(const Plan &plan) {
+uint64_t checkpointPlanIdentity(const Plan &plan, uint64_t basis) {
   std::string key;
   putStr(key, plan.modelName);
   putStr(key, plan.optimizer);
@@ -56,7 +61,7 @@ uint64_t checkpointPlanIdentity(const Plan &plan) {
     for (const Slot &sl : sp.slots)
       if (sl.kind == SlotKind::State)
         putSlotKey(key, uint32_t(sp.index), sl);
-  return fnv1a64(key.data(), key.size());
+  return support::fnv1a64(key.data(), key.size(), basis);
 }
 
 static uint64_t stateSlotCount(const Plan &plan) {
@@ -163,6 +168,28 @@ std::string slotText(llvm::StringRef name, uint64_t stage,
   return s + "]";
 }
 
+// The first element of f32 or f64 `bytes` that is NaN or infinite, and
+// which it is.
+std::optional<std::pair<size_t, const char *>>
+firstNonFinite(ir::DType dtype, llvm::StringRef bytes) {
+  auto scan = [&](auto zero) -> std::optional<std::pair<size_t, const char *>> {
+    using T = decltype(zero);
+    size_t n = bytes.size() / sizeof(T);
+    for (size_t i = 0; i < n; ++i) {
+      T x;
+      std::memcpy(&x, bytes.data() + i * sizeof(T), sizeof(T));
+      if (!std::isfinite(x))
+        return std::make_pair(i, std::isnan(x) ? "nan" : "inf");
+    }
+    return std::nullopt;
+  };
+  if (dtype == ir::DType::F32)
+    return scan(float(0));
+  if (dtype == ir::DType::F64)
+    return scan(double(0));
+  return std::nullopt;
+}
+
 // An entry the first pass found in order: which slot, where its bytes are.
 struct EntryView {
   uint32_t stage;
@@ -188,8 +215,15 @@ llvm::Expected<int64_t> readCheckpointFile(
   if (data.startswith(kOlderMagic))
     return err("a checkpoint of an older cleave (format 1, which records no "
                "plan identity); start again without --resume");
-  if (!data.startswith(kMagic))
+  bool format2 = data.startswith(kFormat2Magic);
+  if (!format2 && !data.startswith(kMagic))
     return err("not a cleave checkpoint");
+  uint32_t expectVersion = format2 ? 2 : kCheckpointVersion;
+  uint64_t basis =
+      format2 ? support::kFnv1a64BasisCleave2 : support::kFnv1a64Basis;
+  auto sum = [&](const char *p, size_t n) {
+    return support::fnv1a64(p, n, basis);
+  };
 
   // The header, its checksum, then the file's length against the header's.
   FieldReader r{data, kMagicBytes};
@@ -200,18 +234,18 @@ llvm::Expected<int64_t> readCheckpointFile(
                              "length {1})",
                              data.size(), headerBytes));
   size_t headerEnd = r.pos + size_t(headerBytes);
-  uint64_t sum = fnv1a64(data.data(), headerEnd);
+  uint64_t headerSum = sum(data.data(), headerEnd);
   FieldReader h{data.substr(0, headerEnd), r.pos};
   r.pos = headerEnd;
-  if (r.get(8) != sum)
+  if (r.get(8) != headerSum)
     return err("the header is corrupt (checksum mismatch)");
   uint64_t version = h.get(4), identity = h.get(8), stages = h.get(4),
            entries = h.get(8), steps = h.get(8), bodyBytes = h.get(8);
   std::string model = h.str().str(), optimizer = h.str().str();
-  if (h.short_ || version != kCheckpointVersion)
+  if (h.short_ || version != expectVersion)
     return err(llvm::formatv("a checkpoint of format {0}; this cleave reads "
                              "format {1}",
-                             version, kCheckpointVersion));
+                             version, expectVersion));
   size_t bodyStart = r.pos;
   if (bodyBytes != data.size() - bodyStart)
     return err(llvm::formatv("{0} bytes, but its header says {1}{2}",
@@ -235,7 +269,7 @@ llvm::Expected<int64_t> readCheckpointFile(
     return err(llvm::formatv("holds {0} entries; this plan has {1} state "
                              "slots (parameters, buffers, optimizer state)",
                              entries, want));
-  if (identity != checkpointPlanIdentity(plan))
+  if (identity != checkpointPlanIdentity(plan, basis))
     return err("a checkpoint of another plan of '" + model +
                "' (its state slots differ)");
   if (steps > uint64_t(INT64_MAX) / 2)
@@ -269,7 +303,7 @@ llvm::Expected<int64_t> readCheckpointFile(
         return err(where() + " runs past the end of the file (corrupt: a name "
                              "length of " + std::to_string(nameLen) +
                    ", a byte count of " + std::to_string(n) + ")");
-      if (fnv1a64(data.data() + start, end - start) != stored)
+      if (sum(data.data() + start, end - start) != stored)
         return err(where() + " ('" + name + "') is corrupt (checksum "
                                             "mismatch)");
       std::string plans = slotText(sl.name, uint64_t(sp.index),
@@ -287,6 +321,22 @@ llvm::Expected<int64_t> readCheckpointFile(
     return err(llvm::formatv("{0} bytes after its last entry",
                              data.size() - r.pos));
 
+  // Values no run writes (the sums above cannot tell an edit).
+  std::set<std::string> buffers;
+  for (const PlanTensor &t : plan.modelTensors)
+    buffers.insert(t.name);
+  for (const EntryView &v : views) {
+    const Slot &sl = *v.slot;
+    if (!sl.trainable && buffers.count(sl.name))
+      continue; // a model buffer may hold -inf (a mask)
+    if (auto at = firstNonFinite(sl.dtype, v.bytes))
+      return err(llvm::formatv("'{0}' (stage {1}) holds {2} at element {3}; "
+                               "resuming would train on it (an edited "
+                               "checkpoint, or one of a run with "
+                               "--on-nan=off): resume from another or start "
+                               "again",
+                               sl.name, v.stage, at->second, at->first));
+  }
   for (const EntryView &v : views) {
     if (!wanted(v.stage))
       continue;
