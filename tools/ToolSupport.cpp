@@ -5,6 +5,8 @@
 #include "llvm/Support/Regex.h"
 
 #include <cmath>
+#include <new>
+#include <stdexcept>
 #include <cstdio>
 
 #include "llvm/ADT/StringRef.h"
@@ -113,7 +115,40 @@ llvm::Expected<int64_t> parseCount(const std::string &flag,
   return int64_t(v);
 }
 
+int guardedMain(const char *tool, int argc, char **argv,
+                int (*body)(int, char **)) {
+  try {
+    return body(argc, argv);
+  } catch (const std::bad_alloc &) {
+    return fail(tool,
+                "out of memory: an allocation failed (a size in the input "
+                "asks for more memory than this process may take; check the "
+                "input, or raise the memory limit)",
+                kBadInput);
+  } catch (const std::length_error &e) {
+    return fail(tool,
+                std::string("out of memory: a size in the input is too "
+                            "large (") +
+                    e.what() + ")",
+                kBadInput);
+  }
+}
+
 Flags::Spec allowLargeFlagSpec() { return {"allow-large", false, false}; }
+
+Flags::Spec trustDirFlagSpec() { return {"trust-dir", true, true}; }
+
+llvm::Expected<support::TrustedFolders> readTrustDirs(const Flags &flags) {
+  support::TrustedFolders trusted;
+  for (const std::string &dir : flags.getAll("trust-dir")) {
+    if (!llvm::sys::fs::is_directory(dir))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--trust-dir '" + dir +
+                                         "' is not a folder");
+    trusted.dirs.push_back(dir);
+  }
+  return trusted;
+}
 
 const char kAllowLargeHelp[] = R"(limits:
   --allow-large          raise the bounds on sizes asked for (threads,

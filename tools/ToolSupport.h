@@ -8,6 +8,7 @@
 #include "ir/Printer.h"
 #include "passes/Pass.h"
 #include "support/Limits.h"
+#include "support/TrustedPaths.h"
 
 #include "llvm/Support/Error.h"
 
@@ -59,7 +60,18 @@ llvm::Expected<int64_t> parseCount(const std::string &flag,
 
 // --allow-large, which raises the bounds of support/Limits.h from the
 // standard to the large ones, and its --help line.
+// Runs a tool's body. An allocation that fails (std::bad_alloc: a size
+// from an input that no check caught, or a machine short of memory) ends
+// it with one line and exit 1 instead of an abort.
+int guardedMain(const char *tool, int argc, char **argv,
+                int (*body)(int, char **));
+
 Flags::Spec allowLargeFlagSpec();
+// --trust-dir DIR (repeatable): folders besides an input's own from which
+// the files it names may be read (support/TrustedPaths.h); each must be
+// an existing folder (a usage error otherwise).
+Flags::Spec trustDirFlagSpec();
+llvm::Expected<support::TrustedFolders> readTrustDirs(const Flags &flags);
 extern const char kAllowLargeHelp[];
 support::SizeLimits limitsFor(const Flags &flags);
 

@@ -44,6 +44,9 @@ made into one as cleavec does.
                          device's bf16 rate
   (cleavec's training flags, --optimizer, --lr, ..., and --allow-large
   are taken too)
+  --trust-dir=DIR        .cir input: also read the files its tensors name
+                         inside DIR (repeatable); without it they must lie
+                         in the .cir's folder
   --help                 show this help
 
 exit status: 0 success, 1 bad input, 2 bad usage.
@@ -82,7 +85,14 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
   auto buf = support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
     return buf.takeError();
-  auto parsed = ir::parseGraph((*buf)->getBuffer(), path);
+  auto trusted = tools::readTrustDirs(flags);
+  if (!trusted)
+    return trusted.takeError();
+  ir::ParseOptions parse;
+  parse.confine = true;
+  parse.baseDir = support::folderOf(path);
+  parse.trusted = std::move(*trusted);
+  auto parsed = ir::parseGraph((*buf)->getBuffer(), path, parse);
   if (!parsed)
     return parsed.takeError();
   if (auto e = ir::verifyGraph(**parsed))
@@ -140,7 +150,7 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
   return llvm::Error::success();
 }
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
   specs.insert(specs.end(), {{"stages", true, false},
                              {"mem-cap", true, false},
@@ -151,6 +161,7 @@ int main(int argc, char **argv) {
                              {"report", true, false},
                              {"microbatch-size", true, false},
                              {"input-shape", true, true},
+                             tools::trustDirFlagSpec(),
                              {"help", false, false}});
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
@@ -188,4 +199,8 @@ int main(int argc, char **argv) {
   }
   passes::printStageTable(*result, llvm::outs());
   return tools::kOk;
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }

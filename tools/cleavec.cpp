@@ -12,6 +12,7 @@
 #include "passes/Partition.h"
 #include "passes/Pass.h"
 #include "runtime/PlanFile.h"
+#include "support/TrustedPaths.h"
 #include "tools/PipelinePlanning.h"
 #include "tools/ToolSupport.h"
 
@@ -145,7 +146,7 @@ static int listOps() {
   return tools::kOk;
 }
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
   for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
     specs.push_back(p);
@@ -327,6 +328,16 @@ int main(int argc, char **argv) {
       llvm::SmallString<256> abs(flags.positional()[0]);
       llvm::sys::fs::make_absolute(abs);
       info.sourceModel = abs.str().str();
+      // Its identity, which --save checks before writing into a copy.
+      if (std::error_code ec =
+              llvm::sys::fs::file_size(info.sourceModel, info.sourceModelSize))
+        return fail(kTool, info.sourceModel + ": " + ec.message(),
+                    tools::kBadInput);
+      auto digest = support::sha256OfFile(info.sourceModel, "ONNX model");
+      if (!digest)
+        return fail(kTool, llvm::toString(digest.takeError()),
+                    tools::kBadInput);
+      info.sourceModelSha256 = *digest;
       info.modelTensors = modelTensors;
       info.lossName = (*graph)->outputs()[0]->name();
       info.optimizer = pipe.context.training.optimizer;
@@ -408,4 +419,8 @@ int main(int argc, char **argv) {
     if (auto e = tools::writeOutput(path, text))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   return tools::kOk;
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }
