@@ -299,6 +299,8 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
   runtime::Plan plan;
   plan.modelName = info.modelName;
   plan.sourceModel = info.sourceModel;
+  plan.sourceModelSize = info.sourceModelSize;
+  plan.sourceModelSha256 = info.sourceModelSha256;
   plan.modelTensors = info.modelTensors;
   plan.schedule = schedule.name;
   plan.microbatches = schedule.microbatches;

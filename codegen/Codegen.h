@@ -29,6 +29,8 @@ namespace cleave::codegen {
 struct PlanInfo {
   std::string modelName;
   std::string sourceModel;
+  uint64_t sourceModelSize = 0;   // runtime::Plan's fields of the same names
+  std::string sourceModelSha256;
   std::vector<runtime::PlanTensor> modelTensors; // the model's parameters, buffers
   std::string lossName;  // the loss value of the training graph
   std::string optimizer; // "sgd" or "adamw"

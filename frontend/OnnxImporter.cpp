@@ -1537,6 +1537,24 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
       return err("'{0}': node '{1}' uses the experimental ONNX op '{2}', "
                  "which cleave does not support",
                  path_, n.name(), n.op_type());
+  // cleave imports no op of another domain and no model-local function,
+  // but ONNX shape inference expands every call of such a function (one
+  // that calls another twice, 40 levels deep, is 2^40 calls): refuse
+  // those nodes before it runs.
+  std::set<std::pair<std::string, std::string>> localFunctions;
+  for (const auto &f : model_.functions())
+    localFunctions.insert({f.domain(), f.name()});
+  for (const auto &n : model_.graph().node())
+    if ((!n.domain().empty() && n.domain() != "ai.onnx" &&
+         n.domain() != kTrainingDomain) ||
+        localFunctions.count({n.domain(), n.op_type()}))
+      return err("unsupported op '{0}' (domain '{1}'{2}) at node '{3}'; "
+                 "`cleavec --list-ops` lists the supported ops",
+                 n.op_type(), n.domain(),
+                 localFunctions.count({n.domain(), n.op_type()})
+                     ? ", a function of the model"
+                     : "",
+                 n.name());
   // ONNX's shape inference divides by strides, dilations and groups
   // without checking them (a stride of 0 stops the process with SIGFPE):
   // refuse non-positive ones first.

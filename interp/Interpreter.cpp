@@ -5,6 +5,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace cleave::interp {
 
@@ -12,6 +13,19 @@ using namespace cleave::ir;
 
 static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+// Memory for `what`, or an error saying how much could not be had: sizes
+// here come from the graph's types, which the input file chose.
+static llvm::Expected<void *> allocateFor(runtime::Backend &backend,
+                                          uint64_t bytes,
+                                          const std::string &what) {
+  void *p = bytes <= uint64_t(PTRDIFF_MAX) ? backend.allocate(size_t(bytes))
+                                           : nullptr;
+  if (!p)
+    return fail(llvm::formatv("cannot allocate {0} bytes for {1}", bytes,
+                              what));
+  return p;
 }
 
 
@@ -37,10 +51,14 @@ llvm::Error Interpreter::prepare() {
       return fail(std::string(valueKindName(v->kind())) + " %" + v->name() +
                   ": " + llvm::toString(std::move(e)));
     llvm::ArrayRef<uint8_t> bytes = v->data()->bytes();
-    void *p = backend_.allocate(bytes.size());
-    backend_.copyToDevice(p, bytes.data(), bytes.size());
-    owned_.push_back(p);
-    where_[v] = p;
+    auto p = allocateFor(backend_, bytes.size(),
+                         std::string(valueKindName(v->kind())) + " %" +
+                             v->name());
+    if (!p)
+      return p.takeError();
+    backend_.copyToDevice(*p, bytes.data(), bytes.size());
+    owned_.push_back(*p);
+    where_[v] = *p;
   }
   // Kernels must exist for every op and its element type.
   for (const auto &op : g_.ops()) {
@@ -83,7 +101,12 @@ llvm::Error Interpreter::prepare() {
   for (size_t k = 0; k < values.size(); ++k)
     offset_[values[k]] = layout.offsets[k];
   arenaBytes_ = layout.size;
-  arena_ = backend_.allocate(arenaBytes_);
+  auto arena = allocateFor(backend_, uint64_t(arenaBytes_),
+                           "the interpreter's arena (every intermediate "
+                           "value of the graph)");
+  if (!arena)
+    return arena.takeError();
+  arena_ = *arena;
   for (auto &[v, off] : offset_)
     where_[v] = static_cast<char *>(arena_) + off;
   return llvm::Error::success();

@@ -40,8 +40,9 @@ static std::string printable(llvm::StringRef s) {
 
 class Parser {
 public:
-  Parser(llvm::StringRef text, llvm::StringRef bufferName)
-      : text_(text), buffer_(bufferName) {}
+  Parser(llvm::StringRef text, llvm::StringRef bufferName,
+         const ParseOptions &opts)
+      : text_(text), buffer_(bufferName), opts_(opts) {}
 
   llvm::Expected<std::unique_ptr<Graph>> run();
 
@@ -79,6 +80,7 @@ private:
   llvm::Error checkNewName(const std::string &name);
 
   llvm::StringRef text_, buffer_;
+  const ParseOptions &opts_;
   size_t pos_ = 0;
   size_t tokStart_ = 0; // where the token being read starts (for errors)
   std::unique_ptr<Graph> graph_;
@@ -310,6 +312,14 @@ Parser::parseData(const TensorType &t) {
     if (!path)
       return path.takeError();
     o.path = *path;
+    if (opts_.confine) {
+      auto resolved = support::resolveConfined(*path, opts_.baseDir,
+                                               opts_.trusted,
+                                               kind.str() + "<> data file");
+      if (!resolved)
+        return error(llvm::toString(resolved.takeError()));
+      o.path = *resolved;
+    }
     if (auto e = expect(","))
       return std::move(e);
     if (kind == "onnx") {
@@ -350,8 +360,9 @@ Parser::parseData(const TensorType &t) {
     if (!hex)
       return hex.takeError();
     std::string bytes;
-    if (!llvm::tryGetFromHex(*hex, bytes))
-      return error("hex<> data is not valid hexadecimal");
+    // An odd digit count would read as a leading 0 nibble: refused.
+    if (hex->size() % 2 != 0 || !llvm::tryGetFromHex(*hex, bytes))
+      return error("hex<> data is not valid hexadecimal (two digits a byte)");
     if (int64_t(bytes.size()) != t.byteSize())
       return error(llvm::formatv("hex<> data has {0} bytes, {1} needs {2}",
                                  bytes.size(), t.str(), t.byteSize())
@@ -749,9 +760,10 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::run() {
 
 } // namespace
 
-llvm::Expected<std::unique_ptr<Graph>> parseGraph(llvm::StringRef text,
-                                                  llvm::StringRef bufferName) {
-  return Parser(text, bufferName).run();
+llvm::Expected<std::unique_ptr<Graph>>
+parseGraph(llvm::StringRef text, llvm::StringRef bufferName,
+           const ParseOptions &opts) {
+  return Parser(text, bufferName, opts).run();
 }
 
 } // namespace cleave::ir

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ir/Graph.h"
+#include "support/TrustedPaths.h"
 
 #include "llvm/Support/Error.h"
 
@@ -14,7 +15,20 @@
 
 namespace cleave::ir {
 
-llvm::Expected<std::unique_ptr<Graph>> parseGraph(llvm::StringRef text,
-                                                  llvm::StringRef bufferName);
+// The files a `.cir` names (file<...>, onnx<...>) are untrusted names when
+// the text comes from a user: with `confine`, each is resolved from
+// `baseDir` (the `.cir`'s folder; the current one for standard input) and
+// must lie inside it or a trusted folder (support/TrustedPaths.h); the
+// origin keeps the resolved real path. The tools confine; cleave's own
+// text, printed and parsed again inside a pass, is taken as written.
+struct ParseOptions {
+  bool confine = false;
+  std::string baseDir = ".";
+  support::TrustedFolders trusted;
+};
+
+llvm::Expected<std::unique_ptr<Graph>>
+parseGraph(llvm::StringRef text, llvm::StringRef bufferName,
+           const ParseOptions &opts = {});
 
 } // namespace cleave::ir

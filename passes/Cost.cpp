@@ -4,6 +4,7 @@
 // convolutions and their gradient parts) have formulas of their own here.
 #include "passes/Cost.h"
 #include "support/FileIO.h"
+#include "support/JsonDepth.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -213,6 +214,8 @@ static llvm::Error profileError(llvm::StringRef source, const llvm::Twine &msg) 
 
 llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
                                            llvm::StringRef source) {
+  if (llvm::Error e = support::checkJsonDepth(json))
+    return profileError(source, llvm::toString(std::move(e)));
   llvm::Expected<llvm::json::Value> root = llvm::json::parse(json);
   if (!root)
     return profileError(source, llvm::toString(root.takeError()));

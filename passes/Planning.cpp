@@ -97,6 +97,20 @@ static llvm::Error stageShape(const PipelineModule &m,
   stages = m.options.stages * chunks;
   microbatches = m.options.microbatches;
   if (csv) {
+    // The CSV decides, but a flag that says otherwise is refused rather
+    // than silently overridden.
+    int ranks = sched::rankCount(*csv);
+    if (m.options.stagesGiven && ranks != m.options.stages)
+      return planningError(llvm::formatv(
+          "{0} has {1} ranks, but --stages is {2} (drop --stages or make "
+          "them agree)",
+          m.options.schedule, ranks, m.options.stages));
+    if (m.options.microbatchesGiven &&
+        csv->microbatches != m.options.microbatches)
+      return planningError(llvm::formatv(
+          "{0} has {1} microbatches, but --microbatches is {2} (drop "
+          "--microbatches or make them agree)",
+          m.options.schedule, csv->microbatches, m.options.microbatches));
     stages = csv->stages;
     microbatches = csv->microbatches;
     chunks = std::max(1, stages / sched::rankCount(*csv));

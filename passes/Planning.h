@@ -36,6 +36,7 @@ struct PlanningOptions {
   bool stagesGiven = false; // --stages was given (else taken from the tags)
   int chunks = 0; // stages per rank (--chunks); 0: the schedule's default
   int64_t microbatches = 1;
+  bool microbatchesGiven = false; // --microbatches was given
   std::string schedule = "1f1b"; // a name or csv:FILE
   std::optional<int64_t> memCap; // bytes per rank
   std::string costModel = "analytic";

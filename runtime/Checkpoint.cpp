@@ -10,6 +10,8 @@
 #include "llvm/Support/Path.h"
 
 #include <cstdint>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -19,7 +21,9 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-static const char kMagic[] = "CLEAVECKPT2\n";
+static const char kMagic[] = "CLEAVECKPT3\n";
+static const char kFormat2Magic[] = "CLEAVECKPT2\n"; // read, summed from
+                                                     // the old FNV basis
 static const char kOlderMagic[] = "CLEAVECKPT1\n";
 static constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
 // A header is a few numbers and two names; anything longer is damage.
@@ -49,7 +53,7 @@ static void putSlotKey(std::string &out, uint32_t stage, const Slot &sl) {
     putLe(out, uint64_t(d), 8);
 }
 
-uint64_t checkpointPlanIdentity(const Plan &plan) {
+uint64_t checkpointPlanIdentity(const Plan &plan, uint64_t basis) {
   std::string key;
   putStr(key, plan.modelName);
   putStr(key, plan.optimizer);
@@ -58,7 +62,7 @@ uint64_t checkpointPlanIdentity(const Plan &plan) {
     for (const Slot &sl : sp.slots)
       if (sl.kind == SlotKind::State)
         putSlotKey(key, uint32_t(sp.index), sl);
-  return fnv1a64(key.data(), key.size());
+  return support::fnv1a64(key.data(), key.size(), basis);
 }
 
 static uint64_t stateSlotCount(const Plan &plan) {
@@ -174,6 +178,28 @@ struct EntryView {
   llvm::StringRef bytes;
 };
 
+// The first element of f32 or f64 `bytes` that is NaN or infinite, and
+// which it is.
+std::optional<std::pair<size_t, const char *>>
+firstNonFinite(ir::DType dtype, llvm::StringRef bytes) {
+  auto scan = [&](auto zero) -> std::optional<std::pair<size_t, const char *>> {
+    using T = decltype(zero);
+    size_t n = bytes.size() / sizeof(T);
+    for (size_t i = 0; i < n; ++i) {
+      T x;
+      std::memcpy(&x, bytes.data() + i * sizeof(T), sizeof(T));
+      if (!std::isfinite(x))
+        return std::make_pair(i, std::isnan(x) ? "nan" : "inf");
+    }
+    return std::nullopt;
+  };
+  if (dtype == ir::DType::F32)
+    return scan(float(0));
+  if (dtype == ir::DType::F64)
+    return scan(double(0));
+  return std::nullopt;
+}
+
 // Resharding: a checkpoint of another plan of the model (another stage
 // count or split; the same optimizer). Its entries, each checked (bounds,
 // checksum), are keyed by name: a name on several stages (a tied weight's
@@ -182,7 +208,7 @@ struct EntryView {
 // types and shapes; each slot of each stage then takes its name's bytes.
 llvm::Expected<std::vector<EntryView>>
 readByName(FieldReader &r, llvm::StringRef data, uint64_t entries,
-           const Plan &plan, const std::string &model) {
+           const Plan &plan, const std::string &model, uint64_t basis) {
   struct Found {
     std::string dtype;
     std::vector<int64_t> shape;
@@ -212,7 +238,7 @@ readByName(FieldReader &r, llvm::StringRef data, uint64_t entries,
     if (r.short_)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      where + " runs past the end of the file");
-    if (fnv1a64(data.data() + start, end - start) != stored)
+    if (support::fnv1a64(data.data() + start, end - start, basis) != stored)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      where + " ('" + name.str() +
                                          "') is corrupt (checksum mismatch)");
@@ -273,8 +299,17 @@ llvm::Expected<int64_t> readCheckpointFile(
   if (data.startswith(kOlderMagic))
     return err("a checkpoint of an older cleave (format 1, which records no "
                "plan identity); start again without --resume");
-  if (!data.startswith(kMagic))
+  // Format 2 (no learning-rate schedule, sums from the basis cleave used
+  // before) is still read; format 3 is written.
+  bool format2 = data.startswith(kFormat2Magic);
+  if (!format2 && !data.startswith(kMagic))
     return err("not a cleave checkpoint");
+  uint32_t expectVersion = format2 ? 2 : kCheckpointVersion;
+  uint64_t basis =
+      format2 ? support::kFnv1a64BasisCleave2 : support::kFnv1a64Basis;
+  auto sumOf = [&](const char *p, size_t n) {
+    return support::fnv1a64(p, n, basis);
+  };
 
   // The header, its checksum, then the file's length against the header's.
   FieldReader r{data, kMagicBytes};
@@ -285,18 +320,18 @@ llvm::Expected<int64_t> readCheckpointFile(
                              "length {1})",
                              data.size(), headerBytes));
   size_t headerEnd = r.pos + size_t(headerBytes);
-  uint64_t sum = fnv1a64(data.data(), headerEnd);
+  uint64_t headerSum = sumOf(data.data(), headerEnd);
   FieldReader h{data.substr(0, headerEnd), r.pos};
   r.pos = headerEnd;
-  if (r.get(8) != sum)
+  if (r.get(8) != headerSum)
     return err("the header is corrupt (checksum mismatch)");
   uint64_t version = h.get(4), identity = h.get(8), stages = h.get(4),
            entries = h.get(8), steps = h.get(8), bodyBytes = h.get(8);
   std::string model = h.str().str(), optimizer = h.str().str();
   std::string schedule = version >= 3 ? h.str().str() : std::string();
-  if (h.short_ || version < 2 || version > kCheckpointVersion)
+  if (h.short_ || version != expectVersion)
     return err(llvm::formatv("a checkpoint of format {0}; this cleave reads "
-                             "formats 2 to {1}",
+                             "formats 2 and {1}",
                              version, kCheckpointVersion));
   size_t bodyStart = r.pos;
   if (bodyBytes != data.size() - bodyStart)
@@ -317,7 +352,7 @@ llvm::Expected<int64_t> readCheckpointFile(
   // optimizer (another stage count or split): then the entries are matched
   // by name (resharding, below).
   bool samePlan = stages == plan.stages.size() &&
-                  identity == checkpointPlanIdentity(plan);
+                  identity == checkpointPlanIdentity(plan, basis);
   uint64_t want = stateSlotCount(plan);
   if (samePlan && entries != want)
     return err(llvm::formatv("holds {0} entries; this plan has {1} state "
@@ -330,7 +365,7 @@ llvm::Expected<int64_t> readCheckpointFile(
   std::vector<EntryView> views;
   r.data = data;
   if (!samePlan) {
-    auto read = readByName(r, data, entries, plan, model);
+    auto read = readByName(r, data, entries, plan, model, basis);
     if (!read)
       return err(llvm::toString(read.takeError()));
     views = std::move(*read);
@@ -362,7 +397,7 @@ llvm::Expected<int64_t> readCheckpointFile(
         return err(where() + " runs past the end of the file (corrupt: a name "
                              "length of " + std::to_string(nameLen) +
                    ", a byte count of " + std::to_string(n) + ")");
-      if (fnv1a64(data.data() + start, end - start) != stored)
+      if (sumOf(data.data() + start, end - start) != stored)
         return err(where() + " ('" + name + "') is corrupt (checksum "
                                             "mismatch)");
       std::string plans = slotText(sl.name, uint64_t(sp.index),
@@ -380,6 +415,22 @@ llvm::Expected<int64_t> readCheckpointFile(
     return err(llvm::formatv("{0} bytes after its last entry",
                              data.size() - r.pos));
 
+  // Values no run writes (the sums above cannot tell an edit).
+  std::set<std::string> buffers;
+  for (const PlanTensor &t : plan.modelTensors)
+    buffers.insert(t.name);
+  for (const EntryView &v : views) {
+    const Slot &sl = *v.slot;
+    if (!sl.trainable && buffers.count(sl.name))
+      continue; // a model buffer may hold -inf (a mask)
+    if (auto at = firstNonFinite(sl.dtype, v.bytes))
+      return err(llvm::formatv("'{0}' (stage {1}) holds {2} at element {3}; "
+                               "resuming would train on it (an edited "
+                               "checkpoint, or one of a run with "
+                               "--on-nan=off): resume from another or start "
+                               "again",
+                               sl.name, v.stage, at->second, at->first));
+  }
   for (const EntryView &v : views) {
     if (!wanted(v.stage))
       continue;

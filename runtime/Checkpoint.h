@@ -8,12 +8,12 @@
 // before any value is loaded. The format (little-endian; str = u32 length,
 // then the bytes; FNV-1a 64 is runtime::fnv1a64):
 //
-//   "CLEAVECKPT2\n"
+//   "CLEAVECKPT3\n"
 //   u64 header length H, then the H header bytes:
-//     u32 format version (2), u64 plan identity (checkpointPlanIdentity),
+//     u32 format version (3), u64 plan identity (checkpointPlanIdentity),
 //     u32 stage count, u64 entry count, u64 steps done, u64 body length,
 //     str model name, str optimizer,
-//     str lr schedule (LrSchedule::str(); empty: none) -- format 3 only
+//     str lr schedule (LrSchedule::str(); empty: none)
 //   u64 FNV-1a of everything before it (magic, H, header)
 //   the body: per entry, in stage order, then in the stage's slot order:
 //     u32 stage, str name, str element type (f32, i64, ...), u32 rank,
@@ -31,9 +31,18 @@
 // exactly the plan's State slots' names with their types and shapes, and
 // every slot of every stage takes its name's bytes. Since every plan of a
 // model trains the same bits, the resumed run continues as the new plan
-// would have run from the start (with the same microbatches x replicas). CLEAVECKPT1 files
-// (an older cleave, without identity or full coverage) are refused; format
-// 2 headers (without the schedule) still load.
+// would have run from the start (with the same microbatches x replicas).
+//
+// CLEAVECKPT1 files (an older cleave, without identity or full coverage)
+// are refused. CLEAVECKPT2 files (format 2: no lr schedule, and every sum
+// from FNV-1a's offset basis with its last digit dropped,
+// support::kFnv1a64BasisCleave2) are still read.
+//
+// The sums detect damage (a cut, a flipped byte), not edits: anyone can
+// recompute them. So a resume also refuses values no run writes: a NaN or
+// an infinity in a parameter or in optimizer state (the moments, the step
+// count), which the training guard would otherwise meet only as NaN
+// weights after the next update. Model buffers may hold infinities (masks).
 //
 // The threaded run and the MPI run (whose rank 0 gathers replica 0's stages)
 // write and read the same file, so either can resume the other's checkpoint.
@@ -41,6 +50,7 @@
 
 #include "runtime/Executor.h"
 #include "runtime/Plan.h"
+#include "support/Checksum.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
@@ -57,7 +67,9 @@ inline constexpr uint32_t kCheckpointVersion = 3;
 // stage, each State slot's name, element type and shape: what must match
 // for a checkpoint's values to mean the same thing in this plan. The
 // schedule, microbatches and data parallelism may differ.
-uint64_t checkpointPlanIdentity(const Plan &plan);
+// `basis`: FNV-1a's offset basis (format 2 files used another).
+uint64_t checkpointPlanIdentity(const Plan &plan,
+                                uint64_t basis = support::kFnv1a64Basis);
 
 // One stage's entries (its State slots, in slot order, read from `ex`)
 // appended to `body`; returns how many.

@@ -1,5 +1,7 @@
 #include "runtime/Plan.h"
 
+#include "support/Checksum.h"
+
 #include <algorithm>
 
 namespace cleave::runtime {
@@ -59,13 +61,7 @@ std::vector<int> stagesOfRank(const Plan &plan, int rank) {
 }
 
 uint64_t fnv1a64(const void *data, size_t bytes) {
-  const auto *p = static_cast<const uint8_t *>(data);
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
+  return support::fnv1a64(data, bytes, support::kFnv1a64Basis);
 }
 
 } // namespace cleave::runtime

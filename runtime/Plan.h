@@ -179,7 +179,14 @@ struct PlanTensor {
 struct Plan {
   int version = kPlanVersion;
   std::string modelName;
-  std::string sourceModel; // the .onnx the plan was compiled from (--save)
+  // The .onnx the plan was compiled from (--save): in the file, a path
+  // relative to the plan's folder (absolute when the model lies outside
+  // it); readers resolve it under support/TrustedPaths.h's rule. Its size
+  // and the SHA-256 of its bytes (hex) as compiled: --save refuses another
+  // file. An empty digest: a plan from a cleavec that recorded none.
+  std::string sourceModel;
+  uint64_t sourceModelSize = 0;
+  std::string sourceModelSha256;
   // The source model's parameters and buffers (declaration order): what
   // --save writes into a copy of sourceModel, without importing it again.
   std::vector<PlanTensor> modelTensors;

@@ -11,12 +11,14 @@
 // file ends in one error line. Blobs are read with seeks, one at a time, only
 // those wanted.
 #include "runtime/PlanFile.h"
+
 #include "runtime/PlanTypes.h"
 
 #include "plan.pb.h" // generated from runtime/plan.proto
 #include "support/Checksum.h"
 #include "support/FileIO.h"
 #include "support/Limits.h"
+#include "support/TrustedPaths.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -240,6 +242,8 @@ pb::Header toProto(const Plan &plan) {
   }
   h.set_predicted_step_time(plan.predictedStepTime);
   h.set_predicted_period(plan.predictedPeriod);
+  h.set_source_model_size(plan.sourceModelSize);
+  h.set_source_model_sha256(plan.sourceModelSha256);
   return h;
 }
 
@@ -460,6 +464,8 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
   }
   plan.predictedStepTime = h.predicted_step_time();
   plan.predictedPeriod = h.predicted_period();
+  plan.sourceModelSize = h.source_model_size();
+  plan.sourceModelSha256 = h.source_model_sha256();
   return std::move(plan);
 }
 
@@ -551,6 +557,12 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
               return fail(path +
                           ": cannot write: " + llvm::toString(std::move(e)));
   pb::Header header = toProto(plan);
+  // The files the plan refers to are named from its folder, so that a
+  // reader can hold them to it (support/TrustedPaths.h).
+  std::string folder = support::folderOf(path);
+  header.set_source_model(support::relativeIfInside(plan.sourceModel, folder));
+  for (pb::WeightFile &w : *header.mutable_weight_files())
+    w.set_path(support::relativeIfInside(w.path(), folder));
 
   // Place the blobs after the header. Offsets are fixed64 and never 0, so
   // the header's size is known before they are; iterate anyway in case a
@@ -615,16 +627,19 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path) {
 //===----------------------------------------------------------------------===//
 
 llvm::Expected<Plan> readPlanFile(const std::string &path,
-                                  std::optional<int> onlyStage) {
-  return readPlanFile(path, onlyStage, false);
+                                  std::optional<int> onlyStage,
+                                  const support::TrustedFolders &trusted) {
+  return readPlanFile(path, onlyStage, false, trusted);
 }
 
-llvm::Expected<Plan> readPlanFileForRank(const std::string &path, int rank) {
-  return readPlanFile(path, rank, true);
+llvm::Expected<Plan> readPlanFileForRank(const std::string &path, int rank,
+                                         const support::TrustedFolders &trusted) {
+  return readPlanFile(path, rank, true, trusted);
 }
 
 llvm::Expected<Plan> readPlanFile(const std::string &path,
-                                  std::optional<int> only, bool byRank) {
+                                  std::optional<int> only, bool byRank,
+                                  const support::TrustedFolders &trusted) {
   std::optional<int> onlyStage = only;
   auto error = [&](const llvm::Twine &msg) { return fail(path + ": " + msg); };
   // Mapped, not read: only the header and the wanted blobs are touched.
@@ -765,7 +780,18 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
   for (size_t f = 0; f < plan.weightFiles.size(); ++f) {
     if (!fileWanted[f])
       continue;
-    const WeightFile &w = plan.weightFiles[f];
+    WeightFile &w = plan.weightFiles[f];
+    // Named from the plan's folder and held inside it (or a --trust-dir).
+    auto resolved = support::resolveConfined(w.path, support::folderOf(path),
+                                             trusted, "weight file");
+    if (!resolved) {
+      std::string msg = llvm::toString(resolved.takeError());
+      if (llvm::StringRef(msg).startswith("cannot open"))
+        msg += " (the plan refers to its weights; recompile the model or "
+               "restore the file)";
+      return error(msg);
+    }
+    w.path = *resolved;
     if (llvm::Error e = support::checkInputFile(w.path, "weight file"))
       return error(llvm::toString(std::move(e)) +
                    " (the plan refers to its weights; recompile the model "
@@ -778,6 +804,53 @@ llvm::Expected<Plan> readPlanFile(const std::string &path,
                                  w.path, now, w.size));
   }
   return std::move(plan);
+}
+
+llvm::Expected<uint64_t> planHeaderDigest(const std::string &path) {
+  auto pre = support::readFileSlice(path, 0, kPreambleBytes, "plan");
+  if (!pre)
+    return pre.takeError();
+  uint64_t headerBytes = getLE(
+      reinterpret_cast<const unsigned char *>((*pre)->getBufferStart()) +
+          kMagicBytes + 4,
+      8);
+  auto all = support::readFileSlice(path, 0, kPreambleBytes + headerBytes,
+                                    "plan");
+  if (!all)
+    return all.takeError();
+  return support::blockChecksum((*all)->getBufferStart(),
+                                (*all)->getBufferSize());
+}
+
+llvm::Error resolveSourceModel(Plan &plan, const std::string &planPath,
+                               const support::TrustedFolders &trusted) {
+  auto error = [&](const llvm::Twine &msg) {
+    return fail(planPath + ": " + msg);
+  };
+  if (plan.sourceModelSha256.empty())
+    return error("the plan records no identity for its source model (an "
+                 "older cleavec wrote it): recompile the model to use --save");
+  auto resolved = support::resolveConfined(
+      plan.sourceModel, support::folderOf(planPath), trusted, "source model");
+  if (!resolved)
+    return error(llvm::toString(resolved.takeError()));
+  uint64_t size = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(*resolved, size))
+    return error("source model '" + *resolved + "': " + ec.message());
+  if (size != plan.sourceModelSize)
+    return error(llvm::formatv("source model '{0}' is {1} bytes; the plan was "
+                               "compiled from {2}: it is another model, "
+                               "recompile",
+                               *resolved, size, plan.sourceModelSize));
+  auto digest = support::sha256OfFile(*resolved, "source model");
+  if (!digest)
+    return error(llvm::toString(digest.takeError()));
+  if (*digest != plan.sourceModelSha256)
+    return error("source model '" + *resolved +
+                 "' is not the model the plan was compiled from (its SHA-256 "
+                 "differs): recompile");
+  plan.sourceModel = *resolved;
+  return llvm::Error::success();
 }
 
 } // namespace cleave::runtime

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "runtime/Plan.h"
+#include "support/TrustedPaths.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -52,13 +53,32 @@ llvm::Error writePlanFile(const Plan &plan, const std::string &path);
 
 // Reads a plan. With `onlyStage`, loads only the blobs that stage's slots
 // use; the other blobs keep their checksum and have no bytes.
-llvm::Expected<Plan> readPlanFile(const std::string &path,
-                                  std::optional<int> onlyStage = std::nullopt);
+// Weight files the loaded blobs read are resolved from the plan's folder
+// and must lie inside it or in a folder of `trusted`
+// (support/TrustedPaths.h); their paths in the result are the resolved ones.
+llvm::Expected<Plan>
+readPlanFile(const std::string &path,
+             std::optional<int> onlyStage = std::nullopt,
+             const support::TrustedFolders &trusted = {});
 // The same loading the blobs of every stage rank `rank` runs
 // (Plan::stageRank; stage `rank` where the plan places none).
-llvm::Expected<Plan> readPlanFileForRank(const std::string &path, int rank);
+llvm::Expected<Plan>
+readPlanFileForRank(const std::string &path, int rank,
+                    const support::TrustedFolders &trusted = {});
 llvm::Expected<Plan> readPlanFile(const std::string &path,
-                                  std::optional<int> only, bool byRank);
+                                  std::optional<int> only, bool byRank,
+                                  const support::TrustedFolders &trusted);
+
+// A digest of the plan file's preamble and header: everything the plan
+// says, blobs included through their checksums. Ranks under mpirun compare
+// theirs before the first step.
+llvm::Expected<uint64_t> planHeaderDigest(const std::string &path);
+
+// For --save: resolves plan.sourceModel (read from the plan at `planPath`)
+// under the same rule and checks that the file there is the one compiled
+// (size and SHA-256). On success plan.sourceModel is the resolved path.
+llvm::Error resolveSourceModel(Plan &plan, const std::string &planPath,
+                               const support::TrustedFolders &trusted);
 
 // A readable, deterministic text form (cleave-run --print-plan);
 // PlanPrinter.cpp.

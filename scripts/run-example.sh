@@ -21,6 +21,7 @@ echo "== cleavec $model (2 stages, zb-h1, 4 microbatches of 8)"
 echo
 echo "== cleave-run $out/gpt.cplan --data text:$text --steps 300"
 "$CLEAVE_ROOT/build/tools/cleave-run" "$out/gpt.cplan" --data "text:$text" \
+  --trust-dir "$(dirname "$model")" \
   --steps 300 --trace "$out/trace.json" --save "$out/gpt-trained.onnx"
 echo
 echo "wrote $out/gpt.cplan, $out/step.svg (predicted), $out/trace.json (measured), $out/gpt-trained.onnx"

@@ -72,4 +72,14 @@ uint64_t blockChecksum(const void *data, size_t bytes) {
   return c.value();
 }
 
+uint64_t fnv1a64(const void *data, size_t bytes, uint64_t basis) {
+  const auto *p = static_cast<const uint8_t *>(data);
+  uint64_t h = basis;
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 } // namespace cleave::support

@@ -33,4 +33,15 @@ private:
 // The checksum of one buffer.
 uint64_t blockChecksum(const void *data, size_t bytes);
 
+// FNV-1a, 64-bit, started from `basis`: the checkpoint's sums and plan
+// identity (runtime::fnv1a64 uses the standard basis). Like BlockChecksum
+// it detects damage, not edits: anyone can recompute it.
+// kFnv1a64BasisCleave2 is the basis cleave used before, the standard one
+// with its last digit dropped: checkpoints of format 2 were summed with it
+// (and are still read), and the synthetic data's per-input salt keeps it
+// so that synthetic runs see the data they always saw.
+constexpr uint64_t kFnv1a64Basis = 14695981039346656037ull;
+constexpr uint64_t kFnv1a64BasisCleave2 = 1469598103934665603ull;
+uint64_t fnv1a64(const void *data, size_t bytes, uint64_t basis);
+
 } // namespace cleave::support

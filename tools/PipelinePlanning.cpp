@@ -87,6 +87,7 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
                             &support::SizeLimits::microbatches, "microbatches"))
       return std::move(e);
     req.microbatches = std::max<int64_t>(*n, 1);
+    req.microbatchesGiven = true;
   }
   req.schedule = flags.get("schedule").value_or("1f1b");
   bool fromCsv = llvm::StringRef(req.schedule).startswith("csv:");

@@ -49,6 +49,7 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"overlap-steps", false, false},
           {"comm-timeout", true, false},
           {"print-plan", false, false},
+          trustDirFlagSpec(),
           allowLargeFlagSpec(),
           {"quiet", false, false}};
 }
@@ -193,6 +194,10 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
       : opt.skipNonFinite ? runtime::StageExecutor::NonFinitePolicy::SkipStep
                           : runtime::StageExecutor::NonFinitePolicy::Stop;
   opt.overlapSteps = flags.has("overlap-steps");
+  auto trusted = readTrustDirs(flags);
+  if (!trusted)
+    return trusted.takeError();
+  opt.trusted = std::move(*trusted);
   opt.stage.device = flags.get("device").value_or("cpu");
   opt.stage.batchW = flags.has("batch-w");
   if (opt.stage.device != "cpu" && opt.stage.device != "cuda" &&
@@ -200,6 +205,21 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
     return usage("--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
                  opt.stage.device + "'");
   return parseCheckpointEvery(flags, opt.checkpointEvery);
+}
+
+std::string resultFlagsText(const Flags &flags) {
+  std::string text;
+  for (const Flags::Spec &sp : runFlagSpecs()) {
+    if (sp.name == "threads" || sp.name == "quiet" ||
+        sp.name == "comm-timeout")
+      continue;
+    if (sp.takesValue)
+      for (const std::string &v : flags.getAll(sp.name))
+        text += sp.name + "=" + v + "\n";
+    else if (flags.has(sp.name))
+      text += sp.name + "\n";
+  }
+  return text;
 }
 
 } // namespace cleave::tools

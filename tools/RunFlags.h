@@ -5,6 +5,7 @@
 
 #include "runtime/LrSchedule.h"
 #include "runtime/Stages.h"
+#include "support/TrustedPaths.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/Error.h"
@@ -32,6 +33,7 @@ struct RunOptions {
   runtime::StageOptions stage;
   int64_t checkpointEvery = 0;
   bool overlapSteps = false; // --overlap-steps
+  support::TrustedFolders trusted; // --trust-dir
   // A usage error every MPI rank found: printed once, after MPI starts.
   std::optional<std::string> usageError;
 };
@@ -41,5 +43,10 @@ std::vector<Flags::Spec> runFlagSpecs();
 // Fills `opt` from parsed flags (not planPath); a usage error (exit 2) is
 // one line naming the flag.
 llvm::Error readRunOptions(const Flags &flags, RunOptions &opt);
+
+// The flags as given that can change what a run computes or writes, one
+// "name=value" line each (all but --threads, --quiet and --comm-timeout):
+// what MPI ranks compare (runtime::checkRanksAgree).
+std::string resultFlagsText(const Flags &flags);
 
 } // namespace cleave::tools

@@ -8,6 +8,8 @@
 #include "llvm/Support/Regex.h"
 
 #include <cmath>
+#include <new>
+#include <stdexcept>
 #include <cstdio>
 #include <set>
 
@@ -180,6 +182,25 @@ int printHelp(const std::string &tool, const Flags &flags,
   return kOk;
 }
 
+int guardedMain(const char *tool, int argc, char **argv,
+                int (*body)(int, char **)) {
+  try {
+    return body(argc, argv);
+  } catch (const std::bad_alloc &) {
+    return fail(tool,
+                "out of memory: an allocation failed (a size in the input "
+                "asks for more memory than this process may take; check the "
+                "input, or raise the memory limit)",
+                kBadInput);
+  } catch (const std::length_error &e) {
+    return fail(tool,
+                std::string("out of memory: a size in the input is too "
+                            "large (") +
+                    e.what() + ")",
+                kBadInput);
+  }
+}
+
 Flags::Spec allowLargeFlagSpec() { return {"allow-large", false, false}; }
 
 std::string allowLargeHelp(const std::vector<LargeBound> &bounds) {
@@ -225,6 +246,21 @@ std::string allowLargeHelp(const std::vector<LargeBound> &bounds) {
   }
   return out + "\n";
 }
+
+Flags::Spec trustDirFlagSpec() { return {"trust-dir", true, true}; }
+
+llvm::Expected<support::TrustedFolders> readTrustDirs(const Flags &flags) {
+  support::TrustedFolders trusted;
+  for (const std::string &dir : flags.getAll("trust-dir")) {
+    if (!llvm::sys::fs::is_directory(dir))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--trust-dir '" + dir +
+                                         "' is not a folder");
+    trusted.dirs.push_back(dir);
+  }
+  return trusted;
+}
+
 
 support::SizeLimits limitsFor(const Flags &flags) {
   return support::limitsFor(flags.has("allow-large"));

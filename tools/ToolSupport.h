@@ -8,6 +8,7 @@
 #include "ir/Printer.h"
 #include "passes/Pass.h"
 #include "support/Limits.h"
+#include "support/TrustedPaths.h"
 
 #include "llvm/Support/Error.h"
 
@@ -79,6 +80,18 @@ int printHelp(const std::string &tool, const Flags &flags,
 Flags::Spec allowLargeFlagSpec();
 enum class LargeBound { Threads, Workers, Stages, Microbatches, Steps };
 std::string allowLargeHelp(const std::vector<LargeBound> &bounds);
+
+// Runs a tool's body. An allocation that fails (std::bad_alloc: a size
+// from an input that no check caught, or a machine short of memory) ends
+// it with one line and exit 1 instead of an abort.
+int guardedMain(const char *tool, int argc, char **argv,
+                int (*body)(int, char **));
+
+// --trust-dir DIR (repeatable): folders besides an input's own from which
+// the files it names may be read (support/TrustedPaths.h); each must be
+// an existing folder (a usage error otherwise).
+Flags::Spec trustDirFlagSpec();
+llvm::Expected<support::TrustedFolders> readTrustDirs(const Flags &flags);
 support::SizeLimits limitsFor(const Flags &flags);
 
 // The count `value` of --`flag` (a number of `what`) against `limit`:

@@ -50,6 +50,10 @@ result as cleave IR text.
   --outputs=DIR          with --run: where outputs go, in the inputs' form
                          (output_K.pb or <output name>.npy); created if
                          needed. With --run, IR is printed only with -o.
+  --trust-dir=DIR        .cir input: also read the files its tensors name
+                         (file<...>, onnx<...>) inside DIR (repeatable);
+                         without it they must lie in the .cir's folder (the
+                         current folder for stdin)
   --list-passes          list the passes and exit
   -h, --help             show this help
 
@@ -72,7 +76,7 @@ static const char kExitStatus[] =
 
 static llvm::Expected<std::unique_ptr<ir::Graph>>
 readInput(const std::string &path, const frontend::ImportOptions &opts,
-          int64_t inlineLimit) {
+          int64_t inlineLimit, const support::TrustedFolders &trusted) {
   if (llvm::StringRef(path).endswith(".onnx")) {
     auto g = frontend::importOnnxFile(path, opts);
     if (g)
@@ -94,7 +98,12 @@ readInput(const std::string &path, const frontend::ImportOptions &opts,
                  : support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
     return buf.takeError();
-  return ir::parseGraph((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
+  ir::ParseOptions parse;
+  parse.confine = true;
+  parse.baseDir = path == "-" ? "." : support::folderOf(path);
+  parse.trusted = trusted;
+  return ir::parseGraph((*buf)->getBuffer(), path == "-" ? "<stdin>" : path,
+                        parse);
 }
 
 static std::string unknownPass(const std::string &name) {
@@ -106,7 +115,7 @@ static std::string unknownPass(const std::string &name) {
   return "unknown pass '" + name + "' (known passes: " + known + ")";
 }
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
   specs.insert(specs.end(), {{"passes", true, false},
                       {"dump-ir-after", true, true},
@@ -121,6 +130,7 @@ int main(int argc, char **argv) {
                       {"inputs", true, false},
                       {"outputs", true, false},
                       {"help", false, false},
+                      tools::trustDirFlagSpec(),
                       {"h", false, false}});
   for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
     if (p.name != "timeline" && p.name != "report")
@@ -223,7 +233,11 @@ int main(int argc, char **argv) {
   if (auto e = tools::checkOutputs(flags, {"o"}, {"outputs"}))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
-  auto graph = readInput(flags.positional()[0], importOpts, print.inlineLimit);
+  auto trusted = tools::readTrustDirs(flags);
+  if (!trusted)
+    return fail(kTool, llvm::toString(trusted.takeError()), tools::kUsage);
+  auto graph = readInput(flags.positional()[0], importOpts, print.inlineLimit,
+                         *trusted);
   if (!graph)
     return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);
   if (auto e = ir::verifyGraph(**graph))
@@ -271,4 +285,8 @@ int main(int argc, char **argv) {
                                   ir::printGraph(**graph, print)))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   return tools::kOk;
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }

@@ -44,6 +44,9 @@ made into one as cleavec does.
                          export's BatchNorm trains on batch statistics when
                          its signature says the module updated its running
                          statistics, i.e. it ran in train())
+  --trust-dir=DIR        .cir input: also read the files its tensors name
+                         inside DIR (repeatable); without it they must lie
+                         in the .cir's folder
   --help                 show this help
 
 cleavec's training flags make the training graph of an .onnx input
@@ -95,7 +98,14 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
   auto buf = support::readFile(path, "IR file", support::kMaxIrTextBytes);
   if (!buf)
     return buf.takeError();
-  auto parsed = ir::parseGraph((*buf)->getBuffer(), path);
+  auto trusted = tools::readTrustDirs(flags);
+  if (!trusted)
+    return trusted.takeError();
+  ir::ParseOptions parse;
+  parse.confine = true;
+  parse.baseDir = support::folderOf(path);
+  parse.trusted = std::move(*trusted);
+  auto parsed = ir::parseGraph((*buf)->getBuffer(), path, parse);
   if (!parsed)
     return parsed.takeError();
   if (auto e = ir::verifyGraph(**parsed))
@@ -153,7 +163,7 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
   return llvm::Error::success();
 }
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
   specs.insert(specs.end(), {{"stages", true, false},
                              {"mem-cap", true, false},
@@ -165,6 +175,7 @@ int main(int argc, char **argv) {
                              {"microbatch-size", true, false},
                              {"input-shape", true, true},
                       {"module-mode", true, false},
+                             tools::trustDirFlagSpec(),
                              {"help", false, false}});
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))
@@ -205,4 +216,8 @@ int main(int argc, char **argv) {
   }
   passes::printStageTable(*result, llvm::outs());
   return tools::kOk;
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }

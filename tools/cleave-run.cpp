@@ -167,6 +167,11 @@ output:
                          `cleavec --cost-model profile:FILE` reads (a step
                          more than 20% off the plan's prediction says so
                          after the summary, and suggests this)
+  --trust-dir=DIR        also read the files the plan names (its weight
+                         files; its source model, for --save) inside DIR
+                         (repeatable). Without it they must lie inside the
+                         plan's folder, as cleavec records them when the
+                         model is there; docs/reliability.md, "Trust"
   --print-plan           print the plan as text and exit
   --quiet                no per-step lines, only checkpoint writes and the
                          summary
@@ -571,7 +576,7 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
 
 // Every stage as a thread of this process.
 int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
-  auto planOr = runtime::readPlanFile(opt.planPath);
+  auto planOr = runtime::readPlanFile(opt.planPath, std::nullopt, opt.trusted);
   if (!planOr)
     return fail(kTool, llvm::toString(planOr.takeError()), tools::kBadInput);
   runtime::Plan &plan = *planOr;
@@ -579,6 +584,9 @@ int runThreaded(tools::RunOptions opt, const tools::Flags &flags) {
     runtime::printPlan(plan, llvm::outs());
     return tools::kOk;
   }
+  if (flags.has("save"))
+    if (auto e = runtime::resolveSourceModel(plan, opt.planPath, opt.trusted))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   if (auto e = prefixed(opt.planPath + ": ",
                                codegen::checkRunnable(plan)))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
@@ -627,7 +635,8 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
   if (flags.has("print-plan")) {
     llvm::Error err = llvm::Error::success();
     if (world->rank() == 0) {
-      auto plan = runtime::readPlanFile(opt.planPath);
+      auto plan =
+          runtime::readPlanFile(opt.planPath, std::nullopt, opt.trusted);
       if (plan)
         runtime::printPlan(*plan, llvm::outs());
       else
@@ -635,11 +644,21 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
     }
     return agreed(std::move(err));
   }
-  auto planOr = runtime::loadPlanForRank(opt.planPath, *world);
+  auto planOr = runtime::loadPlanForRank(opt.planPath, *world, opt.trusted);
   if (!planOr)
     return report(planOr.takeError(), tools::kBadInput);
   runtime::RankPlan &rp = *planOr;
   runtime::Plan &plan = rp.plan;
+  if (int rc = report(runtime::checkRanksAgree(*world, opt.planPath,
+                                               tools::resultFlagsText(flags)),
+                      tools::kBadInput))
+    return rc;
+  if (flags.has("save"))
+    if (int rc = agreed(world->rank() == 0
+                            ? runtime::resolveSourceModel(plan, opt.planPath,
+                                                          opt.trusted)
+                            : llvm::Error::success()))
+      return rc;
   if (int rc = agreed(prefixed(opt.planPath + ": ",
                                 codegen::checkRunnable(plan))))
     return rc;
@@ -688,7 +707,7 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   tools::Flags flags(tools::runFlagSpecs());
   if (auto e = flags.parse(argc, argv))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
@@ -725,4 +744,8 @@ int main(int argc, char **argv) {
 #endif
   }
   return runThreaded(opt, flags);
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }

@@ -177,7 +177,7 @@ llvm::Expected<Schedule> loadCsv(const Request &req) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   tools::Flags flags({{"schedule", true, false},
                       {"stages", true, false},
                       {"microbatches", true, false},
@@ -250,4 +250,8 @@ int main(int argc, char **argv) {
     if (auto e = tools::writeOutput(path, text))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   return tools::kOk;
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }

@@ -12,6 +12,7 @@
 #include "passes/Partition.h"
 #include "passes/Pass.h"
 #include "runtime/PlanFile.h"
+#include "support/TrustedPaths.h"
 #include "tools/PipelinePlanning.h"
 #include "tools/ToolSupport.h"
 
@@ -166,7 +167,7 @@ static int listOps() {
   return tools::kOk;
 }
 
-int main(int argc, char **argv) {
+static int toolMain(int argc, char **argv) {
   std::vector<tools::Flags::Spec> specs = tools::trainingFlagSpecs();
   for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
     specs.push_back(p);
@@ -377,6 +378,16 @@ int main(int argc, char **argv) {
       llvm::SmallString<256> abs(flags.positional()[0]);
       llvm::sys::fs::make_absolute(abs);
       info.sourceModel = abs.str().str();
+      // Its identity, which --save checks before writing into a copy.
+      if (std::error_code ec =
+              llvm::sys::fs::file_size(info.sourceModel, info.sourceModelSize))
+        return fail(kTool, info.sourceModel + ": " + ec.message(),
+                    tools::kBadInput);
+      auto digest = support::sha256OfFile(info.sourceModel, "ONNX model");
+      if (!digest)
+        return fail(kTool, llvm::toString(digest.takeError()),
+                    tools::kBadInput);
+      info.sourceModelSha256 = *digest;
       info.modelTensors = modelTensors;
       info.lossName = (*graph)->outputs()[0]->name();
       info.optimizer = pipe.context.training.optimizer;
@@ -439,6 +450,21 @@ int main(int argc, char **argv) {
         return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
       llvm::outs() << out << "\n" << plan->text << "wrote " << *flags.get("o")
                    << "\n";
+      // cleave-run reads what a plan names only inside the plan's folder
+      // unless told to trust another (docs/reliability.md): say so now
+      // rather than after a training run.
+      llvm::SmallString<256> planDir, modelDir;
+      llvm::SmallString<256> planAbs(*flags.get("o"));
+      llvm::sys::fs::make_absolute(planAbs);
+      if (!llvm::sys::fs::real_path(llvm::sys::path::parent_path(planAbs),
+                                    planDir) &&
+          !llvm::sys::fs::real_path(
+              llvm::sys::path::parent_path(info.sourceModel), modelDir) &&
+          !(modelDir.str() == planDir.str() ||
+            modelDir.str().startswith((planDir + "/").str())))
+        llvm::outs() << "note: the model is outside the plan's folder: run "
+                        "it with cleave-run --trust-dir "
+                     << modelDir << " (for --save and the model's weights)\n";
       return tools::kOk;
     }
     if (emit == "schedule-csv") {
@@ -458,4 +484,8 @@ int main(int argc, char **argv) {
     if (auto e = tools::writeOutput(path, text))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   return tools::kOk;
+}
+
+int main(int argc, char **argv) {
+  return tools::guardedMain(kTool, argc, argv, toolMain);
 }

@@ -1,6 +1,7 @@
 #include "runtime/comm/MpiPlan.h"
 
 #include "runtime/PlanFile.h"
+#include "support/Checksum.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -12,13 +13,14 @@ static llvm::Error fail(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
-                                         MpiComm &world) {
+llvm::Expected<RankPlan>
+loadPlanForRank(const std::string &path, MpiComm &world,
+                const support::TrustedFolders &trusted) {
   int rank = world.rank(), size = world.size();
   // The process count decides first: a rank past the plan's last rank fails
   // to load (it may be a later replica's, loaded again below), but a
   // mismatch is the error to report.
-  auto planOr = readPlanFileForRank(path, rank);
+  auto planOr = readPlanFileForRank(path, rank, trusted);
   double stages = 0, replicas = 0, ranks = 0;
   std::optional<std::string> loadError;
   if (planOr) {
@@ -68,7 +70,7 @@ llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
   out.rank = p > 0 ? rank % p : rank;
   // A later replica's rank loads its own stages now.
   if (p > 0 && rank >= p) {
-    planOr = readPlanFileForRank(path, out.rank);
+    planOr = readPlanFileForRank(path, out.rank, trusted);
     loadError.reset();
     if (!planOr)
       loadError = llvm::toString(planOr.takeError());
@@ -104,6 +106,39 @@ llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
     }
   }
   return out;
+}
+
+llvm::Error checkRanksAgree(MpiComm &world, const std::string &planPath,
+                            const std::string &runFlags) {
+  auto planDigest = planHeaderDigest(planPath);
+  uint64_t p = planDigest ? *planDigest : 0; // it loaded a moment ago
+  if (!planDigest)
+    llvm::consumeError(planDigest.takeError());
+  uint64_t f = support::fnv1a64(runFlags.data(), runFlags.size(),
+                                support::kFnv1a64Basis);
+  // Halves: a double holds 32 bits exactly.
+  auto all = world.allGather({double(p >> 32), double(p & 0xffffffffu),
+                              double(f >> 32), double(f & 0xffffffffu)});
+  if (!all)
+    return world.failAlone(all.takeError());
+  std::string msg;
+  if (world.rank() == 0)
+    for (int r = 1; r < world.size() && msg.empty(); ++r) {
+      const double *mine = all->data(), *theirs = all->data() + 4 * r;
+      if (theirs[0] != mine[0] || theirs[1] != mine[1])
+        msg = llvm::formatv("rank {0} was given another plan than rank 0 "
+                            "('{1}'): every rank must run the same plan file",
+                            r, planPath)
+                  .str();
+      else if (theirs[2] != mine[2] || theirs[3] != mine[3])
+        msg = llvm::formatv("rank {0} was given other flags than rank 0: "
+                            "every rank must run with the same flags "
+                            "(--threads, --quiet and --comm-timeout may "
+                            "differ)",
+                            r)
+                  .str();
+    }
+  return agree(world, msg.empty() ? llvm::Error::success() : fail(msg));
 }
 
 } // namespace cleave::runtime

@@ -8,6 +8,7 @@
 
 #include "runtime/Plan.h"
 #include "runtime/comm/MpiComm.h"
+#include "support/TrustedPaths.h"
 
 #include "llvm/Support/Error.h"
 
@@ -32,7 +33,17 @@ struct RankPlan {
 // A collective of the world. Errors follow runtime::agree: one process gets
 // the message (the first rank that could read the plan, for a process count
 // that does not fit it), the others a ReportedElsewhere.
-llvm::Expected<RankPlan> loadPlanForRank(const std::string &path,
-                                         MpiComm &world);
+llvm::Expected<RankPlan>
+loadPlanForRank(const std::string &path, MpiComm &world,
+                const support::TrustedFolders &trusted = {});
+
+// Under mpirun each process reads the plan and flags it was given; a rank
+// with another plan (another split, other hyperparameters, bf16) or other
+// run flags would train something else without a word. A collective:
+// every rank's digests of its plan file's header and of `runFlags` (the
+// flags that change results, as text) meet on rank 0 before the first
+// step, and any difference is one line naming the first rank that differs.
+llvm::Error checkRanksAgree(MpiComm &world, const std::string &planPath,
+                            const std::string &runFlags);
 
 } // namespace cleave::runtime

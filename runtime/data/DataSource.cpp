@@ -1,6 +1,7 @@
 #include "runtime/data/DataSource.h"
 
 #include "runtime/data/NumpyFiles.h"
+#include "support/Checksum.h"
 #include "support/FileIO.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -269,7 +270,9 @@ llvm::Error DataSource::fill(int64_t step, int microbatch,
     return llvm::Error::success();
   }
   // Synthetic: a hash of (seed, input, sample, element).
-  uint64_t salt = fnv1a64(in.name.data(), in.name.size()) ^ seed_;
+  uint64_t salt = support::fnv1a64(in.name.data(), in.name.size(),
+                                   support::kFnv1a64BasisCleave2) ^
+                  seed_;
   int64_t n = 1;
   for (int64_t d : in.shape)
     n *= d;

@@ -12,6 +12,8 @@
 #endif
 
 #include <algorithm>
+#include <new>
+#include <vector>
 
 namespace cleave::runtime {
 
@@ -46,9 +48,11 @@ static const char *npyDescr(DType d) {
 }
 
 // Parses the bytes of a .npy file; `what` names them in errors ("'f.npy'",
-// or "'f.npz' member 'x.npy'").
+// or "'f.npz' member 'x.npy'"). With `owned` (the string `all` views),
+// the data is moved out of it rather than copied.
 static llvm::Expected<std::shared_ptr<TensorData>>
-parseNpy(llvm::StringRef all, const std::string &what) {
+parseNpy(llvm::StringRef all, const std::string &what,
+         std::string *owned = nullptr) {
   if (!all.startswith("\x93NUMPY") || all.size() < 10)
     return err(what + " is not a NumPy .npy file");
   uint8_t major = all[6];
@@ -118,8 +122,11 @@ parseNpy(llvm::StringRef all, const std::string &what) {
     return err(what + " holds " +
                std::to_string(all.size() - dataStart) + " data bytes but " +
                type.str() + " needs " + std::to_string(type.byteSize()));
-  return std::make_shared<TensorData>(type,
-                                      all.substr(dataStart).str());
+  if (owned && owned->data() == all.data() && owned->size() == all.size()) {
+    owned->erase(0, dataStart); // no second copy of a large member
+    return std::make_shared<TensorData>(type, std::move(*owned));
+  }
+  return std::make_shared<TensorData>(type, all.substr(dataStart).str());
 }
 
 llvm::Expected<std::shared_ptr<TensorData>>
@@ -180,33 +187,57 @@ uint64_t le(llvm::StringRef b, size_t at, int n) {
 }
 
 #ifdef CLEAVE_HAVE_ZLIB
-// Inflates a raw deflate stream into exactly `size` bytes.
-bool inflateRaw(llvm::StringRef in, std::string &out, uint64_t size) {
-  out.assign(size, '\0');
+// Inflates a raw deflate stream into exactly `size` bytes. The output
+// grows with what the stream really yields (never past `size`), so a
+// member whose header claims gigabytes it does not hold is found out
+// before that much memory is taken. An empty string on failure; `error`
+// says why.
+bool inflateRaw(llvm::StringRef in, std::string &out, uint64_t size,
+                std::string &error) {
   z_stream s{};
-  if (inflateInit2(&s, -MAX_WBITS) != Z_OK)
+  if (inflateInit2(&s, -MAX_WBITS) != Z_OK) {
+    error = "does not decompress";
     return false;
+  }
+  constexpr size_t kPiece = size_t(1) << 20;
+  std::vector<unsigned char> piece(kPiece);
   s.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(in.data()));
-  s.next_out = reinterpret_cast<Bytef *>(out.data());
-  size_t inLeft = in.size(), outLeft = size;
+  size_t inLeft = in.size();
   int rc = Z_OK;
+  error.clear();
   while (rc == Z_OK) {
-    // avail_in/avail_out are 32-bit: feed large members in pieces.
+    // avail_in is 32-bit: feed large members in pieces.
     if (s.avail_in == 0 && inLeft) {
       s.avail_in = uInt(std::min<size_t>(inLeft, 1u << 30));
       inLeft -= s.avail_in;
     }
-    if (s.avail_out == 0 && outLeft) {
-      s.avail_out = uInt(std::min<size_t>(outLeft, 1u << 30));
-      outLeft -= s.avail_out;
-    }
+    s.next_out = piece.data();
+    s.avail_out = uInt(kPiece);
     rc = inflate(&s, Z_NO_FLUSH);
-    if (rc == Z_BUF_ERROR && (s.avail_in || inLeft) && (s.avail_out || outLeft))
+    size_t got = kPiece - s.avail_out;
+    if (got > size - out.size()) {
+      error = "holds more than the " + std::to_string(size) +
+              " bytes its header claims";
+      break;
+    }
+    try {
+      if (out.capacity() < out.size() + got)
+        out.reserve(std::min<uint64_t>(
+            size, std::max<uint64_t>(2 * out.capacity(), out.size() + got)));
+      out.append(reinterpret_cast<const char *>(piece.data()), got);
+    } catch (const std::bad_alloc &) {
+      error = "cannot allocate " + std::to_string(size) +
+              " bytes to decompress it";
+      break;
+    }
+    if (rc == Z_BUF_ERROR && (s.avail_in || inLeft))
       rc = Z_OK; // progress still possible
   }
-  bool ok = rc == Z_STREAM_END && s.avail_out == 0 && outLeft == 0;
   inflateEnd(&s);
-  return ok;
+  if (error.empty() && (rc != Z_STREAM_END || out.size() != size))
+    error = "does not decompress to the " + std::to_string(size) +
+            " bytes its header claims";
+  return error.empty();
 }
 #endif
 } // namespace
@@ -331,8 +362,9 @@ readNpzFile(const std::string &path) {
       // a reason to allocate.
       if (usize / 1032 > csize + 1)
         return corrupt("member '" + name + "' claims an impossible size");
-      if (!inflateRaw(raw, inflated, usize))
-        return corrupt("member '" + name + "' does not decompress");
+      std::string why;
+      if (!inflateRaw(raw, inflated, usize, why))
+        return corrupt("member '" + name + "' " + why);
       bytes = inflated;
 #else
       return err(member + " is compressed; save with numpy.savez, not "
@@ -350,7 +382,7 @@ readNpzFile(const std::string &path) {
     llvm::StringRef key = name;
     if (!key.consume_back(".npy"))
       return err(member + " is not a .npy array");
-    auto t = parseNpy(bytes, member);
+    auto t = parseNpy(bytes, member, method == 8 ? &inflated : nullptr);
     if (!t)
       return t.takeError();
     if (!out.emplace(key.str(), std::move(*t)).second)

@@ -9,6 +9,7 @@
 #include "runtime/Trainer.h"
 #include "runtime/data/DataSource.h"
 #include "runtime/data/NumpyFiles.h"
+#include "support/Checksum.h"
 
 #include "TestPlans.h"
 #include "TestSupport.h"
@@ -21,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <chrono>
 #include <fstream>
 #include <cstring>
@@ -369,7 +372,7 @@ TEST_F(CheckpointFile, RoundTripAndStaleTempFiles) {
   write(42, 3, wEntry() + mEntry() + bEntry());
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"checkpoint.bin"});
   std::string file = readAll(dir.file("checkpoint.bin"));
-  EXPECT_EQ(file.substr(0, 12), "CLEAVECKPT2\n");
+  EXPECT_EQ(file.substr(0, 12), "CLEAVECKPT3\n");
   EXPECT_EQ(getLe(file, kStepsAt, 8), 42u);
   EXPECT_EQ(getLe(file, kEntriesAt, 8), 3u);
   EXPECT_EQ(getLe(file, 24, 8), runtime::checkpointPlanIdentity(plan));
@@ -440,6 +443,54 @@ TEST_F(CheckpointFile, EntriesMustBeThePlansStateSlotsEachOnce) {
   expectRefused("2 bytes after its last entry");
 }
 
+TEST_F(CheckpointFile, Format2FilesAreStillRead) {
+  // Format 2: the same layout, summed from FNV-1a's offset basis with its
+  // last digit dropped.
+  const uint64_t basis = support::kFnv1a64BasisCleave2;
+  auto resum = [&](std::string e) {
+    e.resize(e.size() - 8);
+    putLe(e, support::fnv1a64(e.data(), e.size(), basis), 8);
+    return e;
+  };
+  std::string file = whole();
+  size_t headerEnd = 20 + size_t(getLe(file, 12, 8));
+  std::string old = "CLEAVECKPT2\n" + file.substr(12, headerEnd - 12);
+  old[20] = 2;
+  std::string identity;
+  putLe(identity, runtime::checkpointPlanIdentity(plan, basis), 8);
+  old.replace(24, 8, identity);
+  putLe(old, support::fnv1a64(old.data(), old.size(), basis), 8);
+  old += resum(wEntry()) + resum(mEntry()) + resum(bEntry());
+  std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << old;
+  auto steps = read();
+  ASSERT_TRUE(bool(steps)) << llvm::toString(steps.takeError());
+  EXPECT_EQ(*steps, 42);
+  EXPECT_EQ(got.at("0w"), "abcdefgh");
+  // Its sums are not format 3's.
+  expectRefused("CLEAVECKPT3\n" + old.substr(12),
+                "the header is corrupt (checksum mismatch)");
+  // The standard basis, not the old one.
+  EXPECT_EQ(runtime::fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+}
+
+TEST_F(CheckpointFile, NonFiniteParametersOrOptimizerStateAreRefused) {
+  // The sums are recomputable, so an edit that keeps them right is caught
+  // by what it writes: no run writes a NaN into a parameter or a moment.
+  std::string nan(4, '\0'), inf(4, '\0');
+  float n = std::nanf(""), i = INFINITY;
+  std::memcpy(nan.data(), &n, 4);
+  std::memcpy(inf.data(), &i, 4);
+  write(42, 3, wEntry() + entry(0, "m", "f32", {1}, nan) + bEntry());
+  expectRefused("'m' (stage 0) holds nan at element 0");
+  write(42, 3, entry(0, "w", "f32", {2}, "abcd" + inf) + mEntry() + bEntry());
+  expectRefused("'w' (stage 0) holds inf at element 1");
+  // A model buffer may hold an infinity (a mask).
+  plan.modelTensors.push_back({"m", ir::DType::F32, {1}});
+  write(42, 3, wEntry() + entry(0, "m", "f32", {1}, inf) + bEntry());
+  auto r = read();
+  EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());
+}
+
 TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
   std::string file = whole();
   runtime::Plan ours = plan;
@@ -492,10 +543,10 @@ TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
   newer[20] = 4;
   resumHeader(newer);
   expectRefused(newer, "a checkpoint of format 4; this cleave reads formats 2 "
-                       "to 3");
+                       "and 3");
 }
 
-TEST_F(CheckpointFile, StoresTheLrScheduleAndReadsFormat2) {
+TEST_F(CheckpointFile, StoresTheLrSchedule) {
   std::string body = wEntry() + mEntry() + bEntry();
   ASSERT_EQ(errorText(runtime::writeCheckpointFile(
                 d, plan, 7, 3, body, "cosine 0.001 10 0 100")),
@@ -509,22 +560,8 @@ TEST_F(CheckpointFile, StoresTheLrScheduleAndReadsFormat2) {
   ASSERT_TRUE(bool(steps)) << llvm::toString(steps.takeError());
   EXPECT_EQ(*steps, 7);
   EXPECT_EQ(schedule, "cosine 0.001 10 0 100");
-  // A format 2 file (an older cleave's: no schedule string) still loads.
-  write(42, 3, body);
-  std::string file = readAll(dir.file("checkpoint.bin"));
-  size_t headerEnd = 20 + size_t(getLe(file, 12, 8));
-  ASSERT_EQ(getLe(file, headerEnd - 4, 4), 0u); // the empty schedule
-  file.erase(headerEnd - 4, 4);
-  std::string length;
-  putLe(length, getLe(file, 12, 8) - 4, 8);
-  file.replace(12, 8, length);
-  file[20] = 2;
-  resumHeader(file);
-  std::ofstream(dir.file("checkpoint.bin"), std::ios::binary) << file;
-  auto old = read();
-  ASSERT_TRUE(bool(old)) << llvm::toString(old.takeError());
-  EXPECT_EQ(*old, 42);
-  EXPECT_EQ(got.size(), 3u);
+  // Format 2 files (no schedule string, the old FNV basis) are read too:
+  // CheckpointFile.Format2FilesAreStillRead.
 }
 
 TEST(Trace, ChromeTraceAndProfileText) {

@@ -206,9 +206,64 @@ TEST(ReferencedWeights, AWeightFileOfAnotherSizeOrGoneIsRefusedOnRead) {
   auto gone = runtime::readPlanFile(path);
   ASSERT_FALSE(bool(gone));
   EXPECT_EQ(llvm::toString(gone.takeError()),
-            path + ": cannot open '" + weights +
+            path + ": cannot open '" + dir.file("model.weights") +
                 "': No such file or directory (the plan refers to its "
                 "weights; recompile the model or restore the file)");
+}
+
+// A plan is untrusted: the weight files it names are read only inside its
+// folder, unless the reader trusts another (cleave-run --trust-dir).
+TEST(ReferencedWeights, WeightFilesOutsideThePlansFolderAreRefused) {
+  TempDir dir;
+  std::string model = tinyLlama(dir);
+  auto plan = testsupport::compilePlanFrom(model, 1, 1, "1f1b");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  llvm::SmallString<256> realDir;
+  ASSERT_FALSE(llvm::sys::fs::real_path(dir.path, realDir));
+  std::string weights = plan->weightFiles[0].path;
+  // Next to the model, the plan names its weights relative to itself and
+  // reads them from its folder whatever the current one is.
+  ASSERT_EQ(errorText(runtime::writePlanFile(*plan, dir.file("in.cplan"))),
+            "(success)");
+  auto in = runtime::readPlanFile(dir.file("in.cplan"));
+  ASSERT_TRUE(bool(in)) << llvm::toString(in.takeError());
+  EXPECT_EQ(in->weightFiles[0].path, weights);
+
+  ASSERT_FALSE(llvm::sys::fs::create_directory(dir.file("plans")));
+  std::string path = dir.file("plans/p.cplan");
+  auto refused = [&](const std::string &named, const std::string &want,
+                     const support::TrustedFolders &trusted = {}) {
+    runtime::Plan crafted = *plan;
+    crafted.weightFiles[0].path = named;
+    EXPECT_EQ(errorText(runtime::writePlanFile(crafted, path)), "(success)");
+    auto r = runtime::readPlanFile(path, std::nullopt, trusted);
+    if (want.empty()) {
+      EXPECT_TRUE(bool(r)) << named << ": " << llvm::toString(r.takeError());
+      return;
+    }
+    ASSERT_FALSE(bool(r)) << named;
+    std::string e = llvm::toString(r.takeError());
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  std::string outside = "', outside '" + std::string(realDir) + "/plans': " +
+                        "pass --trust-dir " + std::string(realDir) +
+                        " if you trust that folder";
+  // Absolute, climbing out, through a symlink: each refused.
+  refused(weights, "weight file '" + weights + "' resolves to '" + weights +
+                       outside);
+  refused("../model.weights",
+          "weight file '../model.weights' resolves to '" + weights + outside);
+  ASSERT_FALSE(llvm::sys::fs::create_link(weights, dir.file("plans/link")));
+  refused("link", "weight file 'link' resolves to '" + weights + outside);
+  // A NUL would cut the name short for the C library.
+  refused(std::string("link\0/x", 7), "weight file path 'link...' contains a "
+                                       "NUL byte");
+  // A folder the reader trusts.
+  support::TrustedFolders trusted{{std::string(dir.path)}};
+  refused("../model.weights", "", trusted);
+  refused(weights, "", trusted);
+  refused("/etc/passwd", "resolves to '/etc/passwd', outside", trusted);
 }
 
 TEST(ReferencedWeights, ReferencedAndCopiedPlansStartFromTheSameBytes) {

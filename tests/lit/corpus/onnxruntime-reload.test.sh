@@ -9,7 +9,7 @@ for m in gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy \
   "$cleavec" "$corpus/$m/model.onnx" --stages 2 --microbatches 4 \
     --schedule zb-h1 --lr 0.1 --momentum 0.9 -o "$out/$m.cplan" >/dev/null
   "$cleave_run" "$out/$m.cplan" --data "$corpus/$m/steps/data" --steps 3 \
-    --quiet --save "$out/$m.onnx" >/dev/null
+    --quiet --trust-dir "$corpus" --save "$out/$m.onnx" >/dev/null
   # onnxruntime runs a dynamo export's inference-form BatchNorm on its
   # running statistics (eval()); cleave-opt does the same in eval mode,
   # which also checks the running statistics --save wrote.

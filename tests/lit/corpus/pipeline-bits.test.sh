@@ -14,7 +14,7 @@ for m in gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy \
     "$cleavec" "$corpus/$m/model.onnx" --stages $p --microbatches 4 \
       --schedule $schedule --lr 0.1 --momentum 0.9 -o "$out/$m-$p.cplan" >/dev/null
     "$cleave_run" "$out/$m-$p.cplan" --data "$corpus/$m/steps/data" --steps 3 \
-      --quiet --save "$out/$m-$p.onnx"
+      --quiet --trust-dir "$corpus" --save "$out/$m-$p.onnx"
   done
   cmp "$out/$m-1.onnx" "$out/$m-2.onnx"
   cmp "$out/$m-1.onnx" "$out/$m-4.onnx"

@@ -17,11 +17,11 @@ for m in $models; do
   done
   for t in 1 2 4; do
     "$cleave_run" "$out/$m-1.cplan" --data "$corpus/$m/steps/data" --steps 3 \
-      --threads $t --quiet --save "$out/$m-t$t.onnx"
+      --threads $t --quiet --trust-dir "$corpus" --save "$out/$m-t$t.onnx"
   done
   for p in 2 4; do
     "$cleave_run" "$out/$m-$p.cplan" --data "$corpus/$m/steps/data" --steps 3 \
-      --threads 1 --quiet --save "$out/$m-s$p.onnx"
+      --threads 1 --quiet --trust-dir "$corpus" --save "$out/$m-s$p.onnx"
   done
   for v in t2 t4 s2 s4; do
     cmp "$out/$m-t1.onnx" "$out/$m-$v.onnx"

@@ -48,7 +48,7 @@ while landed < kills and tries < 10 * kills:
     tries += 1
     path = os.path.join(ckpt, "checkpoint.bin")
     if os.path.exists(path):
-        # "CLEAVECKPT2\n", u64 header length, u32 version, u64 plan
+        # "CLEAVECKPT3\n", u64 header length, u32 version, u64 plan
         # identity, u32 stages, u64 entries, then u64 steps done
         # (runtime/Checkpoint.h).
         with open(path, "rb") as f:

@@ -1,0 +1,692 @@
+"""The sweep's model registry: small random-init configurations of library
+classes, each wrapped to return its loss.
+
+transformers: a generic shrinker builds each class's config with small sizes
+(hidden 32, 2 layers, 4 heads, 2 KV heads, FFN 64, vocab 128, 64 positions,
+32x32 images, every dropout 0) wherever the class's default config has the
+attribute with an int or float value, then applies the entry's overrides.
+The model's own loss comes through `labels=` (causal and masked LM, sequence
+and image classification, seq2seq LM, CTC, semantic segmentation).
+
+torchvision: the classification and segmentation builders at small widths
+(rebuilt from the library's own blocks where the builder hard-codes them),
+32x32 images (64 where the network needs them), `F.cross_entropy` losses
+(per pixel on the 'out' head for segmentation).
+
+Every entry's build() returns (module, sample, wrapper, batch): sample(gen, n)
+draws an OrderedDict of n input rows, wrapper(module) is the nn.Module whose
+forward takes those inputs in that order and returns the scalar loss.
+"""
+
+import collections
+import functools
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB = 128
+SEQ = 16
+TGT = 8
+IMAGE = 32
+CLASSES = 10
+PERTURB = 0.1
+
+Entry = collections.namedtuple("Entry", "name family cls build")
+
+
+# --------------------------------------------------------------------------
+# Common preparation
+
+def perturb_constant_params(model, gen):
+    """PERTURB * N(0, 1) added to every parameter initialized to a constant
+    or almost zero (norm weights and biases, zero biases and heads): a
+    constant hides a misplaced transpose or broadcast, and a zero head
+    zeroes every other gradient (the corpus does the same)."""
+    names = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.numel() > 1 and (bool(p.min() == p.max()) or float(p.abs().max()) < 1e-4):
+                p.add_(PERTURB * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+                names.append(name)
+            elif p.numel() == 1 and float(p.abs()) < 1e-4:
+                p.add_(PERTURB * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+                names.append(name)
+    return names
+
+
+def warm_up_batchnorm(model, sample, batch, gen):
+    """Running statistics set to one batch's (momentum 1), so they are not
+    the 0 / 1 of a fresh module."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return False
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.momentum = 1.0
+    model.train()
+    with torch.no_grad():
+        model(*sample(gen, 4 * batch).values())
+    for m, mom in zip(bns, saved):
+        m.momentum = mom
+        if m.num_batches_tracked is not None:
+            m.num_batches_tracked.zero_()
+    return True
+
+
+def no_dropout(model):
+    """Every dropout probability 0 (the config's or the builder's)."""
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            m.p = 0.0
+        for attr in ("drop_prob", "dropout_prob", "stochastic_depth_prob"):
+            if isinstance(getattr(m, attr, None), float):
+                setattr(m, attr, 0.0)
+        if type(m).__name__ == "StochasticDepth":
+            m.p = 0.0
+
+
+# --------------------------------------------------------------------------
+# transformers
+
+# Attribute -> small value; set only where the class's default config has
+# the attribute with a value of the same type (int / float), so lists and
+# None defaults keep their meaning.
+SHRINK = {
+    "vocab_size": VOCAB, "hidden_size": 32, "d_model": 32, "n_embd": 32, "dim": 32,
+    "embedding_size": 32, "word_embed_proj_dim": 32, "embed_dim": 32,
+    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2,
+    "encoder_layers": 2, "decoder_layers": 2, "num_decoder_layers": 2,
+    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4,
+    "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+    "num_key_value_heads": 2, "num_kv_heads": 2,
+    "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+    "d_ff": 64, "hidden_dim": 64, "d_kv": 8, "head_dim": 8,
+    "max_position_embeddings": 64, "n_positions": 64, "n_ctx": 64, "max_target_positions": 64,
+    "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "image_size": IMAGE, "patch_size": 8, "num_channels": 3,
+    "rotary_dim": 4, "relative_attention_num_buckets": 8,
+    "relative_attention_max_distance": 16, "state_size": 8, "expand": 2,
+    "conv_kernel": 4, "time_step_rank": 4, "num_buckets": 8,
+    "initializer_range": 0.05,
+}
+
+DROPOUT_WORDS = ("dropout", "pdrop", "drop_path", "layerdrop", "drop_rate")
+DROP = object()   # an override that removes a shrunk attribute
+
+
+def shrunk_config(config_cls, overrides):
+    base = config_cls()
+    kw = {}
+    for k, v in SHRINK.items():
+        if isinstance(getattr(config_cls, k, None), property):
+            continue   # derived (FalconConfig.head_dim)
+        if hasattr(base, k):
+            d = getattr(base, k)
+            if isinstance(d, bool) or d is None:
+                continue
+            if isinstance(d, int) and isinstance(v, int):
+                kw[k] = v
+            elif isinstance(d, float) and isinstance(v, (int, float)):
+                kw[k] = float(v)
+    for k, d in vars(base).items():
+        if any(w in k for w in DROPOUT_WORDS) and isinstance(d, float):
+            kw[k] = 0.0
+        if k.endswith("_token_id") and isinstance(d, int) and not isinstance(d, bool) \
+                and d >= VOCAB:
+            kw[k] = 1 if "pad" not in k else 0
+    kw["num_labels"] = CLASSES
+    kw.update(overrides)
+    kw = {k: v for k, v in kw.items() if v is not DROP}
+    cfg = config_cls(**kw)
+    for k, v in overrides.items():   # attributes the constructor does not take
+        if v is not DROP and getattr(cfg, k, None) != v:
+            setattr(cfg, k, v)
+    if hasattr(cfg, "use_cache"):
+        cfg.use_cache = False
+    # Mixture-of-experts layers default to torch._grouped_mm, which has no
+    # float64 kernel (the reference); the eager loop over experts is the
+    # same computation.
+    if hasattr(cfg, "_experts_implementation_internal"):
+        cfg._experts_implementation_internal = "eager"
+    return cfg
+
+
+class HFLoss(nn.Module):
+    """forward(*inputs) -> self.m(**{name: input}, **extra).loss"""
+
+    def __init__(self, m, names, extra=None):
+        super().__init__()
+        self.m = m
+        self.names = list(names)
+        self.extra = dict(extra or {})
+
+    def forward(self, a, b=None, c=None, d=None):
+        vals = [a, b, c, d][:len(self.names)]
+        return self.m(**dict(zip(self.names, vals)), **self.extra).loss
+
+
+def ids(gen, n, length=SEQ, low=4):
+    return torch.randint(low, VOCAB, (n, length), generator=gen, dtype=torch.int64)
+
+
+def causal_sample(gen, n, mask=True):
+    x = ids(gen, n)
+    d = collections.OrderedDict([("input_ids", x)])
+    if mask:
+        d["attention_mask"] = torch.ones(n, SEQ, dtype=torch.int64)
+    d["labels"] = x.clone()
+    return d
+
+
+def masked_sample(gen, n, mask=True):
+    x = ids(gen, n)
+    lengths = torch.randint(SEQ - 4, SEQ + 1, (n,), generator=gen)
+    m = (torch.arange(SEQ)[None, :] < lengths[:, None]).to(torch.int64)
+    x = torch.where(m.bool(), x, torch.zeros_like(x))
+    pick = torch.rand(n, SEQ, generator=gen) < 0.25
+    pick[:, 1] = True
+    pick &= m.bool()
+    labels = torch.where(pick, ids(gen, n), torch.full_like(x, -100))
+    d = collections.OrderedDict([("input_ids", x)])
+    if mask:
+        d["attention_mask"] = m
+    else:
+        d["input_ids"] = torch.where(m.bool(), x, ids(gen, n))
+    d["labels"] = labels
+    return d
+
+
+def seqcls_sample(gen, n, mask=True):
+    d = collections.OrderedDict([("input_ids", ids(gen, n))])
+    if mask:
+        d["attention_mask"] = torch.ones(n, SEQ, dtype=torch.int64)
+    d["labels"] = torch.randint(0, CLASSES, (n,), generator=gen, dtype=torch.int64)
+    return d
+
+
+def seq2seq_sample(gen, n, mask=True):
+    d = collections.OrderedDict([("input_ids", ids(gen, n))])
+    if mask:
+        d["attention_mask"] = torch.ones(n, SEQ, dtype=torch.int64)
+    d["labels"] = ids(gen, n, TGT)
+    return d
+
+
+def image_sample(gen, n, size=IMAGE, key="pixel_values"):
+    return collections.OrderedDict([
+        (key, torch.randn(n, 3, size, size, generator=gen)),
+        ("labels", torch.randint(0, CLASSES, (n,), generator=gen, dtype=torch.int64))])
+
+
+def segment_sample(gen, n, size=IMAGE, key="pixel_values", classes=CLASSES):
+    return collections.OrderedDict([
+        (key, torch.randn(n, 3, size, size, generator=gen)),
+        ("labels", torch.randint(0, classes, (n, size, size), generator=gen,
+                                 dtype=torch.int64))])
+
+
+AUDIO_SAMPLES = 1600
+
+
+def ctc_sample(gen, n):
+    return collections.OrderedDict([
+        ("input_values", torch.randn(n, AUDIO_SAMPLES, generator=gen)),
+        ("labels", torch.randint(1, 30, (n, 6), generator=gen, dtype=torch.int64))])
+
+
+def features_sample(gen, n, key, shape):
+    return collections.OrderedDict([
+        (key, torch.randn((n,) + tuple(shape), generator=gen)),
+        ("labels", ids(gen, n, TGT))])
+
+
+TASKS = {
+    # task: (sample, wrapper extra kwargs, batch)
+    "causal": (causal_sample, {"use_cache": False}, 2),
+    "causal-nocache": (causal_sample, {}, 2),
+    "masked": (masked_sample, {}, 2),
+    "seqcls": (seqcls_sample, {}, 2),
+    "seq2seq": (seq2seq_sample, {"use_cache": False}, 2),
+    "image": (image_sample, {}, 2),
+    "segment": (segment_sample, {}, 2),
+    "ctc": (ctc_sample, {}, 2),
+}
+
+
+def hf_entry(name, config, model, task, overrides=None, mask=True, batch=None,
+             sample=None, extra=None):
+    def build():
+        import transformers
+        cfg = shrunk_config(getattr(transformers, config), overrides or {})
+        m = getattr(transformers, model)(cfg)
+        samp, ext, b = TASKS[task]
+        if sample is not None:
+            samp = sample
+        elif task in ("causal", "causal-nocache", "masked", "seqcls", "seq2seq"):
+            samp = functools.partial(samp, mask=mask)
+        ext = dict(ext)
+        ext.update(extra or {})
+        probe = samp(torch.Generator().manual_seed(0), 1)
+        return m, samp, functools.partial(HFLoss, names=list(probe), extra=ext), batch or b
+    return Entry(name, "transformers", "transformers." + model, build)
+
+
+def transformers_entries():
+    E = hf_entry
+    vit = {"image_size": IMAGE, "patch_size": 8}
+    return [
+        # decoders (labels=input_ids: the class's own shifted causal-LM loss)
+        E("gpt2", "GPT2Config", "GPT2LMHeadModel", "causal"),
+        E("gpt_neo", "GPTNeoConfig", "GPTNeoForCausalLM", "causal",
+          {"attention_types": [[["global", "local"], 1]], "num_layers": 2, "window_size": 8}),
+        E("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", "causal"),
+        E("gptj", "GPTJConfig", "GPTJForCausalLM", "causal"),
+        E("opt", "OPTConfig", "OPTForCausalLM", "causal"),
+        E("bloom", "BloomConfig", "BloomForCausalLM", "causal"),
+        E("llama", "LlamaConfig", "LlamaForCausalLM", "causal"),
+        E("mistral", "MistralConfig", "MistralForCausalLM", "causal"),
+        E("mixtral", "MixtralConfig", "MixtralForCausalLM", "causal"),
+        E("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "causal"),
+        E("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", "causal"),
+        E("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "causal"),
+        E("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "causal"),
+        E("phi", "PhiConfig", "PhiForCausalLM", "causal"),
+        E("phi3", "Phi3Config", "Phi3ForCausalLM", "causal"),
+        E("gemma", "GemmaConfig", "GemmaForCausalLM", "causal"),
+        E("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "causal"),
+        E("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM", "causal"),
+        E("falcon", "FalconConfig", "FalconForCausalLM", "causal"),
+        E("stablelm", "StableLmConfig", "StableLmForCausalLM", "causal"),
+        E("codegen", "CodeGenConfig", "CodeGenForCausalLM", "causal"),
+        E("biogpt", "BioGptConfig", "BioGptForCausalLM", "causal"),
+        E("xglm", "XGLMConfig", "XGLMForCausalLM", "causal"),
+        E("mpt", "MptConfig", "MptForCausalLM", "causal"),
+        E("persimmon", "PersimmonConfig", "PersimmonForCausalLM", "causal"),
+        E("olmo", "OlmoConfig", "OlmoForCausalLM", "causal"),
+        E("olmo2", "Olmo2Config", "Olmo2ForCausalLM", "causal"),
+        E("olmoe", "OlmoeConfig", "OlmoeForCausalLM", "causal"),
+        E("granite", "GraniteConfig", "GraniteForCausalLM", "causal"),
+        E("cohere", "CohereConfig", "CohereForCausalLM", "causal"),
+        E("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM", "causal"),
+        E("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM", "causal"),
+        E("openai_gpt", "OpenAIGPTConfig", "OpenAIGPTLMHeadModel", "causal-nocache"),
+        E("ctrl", "CTRLConfig", "CTRLLMHeadModel", "causal"),
+        E("glm", "GlmConfig", "GlmForCausalLM", "causal"),
+        E("glm4", "Glm4Config", "Glm4ForCausalLM", "causal"),
+        E("helium", "HeliumConfig", "HeliumForCausalLM", "causal"),
+        E("nemotron", "NemotronConfig", "NemotronForCausalLM", "causal", {"num_key_value_heads": 2}),
+        E("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM", "causal"),
+        # encoders (masked LM with padded rows and -100 labels)
+        E("bert", "BertConfig", "BertForMaskedLM", "masked"),
+        E("bert_seqcls", "BertConfig", "BertForSequenceClassification", "seqcls"),
+        E("roberta", "RobertaConfig", "RobertaForMaskedLM", "masked", {"pad_token_id": 1}),
+        E("distilbert", "DistilBertConfig", "DistilBertForMaskedLM", "masked"),
+        E("albert", "AlbertConfig", "AlbertForMaskedLM", "masked", {"embedding_size": 16}),
+        E("electra", "ElectraConfig", "ElectraForMaskedLM", "masked", {"embedding_size": 32}),
+        E("deberta", "DebertaConfig", "DebertaForMaskedLM", "masked"),
+        E("deberta_v2", "DebertaV2Config", "DebertaV2ForMaskedLM", "masked"),
+        E("xlm_roberta", "XLMRobertaConfig", "XLMRobertaForMaskedLM", "masked",
+          {"pad_token_id": 1}),
+        E("mpnet", "MPNetConfig", "MPNetForMaskedLM", "masked",
+          {"pad_token_id": 1, "relative_attention_num_buckets": 32}),
+        E("convbert", "ConvBertConfig", "ConvBertForMaskedLM", "masked",
+          {"embedding_size": 32, "conv_kernel_size": 3}),
+        E("funnel", "FunnelConfig", "FunnelForMaskedLM", "masked",
+          {"block_sizes": [1, 1], "d_head": 8, "d_inner": 64, "n_head": 4,
+           "num_hidden_layers": DROP}),
+        E("longformer", "LongformerConfig", "LongformerForMaskedLM", "masked",
+          {"attention_window": 4, "pad_token_id": 1}),
+        E("big_bird", "BigBirdConfig", "BigBirdForMaskedLM", "masked",
+          {"attention_type": "original_full"}),
+        E("camembert", "CamembertConfig", "CamembertForMaskedLM", "masked", {"pad_token_id": 1}),
+        E("megatron_bert", "MegatronBertConfig", "MegatronBertForMaskedLM", "masked"),
+        E("mobilebert", "MobileBertConfig", "MobileBertForMaskedLM", "masked",
+          {"embedding_size": 16, "intra_bottleneck_size": 16, "true_hidden_size": 16,
+           "num_feedforward_networks": 1}),
+        E("roformer", "RoFormerConfig", "RoFormerForMaskedLM", "masked"),
+        E("squeezebert", "SqueezeBertConfig", "SqueezeBertForMaskedLM", "masked",
+          {"embedding_size": 32}),
+        E("ernie", "ErnieConfig", "ErnieForMaskedLM", "masked"),
+        E("modernbert", "ModernBertConfig", "ModernBertForMaskedLM", "masked",
+          {"global_attn_every_n_layers": 1, "local_attention": 8}),
+        E("nystromformer", "NystromformerConfig", "NystromformerForMaskedLM", "masked",
+          {"num_landmarks": 4, "segment_means_seq_len": SEQ}, mask=False),
+        E("fnet", "FNetConfig", "FNetForMaskedLM", "masked", mask=False),
+        E("esm", "EsmConfig", "EsmForMaskedLM", "masked", {"pad_token_id": 1, "mask_token_id": 2,
+                                                           "vocab_size": VOCAB}),
+        E("data2vec_text", "Data2VecTextConfig", "Data2VecTextForMaskedLM", "masked",
+          {"pad_token_id": 1}),
+        E("rembert", "RemBertConfig", "RemBertForMaskedLM", "masked",
+          {"input_embedding_size": 16, "output_embedding_size": 16}),
+        # encoder-decoders (labels: the class shifts them into decoder inputs)
+        E("t5", "T5Config", "T5ForConditionalGeneration", "seq2seq", {"decoder_start_token_id": 0}),
+        E("mt5", "MT5Config", "MT5ForConditionalGeneration", "seq2seq"),
+        E("umt5", "UMT5Config", "UMT5ForConditionalGeneration", "seq2seq"),
+        E("bart", "BartConfig", "BartForConditionalGeneration", "seq2seq"),
+        E("mbart", "MBartConfig", "MBartForConditionalGeneration", "seq2seq"),
+        E("pegasus", "PegasusConfig", "PegasusForConditionalGeneration", "seq2seq"),
+        E("marian", "MarianConfig", "MarianMTModel", "seq2seq"),
+        E("blenderbot", "BlenderbotConfig", "BlenderbotForConditionalGeneration", "seq2seq"),
+        E("blenderbot_small", "BlenderbotSmallConfig",
+          "BlenderbotSmallForConditionalGeneration", "seq2seq"),
+        E("plbart", "PLBartConfig", "PLBartForConditionalGeneration", "seq2seq"),
+        E("m2m100", "M2M100Config", "M2M100ForConditionalGeneration", "seq2seq"),
+        E("switch_transformers", "SwitchTransformersConfig",
+          "SwitchTransformersForConditionalGeneration", "seq2seq",
+          {"num_sparse_encoder_layers": 1, "num_sparse_decoder_layers": 1,
+           "decoder_start_token_id": 0}),
+        # vision
+        E("vit", "ViTConfig", "ViTForImageClassification", "image", vit),
+        E("deit", "DeiTConfig", "DeiTForImageClassification", "image", vit),
+        E("beit", "BeitConfig", "BeitForImageClassification", "image", vit),
+        E("data2vec_vision", "Data2VecVisionConfig", "Data2VecVisionForImageClassification",
+          "image", vit),
+        E("dinov2", "Dinov2Config", "Dinov2ForImageClassification", "image", vit),
+        E("vit_msn", "ViTMSNConfig", "ViTMSNForImageClassification", "image", vit),
+        E("swin", "SwinConfig", "SwinForImageClassification", "image",
+          {"patch_size": 4, "embed_dim": 16, "depths": [1, 1], "num_heads": [2, 2],
+           "window_size": 4}),
+        E("swinv2", "Swinv2Config", "Swinv2ForImageClassification", "image",
+          {"patch_size": 4, "embed_dim": 16, "depths": [1, 1], "num_heads": [2, 2],
+           "window_size": 4}),
+        E("convnext", "ConvNextConfig", "ConvNextForImageClassification", "image",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1], "patch_size": 4,
+           "num_stages": 4}),
+        E("convnextv2", "ConvNextV2Config", "ConvNextV2ForImageClassification", "image",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1], "patch_size": 4,
+           "num_stages": 4}),
+        E("resnet_hf", "ResNetConfig", "ResNetForImageClassification", "image",
+          {"embedding_size": 8, "hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1]}),
+        E("regnet_hf", "RegNetConfig", "RegNetForImageClassification", "image",
+          {"embedding_size": 8, "hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
+           "groups_width": 8}),
+        E("mobilevit", "MobileViTConfig", "MobileViTForImageClassification", "image",
+          {"hidden_sizes": [16, 24, 32], "neck_hidden_sizes": [8, 8, 16, 16, 24, 24, 64],
+           "patch_size": 2, "num_attention_heads": 2}),
+        E("mobilenet_v2_hf", "MobileNetV2Config", "MobileNetV2ForImageClassification",
+          "image", {"depth_multiplier": 0.25}),
+        E("mobilenet_v1_hf", "MobileNetV1Config", "MobileNetV1ForImageClassification",
+          "image", {"depth_multiplier": 0.25}),
+        E("efficientnet_hf", "EfficientNetConfig", "EfficientNetForImageClassification",
+          "image", {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320}),
+        E("segformer", "SegformerConfig", "SegformerForImageClassification", "image",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
+           "num_attention_heads": [1, 2, 2, 4], "decoder_hidden_size": 32}),
+        E("segformer_seg", "SegformerConfig", "SegformerForSemanticSegmentation", "segment",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
+           "num_attention_heads": [1, 2, 2, 4], "decoder_hidden_size": 32}),
+        E("poolformer", "PoolFormerConfig", "PoolFormerForImageClassification", "image",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1]}),
+        E("pvt", "PvtConfig", "PvtForImageClassification", "image",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
+           "num_attention_heads": [1, 2, 2, 4]}),
+        E("pvt_v2", "PvtV2Config", "PvtV2ForImageClassification", "image",
+          {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
+           "num_attention_heads": [1, 2, 2, 4]}),
+        E("levit", "LevitConfig", "LevitForImageClassification", "image",
+          {"hidden_sizes": [16, 32, 48], "num_attention_heads": [1, 2, 3],
+           "depths": [1, 1, 1], "key_dim": [8, 8, 8], "patch_size": 16}),
+        E("focalnet", "FocalNetConfig", "FocalNetForImageClassification", "image",
+          {"embed_dim": 16, "depths": [1, 1], "hidden_sizes": [16, 32], "patch_size": 4}),
+        E("bit", "BitConfig", "BitForImageClassification", "image",
+          {"embedding_size": 8, "hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
+           "num_groups": 2}),
+        # audio
+        E("wav2vec2", "Wav2Vec2Config", "Wav2Vec2ForCTC", "ctc", AUDIO_CFG),
+        E("hubert", "HubertConfig", "HubertForCTC", "ctc", AUDIO_CFG),
+        E("wavlm", "WavLMConfig", "WavLMForCTC", "ctc", AUDIO_CFG),
+        E("data2vec_audio", "Data2VecAudioConfig", "Data2VecAudioForCTC", "ctc", AUDIO_CFG),
+        E("unispeech", "UniSpeechConfig", "UniSpeechForCTC", "ctc", AUDIO_CFG),
+        E("sew", "SEWConfig", "SEWForCTC", "ctc", dict(AUDIO_CFG, squeeze_factor=2)),
+        E("whisper", "WhisperConfig", "WhisperForConditionalGeneration", "seq2seq",
+          {"num_mel_bins": 16, "max_source_positions": 32},
+          sample=functools.partial(features_sample, key="input_features", shape=(16, 64)),
+          extra={"use_cache": False}),
+        E("speech_to_text", "Speech2TextConfig", "Speech2TextForConditionalGeneration",
+          "seq2seq", {"input_feat_per_channel": 16, "input_channels": 1,
+                      "conv_channels": 16, "max_source_positions": 64},
+          sample=functools.partial(features_sample, key="input_features", shape=(32, 16)),
+          extra={"use_cache": False}),
+        # state-space and recurrent
+        E("mamba", "MambaConfig", "MambaForCausalLM", "causal-nocache", mask=False),
+        E("mamba2", "Mamba2Config", "Mamba2ForCausalLM", "causal-nocache",
+          {"num_heads": 8, "head_dim": 8, "n_groups": 1, "chunk_size": 8}, mask=False),
+        E("falcon_mamba", "FalconMambaConfig", "FalconMambaForCausalLM", "causal-nocache",
+          mask=False),
+        E("rwkv", "RwkvConfig", "RwkvForCausalLM", "causal-nocache",
+          {"attention_hidden_size": 32, "intermediate_size": 64, "context_length": 64},
+          mask=False),
+    ]
+
+
+AUDIO_CFG = {"conv_dim": [16, 16, 16], "conv_stride": [5, 4, 4], "conv_kernel": [10, 4, 4],
+             "num_conv_pos_embeddings": 8, "num_conv_pos_embedding_groups": 4,
+             "vocab_size": 32, "pad_token_id": 0, "ctc_loss_reduction": "mean",
+             "mask_time_prob": 0.0, "mask_feature_prob": 0.0, "do_stable_layer_norm": False}
+
+
+# --------------------------------------------------------------------------
+# torchvision
+
+class WithLoss(nn.Module):
+    """Cross-entropy of a classifier's logits."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, labels):
+        return F.cross_entropy(self.m(x), labels)
+
+
+class SegmentationWithLoss(nn.Module):
+    """Per-pixel cross-entropy on the 'out' head."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, labels):
+        return F.cross_entropy(self.m(x)["out"], labels)
+
+
+def tv_entry(name, make, size=IMAGE, batch=4, segment=False, cls=None):
+    def build():
+        m = make()
+        if segment:
+            samp = functools.partial(segment_sample, size=size, key="x", classes=5)
+            return m, samp, SegmentationWithLoss, batch
+        return m, functools.partial(image_sample, size=size, key="x"), WithLoss, batch
+    return Entry(name, "torchvision", cls or "torchvision.models." + name, build)
+
+
+def small_resnet(block, layers, width=8, groups=1, width_per_group=64, dilation=None,
+                 strides=(1, 2, 2, 1)):
+    """torchvision's ResNet rebuilt at `width` (64 in the library) with its
+    own _make_layer; the last stage at stride 1 so 32x32 images keep 2x2
+    maps (train-mode BatchNorm over a 1x1 map of 4 samples is ill-posed)."""
+    from torchvision.models.resnet import ResNet
+    m = ResNet(block, layers, num_classes=CLASSES, groups=groups,
+               width_per_group=width_per_group,
+               replace_stride_with_dilation=dilation)
+    m.inplanes = width
+    m.dilation = 1
+    m.conv1 = nn.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
+    m.bn1 = m._norm_layer(width)
+    dil = dilation or [False, False, False]
+    m.layer1 = m._make_layer(block, width, layers[0], stride=strides[0])
+    m.layer2 = m._make_layer(block, 2 * width, layers[1], stride=strides[1], dilate=dil[0])
+    m.layer3 = m._make_layer(block, 4 * width, layers[2], stride=strides[2], dilate=dil[1])
+    m.layer4 = m._make_layer(block, 8 * width, layers[3], stride=strides[3], dilate=dil[2])
+    m.fc = nn.Linear(8 * width * block.expansion, CLASSES)
+    for mod in m.modules():
+        if isinstance(mod, nn.Conv2d):
+            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+    return m
+
+
+def tv_resnet(kind, **kw):
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+    table = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
+             "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3])}
+    block, layers = table[kind]
+    return lambda: small_resnet(block, layers, **kw)
+
+
+def tv_mobilenet_v3(arch, dilated=False):
+    from torchvision.models.mobilenetv3 import MobileNetV3, _mobilenet_v3_conf
+    setting, last = _mobilenet_v3_conf(arch, width_mult=0.25, dilated=dilated)
+    return MobileNetV3(setting, last // 4, num_classes=CLASSES, dropout=0.0)
+
+
+def tv_efficientnet(arch, scale=0.25):
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+    if arch.startswith("efficientnet_v2"):
+        setting, last = _efficientnet_conf(arch)
+        for c in setting:   # the V2 tables have fixed widths
+            c.input_channels = max(8, int(c.input_channels * scale) // 8 * 8)
+            c.out_channels = max(8, int(c.out_channels * scale) // 8 * 8)
+            c.num_layers = 1
+    else:
+        setting, last = _efficientnet_conf(arch, width_mult=scale, depth_mult=0.5)
+    return EfficientNet(setting, dropout=0.0, stochastic_depth_prob=0.0,
+                        num_classes=CLASSES, last_channel=last // 8 if last else None)
+
+
+def tv_regnet(kind):
+    from torchvision.models.regnet import BlockParams, RegNet
+    if kind == "y":
+        params = BlockParams.from_init_params(depth=4, w_0=8, w_a=8.0, w_m=2.0,
+                                              group_width=8, se_ratio=0.25)
+    else:
+        params = BlockParams.from_init_params(depth=4, w_0=8, w_a=8.0, w_m=2.0,
+                                              group_width=8)
+    return RegNet(params, num_classes=CLASSES, stem_width=8)
+
+
+def tv_vgg(cfg, bn):
+    from torchvision.models.vgg import VGG, make_layers
+    small = [c if c == "M" else c // 8 for c in cfg]
+    m = VGG(make_layers(small, batch_norm=bn), num_classes=CLASSES, init_weights=True,
+            dropout=0.0)
+    c = small[-2]
+    m.classifier = nn.Sequential(nn.Linear(c * 49, 64), nn.ReLU(True), nn.Dropout(0.0),
+                                 nn.Linear(64, 64), nn.ReLU(True), nn.Dropout(0.0),
+                                 nn.Linear(64, CLASSES))
+    return m
+
+
+def tv_alexnet():
+    import torchvision
+    m = torchvision.models.alexnet(num_classes=CLASSES, dropout=0.0)
+    m.classifier = nn.Sequential(nn.Dropout(0.0), nn.Linear(256 * 36, 64), nn.ReLU(True),
+                                 nn.Dropout(0.0), nn.Linear(64, 64), nn.ReLU(True),
+                                 nn.Linear(64, CLASSES))
+    return m
+
+
+def tv_convnext():
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    setting = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, 64, 1),
+               CNBlockConfig(64, 128, 2), CNBlockConfig(128, None, 1)]
+    return ConvNeXt(setting, stochastic_depth_prob=0.0, num_classes=CLASSES)
+
+
+def tv_swin(v2=False):
+    from torchvision.models import swin_transformer as st
+    kw = {}
+    if v2:
+        kw = dict(block=st.SwinTransformerBlockV2, downsample_layer=st.PatchMergingV2)
+    return st.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2],
+                              num_heads=[2, 4], window_size=[4, 4],
+                              stochastic_depth_prob=0.0, num_classes=CLASSES, **kw)
+
+
+def tv_segmentation(kind):
+    from torchvision.models import segmentation as seg
+    from torchvision.models._utils import IntermediateLayerGetter
+    if kind in ("fcn_resnet50", "deeplabv3_resnet50"):
+        from torchvision.models.resnet import Bottleneck
+        backbone = small_resnet(Bottleneck, [3, 4, 6, 3], width=8,
+                                dilation=[False, True, True], strides=(1, 2, 2, 2))
+        body = IntermediateLayerGetter(backbone, {"layer4": "out"})
+        ch = 8 * 8 * Bottleneck.expansion
+        if kind == "fcn_resnet50":
+            return seg.FCN(body, seg.fcn.FCNHead(ch, 5), None)
+        return seg.DeepLabV3(body, seg.deeplabv3.DeepLabHead(ch, 5), None)
+    backbone = tv_mobilenet_v3("mobilenet_v3_large", dilated=True)
+    if kind == "deeplabv3_mobilenet_v3_large":
+        return seg.deeplabv3._deeplabv3_mobilenetv3(backbone, 5, False)
+    return seg.lraspp._lraspp_mobilenetv3(backbone, 5)
+
+
+def torchvision_entries():
+    import torchvision.models as tm
+    T = tv_entry
+    return [
+        T("resnet18", tv_resnet("resnet18")),
+        T("resnet34", tv_resnet("resnet34")),
+        T("resnet50", tv_resnet("resnet50")),
+        T("resnet101", tv_resnet("resnet101")),
+        T("resnext50_32x4d", tv_resnet("resnet50", groups=4, width_per_group=16)),
+        T("wide_resnet50_2", tv_resnet("resnet50", width_per_group=128)),
+        T("mobilenet_v2", lambda: tm.mobilenet_v2(
+            num_classes=CLASSES, width_mult=0.25, dropout=0.0, inverted_residual_setting=[
+                [1, 16, 1, 1], [6, 24, 2, 1], [6, 32, 3, 1], [6, 64, 4, 2], [6, 96, 3, 1],
+                [6, 160, 3, 2], [6, 320, 1, 1]])),
+        T("mobilenet_v3_small", lambda: tv_mobilenet_v3("mobilenet_v3_small")),
+        T("mobilenet_v3_large", lambda: tv_mobilenet_v3("mobilenet_v3_large")),
+        T("shufflenet_v2_x0_5", lambda: tm.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128],
+                                                        num_classes=CLASSES)),
+        T("shufflenet_v2_x1_0", lambda: tm.ShuffleNetV2([4, 8, 4], [8, 24, 48, 96, 256],
+                                                        num_classes=CLASSES)),
+        T("squeezenet1_0", lambda: tm.squeezenet1_0(num_classes=CLASSES, dropout=0.0), size=64),
+        T("squeezenet1_1", lambda: tm.squeezenet1_1(num_classes=CLASSES, dropout=0.0), size=64),
+        T("densenet121", lambda: tm.DenseNet(growth_rate=4, block_config=(6, 12, 24, 16),
+                                             num_init_features=8, num_classes=CLASSES),
+          size=64),
+        T("efficientnet_b0", lambda: tv_efficientnet("efficientnet_b0")),
+        T("efficientnet_b1", lambda: tv_efficientnet("efficientnet_b1")),
+        T("efficientnet_v2_s", lambda: tv_efficientnet("efficientnet_v2_s")),
+        T("regnet_y_400mf", lambda: tv_regnet("y")),
+        T("regnet_x_400mf", lambda: tv_regnet("x")),
+        T("mnasnet0_5", lambda: tm.MNASNet(0.25, num_classes=CLASSES, dropout=0.0)),
+        T("mnasnet1_0", lambda: tm.MNASNet(0.5, num_classes=CLASSES, dropout=0.0)),
+        T("googlenet", lambda: tm.GoogLeNet(num_classes=CLASSES, aux_logits=False,
+                                            init_weights=True, dropout=0.0), size=64),
+        T("inception_v3", lambda: tm.Inception3(num_classes=CLASSES, aux_logits=False,
+                                                init_weights=True, dropout=0.0), size=96,
+          batch=2),
+        T("vgg11_bn", lambda: tv_vgg([64, "M", 128, "M", 256, 256, "M", 512, 512, "M",
+                                      512, 512, "M"], True)),
+        T("vgg16", lambda: tv_vgg([64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512,
+                                   512, "M", 512, 512, 512, "M"], False)),
+        T("alexnet", tv_alexnet, size=64),
+        T("convnext_tiny", tv_convnext),
+        T("vit_b_16", lambda: tm.VisionTransformer(
+            image_size=IMAGE, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+            mlp_dim=64, num_classes=CLASSES), batch=2),
+        T("swin_t", lambda: tv_swin(False), batch=2),
+        T("swin_v2_t", lambda: tv_swin(True), batch=2),
+        T("maxvit_t", lambda: tm.MaxVit(input_size=(IMAGE, IMAGE), stem_channels=8,
+                                        partition_size=4, block_channels=[16, 32],
+                                        block_layers=[1, 1], head_dim=8,
+                                        stochastic_depth_prob=0.0, num_classes=CLASSES)),
+        T("fcn_resnet50", lambda: tv_segmentation("fcn_resnet50"), segment=True,
+          cls="torchvision.models.segmentation.fcn_resnet50"),
+        T("deeplabv3_resnet50", lambda: tv_segmentation("deeplabv3_resnet50"), segment=True,
+          cls="torchvision.models.segmentation.deeplabv3_resnet50"),
+        T("deeplabv3_mobilenet_v3_large",
+          lambda: tv_segmentation("deeplabv3_mobilenet_v3_large"), segment=True,
+          cls="torchvision.models.segmentation.deeplabv3_mobilenet_v3_large"),
+        T("lraspp_mobilenet_v3_large", lambda: tv_segmentation("lraspp"), segment=True,
+          cls="torchvision.models.segmentation.lraspp_mobilenet_v3_large"),
+    ]
+
+
+def registry():
+    """Every entry, torchvision first (the CNNs carry the BatchNorm and
+    convolution families), then transformers."""
+    return torchvision_entries() + transformers_entries()
