@@ -250,8 +250,13 @@ RankOrder dualPipeVOrder(int P, int M) {
 // costs change the timing but neither the memory nor the validity.
 RankOrder vMinOrder(int P, int M) {
   constexpr int kPeriod = 6;
-  struct Slot { int stage; ActionKind kind; int time; };
-  std::vector<std::array<bool, kPeriod>> taken(size_t(P), std::array<bool, kPeriod>{});
+  struct Slot {
+    int stage;
+    ActionKind kind;
+    int time;
+  };
+  std::vector<std::array<bool, kPeriod>> taken(size_t(P),
+                                               std::array<bool, kPeriod>{});
   std::vector<std::vector<Slot>> block(static_cast<size_t>(P));
   auto firstFree = [&](int rank, int from) {
     int t = from;
@@ -272,23 +277,25 @@ RankOrder vMinOrder(int P, int M) {
     block[size_t(rankOfStage(s))].push_back({s, ActionKind::B, t});
   }
   for (int r = 0; r < P; ++r) {
-    int free[2], n = 0;
+    int freeResidue[2], n = 0;
     for (int k = 0; k < kPeriod; ++k)
       if (!taken[size_t(r)][size_t(k)])
-        free[n++] = k;
+        freeResidue[n++] = k;
     assert(n == 2);
     const int stage[2] = {r, 2 * P - 1 - r};
     // The first slot after `after` with residue `residue`.
     auto next = [](int after, int residue) {
-      return after + 1 + ((residue - (after + 1)) % kPeriod + kPeriod) % kPeriod;
+      return after + 1 +
+             ((residue - (after + 1)) % kPeriod + kPeriod) % kPeriod;
     };
     auto held = [&](int w0, int w1) {
-      return (w0 + 1 - fTime[size_t(stage[0])]) + (w1 + 1 - fTime[size_t(stage[1])]);
+      return (w0 + 1 - fTime[size_t(stage[0])]) +
+             (w1 + 1 - fTime[size_t(stage[1])]);
     };
-    int a0 = next(bTime[size_t(stage[0])], free[0]),
-        a1 = next(bTime[size_t(stage[1])], free[1]);
-    int b0 = next(bTime[size_t(stage[0])], free[1]),
-        b1 = next(bTime[size_t(stage[1])], free[0]);
+    int a0 = next(bTime[size_t(stage[0])], freeResidue[0]),
+        a1 = next(bTime[size_t(stage[1])], freeResidue[1]);
+    int b0 = next(bTime[size_t(stage[0])], freeResidue[1]),
+        b1 = next(bTime[size_t(stage[1])], freeResidue[0]);
     bool swap = held(b0, b1) < held(a0, a1);
     block[size_t(r)].push_back({stage[0], ActionKind::W, swap ? b0 : a0});
     block[size_t(r)].push_back({stage[1], ActionKind::W, swap ? b1 : a1});
@@ -298,11 +305,12 @@ RankOrder vMinOrder(int P, int M) {
     std::vector<std::pair<int, PlacedAction>> timed;
     for (int mb = 0; mb < M; ++mb)
       for (const Slot &sl : block[size_t(r)])
-        timed.push_back({sl.time + kPeriod * mb, {sl.stage, compute(sl.kind, mb)}});
+        timed.push_back(
+            {sl.time + kPeriod * mb, {sl.stage, compute(sl.kind, mb)}});
     std::sort(timed.begin(), timed.end(),
               [](const auto &a, const auto &b) { return a.first < b.first; });
-    for (auto &[time, pa] : timed)
-      order[size_t(r)].push_back(pa);
+    for (const auto &entry : timed)
+      order[size_t(r)].push_back(entry.second);
   }
   return order;
 }
