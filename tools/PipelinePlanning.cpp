@@ -38,7 +38,7 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          --mem-cap), or csv:FILE (PyTorch pipelining notation);
                          several stages per rank: interleaved-1f1b,
                          interleaved-1f1b-2bp, looped-bfs, looped-bfs-2bp,
-                         zb-v, v-half, dualpipe-v (M >= 2P)
+                         zb-v, v-half, v-min, dualpipe-v (M >= 2P)
   --chunks=V             stages per rank for those (default 2; the V ones
                          take only 2): P x V stages in all
   --mem-cap=SIZE         bytes per rank (2GiB, 512MiB, ...): the partition

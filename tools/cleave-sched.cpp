@@ -34,7 +34,7 @@ memory per stage.
                          torch.distributed.pipelining notation; P and M come
                          from the file); with several stages per rank:
                          interleaved-1f1b, interleaved-1f1b-2bp, looped-bfs,
-                         looped-bfs-2bp, zb-v, v-half,
+                         looped-bfs-2bp, zb-v, v-half, v-min,
                          dualpipe-v
   --stages=P             pipeline ranks (devices)
   --chunks=V             stages per rank (default 2 for the schedules with

@@ -5,6 +5,7 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <climits>
 #include <deque>
@@ -223,6 +224,93 @@ RankOrder dualPipeVOrder(int P, int M) {
       weight();
     assert(deferred.empty() && nextF[0] == M && nextF[1] == M &&
            nextB[0] == M && nextB[1] == M);
+  }
+  return order;
+}
+
+// V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory"): a
+// schedule is one building block — where one microbatch's six actions on
+// each rank (F, B, W of its two stages) fall in time — repeated every
+// microbatch, and a rank holds a microbatch from its F to its W, so the
+// block's lifespans decide the memory. V-Min is the tightest V block: at
+// equal costs (each action one slot of a half-size stage) every action
+// follows the one it depends on as soon as the rank has a free slot, and a
+// rank's six actions fall in six different slots modulo the period of 6,
+// so the repeated blocks never collide and the steady state has no idle
+// time. Built greedily along the microbatch's path — F down the V (stages
+// 0 .. 2P-1), B back up (2P-1 .. 0), each at the first slot after its
+// predecessor whose residue is free on its rank — then each rank's two W
+// take its two free residues, in whichever assignment holds less. The
+// lifespans add up to about 4P slots per rank, so a rank holds about
+// P/3 + 1 microbatches of its share (2P/3 + 2 half-size ones) where 1F1B's
+// first stage holds P: at equal costs the published (P+4)/3, rounded down
+// (checked for P = 2 .. 12). Each rank's program is its actions sorted by
+// block time (block time + 6 x microbatch); run as soon as they can, the
+// warm-up and cool-down squeeze together. The order is fixed, so other
+// costs change the timing but neither the memory nor the validity.
+RankOrder vMinOrder(int P, int M) {
+  constexpr int kPeriod = 6;
+  struct Slot {
+    int stage;
+    ActionKind kind;
+    int time;
+  };
+  std::vector<std::array<bool, kPeriod>> taken(size_t(P),
+                                               std::array<bool, kPeriod>{});
+  std::vector<std::vector<Slot>> block(static_cast<size_t>(P));
+  auto firstFree = [&](int rank, int from) {
+    int t = from;
+    while (taken[size_t(rank)][size_t(t % kPeriod)])
+      ++t;
+    taken[size_t(rank)][size_t(t % kPeriod)] = true;
+    return t;
+  };
+  auto rankOfStage = [&](int s) { return s < P ? s : 2 * P - 1 - s; };
+  int t = -1;
+  std::vector<int> bTime(size_t(2 * P)), fTime(size_t(2 * P));
+  for (int s = 0; s < 2 * P; ++s) {
+    t = fTime[size_t(s)] = firstFree(rankOfStage(s), t + 1);
+    block[size_t(rankOfStage(s))].push_back({s, ActionKind::F, t});
+  }
+  for (int s = 2 * P - 1; s >= 0; --s) {
+    t = bTime[size_t(s)] = firstFree(rankOfStage(s), t + 1);
+    block[size_t(rankOfStage(s))].push_back({s, ActionKind::B, t});
+  }
+  for (int r = 0; r < P; ++r) {
+    int freeResidue[2], n = 0;
+    for (int k = 0; k < kPeriod; ++k)
+      if (!taken[size_t(r)][size_t(k)])
+        freeResidue[n++] = k;
+    assert(n == 2);
+    const int stage[2] = {r, 2 * P - 1 - r};
+    // The first slot after `after` with residue `residue`.
+    auto next = [](int after, int residue) {
+      return after + 1 +
+             ((residue - (after + 1)) % kPeriod + kPeriod) % kPeriod;
+    };
+    auto held = [&](int w0, int w1) {
+      return (w0 + 1 - fTime[size_t(stage[0])]) +
+             (w1 + 1 - fTime[size_t(stage[1])]);
+    };
+    int a0 = next(bTime[size_t(stage[0])], freeResidue[0]),
+        a1 = next(bTime[size_t(stage[1])], freeResidue[1]);
+    int b0 = next(bTime[size_t(stage[0])], freeResidue[1]),
+        b1 = next(bTime[size_t(stage[1])], freeResidue[0]);
+    bool swap = held(b0, b1) < held(a0, a1);
+    block[size_t(r)].push_back({stage[0], ActionKind::W, swap ? b0 : a0});
+    block[size_t(r)].push_back({stage[1], ActionKind::W, swap ? b1 : a1});
+  }
+  RankOrder order(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    std::vector<std::pair<int, PlacedAction>> timed;
+    for (int mb = 0; mb < M; ++mb)
+      for (const Slot &sl : block[size_t(r)])
+        timed.push_back(
+            {sl.time + kPeriod * mb, {sl.stage, compute(sl.kind, mb)}});
+    std::sort(timed.begin(), timed.end(),
+              [](const auto &a, const auto &b) { return a.first < b.first; });
+    for (const auto &entry : timed)
+      order[size_t(r)].push_back(entry.second);
   }
   return order;
 }
@@ -544,7 +632,8 @@ llvm::Error checkRequest(int S, int M, const PipelineCosts &costs) {
 }
 
 bool isVShaped(const std::string &name) {
-  return name == "zb-v" || name == "v-half" || name == "dualpipe-v";
+  return name == "zb-v" || name == "v-half" || name == "v-min" ||
+         name == "dualpipe-v";
 }
 
 } // namespace
@@ -559,7 +648,7 @@ const std::vector<std::string> &chunkedScheduleNames() {
   static const std::vector<std::string> names = {
       "interleaved-1f1b", "interleaved-1f1b-2bp", "looped-bfs",
       "looped-bfs-2bp",   "zb-v",                 "v-half",
-      "dualpipe-v"};
+      "v-min",            "dualpipe-v"};
   return names;
 }
 
@@ -704,6 +793,8 @@ llvm::Expected<Schedule> makeSchedule(const std::string &name, int S, int M,
     return finish(name, M, v, placeW(v, {}, P + 2));
   if (name == "dualpipe-v")
     return finish(name, M, v, dualPipeVOrder(P, M));
+  if (name == "v-min")
+    return finish(name, M, v, vMinOrder(P, M));
   // checkScheduleName left only `auto`.
   if (memCap.empty())
     return pickFastest(S, M, costs, HeldCap(size_t(S), INT_MAX), chunks);

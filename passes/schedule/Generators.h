@@ -29,6 +29,11 @@
 //                         then W
 //   v-half                the same V under half of that, plus one
 //                         microbatch (P + 2)
+//   v-min                 the V's memory-minimal building block (Qi et
+//                         al., controllable memory): every action as soon
+//                         after the one it needs as the rank has a free
+//                         slot, repeated every microbatch; about 1/3 of
+//                         1F1B's activations ((P+4)/3 microbatches)
 //   dualpipe-v            DeepSeek's DualPipeV on the same V: a fixed
 //                         program in eight phases whose steady state pairs
 //                         one chunk's F with the other's full backward

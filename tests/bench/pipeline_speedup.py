@@ -53,7 +53,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEDULES = ["1f1b", "1f1b-2bp", "zb-h1"]
-CHUNKED = ["interleaved-1f1b", "interleaved-1f1b-2bp", "zb-v", "v-half", "dualpipe-v"]
+CHUNKED = ["interleaved-1f1b", "interleaved-1f1b-2bp", "zb-v", "v-half", "v-min", "dualpipe-v"]
 
 
 def run(cmd):

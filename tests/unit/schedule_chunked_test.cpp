@@ -1,5 +1,5 @@
 // Schedules with several stages per rank (interleaved 1F1B, looped BFS,
-// ZB-V, V-Half, DualPipeV): the published bubble and memory at equal costs, the
+// ZB-V, V-Half, V-Min, DualPipeV): the published bubble and memory at equal costs, the
 // placement rules, the simulator's rank clocks and local messages, and the
 // CSV notation with several stages in a row.
 #include "passes/schedule/Generators.h"
@@ -122,6 +122,52 @@ TEST(ChunkedSchedules, ZbVKeepsOneFOneBMemoryWithLessBubbleThanZbH1) {
     }
 }
 
+// V-Min at equal costs: the published (P+4)/3 microbatches of a rank's
+// share on the fullest rank (about 1/3 of 1F1B's P, less than V-Half's),
+// no idle time in the steady state (the step grows by 3 units per
+// microbatch) and under 2P - 1 units of idle time in all, where 1F1B idles
+// 3(P-1) and the published V-Min's bubble is about 2P/(3M) of the step's
+// work (2P units).
+TEST(ChunkedSchedules, VMinHoldsAThirdOfOneFOneBsActivations) {
+  for (int P : {2, 3, 4, 5, 6, 8})
+    for (int M : {P, 2 * P, 4 * P}) {
+      std::string at = label("v-min", P, 2, M);
+      Made v = make("v-min", P, 2, M);
+      expectVPlacement(v.schedule, P, at);
+      EXPECT_EQ(rankPeak(v.sim), 2 * ((P + 4) / 3)) << at;
+      Made base = make("1f1b", P, 1, M);
+      int oneFOneB = 0;
+      for (const StageStats &st : base.sim.stages)
+        oneFOneB = std::max(oneFOneB, st.peakActivationMicrobatches);
+      EXPECT_EQ(oneFOneB, P) << at;
+      if (P >= 3) {
+        EXPECT_LT(rankPeak(v.sim), rankPeak(make("v-half", P, 2, M).sim)) << at;
+      }
+      EXPECT_LE(v.sim.stepTime, 3.0 * M + 2 * P - 1 + 1e-9) << at;
+      EXPECT_LT(v.sim.stepTime, base.sim.stepTime) << at;
+      EXPECT_EQ(v.sim.makespan, v.sim.stepTime) << at;
+      if (M > P) {
+        Made fewer = make("v-min", P, 2, M - 1);
+        EXPECT_DOUBLE_EQ(v.sim.stepTime - fewer.sim.stepTime, 3.0) << at;
+      }
+    }
+}
+
+// The order is fixed at equal costs; other costs change when actions run
+// but not what is held, and the schedule stays valid.
+TEST(ChunkedSchedules, VMinKeepsItsMemoryUnderOtherCosts) {
+  PipelineCosts costs = chunkCosts(4, 2);
+  for (StageCost &c : costs.stages)
+    c.b *= 2, c.w *= 0.5;
+  costs.stages[3].f *= 3;
+  auto s = makeSchedule("v-min", 8, 8, costs, HeldCap(), 2);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  EXPECT_FALSE(bool(validateSchedule(*s, costs, HeldCap(size_t(8), 3))));
+  auto r = simulate(*s, costs);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  EXPECT_EQ(rankPeak(*r), 4);
+}
+
 // DualPipeV at equal costs (each half-size stage F = B = W = 1/2, F&B
 // run as F then the full backward, 3/2): the published bubble
 // (PP/2 - 1)(F&B + B - 3W) = (P-1)/2 and PP + 1 = 2P + 1 half-size
@@ -184,7 +230,7 @@ TEST(ChunkedSchedules, RejectsBadRequests) {
   EXPECT_EQ(llvm::toString(one.takeError()),
             "schedule '1f1b' runs one stage per rank; --chunks 2 needs one of "
             "interleaved-1f1b, interleaved-1f1b-2bp, looped-bfs, "
-            "looped-bfs-2bp, zb-v, v-half, dualpipe-v");
+            "looped-bfs-2bp, zb-v, v-half, v-min, dualpipe-v");
   auto mb = makeSchedule("interleaved-1f1b", 4, 3, c4, HeldCap(), 2);
   EXPECT_EQ(llvm::toString(mb.takeError()),
             "schedule 'interleaved-1f1b' needs the microbatches (3) to be a "

@@ -213,7 +213,7 @@ TEST(ScheduleGenerators, RejectsBadRequests) {
             "unknown schedule 'pipedream' (known: gpipe, 1f1b, gpipe-2bp, "
             "1f1b-2bp, zb-h1, zb-h2, auto, interleaved-1f1b, "
             "interleaved-1f1b-2bp, looped-bfs, looped-bfs-2bp, zb-v, v-half, "
-            "dualpipe-v, csv:FILE)");
+            "v-min, dualpipe-v, csv:FILE)");
   auto mismatch = makeSchedule("1f1b", 4, 2, PipelineCosts::uniform(2));
   EXPECT_EQ(llvm::toString(mismatch.takeError()),
             "the costs are for 2 stages, the schedule has 4");
