@@ -82,7 +82,8 @@ llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts);
 // disk until needed), so IR text spells them out as --inline-limit says.
 llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit);
 
-// Fills ImportOptions from --input-shape and --microbatch-size.
+// Fills ImportOptions from --input-shape and --microbatch-size, and gives
+// the importer autodiff (passes::differentiate) for ONNX's Gradient op.
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts);
 
