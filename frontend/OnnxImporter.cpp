@@ -1,32 +1,30 @@
-// The ONNX frontend's core (OnnxImporter.h): reads a model, gates its
-// opset, runs ONNX's checker and shape inference, binds input shapes, loads
-// the initializers and walks the nodes. Each node is a constant, a piece of
-// shape arithmetic the folder evaluates (ShapeFolding.h), or a translation
-// from the table in frontend/translate/ (an op without an entry is expanded
-// through its ONNX function body or refused by name). The parameter kinds
-// are ParameterKinds.h's; the value table and the helpers translations use
-// are ImportContext's, which the importer extends with the node loop.
+// The ONNX frontend's core (OnnxImporter.h): takes the model that
+// OnnxModel.h read, gates its opset, runs ONNX's checker and shape
+// inference, binds input shapes, loads the initializers and walks the
+// nodes. Each node is a constant, a piece of shape arithmetic the folder
+// evaluates (ShapeFolding.h), or a translation from the table in
+// frontend/translate/ (an op without an entry is expanded through its ONNX
+// function body or refused by name). The parameter kinds are
+// ParameterKinds.h's; the value table and the helpers translations use are
+// ImportContext's, which the importer extends with the node loop.
 #include "frontend/OnnxImporter.h"
 
 #include "frontend/ImportContext.h"
+#include "frontend/OnnxModel.h"
 #include "frontend/OnnxNode.h"
 #include "frontend/OnnxTensor.h"
 #include "frontend/ParameterKinds.h"
 #include "frontend/ShapeFolding.h"
 #include "frontend/translate/Translation.h"
 #include "ir/TypeRules.h"
-#include "support/FileIO.h"
 
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
-#include <google/protobuf/io/coded_stream.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include <climits>
 #include <set>
 
 namespace cleave::frontend {
@@ -463,104 +461,15 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
 
 } // namespace
 
-static llvm::Expected<std::unique_ptr<onnx::ModelProto>>
-readModel(const std::string &path) {
-  auto buf = support::readFile(path, "ONNX file");
-  if (!buf)
-    return buf.takeError();
-  size_t size = (*buf)->getBufferSize();
-  if (size == 0)
-    return importError("'{0}' is empty, not an ONNX model", path);
-  if (size > size_t(INT_MAX))
-    return importError(
-        "'{0}' is larger than 2 GiB; save the model with its weights "
-        "as external data",
-        path);
-  auto model = std::make_unique<onnx::ModelProto>();
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const uint8_t *>((*buf)->getBufferStart()), int(size));
-  in.SetTotalBytesLimit(INT_MAX);
-  if (!model->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-    return importError(
-        "'{0}' is not a valid ONNX model (truncated or not an ONNX "
-        "protobuf file)",
-        path);
-  if (!model->has_graph() || model->ir_version() <= 0)
-    return importError("'{0}' is not an ONNX model (no graph or IR version)",
-                       path);
-  return model;
-}
-
 llvm::Expected<std::unique_ptr<Graph>>
 importOnnxFile(const std::string &path, const ImportOptions &opts) {
-  auto model = readModel(path);
+  auto model = readOnnxModel(path);
   if (!model)
     return model.takeError();
   llvm::SmallString<256> abs(path);
   llvm::sys::fs::make_absolute(abs);
   llvm::sys::path::remove_dots(abs, true);
   return Importer(**model, std::string(abs), opts).run();
-}
-
-llvm::Expected<std::vector<std::string>>
-onnxInputNames(const std::string &path) {
-  auto model = readModel(path);
-  if (!model)
-    return model.takeError();
-  std::set<std::string> inits;
-  for (const auto &t : (*model)->graph().initializer())
-    inits.insert(t.name());
-  std::vector<std::string> names;
-  for (const auto &in : (*model)->graph().input())
-    if (!inits.count(in.name()))
-      names.push_back(in.name());
-  return names;
-}
-
-namespace {
-// Loads `onnx<"file", "initializer">` references, keeping the last model
-// read so that a graph with many references parses the file once.
-class OnnxDataResolver : public DataResolver {
-public:
-  llvm::Expected<std::vector<uint8_t>>
-  load(const DataOrigin &origin, const TensorType &expected) override {
-    if (origin.kind != DataOrigin::Kind::OnnxInitializer)
-      return readRawFileData(origin, expected);
-    if (!model_ || path_ != origin.path) {
-      auto m = readModel(origin.path);
-      if (!m)
-        return m.takeError();
-      model_ = std::move(*m);
-      path_ = origin.path;
-    }
-    for (const auto &t : model_->graph().initializer()) {
-      if (t.name() != origin.key)
-        continue;
-      auto d = tensorFromOnnx(
-          t, llvm::sys::path::parent_path(origin.path).str(), origin);
-      if (!d)
-        return d.takeError();
-      if ((*d)->type() != expected)
-        return importError(
-            "initializer '{0}' in '{1}' is {2}, but the IR declares "
-            "{3}",
-            origin.key, origin.path, (*d)->type().str(), expected.str());
-      llvm::ArrayRef<uint8_t> b = (*d)->bytes();
-      return std::vector<uint8_t>(b.begin(), b.end());
-    }
-    return importError("'{0}' has no initializer named '{1}'", origin.path,
-                       origin.key);
-  }
-
-private:
-  std::unique_ptr<onnx::ModelProto> model_;
-  std::string path_;
-};
-} // namespace
-
-void installOnnxDataResolver() {
-  static OnnxDataResolver resolver;
-  setDataResolver(&resolver);
 }
 
 } // namespace cleave::frontend
