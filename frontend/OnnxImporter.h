@@ -2,16 +2,20 @@
 //
 // Loading runs ONNX's checker and shape inference, binds symbolic input
 // dimensions from the user's flags, folds shape arithmetic to constants (see
-// ShapeFolding.h) and maps each remaining ONNX node to one IR op with its
-// static operands turned into attributes. Float initializers that feed
-// differentiable computation become parameters; other float initializers
-// (running statistics, masks) become buffers; integer ones constants.
+// ShapeFolding.h) and translates each remaining ONNX node into IR ops, its
+// static operands turned into attributes, by the table of op translations
+// (frontend/translate/Translation.h). Which float initializers are trained
+// parameters and which are buffers (running statistics, masks) follows the
+// producer's declaration or naming rules (ParameterKinds.h); integer ones
+// are constants. The frontend knows no passes: the one op that needs one,
+// ONNX's Gradient, takes autodiff from the caller (ImportOptions).
 #pragma once
 
 #include "ir/Graph.h"
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +33,14 @@ struct ImportOptions {
   // stop being inputs). For models that pass static operands, such as a
   // Reshape target, as inputs; the conformance suite uses it.
   std::map<std::string, std::shared_ptr<ir::TensorData>> constantInputs;
+  // Appends to the graph the gradients of y (of its sum) with respect to
+  // each x, one value per x: what ONNX's Gradient op
+  // (ai.onnx.preview.training) imports as. The tools and tests pass
+  // passes::differentiate; without it a Gradient node is refused in one
+  // line.
+  std::function<llvm::Expected<std::vector<ir::Value *>>(
+      ir::Graph &, ir::Value *, llvm::ArrayRef<ir::Value *>)>
+      differentiate;
   // The mode the module's BatchNorm and Dropout train in (--module-mode).
   // Auto follows the producer: PyTorch's dynamo export records a train()
   // BatchNorm as a BUFFER_MUTATION of its running statistics (the graph's
@@ -48,7 +60,9 @@ importOnnxFile(const std::string &path, const ImportOptions &opts = {});
 llvm::Expected<std::vector<std::string>>
 onnxInputNames(const std::string &path);
 
-// The ONNX op types the frontend accepts, sorted; `foldedOnly` receives
+// The ONNX op types the frontend accepts (the translation table's), sorted;
+// an op of another domain than the default one is followed by its domain in
+// parentheses. `foldedOnly` receives
 // those accepted only when they fold to constants (such as Shape or Range),
 // `expanded` those imported through their ONNX function bodies (tested:
 // Attention, RotaryEmbedding, Softplus, ...). Any other op ONNX defines by

@@ -1,5 +1,6 @@
 #include "tools/ToolSupport.h"
 
+#include "passes/Pass.h"
 #include "support/FileIO.h"
 #include "support/TextFormat.h"
 
@@ -331,6 +332,7 @@ llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit) {
 
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts) {
+  opts.differentiate = passes::differentiate;
   for (const std::string &spec : flags.getAll("input-shape")) {
     auto [name, dims] = llvm::StringRef(spec).split('=');
     if (name.empty() || !llvm::StringRef(spec).contains('='))

@@ -114,7 +114,8 @@ llvm::Error readPrintFlags(const Flags &flags, ir::PrintOptions &opts);
 llvm::Error loadSmallTensors(ir::Graph &g, int64_t limit);
 
 // Fills ImportOptions from --input-shape, --microbatch-size and
-// --module-mode.
+// --module-mode, and gives the importer autodiff (passes::differentiate)
+// for ONNX's Gradient op.
 llvm::Error readImportFlags(const Flags &flags,
                             frontend::ImportOptions &opts);
 

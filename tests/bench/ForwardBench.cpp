@@ -12,6 +12,7 @@
 #include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "ir/Verifier.h"
+#include "passes/Pass.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Path.h"
@@ -30,6 +31,7 @@ static int die(const std::string &msg) {
 int main(int argc, char **argv) {
   std::string model, inputDir;
   frontend::ImportOptions opts;
+  opts.differentiate = passes::differentiate; // ONNX's Gradient op
   int iters = 20, threads = 0;
   for (int i = 1; i < argc; ++i) {
     llvm::StringRef a = argv[i];

@@ -17,6 +17,7 @@
 #include "frontend/OnnxImporter.h"
 #include "frontend/TensorFiles.h"
 #include "interp/Interpreter.h"
+#include "passes/Pass.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
@@ -77,6 +78,7 @@ static llvm::Expected<std::unique_ptr<ir::Graph>>
 importForDataSet(const std::string &model, const std::string &set,
                  llvm::ArrayRef<std::string> onnxInputs) {
   frontend::ImportOptions opts;
+  opts.differentiate = passes::differentiate; // ONNX's Gradient op
   for (size_t attempt = 0;; ++attempt) {
     auto g = frontend::importOnnxFile(model, opts);
     if (g || attempt >= onnxInputs.size())

@@ -6,6 +6,7 @@
 
 #include "frontend/OnnxImporter.h"
 #include "ir/Verifier.h"
+#include "passes/Pass.h"
 
 #include <unistd.h>
 
@@ -13,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string path = cleave::fuzz::writeInput("model.onnx", data, size);
   cleave::frontend::ImportOptions opts;
   opts.microbatchSize = 2; // binds symbolic leading dimensions
+  opts.differentiate = cleave::passes::differentiate; // ONNX's Gradient op
   auto g = cleave::frontend::importOnnxFile(path, opts);
   if (!g)
     llvm::consumeError(g.takeError());

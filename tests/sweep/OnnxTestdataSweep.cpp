@@ -10,6 +10,7 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "passes/Pass.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -71,7 +72,9 @@ int main(int argc, char **argv) {
     int dirImported = 0, dirRejected = 0, dirFailed = 0;
     for (const std::string &path : cases) {
       ++total;
-      auto g = frontend::importOnnxFile(path);
+      frontend::ImportOptions opts;
+      opts.differentiate = passes::differentiate; // ONNX's Gradient op
+      auto g = frontend::importOnnxFile(path, opts);
       if (!g) {
         std::string msg = llvm::toString(g.takeError());
         std::string why = classify(msg);

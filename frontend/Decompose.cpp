@@ -1,0 +1,174 @@
+// The decompositions of Decompose.h: ONNX ops imported as other IR ops,
+// each keeping the gradient path differentiable through ops that have
+// gradient rules.
+#include "frontend/Decompose.h"
+
+#include "frontend/OnnxNode.h"
+#include "frontend/ShapeFolding.h"
+#include "ir/TypeRules.h"
+
+namespace cleave::frontend {
+
+using namespace cleave::ir;
+
+llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
+                               int index) {
+  auto dims = ctx.staticInts(n, index, 0, "shape");
+  if (!dims)
+    return dims.takeError();
+  auto value = constantOfShapeValue(n);
+  if (!value)
+    return importError("{0}: {1}", describeNode(n, index),
+                       llvm::toString(value.takeError()));
+  std::string name = n.output(0) + ".value";
+  ctx.defineConstant(name, *value);
+  Value *v = ctx.materialize(name, *ctx.lookup(name));
+  return ctx.emit(n, index, OpKind::Expand, {v}, {{"shape", Attribute(*dims)}},
+                  false);
+}
+
+// PyTorch's dynamo exporter writes torch.split as SplitToSequence and each
+// use of a part as SequenceAt at a constant position. cleave has no
+// sequence values: the split becomes one Split op (its parts named
+// "<sequence>.<i>") and SequenceAt picks a part.
+llvm::Error decomposeSequenceAt(ImportContext &ctx, const onnx::NodeProto &n,
+                                int index) {
+  std::string where = describeNode(n, index);
+  const std::vector<Value *> *seq =
+      ctx.sequence(n.input_size() ? n.input(0) : "");
+  if (!seq)
+    return importError("{0}: input '{1}' is not a sequence made by "
+                       "SplitToSequence",
+                       where, n.input_size() ? n.input(0) : "");
+  auto pos = ctx.staticInts(n, index, 1, "position");
+  if (!pos)
+    return pos.takeError();
+  int64_t size = seq->size();
+  int64_t p = pos->size() == 1 ? (*pos)[0] : size;
+  if (p < 0)
+    p += size;
+  if (p < 0 || p >= size || n.output_size() != 1)
+    return importError("{0}: position is outside the sequence of {1} "
+                       "tensors",
+                       where, size);
+  return ctx.define(n, index, n.output(0), (*seq)[p]);
+}
+
+llvm::Error decomposeSplitToSequence(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index) {
+  std::string where = describeNode(n, index);
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  const Shape &shape = (*x)->type().shape;
+  auto axis = normalizeAxis(attrInt(n, "axis", 0), shape.size());
+  if (!axis)
+    return importError("{0}: {1}", where, llvm::toString(axis.takeError()));
+  int64_t dim = shape[*axis];
+  std::vector<int64_t> sizes;
+  bool squeeze = false;
+  if (ctx.input(n, 1)) {
+    auto split = ctx.staticInts(n, index, 1, "split");
+    if (!split)
+      return split.takeError();
+    if (ctx.input(n, 1)->type.rank() == 0 && split->size() == 1) {
+      int64_t chunk = (*split)[0];
+      if (chunk <= 0)
+        return importError("{0}: split size {1} is not positive", where, chunk);
+      for (int64_t left = dim; left > 0; left -= chunk)
+        sizes.push_back(std::min(chunk, left));
+    } else {
+      sizes = *split;
+    }
+  } else {
+    sizes.assign(dim, 1);
+    squeeze = attrInt(n, "keepdims", 1) == 0;
+  }
+  if (sizes.empty() || n.output_size() != 1)
+    return importError("{0}: an empty split", where);
+  AttrMap attrs{{"axis", Attribute(int64_t(*axis))},
+                {"split", Attribute(sizes)}};
+  auto types =
+      inferResultTypes(OpKind::Split, {(*x)->type()}, attrs, sizes.size());
+  if (!types)
+    return importError("{0}: {1}", where, llvm::toString(types.takeError()));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    names.push_back(n.output(0) + "." + std::to_string(i));
+  Graph &g = ctx.graph();
+  Op *split = g.appendOp(OpKind::Split, {*x}, *types, names, std::move(attrs),
+                         ctx.loc(n));
+  std::vector<Value *> parts(split->results().begin(), split->results().end());
+  if (squeeze)
+    for (Value *&part : parts) {
+      Shape s = part->type().shape;
+      s.erase(s.begin() + *axis);
+      part = g.appendOp(OpKind::Squeeze, {part},
+                        {TensorType(part->type().dtype, s)}, {},
+                        {{"axes", Attribute(std::vector<int64_t>{*axis})}},
+                        ctx.loc(n))
+                 ->result();
+    }
+  ctx.defineSequence(n.output(0), std::move(parts));
+  return llvm::Error::success();
+}
+
+// GatherND with constant indices (what PyTorch exports for advanced
+// indexing by aranges, as in attention-mask building) is a Gather over the
+// flattened leading dims: data [d0..d(q-1), rest...] is reshaped to
+// [d0*...*d(q-1), rest...] and gathered at the linear index of each index
+// tuple. Both ops have gradients, so the path stays differentiable.
+llvm::Error decomposeGatherND(ImportContext &ctx, const onnx::NodeProto &n,
+                              int index) {
+  std::string where = describeNode(n, index);
+  if (attrInt(n, "batch_dims", 0) != 0)
+    return importError("{0}: GatherND with batch_dims is not supported", where);
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  ImportContext::Entry *ind = ctx.input(n, 1);
+  if (!ind || !ind->foldable)
+    return importError("{0}: input '{1}' (indices) must be a constant after "
+                       "folding; cleave gathers runtime data at constant "
+                       "indices only",
+                       where, n.input_size() > 1 ? n.input(1) : "");
+  const Shape &data = (*x)->type().shape;
+  const Shape &ishape = ind->type.shape;
+  if (ishape.empty() || ishape.back() < 1 ||
+      ishape.back() > int64_t(data.size()))
+    return importError("{0}: indices of shape {1} do not fit data of rank "
+                       "{2}",
+                       where, shapeStr(ishape), data.size());
+  int64_t q = ishape.back(), lead = 1;
+  for (int64_t j = 0; j < q; ++j)
+    lead *= data[j];
+  Shape flat{lead};
+  flat.insert(flat.end(), data.begin() + q, data.end());
+  Shape outIdx(ishape.begin(), ishape.end() - 1);
+  int64_t tuples = TensorType(DType::I64, outIdx).numElements();
+  std::vector<int64_t> linear(tuples);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t l = 0;
+    for (int64_t j = 0; j < q; ++j) {
+      int64_t v = ind->data->getInt(t * q + j);
+      if (v < -data[j] || v >= data[j])
+        return importError("{0}: index {1} is out of range for axis {2} of "
+                           "size {3}",
+                           where, v, j, data[j]);
+      l = l * data[j] + (v < 0 ? v + data[j] : v);
+    }
+    linear[t] = l;
+  }
+  Graph &g = ctx.graph();
+  Op *reshape = g.appendOp(
+      OpKind::Reshape, {*x}, {TensorType((*x)->type().dtype, flat)}, {},
+      {{"shape", Attribute(std::vector<int64_t>(flat.begin(), flat.end()))}},
+      ctx.loc(n));
+  Value *indices =
+      g.addDeclared(ValueKind::Const, n.output(0) + ".linear_indices",
+                    TensorData::fromInts(DType::I64, outIdx, linear));
+  return ctx.emit(n, index, OpKind::Gather, {reshape->result(), indices},
+                  {{"axis", Attribute(int64_t(0))}}, false);
+}
+
+} // namespace cleave::frontend

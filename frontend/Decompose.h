@@ -1,0 +1,30 @@
+// ONNX ops that cleave has no IR op for and imports as a few existing IR
+// ops instead: GatherND at constant indices, the tensor-sequence ops that
+// PyTorch's dynamo exporter writes for torch.split, and a ConstantOfShape
+// too large to fold. Each is the translate function of its entry in the
+// translation table (frontend/translate/Translation.h).
+#pragma once
+
+#include "frontend/ImportContext.h"
+
+namespace cleave::frontend {
+
+// GatherND with constant indices: a Reshape flattening the indexed leading
+// dims and a Gather at each index tuple's linear index.
+llvm::Error decomposeGatherND(ImportContext &ctx, const onnx::NodeProto &n,
+                              int index);
+
+// SplitToSequence: one Split (its parts named "<sequence>.<i>", squeezed
+// when `keepdims` is 0) recorded as a sequence; SequenceAt at a constant
+// position picks a part.
+llvm::Error decomposeSplitToSequence(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index);
+llvm::Error decomposeSequenceAt(ImportContext &ctx, const onnx::NodeProto &n,
+                                int index);
+
+// ConstantOfShape whose result is too large to fold: an Expand of its
+// one-element value to the (constant) shape, computed when the plan runs.
+llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
+                               int index);
+
+} // namespace cleave::frontend

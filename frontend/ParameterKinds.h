@@ -1,0 +1,51 @@
+// Which float initializers of an imported model are trained (parameters)
+// and which are held constant (buffers): as the producer declares them
+// where it does (PyTorch's dynamo exporter records the exported program's
+// signature), by naming rules and the graph's differentiable paths where it
+// does not. Also refuses a dynamo export whose parameters the exporter
+// folded into unnamed constants (its default optimize=True), which would
+// train something other than the model.
+#pragma once
+
+#include "ir/Graph.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <set>
+#include <string>
+
+namespace cleave::frontend {
+
+// The producer's own list of parameters and buffers, when the model has it.
+struct ExporterSignature {
+  bool present = false;
+  std::set<std::string> parameters;
+  // Buffers and lifted constant tensors: never trained.
+  std::set<std::string> buffers;
+  // The buffers the module updates when it runs (BUFFER_MUTATION outputs):
+  // a BatchNorm's running statistics appear here only when the module ran
+  // in train() mode.
+  std::set<std::string> mutated;
+};
+
+// Reads the signature from the graph's metadata (`path` names the model in
+// errors); an error when it names parameters that the exporter folded away
+// (into unnamed constants, or with a train()-mode BatchNorm it dropped).
+llvm::Expected<ExporterSignature> readSignature(const onnx::ModelProto &model,
+                                                const std::string &path);
+
+// Leaf names of module buffers that models hold as float tensors and never
+// train (used when the producer gives no signature).
+bool isBufferName(llvm::StringRef name);
+
+// Names exporters give the constants they lift into initializers, as
+// opposed to module parameters: onnx::Mul_12, val_26, /m/Constant_output_0.
+bool isExporterConstantName(llvm::StringRef name);
+
+// Turns every declared Param of `g` that is not trained into a Buffer.
+void classifyParameters(ir::Graph &g, const ExporterSignature &signature);
+
+} // namespace cleave::frontend

@@ -1,0 +1,116 @@
+// Elementwise ONNX ops: unary math, binary math and comparisons with NumPy
+// broadcasting, Where, Clip and the casts. Most map 1:1 to the IR op of the
+// same name; Clip's bounds and Cast's target become attributes, CastLike is
+// a Cast to its second input's type, and a Cast to the operand's own type
+// or a Where whose constant condition picks one side is an Identity.
+#include "frontend/translate/Translation.h"
+
+#include "frontend/OnnxNode.h"
+#include "frontend/OnnxTensor.h"
+#include "ir/TypeRules.h"
+
+namespace cleave::frontend {
+
+using namespace cleave::ir;
+
+// Clip-11 and later: `min` and `max` are optional constant scalar inputs.
+static llvm::Error translateClip(ImportContext &ctx, const onnx::NodeProto &n,
+                                 int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::Clip);
+  if (!operands)
+    return operands.takeError();
+  AttrMap attrs;
+  for (int k : {1, 2}) {
+    auto bound = ctx.staticScalar(n, index, k, k == 1 ? "min" : "max");
+    if (!bound)
+      return bound.takeError();
+    if (*bound)
+      attrs.emplace(k == 1 ? "min" : "max",
+                    Attribute(float((*bound)->getDouble(0))));
+  }
+  return ctx.emit(n, index, OpKind::Clip, std::move(*operands),
+                  std::move(attrs));
+}
+
+static llvm::Error translateCast(ImportContext &ctx, const onnx::NodeProto &n,
+                                 int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::Cast);
+  if (!operands)
+    return operands.takeError();
+  auto dt = dtypeFromOnnx(attrInt(n, "to", 0));
+  if (!dt)
+    return importError("{0}: {1}", describeNode(n, index),
+                       llvm::toString(dt.takeError()));
+  if (*dt == (*operands)[0]->type().dtype) // as function bodies write them
+    return ctx.emit(n, index, OpKind::Identity, std::move(*operands), {},
+                    false);
+  return ctx.emit(n, index, OpKind::Cast, std::move(*operands),
+                  {{"to", Attribute(std::string(dtypeName(*dt)))}});
+}
+
+// Cast to the element type of the second input.
+static llvm::Error translateCastLike(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index) {
+  ImportContext::Entry *like = ctx.input(n, 1);
+  if (!like)
+    return importError("{0}: input 1 is missing", describeNode(n, index));
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  return ctx.emit(n, index, OpKind::Cast, {*x},
+                  {{"to", Attribute(std::string(dtypeName(like->type.dtype)))}},
+                  false);
+}
+
+static llvm::Error translateWhere(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::Where);
+  if (!operands)
+    return operands.takeError();
+  std::vector<Value *> &ops = *operands;
+  if (ops.size() == 3 && ctx.input(n, 0)->foldable) {
+    // A constant condition that picks one side everywhere is that side
+    // (Attention's function body zeroes the rows whose bias is all -inf;
+    // usually there are none).
+    const TensorData &cond = *ctx.input(n, 0)->data;
+    int64_t count = cond.type().numElements(), set = 0;
+    for (int64_t i = 0; i < count; ++i)
+      set += cond.getInt(i) != 0;
+    int pick = count > 0 && set == count ? 1 : set == 0 ? 2 : 0;
+    auto types = inferResultTypes(
+        OpKind::Where, {ops[0]->type(), ops[1]->type(), ops[2]->type()}, {}, 1);
+    if (!types)
+      return importError("{0}: {1}", describeNode(n, index),
+                         llvm::toString(types.takeError()));
+    if (pick && (*types)[0] == ops[pick]->type())
+      return ctx.emit(n, index, OpKind::Identity, {ops[pick]}, {}, false);
+  }
+  return ctx.emit(n, index, OpKind::Where, std::move(ops), {});
+}
+
+std::vector<OpTranslation> elementwiseTranslations() {
+  std::vector<OpTranslation> t;
+  // Unary.
+  for (const char *op :
+       {"Abs", "Cos", "Erf", "Exp", "Gelu", "Identity", "IsInf", "IsNaN",
+        "LeakyRelu", "Log", "Neg", "Not", "Reciprocal", "Relu", "Sigmoid",
+        "Sin", "Sqrt", "Tanh"})
+    t.push_back(sameNamedOp(op));
+  // Binary and variadic, NumPy broadcasting.
+  for (const char *op :
+       {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater",
+        "GreaterOrEqual", "Less", "LessOrEqual", "Mod", "And", "Or"})
+    t.push_back(sameNamedOp(op));
+  t.push_back({"Where", kOpsetFirst, kOpsetLast, translateWhere});
+  t.push_back({"Clip", kOpsetFirst, kOpsetLast, translateClip});
+  t.push_back({"Cast",
+               kOpsetFirst,
+               kOpsetLast,
+               translateCast,
+               TranslationKind::Op,
+               {"to"}});
+  t.push_back({"CastLike", kOpsetFirst, kOpsetLast, translateCastLike});
+  return t;
+}
+
+} // namespace cleave::frontend

@@ -1,0 +1,37 @@
+// Ops cleave has no IR op for that ONNX defines by a function body: the
+// node is replaced by its body's nodes, imported by the usual steps
+// (ImportContext::importFunctionBody). The ones listed here are tested
+// against onnxruntime (tests/models/opset23, tests/lit/cleavec/
+// function-ops.test); any other op without a table entry takes the same
+// path, so it imports when every op of its body does.
+#include "frontend/translate/Translation.h"
+
+namespace cleave::frontend {
+
+llvm::Error translateThroughFunctionBody(ImportContext &ctx,
+                                         const onnx::NodeProto &n, int index) {
+  auto expanded = ctx.importFunctionBody(n, index);
+  if (!expanded)
+    return expanded.takeError();
+  if (*expanded)
+    return llvm::Error::success();
+  return importError("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at "
+                     "node '{2}'{3}{4}; `cleavec --list-ops` lists the "
+                     "supported ops",
+                     n.op_type(), ctx.opset(), n.name(), modulePathOf(n),
+                     ctx.bodyContext());
+}
+
+std::vector<OpTranslation> functionOpTranslations() {
+  std::vector<OpTranslation> t;
+  for (const char *op :
+       {"Attention", "Celu", "Elu", "HardSigmoid", "HardSwish", "Mish", "PRelu",
+        "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare",
+        "RotaryEmbedding", "Selu", "Shrink", "Softplus", "Softsign", "Swish",
+        "ThresholdedRelu"})
+    t.push_back({op, kOpsetFirst, kOpsetLast, translateThroughFunctionBody,
+                 TranslationKind::FunctionBody});
+  return t;
+}
+
+} // namespace cleave::frontend

@@ -1,0 +1,48 @@
+// Reductions. The axes are an attribute before opset 18 (ReduceSum: 13)
+// and a constant input since; either way they become the IR op's `axes`
+// attribute, and no axes with `noop_with_empty_axes` is an Identity.
+#include "frontend/translate/Translation.h"
+
+#include "frontend/OnnxNode.h"
+
+namespace cleave::frontend {
+
+using namespace cleave::ir;
+
+static llvm::Error translateReduce(ImportContext &ctx, const onnx::NodeProto &n,
+                                   int index) {
+  OpKind kind = irOpOf(n);
+  auto operands = ctx.tensorOperands(n, index, kind);
+  if (!operands)
+    return operands.takeError();
+  std::vector<int64_t> axes;
+  if (auto a = attrInts(n, "axes"))
+    axes = *a;
+  else if (ctx.input(n, 1)) {
+    auto v = ctx.staticInts(n, index, 1, "axes");
+    if (!v)
+      return v.takeError();
+    axes = *v;
+  }
+  if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
+    return ctx.emit(n, index, OpKind::Identity, std::move(*operands), {},
+                    false);
+  AttrMap attrs;
+  if (!axes.empty())
+    attrs.emplace("axes", Attribute(axes));
+  return ctx.emit(n, index, kind, std::move(*operands), std::move(attrs));
+}
+
+std::vector<OpTranslation> reduceTranslations() {
+  std::vector<OpTranslation> t;
+  for (const char *op : {"ReduceMax", "ReduceMean", "ReduceSum"})
+    t.push_back({op,
+                 kOpsetFirst,
+                 kOpsetLast,
+                 translateReduce,
+                 TranslationKind::Op,
+                 {"noop_with_empty_axes"}});
+  return t;
+}
+
+} // namespace cleave::frontend
