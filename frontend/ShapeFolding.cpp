@@ -159,6 +159,10 @@ static llvm::Expected<Data> elementwise(const std::string &op,
                  : op == "Sqrt"    ? std::sqrt(a)
                  : op == "Cos"     ? std::cos(a)
                  : op == "Sin"     ? std::sin(a)
+                 : op == "Floor"   ? std::floor(a)
+                 : op == "Ceil"    ? std::ceil(a)
+                 : op == "Round"   ? std::nearbyint(a) // halves to even
+                 : op == "Sign"    ? double((a > 0) - (a < 0))
                  : op == "Mod"     ? std::fmod(a, b)
                  : op == "Equal"   ? double(a == b)
                  : op == "Less"    ? double(a < b)
@@ -188,6 +192,7 @@ static llvm::Expected<Data> elementwise(const std::string &op,
                 : op == "Min"     ? std::min(a, b)
                 : op == "Neg"     ? int64_t(0 - uint64_t(a))
                 : op == "Abs"     ? (a < 0 ? int64_t(0 - uint64_t(a)) : a)
+                : op == "Sign"    ? int64_t((a > 0) - (a < 0))
                 : op == "Mod"     ? (b == -1 ? 0 : modInt(a, b, fmodMode))
                 : op == "Equal"   ? a == b
                 : op == "Less"    ? a < b
@@ -559,6 +564,55 @@ static llvm::Expected<FoldResult> foldExpand(const onnx::NodeProto &node,
   return one(broadcastTo(*in[0], *s));
 }
 
+// Transpose of a constant (the exporters reverse a pads list this way:
+// Reshape to [k, 2], Transpose, Reshape back).
+static llvm::Expected<FoldResult> foldTranspose(const onnx::NodeProto &node,
+                                                llvm::ArrayRef<FoldInput> inputs,
+                                                const FoldValues &in) {
+  if (!in.need(0))
+    return FoldResult();
+  const Shape &shape = in[0]->type().shape;
+  int64_t r = shape.size();
+  std::vector<int64_t> perm;
+  if (auto p = attrInts(node, "perm"))
+    perm = *p;
+  else
+    for (int64_t i = r; i-- > 0;)
+      perm.push_back(i);
+  std::vector<bool> seen(r, false);
+  if (int64_t(perm.size()) != r)
+    return err("Transpose: perm has {0} entries for rank {1}", perm.size(), r);
+  for (int64_t &p : perm) {
+    if (p < 0)
+      p += r;
+    if (p < 0 || p >= r || seen[p])
+      return err("Transpose: perm is not a permutation of 0..{0}", r - 1);
+    seen[p] = true;
+  }
+  Shape out(r);
+  for (int64_t i = 0; i < r; ++i)
+    out[i] = shape[perm[i]];
+  Data res = makeData(in[0]->type().dtype, out);
+  std::vector<int64_t> inStride(r, 1);
+  for (int64_t i = r - 1; i > 0; --i)
+    inStride[i - 1] = inStride[i] * shape[i];
+  size_t w = dtypeSize(in[0]->type().dtype);
+  int64_t n = res->type().numElements();
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t o = 0; o < n; ++o) {
+    int64_t src = 0;
+    for (int64_t i = 0; i < r; ++i)
+      src += idx[i] * inStride[perm[i]];
+    copyBytes(res->mutableBytes() + o * w, in[0]->bytes().data() + src * w, w);
+    for (int64_t i = r - 1; i >= 0; --i) {
+      if (++idx[i] < out[i])
+        break;
+      idx[i] = 0;
+    }
+  }
+  return one(res);
+}
+
 static llvm::Expected<FoldResult> foldConcat(const onnx::NodeProto &node,
                                              llvm::ArrayRef<FoldInput> inputs,
                                              const FoldValues &in) {
@@ -786,6 +840,11 @@ static const FoldRule kFoldRules[] = {
     {"IsNaN", foldUnary},
     {"Cos", foldUnary},
     {"Sin", foldUnary},
+    {"Floor", foldUnary},
+    {"Sign", foldUnary},
+    {"Ceil", foldUnary},
+    {"Round", foldUnary},
+    {"Transpose", foldTranspose},
     {"Where", foldWhere},
     {"Cast", foldCast},
     {"CastLike", foldCast, false, 1},

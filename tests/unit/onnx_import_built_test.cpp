@@ -221,6 +221,53 @@ TEST(OnnxImportBuilt, ShapeArithmeticFoldsIntoAttributes) {
   EXPECT_EQ(g->outputs()[0]->type().str(), "f32[5,12]");
 }
 
+TEST(OnnxImportBuilt, FloorCeilSignAndTransposeOfConstantsFold) {
+  // The pads of HF's causal-LM loss through the legacy exporter are a
+  // Transpose of reshaped shape arithmetic cast to int64; adaptive pooling
+  // in VGG computes its windows with Floor, Ceil and Sign.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"2", "3"});
+  // Float shape arithmetic starts from integers (float initializers are
+  // parameters): p = [7, 12, 2, 29] / 10.
+  m.initInts("p10", {4}, {7, 12, 2, 29});
+  m.initInts("ten", {1}, {10});
+  ModelBuilder::attr(m.node("Cast", {"p10"}, {"pn"}), "to",
+                     int64_t(onnx::TensorProto::FLOAT));
+  ModelBuilder::attr(m.node("Cast", {"ten"}, {"tenf"}), "to",
+                     int64_t(onnx::TensorProto::FLOAT));
+  m.node("Div", {"pn", "tenf"}, {"p"});
+  m.initInts("shape22", {2}, {2, 2});
+  m.initInts("flat", {1}, {-1});
+  m.node("Floor", {"p"}, {"pf"});                 // 0 1 0 2
+  m.node("Reshape", {"pf", "shape22"}, {"p22"});   // [[0,1],[0,2]]
+  m.node("Transpose", {"p22"}, {"pt"});            // [[0,0],[1,2]]
+  m.node("Reshape", {"pt", "flat"}, {"pflat"});
+  ModelBuilder::attr(m.node("Cast", {"pflat"}, {"pads"}), "to",
+                     int64_t(onnx::TensorProto::INT64));
+  m.node("Pad", {"x", "pads"}, {"padded"});        // [2,3] -> [3,5]
+  m.initInts("s", {2}, {-4, 3});
+  m.initInts("c10", {2}, {5, 142});
+  m.node("Sign", {"s"}, {"sgi"});                  // -1 1
+  ModelBuilder::attr(m.node("Cast", {"sgi"}, {"sg"}), "to",
+                     int64_t(onnx::TensorProto::FLOAT));
+  ModelBuilder::attr(m.node("Cast", {"c10"}, {"c10f"}), "to",
+                     int64_t(onnx::TensorProto::FLOAT));
+  m.node("Div", {"c10f", "tenf"}, {"c"});          // 0.5 14.2
+  m.node("Ceil", {"c"}, {"cl"});                   // 1 15
+  m.node("Mul", {"sg", "cl"}, {"t"});              // -1 15
+  ModelBuilder::attr(m.node("Cast", {"t"}, {"target"}), "to",
+                     int64_t(onnx::TensorProto::INT64));
+  m.node("Reshape", {"padded", "target"}, {"y"});  // [1,15]
+  m.output("y", kFloat, 2);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  const Op *pad = onlyOp(*g, OpKind::Pad);
+  ASSERT_TRUE(pad);
+  EXPECT_EQ(pad->getInts("pads"), (std::vector<int64_t>{0, 0, 1, 2}));
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,15]");
+}
+
 TEST(OnnxImportBuilt, OpsetOutsideTheSupportedRange) {
   TempDir dir;
   ModelBuilder m(6);
