@@ -92,6 +92,20 @@ static llvm::Error translateConvOrPool(ImportContext &ctx,
   attrs.emplace("pads", Attribute(pads));
   if (op != "AveragePool")
     attrs.emplace("dilations", Attribute(dil));
+  // PyTorch's exporter writes a Conv3d without bias as a bias of zeros of
+  // shape [M, 2], which ONNX does not allow (onnxruntime refuses it too):
+  // a constant all-zero bias of another shape than [M] is no bias.
+  if (kind == OpKind::Conv && operands->size() == 3) {
+    ImportContext::Entry *b = ctx.input(n, 2), *w = ctx.input(n, 1);
+    if (b && w && b->foldable && b->data && w->type.rank() >= 1 &&
+        b->type.shape != Shape{w->type.shape[0]}) {
+      bool zero = true;
+      for (int64_t i = 0; i < b->type.numElements() && zero; ++i)
+        zero = b->data->getDouble(i) == 0.0;
+      if (zero)
+        operands->pop_back();
+    }
+  }
   return ctx.emit(n, index, kind, std::move(*operands), std::move(attrs));
 }
 

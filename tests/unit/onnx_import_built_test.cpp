@@ -268,6 +268,24 @@ TEST(OnnxImportBuilt, FloorCeilSignAndTransposeOfConstantsFold) {
   EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,15]");
 }
 
+TEST(OnnxImportBuilt, AZeroBiasOfAnotherShapeIsNoBias) {
+  // PyTorch's exporter writes a Conv3d without bias as zeros of [M, 2].
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"1", "2", "3", "3", "3"});
+  m.initFloats("w", {4, 2, 1, 1, 1}, std::vector<float>(8, 0.5f));
+  m.initInts("zshape", {2}, {4, 2});
+  m.node("ConstantOfShape", {"zshape"}, {"zeros"});
+  m.node("Conv", {"x", "w", "zeros"}, {"y"});
+  m.output("y", kFloat, 5);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  const Op *conv = onlyOp(*g, OpKind::Conv);
+  ASSERT_TRUE(conv);
+  EXPECT_EQ(conv->numOperands(), 2u);
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,4,3,3,3]");
+}
+
 TEST(OnnxImportBuilt, OpsetOutsideTheSupportedRange) {
   TempDir dir;
   ModelBuilder m(6);
