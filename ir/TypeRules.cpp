@@ -426,6 +426,52 @@ Types scatterND(const TypeQuery &q) {
   return std::vector{data};
 }
 
+// ScatterElements: updates shaped like the indices, which address data as
+// GatherElements' do (same rank, no larger off the axis).
+Types scatterElements(const TypeQuery &q) {
+  const TensorType &data = q.operands[0], &idx = q.operands[1],
+                   &upd = q.operands[2];
+  if (upd.dtype != data.dtype)
+    return err("updates {0} and data {1} differ in type", upd.str(),
+               data.str());
+  if (upd.shape != idx.shape)
+    return err("updates {0} must have the shape of indices {1}", upd.str(),
+               idx.str());
+  std::string red = q.getString("reduction");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" &&
+      red != "min")
+    return err("unknown reduction '{0}'", red);
+  if (auto t = gatherElements(q); !t)
+    return t.takeError();
+  return std::vector{data};
+}
+
+Types cumSum(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  if (x.dtype == DType::Bool)
+    return err("operand must be numeric, not {0}", x.str());
+  if (auto axis = normalizeAxis(q.getInt("axis"), x.rank()); !axis)
+    return axis.takeError();
+  return std::vector{x};
+}
+
+Types tile(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  const auto &repeats = q.getInts("repeats");
+  if (repeats.size() != x.rank())
+    return err("repeats {0} must give one count per dim of {1}",
+               shapeStr(repeats), x.str());
+  Shape out(x.shape);
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (repeats[d] < 0)
+      return err("repeats must not be negative, got {0}", repeats[d]);
+    out[d] *= repeats[d];
+  }
+  if (auto e = checkShape(out))
+    return err("result {0}: {1}", shapeStr(out), llvm::toString(std::move(e)));
+  return std::vector{TensorType(x.dtype, out)};
+}
+
 Types reshape(const TypeQuery &q) {
   const auto &shape = q.getInts("shape");
   Shape out(shape.begin(), shape.end());
@@ -703,6 +749,50 @@ static llvm::Error requireSameType(const TensorType &a, const TensorType &b,
 
 namespace typerules {
 
+// Resize: the result has the dims `sizes`; what the CPU kernel computes is
+// checked here, so an unsupported mode is refused at import.
+Types resize(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  const auto &sizes = q.getInts("sizes");
+  if (sizes.size() != x.rank())
+    return err("sizes {0} must give one dim per dim of {1}", shapeStr(sizes),
+               x.str());
+  for (int64_t s : sizes)
+    if (s < 1)
+      return err("sizes must be positive, got {0}", s);
+  if (q.attrs.count("scales")) {
+    const auto &scales = q.get("scales").getFloats();
+    if (scales.size() != x.rank())
+      return err("scales must give one scale per dim of {0}", x.str());
+    for (float s : scales)
+      if (!(s > 0))
+        return err("scales must be positive, got {0}", s);
+  }
+  const std::string &mode = q.getString("mode");
+  if (mode != "nearest" && mode != "linear")
+    return err("mode '{0}' is not supported (cleave supports nearest and "
+               "linear)",
+               mode);
+  if (mode == "linear" && !isFloat(x.dtype))
+    return err("mode linear needs a float tensor, not {0}", x.str());
+  const std::string &ct = q.getString("coordinate_transformation_mode");
+  if (ct != "half_pixel" && ct != "pytorch_half_pixel" &&
+      ct != "align_corners" && ct != "asymmetric" &&
+      ct != "tf_half_pixel_for_nn")
+    return err("coordinate_transformation_mode '{0}' is not supported", ct);
+  const std::string &nm = q.getString("nearest_mode");
+  if (nm != "round_prefer_floor" && nm != "round_prefer_ceil" &&
+      nm != "floor" && nm != "ceil")
+    return err("nearest_mode '{0}' is not supported", nm);
+  if (q.getInt("antialias") != 0)
+    return err("antialias is not supported");
+  if (q.getString("keep_aspect_ratio_policy") != "stretch")
+    return err("keep_aspect_ratio_policy '{0}' is not supported (the sizes "
+               "must be given per dim)",
+               q.getString("keep_aspect_ratio_policy"));
+  return std::vector{TensorType(x.dtype, Shape(sizes.begin(), sizes.end()))};
+}
+
 Types gradient(const TypeQuery &q) {
   const TensorType &dy = q.operands[0];
   if (auto e = requireFloat(dy, "the incoming gradient"))
@@ -722,7 +812,10 @@ Types gradient(const TypeQuery &q) {
     return std::vector{q.operands[1]};
   case OpKind::DropoutGrad:
   case OpKind::ScatterNDGradData:
+  case OpKind::ScatterElementsGradData:
     return std::vector{dy};
+  case OpKind::ScatterElementsGradUpdates: // shaped like the indices
+    return std::vector{typed(q.operands[1].shape)};
   case OpKind::SumTo: {
     auto s = shapeAttr(q);
     if (!s)
@@ -777,6 +870,7 @@ Types gradient(const TypeQuery &q) {
   case OpKind::GatherElementsGrad:
   case OpKind::ScatterNDGradUpdates:
   case OpKind::SliceGrad:
+  case OpKind::ResizeGrad:
   case OpKind::AveragePoolGrad: {
     auto s = shapeAttr(q);
     if (!s)

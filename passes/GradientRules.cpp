@@ -156,6 +156,14 @@ static llvm::Error ruleGelu(RuleContext &c) {
   return unaryRule(c, tanhForm ? "gelu_tanh" : "gelu", {});
 }
 
+static llvm::Error ruleHardSigmoid(RuleContext &c) {
+  return unaryRule(c, "hard_sigmoid", copyAttrs(c.op, {"alpha", "beta"}));
+}
+
+static llvm::Error ruleHardSwish(RuleContext &c) {
+  return unaryRule(c, "hard_swish", {});
+}
+
 static llvm::Error ruleClip(RuleContext &c) {
   return unaryRule(c, "clip", copyAttrs(c.op, {"min", "max"}));
 }
@@ -523,6 +531,66 @@ static llvm::Error ruleScatterND(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// Reduction none: the written elements of data get no gradient, each update
+// its element's where it wrote last. Add: data's gradient is dY and each
+// update's the element of dY it was added to.
+static llvm::Error ruleScatterElements(RuleContext &c) {
+  const std::string &red = c.op.getString("reduction");
+  if (red != "none" && red != "add")
+    return noRule(c.op, "only reductions none and add have a gradient");
+  AttrMap axis = copyAttrs(c.op, {"axis"});
+  bool add = red == "add";
+  if (c.needs[0])
+    c.dX[0] = add ? c.dY[0]
+                  : c.b.emit(OpKind::ScatterElementsGradData,
+                             {c.dY[0], c.in(1)}, axis);
+  if (c.needs[2])
+    c.dX[2] = c.b.emit(add ? OpKind::GatherElements
+                           : OpKind::ScatterElementsGradUpdates,
+                       {c.dY[0], c.in(1)}, axis);
+  return llvm::Error::success();
+}
+
+// y_j sums x_i over i <= j (or i < j, or from the end): dx_i sums dy_j over
+// the same relation turned around, the running sum the other way.
+static llvm::Error ruleCumSum(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::CumSum, {c.dY[0]},
+                     with(copyAttrs(c.op, {"axis", "exclusive"}), "reverse",
+                          int64_t(c.op.getInt("reverse") == 0)));
+  return llvm::Error::success();
+}
+
+static llvm::Error ruleResize(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"coordinate_transformation_mode", "mode",
+                                   "nearest_mode"});
+  if (c.op.hasAttr("scales"))
+    attrs.emplace("scales", c.op.attr("scales"));
+  c.dX[0] = c.b.emit(OpKind::ResizeGrad, {c.dY[0]},
+                     with(std::move(attrs), "shape", shapeOf(c.in(0))));
+  return llvm::Error::success();
+}
+
+// dY viewed as [r0, d0, r1, d1, ...] (tile index, then position in the
+// tile, per dim) and summed over the tile indices.
+static llvm::Error ruleTile(RuleContext &c) {
+  const auto &repeats = c.op.getInts("repeats");
+  std::vector<int64_t> in = shapeOf(c.in(0)), split, axes;
+  for (size_t d = 0; d < in.size(); ++d) {
+    split.push_back(repeats[d]);
+    split.push_back(in[d]);
+    if (repeats[d] != 1)
+      axes.push_back(int64_t(2 * d));
+  }
+  if (axes.empty()) {
+    c.dX[0] = c.dY[0];
+    return llvm::Error::success();
+  }
+  Value *sum = c.b.emit(OpKind::ReduceSum, {c.b.reshape(c.dY[0], split)},
+                        {{"axes", axes}, {"keepdims", int64_t(1)}});
+  c.dX[0] = c.b.reshape(sum, in);
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleMaxPool(RuleContext &c) {
   c.dX[0] = c.b.emit(OpKind::MaxPoolGrad, {c.dY[0], c.in(0)},
                      copyAttrs(c.op, {"ceil_mode", "dilations", "kernel_shape",
@@ -555,6 +623,8 @@ Rule findRule(OpKind kind) {
   case OpKind::Sqrt: return ruleSqrt;
   case OpKind::Tanh: return ruleTanh;
   case OpKind::LeakyRelu: return ruleLeakyRelu;
+  case OpKind::HardSigmoid: return ruleHardSigmoid;
+  case OpKind::HardSwish: return ruleHardSwish;
   case OpKind::Clip: return ruleClip;
   case OpKind::Identity: return ruleIdentity;
   case OpKind::Neg: return ruleNeg;
@@ -594,6 +664,10 @@ Rule findRule(OpKind kind) {
   case OpKind::Gather: return ruleGather;
   case OpKind::GatherElements: return ruleGatherElements;
   case OpKind::ScatterND: return ruleScatterND;
+  case OpKind::ScatterElements: return ruleScatterElements;
+  case OpKind::CumSum: return ruleCumSum;
+  case OpKind::Resize: return ruleResize;
+  case OpKind::Tile: return ruleTile;
   case OpKind::MaxPool: return ruleMaxPool;
   case OpKind::AveragePool: return ruleAveragePool;
   default: return nullptr;

@@ -102,6 +102,10 @@ public:
     registerElementwiseKernels(table_);
     registerReductionKernels(table_);
     registerDataMovementKernels(table_);
+    registerScatterElementsKernels(table_);
+    registerCumSumKernels(table_);
+    registerResizeKernels(table_);
+    registerTileKernels(table_);
     registerLinalgKernels(table_);
     registerConvPoolKernels(table_);
     registerNormalizationKernels(table_);

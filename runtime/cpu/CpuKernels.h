@@ -56,6 +56,10 @@ void addCombinedGradients(KernelTable &t);
 void registerElementwiseKernels(KernelTable &t);
 void registerReductionKernels(KernelTable &t);
 void registerDataMovementKernels(KernelTable &t);
+void registerScatterElementsKernels(KernelTable &t);
+void registerCumSumKernels(KernelTable &t);
+void registerResizeKernels(KernelTable &t);
+void registerTileKernels(KernelTable &t);
 void registerLinalgKernels(KernelTable &t);
 void registerConvPoolKernels(KernelTable &t);
 // The Conv kernel itself (f32, f64), for gradients that are convolutions.
@@ -156,6 +160,13 @@ using Float8 [[gnu::vector_size(32)]] = float;
 // The lanes summed in a fixed tree.
 [[gnu::always_inline]] inline double laneSum(Double8 v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// HardSigmoid with PyTorch's constants (alpha the float nearest 1/6, beta
+// 1/2): computed as PyTorch computes F.hardsigmoid, min(max(x + 3, 0), 6)
+// / 6, and differentiated with its test on x at the kinks.
+inline bool isPyTorchHardSigmoid(float alpha, float beta) {
+  return alpha == 1.0f / 6.0f && beta == 0.5f;
 }
 
 // Row-major strides of a shape.

@@ -687,6 +687,44 @@ void registerElementwiseKernels(KernelTable &t) {
     return unary<FloatTypes>(
         c, [tanhForm](auto x) { return geluValue(x, tanhForm); });
   }, floats);
+  t.add(OpKind::Floor, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::floor(x); });
+  }, floats);
+  t.add(OpKind::Ceil, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::ceil(x); });
+  }, floats);
+  // Halves to even (the default rounding mode), as ONNX and torch.round.
+  t.add(OpKind::Round, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::nearbyint(x); });
+  }, floats);
+  // -1, 0 or 1; NaN stays NaN.
+  t.add(OpKind::Sign, [](KC c) -> E {
+    return unary<NumericTypes>(c, [](auto x) {
+      using C = decltype(x);
+      if (x != x)
+        return x;
+      return C(int(x > C(0)) - int(x < C(0)));
+    });
+  }, numeric);
+  t.add(OpKind::HardSigmoid, [](KC c) -> E {
+    float alpha = c.getFloat("alpha"), beta = c.getFloat("beta");
+    if (isPyTorchHardSigmoid(alpha, beta))
+      return unary<FloatTypes>(c, [](auto x) {
+        using C = decltype(x);
+        return std::min(std::max(x + C(3), C(0)), C(6)) / C(6);
+      });
+    return unary<FloatTypes>(c, [alpha, beta](auto x) {
+      using C = decltype(x);
+      return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
+    });
+  }, floats);
+  // PyTorch's F.hardswish: x * min(max(x + 3, 0), 6) / 6.
+  t.add(OpKind::HardSwish, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) {
+      using C = decltype(x);
+      return x * std::min(std::max(x + C(3), C(0)), C(6)) / C(6);
+    });
+  }, floats);
   t.add(OpKind::IsNaN, [](KC c) -> E {
     return floatPredicate(c, [](auto x) { return std::isnan(x); });
   }, floats);

@@ -122,6 +122,28 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
       T rightDerivative = left * tanhDerivative * innerDerivative;
       return T(dy * (leftDerivative + rightDerivative));
     });
+  // HardSigmoid: alpha inside (0, 1) of alpha x + beta, 0 at and past the
+  // kinks; at PyTorch's constants, PyTorch's test on x (-3 < x < 3).
+  if (fn == "hard_sigmoid") {
+    float alpha = call.getFloat("alpha"), beta = call.getFloat("beta");
+    T a = T(alpha), b = T(beta);
+    if (isPyTorchHardSigmoid(alpha, beta))
+      return mapGradient<T>(call, [=](T dy, T x) {
+        return x > T(-3) && x < T(3) ? T(dy * a) : T(0);
+      });
+    return mapGradient<T>(call, [=](T dy, T x) {
+      T v = a * x + b;
+      return v > T(0) && v < T(1) ? T(dy * a) : T(0);
+    });
+  }
+  // HardSwish, PyTorch's hardswish_backward: 0 up to -3 (included),
+  // dY (x / 3 + 1/2) below 3, dY from 3 on.
+  if (fn == "hard_swish")
+    return mapGradient<T>(call, [](T dy, T x) {
+      if (x <= T(-3))
+        return T(0);
+      return x < T(3) ? T(dy * (x / T(3) + T(0.5))) : dy;
+    });
   if (fn == "leaky_relu") {
     T alpha = T(call.getFloat("alpha"));
     return mapGradient<T>(call,

@@ -36,6 +36,10 @@ static const char *const kUnsupported[][2] = {
     {"too many to fold", "constant too large to fold"},
     {"experimental ONNX op", "experimental op"},
     {"is not supported", "unsupported attribute or mode"},
+    // An ONNX input the IR op takes as an attribute (CumSum's axis,
+    // Resize's sizes or scales, Tile's repeats) that the importer does not
+    // fold into it yet.
+    {"missing required attribute", "input not yet folded into an attribute"},
 };
 
 static std::string classify(const std::string &msg) {

@@ -572,3 +572,50 @@ TEST(CpuElementwise, TriluKeepsATriangleOfEachMatrix) {
                 .values<int64_t>(),
             (std::vector<int64_t>{1, 2, 0, 4, 5, 6}));
 }
+
+namespace {
+
+// Floor, Ceil and Round (halves to even) on floats; Sign on floats and
+// integers.
+TEST(CpuElementwise, FloorCeilRoundSign) {
+  Host x = f32({7}, {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, 2.7f});
+  EXPECT_EQ(eval(OpKind::Floor, {&x}, DType::F32, {7}).values<float>(),
+            (std::vector<float>{-3, -2, -1, 0, 1, 2, 2}));
+  EXPECT_EQ(eval(OpKind::Ceil, {&x}, DType::F32, {7}).values<float>(),
+            (std::vector<float>{-2, -1, -0.0f, 1, 2, 3, 3}));
+  EXPECT_EQ(eval(OpKind::Round, {&x}, DType::F32, {7}).values<float>(),
+            (std::vector<float>{-2, -2, -0.0f, 0, 2, 2, 3}));
+  Host s = f32({4}, {-2.5f, 0.0f, 3.0f, std::nanf("")});
+  auto sign = eval(OpKind::Sign, {&s}, DType::F32, {4}).values<float>();
+  EXPECT_EQ(sign[0], -1.0f);
+  EXPECT_EQ(sign[1], 0.0f);
+  EXPECT_EQ(sign[2], 1.0f);
+  EXPECT_TRUE(std::isnan(sign[3]));
+  Host i = i32({3}, {-7, 0, 9});
+  EXPECT_EQ(eval(OpKind::Sign, {&i}, DType::I32, {3}).values<int32_t>(),
+            (std::vector<int32_t>{-1, 0, 1}));
+}
+
+// HardSigmoid with ONNX's example constants (alpha 0.5, beta 0.6) and with
+// PyTorch's (1/6, 1/2: PyTorch's formula, min(max(x + 3, 0), 6) / 6);
+// HardSwish as PyTorch computes it.
+TEST(CpuElementwise, HardSigmoidAndHardSwish) {
+  Host x = f32({3}, {-1, 0, 1});
+  EXPECT_EQ(eval(OpKind::HardSigmoid, {&x}, DType::F32, {3},
+                 {{"alpha", 0.5f}, {"beta", 0.6f}})
+                .values<float>(),
+            (std::vector<float>{0.5f * -1.0f + 0.6f, 0.6f, 1.0f}));
+  std::vector<float> v{-4, -3, -1.5f, 0, 0.7f, 3, 5};
+  Host y = f32({7}, v);
+  auto hs = eval(OpKind::HardSigmoid, {&y}, DType::F32, {7},
+                 {{"alpha", 1.0f / 6.0f}, {"beta", 0.5f}})
+                .values<float>();
+  auto hw = eval(OpKind::HardSwish, {&y}, DType::F32, {7}).values<float>();
+  for (size_t k = 0; k < v.size(); ++k) {
+    float clamped = std::min(std::max(v[k] + 3.0f, 0.0f), 6.0f);
+    EXPECT_EQ(hs[k], clamped / 6.0f) << v[k];
+    EXPECT_EQ(hw[k], v[k] * clamped / 6.0f) << v[k];
+  }
+}
+
+} // namespace

@@ -218,6 +218,25 @@ TEST(CpuGradients, UnaryGradMatchesFiniteDifferencesForEveryFn) {
   }
 }
 
+// PyTorch 2's hardswish and hardsigmoid backward at and around their kinks
+// (float64 values from torch.autograd: hardswish' is 0 at -3 and 1 at 3,
+// hardsigmoid' is 0 at both, and PyTorch's 1/6 is the float's).
+TEST(CpuGradients, HardSwishAndHardSigmoidMatchPyTorchAtTheKinks) {
+  Tensor dY({6}, {1, 1, 1, 1, 1, 1}), x({6}, {-3.5, -3, -1, 0, 3, 3.5});
+  EXPECT_EQ(runOp(OpKind::UnaryGrad, {{"fn", "hard_swish"}},
+                  {dY.ref(), x.ref()})[0]
+                .data,
+            (Values{0, 0, -1.0 / 3 + 0.5, 0.5, 1, 1}));
+  AttrMap hs{{"fn", "hard_sigmoid"}, {"alpha", 1.0f / 6.0f}, {"beta", 0.5f}};
+  double sixth = double(1.0f / 6.0f);
+  EXPECT_EQ(runOp(OpKind::UnaryGrad, hs, {dY.ref(), x.ref()})[0].data,
+            (Values{0, 0, sixth, sixth, 0, 0}));
+  // Other constants: the slope inside (0, 1) of alpha x + beta.
+  AttrMap onnx{{"fn", "hard_sigmoid"}, {"alpha", 0.5f}, {"beta", 0.5f}};
+  EXPECT_EQ(runOp(OpKind::UnaryGrad, onnx, {dY.ref(), x.ref()})[0].data,
+            (Values{0, 0, 0, 0.5, 0, 0}));
+}
+
 TEST(CpuGradients, UnaryGradMasksGiveZeroNotNaN) {
   Tensor dY({3}, {INFINITY, 2, INFINITY}), x({3}, {-1, 0, 5});
   EXPECT_EQ(runOp(OpKind::UnaryGrad, {{"fn", "relu"}}, {dY.ref(), x.ref()})[0]

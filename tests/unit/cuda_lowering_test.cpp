@@ -189,7 +189,18 @@ TEST(CudaLowering, CoversEveryCpuOp) {
       "RMSNormalizationGradParams bf16", "RMSNormalizationGradParams f32",
       "ScatterND bf16", "ScatterND bool", "ScatterND f32", "ScatterND i32",
       "ScatterND i64", "ScatterNDGradData bf16", "ScatterNDGradData f32",
-      "ScatterNDGradUpdates bf16", "ScatterNDGradUpdates f32"};
+      "ScatterNDGradUpdates bf16", "ScatterNDGradUpdates f32",
+      "Ceil bf16", "Ceil f32", "Floor bf16", "Floor f32", "Round bf16",
+      "Round f32", "Sign bf16", "Sign f32", "Sign i32", "Sign i64",
+      "HardSigmoid bf16", "HardSigmoid f32", "HardSwish bf16", "HardSwish f32",
+      "CumSum bf16", "CumSum f32", "CumSum i32", "CumSum i64", "Resize bf16",
+      "Resize bool", "Resize f32", "Resize i32", "Resize i64",
+      "ResizeGrad bf16", "ResizeGrad f32", "ScatterElements bf16",
+      "ScatterElements bool", "ScatterElements f32", "ScatterElements i32",
+      "ScatterElements i64", "ScatterElementsGradData bf16",
+      "ScatterElementsGradData f32", "ScatterElementsGradUpdates bf16",
+      "ScatterElementsGradUpdates f32", "Tile bf16", "Tile bool", "Tile f32",
+      "Tile i32", "Tile i64"};
   auto cpu = runtime::createCpuBackend(1);
   std::set<std::string> missing;
   for (size_t k = 0; k < ir::allOps().size(); ++k) {

@@ -185,6 +185,9 @@ TEST(Gradcheck, Unary) {
       {OpKind::Gelu, -2, 2, {{"approximate", std::string("tanh")}}},
       {OpKind::LeakyRelu, -1, 1, {{"alpha", 0.2f}}},
       {OpKind::Clip, -1, 1, {{"min", -0.5f}, {"max", 0.4f}}},
+      {OpKind::HardSwish, -2.9, 2.9, {}},
+      {OpKind::HardSigmoid, -2.9, 2.9, {{"alpha", 1.0f / 6.0f}, {"beta", 0.5f}}},
+      {OpKind::HardSigmoid, -1, 1, {{"alpha", 0.4f}, {"beta", 0.3f}}},
   };
   for (const U &u : cases) {
     SCOPED_TRACE(std::string(opInfo(u.k).name));
@@ -416,6 +419,102 @@ TEST(Gradcheck, Reductions) {
           b.lossOf(b.op(k, {x}, axes(ax, keep)));
         });
       }
+}
+
+// CumSum inclusive and exclusive, forward and reversed, along an outer
+// and the inner axis.
+TEST(Gradcheck, CumSum) {
+  for (int64_t axis : {0, -1})
+    for (int64_t exclusive : {0, 1})
+      for (int64_t reverse : {0, 1}) {
+        SCOPED_TRACE("axis " + std::to_string(axis) + " exclusive " +
+                     std::to_string(exclusive) + " reverse " +
+                     std::to_string(reverse));
+        gradcheck([&](Builder &b) {
+          Value *x = b.param("x", {3, 4});
+          b.lossOf(b.op(OpKind::CumSum, {x},
+                        {{"axis", axis},
+                         {"exclusive", exclusive},
+                         {"reverse", reverse}}));
+        });
+      }
+}
+
+// ScatterElements, reductions none (a repeated index: the later write
+// wins) and add (repeats add up), along both axes.
+TEST(Gradcheck, ScatterElements) {
+  for (const char *red : {"none", "add"})
+    for (int64_t axis : {0, 1}) {
+      SCOPED_TRACE(std::string(red) + " axis " + std::to_string(axis));
+      gradcheck([&](Builder &b) {
+        Value *x = b.param("x", {3, 4});
+        Value *idx = b.ints("idx", {2, 3}, {1, 0, 2, 1, -1, 0});
+        Value *u = b.param("u", {2, 3});
+        b.lossOf(b.op(OpKind::ScatterElements, {x, idx, u},
+                      {{"axis", axis}, {"reduction", std::string(red)}}));
+      });
+    }
+}
+
+// Floor, Ceil, Round and Sign pass no gradient (PyTorch's are zero): a
+// parameter behind them gets zeros, the one beside them its gradient.
+TEST(Gradcheck, FlatUnaryOpsPassNoGradient) {
+  for (OpKind k : {OpKind::Floor, OpKind::Ceil, OpKind::Round, OpKind::Sign}) {
+    SCOPED_TRACE(std::string(opInfo(k).name));
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {3, 4}, 0.1, 0.4); // clear of the steps
+      Value *w = b.param("w", {3, 4});
+      b.lossOf(b.op(OpKind::Mul, {b.op(k, {x}), w}));
+    });
+  }
+}
+
+// Resize: linear (half_pixel, align_corners, asymmetric, pytorch_half_pixel
+// with a dim resized to 1, a downsample by scales) and nearest.
+TEST(Gradcheck, Resize) {
+  using Ints = std::vector<int64_t>;
+  struct R {
+    const char *mode, *coord;
+    Ints sizes;
+    std::vector<float> scales;
+  };
+  std::vector<R> cases = {
+      {"linear", "half_pixel", {1, 2, 6, 5}, {}},
+      {"linear", "align_corners", {1, 2, 5, 7}, {}},
+      {"linear", "asymmetric", {1, 2, 6, 6}, {1, 1, 2, 2}},
+      {"linear", "pytorch_half_pixel", {1, 2, 1, 4}, {}},
+      {"linear", "half_pixel", {1, 2, 1, 2}, {1, 1, 0.6f, 0.6f}},
+      {"nearest", "asymmetric", {1, 2, 6, 6}, {1, 1, 2, 2}},
+      {"nearest", "half_pixel", {1, 2, 4, 5}, {}},
+  };
+  for (const R &r : cases) {
+    SCOPED_TRACE(std::string(r.mode) + " " + r.coord);
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {1, 2, 3, 3});
+      AttrMap attrs{{"mode", std::string(r.mode)},
+                    {"coordinate_transformation_mode", std::string(r.coord)},
+                    {"nearest_mode", std::string("floor")},
+                    {"sizes", r.sizes}};
+      if (!r.scales.empty())
+        attrs.emplace("scales", r.scales);
+      b.lossOf(b.op(OpKind::Resize, {x}, attrs));
+    });
+  }
+}
+
+// Tile: the gradient sums over the tiles.
+TEST(Gradcheck, Tile) {
+  for (std::vector<int64_t> repeats :
+       {std::vector<int64_t>{2, 1}, std::vector<int64_t>{3, 2},
+        std::vector<int64_t>{1, 1}}) {
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {2, 3});
+      Value *y = b.param("y", {2, 3});
+      Value *t = b.op(OpKind::Tile, {b.op(OpKind::Mul, {x, y})},
+                      {{"repeats", repeats}});
+      b.lossOf(t);
+    });
+  }
 }
 
 TEST(Gradcheck, DataMovement) {

@@ -411,6 +411,50 @@ TEST(TypeRules, GatherElementsAndScatterND) {
               HasSubstr("unknown reduction 'sum'"));
 }
 
+TEST(TypeRules, ScatterElementsCumSumTile) {
+  EXPECT_EQ(infer(OpKind::ScatterElements,
+                  {f32({3, 4}), i64({2, 4}), f32({2, 4})}),
+            Strings{"f32[3,4]"});
+  EXPECT_THAT(inferError(OpKind::ScatterElements,
+                         {f32({3, 4}), i64({2, 4}), f32({2, 3})}),
+              HasSubstr("must have the shape of indices"));
+  EXPECT_THAT(inferError(OpKind::ScatterElements,
+                         {f32({3, 4}), i64({2, 5}), f32({2, 5})},
+                         {{"axis", int64_t(0)}}),
+              HasSubstr("larger than data"));
+  EXPECT_EQ(infer(OpKind::CumSum, {i64({2, 7})}, {{"axis", int64_t(-1)}}),
+            Strings{"i64[2,7]"});
+  EXPECT_THAT(inferError(OpKind::CumSum, {f32({2, 7})}),
+              HasSubstr("missing required attribute 'axis'"));
+  EXPECT_THAT(inferError(OpKind::CumSum, {f32({2, 7})}, {{"axis", int64_t(2)}}),
+              HasSubstr("out of range"));
+  EXPECT_EQ(infer(OpKind::Tile, {f32({2, 3})},
+                  {{"repeats", std::vector<int64_t>{3, 2}}}),
+            Strings{"f32[6,6]"});
+  EXPECT_THAT(inferError(OpKind::Tile, {f32({2, 3})},
+                         {{"repeats", std::vector<int64_t>{3}}}),
+              HasSubstr("one count per dim"));
+}
+
+TEST(TypeRules, Resize) {
+  AttrMap up{{"mode", std::string("linear")},
+             {"sizes", std::vector<int64_t>{1, 3, 8, 10}}};
+  EXPECT_EQ(infer(OpKind::Resize, {f32({1, 3, 4, 5})}, up),
+            Strings{"f32[1,3,8,10]"});
+  EXPECT_THAT(inferError(OpKind::Resize, {i64({1, 3, 4, 5})}, up),
+              HasSubstr("mode linear needs a float tensor"));
+  AttrMap cubic = up;
+  cubic.insert_or_assign("mode", std::string("cubic"));
+  EXPECT_THAT(inferError(OpKind::Resize, {f32({1, 3, 4, 5})}, cubic),
+              HasSubstr("mode 'cubic' is not supported"));
+  AttrMap scales = up;
+  scales.emplace("scales", std::vector<float>{1, 1, 2});
+  EXPECT_THAT(inferError(OpKind::Resize, {f32({1, 3, 4, 5})}, scales),
+              HasSubstr("one scale per dim"));
+  EXPECT_THAT(inferError(OpKind::Resize, {f32({1, 3, 4, 5})}),
+              HasSubstr("missing required attribute 'sizes'"));
+}
+
 TEST(TypeRules, Concat) {
   EXPECT_EQ(infer(OpKind::Concat, {f32({2, 3}), f32({2, 5}), f32({2, 1})},
                   {{"axis", int64_t(-1)}}),
