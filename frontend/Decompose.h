@@ -27,4 +27,10 @@ llvm::Error decomposeSequenceAt(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
                                int index);
 
+// Einsum of one or two operands with explicit letters: ReduceSum of the
+// letters only one side has, transposes and reshapes to [batch, m, k] and
+// [batch, k, n], a MatMul, and back (frontend/Einsum.cpp).
+llvm::Error decomposeEinsum(ImportContext &ctx, const onnx::NodeProto &n,
+                            int index);
+
 } // namespace cleave::frontend

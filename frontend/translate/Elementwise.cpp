@@ -92,9 +92,10 @@ std::vector<OpTranslation> elementwiseTranslations() {
   std::vector<OpTranslation> t;
   // Unary.
   for (const char *op :
-       {"Abs", "Cos", "Erf", "Exp", "Gelu", "Identity", "IsInf", "IsNaN",
-        "LeakyRelu", "Log", "Neg", "Not", "Reciprocal", "Relu", "Sigmoid",
-        "Sin", "Sqrt", "Tanh"})
+       {"Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid",
+        "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "Neg",
+        "Not", "Reciprocal", "Relu", "Round", "Sigmoid", "Sign", "Sin",
+        "Sqrt", "Tanh"})
     t.push_back(sameNamedOp(op));
   // Binary and variadic, NumPy broadcasting.
   for (const char *op :

@@ -25,7 +25,7 @@ llvm::Error translateThroughFunctionBody(ImportContext &ctx,
 std::vector<OpTranslation> functionOpTranslations() {
   std::vector<OpTranslation> t;
   for (const char *op :
-       {"Attention", "Celu", "Elu", "HardSigmoid", "HardSwish", "Mish", "PRelu",
+       {"Attention", "Celu", "Elu", "Mish", "PRelu",
         "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare",
         "RotaryEmbedding", "Selu", "Shrink", "Softplus", "Softsign", "Swish",
         "ThresholdedRelu"})

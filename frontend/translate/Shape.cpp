@@ -249,6 +249,38 @@ static llvm::Error translateTrilu(ImportContext &ctx, const onnx::NodeProto &n,
                   std::move(attrs));
 }
 
+// CumSum's axis and Tile's repeats are constant inputs in ONNX and
+// attributes of the IR ops.
+static llvm::Error translateCumSum(ImportContext &ctx,
+                                   const onnx::NodeProto &n, int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::CumSum);
+  if (!operands)
+    return operands.takeError();
+  auto axis = ctx.staticInts(n, index, 1, "axis");
+  if (!axis)
+    return axis.takeError();
+  if (axis->size() != 1)
+    return importError("{0}: axis must be one value", describeNode(n, index));
+  auto a = normalizeAxis((*axis)[0], (*operands)[0]->type().rank());
+  if (!a)
+    return importError("{0}: {1}", describeNode(n, index),
+                       llvm::toString(a.takeError()));
+  return ctx.emit(n, index, OpKind::CumSum, std::move(*operands),
+                  {{"axis", Attribute(int64_t(*a))}});
+}
+
+static llvm::Error translateTile(ImportContext &ctx, const onnx::NodeProto &n,
+                                 int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::Tile);
+  if (!operands)
+    return operands.takeError();
+  auto repeats = ctx.staticInts(n, index, 1, "repeats");
+  if (!repeats)
+    return repeats.takeError();
+  return ctx.emit(n, index, OpKind::Tile, std::move(*operands),
+                  {{"repeats", Attribute(*repeats)}});
+}
+
 // Before opset 11, pads and value are attributes. A Pad of all zeros is an
 // Identity.
 static llvm::Error translatePadBefore11(ImportContext &ctx,
@@ -344,6 +376,9 @@ std::vector<OpTranslation> shapeTranslations() {
       sameNamedOp("Gather"),
       sameNamedOp("GatherElements"),
       sameNamedOp("ScatterND"),
+      sameNamedOp("ScatterElements"),
+      {"CumSum", first, last, translateCumSum},
+      {"Tile", first, last, translateTile},
       {"Reshape", first, last, translateReshape, op, {"allowzero"}},
       {"Squeeze", first, last, translateSqueezeOrUnsqueeze, op, {"axes"}},
       {"Unsqueeze", first, last, translateSqueezeOrUnsqueeze, op, {"axes"}},

@@ -22,7 +22,7 @@ llvm::ArrayRef<OpTranslation> allTranslations() {
   static const std::vector<OpTranslation> table = [] {
     std::vector<OpTranslation> t;
     for (auto family :
-         {elementwiseTranslations, matMulTranslations,
+         {elementwiseTranslations, matMulTranslations, resizeTranslations,
           normalizationTranslations, reduceTranslations, shapeTranslations,
           convTranslations, functionOpTranslations, trainingTranslations})
       for (OpTranslation &entry : family())

@@ -86,6 +86,7 @@ ir::OpKind irOpOf(const onnx::NodeProto &n);
 // The families, one file each under frontend/translate/.
 std::vector<OpTranslation> elementwiseTranslations();
 std::vector<OpTranslation> matMulTranslations();
+std::vector<OpTranslation> resizeTranslations();
 std::vector<OpTranslation> normalizationTranslations();
 std::vector<OpTranslation> reduceTranslations();
 std::vector<OpTranslation> shapeTranslations();
