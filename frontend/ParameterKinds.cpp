@@ -129,7 +129,10 @@ bool isBufferName(llvm::StringRef name) {
       "running_mean", "running_var",       "num_batches_tracked",
       "inv_freq",     "position_ids",      "token_type_ids",
       "masked_bias",  "original_inv_freq", "cos_cached",
-      "sin_cached",   "cos_cache",         "sin_cache"};
+      "sin_cached",   "cos_cache",         "sin_cache",
+      // transformers' encoder-decoders (BART, Marian, Pegasus, ...)
+      // register it as a zero buffer added to the logits.
+      "final_logits_bias"};
   return kLeaves.count(leaf.str()) != 0;
 }
 

@@ -21,6 +21,8 @@ config.substitutions.append(("%models", os.path.join(
 config.substitutions.append(("%examples", os.path.join(
     config.cleave_src_root, "examples")))
 config.substitutions.append(("%python", config.python_executable))
+# The folder of the built tools, for scripts that take it as an argument.
+config.substitutions.append(("%toolsdir", config.cleave_tools_dir))
 # The bad-input corpus (tests/bad-inputs/make_bad_inputs.py writes it) and
 # the inputs that once crashed a fuzz target (tests/fuzz/regressions).
 config.substitutions.append(("%bad", os.path.join(

@@ -7,7 +7,9 @@ without PyTorch) share it. A folder holds what zoo.py writes, the layout of
 tests/models/corpus/*:
 
     model.onnx, inputs/<input>.npy, reference/grad.<init>.npy (float32),
-    reference64/grad.<init>.npy (float64), steps/data/<input>.npy (3 steps
+    reference64/grad.<init>.npy (float64; in the CI copies float32, with
+    PyTorch float32's error in reference64/torch_f32_error.txt instead of
+    reference/), steps/data/<input>.npy (3 steps
     x 4 microbatches), steps/hyper.txt, steps/loss_after.npy (PyTorch's
     loss on inputs/ after the 3 steps), steps/params/<init>.npy
 """
@@ -94,7 +96,8 @@ def grad_error(mine, ref32, ref64):
     """tests/unit/corpus_test.cpp's metric: per tensor max|g - g64| / scale,
     scale = the tensor's max|g64|, or the model's largest where the tensor's
     is under 1e-4 of it (a gradient zero in exact arithmetic); the model's
-    error is the worst tensor's. Returns (cleave, PyTorch f32, worst name)."""
+    error is the worst tensor's. Returns (cleave, PyTorch f32 or 0 without
+    ref32, worst name)."""
     model_scale = max(float(np.max(np.abs(g))) if g.size else 0.0 for g in ref64.values())
     worst, e_mine, e_torch = None, 0.0, 0.0
     for name, g64 in ref64.items():
@@ -106,8 +109,9 @@ def grad_error(mine, ref32, ref64):
             e = float("inf")
         if e >= e_mine:
             e_mine, worst = e, name
-        e_torch = max(e_torch, float(np.max(np.abs(ref32[name].astype(np.float64) - g64)))
-                      / scale if g64.size else 0.0)
+        if ref32 is not None:
+            e_torch = max(e_torch, float(np.max(np.abs(ref32[name].astype(np.float64) - g64)))
+                          / scale if g64.size else 0.0)
     return e_mine, e_torch, worst
 
 
@@ -144,6 +148,13 @@ def run_cleave(folder, tools, rec):
         ref64 = {k[5:]: v for k, v in read_npy_dir(os.path.join(folder, "reference64")).items()
                  if k.startswith("grad.")}
         mine = {k[5:]: v for k, v in got.items() if k.startswith("grad.")}
+        # The CI copies (select_ci.py) hold PyTorch float32's error as a
+        # number instead of its gradients.
+        torch_err_file = os.path.join(folder, "reference64", "torch_f32_error.txt")
+        if not ref32 and os.path.exists(torch_err_file):
+            with open(torch_err_file) as f:
+                torch_err = float(f.read().split()[0])
+            ref32 = None
         extra = sorted(set(mine) - set(ref64))
         missing = sorted(set(ref64) - set(mine))
         if extra or missing:
@@ -155,6 +166,8 @@ def run_cleave(folder, tools, rec):
                 if missing else "")
         else:
             e_mine, e_torch, worst = grad_error(mine, ref32, ref64)
+            if ref32 is None:
+                e_torch = torch_err
             rec["grad_err_cleave"] = e_mine
             rec["grad_err_torch"] = e_torch
             rec["grad_worst"] = worst
@@ -229,6 +242,20 @@ def run_cleave(folder, tools, rec):
     rec["cleave_loss_after"] = after
     rec["loss_after_rel"] = rel if np.isfinite(rel) else float("inf")
     rec["loss"] = bool(rel <= LOSS_RTOL)
+    # Where float32 rounding alone moves PyTorch's 3 steps by more than the
+    # tolerance (chaotic training), cleave passes within 10x PyTorch
+    # float32's own distance to float64, as the gradients do.
+    f64 = os.path.join(folder, "steps", "loss_after64.npy")
+    if not rec["loss"] and os.path.exists(f64):
+        ref64 = float(np.load(f64))
+        torch_dist = abs(ref - ref64)
+        rec["loss_after_torch_f32_vs_f64"] = torch_dist / max(abs(ref64), 1e-6)
+        if abs(after - ref64) <= GRAD_FACTOR * torch_dist:
+            rec["loss"] = True
+            rec["loss_note"] = ("PyTorch float32 itself is %.1e (rel) from float64 after "
+                                "%d steps; cleave %.1e" % (rec["loss_after_torch_f32_vs_f64"],
+                                                            steps, abs(after - ref64) /
+                                                            max(abs(ref64), 1e-6)))
     if not rec["loss"]:
         rec["loss_reason"] = "loss after %d steps %.6g vs PyTorch %.6g (rel %.1e)" % (
             steps, after, ref, rel)

@@ -42,6 +42,11 @@ def family_of(reason):
         where = " (in an ONNX function body of '%s')" % re.search(
             r"function body of '([^']+)'", reason).group(1) if "function body" in reason else ""
         return "unsupported op '%s'%s" % (m.group(1), where)
+    if reason.startswith("trained tensors differ"):
+        return ("cleave trains tensors PyTorch does not train (buffers, requires_grad=False "
+                "parameters: final_logits_bias, sinusoidal embed_positions)")
+    if "Could not guard on data-dependent expression" in reason:
+        return "export: Could not guard on data-dependent expression (torch.export)"
     if reason.startswith("gradient error"):
         return "gradients beyond 10x PyTorch float32's error"
     if reason.startswith("loss after"):

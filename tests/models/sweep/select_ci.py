@@ -15,7 +15,9 @@ supported. ci/expected.json records the sweep's columns for each chosen
 export, ci/ops.json which export covers which op.
 
 Copied per export: model.onnx (weights inlined, node metadata but
-pkg.torch.onnx.name_scopes left out), inputs/, reference/grad.*, reference64/grad.*,
+pkg.torch.onnx.name_scopes left out), inputs/, reference64/grad.* (as
+float32: the rounding, 6e-8, is under the check's 1e-6 floor) with PyTorch
+float32's error in reference64/torch_f32_error.txt (not its gradients),
 steps/data/, steps/hyper.txt, steps/loss_after.npy, steps/losses.npy and
 info.json (not the trained parameters: the check compares bits between
 cleave runs and the loss against PyTorch's, which needs no onnx).
@@ -27,6 +29,8 @@ import json
 import os
 import shutil
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CI = os.path.join(HERE, "ci")
 COLUMNS = ("imported", "grads", "stages", "threads", "loss")
@@ -34,9 +38,9 @@ COLUMNS = ("imported", "grads", "stages", "threads", "loss")
 
 def ci_files(folder):
     out = ["model.onnx", "info.json", "steps/hyper.txt", "steps/loss_after.npy",
+           "steps/loss_after64.npy",
            "steps/losses.npy"]
-    for sub, prefix in (("inputs", ""), ("reference", "grad."), ("reference64", "grad."),
-                        ("steps/data", "")):
+    for sub, prefix in (("inputs", ""), ("reference64", "grad."), ("steps/data", "")):
         d = os.path.join(folder, sub)
         for f in sorted(os.listdir(d)):
             if f.endswith(".npy") and f.startswith(prefix):
@@ -87,8 +91,9 @@ def main():
         with open(os.path.join(folder, "info.json")) as f:
             info = json.load(f)
         files = ci_files(folder)
-        size = sum(os.path.getsize(os.path.join(folder, x)) for x in files
-                   if x != "model.onnx") + len(ci_model(os.path.join(folder, "model.onnx")))
+        size = sum(os.path.getsize(os.path.join(folder, x)) // (
+            2 if x.startswith("reference64/grad.") else 1) for x in files
+            if x != "model.onnx") + len(ci_model(os.path.join(folder, "model.onnx")))
         cands[key] = (set(info["op_histogram"]), size, files, rec)
     chosen, covered, total = [], set(), 0
     for key in [k for k in args.always.split(",") if k]:
@@ -133,8 +138,13 @@ def main():
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             if x == "model.onnx":
                 inline(os.path.join(args.work, k, x), dst)
+            elif x.startswith("reference64/grad."):
+                np.save(dst, np.load(os.path.join(args.work, k, x)).astype(np.float32))
             else:
                 shutil.copyfile(os.path.join(args.work, k, x), dst)
+        if "grad_err_torch" in rec:
+            with open(os.path.join(CI, k, "reference64", "torch_f32_error.txt"), "w") as f:
+                f.write("%.6e\n" % rec["grad_err_torch"])
         expected[k] = collections.OrderedDict((c, bool(rec.get(c))) for c in COLUMNS)
         reason = next((rec[r] for r in ("reason", "grads_reason", "train_reason",
                                         "stages_reason", "threads_reason", "loss_reason")
@@ -165,7 +175,8 @@ tools only (no PyTorch):
 `cleave_ensure_ort_python`). Each folder has the sweep's layout (`../README.md`):
 `model.onnx` (weights inside; of the dynamo exporter's node metadata only
 `pkg.torch.onnx.name_scopes`, the key cleave reads, is kept), `inputs/`,
-`reference/` (PyTorch float32 gradients), `reference64/` (float64),
+`reference64/` (PyTorch's float64 gradients, stored as float32, and
+`torch_f32_error.txt`, PyTorch float32's own error against them),
 `steps/` (3 steps x 4 microbatches of data, `hyper.txt`, PyTorch's step
 losses and its loss on `inputs/` after the steps), `info.json`.
 `expected.json` holds the sweep's five cleave columns for each export when
