@@ -8,6 +8,8 @@
 
 #include "frontend/OnnxNode.h"
 
+#include <optional>
+
 namespace cleave::frontend {
 
 using namespace cleave::ir;
@@ -52,6 +54,19 @@ static llvm::Error translateSoftmaxBefore13(ImportContext &ctx,
                   false);
 }
 
+// The training_mode attribute of a BatchNorm or Dropout: --module-mode's
+// when it overrides, else what the model records (`recorded`), else none
+// (the ONNX attribute, if any, or the op's default, inference).
+static void setTrainingMode(const ImportContext &ctx,
+                            std::optional<int64_t> recorded, AttrMap &attrs) {
+  using Mode = ImportOptions::ModuleMode;
+  Mode forced = ctx.options().moduleMode;
+  if (forced != Mode::Auto)
+    attrs.emplace("training_mode", Attribute(int64_t(forced == Mode::Train)));
+  else if (recorded)
+    attrs.emplace("training_mode", Attribute(*recorded));
+}
+
 // Dropout-12 and later: `ratio` and `training_mode` are optional constant
 // scalar inputs.
 static llvm::Error translateDropout(ImportContext &ctx,
@@ -68,12 +83,10 @@ static llvm::Error translateDropout(ImportContext &ctx,
   auto mode = ctx.staticScalar(n, index, 2, "training_mode");
   if (!mode)
     return mode.takeError();
-  using Mode = ImportOptions::ModuleMode;
-  Mode forced = ctx.options().moduleMode;
-  if (forced != Mode::Auto)
-    attrs.emplace("training_mode", Attribute(int64_t(forced == Mode::Train)));
-  else if (*mode)
-    attrs.emplace("training_mode", Attribute((*mode)->getInt(0)));
+  setTrainingMode(ctx,
+                  *mode ? std::optional<int64_t>((*mode)->getInt(0))
+                        : std::nullopt,
+                  attrs);
   return ctx.emit(n, index, OpKind::Dropout, std::move(*operands),
                   std::move(attrs));
 }
@@ -94,12 +107,9 @@ static llvm::Error translateBatchNorm(ImportContext &ctx,
       (n.input_size() > 3 && mutated.count(n.input(3))) ||
       (n.input_size() > 4 && mutated.count(n.input(4)));
   AttrMap attrs;
-  using Mode = ImportOptions::ModuleMode;
-  Mode forced = ctx.options().moduleMode;
-  if (forced != Mode::Auto)
-    attrs.emplace("training_mode", Attribute(int64_t(forced == Mode::Train)));
-  else if (updatesStatistics)
-    attrs.emplace("training_mode", Attribute(int64_t(1)));
+  setTrainingMode(ctx,
+                  updatesStatistics ? std::optional<int64_t>(1) : std::nullopt,
+                  attrs);
   if (ctx.fromPyTorch())
     attrs.emplace("unbiased_running_var", Attribute(int64_t(1)));
   return ctx.emit(n, index, OpKind::BatchNormalization, std::move(*operands),
