@@ -172,3 +172,84 @@ llvm::Error decomposeGatherND(ImportContext &ctx, const onnx::NodeProto &n,
 }
 
 } // namespace cleave::frontend
+
+namespace cleave::frontend {
+
+// InstanceNormalization(X [N, C, D...], scale [C], B [C]): each (image,
+// channel) plane normalized by its own mean and population variance,
+// y = (x - mean) / sqrt(var + epsilon) * scale + B, spelled in ReduceMean,
+// Sub, Mul, Add, Sqrt and Div, which all have gradients.
+llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index) {
+  std::string where = describeNode(n, index);
+  std::vector<Value *> in;
+  for (int k = 0; k < 3; ++k) {
+    auto v = ctx.operand(n, index, k);
+    if (!v)
+      return v.takeError();
+    in.push_back(*v);
+  }
+  const TensorType &xt = in[0]->type();
+  int64_t r = xt.rank();
+  if (r < 3 || in[1]->type().shape != Shape{xt.shape[1]} ||
+      in[2]->type().shape != Shape{xt.shape[1]})
+    return importError("{0}: InstanceNormalization needs X [N, C, D...] and "
+                       "scale and B of [C]",
+                       where);
+  Graph &g = ctx.graph();
+  auto append = [&](OpKind kind, std::vector<Value *> operands,
+                    AttrMap attrs) -> llvm::Expected<Value *> {
+    std::vector<TensorType> types;
+    for (Value *v : operands)
+      types.push_back(v->type());
+    auto out = inferResultTypes(kind, types, attrs, 1);
+    if (!out)
+      return importError("{0}: {1}", where, llvm::toString(out.takeError()));
+    return g.appendOp(kind, operands, *out, {}, std::move(attrs), ctx.loc(n))
+        ->result();
+  };
+  std::vector<int64_t> axes, perChannel{xt.shape[1]};
+  for (int64_t i = 2; i < r; ++i) {
+    axes.push_back(i);
+    perChannel.push_back(1);
+  }
+  AttrMap overPlane{{"axes", Attribute(axes)},
+                    {"keepdims", Attribute(int64_t(1))}};
+  auto mean = append(OpKind::ReduceMean, {in[0]}, overPlane);
+  if (!mean)
+    return mean.takeError();
+  auto centered = append(OpKind::Sub, {in[0], *mean}, {});
+  if (!centered)
+    return centered.takeError();
+  auto squares = append(OpKind::Mul, {*centered, *centered}, {});
+  if (!squares)
+    return squares.takeError();
+  auto var = append(OpKind::ReduceMean, {*squares}, overPlane);
+  if (!var)
+    return var.takeError();
+  Value *eps = g.addConst(
+      ctx.freshName(n.output(0) + ".epsilon"),
+      TensorData::fromDoubles(xt.dtype, {}, {attrFloat(n, "epsilon", 1e-5f)}));
+  auto shifted = append(OpKind::Add, {*var, eps}, {});
+  if (!shifted)
+    return shifted.takeError();
+  auto root = append(OpKind::Sqrt, {*shifted}, {});
+  if (!root)
+    return root.takeError();
+  auto normed = append(OpKind::Div, {*centered, *root}, {});
+  if (!normed)
+    return normed.takeError();
+  AttrMap toChannel{{"shape", Attribute(perChannel)}};
+  auto scale = append(OpKind::Reshape, {in[1]}, toChannel);
+  if (!scale)
+    return scale.takeError();
+  auto bias = append(OpKind::Reshape, {in[2]}, toChannel);
+  if (!bias)
+    return bias.takeError();
+  auto scaled = append(OpKind::Mul, {*normed, *scale}, {});
+  if (!scaled)
+    return scaled.takeError();
+  return ctx.emit(n, index, OpKind::Add, {*scaled, *bias}, {}, false);
+}
+
+} // namespace cleave::frontend

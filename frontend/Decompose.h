@@ -27,6 +27,11 @@ llvm::Error decomposeSequenceAt(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
                                int index);
 
+// InstanceNormalization: per (image, channel) plane, ReduceMean, Sub,
+// Mul, Add, Sqrt and Div, then the scale and bias per channel.
+llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index);
+
 // Einsum of one or two operands with explicit letters: ReduceSum of the
 // letters only one side has, transposes and reshapes to [batch, m, k] and
 // [batch, k, n], a MatMul, and back (frontend/Einsum.cpp).

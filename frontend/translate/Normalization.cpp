@@ -4,6 +4,7 @@
 // over the last dim and a reshape back; Dropout's ratio and training mode
 // inputs become attributes; BatchNormalization and Dropout train in the
 // module's mode (translateBatchNorm).
+#include "frontend/Decompose.h"
 #include "frontend/translate/Translation.h"
 
 #include "frontend/OnnxNode.h"
@@ -120,6 +121,8 @@ std::vector<OpTranslation> normalizationTranslations() {
   std::vector<OpTranslation> t = {
       {"BatchNormalization", kOpsetFirst, kOpsetLast, translateBatchNorm},
       sameNamedOp("LayerNormalization"),
+      {"InstanceNormalization", kOpsetFirst, kOpsetLast, decomposeInstanceNorm,
+       TranslationKind::Op, {"epsilon"}},
       sameNamedOp("RMSNormalization"),
       sameNamedOp("SoftmaxCrossEntropyLoss"),
       {"Dropout", kOpsetFirst, kOpsetLast, translateDropout},
