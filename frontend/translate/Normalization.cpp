@@ -107,6 +107,17 @@ static llvm::Error translateBatchNorm(ImportContext &ctx,
   bool updatesStatistics =
       (n.input_size() > 3 && mutated.count(n.input(3))) ||
       (n.input_size() > 4 && mutated.count(n.input(4)));
+  // batch_norm(x, None, None, training=True) (BiT's weight
+  // standardization, track_running_stats=False) is exported as
+  // aten._native_batch_norm_legit.no_stats: the graph computes the batch's
+  // mean and variance and feeds them to an inference-form op, whose
+  // gradient would leave out the path through those statistics. In
+  // training mode the op computes the same statistics and differentiates
+  // through them.
+  for (const auto &p : n.metadata_props())
+    if (p.key() == "pkg.torch.onnx.fx_node" &&
+        llvm::StringRef(p.value()).contains("_native_batch_norm_legit.no_stats"))
+      updatesStatistics = true;
   AttrMap attrs;
   setTrainingMode(ctx,
                   updatesStatistics ? std::optional<int64_t>(1) : std::nullopt,

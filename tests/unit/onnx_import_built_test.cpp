@@ -286,6 +286,32 @@ TEST(OnnxImportBuilt, AZeroBiasOfAnotherShapeIsNoBias) {
   EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,4,3,3,3]");
 }
 
+TEST(OnnxImportBuilt, NoStatsBatchNormTrainsOnTheBatch) {
+  // batch_norm(x, None, None, training=True) from the dynamo exporter: the
+  // graph computes the statistics and feeds an inference-form op; the
+  // node's fx_node metadata names aten._native_batch_norm_legit.no_stats.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"4", "3", "2", "2"});
+  m.input("mean", kFloat, {"3"});
+  m.input("var", kFloat, {"3"});
+  m.initFloats("scale", {3}, {1, 1, 1});
+  m.initFloats("bias", {3}, {0, 0, 0});
+  onnx::NodeProto &bn = m.node("BatchNormalization",
+                               {"x", "scale", "bias", "mean", "var"}, {"y"});
+  auto *meta = bn.add_metadata_props();
+  meta->set_key("pkg.torch.onnx.fx_node");
+  meta->set_value("%bn = call_function[target=torch.ops.aten._native_batch_"
+                  "norm_legit.no_stats](args = (%x, None, None, True, 0.0, "
+                  "1e-05), kwargs = {})");
+  m.output("y", kFloat, 4);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  const Op *op = onlyOp(*g, OpKind::BatchNormalization);
+  ASSERT_TRUE(op);
+  EXPECT_EQ(op->getInt("training_mode"), 1);
+}
+
 TEST(OnnxImportBuilt, OpsetOutsideTheSupportedRange) {
   TempDir dir;
   ModelBuilder m(6);
