@@ -253,3 +253,84 @@ llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
 }
 
 } // namespace cleave::frontend
+
+namespace cleave::frontend {
+
+// One IR op of node `n`'s decomposition, its result type inferred.
+static llvm::Expected<Value *> appendFor(ImportContext &ctx,
+                                         const onnx::NodeProto &n, int index,
+                                         OpKind kind,
+                                         std::vector<Value *> operands,
+                                         AttrMap attrs) {
+  std::vector<TensorType> types;
+  for (Value *v : operands)
+    types.push_back(v->type());
+  auto out = inferResultTypes(kind, types, attrs, 1);
+  if (!out)
+    return importError("{0}: {1}", describeNode(n, index),
+                       llvm::toString(out.takeError()));
+  return ctx.graph()
+      .appendOp(kind, operands, *out, {}, std::move(attrs), ctx.loc(n))
+      ->result();
+}
+
+llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
+                              int index) {
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  std::vector<int64_t> axes;
+  if (auto a = attrInts(n, "axes")) {
+    axes = *a;
+  } else if (ctx.input(n, 1)) {
+    auto v = ctx.staticInts(n, index, 1, "axes");
+    if (!v)
+      return v.takeError();
+    axes = *v;
+  }
+  if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
+    return importError("{0}: ReduceL2 with noop_with_empty_axes is not "
+                       "supported",
+                       describeNode(n, index));
+  AttrMap reduce{{"keepdims", Attribute(attrInt(n, "keepdims", 1))}};
+  if (!axes.empty())
+    reduce.emplace("axes", Attribute(axes));
+  auto squares = appendFor(ctx, n, index, OpKind::Mul, {*x, *x}, {});
+  if (!squares)
+    return squares.takeError();
+  auto sum = appendFor(ctx, n, index, OpKind::ReduceSum, {*squares}, reduce);
+  if (!sum)
+    return sum.takeError();
+  return ctx.emit(n, index, OpKind::Sqrt, {*sum}, {}, false);
+}
+
+llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
+                              int index) {
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  auto abs = appendFor(ctx, n, index, OpKind::Abs, {*x}, {});
+  if (!abs)
+    return abs.takeError();
+  auto neg = appendFor(ctx, n, index, OpKind::Neg, {*abs}, {});
+  if (!neg)
+    return neg.takeError();
+  auto e = appendFor(ctx, n, index, OpKind::Exp, {*neg}, {});
+  if (!e)
+    return e.takeError();
+  Value *one = ctx.graph().addConst(
+      ctx.freshName(n.output(0) + ".one"),
+      TensorData::fromDoubles((*x)->type().dtype, {}, {1.0}));
+  auto onePlus = appendFor(ctx, n, index, OpKind::Add, {*e, one}, {});
+  if (!onePlus)
+    return onePlus.takeError();
+  auto log = appendFor(ctx, n, index, OpKind::Log, {*onePlus}, {});
+  if (!log)
+    return log.takeError();
+  auto relu = appendFor(ctx, n, index, OpKind::Relu, {*x}, {});
+  if (!relu)
+    return relu.takeError();
+  return ctx.emit(n, index, OpKind::Add, {*relu, *log}, {}, false);
+}
+
+} // namespace cleave::frontend

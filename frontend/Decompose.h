@@ -32,6 +32,13 @@ llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
                                   int index);
 
+// ReduceL2 as Sqrt(ReduceSum(x * x)) and Softplus as the overflow-free
+// Relu(x) + Log(1 + Exp(-|x|)), for opsets whose ONNX gives them no body.
+llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
+                              int index);
+llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
+                              int index);
+
 // Einsum of one or two operands with explicit letters: ReduceSum of the
 // letters only one side has, transposes and reshapes to [batch, m, k] and
 // [batch, k, n], a MatMul, and back (frontend/Einsum.cpp).

@@ -132,7 +132,10 @@ bool isBufferName(llvm::StringRef name) {
       "sin_cached",   "cos_cache",         "sin_cache",
       // transformers' encoder-decoders (BART, Marian, Pegasus, ...)
       // register it as a zero buffer added to the logits.
-      "final_logits_bias"};
+      "final_logits_bias",
+      // Swin V2's continuous position bias input (torchvision and
+      // transformers register it as a buffer).
+      "relative_coords_table"};
   return kLeaves.count(leaf.str()) != 0;
 }
 

@@ -4,6 +4,7 @@
 // against onnxruntime (tests/models/opset23, tests/lit/cleavec/
 // function-ops.test); any other op without a table entry takes the same
 // path, so it imports when every op of its body does.
+#include "frontend/Decompose.h"
 #include "frontend/translate/Translation.h"
 
 namespace cleave::frontend {
@@ -15,6 +16,12 @@ llvm::Error translateThroughFunctionBody(ImportContext &ctx,
     return expanded.takeError();
   if (*expanded)
     return llvm::Error::success();
+  // Before the opsets that gave them bodies (ReduceL2 18, Softplus 22),
+  // cleave spells these itself (frontend/Decompose.cpp).
+  if (n.op_type() == "ReduceL2")
+    return decomposeReduceL2(ctx, n, index);
+  if (n.op_type() == "Softplus")
+    return decomposeSoftplus(ctx, n, index);
   return importError("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at "
                      "node '{2}'{3}{4}; `cleavec --list-ops` lists the "
                      "supported ops",

@@ -223,10 +223,19 @@ static llvm::Error translateTranspose(ImportContext &ctx,
   if (!operands)
     return operands.takeError();
   AttrMap attrs;
-  if (!findAttr(n, "perm")) {
-    ImportContext::Entry *x = ctx.input(n, 0);
+  ImportContext::Entry *x = ctx.input(n, 0);
+  int64_t rank = x ? x->type.rank() : 0;
+  if (auto given = attrInts(n, "perm")) {
+    // PyTorch's legacy exporter writes negative entries (Mamba2's
+    // [0, -2, -1, 1]); they count from the end as an axis does.
+    std::vector<int64_t> perm = *given;
+    for (int64_t &p : perm)
+      if (p < 0 && p >= -rank)
+        p += rank;
+    attrs.emplace("perm", Attribute(perm));
+  } else {
     std::vector<int64_t> perm;
-    for (int64_t i = x ? x->type.rank() : 0; i-- > 0;)
+    for (int64_t i = rank; i-- > 0;)
       perm.push_back(i);
     attrs.emplace("perm", Attribute(perm));
   }
