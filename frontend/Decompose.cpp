@@ -198,15 +198,8 @@ llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
                        where);
   Graph &g = ctx.graph();
   auto append = [&](OpKind kind, std::vector<Value *> operands,
-                    AttrMap attrs) -> llvm::Expected<Value *> {
-    std::vector<TensorType> types;
-    for (Value *v : operands)
-      types.push_back(v->type());
-    auto out = inferResultTypes(kind, types, attrs, 1);
-    if (!out)
-      return importError("{0}: {1}", where, llvm::toString(out.takeError()));
-    return g.appendOp(kind, operands, *out, {}, std::move(attrs), ctx.loc(n))
-        ->result();
+                    AttrMap attrs) {
+    return ctx.append(n, index, kind, std::move(operands), std::move(attrs));
   };
   std::vector<int64_t> axes, perChannel{xt.shape[1]};
   for (int64_t i = 2; i < r; ++i) {
@@ -256,38 +249,15 @@ llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
 
 namespace cleave::frontend {
 
-// One IR op of node `n`'s decomposition, its result type inferred.
-static llvm::Expected<Value *> appendFor(ImportContext &ctx,
-                                         const onnx::NodeProto &n, int index,
-                                         OpKind kind,
-                                         std::vector<Value *> operands,
-                                         AttrMap attrs) {
-  std::vector<TensorType> types;
-  for (Value *v : operands)
-    types.push_back(v->type());
-  auto out = inferResultTypes(kind, types, attrs, 1);
-  if (!out)
-    return importError("{0}: {1}", describeNode(n, index),
-                       llvm::toString(out.takeError()));
-  return ctx.graph()
-      .appendOp(kind, operands, *out, {}, std::move(attrs), ctx.loc(n))
-      ->result();
-}
-
 llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
                               int index) {
   auto x = ctx.operand(n, index, 0);
   if (!x)
     return x.takeError();
-  std::vector<int64_t> axes;
-  if (auto a = attrInts(n, "axes")) {
-    axes = *a;
-  } else if (ctx.input(n, 1)) {
-    auto v = ctx.staticInts(n, index, 1, "axes");
-    if (!v)
-      return v.takeError();
-    axes = *v;
-  }
+  auto given = ctx.axesOf(n, index);
+  if (!given)
+    return given.takeError();
+  std::vector<int64_t> axes = std::move(*given);
   if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
     return importError("{0}: ReduceL2 with noop_with_empty_axes is not "
                        "supported",
@@ -295,10 +265,10 @@ llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
   AttrMap reduce{{"keepdims", Attribute(attrInt(n, "keepdims", 1))}};
   if (!axes.empty())
     reduce.emplace("axes", Attribute(axes));
-  auto squares = appendFor(ctx, n, index, OpKind::Mul, {*x, *x}, {});
+  auto squares = ctx.append(n, index, OpKind::Mul, {*x, *x}, {});
   if (!squares)
     return squares.takeError();
-  auto sum = appendFor(ctx, n, index, OpKind::ReduceSum, {*squares}, reduce);
+  auto sum = ctx.append(n, index, OpKind::ReduceSum, {*squares}, reduce);
   if (!sum)
     return sum.takeError();
   return ctx.emit(n, index, OpKind::Sqrt, {*sum}, {}, false);
@@ -309,25 +279,25 @@ llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
   auto x = ctx.operand(n, index, 0);
   if (!x)
     return x.takeError();
-  auto abs = appendFor(ctx, n, index, OpKind::Abs, {*x}, {});
+  auto abs = ctx.append(n, index, OpKind::Abs, {*x}, {});
   if (!abs)
     return abs.takeError();
-  auto neg = appendFor(ctx, n, index, OpKind::Neg, {*abs}, {});
+  auto neg = ctx.append(n, index, OpKind::Neg, {*abs}, {});
   if (!neg)
     return neg.takeError();
-  auto e = appendFor(ctx, n, index, OpKind::Exp, {*neg}, {});
+  auto e = ctx.append(n, index, OpKind::Exp, {*neg}, {});
   if (!e)
     return e.takeError();
   Value *one = ctx.graph().addConst(
       ctx.freshName(n.output(0) + ".one"),
       TensorData::fromDoubles((*x)->type().dtype, {}, {1.0}));
-  auto onePlus = appendFor(ctx, n, index, OpKind::Add, {*e, one}, {});
+  auto onePlus = ctx.append(n, index, OpKind::Add, {*e, one}, {});
   if (!onePlus)
     return onePlus.takeError();
-  auto log = appendFor(ctx, n, index, OpKind::Log, {*onePlus}, {});
+  auto log = ctx.append(n, index, OpKind::Log, {*onePlus}, {});
   if (!log)
     return log.takeError();
-  auto relu = appendFor(ctx, n, index, OpKind::Relu, {*x}, {});
+  auto relu = ctx.append(n, index, OpKind::Relu, {*x}, {});
   if (!relu)
     return relu.takeError();
   return ctx.emit(n, index, OpKind::Add, {*relu, *log}, {}, false);

@@ -32,16 +32,8 @@ public:
 
   llvm::Expected<Value *> append(OpKind kind, std::vector<Value *> operands,
                                  AttrMap attrs) {
-    std::vector<TensorType> types;
-    for (Value *v : operands)
-      types.push_back(v->type());
-    auto out = inferResultTypes(kind, types, attrs, 1);
-    if (!out)
-      return importError("{0}: {1}", describeNode(n_, index_),
-                         llvm::toString(out.takeError()));
-    return ctx_.graph()
-        .appendOp(kind, operands, *out, {}, std::move(attrs), ctx_.loc(n_))
-        ->result();
+    return ctx_.append(n_, index_, kind, std::move(operands),
+                       std::move(attrs));
   }
 
   // Sums away the letters of `op` that `keep` lacks.

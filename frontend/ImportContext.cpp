@@ -193,6 +193,30 @@ static std::optional<Attribute> convertAttr(const onnx::AttributeProto &a,
   return std::nullopt;
 }
 
+llvm::Expected<std::vector<int64_t>>
+ImportContext::axesOf(const onnx::NodeProto &n, int index) {
+  if (auto a = attrInts(n, "axes"))
+    return *a;
+  if (input(n, 1))
+    return staticInts(n, index, 1, "axes");
+  return std::vector<int64_t>();
+}
+
+llvm::Expected<Value *> ImportContext::append(const onnx::NodeProto &n,
+                                              int index, OpKind kind,
+                                              std::vector<Value *> operands,
+                                              AttrMap attrs) {
+  std::vector<TensorType> types;
+  for (Value *v : operands)
+    types.push_back(v->type());
+  auto out = inferResultTypes(kind, types, attrs, 1);
+  if (!out)
+    return importError("{0}: {1}", describeNode(n, index),
+                       llvm::toString(out.takeError()));
+  return g_->appendOp(kind, operands, *out, {}, std::move(attrs), loc(n))
+      ->result();
+}
+
 llvm::Error ImportContext::emit(const onnx::NodeProto &n, int index,
                                 OpKind kind, std::vector<Value *> operands,
                                 AttrMap attrs, bool copyAttrs) {

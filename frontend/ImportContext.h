@@ -87,6 +87,19 @@ public:
   llvm::Expected<std::vector<ir::Value *>>
   tensorOperands(const onnx::NodeProto &n, int index, ir::OpKind kind);
 
+  // The `axes` of a reduction or (un)squeeze: the attribute before opset
+  // 13 / 18, the constant input 1 since; empty when the node gives none.
+  llvm::Expected<std::vector<int64_t>> axesOf(const onnx::NodeProto &n,
+                                              int index);
+
+  // Appends one intermediate IR op of node `n`'s translation (a
+  // decomposition's step), its single result type inferred, located at the
+  // node; an error naming the node when the types do not fit.
+  llvm::Expected<ir::Value *> append(const onnx::NodeProto &n, int index,
+                                     ir::OpKind kind,
+                                     std::vector<ir::Value *> operands,
+                                     ir::AttrMap attrs);
+
   // Appends the IR op for node `n` and records its outputs; `copyAttrs`
   // also takes the node's ONNX attributes that the IR op declares (except
   // those its translation consumes itself).

@@ -15,15 +15,10 @@ static llvm::Error translateReduce(ImportContext &ctx, const onnx::NodeProto &n,
   auto operands = ctx.tensorOperands(n, index, kind);
   if (!operands)
     return operands.takeError();
-  std::vector<int64_t> axes;
-  if (auto a = attrInts(n, "axes"))
-    axes = *a;
-  else if (ctx.input(n, 1)) {
-    auto v = ctx.staticInts(n, index, 1, "axes");
-    if (!v)
-      return v.takeError();
-    axes = *v;
-  }
+  auto given = ctx.axesOf(n, index);
+  if (!given)
+    return given.takeError();
+  std::vector<int64_t> axes = std::move(*given);
   if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
     return ctx.emit(n, index, OpKind::Identity, std::move(*operands), {},
                     false);

@@ -80,15 +80,10 @@ static llvm::Error translateSqueezeOrUnsqueeze(ImportContext &ctx,
   auto operands = ctx.tensorOperands(n, index, kind);
   if (!operands)
     return operands.takeError();
-  std::vector<int64_t> axes;
-  if (auto a = attrInts(n, "axes")) {
-    axes = *a;
-  } else if (ctx.input(n, 1)) {
-    auto v = ctx.staticInts(n, index, 1, "axes");
-    if (!v)
-      return v.takeError();
-    axes = *v;
-  }
+  auto given = ctx.axesOf(n, index);
+  if (!given)
+    return given.takeError();
+  std::vector<int64_t> axes = std::move(*given);
   if (kind == OpKind::Squeeze && axes.empty()) {
     const Shape &xShape = ctx.input(n, 0)->type.shape;
     for (size_t i = 0; i < xShape.size(); ++i)
