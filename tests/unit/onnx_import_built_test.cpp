@@ -312,6 +312,35 @@ TEST(OnnxImportBuilt, NoStatsBatchNormTrainsOnTheBatch) {
   EXPECT_EQ(op->getInt("training_mode"), 1);
 }
 
+TEST(OnnxImportBuilt, EinsumIsAMatMulBetweenTransposes) {
+  // XLNet's form: "ibnd,jbnd->bnij" contracts d, batches b and n.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("q", kFloat, {"5", "2", "3", "4"});
+  m.input("k", kFloat, {"6", "2", "3", "4"});
+  ModelBuilder::attr(m.node("Einsum", {"q", "k"}, {"y"}), "equation",
+                     std::string("ibnd,jbnd->bnij"));
+  m.output("y", kFloat, 4);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(onlyOp(*g, OpKind::MatMul));
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[2,3,5,6]");
+}
+
+TEST(OnnxImportBuilt, EinsumWithEllipsisIsOneLine) {
+  TempDir dir;
+  ModelBuilder m;
+  m.input("a", kFloat, {"2", "3", "4"});
+  m.input("b", kFloat, {"2", "4", "5"});
+  ModelBuilder::attr(m.node("Einsum", {"a", "b"}, {"y"}), "equation",
+                     std::string("...ij,...jk->...ik"));
+  m.output("y", kFloat, 3);
+  std::string msg = importError(m.save(dir), {});
+  EXPECT_THAT(msg, HasSubstr("Einsum '...ij,...jk->...ik': \"...\" "
+                             "(broadcast dims) is not supported"));
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
 TEST(OnnxImportBuilt, OpsetOutsideTheSupportedRange) {
   TempDir dir;
   ModelBuilder m(6);
