@@ -486,15 +486,27 @@ static llvm::Error ruleSlice(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// dX is dY with the padding taken off: a Slice of dY, or where some pad is
+// negative (that side of X was cropped, as RWKV's time shift does) a Pad of
+// dY by the negated pads, which crops what was added and puts zeros back
+// where X was cropped.
 static llvm::Error rulePad(RuleContext &c) {
   if (c.op.getString("mode") != "constant")
     return noRule(c.op, "only mode \"constant\" is differentiable");
   const auto &pads = c.op.getInts("pads");
+  if (llvm::any_of(pads, [](int64_t p) { return p < 0; })) {
+    std::vector<int64_t> negated;
+    for (int64_t p : pads)
+      negated.push_back(-p);
+    c.dX[0] = c.b.emit(OpKind::Pad, {c.dY[0]},
+                       {{"mode", std::string("constant")},
+                        {"pads", negated},
+                        {"value", 0.0f}});
+    return llvm::Error::success();
+  }
   size_t r = c.in(0)->type().rank();
   std::vector<int64_t> starts, ends, axes, steps;
   for (size_t i = 0; i < r; ++i) {
-    if (pads[i] < 0 || pads[r + i] < 0)
-      return noRule(c.op, "negative pads are not supported");
     starts.push_back(pads[i]);
     ends.push_back(pads[i] + c.in(0)->type().shape[i]);
     axes.push_back(i);

@@ -545,6 +545,14 @@ TEST(Gradcheck, DataMovement) {
                   {{"pads", std::vector<int64_t>{1, 0, 0, 2}},
                    {"value", 0.5f}}));
   });
+  // Negative pads crop (RWKV's time shift pads one side and crops the
+  // other): the cropped elements get no gradient.
+  gradcheck([](Builder &b) {
+    Value *x = b.param("x", {3, 4});
+    b.lossOf(b.op(OpKind::Pad, {x},
+                  {{"pads", std::vector<int64_t>{0, 1, -1, -1}},
+                   {"value", 0.25f}}));
+  });
   for (int64_t axis : {0, 1})
     gradcheck([&](Builder &b) {
       Value *x = b.param("x", {4, 3});
@@ -621,6 +629,16 @@ TEST(Gradcheck, Pooling) {
   gradcheck([](Builder &b) {
     Value *x = b.param("x", {2, 3, 4, 4});
     b.lossOf(b.op(OpKind::GlobalAveragePool, {x}));
+  });
+  // A ceil_mode window longer than the input (EfficientNet's pooler).
+  gradcheck([](Builder &b) {
+    Value *x = b.param("x", {2, 2, 3, 2});
+    b.lossOf(b.op(OpKind::AveragePool, {x},
+                  {{"kernel_shape", std::vector<int64_t>{4, 4}},
+                   {"strides", std::vector<int64_t>{4, 4}},
+                   {"pads", std::vector<int64_t>{0, 0, 0, 0}},
+                   {"ceil_mode", int64_t(1)},
+                   {"count_include_pad", int64_t(1)}}));
   });
 }
 
