@@ -610,13 +610,21 @@ static llvm::Expected<int64_t> windowOut(int64_t in, int64_t k, int64_t s,
       llvm::AddOverflow(padded, padEnd, padded))
     return err("kernel {0}, dilation {1} and pads {2}+{3} are too large", k,
                d, padBegin, padEnd);
-  if (padded < span)
+  // out = floor or ceil((padded - span) / s) + 1. With ceil_mode a window
+  // longer than the padded input still gives one output when it overhangs
+  // by less than a stride (PyTorch's AvgPool2d(k, ceil_mode=True) over a
+  // smaller map: EfficientNet's pooler); its taps past the end count as
+  // the ceil_mode overhang does, never.
+  if (padded < span && !(ceil && span - padded < s))
     return err("window {0} is larger than the padded input {1}", span,
                padded);
-  // padded - span >= 0, so this stays in range for any stride s >= 1.
-  int64_t out = (padded - span) / s + 1;
-  if (ceil && (padded - span) % s != 0)
-    ++out;
+  int64_t out = 1;
+  if (padded >= span) {
+    // padded - span >= 0, so this stays in range for any stride s >= 1.
+    out = (padded - span) / s + 1;
+    if (ceil && (padded - span) % s != 0)
+      ++out;
+  }
   // A window starting entirely inside the end padding is dropped:
   // (out - 1) * s >= in + padBegin, without the product.
   int64_t inside = in + padBegin; // <= padded, so no overflow

@@ -361,6 +361,19 @@ TEST(CpuAveragePool, CeilModeWindowPastTheEndCountsOnlyPaddedInput) {
   }
 }
 
+TEST(CpuAveragePool, CeilModeWindowLongerThanTheInputAveragesTheInput) {
+  // EfficientNet's pooler, AvgPool2d(k, ceil_mode=True) over a map smaller
+  // than k: one window, divided by the cells inside the (padded) input.
+  Host<float> x({1, 2, 2, 2}, {1, 2, 3, 4, -1, 0, 2, 7}), y({1, 2, 1, 1});
+  for (int64_t include : {0, 1}) {
+    ir::AttrMap attrs = poolAttrs({5, 5}, {5, 5}, {0, 0, 0, 0}, 1);
+    attrs.insert_or_assign("count_include_pad", include);
+    ASSERT_FALSE(
+        bool(run(ir::OpKind::AveragePool, attrs, {x.ref()}, {y.ref()})));
+    EXPECT_EQ(y.data, (std::vector<float>{2.5f, 2.0f}));
+  }
+}
+
 TEST(CpuAveragePool, MatchesReference) {
   struct Case {
     Ints x;

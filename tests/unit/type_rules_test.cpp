@@ -213,6 +213,25 @@ TEST(TypeRules, HugePadsDilationsAndStridesAreErrorsNotOverflow) {
             Strings{"f32[1,1,1]"});
 }
 
+// A ceil_mode window longer than the (padded) input by less than a stride
+// still gives one output (PyTorch's AvgPool2d(k, ceil_mode=True) over a
+// smaller map); by a stride or more, or without ceil_mode, it is an error.
+TEST(TypeRules, PoolWindowLongerThanInputWithCeilMode) {
+  AttrMap a{{"kernel_shape", Ints{7, 7}},
+            {"strides", Ints{7, 7}},
+            {"pads", Ints{0, 0, 0, 0}},
+            {"ceil_mode", int64_t(1)}};
+  EXPECT_EQ(infer(OpKind::AveragePool, {f32({2, 3, 2, 1})}, a),
+            Strings{"f32[2,3,1,1]"});
+  a.insert_or_assign("strides", Ints{1, 1});
+  EXPECT_THAT(inferError(OpKind::AveragePool, {f32({2, 3, 2, 1})}, a),
+              HasSubstr("window 7 is larger than the padded input 2"));
+  a.insert_or_assign("strides", Ints{7, 7});
+  a.insert_or_assign("ceil_mode", int64_t(0));
+  EXPECT_THAT(inferError(OpKind::AveragePool, {f32({2, 3, 2, 1})}, a),
+              HasSubstr("window 7 is larger than the padded input 2"));
+}
+
 TEST(TypeRules, MaxPoolCeilMode) {
   AttrMap a{{"kernel_shape", Ints{2, 2}},
             {"strides", Ints{2, 2}},
