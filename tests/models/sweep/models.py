@@ -405,8 +405,12 @@ def transformers_entries():
         E("mobilevit", "MobileViTConfig", "MobileViTForImageClassification", "image",
           {"hidden_sizes": [16, 24, 32], "neck_hidden_sizes": [8, 8, 16, 16, 24, 24, 64],
            "patch_size": 2, "num_attention_heads": 2}),
+        # Batch 4: at the image task's batch of 2, its BatchNorms over 1x1
+        # maps see 2 values each and the gradient is rounding noise
+        # (PyTorch float32 3.2 from float64 on a second sample, float64
+        # 6e-4 from itself across implementations).
         E("mobilenet_v2_hf", "MobileNetV2Config", "MobileNetV2ForImageClassification",
-          "image", {"depth_multiplier": 0.25}),
+          "image", {"depth_multiplier": 0.25}, batch=4),
         E("mobilenet_v1_hf", "MobileNetV1Config", "MobileNetV1ForImageClassification",
           "image", {"depth_multiplier": 0.25}),
         E("efficientnet_hf", "EfficientNetConfig", "EfficientNetForImageClassification",
