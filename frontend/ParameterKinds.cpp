@@ -27,9 +27,19 @@ using namespace cleave::ir;
 static const char kSignatureKey[] =
     "pkg.torch.export.ExportedProgram.graph_signature";
 
+static const char kFrozenKey[] = "cleave.frozen";
+
 llvm::Expected<ExporterSignature> readSignature(const onnx::ModelProto &model,
                                                 const std::string &path) {
   ExporterSignature sig;
+  for (const auto &p : model.metadata_props())
+    if (p.key() == kFrozenKey) {
+      llvm::SmallVector<llvm::StringRef> names;
+      llvm::StringRef(p.value()).split(names, '\n', -1, false);
+      for (llvm::StringRef n : names)
+        if (!n.trim().empty())
+          sig.frozen.insert(n.trim().str());
+    }
   const std::string *text = nullptr;
   for (const auto &p : model.graph().metadata_props())
     if (p.key() == kSignatureKey)
@@ -156,8 +166,9 @@ bool isExporterConstantName(llvm::StringRef name) {
 // constant, not a known buffer such as running_mean or inv_freq), holds
 // more than one element (a scalar initializer is an epsilon or a scale,
 // not a weight) and a differentiable path leads from it to a float graph
-// output. Everything else is a buffer: kept, never trained. --trainable and
-// --freeze refine the choice later.
+// output. Everything else is a buffer: kept, never trained, and so is a
+// parameter the model's cleave.frozen metadata lists (requires_grad=False
+// in the module). --trainable and --freeze refine the choice later.
 void classifyParameters(Graph &g, const ExporterSignature &signature) {
   llvm::DenseSet<const Value *> relevant;
   for (const Value *v : g.outputs())
@@ -179,7 +190,7 @@ void classifyParameters(Graph &g, const ExporterSignature &signature) {
   for (Value *v : g.declared()) {
     if (v->kind() != ValueKind::Param)
       continue;
-    bool trained = relevant.count(v) != 0;
+    bool trained = relevant.count(v) != 0 && !signature.frozen.count(v->name());
     if (signature.present)
       trained &= signature.parameters.count(v->name()) != 0;
     else

@@ -29,10 +29,15 @@ struct ExporterSignature {
   // a BatchNorm's running statistics appear here only when the module ran
   // in train() mode.
   std::set<std::string> mutated;
+  // Parameters the module holds with requires_grad=False (a sinusoidal
+  // position table): the model's metadata key cleave.frozen, one name a
+  // line, as examples/pytorch/mark_frozen.py writes it (no exporter
+  // records requires_grad). Never trained, with or without a signature.
+  std::set<std::string> frozen;
 };
 
-// Reads the signature from the graph's metadata (`path` names the model in
-// errors); an error when it names parameters that the exporter folded away
+// Reads the signature from the graph's metadata and the frozen list from
+// the model's (`path` names the model in errors); an error when it names parameters that the exporter folded away
 // (into unnamed constants, or with a train()-mode BatchNorm it dropped).
 llvm::Expected<ExporterSignature> readSignature(const onnx::ModelProto &model,
                                                 const std::string &path);

@@ -58,6 +58,7 @@ public:
     graph().set_name("built");
   }
   onnx::GraphProto &graph() { return *model_.mutable_graph(); }
+  onnx::ModelProto &model() { return model_; }
 
   void input(const std::string &name, int elemType,
              const std::vector<std::string> &dims) {
@@ -266,6 +267,52 @@ TEST(OnnxImportBuilt, FloorCeilSignAndTransposeOfConstantsFold) {
   ASSERT_TRUE(pad);
   EXPECT_EQ(pad->getInts("pads"), (std::vector<int64_t>{0, 0, 1, 2}));
   EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,15]");
+}
+
+TEST(OnnxImportBuilt, OneHotOfConstantsFolds) {
+  // Mamba2's legacy export builds a shape with OneHot: index 1 of depth 3
+  // with values [1, 4] is [1, 4, 1]; a negative index counts from the end.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"4"});
+  m.initInts("idx", {1}, {-2});
+  m.initInts("depth", {1}, {3});
+  m.initInts("values", {2}, {1, 4});
+  m.initInts("zero", {1}, {0});
+  m.node("OneHot", {"idx", "depth", "values"}, {"oh"});  // [[1, 4, 1]]
+  m.node("Squeeze", {"oh", "zero"}, {"shape"});          // [1, 4, 1]
+  m.node("Reshape", {"x", "shape"}, {"y"});
+  m.output("y", kFloat, 3);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,4,1]");
+}
+
+TEST(OnnxImportBuilt, EmbeddingPaddingIdxFromDynamoMetadata) {
+  // aten.embedding(weight, ids, 0): the Gather carries padding_idx 0 for
+  // its gradient; a Gather without the metadata has none.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("ids", onnx::TensorProto::INT64, {"2"});
+  m.initFloats("table", {3, 2}, {1, 2, 3, 4, 5, 6});
+  onnx::NodeProto &emb = m.node("Gather", {"table", "ids"}, {"e"});
+  auto *meta = emb.add_metadata_props();
+  meta->set_key("pkg.torch.onnx.fx_node");
+  meta->set_value("%embedding : [num_users=1] = call_function[target=torch."
+                  "ops.aten.embedding.default](args = (%p_table, %ids, 0), "
+                  "kwargs = {})");
+  m.node("Gather", {"table", "ids"}, {"f"});
+  m.node("Add", {"e", "f"}, {"y"});
+  m.output("y", kFloat, 2);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  std::vector<const Op *> gathers;
+  for (const auto &op : g->ops())
+    if (op->kind() == OpKind::Gather)
+      gathers.push_back(op.get());
+  ASSERT_EQ(gathers.size(), 2u);
+  EXPECT_EQ(gathers[0]->getInt("padding_idx"), 0);
+  EXPECT_FALSE(gathers[1]->hasAttr("padding_idx"));
 }
 
 TEST(OnnxImportBuilt, AZeroBiasOfAnotherShapeIsNoBias) {
@@ -491,6 +538,26 @@ TEST(OnnxImportBuilt, InitializersAreClassifiedByUse) {
   EXPECT_EQ(g->lookup("threshold")->kind(), ValueKind::Buffer);
   EXPECT_EQ(g->lookup("table")->kind(), ValueKind::Param);
   EXPECT_EQ(g->lookup("ids")->kind(), ValueKind::Const);
+}
+
+TEST(OnnxImportBuilt, FrozenMetadataKeepsParametersFixed) {
+  // cleave.frozen (examples/pytorch/mark_frozen.py) lists the module's
+  // requires_grad=False parameters; a name the graph lacks is ignored.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"3"});
+  m.initFloats("w", {3}, {1, 2, 3});
+  m.initFloats("pos", {3}, {0.5f, 0.25f, 0.125f});
+  m.node("Mul", {"x", "w"}, {"xw"});
+  m.node("Add", {"xw", "pos"}, {"y"});
+  m.output("y", kFloat, 1);
+  auto *meta = m.model().add_metadata_props();
+  meta->set_key("cleave.frozen");
+  meta->set_value("pos\nm.gone.weight\n");
+  auto g = importBuilt(m.save(dir));
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->lookup("w")->kind(), ValueKind::Param);
+  EXPECT_EQ(g->lookup("pos")->kind(), ValueKind::Buffer);
 }
 
 TEST(OnnxImportBuilt, ClipBoundsFromFloatInitializers) {
