@@ -392,6 +392,50 @@ static llvm::Expected<FoldResult> foldTrilu(const onnx::NodeProto &node,
   return one(out);
 }
 
+static llvm::Expected<FoldResult> foldOneHot(const onnx::NodeProto &node,
+                                             llvm::ArrayRef<FoldInput> inputs,
+                                             const FoldValues &in) {
+  // indices [..], depth (one element), values [off, on]: the output has
+  // depth inserted at `axis`, `on` where the index (negative: from the
+  // end) equals the position along it. Legacy exports build shapes with
+  // it (Mamba2's chunked scan).
+  if (!in.need(1) || !in.need(2))
+    return FoldResult();
+  if (in[1]->type().numElements() != 1 || in[2]->type().numElements() != 2)
+    return err("OneHot needs a one-element depth and two values [off, on]");
+  int64_t depth = isFloat(in[1]->type().dtype)
+                      ? int64_t(in[1]->getDouble(0))
+                      : in[1]->getInt(0);
+  if (depth < 1)
+    return err("OneHot depth {0} is not positive", depth);
+  const Shape &is = in[0]->type().shape;
+  auto axis = normalizeAxis(attrInt(node, "axis", -1), is.size() + 1);
+  if (!axis)
+    return axis.takeError();
+  Shape out(is.begin(), is.end());
+  out.insert(out.begin() + *axis, depth);
+  if (TensorType(in[2]->type().dtype, out).numElements() > kMaxFoldElements)
+    return FoldResult();
+  Data res = makeData(in[2]->type().dtype, out);
+  int64_t inner = 1;
+  for (size_t d = *axis; d < is.size(); ++d)
+    inner *= is[d];
+  bool fl = isFloat(in[2]->type().dtype);
+  for (int64_t o = 0, n = res->type().numElements(); o < n; ++o) {
+    int64_t j = (o / inner) % depth, i = (o / (inner * depth)) * inner + o % inner;
+    int64_t idx = isFloat(in[0]->type().dtype) ? int64_t(in[0]->getDouble(i))
+                                              : in[0]->getInt(i);
+    if (idx < 0)
+      idx += depth;
+    int64_t pick = idx == j ? 1 : 0;
+    if (fl)
+      setDouble(*res, o, in[2]->getDouble(pick));
+    else
+      setInt(*res, o, in[2]->getInt(pick));
+  }
+  return one(res);
+}
+
 static llvm::Expected<FoldResult> foldWhere(const onnx::NodeProto &node,
                                             llvm::ArrayRef<FoldInput> inputs,
                                             const FoldValues &in) {
@@ -846,6 +890,7 @@ static const FoldRule kFoldRules[] = {
     {"Round", foldUnary},
     {"Transpose", foldTranspose},
     {"Where", foldWhere},
+    {"OneHot", foldOneHot},
     {"Cast", foldCast},
     {"CastLike", foldCast, false, 1},
     {"GatherElements", foldGatherElements},
