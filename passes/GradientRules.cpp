@@ -521,8 +521,10 @@ static llvm::Error rulePad(RuleContext &c) {
 }
 
 static llvm::Error ruleGather(RuleContext &c) {
-  c.dX[0] = c.b.emit(OpKind::GatherGrad, {c.dY[0], c.in(1)},
-                     with(copyAttrs(c.op, {"axis"}), "shape", shapeOf(c.in(0))));
+  AttrMap attrs = with(copyAttrs(c.op, {"axis"}), "shape", shapeOf(c.in(0)));
+  if (c.op.hasAttr("padding_idx")) // an embedding's row that never trains
+    attrs.emplace("padding_idx", c.op.attr("padding_idx"));
+  c.dX[0] = c.b.emit(OpKind::GatherGrad, {c.dY[0], c.in(1)}, std::move(attrs));
   return llvm::Error::success();
 }
 

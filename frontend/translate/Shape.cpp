@@ -273,6 +273,40 @@ static llvm::Error translateCumSum(ImportContext &ctx,
                   {{"axis", Attribute(int64_t(*a))}});
 }
 
+// PyTorch's embedding(weight, ids, padding_idx) is a Gather; the dynamo
+// exporter records the aten call in the node's metadata, the only place
+// padding_idx survives (the row it names gets no gradient). The legacy
+// exporter drops it with a warning.
+static llvm::Error translateGather(ImportContext &ctx, const onnx::NodeProto &n,
+                                   int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::Gather);
+  if (!operands)
+    return operands.takeError();
+  AttrMap attrs;
+  for (const auto &p : n.metadata_props()) {
+    llvm::StringRef fx(p.value());
+    const llvm::StringRef call = "aten.embedding.default](args = (";
+    size_t at = fx.find(call);
+    if (p.key() != "pkg.torch.onnx.fx_node" || at == llvm::StringRef::npos)
+      continue;
+    llvm::SmallVector<llvm::StringRef> args;
+    fx.substr(at + call.size()).take_until([](char c) { return c == ')'; })
+        .split(args, ',');
+    int64_t padding = -1;
+    if (args.size() > 2 && !args[2].trim().getAsInteger(10, padding) &&
+        padding >= 0)
+      attrs.emplace("padding_idx", Attribute(padding));
+    if (args.size() > 3 && args[3].trim() == "True")
+      return importError("{0}: embedding with scale_grad_by_freq=True is not "
+                         "supported",
+                         describeNode(n, index));
+  }
+  if (attrInt(n, "axis", 0) != 0)
+    attrs.clear(); // not an embedding's row gather
+  return ctx.emit(n, index, OpKind::Gather, std::move(*operands),
+                  std::move(attrs));
+}
+
 static llvm::Error translateTile(ImportContext &ctx, const onnx::NodeProto &n,
                                  int index) {
   auto operands = ctx.tensorOperands(n, index, OpKind::Tile);
@@ -377,7 +411,7 @@ std::vector<OpTranslation> shapeTranslations() {
   std::vector<OpTranslation> t = {
       sameNamedOp("Concat"),
       sameNamedOp("Flatten"),
-      sameNamedOp("Gather"),
+      {"Gather", first, last, translateGather},
       sameNamedOp("GatherElements"),
       sameNamedOp("ScatterND"),
       sameNamedOp("ScatterElements"),

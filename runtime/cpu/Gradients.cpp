@@ -458,9 +458,10 @@ template <typename T> llvm::Error dropoutGrad(const KernelCall &call) {
 
 // --- GatherGrad -----------------------------------------------------------
 
-// dX = zeros(shape); dX[o, index[k], i] += dY[o, k, i]. Threads split the
-// (o, i) positions, and each adds its k in order, so repeated indices sum
-// in a fixed order.
+// dX = zeros(shape); dX[o, index[k], i] += dY[o, k, i], except for the
+// index padding_idx (PyTorch's embedding row that never trains). Threads
+// split the (o, i) positions, and each adds its k in order, so repeated
+// indices sum in a fixed order.
 template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &idx = call.inputs[1],
                   &dX = call.outputs[0];
@@ -479,6 +480,7 @@ template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
   auto index = gatherIndices(call, idx, dim);
   if (!index)
     return index.takeError();
+  int64_t padding = call.getInt("padding_idx");
   const T *dy = dY.as<T>();
   T *dx = dX.as<T>();
   parallelFor(outer * inner,
@@ -491,6 +493,8 @@ template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
                   for (int64_t r = 0; r < dim; ++r)
                     std::fill(dst + r * inner + i0, dst + r * inner + i1, T(0));
                   for (int64_t k = 0; k < n; ++k) {
+                    if ((*index)[k] == padding)
+                      continue;
                     const T *src = dy + (o * n + k) * inner;
                     T *row = dst + (*index)[k] * inner;
                     for (int64_t i = i0; i < i1; ++i)

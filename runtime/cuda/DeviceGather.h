@@ -19,6 +19,7 @@ struct GatherStep {
   void *out = nullptr;
   int64_t outer = 1, n = 0, dim = 0, inner = 1;
   bool grad = false; // GatherGrad: out is dX, data is dY
+  int64_t padding = -1; // GatherGrad: the index whose row gets nothing
 };
 
 CLEAVE_HD int64_t gatherIndex(const GatherStep &s, int64_t k) {
@@ -44,7 +45,7 @@ CLEAVE_HD void gatherGradColumn(const GatherStep &s, int64_t c) {
   int64_t in = c % s.inner, o = c / s.inner;
   for (int64_t k = 0; k < s.n; ++k) {
     int64_t v = gatherIndex(s, k);
-    if (v < 0 || v >= s.dim)
+    if (v < 0 || v >= s.dim || v == s.padding)
       continue;
     int64_t dst = (o * s.dim + v) * s.inner + in;
     float acc = load(s.out, s.elem, dst) +

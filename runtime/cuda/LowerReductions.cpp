@@ -294,8 +294,10 @@ llvm::Expected<Steps> lowerGather(const KernelCall &call) {
   for (size_t d = *axis + 1; d < table.rank(); ++d)
     g.inner *= table.shape[d];
   g.grad = grad;
-  if (grad)
+  if (grad) {
+    g.padding = call.getInt("padding_idx");
     return Steps{zero(out), g};
+  }
   return Steps{g};
 }
 

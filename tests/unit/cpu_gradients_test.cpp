@@ -665,6 +665,20 @@ TEST(CpuGradients, GatherGradMatchesFiniteDifferences) {
   }
 }
 
+TEST(CpuGradients, GatherGradLeavesThePaddingRowZero) {
+  // PyTorch's embedding(padding_idx=1): rows 0 and 2 sum their dY rows,
+  // row 1 (gathered twice, once by a negative index) gets nothing.
+  Host<float> dY({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Host<int64_t> ids({4}, {1, 0, -2, 0});
+  AttrMap attrs{{"axis", int64_t(0)},
+                {"padding_idx", int64_t(1)},
+                {"shape", std::vector<int64_t>{3, 2}}};
+  Host<float> dX({3, 2});
+  ASSERT_FALSE(bool(run(OpKind::GatherGrad, attrs, {dY.ref(), ids.ref()},
+                        {dX.ref()})));
+  EXPECT_EQ(dX.data, (std::vector<float>{10, 12, 0, 0, 0, 0}));
+}
+
 TEST(CpuGradients, GatherElementsGradMatchesFiniteDifferences) {
   // Repeated and negative indices, i64 and i32, indices smaller than the
   // data in a dim other than the axis; axis 0, 1 and -1.
