@@ -164,6 +164,7 @@ static llvm::Expected<Data> elementwise(const std::string &op,
                  : op == "Round"   ? std::nearbyint(a) // halves to even
                  : op == "Sign"    ? double((a > 0) - (a < 0))
                  : op == "Mod"     ? std::fmod(a, b)
+                 : op == "Pow"     ? std::pow(a, b)
                  : op == "Equal"   ? double(a == b)
                  : op == "Less"    ? double(a < b)
                  : op == "Greater" ? double(a > b)
@@ -178,6 +179,10 @@ static llvm::Expected<Data> elementwise(const std::string &op,
     }
     int64_t a = in[0]->getInt(k[0]);
     int64_t b = in.size() > 1 ? in[1]->getInt(k[1]) : 0;
+    if (op == "Pow") { // an integer base: the exponent may be a float
+      setInt(*out, o, int64_t(std::pow(double(a), in[1]->getDouble(k[1]))));
+      return;
+    }
     if ((op == "Div" || op == "Mod") && b == 0) {
       if (!failure)
         failure = err("integer division by zero");
@@ -868,6 +873,7 @@ static const FoldRule kFoldRules[] = {
     {"Mul", foldBinary},
     {"Div", foldBinary},
     {"Mod", foldBinary},
+    {"Pow", foldBinary},
     {"Max", foldMaxOrMin},
     {"Min", foldMaxOrMin},
     {"Equal", foldBinary},
