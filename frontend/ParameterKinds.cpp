@@ -27,19 +27,35 @@ using namespace cleave::ir;
 static const char kSignatureKey[] =
     "pkg.torch.export.ExportedProgram.graph_signature";
 
+// What annotate_export.py records of the module (ParameterKinds.h).
 static const char kFrozenKey[] = "cleave.frozen";
+static const char kPaddingKey[] = "cleave.padding_idx";
 
 llvm::Expected<ExporterSignature> readSignature(const onnx::ModelProto &model,
                                                 const std::string &path) {
   ExporterSignature sig;
-  for (const auto &p : model.metadata_props())
-    if (p.key() == kFrozenKey) {
-      llvm::SmallVector<llvm::StringRef> names;
-      llvm::StringRef(p.value()).split(names, '\n', -1, false);
-      for (llvm::StringRef n : names)
-        if (!n.trim().empty())
-          sig.frozen.insert(n.trim().str());
+  for (const auto &p : model.metadata_props()) {
+    if (p.key() != kFrozenKey && p.key() != kPaddingKey)
+      continue;
+    llvm::SmallVector<llvm::StringRef> lines;
+    llvm::StringRef(p.value()).split(lines, '\n', -1, false);
+    for (llvm::StringRef line : lines) {
+      line = line.trim();
+      if (line.empty())
+        continue;
+      if (p.key() == kFrozenKey) {
+        sig.frozen.insert(line.str());
+        continue;
+      }
+      auto [name, idx] = line.rsplit(' ');
+      int64_t row = -1;
+      if (name.empty() || idx.trim().getAsInteger(10, row) || row < 0)
+        return importError("'{0}': metadata {1} line '{2}' is not "
+                           "'<parameter> <row>'",
+                           path, kPaddingKey, line);
+      sig.paddingIdx[name.trim().str()] = row;
     }
+  }
   const std::string *text = nullptr;
   for (const auto &p : model.graph().metadata_props())
     if (p.key() == kSignatureKey)

@@ -14,6 +14,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -31,9 +32,13 @@ struct ExporterSignature {
   std::set<std::string> mutated;
   // Parameters the module holds with requires_grad=False (a sinusoidal
   // position table): the model's metadata key cleave.frozen, one name a
-  // line, as examples/pytorch/mark_frozen.py writes it (no exporter
+  // line, as examples/pytorch/annotate_export.py writes it (no exporter
   // records requires_grad). Never trained, with or without a signature.
   std::set<std::string> frozen;
+  // nn.Embedding weights with a padding_idx (key cleave.padding_idx, lines
+  // "name index"): a row Gather of one of them leaves that row's gradient
+  // zero. The legacy exporter drops padding_idx.
+  std::map<std::string, int64_t> paddingIdx;
 };
 
 // Reads the signature from the graph's metadata and the frozen list from

@@ -83,6 +83,16 @@ static llvm::Error translateResize(ImportContext &ctx,
   } else {
     return importError("{0}: Resize needs constant scales or sizes", where);
   }
+  // Same size at scale 1 samples every input element at its own position,
+  // whatever the mode (a cubic kernel weighs the neighbours 0 there): an
+  // Identity. DINOv2's legacy export resizes its position table so
+  // (interpolate_pos_encoding), to the size it already has, bicubically.
+  std::string transform = attrString(n, "coordinate_transformation_mode",
+                                     "half_pixel");
+  bool unitScales = llvm::all_of(*scales, [](double s) { return s == 1.0; });
+  if (sizes == std::vector<int64_t>(in.begin(), in.end()) && unitScales &&
+      transform != "tf_crop_and_resize" && transform != "tf_half_pixel_for_nn")
+    return ctx.emit(n, index, OpKind::Identity, {(*operands)[0]}, {}, false);
   attrs.emplace("sizes", Attribute(sizes));
   // Resize-10 has no coordinate_transformation_mode: its transform was the
   // asymmetric one.

@@ -273,16 +273,20 @@ static llvm::Error translateCumSum(ImportContext &ctx,
                   {{"axis", Attribute(int64_t(*a))}});
 }
 
-// PyTorch's embedding(weight, ids, padding_idx) is a Gather; the dynamo
-// exporter records the aten call in the node's metadata, the only place
-// padding_idx survives (the row it names gets no gradient). The legacy
-// exporter drops it with a warning.
+// PyTorch's embedding(weight, ids, padding_idx) is a Gather; the row
+// padding_idx names gets no gradient. The dynamo exporter records the aten
+// call in the node's metadata; the legacy exporter drops it (with a
+// warning), and annotate_export.py's cleave.padding_idx brings it back.
 static llvm::Error translateGather(ImportContext &ctx, const onnx::NodeProto &n,
                                    int index) {
   auto operands = ctx.tensorOperands(n, index, OpKind::Gather);
   if (!operands)
     return operands.takeError();
   AttrMap attrs;
+  // annotate_export.py's record (either exporter).
+  auto recorded = ctx.signature().paddingIdx.find(n.input(0));
+  if (recorded != ctx.signature().paddingIdx.end())
+    attrs.emplace("padding_idx", Attribute(recorded->second));
   for (const auto &p : n.metadata_props()) {
     llvm::StringRef fx(p.value());
     const llvm::StringRef call = "aten.embedding.default](args = (";
@@ -295,7 +299,7 @@ static llvm::Error translateGather(ImportContext &ctx, const onnx::NodeProto &n,
     int64_t padding = -1;
     if (args.size() > 2 && !args[2].trim().getAsInteger(10, padding) &&
         padding >= 0)
-      attrs.emplace("padding_idx", Attribute(padding));
+      attrs.insert_or_assign("padding_idx", Attribute(padding));
     if (args.size() > 3 && args[3].trim() == "True")
       return importError("{0}: embedding with scale_grad_by_freq=True is not "
                          "supported",

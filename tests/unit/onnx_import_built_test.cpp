@@ -269,6 +269,49 @@ TEST(OnnxImportBuilt, FloorCeilSignAndTransposeOfConstantsFold) {
   EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,15]");
 }
 
+TEST(OnnxImportBuilt, PowOfConstantsFolds) {
+  // DINOv2's legacy export sizes its position grid with Pow: 2.0^3 = 8.
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"2", "4"});
+  m.initInts("two_i", {1}, {2});
+  m.initInts("three", {1}, {3});
+  ModelBuilder::attr(m.node("Cast", {"two_i"}, {"two"}), "to",
+                     int64_t(onnx::TensorProto::FLOAT));
+  m.node("Pow", {"two", "three"}, {"p"});
+  ModelBuilder::attr(m.node("Cast", {"p"}, {"shape"}), "to",
+                     int64_t(onnx::TensorProto::INT64));
+  m.node("Reshape", {"x", "shape"}, {"y"});
+  m.output("y", kFloat, 1);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[8]");
+}
+
+TEST(OnnxImportBuilt, ResizeToItsOwnSizeIsIdentity) {
+  // DINOv2's legacy export: a bicubic Resize of the position table to the
+  // size it has. Another size in cubic mode stays unsupported.
+  for (int64_t out : {4, 8}) {
+    TempDir dir;
+    ModelBuilder m;
+    m.input("x", kFloat, {"1", "2", "4", "4"});
+    m.initInts("sizes", {4}, {1, 2, out, out});
+    onnx::NodeProto &r = m.node("Resize", {"x", "", "", "sizes"}, {"y"});
+    ModelBuilder::attr(r, "mode", std::string("cubic"));
+    m.output("y", kFloat, 4);
+    if (out == 4) {
+      auto g = importBuilt(m.save(dir), {});
+      ASSERT_TRUE(g);
+      for (const auto &op : g->ops())
+        EXPECT_NE(op->kind(), OpKind::Resize);
+      EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,2,4,4]");
+    } else {
+      EXPECT_THAT(importError(m.save(dir), {}),
+                  HasSubstr("mode 'cubic' is not supported"));
+    }
+  }
+}
+
 TEST(OnnxImportBuilt, OneHotOfConstantsFolds) {
   // Mamba2's legacy export builds a shape with OneHot: index 1 of depth 3
   // with values [1, 4] is [1, 4, 1]; a negative index counts from the end.
@@ -541,7 +584,7 @@ TEST(OnnxImportBuilt, InitializersAreClassifiedByUse) {
 }
 
 TEST(OnnxImportBuilt, FrozenMetadataKeepsParametersFixed) {
-  // cleave.frozen (examples/pytorch/mark_frozen.py) lists the module's
+  // cleave.frozen (examples/pytorch/annotate_export.py) lists the module's
   // requires_grad=False parameters; a name the graph lacks is ignored.
   TempDir dir;
   ModelBuilder m;
@@ -558,6 +601,32 @@ TEST(OnnxImportBuilt, FrozenMetadataKeepsParametersFixed) {
   ASSERT_TRUE(g);
   EXPECT_EQ(g->lookup("w")->kind(), ValueKind::Param);
   EXPECT_EQ(g->lookup("pos")->kind(), ValueKind::Buffer);
+}
+
+TEST(OnnxImportBuilt, PaddingIdxMetadataMarksTheEmbeddingGather) {
+  // cleave.padding_idx (annotate_export.py) for a legacy export, which has
+  // no node metadata; a malformed line is one error naming the key.
+  for (std::string value : {"table 2", "table two"}) {
+    TempDir dir;
+    ModelBuilder m;
+    m.input("ids", onnx::TensorProto::INT64, {"2"});
+    m.initFloats("table", {3, 2}, {1, 2, 3, 4, 5, 6});
+    m.node("Gather", {"table", "ids"}, {"y"});
+    m.output("y", kFloat, 2);
+    auto *meta = m.model().add_metadata_props();
+    meta->set_key("cleave.padding_idx");
+    meta->set_value(value);
+    if (value == "table 2") {
+      auto g = importBuilt(m.save(dir), {});
+      ASSERT_TRUE(g);
+      const Op *op = onlyOp(*g, OpKind::Gather);
+      ASSERT_TRUE(op);
+      EXPECT_EQ(op->getInt("padding_idx"), 2);
+    } else {
+      EXPECT_THAT(importError(m.save(dir), {}),
+                  HasSubstr("metadata cleave.padding_idx line 'table two'"));
+    }
+  }
 }
 
 TEST(OnnxImportBuilt, ClipBoundsFromFloatInitializers) {

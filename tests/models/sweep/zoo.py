@@ -64,7 +64,7 @@ import torch.nn as nn  # noqa: E402
 
 import models  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
-from mark_frozen import mark_frozen  # noqa: E402
+from annotate_export import annotate_export  # noqa: E402
 from cleave_checks import (COLUMNS, F64_LOSS_RTOL, F64_RTOL, GRAD_FACTOR, LOSS_RTOL, THREADS, Tools,  # noqa: E402
                            recheck_grads, recheck_loss, run_cleave)
 
@@ -184,9 +184,10 @@ def export(exporter, wrapped, inputs, path):
                               training=torch.onnx.TrainingMode.TRAINING,
                               do_constant_folding=False, input_names=names,
                               output_names=["loss"])
-    # The README's step after the export: requires_grad=False parameters
-    # recorded in the file (examples/pytorch/mark_frozen.py).
-    mark_frozen(model, path)
+    # The README's step after the export: what the exporters leave out
+    # (requires_grad=False, padding_idx) recorded in the file
+    # (examples/pytorch/annotate_export.py).
+    annotate_export(model, path)
     return onnx.load(path, load_external_data=False)
 
 
