@@ -613,6 +613,45 @@ static llvm::Expected<FoldResult> foldExpand(const onnx::NodeProto &node,
   return one(broadcastTo(*in[0], *s));
 }
 
+// Tile of a constant (Whisper's position ids: arange repeated per row).
+static llvm::Expected<FoldResult> foldTile(const onnx::NodeProto &node,
+                                           llvm::ArrayRef<FoldInput> inputs,
+                                           const FoldValues &in) {
+  if (!in.need(1))
+    return FoldResult();
+  const Shape &is = in[0]->type().shape;
+  std::vector<int64_t> reps = toInts(*in[1]);
+  if (reps.size() != is.size())
+    return err("Tile: {0} repeats for rank {1}", reps.size(), is.size());
+  Shape out;
+  for (size_t d = 0; d < is.size(); ++d) {
+    if (reps[d] < 0)
+      return err("Tile: repeat {0} is negative", reps[d]);
+    if (reps[d] && is[d] > kMaxFoldElements / reps[d])
+      return FoldResult();
+    out.push_back(is[d] * reps[d]);
+  }
+  if (TensorType(in[0]->type().dtype, out).numElements() > kMaxFoldElements)
+    return FoldResult();
+  Data res = makeData(in[0]->type().dtype, out);
+  size_t w = dtypeSize(in[0]->type().dtype), r = out.size();
+  std::vector<int64_t> idx(r, 0), srcStride(r, 1);
+  for (size_t d = r; d-- > 1;)
+    srcStride[d - 1] = srcStride[d] * is[d];
+  for (int64_t o = 0, n = res->type().numElements(); o < n; ++o) {
+    int64_t src = 0;
+    for (size_t d = 0; d < r; ++d)
+      src += (idx[d] % is[d]) * srcStride[d];
+    copyBytes(res->mutableBytes() + o * w, in[0]->bytes().data() + src * w, w);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < out[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return one(res);
+}
+
 // Transpose of a constant (the exporters reverse a pads list this way:
 // Reshape to [k, 2], Transpose, Reshape back).
 static llvm::Expected<FoldResult> foldTranspose(const onnx::NodeProto &node,
@@ -907,6 +946,7 @@ static const FoldRule kFoldRules[] = {
     {"Squeeze", foldSqueezeOrUnsqueeze},
     {"Unsqueeze", foldSqueezeOrUnsqueeze},
     {"Expand", foldExpand},
+    {"Tile", foldTile},
     {"Concat", foldConcat},
     {"Gather", foldGather},
     {"ReduceMax", foldReduce},

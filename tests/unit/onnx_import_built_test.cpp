@@ -312,6 +312,22 @@ TEST(OnnxImportBuilt, ResizeToItsOwnSizeIsIdentity) {
   }
 }
 
+TEST(OnnxImportBuilt, TileOfConstantsFolds) {
+  // Whisper's position ids: a constant row tiled per sequence, then used
+  // as a gather's indices; [2, 3] tiled twice gives the shape [2, 3, 2, 3].
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"36"});
+  m.initInts("row", {2}, {2, 3});
+  m.initInts("reps", {1}, {2});
+  m.node("Tile", {"row", "reps"}, {"shape"});
+  m.node("Reshape", {"x", "shape"}, {"y"});
+  m.output("y", kFloat, 4);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[2,3,2,3]");
+}
+
 TEST(OnnxImportBuilt, OneHotOfConstantsFolds) {
   // Mamba2's legacy export builds a shape with OneHot: index 1 of depth 3
   // with values [1, 4] is [1, 4, 1]; a negative index counts from the end.
