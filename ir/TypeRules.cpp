@@ -306,6 +306,20 @@ Types reduce(const TypeQuery &q) {
   return std::vector{TensorType(x.dtype, out)};
 }
 
+Types argReduce(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  auto axis = normalizeAxis(q.getInt("axis"), x.rank());
+  if (!axis)
+    return axis.takeError();
+  Shape out;
+  for (size_t i = 0; i < x.rank(); ++i)
+    if (int64_t(i) != *axis)
+      out.push_back(x.shape[i]);
+    else if (q.getInt("keepdims"))
+      out.push_back(1);
+  return std::vector{TensorType(DType::I64, out)};
+}
+
 Types concat(const TypeQuery &q) {
   if (auto e = sameDType(q))
     return std::move(e);

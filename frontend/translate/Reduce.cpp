@@ -37,6 +37,8 @@ std::vector<OpTranslation> reduceTranslations() {
                  translateReduce,
                  TranslationKind::Op,
                  {"noop_with_empty_axes"}});
+  t.push_back(sameNamedOp("ArgMax"));
+  t.push_back(sameNamedOp("ArgMin"));
   return t;
 }
 

@@ -282,6 +282,60 @@ template <Kind K> llvm::Error reduce(const KernelCall &c) {
   return llvm::Error::success();
 }
 
+// ArgMax / ArgMin along one axis: [outer, len, inner] -> [outer, inner]
+// indices (i64). A NaN wins (PyTorch's rule), the first of equal ones
+// unless select_last_index.
+template <bool Max> llvm::Error argReduce(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t rank = X.rank(), axis = call.getInt("axis");
+  if (axis < -rank || axis >= rank)
+    return kernelError(call, "axis {0} is out of range for shape {1}", axis,
+                       ir::shapeStr(X.shape));
+  if (axis < 0)
+    axis += rank;
+  int64_t len = X.shape[axis];
+  int64_t outer = elementCount(X.shape.take_front(axis));
+  int64_t inner = elementCount(X.shape.drop_front(axis + 1));
+  if (len == 0 && outer * inner > 0)
+    return kernelError(call, "axis {0} has no elements", axis);
+  bool last = call.getInt("select_last_index");
+  int64_t *out = call.outputs[0].as<int64_t>();
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T *x = X.as<T>();
+    parallelFor(outer * inner, 4096 / std::max<int64_t>(1, len),
+                [&](int64_t b, int64_t e) {
+                  for (int64_t p = b; p < e; ++p) {
+                    int64_t o = p / inner, i = p % inner, best = 0;
+                    double bv = double(load(x[o * len * inner + i]));
+                    for (int64_t k = 1; k < len; ++k) {
+                      double v = double(load(x[(o * len + k) * inner + i]));
+                      if (std::isnan(bv))
+                        break;
+                      bool better = std::isnan(v) ||
+                                    (Max ? v > bv : v < bv) ||
+                                    (last && v == bv);
+                      if (better) {
+                        best = k;
+                        bv = v;
+                      }
+                    }
+                    out[p] = best;
+                  }
+                });
+  };
+  switch (X.dtype) {
+  case DType::F64: run(double{}); break;
+  case DType::F16: run(Half{}); break;
+  case DType::BF16: run(BFloat{}); break;
+  case DType::I64: run(int64_t{}); break;
+  case DType::I32: run(int32_t{}); break;
+  case DType::I8: run(int8_t{}); break;
+  default: run(float{}); break;
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 
 void registerReductionKernels(KernelTable &t) {
@@ -291,6 +345,8 @@ void registerReductionKernels(KernelTable &t) {
   t.add(OpKind::ReduceSum, reduce<Kind::Sum>, types);
   t.add(OpKind::ReduceMean, reduce<Kind::Mean>, types);
   t.add(OpKind::ReduceMax, reduce<Kind::Max>, types);
+  t.add(OpKind::ArgMax, argReduce<true>, types);
+  t.add(OpKind::ArgMin, argReduce<false>, types);
 }
 
 } // namespace cleave::runtime::cpu

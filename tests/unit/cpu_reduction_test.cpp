@@ -197,3 +197,29 @@ TEST(CpuReduction, MatchesDirectLoop) {
     }
   }
 }
+
+// ArgMax / ArgMin: i64 indices along one axis; ties go to the first index
+// (the last with select_last_index); NaN wins, as in PyTorch.
+TEST(CpuReduction, ArgMaxArgMin) {
+  auto arg = [](OpKind op, const Host &x, std::vector<int64_t> outShape,
+                ir::AttrMap attrs) {
+    Host out = empty(DType::I64, std::move(outShape));
+    TensorRef i = x.ref(), o = out.ref();
+    llvm::Error e = backend().run(runtime::KernelCall{op, attrs, i, o});
+    EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    return out.values<int64_t>();
+  };
+  using I = std::vector<int64_t>;
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  Host x = make(DType::F32, {2, 4}, F{1, 5, 5, -2, 3, nan, 7, nan});
+  ir::AttrMap last{{"axis", int64_t(1)}, {"keepdims", int64_t(0)}};
+  EXPECT_EQ(arg(OpKind::ArgMax, x, {2}, last), (I{1, 1}));
+  EXPECT_EQ(arg(OpKind::ArgMin, x, {2}, last), (I{3, 1}));
+  last.insert_or_assign("select_last_index", int64_t(1));
+  EXPECT_EQ(arg(OpKind::ArgMax, x, {2}, last), (I{2, 1}));
+  ir::AttrMap first{{"axis", int64_t(0)}};
+  EXPECT_EQ(arg(OpKind::ArgMax, x, {1, 4}, first), (I{1, 1, 1, 1}));
+  EXPECT_EQ(arg(OpKind::ArgMin, x, {1, 4}, first), (I{0, 1, 0, 1}));
+  Host ints = make(DType::I32, {3}, std::vector<int32_t>{4, -9, 4});
+  EXPECT_EQ(arg(OpKind::ArgMin, ints, {1}, {}), (I{1}));
+}
