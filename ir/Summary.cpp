@@ -88,14 +88,15 @@ std::string summarizeGraph(const Graph &g, SummaryDetail detail) {
     os << llvm::formatv("{0}: {1} elements, {2} in {3} tensor{4}", label,
                         withCommas(elements), formatBytes(bytes), count,
                         count == 1 ? "" : "s");
-    // What is trained and what is held: the parameters are, the buffers
-    // (running statistics, rotary tables, frozen weights) are not; a few
-    // buffer names show which.
+    // What is trained and what is not: the parameters are, the buffers
+    // are not (rotary tables and frozen weights stay as they are; running
+    // statistics and optimizer state change, but by their own updates, not
+    // by a gradient); a few buffer names show which.
     if (kind == ValueKind::Param && count && g.isTraining())
       os << " (trained)";
     if (kind == ValueKind::Buffer && count) {
       constexpr int kShown = 4;
-      os << " (held constant:";
+      os << " (not trained:";
       int shown = 0;
       for (const Value *v : g.declared())
         if (v->kind() == kind && shown++ < kShown)
