@@ -469,6 +469,23 @@ Types cumSum(const TypeQuery &q) {
   return std::vector{x};
 }
 
+Types dft(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  if (!isFloat(x.dtype))
+    return err("operand must be float, not {0}", x.str());
+  if (x.rank() < 2 || x.shape.back() != 2)
+    return err("operand {0} must be complex: a last dim of 2 (real, "
+               "imaginary)",
+               x.str());
+  auto axis = normalizeAxis(q.getInt("axis"), x.rank());
+  if (!axis)
+    return axis.takeError();
+  if (*axis == int64_t(x.rank()) - 1)
+    return err("axis {0} is the complex dim of {1}", q.getInt("axis"),
+               x.str());
+  return std::vector{x};
+}
+
 Types tile(const TypeQuery &q) {
   const TensorType &x = q.operands[0];
   const auto &repeats = q.getInts("repeats");

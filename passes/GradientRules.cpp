@@ -574,6 +574,16 @@ static llvm::Error ruleCumSum(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// The transform is linear with a symmetric matrix; its adjoint (as a real
+// map of the real and imaginary parts) conjugates it: the opposite sign,
+// the same scale.
+static llvm::Error ruleDFT(RuleContext &c) {
+  c.dX[0] = c.b.emit(OpKind::DFT, {c.dY[0]},
+                     with(copyAttrs(c.op, {"axis", "normalized"}), "inverse",
+                          int64_t(c.op.getInt("inverse") == 0)));
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleResize(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"coordinate_transformation_mode", "mode",
                                    "nearest_mode"});
@@ -640,6 +650,7 @@ Rule findRule(OpKind kind) {
   case OpKind::HardSigmoid: return ruleHardSigmoid;
   case OpKind::HardSwish: return ruleHardSwish;
   case OpKind::Clip: return ruleClip;
+  case OpKind::DFT: return ruleDFT;
   case OpKind::Identity: return ruleIdentity;
   case OpKind::Neg: return ruleNeg;
   case OpKind::Cast: return ruleCast;

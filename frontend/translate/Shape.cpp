@@ -273,6 +273,66 @@ static llvm::Error translateCumSum(ImportContext &ctx,
                   {{"axis", Attribute(int64_t(*a))}});
 }
 
+// DFT (torch.fft on complex data, FNet's token mixing): the axis is an
+// attribute before opset 20 and a constant input from 20 on. The IR op
+// takes complex data (a last dim of 2; real data gets a zero imaginary
+// part) whole: no dft_length, no onesided output. ONNX's inverse divides by N, so it is inverse and normalized.
+static llvm::Error translateDFT(ImportContext &ctx, const onnx::NodeProto &n,
+                                int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::DFT);
+  if (!operands)
+    return operands.takeError();
+  Value *input = (*operands)[0];
+  TensorType x = input->type();
+  // Real data (a last dim of 1) gets a zero imaginary part.
+  if (x.rank() >= 2 && x.shape.back() == 1 && isFloat(x.dtype)) {
+    Value *zeros = ctx.graph().addConst(ctx.freshName(n.output(0) + ".imag"),
+                                        TensorData::splat(x, 0.0));
+    auto complex = ctx.append(n, index, OpKind::Concat, {input, zeros},
+                              {{"axis", Attribute(int64_t(-1))}});
+    if (!complex)
+      return complex.takeError();
+    input = *complex;
+    x = input->type();
+  }
+  if (attrInt(n, "onesided", 0))
+    return importError("{0}: a onesided DFT is not supported",
+                       describeNode(n, index));
+  if (n.input_size() > 1 && !n.input(1).empty())
+    return importError("{0}: a DFT with dft_length is not supported",
+                       describeNode(n, index));
+  if (x.rank() < 2 || x.shape.back() != 2)
+    return importError("{0}: DFT of {1}: the last dim must be 1 (real) or "
+                       "2 (complex)",
+                       describeNode(n, index), x.str());
+  int64_t axis = attrInt(n, "axis", 1);
+  if (ctx.opset() >= 20) {
+    axis = -2;
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      auto a = ctx.staticInts(n, index, 2, "axis");
+      if (!a)
+        return a.takeError();
+      if (a->size() != 1)
+        return importError("{0}: axis must be one value",
+                           describeNode(n, index));
+      axis = (*a)[0];
+    }
+  }
+  auto a = normalizeAxis(axis, x.rank());
+  if (!a || *a == int64_t(x.rank()) - 1) {
+    if (!a)
+      llvm::consumeError(a.takeError());
+    return importError("{0}: axis {1} is not a signal axis of {2}",
+                       describeNode(n, index), axis, x.str());
+  }
+  int64_t inverse = attrInt(n, "inverse", 0) != 0;
+  return ctx.emit(n, index, OpKind::DFT, {input},
+                  {{"axis", Attribute(int64_t(*a))},
+                   {"inverse", Attribute(inverse)},
+                   {"normalized", Attribute(inverse)}},
+                  false);
+}
+
 // PyTorch's embedding(weight, ids, padding_idx) is a Gather; the row
 // padding_idx names gets no gradient. The dynamo exporter records the aten
 // call in the node's metadata; the legacy exporter drops it (with a
@@ -420,6 +480,7 @@ std::vector<OpTranslation> shapeTranslations() {
       sameNamedOp("ScatterND"),
       sameNamedOp("ScatterElements"),
       {"CumSum", first, last, translateCumSum},
+      {"DFT", 17, last, translateDFT},
       {"Tile", first, last, translateTile},
       {"Reshape", first, last, translateReshape, op, {"allowzero"}},
       {"Squeeze", first, last, translateSqueezeOrUnsqueeze, op, {"axes"}},

@@ -104,6 +104,7 @@ public:
     registerDataMovementKernels(table_);
     registerScatterElementsKernels(table_);
     registerCumSumKernels(table_);
+    registerDftKernels(table_);
     registerResizeKernels(table_);
     registerTileKernels(table_);
     registerLinalgKernels(table_);

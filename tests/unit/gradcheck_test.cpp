@@ -630,6 +630,16 @@ TEST(Gradcheck, Pooling) {
     Value *x = b.param("x", {2, 3, 4, 4});
     b.lossOf(b.op(OpKind::GlobalAveragePool, {x}));
   });
+  // DFT forward and inverse (normalized) along a middle and a leading axis.
+  for (int64_t inverse : {0, 1})
+    for (int64_t axis : {0, 1})
+      gradcheck([&](Builder &b) {
+        Value *x = b.param("x", {3, 4, 2});
+        b.lossOf(b.op(OpKind::DFT, {x},
+                      {{"axis", axis},
+                       {"inverse", inverse},
+                       {"normalized", inverse}}));
+      });
   // A ceil_mode window longer than the input (EfficientNet's pooler).
   gradcheck([](Builder &b) {
     Value *x = b.param("x", {2, 2, 3, 2});
