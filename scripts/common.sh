@@ -21,7 +21,7 @@ CLEAVE_FUZZ_PACKAGES="clang-14 libclang-rt-14-dev"
 # data, a Python for lit, oneDNN (the CLEAVE_GEMM=onednn test and the
 # benchmarks against it) and the fuzzing toolchain (scripts/test.sh ends
 # with scripts/fuzz.sh).
-CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 python3-venv libdnnl-dev $CLEAVE_FUZZ_PACKAGES"
+CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 python3-venv libdnnl-dev libtsan2 $CLEAVE_FUZZ_PACKAGES"
 
 # A Python with onnxruntime for the tests that reload trained models in it
 # (tests/lit/corpus/onnxruntime-reload.test): a venv in the dependency cache

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (Debian packages for build and tests), build,
 # run ctest (unit, lit, libonnx-testdata sweep), then run the sweep and the
-# unit tests again in an AddressSanitizer + UBSan build, and last fuzz the
+# unit tests again in an AddressSanitizer + UBSan build, the unit tests and
+# the model-zoo CI subset in a ThreadSanitizer build, and last fuzz the
 # three readers of untrusted input (scripts/fuzz.sh; docs/reliability.md).
 # CLEAVE_FUZZ_SECONDS sets the time per fuzz target (default 20 here, a
 # smoke run that keeps CI inside 30 minutes; scripts/fuzz.sh alone
@@ -16,6 +17,7 @@ cleave_install_packages $CLEAVE_BUILD_PACKAGES $CLEAVE_TEST_PACKAGES
 CLEAVE_ORT_PYTHON=$(cleave_ensure_ort_python)
 export CLEAVE_ORT_PYTHON
 
+SECONDS=0
 echo "== build (RelWithDebInfo)"
 cleave_build "$CLEAVE_ROOT/build"
 echo "== ctest"
@@ -28,9 +30,22 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R 'unit|onnx-testdata-sweep')
 
+echo "== ThreadSanitizer build: unit tests and the model-zoo CI subset ($SECONDS s so far)"
+# The CPU runtime's own threads (thread pool, pipeline stages) are what it
+# checks; OpenBLAS's threads are not instrumented, so it runs on one.
+cleave_configure "$CLEAVE_ROOT/build-tsan" -DCLEAVE_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+ninja -C "$CLEAVE_ROOT/build-tsan" cleave-unit-tests cleavec cleave-run cleave-opt
+(
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  export OPENBLAS_NUM_THREADS=1
+  "$CLEAVE_ROOT/build-tsan/tests/cleave-unit-tests" --gtest_brief=1
+  "$CLEAVE_ORT_PYTHON" "$CLEAVE_ROOT/tests/models/sweep/check_ci.py" \
+    --tools "$CLEAVE_ROOT/build-tsan/tools" --timeout 900
+)
+
 fuzz_seconds=${CLEAVE_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ]; then
   echo "== fuzzing: $fuzz_seconds s per target"
   bash "$CLEAVE_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
 fi
-echo "== all tests passed"
+echo "== all tests passed ($SECONDS s)"

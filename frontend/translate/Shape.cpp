@@ -480,7 +480,7 @@ std::vector<OpTranslation> shapeTranslations() {
       sameNamedOp("ScatterND"),
       sameNamedOp("ScatterElements"),
       {"CumSum", first, last, translateCumSum},
-      {"DFT", 17, last, translateDFT},
+      {"DFT", first, last, translateDFT},
       {"Tile", first, last, translateTile},
       {"Reshape", first, last, translateReshape, op, {"allowzero"}},
       {"Squeeze", first, last, translateSqueezeOrUnsqueeze, op, {"axes"}},

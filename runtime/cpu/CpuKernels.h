@@ -133,8 +133,11 @@ llvm::Error kernelError(const KernelCall &call, const char *fmt,
 // baseline's SSE2. Marked with this, they are built also for AVX2 and
 // AVX-512 (GCC picks the clone for the CPU when the program loads) and
 // take 4 or 8 at a time. Clang (the CLEAVE_FUZZ build) cannot multiversion
-// templates: there they are built once, for the baseline.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// templates: there they are built once, for the baseline; so they are under
+// ThreadSanitizer, whose instrumented resolvers would run before its
+// runtime starts.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&        \
+    !defined(__SANITIZE_THREAD__)
 #define CLEAVE_VECTOR_CLONES                                                   \
   __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
