@@ -15,7 +15,7 @@ supported. ci/expected.json records the sweep's columns for each chosen
 export, ci/ops.json which export covers which op.
 
 Copied per export: model.onnx (weights inlined, node metadata but
-pkg.torch.onnx.name_scopes left out), inputs/, reference64/grad.* (as
+pkg.torch.onnx.name_scopes and the FX node text cleave reads left out), inputs/, reference64/grad.* (as
 float32: the rounding, 6e-8, is under the check's 1e-6 floor) with PyTorch
 float32's error in reference64/torch_f32_error.txt (not its gradients),
 steps/data/, steps/hyper.txt, steps/loss_after.npy, steps/losses.npy and
@@ -50,11 +50,15 @@ def ci_files(folder):
     return [f for f in out if os.path.exists(os.path.join(folder, f))]
 
 
-# The one node metadata key cleave reads (frontend/: module paths); the
-# dynamo exporter's others (stack traces with machine-specific paths, FX
-# node text, class hierarchy, namespace) are two thirds of a small export's
-# bytes and are left out of the committed copies.
+# The node metadata cleave reads (frontend/): module paths everywhere, and
+# the FX node text where it tells cleave something (an embedding's
+# padding_idx, a BatchNorm computed without running statistics). The
+# dynamo exporter's others (stack traces with machine-specific paths, the
+# rest of the FX node text, class hierarchy, namespace) are two thirds of a
+# small export's bytes and are left out of the committed copies.
 KEPT_METADATA = ("pkg.torch.onnx.name_scopes",)
+FX_NODE = "pkg.torch.onnx.fx_node"
+FX_READ = ("aten.embedding.default", "_native_batch_norm_legit.no_stats")
 
 
 def ci_model(src):
@@ -63,7 +67,8 @@ def ci_model(src):
     import onnx
     m = onnx.load(src)
     for n in m.graph.node:
-        keep = [kv for kv in n.metadata_props if kv.key in KEPT_METADATA]
+        keep = [kv for kv in n.metadata_props if kv.key in KEPT_METADATA or
+                (kv.key == FX_NODE and any(s in kv.value for s in FX_READ))]
         del n.metadata_props[:]
         n.metadata_props.extend(keep)
     return m.SerializeToString()
@@ -174,7 +179,8 @@ tools only (no PyTorch):
 (python3 with numpy: the onnxruntime venv of `scripts/common.sh`,
 `cleave_ensure_ort_python`). Each folder has the sweep's layout (`../README.md`):
 `model.onnx` (weights inside; of the dynamo exporter's node metadata only
-`pkg.torch.onnx.name_scopes`, the key cleave reads, is kept), `inputs/`,
+what cleave reads is kept: `pkg.torch.onnx.name_scopes`, and the FX node
+text of embeddings and statistics-free BatchNorms), `inputs/`,
 `reference64/` (PyTorch's float64 gradients, stored as float32, and
 `torch_f32_error.txt`, PyTorch float32's own error against them),
 `steps/` (3 steps x 4 microbatches of data, `hyper.txt`, PyTorch's step
