@@ -202,6 +202,19 @@ ImportContext::axesOf(const onnx::NodeProto &n, int index) {
   return std::vector<int64_t>();
 }
 
+// uint8 exists in the IR for shape arithmetic folded at import; no kernel
+// takes it, so an op that would compute on it at run time is refused.
+static llvm::Error refuseUint8(const onnx::NodeProto &n, int index,
+                               llvm::ArrayRef<TensorType> types) {
+  for (const TensorType &t : types)
+    if (t.dtype == DType::U8)
+      return importError("{0}: computes on uint8 data ({1}) at run time; "
+                         "cleave takes uint8 only in shape arithmetic it "
+                         "folds at import",
+                         describeNode(n, index), t.str());
+  return llvm::Error::success();
+}
+
 llvm::Expected<Value *> ImportContext::append(const onnx::NodeProto &n,
                                               int index, OpKind kind,
                                               std::vector<Value *> operands,
@@ -213,6 +226,10 @@ llvm::Expected<Value *> ImportContext::append(const onnx::NodeProto &n,
   if (!out)
     return importError("{0}: {1}", describeNode(n, index),
                        llvm::toString(out.takeError()));
+  if (auto e = refuseUint8(n, index, types))
+    return std::move(e);
+  if (auto e = refuseUint8(n, index, *out))
+    return std::move(e);
   return g_->appendOp(kind, operands, *out, {}, std::move(attrs), loc(n))
       ->result();
 }
@@ -248,6 +265,10 @@ llvm::Error ImportContext::emit(const onnx::NodeProto &n, int index,
   if (!types)
     return importError("{0}: {1}", describeNode(n, index),
                        llvm::toString(types.takeError()));
+  if (auto e = refuseUint8(n, index, operandTypes))
+    return e;
+  if (auto e = refuseUint8(n, index, *types))
+    return e;
   for (const TensorType &t : *types)
     if (auto e = checkShape(t.shape))
       return importError("{0}: result {1}", describeNode(n, index),

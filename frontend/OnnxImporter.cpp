@@ -129,6 +129,11 @@ llvm::Error Importer::bindInputs() {
     if (!dt)
       return importError("graph input '{0}': {1}", in.name(),
                          llvm::toString(dt.takeError()));
+    if (*dt == DType::U8)
+      return importError("graph input '{0}': element type uint8 is not "
+                         "supported for data (cleave takes uint8 only in "
+                         "shape arithmetic it folds at import)",
+                         in.name());
     if (!tt->has_shape())
       return importError("graph input '{0}' has no shape; give one with "
                          "--input-shape {0}=d0,d1,...",

@@ -79,6 +79,8 @@ int dtypeToOnnx(DType d) {
     return onnx::TensorProto::INT8;
   case DType::Bool:
     return onnx::TensorProto::BOOL;
+  case DType::U8:
+    return onnx::TensorProto::UINT8;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -101,6 +103,8 @@ llvm::Expected<DType> dtypeFromOnnx(int t) {
     return DType::I8;
   case onnx::TensorProto::BOOL:
     return DType::Bool;
+  case onnx::TensorProto::UINT8: // folded at import only (ImportContext)
+    return DType::U8;
   default:
     return err("element type {0} is not supported (cleave supports float, "
                "float16, bfloat16, double, int64, int32, int8, bool)",
@@ -241,7 +245,7 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
         reinterpret_cast<uint16_t *>(buf)[i] =
             uint16_t(t.int32_data(i));
       break;
-    default: // I32, I8, Bool live in int32_data
+    default: // I32, I8, U8, Bool live in int32_data
       for (int64_t i = 0; i < n; ++i)
         storeElementInt(*dt, buf, i, t.int32_data(i));
       break;

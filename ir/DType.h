@@ -13,7 +13,10 @@
 
 namespace cleave::ir {
 
-// X-macro: enumerator, text spelling, byte size, is floating point.
+// X-macro: enumerator, text spelling, byte size, is floating point. U8
+// exists for shape arithmetic the importer folds (XLNet builds its masks
+// from arange(dtype=uint8)); the importer refuses it in the graph (no kernel
+// takes it), so it comes last and the others keep their numbers.
 #define CLEAVE_DTYPES(X)                                                       \
   X(F32, "f32", 4, true)                                                       \
   X(F16, "f16", 2, true)                                                       \
@@ -22,7 +25,8 @@ namespace cleave::ir {
   X(I64, "i64", 8, false)                                                      \
   X(I32, "i32", 4, false)                                                      \
   X(I8, "i8", 1, false)                                                        \
-  X(Bool, "bool", 1, false)
+  X(Bool, "bool", 1, false)                                                    \
+  X(U8, "u8", 1, false)
 
 enum class DType : uint8_t {
 #define X(E, S, N, F) E,

@@ -145,6 +145,8 @@ int64_t TensorData::getInt(int64_t i) const {
     return reinterpret_cast<const int32_t *>(p)[i];
   case DType::I8:
     return reinterpret_cast<const int8_t *>(p)[i];
+  case DType::U8:
+    return p[i];
   case DType::Bool:
     return p[i] != 0;
   default:
@@ -192,6 +194,9 @@ void storeElementInt(DType dtype, uint8_t *base, int64_t i, int64_t v) {
     return;
   case DType::I8:
     reinterpret_cast<int8_t *>(base)[i] = int8_t(v);
+    return;
+  case DType::U8:
+    base[i] = uint8_t(v);
     return;
   case DType::Bool:
     base[i] = v != 0;

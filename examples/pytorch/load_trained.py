@@ -23,8 +23,10 @@ Tied parameters (GPT-2's lm_head and wte) are one tensor in PyTorch and one
 initializer in the export, under whichever name the exporter kept; either
 name finds it. Buffers the export does not hold (BatchNorm's
 num_batches_tracked, non-persistent buffers the legacy exporter wrote as
-constants) keep their values and are listed in the report. A parameter the
-export does not hold is an error: the module is not the one exported.
+constants) keep their values and are listed in the report, and so do
+parameters the exported forward never used (the exporter leaves them out:
+XLNet's mask_emb). A shape that differs, or a module none of whose names
+the export holds, is an error: the module is not the one exported.
 
 From the command line (needs torch and onnx):
 
@@ -55,11 +57,16 @@ class LoadReport:
         self.parameters = collections.OrderedDict()  # module name: initializer
         self.buffers = collections.OrderedDict()
         self.buffers_kept = []        # buffers the export does not hold
+        self.parameters_kept = []     # parameters the export does not hold
         self.initializers_unused = []
 
     def __str__(self):
         lines = ["loaded %d parameters and %d buffers (initializer prefix %r)"
                  % (len(self.parameters), len(self.buffers), self.prefix)]
+        if self.parameters_kept:
+            lines.append("parameters not in the export (the exported forward "
+                         "does not use them), kept as they were: "
+                         + ", ".join(self.parameters_kept))
         if self.buffers_kept:
             lines.append("buffers not in the export, kept as they were: "
                          + ", ".join(self.buffers_kept))
@@ -100,8 +107,10 @@ def find_prefix(tensors, initializer_names):
 def load_trained(module, onnx_path, prefix=None):
     """Copies the initializers of `onnx_path` into `module`'s parameters
     and buffers (names mapped through `prefix`, found when None). Returns a
-    LoadReport; raises ValueError when a parameter has no initializer or a
-    shape differs."""
+    LoadReport; raises ValueError when no initializer is named after the
+    module's tensors or a shape differs. A parameter the exported forward
+    never used (XLNet's mask_emb) is not in the export: it keeps its value
+    and the report lists it."""
     model = onnx.load(onnx_path)  # external data (FILE.onnx.data) too
     inits = collections.OrderedDict(
         (t.name, t) for t in model.graph.initializer)
@@ -114,11 +123,8 @@ def load_trained(module, onnx_path, prefix=None):
         for names, tensor, is_param in tensors:
             hits = [prefix + n for n in names if prefix + n in inits]
             if not hits:
-                if is_param:
-                    raise ValueError(
-                        "parameter %s: no initializer %s in %s" %
-                        (names[0], prefix + names[0], onnx_path))
-                report.buffers_kept.append(names[0])
+                (report.parameters_kept if is_param
+                 else report.buffers_kept).append(names[0])
                 continue
             init = hits[0]
             value = onnx.numpy_helper.to_array(inits[init])

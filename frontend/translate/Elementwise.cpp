@@ -32,6 +32,15 @@ static llvm::Error translateClip(ImportContext &ctx, const onnx::NodeProto &n,
                   std::move(attrs));
 }
 
+// A Cast to uint8 that did not fold would compute on uint8 at run time
+// (ImportContext refuses uint8 in the graph; the IR text has no u8).
+static llvm::Error castToUint8(const onnx::NodeProto &n, int index,
+                               const Shape &shape) {
+  return importError("{0}: computes on uint8 data ({1}) at run time; cleave "
+                     "takes uint8 only in shape arithmetic it folds at import",
+                     describeNode(n, index), TensorType(DType::U8, shape).str());
+}
+
 static llvm::Error translateCast(ImportContext &ctx, const onnx::NodeProto &n,
                                  int index) {
   auto operands = ctx.tensorOperands(n, index, OpKind::Cast);
@@ -41,6 +50,8 @@ static llvm::Error translateCast(ImportContext &ctx, const onnx::NodeProto &n,
   if (!dt)
     return importError("{0}: {1}", describeNode(n, index),
                        llvm::toString(dt.takeError()));
+  if (*dt == DType::U8)
+    return castToUint8(n, index, (*operands)[0]->type().shape);
   if (*dt == (*operands)[0]->type().dtype) // as function bodies write them
     return ctx.emit(n, index, OpKind::Identity, std::move(*operands), {},
                     false);
@@ -57,6 +68,8 @@ static llvm::Error translateCastLike(ImportContext &ctx,
   auto x = ctx.operand(n, index, 0);
   if (!x)
     return x.takeError();
+  if (like->type.dtype == DType::U8)
+    return castToUint8(n, index, (*x)->type().shape);
   return ctx.emit(n, index, OpKind::Cast, {*x},
                   {{"to", Attribute(std::string(dtypeName(like->type.dtype)))}},
                   false);

@@ -424,6 +424,9 @@ uint64_t padValueBits(DType dtype, float v) {
   case DType::I8:
     put(toInt(int8_t(INT8_MIN), int8_t(INT8_MAX)));
     break;
+  case DType::U8:
+    put(toInt(uint8_t(0), uint8_t(255)));
+    break;
   case DType::Bool:
     put(uint8_t(v != 0));
     break;

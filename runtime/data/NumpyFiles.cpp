@@ -42,6 +42,7 @@ static const char *npyDescr(DType d) {
   case DType::Bool:
     return "|b1";
   case DType::BF16:
+  case DType::U8: // never a graph input (the importer refuses it)
     return nullptr;
   }
   return nullptr;

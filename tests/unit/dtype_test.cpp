@@ -45,6 +45,8 @@ TEST(DType, NamesSizesAndParsingAgree) {
   EXPECT_FALSE(isInteger(DType::F16));
 }
 
+// "u8" names DType::U8, which exists for the importer's folding only: the
+// IR text, plans and flags do not take it.
 TEST(DType, ParseRejectsUnknownSpellings) {
   for (const char *bad : {"", "F32", "float", "f33", "i16", "u8", "f32 "})
     EXPECT_FALSE(parseDType(bad).has_value()) << "'" << bad << "'";

@@ -328,6 +328,42 @@ TEST(OnnxImportBuilt, TileOfConstantsFolds) {
   EXPECT_EQ(g->outputs()[0]->type().str(), "f32[2,3,2,3]");
 }
 
+TEST(OnnxImportBuilt, Uint8FoldsButIsRefusedAtRunTime) {
+  // XLNet builds masks from arange(dtype=uint8): constants that fold (a
+  // Cast to uint8 wraps at 256). A uint8 value the graph would compute on
+  // at run time is one error line.
+  for (bool runtime : {false, true}) {
+    TempDir dir;
+    ModelBuilder m;
+    m.input("x", kFloat, {"2", "2"});
+    m.initInts("v", {2}, {258, 1});
+    ModelBuilder::attr(m.node("Cast", {"v"}, {"u"}), "to",
+                       int64_t(onnx::TensorProto::UINT8));   // [2, 1]
+    m.initInts("two", {1}, {2});
+    ModelBuilder::attr(m.node("Cast", {"two"}, {"two_u"}), "to",
+                       int64_t(onnx::TensorProto::UINT8));
+    m.node("Equal", {"u", "two_u"}, {"eq"});                 // [true, false]
+    if (runtime) {
+      ModelBuilder::attr(m.node("Cast", {"x"}, {"xu"}), "to",
+                         int64_t(onnx::TensorProto::UINT8));
+      ModelBuilder::attr(m.node("Cast", {"xu"}, {"y"}), "to",
+                         int64_t(onnx::TensorProto::FLOAT));
+    } else {
+      m.node("Where", {"eq", "x", "x"}, {"w"});
+      m.node("Identity", {"w"}, {"y"});
+    }
+    m.output("y", kFloat, 2);
+    if (runtime) {
+      EXPECT_THAT(importError(m.save(dir), {}),
+                  HasSubstr("computes on uint8 data (u8[2,2]) at run time"));
+    } else {
+      auto g = importBuilt(m.save(dir), {});
+      ASSERT_TRUE(g);
+      EXPECT_EQ(g->outputs()[0]->type().str(), "f32[2,2]");
+    }
+  }
+}
+
 TEST(OnnxImportBuilt, OneHotOfConstantsFolds) {
   // Mamba2's legacy export builds a shape with OneHot: index 1 of depth 3
   // with values [1, 4] is [1, 4, 1]; a negative index counts from the end.
