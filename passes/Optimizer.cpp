@@ -59,18 +59,25 @@ static void addRunningStatUpdates(ir::Graph &g) {
 
 // Whether `p` is exempt from weight decay under `noDecay`.
 static bool exemptFromDecay(const Value *p, const std::string &noDecay) {
-  if (noDecay.empty())
+  if (noDecay == "none")
     return false;
   if (noDecay == "1-d")
     return p->type().shape.size() < 2;
   return llvm::Regex("^(" + noDecay + ")$").match(p->name());
 }
 
+std::string noDecayRule(const TrainingOptions &t) {
+  if (!t.noDecay.empty())
+    return t.noDecay;
+  return t.optimizer == "adamw" ? "1-d" : "none";
+}
+
 DecayGroups weightDecayGroups(const ir::Graph &g, const TrainingOptions &t) {
   DecayGroups out;
+  std::string rule = noDecayRule(t);
   for (Value *v : g.declared())
     if (v->kind() == ir::ValueKind::Param)
-      (exemptFromDecay(v, t.noDecay) ? out.exempt : out.decayed)
+      (exemptFromDecay(v, rule) ? out.exempt : out.decayed)
           .push_back(v->name());
   return out;
 }
@@ -101,6 +108,7 @@ llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx) {
     return fail("the number of data-parallel replicas must be at least 1");
   float gradScale = float(1.0 / double(t.microbatches * t.dataParallel));
   double wd = t.weightDecay.value_or(adam ? 0.01 : 0.0);
+  std::string noDecay = noDecayRule(t);
 
   for (size_t i = 0; i < params.size(); ++i) {
     Value *p = params[i], *grad = g.outputs()[i + 1];
@@ -110,7 +118,7 @@ llvm::Expected<bool> addOptimizer(ir::Graph &g, const PassContext &ctx) {
     std::vector<std::string> names{p->name() + ".next"};
     ir::AttrMap attrs{
         {"grad_scale", gradScale},
-        {"weight_decay", exemptFromDecay(p, t.noDecay) ? 0.0f : float(wd)}};
+        {"weight_decay", exemptFromDecay(p, noDecay) ? 0.0f : float(wd)}};
     OpKind kind = OpKind::SGD;
     if (adam) {
       kind = OpKind::AdamW;

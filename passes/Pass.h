@@ -35,7 +35,8 @@ struct TrainingOptions {
   std::optional<double> weightDecay; // default: 0 for SGD, 0.01 for AdamW
   // Parameters updated without weight decay: "1-d" (every parameter of
   // rank below 2: biases, normalization weights, as nanoGPT and HF's
-  // Trainer group them) or a regex of whole names; empty: none.
+  // Trainer group them), "none", or a regex of whole names; empty: the
+  // optimizer's default (noDecayRule).
   std::string noDecay;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   int64_t microbatches = 1; // the optimizer averages this many gradients
@@ -90,6 +91,10 @@ struct DecayGroups {
   std::vector<std::string> decayed, exempt;
 };
 DecayGroups weightDecayGroups(const ir::Graph &g, const TrainingOptions &t);
+// The rule in force: t.noDecay, or where it is empty the optimizer's
+// default, "1-d" for AdamW (biases and norm weights spared, as HF's Trainer,
+// Megatron and nanoGPT do) and "none" for SGD (torch.optim.SGD's one group).
+std::string noDecayRule(const TrainingOptions &t);
 
 // Appends the gradients of `y` (of its sum, when not a scalar) with respect
 // to each of `xs` (inputs, parameters or results): one value per x, named

@@ -426,10 +426,14 @@ const char kTrainingHelp[] = R"(training:
   --momentum=X           SGD momentum (default 0)
   --nesterov             SGD with Nesterov momentum
   --weight-decay=X       default 0 for SGD (L2), 0.01 for AdamW (decoupled)
-  --no-decay=1-d|REGEX   no weight decay for every parameter of rank below
-                         2 (biases, normalization weights: nanoGPT's and
-                         HF Trainer's groups) or for those whose whole name
-                         matches REGEX; the summary lists both groups
+  --no-decay=1-d|none|REGEX
+                         parameters updated without weight decay: 1-d, every
+                         parameter of rank below 2 (biases, normalization
+                         weights: nanoGPT's and HF Trainer's groups; the
+                         default for AdamW), none (every parameter decays:
+                         torch.optim's one group; the default for SGD), or
+                         those whose whole name matches REGEX; the summary
+                         lists both groups
   --adam-betas=B1,B2     AdamW betas (default 0.9,0.999)
   --adam-eps=X           AdamW epsilon (default 1e-8)
   --microbatches=M       gradients of M microbatches are averaged per step
@@ -468,7 +472,8 @@ std::string decayGroupsText(const ir::Graph &g,
                        "no weight decay (--no-decay {3}): {4} "
                        "parameter(s){5}\n",
                        support::formatDouble(wd), groups.decayed.size(),
-                       names(groups.decayed), t.noDecay, groups.exempt.size(),
+                       names(groups.decayed), passes::noDecayRule(t),
+                       groups.exempt.size(),
                        names(groups.exempt))
       .str();
 }
@@ -480,12 +485,13 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
   opts.trainable = flags.get("trainable").value_or("");
   opts.noDecay = flags.get("no-decay").value_or("");
   if (flags.has("no-decay") && opts.noDecay.empty())
-    return usageError("--no-decay needs '1-d' or a regular expression");
+    return usageError(
+        "--no-decay needs '1-d', 'none' or a regular expression");
   for (auto [flag, regex] : {std::pair{"freeze", &opts.freeze},
                              std::pair{"trainable", &opts.trainable},
                              std::pair{"no-decay", &opts.noDecay}}) {
     std::string why;
-    if (!regex->empty() && !llvm::Regex("^(" + *regex + ")$").isValid(why))
+    if (!regex->empty() && *regex != "none" && !llvm::Regex("^(" + *regex + ")$").isValid(why))
       return usageError(std::string("--") + flag +
                         ": invalid regular expression '" + *regex + "': " +
                         why);

@@ -366,8 +366,12 @@ static int toolMain(int argc, char **argv) {
                                         flags.has("verbose")
                                             ? ir::SummaryDetail::Full
                                             : ir::SummaryDetail::Short);
-  if (training && flags.has("no-decay") && emit != "ir")
-    out += tools::decayGroupsText(**graph, pipe.context.training);
+  const passes::TrainingOptions &topts = pipe.context.training;
+  if (training && emit != "ir" &&
+      (flags.has("no-decay") ||
+       topts.weightDecay.value_or(topts.optimizer == "adamw" ? 0.01 : 0.0) !=
+           0.0))
+    out += tools::decayGroupsText(**graph, topts);
   if (planning) {
     auto plan = tools::planPipeline(**graph, *planning);
     if (!plan)

@@ -80,6 +80,9 @@ passes::TrainingOptions trainingOptions(const std::string &optimizer) {
   passes::TrainingOptions t;
   t.optimizer = optimizer;
   t.weightDecay = 0.01;
+  // torch.optim's one parameter group: every parameter decays (cleave's
+  // AdamW default spares the 1-d ones).
+  t.noDecay = "none";
   if (optimizer == "sgd") {
     t.lr = 0.1;
     t.momentum = 0.9;
