@@ -263,6 +263,108 @@ int64_t indexLimit(const Value *input) {
   return limit;
 }
 
+// Walks from `v` through value-moving ops to Gather indices and loss labels.
+// `shift`: the positions dropped from the front of the [B, T] sequence axis
+// so far (-1: unknown); `seqAxis`: where that axis is now (-1: merged away).
+void traceInput(const Value *v, int64_t shift, int64_t seqAxis,
+                runtime::PlanInput &out, int depth) {
+  if (depth > 64)
+    return;
+  for (const ir::Use &u : v->uses()) {
+    const Op *op = u.user;
+    OpKind k = op->kind();
+    if (k == OpKind::Gather && u.operandIndex == 1) {
+      out.indexes = true;
+      out.indexLimit = std::max(out.indexLimit, indexLimit(v));
+      continue;
+    }
+    if (k == OpKind::SoftmaxCrossEntropyLoss && u.operandIndex == 1) {
+      out.indexLimit = std::max(out.indexLimit, indexLimit(v));
+      if (!out.labels || out.labelShift == shift) {
+        out.labels = true;
+        out.labelShift = shift;
+      } else {
+        out.labelShift = -1; // two paths that disagree
+      }
+      continue;
+    }
+    if (op->numResults() != 1 || u.operandIndex != 0)
+      continue;
+    const Value *r = op->result(0);
+    int64_t next = seqAxis, nextShift = shift;
+    const auto &inShape = v->type().shape, &outShape = r->type().shape;
+    switch (k) {
+    case OpKind::Identity:
+    case OpKind::Cast:
+      break;
+    case OpKind::Reshape:
+    case OpKind::Flatten:
+    case OpKind::Squeeze:
+    case OpKind::Unsqueeze: {
+      // The axis survives when the dims before it keep their product and
+      // it keeps its length.
+      next = -1;
+      if (seqAxis >= 0) {
+        int64_t before = 1;
+        for (int64_t i = 0; i < seqAxis; ++i)
+          before *= inShape[size_t(i)];
+        int64_t prod = 1;
+        for (size_t i = 0; i < outShape.size(); ++i) {
+          if (prod == before && outShape[i] == inShape[size_t(seqAxis)]) {
+            next = int64_t(i);
+            break;
+          }
+          prod *= outShape[i];
+        }
+      }
+      break;
+    }
+    case OpKind::Slice: {
+      auto axes = op->getInts("axes"), starts = op->getInts("starts"),
+           steps = op->getInts("steps");
+      for (size_t i = 0; i < axes.size(); ++i) {
+        int64_t a = axes[i] < 0 ? axes[i] + int64_t(inShape.size()) : axes[i];
+        bool unit = i >= steps.size() || steps[i] == 1;
+        if (a == seqAxis && shift >= 0 && unit && starts[i] >= 0 &&
+            outShape[size_t(a)] + starts[i] <= inShape[size_t(a)])
+          nextShift = shift + starts[i];
+        else if (a == seqAxis || seqAxis < 0)
+          nextShift = -1;
+      }
+      break;
+    }
+    case OpKind::Pad: {
+      // Padding at the end of the sequence axis (HF pads the labels with
+      // ignore_index before it shifts them) keeps the front.
+      auto pads = op->getInts("pads");
+      size_t rank = inShape.size();
+      if (seqAxis < 0 || pads.size() != 2 * rank || pads[size_t(seqAxis)] != 0)
+        nextShift = -1;
+      break;
+    }
+    default:
+      continue;
+    }
+    traceInput(r, nextShift, next, out, depth + 1);
+  }
+}
+
+} // namespace
+
+std::vector<runtime::PlanInput> analyzeInputs(const ir::Graph &g) {
+  std::vector<runtime::PlanInput> out;
+  for (const Value *v : g.inputs()) {
+    if (!ir::isInteger(v->type().dtype))
+      continue;
+    runtime::PlanInput &in = out.emplace_back();
+    in.name = v->name();
+    traceInput(v, 0, v->type().shape.size() >= 2 ? 1 : -1, in, 0);
+  }
+  return out;
+}
+
+namespace {
+
 // The stage's memory under its action list: persistent slots, the step
 // frame, and one frame per microbatch from its F to its last action.
 int64_t plannedPeakBytes(const runtime::StagePlan &sp) {
@@ -324,6 +426,13 @@ buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,
         it = plan.inputs.end() - 1;
       }
       it->indexLimit = std::max(it->indexLimit, indexLimit(v));
+      for (const runtime::PlanInput &u : info.inputUses)
+        if (u.name == v->name()) {
+          it->indexLimit = std::max(it->indexLimit, u.indexLimit);
+          it->indexes = u.indexes;
+          it->labels = u.labels;
+          it->labelShift = u.labelShift;
+        }
     }
   WeightReferences refs(plan);
   for (size_t s = 0; s < stages.size(); ++s) {

@@ -48,7 +48,16 @@ struct PlanInfo {
   double predictedStepTime = 0; // seconds; 0 when not in seconds
   double predictedPeriod = 0;   // overlapping steps; the same
   std::vector<passes::StageReport> stageReports; // may be empty
+  // The whole graph's inputs as analyzeInputs describes them (only the
+  // use fields are read); inputs not here keep the defaults.
+  std::vector<runtime::PlanInput> inputUses;
 };
+
+// How the model uses each integer input of `g` (runtime::PlanInput's
+// indexes, labels and labelShift): followed through the ops that move
+// values without computing on them (reshapes, casts, slices, pads,
+// concatenations) to a Gather's indices or a cross-entropy's labels.
+std::vector<runtime::PlanInput> analyzeInputs(const ir::Graph &g);
 
 llvm::Expected<runtime::Plan>
 buildPlan(const std::vector<std::unique_ptr<ir::Graph>> &stages,

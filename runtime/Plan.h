@@ -167,6 +167,16 @@ struct PlanInput {
   // Integer inputs used as indices (Gather) or class labels: values must
   // be below this (synthetic data stays in range); 0 when unknown.
   int64_t indexLimit = 0;
+  // How the model uses an integer input (codegen::analyzeInputs on the
+  // whole graph), which is how window data (--data tokens:, text:) fills
+  // it. `indexes`: it, or a reshape of it, indexes a table (an embedding's
+  // token ids). `labels`: it reaches a loss's class labels; `labelShift`:
+  // the positions the model drops from the front of their sequence axis
+  // on the way (1 for a model that shifts its labels itself, as HF's
+  // labels= does), -1 when the path does something else to that axis.
+  bool indexes = false;
+  bool labels = false;
+  int64_t labelShift = 0;
 };
 
 // A parameter or buffer of the source model, as --save writes it back.

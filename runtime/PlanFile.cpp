@@ -197,8 +197,13 @@ pb::Header toProto(const Plan &plan) {
   h.set_schedule(plan.schedule);
   h.set_microbatches(plan.microbatches);
   h.set_data_parallel(plan.dataParallel);
-  for (const PlanInput &in : plan.inputs)
-    namedTensorTo(in, *h.add_inputs())->set_index_limit(in.indexLimit);
+  for (const PlanInput &in : plan.inputs) {
+    pb::Input *pi = namedTensorTo(in, *h.add_inputs());
+    pi->set_index_limit(in.indexLimit);
+    pi->set_indexes(in.indexes);
+    pi->set_labels(in.labels);
+    pi->set_label_shift(in.labelShift);
+  }
   for (const PlanTensor &t : plan.modelTensors)
     namedTensorTo(t, *h.add_model_tensors());
   h.set_optimizer(plan.optimizer);
@@ -415,6 +420,9 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
     if (auto e = namedTensorFrom(pi, "input", in))
       return std::move(e);
     in.indexLimit = pi.index_limit();
+    in.indexes = pi.indexes();
+    in.labels = pi.labels();
+    in.labelShift = pi.label_shift();
   }
   for (const pb::Input &pt : h.model_tensors())
     if (auto e = namedTensorFrom(pt, "model tensor",

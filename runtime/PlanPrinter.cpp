@@ -152,6 +152,13 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
     os << "  input " << quoted(in.name) << " : " << typeText(in.dtype, in.shape)
        << (in.indexLimit > 0 ? " (values below " + std::to_string(in.indexLimit) + ")"
                              : std::string())
+       << (in.indexes ? " (indexes a table)" : "")
+       << (in.labels ? in.labelShift == 0
+                           ? std::string(" (loss labels)")
+                           : " (loss labels, shifted by " +
+                                 std::to_string(in.labelShift) +
+                                 " in the model)"
+                     : std::string())
        << "\n";
   for (const PlanTensor &t : plan.modelTensors)
     os << "  model tensor " << quoted(t.name) << " : "

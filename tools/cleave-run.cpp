@@ -40,27 +40,30 @@ actions. Every step runs the plan's M microbatches and one optimizer update;
 the loss printed is the mean over the step's microbatches.
 
 data:
-  --data=DIR|FILE.npz|text:FILE
+  --data=DIR|FILE.npz|text:FILE|tokens:FILE
                          one array per model input, named after it (DIR/NAME.npy
                          or the archive member NAME.npy), samples along the
                          first axis; each step takes microbatch-size x M
                          samples in order, wrapping around. Without --data:
                          deterministic synthetic data (floats in [-1, 1],
                          integer inputs in the range the model indexes).
-                         text:FILE: byte-level language modelling on a text
-                         file: a model with two integer inputs [B, T] gets
-                         windows of T bytes as tokens and the same windows
-                         shifted by one byte as targets.
                          tokens:FILE or tokens32:FILE: a pre-tokenized
                          corpus, a flat little-endian uint16 (tokens:) or
                          uint32 (tokens32:) stream of token ids,
-                         memory-mapped; a model with two integer inputs
-                         [B, T] reads windows of T tokens and the same
-                         windows one token later as targets (nanoGPT's and
-                         Megatron's format; examples/tokenize.py writes
-                         it). Checked first: a size that is not a whole
-                         number of tokens, or an id the model cannot
-                         index, is one line
+                         memory-mapped (nanoGPT's and Megatron's format;
+                         examples/tokenize.py writes it), read in windows
+                         of T tokens for a model whose inputs are integer
+                         [B, T]. Each input gets what the model does with
+                         it: the input that indexes the embedding gets the
+                         window; one that reaches the loss's labels gets
+                         the window one token later, or the window itself
+                         when the model shifts its labels (HF's labels=);
+                         any other (an attention mask) gets ones. The run
+                         prints which. Checked first: a size that is not a
+                         whole number of tokens, or an id the model cannot
+                         index, is one line.
+                         text:FILE: the same with the bytes of a text file
+                         as the tokens (byte-level language modelling)
   --data-order=sequential|shuffle
                          token files: windows in order (default), or in a
                          permutation of all windows per epoch seeded by
@@ -247,6 +250,15 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
           : " on " + std::to_string(runtime::rankCount(plan)) + " ranks",
       mpiRanks ? ", under MPI with " + std::to_string(mpiRanks) + " ranks"
                : std::string());
+  // Window data: what each input gets, as read from how the model uses it.
+  if (auto spec = flags.get("data"))
+    if (llvm::StringRef(*spec).startswith("tokens") ||
+        llvm::StringRef(*spec).startswith("text:"))
+      if (auto fill = runtime::windowFills(plan, "tokens:FILE"))
+        llvm::outs() << "inputs: " << runtime::describeWindowFills(plan, *fill)
+                     << "\n";
+      else
+        llvm::consumeError(fill.takeError());
   llvm::outs().flush();
 }
 

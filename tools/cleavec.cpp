@@ -394,6 +394,7 @@ static int toolMain(int argc, char **argv) {
       info.sourceModelSha256 = *digest;
       info.modelTensors = modelTensors;
       info.lossName = (*graph)->outputs()[0]->name();
+      info.inputUses = codegen::analyzeInputs(**graph);
       info.optimizer = pipe.context.training.optimizer;
       info.lr = pipe.context.training.lr;
       info.precision = pipe.context.training.precision;

@@ -28,23 +28,99 @@ static llvm::Error badData(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-// Byte-level language-model data from a text file: the model's two
-// integer inputs [B, T] (tokens, then targets) get windows of T bytes and
-// the same windows one byte later.
+llvm::Expected<std::vector<int>> windowFills(const Plan &plan,
+                                             const std::string &flag) {
+  const auto &in = plan.inputs;
+  auto need = [&](const std::string &why) {
+    return badData("--data " + flag + " " + why);
+  };
+  bool ok = !in.empty() && in[0].shape.size() == 2;
+  for (const PlanInput &i : in)
+    ok = ok && i.shape == in[0].shape &&
+         (i.dtype == ir::DType::I64 || i.dtype == ir::DType::I32);
+  if (!ok)
+    return need("needs a model whose inputs are all integer [B, T] "
+                "(token ids, targets, attention masks)");
+  bool known = false;
+  for (const PlanInput &i : in)
+    known = known || i.indexes || i.labels;
+  std::vector<int> fill(in.size(), kFillOnes);
+  if (!known) {
+    // A plan from before the analysis: tokens, then next-token targets.
+    if (in.size() != 2)
+      return need("needs a model with two integer inputs [B, T] (tokens "
+                  "and next-token targets); compile the plan again");
+    fill = {0, 1};
+    return fill;
+  }
+  int tokens = -1;
+  bool targets = false;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const PlanInput &i = in[k];
+    if (i.labels && (i.labelShift < 0 || i.labelShift > 1))
+      return need("cannot feed '" + i.name +
+                  "': the model does something to its labels' sequence axis "
+                  "other than a shift by one position (give the data as "
+                  "arrays, --data DIR)");
+    if (i.indexes) {
+      if (tokens >= 0) {
+        const PlanInput &other = in[size_t(tokens)];
+        bool mine = i.indexLimit > other.indexLimit;
+        return need("cannot tell which of '" + other.name + "' and '" +
+                    i.name + "' holds the token ids: both index tables ('" +
+                    (mine ? other.name : i.name) +
+                    "' might be token types or positions); window data "
+                    "fills token ids, targets and masks only (give the data "
+                    "as arrays, --data DIR)");
+      }
+      tokens = int(k);
+      fill[k] = 0;
+      targets = targets || i.labels;
+    } else if (i.labels) {
+      // Next-token targets, unless the model shifts them itself.
+      fill[k] = i.labelShift == 1 ? 0 : 1;
+      targets = true;
+    }
+  }
+  if (tokens < 0)
+    return need("finds no input that indexes a table (the token ids)");
+  if (!targets)
+    return need("finds no input that reaches the loss's labels (the "
+                "targets)");
+  return fill;
+}
+
+std::string describeWindowFills(const Plan &plan,
+                                const std::vector<int> &fill) {
+  std::string s;
+  for (size_t k = 0; k < fill.size() && k < plan.inputs.size(); ++k) {
+    const PlanInput &i = plan.inputs[k];
+    s += (k ? ", '" : "'") + i.name + "' ";
+    if (fill[k] == kFillOnes)
+      s += "ones (a mask)";
+    else if (fill[k] == 1)
+      s += "the next tokens (targets)";
+    else if (i.labels && !i.indexes)
+      s += "the window (targets the model shifts)";
+    else
+      s += "the window";
+  }
+  return s;
+}
+
+// Byte-level language-model data from a text file: windows of T bytes
+// and the same windows one byte later, each input as windowFills says.
 static llvm::Expected<std::map<std::string, std::shared_ptr<ir::TensorData>>>
 textArrays(const Plan &plan, const std::string &file) {
   const auto &in = plan.inputs;
-  bool ok = in.size() == 2 && in[0].shape.size() == 2 &&
-            in[0].shape == in[1].shape;
+  auto fill = windowFills(plan, "text:FILE");
+  if (!fill)
+    return fill.takeError();
   for (const PlanInput &i : in)
-    ok = ok && (i.dtype == ir::DType::I64 || i.dtype == ir::DType::I32);
-  if (!ok)
-    return badData("--data text:FILE needs a model with two integer inputs "
-                   "[B, T] (tokens and next-token targets)");
-  if (in[0].indexLimit > 0 && in[0].indexLimit < 256)
-    return badData("--data text:FILE feeds bytes (0..255) but '" +
-                   in[0].name + "' indexes a table of " +
-                   std::to_string(in[0].indexLimit) + " entries");
+    if (i.indexLimit > 0 && i.indexLimit < 256)
+      return badData("--data text:FILE feeds bytes (0..255) but '" +
+                     i.name + "' indexes a table of " +
+                     std::to_string(i.indexLimit) + " entries");
   // Each byte becomes two 8-byte integers (tokens and targets) before the
   // arrays are made, so the text is bounded.
   auto buf = support::readFile(file, "text file", kMaxTextDataBytes);
@@ -59,10 +135,11 @@ textArrays(const Plan &plan, const std::string &file) {
                    std::to_string(in[0].shape[0]) + " windows of " +
                    std::to_string(t) + " bytes");
   std::map<std::string, std::shared_ptr<ir::TensorData>> arrays;
-  for (int k = 0; k < 2; ++k) {
-    std::vector<int64_t> values(size_t(windows * t));
-    for (int64_t i = 0; i < windows * t; ++i)
-      values[size_t(i)] = uint8_t(text[size_t(i + k)]);
+  for (size_t k = 0; k < in.size(); ++k) {
+    std::vector<int64_t> values(size_t(windows * t), 1);
+    int shift = (*fill)[k];
+    for (int64_t i = 0; shift != kFillOnes && i < windows * t; ++i)
+      values[size_t(i)] = uint8_t(text[size_t(i + shift)]);
     arrays[in[k].name] =
         ir::TensorData::fromInts(in[k].dtype, {windows, t}, values);
   }
@@ -74,14 +151,9 @@ textArrays(const Plan &plan, const std::string &file) {
 llvm::Error DataSource::loadTokens(const std::string &file, int width) {
   const char *flag = width == 2 ? "tokens:" : "tokens32:";
   const auto &in = plan_.inputs;
-  bool ok = in.size() == 2 && in[0].shape.size() == 2 &&
-            in[0].shape == in[1].shape;
-  for (const PlanInput &i : in)
-    ok = ok && (i.dtype == ir::DType::I64 || i.dtype == ir::DType::I32);
-  if (!ok)
-    return badData(std::string("--data ") + flag +
-                   "FILE needs a model with two integer inputs [B, T] "
-                   "(tokens and next-token targets)");
+  auto fill = windowFills(plan_, std::string(flag) + "FILE");
+  if (!fill)
+    return fill.takeError();
   auto buf = support::readFile(file, "token file");
   if (!buf)
     return buf.takeError();
@@ -102,7 +174,14 @@ llvm::Error DataSource::loadTokens(const std::string &file, int width) {
                    " tokens is too short for one microbatch of " +
                    std::to_string(in[0].shape[0]) + " windows of " +
                    std::to_string(t.t) + " tokens");
-  int64_t limit = std::max(in[0].indexLimit, in[1].indexLimit);
+  int64_t limit = 0;
+  std::string limitName;
+  for (size_t k = 0; k < in.size(); ++k)
+    if ((*fill)[k] != kFillOnes && in[k].indexLimit > 0 &&
+        (limit == 0 || in[k].indexLimit < limit)) {
+      limit = in[k].indexLimit;
+      limitName = in[k].name;
+    }
   const auto *bytes =
       reinterpret_cast<const uint8_t *>(t.file->getBufferStart());
   for (int64_t i = 0; limit > 0 && i < t.count; ++i) {
@@ -111,12 +190,11 @@ llvm::Error DataSource::loadTokens(const std::string &file, int width) {
     if (int64_t(id) >= limit)
       return badData(file + ": token " + std::to_string(i) + " is " +
                      std::to_string(id) + " but the model's '" +
-                     (in[0].indexLimit == limit ? in[0].name : in[1].name) +
-                     "' indexes a table of " + std::to_string(limit) +
+                     limitName + "' indexes a table of " + std::to_string(limit) +
                      " entries (another tokenizer's file?)");
   }
-  t.tokens = in[0].name;
-  t.targets = in[1].name;
+  for (size_t k = 0; k < in.size(); ++k)
+    t.fill[in[k].name] = (*fill)[k];
   tokens_ = std::move(t);
   return llvm::Error::success();
 }
@@ -232,7 +310,15 @@ llvm::Error DataSource::fillTokens(int64_t first, const PlanInput &in,
   size_t elem = ir::dtypeSize(in.dtype);
   if (size_t(rows * t.t) * elem != bytes)
     return badData("input '" + in.name + "': size mismatch");
-  int64_t shift = in.name == t.targets ? 1 : 0;
+  int shift = t.fill.at(in.name);
+  if (shift == kFillOnes) {
+    for (int64_t k = 0; k < rows * t.t; ++k)
+      if (in.dtype == ir::DType::I64)
+        static_cast<int64_t *>(dst)[k] = 1;
+      else
+        static_cast<int32_t *>(dst)[k] = 1;
+    return llvm::Error::success();
+  }
   const auto *src =
       reinterpret_cast<const uint8_t *>(t.file->getBufferStart());
   for (int64_t r = 0; r < rows; ++r) {
@@ -256,7 +342,7 @@ llvm::Error DataSource::fill(int64_t step, int microbatch,
   int64_t mbRows = in.shape.empty() ? 1 : in.shape[0];
   int64_t first =
       (step * plan_.microbatches * plan_.dataParallel + microbatch) * mbRows;
-  if (tokens_ && (in.name == tokens_->tokens || in.name == tokens_->targets))
+  if (tokens_ && tokens_->fill.count(in.name))
     return fillTokens(first, in, dst, bytes);
   auto it = feeds_.find(in.name);
   if (it != feeds_.end()) {

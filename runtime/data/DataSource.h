@@ -2,16 +2,15 @@
 // cleave-run offers (--data):
 //   DIR        one NAME.npy per model input, samples along the first axis
 //   FILE.npz   the same arrays as members of one NumPy archive
-//   text:FILE  byte-level language modelling: a model with two integer
-//              inputs [B, T] gets windows of T bytes and the same windows
-//              shifted by one byte
+//   text:FILE  byte-level language modelling: windows of T bytes, filled
+//              into the inputs as for tokens: (windowFills)
 //   tokens:FILE, tokens32:FILE
 //              a pre-tokenized corpus: a flat little-endian stream of
 //              uint16 (tokens:) or uint32 (tokens32:) token ids,
-//              memory-mapped; a model with two integer inputs [B, T]
-//              (tokens, next-token targets) reads window w as tokens
-//              [w*T, w*T+T) and targets one token later, as nanoGPT and
-//              Megatron's indexed datasets do. Sample k is window k mod W
+//              memory-mapped; a model whose inputs are integer [B, T]
+//              reads window w as token ids [w*T, w*T+T), next-token
+//              targets one token later (windowFills says which input
+//              gets what), as nanoGPT and Megatron's indexed datasets do. Sample k is window k mod W
 //              (W = (count - 1) / T windows) in order, or, shuffled
 //              (setShuffle), window perm_e(k mod W) of epoch e = k / W: a
 //              seeded permutation of the W windows per epoch, a function of
@@ -38,6 +37,21 @@
 #include <string>
 
 namespace cleave::runtime {
+
+// What window data (text:, tokens:) puts in each of the plan's inputs, in
+// their order: the window of T tokens at offset 0 (token ids, or targets
+// the model shifts itself, as HF's labels= does), at offset 1 (next-token
+// targets), or kFillOnes (an input that neither indexes a table nor reaches
+// the loss: an attention mask, all positions attended). Read from how the
+// model uses each input (PlanInput::indexes, labels, labelShift); a plan
+// without that analysis: two inputs, tokens then next-token targets. One
+// error line where the model's inputs do not fit (`flag` names the source).
+constexpr int kFillOnes = -1;
+llvm::Expected<std::vector<int>> windowFills(const Plan &plan,
+                                             const std::string &flag);
+// "'input_ids' the window, 'labels' the next tokens (targets), ...".
+std::string describeWindowFills(const Plan &plan,
+                                const std::vector<int> &fill);
 
 class DataSource {
 public:
@@ -74,12 +88,12 @@ private:
   };
 
   // A token file: its mapped bytes, token width (2 or 4), token count,
-  // windows of T tokens, and the two inputs it feeds.
+  // windows of T tokens, and what each input gets (windowFills).
   struct Tokens {
     std::shared_ptr<llvm::MemoryBuffer> file;
     int width = 2;
     int64_t count = 0, windows = 0, t = 0;
-    std::string tokens, targets;
+    std::map<std::string, int> fill;
   };
   llvm::Error loadTokens(const std::string &file, int width);
   llvm::Error fillTokens(int64_t first, const PlanInput &in, void *dst,

@@ -115,11 +115,11 @@ TEST(DataSource, BadFilesAreOneLineNamingFileAndInput) {
     EXPECT_NE(e.find("has 2 samples; one microbatch needs 4"), std::string::npos) << e;
   }
   {
-    TempDir dir; // text data needs two integer inputs; a short text fails
+    TempDir dir; // text data needs integer [B, T] inputs; a short text fails
     std::ofstream(dir.file("t.txt")) << "hello";
     runtime::DataSource d(p, 0);
     std::string e = errorText(d.load("text:" + dir.file("t.txt")));
-    EXPECT_NE(e.find("needs a model with two integer inputs"), std::string::npos) << e;
+    EXPECT_NE(e.find("needs a model whose inputs are all integer [B, T]"), std::string::npos) << e;
     runtime::Plan lm;
     lm.inputs.push_back({"tokens", ir::DType::I64, {2, 8}, 256});
     lm.inputs.push_back({"targets", ir::DType::I64, {2, 8}, 256});
@@ -210,6 +210,85 @@ TEST(DataSource, TokenFilesWindowsShuffleAndBadFiles) {
   EXPECT_THAT(errorText(bad.load(writeTokens("short.bin", {1, 2, 3, 4}))),
               testing::HasSubstr("4 tokens is too short for one microbatch "
                                  "of 2 windows of 4 tokens"));
+}
+
+// Window data fills each input by what the model does with it: token ids
+// (indexes a table) get the window, labels the window one token later or,
+// when the model drops their first position itself (HF's labels=), the
+// window; anything else (a mask) ones. What cannot be told is one line.
+TEST(DataSource, WindowFillsFollowHowTheModelUsesItsInputs) {
+  auto input = [](const char *name, bool indexes, bool labels,
+                  int64_t shift = 0, int64_t limit = 100) {
+    runtime::PlanInput i{name, ir::DType::I64, {2, 4}, limit};
+    i.indexes = indexes;
+    i.labels = labels;
+    i.labelShift = shift;
+    return i;
+  };
+  auto fills = [](std::vector<runtime::PlanInput> in) {
+    runtime::Plan p;
+    p.inputs = std::move(in);
+    auto f = runtime::windowFills(p, "tokens:FILE");
+    if (!f) {
+      ADD_FAILURE() << llvm::toString(f.takeError());
+      return std::vector<int>();
+    }
+    return *f;
+  };
+  const int ones = runtime::kFillOnes;
+  // nanoGPT: idx, targets (next tokens).
+  EXPECT_EQ(fills({input("idx", true, false), input("targets", false, true)}),
+            (std::vector<int>{0, 1}));
+  // HF labels=: the model shifts, so the labels are the window itself.
+  EXPECT_EQ(fills({input("input_ids", true, false),
+                   input("labels", false, true, 1)}),
+            (std::vector<int>{0, 0}));
+  // The README's export: the ids are their own (shifted) targets; a mask.
+  EXPECT_EQ(fills({input("input_ids", true, true, 1),
+                   input("attention_mask", false, false)}),
+            (std::vector<int>{0, ones}));
+  // A plan from before the analysis: tokens, then next-token targets.
+  EXPECT_EQ(fills({input("a", false, false), input("b", false, false)}),
+            (std::vector<int>{0, 1}));
+  auto error = [](std::vector<runtime::PlanInput> in) {
+    runtime::Plan p;
+    p.inputs = std::move(in);
+    auto f = runtime::windowFills(p, "tokens:FILE");
+    return f ? std::string() : llvm::toString(f.takeError());
+  };
+  EXPECT_THAT(error({input("input_ids", true, false, 0, 512),
+                     input("token_type_ids", true, false, 0, 2),
+                     input("labels", false, true)}),
+              testing::HasSubstr("cannot tell which of 'input_ids' and "
+                                 "'token_type_ids' holds the token ids"));
+  EXPECT_THAT(error({input("ids", true, false),
+                     input("labels", false, true, -1)}),
+              testing::HasSubstr("cannot feed 'labels'"));
+  EXPECT_THAT(error({input("ids", true, false), input("mask", false, false)}),
+              testing::HasSubstr("finds no input that reaches the loss's "
+                                 "labels"));
+  // Filled from a token file: the window, the same window, ones.
+  runtime::Plan p;
+  p.microbatches = 1;
+  p.inputs = {input("input_ids", true, false), input("labels", false, true, 1),
+              input("attention_mask", false, false)};
+  TempDir dir;
+  std::vector<uint16_t> ids(41);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = uint16_t(i);
+  std::ofstream(dir.file("t.bin"), std::ios::binary)
+      << std::string(reinterpret_cast<const char *>(ids.data()), 82);
+  runtime::DataSource d(p, 0);
+  ASSERT_EQ(errorText(d.load("tokens:" + dir.file("t.bin"))), "");
+  auto values = [&](int input) {
+    std::vector<uint8_t> b = fillOne(d, p, 1, 0, input);
+    std::vector<int64_t> v(b.size() / 8);
+    std::memcpy(v.data(), b.data(), b.size());
+    return v;
+  };
+  EXPECT_EQ(values(0), (std::vector<int64_t>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(values(1), values(0));
+  EXPECT_EQ(values(2), std::vector<int64_t>(8, 1));
 }
 
 TEST(DataSource, SyntheticIsDeterministicSeededAndInRange) {
