@@ -75,6 +75,7 @@ struct StepReport {
   // After an evaluation: the mean loss over its batches (each the mean
   // over its microbatches and replicas).
   std::optional<double> evalLoss;
+  std::optional<double> evalAccuracy; // not measured yet: always empty
   // With --clip-grad-norm: the global norm of the step's gradient (before
   // clipping), the same bits on every stage.
   std::optional<double> gradNorm;

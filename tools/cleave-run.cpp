@@ -154,7 +154,10 @@ output:
   --save=FILE.onnx       the source model with the trained parameters
   --log=FILE.jsonl       one JSON object per step: step, loss, eval_loss,
                          lr, grad_norm (where the run has them), step_ms,
-                         samples_per_s; written after the run
+                         samples_per_s; written whole at each checkpoint and
+                         after the run. A resumed run keeps the lines of the
+                         steps up to its checkpoint from the log it finds,
+                         so the log and --loss-curve cover the whole run
   --loss-curve=FILE.svg  the training and validation losses against the
                          step, the learning rate beneath (for a browser)
   --trace=FILE.json      a Chrome trace (chrome://tracing, Perfetto) of the
@@ -488,13 +491,55 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   bool quiet = flags.has("quiet");
   bool lineOpen = false; // a live step line waits for its newline
   std::vector<runtime::StepMetrics> metrics; // --log, --loss-curve
+  // A resumed run continues the log it finds: the lines of the steps up to
+  // the checkpoint's are kept, so the log and the curve cover the whole run.
+  if (auto path = flags.get("log");
+      path && root && trainer.firstStep() > 0 &&
+      llvm::sys::fs::exists(*path)) {
+    auto earlier = llvm::MemoryBuffer::getFile(*path);
+    auto parsed = earlier ? runtime::parseMetricsJsonl((*earlier)->getBuffer())
+                          : llvm::Expected<std::vector<runtime::StepMetrics>>(
+                                llvm::errorCodeToError(earlier.getError()));
+    if (parsed) {
+      for (const runtime::StepMetrics &m : *parsed)
+        if (m.step <= trainer.firstStep())
+          metrics.push_back(m);
+      llvm::outs() << "continuing " << *path << " (" << metrics.size()
+                   << " earlier step(s))\n";
+    } else {
+      llvm::errs() << kTool << ": warning: " << *path << ": "
+                   << llvm::toString(parsed.takeError())
+                   << "; it is replaced by this run's steps\n";
+    }
+  }
+  std::string curveTitle = "cleave-run " + plan.modelName + ": " +
+                           std::to_string(opt.steps) + " steps";
+  // Rank 0's files of metrics, written whole (atomically) at each
+  // checkpoint and at the end, so an interrupted run leaves the log its
+  // resume continues.
+  auto writeMetrics = [&]() -> llvm::Error {
+    if (!root)
+      return llvm::Error::success();
+    if (auto path = flags.get("log"))
+      if (auto e = tools::writeOutput(*path, runtime::metricsJsonl(metrics)))
+        return e;
+    if (auto path = flags.get("loss-curve"))
+      if (auto e = tools::writeOutput(
+              *path, runtime::lossCurveSvg(metrics, curveTitle)))
+        return e;
+    return llvm::Error::success();
+  };
   auto onStep = [&](const runtime::StepReport &r) {
     if (!root)
       return;
-    metrics.push_back({r.step + 1, r.loss, r.evalLoss, r.lr, r.gradNorm,
-                       r.stepSeconds,
+    metrics.push_back({r.step + 1, r.loss, r.evalLoss, r.evalAccuracy, r.lr,
+                       r.gradNorm, r.stepSeconds,
                        r.stepSeconds > 0 ? double(samplesPerStep) / r.stepSeconds
                                          : 0.0});
+    if (r.checkpoint)
+      if (auto e = writeMetrics())
+        llvm::errs() << kTool << ": warning: "
+                     << llvm::toString(std::move(e)) << "\n";
     // After the step's own line: one line per checkpoint written.
     auto announceCheckpoint = [&] {
       if (!r.checkpoint)
@@ -568,17 +613,8 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
               tools::timelineWithPrediction(plan, *tracks)))
         return report(std::move(e), tools::kBadInput);
   }
-  if (auto path = flags.get("log"))
-    if (auto e = writeOnRoot(driver, *path, runtime::metricsJsonl(metrics)))
-      return report(std::move(e), tools::kBadInput);
-  if (auto path = flags.get("loss-curve"))
-    if (auto e = writeOnRoot(
-            driver, *path,
-            runtime::lossCurveSvg(metrics, "cleave-run " + plan.modelName +
-                                               ": " + std::to_string(
-                                                          opt.steps) +
-                                               " steps")))
-      return report(std::move(e), tools::kBadInput);
+  if (auto e = runtime::agree(driver, writeMetrics()))
+    return report(std::move(e), tools::kBadInput);
   if (auto out = flags.get("save"))
     if (auto e = saveModel(plan, trainer, driver, *out))
       return report(std::move(e), tools::kBadInput);

@@ -1,6 +1,7 @@
 #include "runtime/trace/Metrics.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -26,12 +27,65 @@ std::string metricsJsonl(const std::vector<StepMetrics> &steps) {
            ", \"loss\": " + number(m.loss);
     if (m.evalLoss)
       out += ", \"eval_loss\": " + number(*m.evalLoss);
+    if (m.evalAccuracy)
+      out += ", \"eval_accuracy\": " + number(*m.evalAccuracy);
     if (m.lr)
       out += ", \"lr\": " + number(*m.lr);
     if (m.gradNorm)
       out += ", \"grad_norm\": " + number(*m.gradNorm);
     out += ", \"step_ms\": " + number(1e3 * m.stepSeconds) +
            ", \"samples_per_s\": " + number(m.samplesPerSecond) + "}\n";
+  }
+  return out;
+}
+
+llvm::Expected<std::vector<StepMetrics>>
+parseMetricsJsonl(llvm::StringRef text) {
+  std::vector<StepMetrics> out;
+  int line = 0;
+  while (!text.empty()) {
+    auto [first, rest] = text.split('\n');
+    text = rest;
+    ++line;
+    if (first.trim().empty())
+      continue;
+    auto bad = [&](const std::string &why) {
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "line " + std::to_string(line) + ": " +
+                                         why);
+    };
+    auto v = llvm::json::parse(first);
+    if (!v)
+      return bad(llvm::toString(v.takeError()));
+    const llvm::json::Object *o = v->getAsObject();
+    if (!o)
+      return bad("not a JSON object");
+    auto num = [&](const char *key) -> std::optional<double> {
+      const llvm::json::Value *x = o->get(key);
+      if (!x)
+        return std::nullopt;
+      if (x->kind() == llvm::json::Value::Null)
+        return std::nan("");
+      if (auto d = x->getAsNumber())
+        return *d;
+      return std::nullopt;
+    };
+    StepMetrics m;
+    std::optional<int64_t> step;
+    if (auto s = o->getInteger("step"))
+      step = *s;
+    std::optional<double> loss = num("loss");
+    if (!step || *step < 1 || !loss)
+      return bad("no step and loss");
+    m.step = *step;
+    m.loss = *loss;
+    m.evalLoss = num("eval_loss");
+    m.evalAccuracy = num("eval_accuracy");
+    m.lr = num("lr");
+    m.gradNorm = num("grad_norm");
+    m.stepSeconds = num("step_ms").value_or(0) / 1e3;
+    m.samplesPerSecond = num("samples_per_s").value_or(0);
+    out.push_back(m);
   }
   return out;
 }

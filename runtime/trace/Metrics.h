@@ -4,6 +4,9 @@
 // validation loss against the step, the learning rate beneath.
 #pragma once
 
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,7 +17,7 @@ namespace cleave::runtime {
 struct StepMetrics {
   int64_t step = 0; // 1-based, as the progress lines count
   double loss = 0;
-  std::optional<double> evalLoss, lr, gradNorm;
+  std::optional<double> evalLoss, evalAccuracy, lr, gradNorm;
   double stepSeconds = 0;
   double samplesPerSecond = 0;
 };
@@ -24,6 +27,9 @@ struct StepMetrics {
 // optional fields only where the step has them. Non-finite numbers are
 // written as null.
 std::string metricsJsonl(const std::vector<StepMetrics> &steps);
+// Reads what metricsJsonl writes (null: NaN); one error naming the line.
+llvm::Expected<std::vector<StepMetrics>>
+parseMetricsJsonl(llvm::StringRef text);
 
 // A self-contained SVG: the training loss (a line) and the validation loss
 // (a line through dots) against the step on one chart, the learning rate
