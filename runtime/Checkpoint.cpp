@@ -15,6 +15,8 @@
 #include <map>
 #include <set>
 
+#include <unistd.h>
+
 namespace cleave::runtime {
 
 static llvm::Error fail(const llvm::Twine &msg) {
@@ -93,19 +95,17 @@ llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
   return count;
 }
 
-llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
-                                int64_t stepsDone, uint64_t entries,
-                                llvm::StringRef body,
-                                llvm::StringRef lrSchedule) {
-  if (stepsDone < 0)
-    return fail(llvm::formatv("a checkpoint after {0} steps", stepsDone));
+// Magic, header and its sum for a body of `entries` entries, `bodyBytes`.
+static std::string checkpointHead(const Plan &plan, int64_t stepsDone,
+                                  uint64_t entries, uint64_t bodyBytes,
+                                  llvm::StringRef lrSchedule) {
   std::string header;
   putLe(header, kCheckpointVersion, 4);
   putLe(header, checkpointPlanIdentity(plan), 8);
   putLe(header, plan.stages.size(), 4);
   putLe(header, entries, 8);
   putLe(header, uint64_t(stepsDone), 8);
-  putLe(header, body.size(), 8);
+  putLe(header, bodyBytes, 8);
   putStr(header, plan.modelName);
   putStr(header, plan.optimizer);
   putStr(header, lrSchedule.str());
@@ -113,7 +113,12 @@ llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
   putLe(blob, header.size(), 8);
   blob += header;
   putSum(blob, 0);
-  blob += body;
+  return blob;
+}
+
+// Creates DIR and removes the temp files of writers killed before their
+// rename.
+static llvm::Error prepareCheckpointDir(const std::string &dir) {
   if (auto e = support::checkOutputDirectory(dir))
     return e;
   if (auto ec = llvm::sys::fs::create_directories(dir))
@@ -125,7 +130,124 @@ llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
        it.increment(ec))
     if (llvm::sys::path::filename(it->path()).startswith("checkpoint.bin.tmp."))
       llvm::sys::fs::remove(it->path());
-  return support::writeFileAtomically(dir + "/checkpoint.bin", blob);
+  return llvm::Error::success();
+}
+
+llvm::Error writeCheckpointFile(const std::string &dir, const Plan &plan,
+                                int64_t stepsDone, uint64_t entries,
+                                llvm::StringRef body,
+                                llvm::StringRef lrSchedule) {
+  if (stepsDone < 0)
+    return fail(llvm::formatv("a checkpoint after {0} steps", stepsDone));
+  if (auto e = prepareCheckpointDir(dir))
+    return e;
+  return support::writeFileAtomically(
+      dir + "/checkpoint.bin",
+      checkpointHead(plan, stepsDone, entries, body.size(), lrSchedule) +
+          body.str());
+}
+
+llvm::Expected<std::unique_ptr<CheckpointWriter>>
+CheckpointWriter::open(const std::string &dir, const Plan &plan,
+                       int64_t stepsDone, llvm::StringRef lrSchedule) {
+  if (stepsDone < 0)
+    return fail(llvm::formatv("a checkpoint after {0} steps", stepsDone));
+  if (auto e = prepareCheckpointDir(dir))
+    return std::move(e);
+  std::unique_ptr<CheckpointWriter> w(new CheckpointWriter());
+  w->path_ = dir + "/checkpoint.bin";
+  if (auto e = support::checkOutputFile(w->path_))
+    return std::move(e);
+  // What the body will hold: the plan's State slots, each as an entry.
+  for (const StagePlan &sp : plan.stages)
+    for (const Slot &sl : sp.slots)
+      if (sl.kind == SlotKind::State) {
+        std::string key;
+        putSlotKey(key, uint32_t(sp.index), sl);
+        w->wantBytes_ += key.size() + 8 + uint64_t(sl.bytes) + 8;
+        ++w->wantEntries_;
+      }
+  w->tmp_ = w->path_ + ".tmp." + std::to_string(::getpid());
+  std::error_code ec;
+  w->os_ = std::make_unique<llvm::raw_fd_ostream>(w->tmp_, ec);
+  if (ec)
+    return fail("cannot write '" + w->path_ + "': " + ec.message());
+  *w->os_ << checkpointHead(plan, stepsDone, w->wantEntries_, w->wantBytes_,
+                            lrSchedule);
+  return std::move(w);
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (os_) {
+    os_->close();
+    os_->clear_error();
+    llvm::sys::fs::remove(tmp_);
+  }
+}
+
+llvm::Error CheckpointWriter::put(llvm::StringRef bytes) {
+  bytes_ += bytes.size();
+  if (bytes_ > wantBytes_)
+    return fail("checkpoint entries beyond the plan's State slots");
+  *os_ << bytes;
+  if (os_->has_error())
+    return fail("cannot write '" + path_ + "'");
+  return llvm::Error::success();
+}
+
+llvm::Error CheckpointWriter::appendStage(const StagePlan &sp,
+                                          StageExecutor &ex) {
+  for (const Slot &sl : sp.slots) {
+    if (sl.kind != SlotKind::State)
+      continue;
+    auto bytes = ex.readSlot(sl.name);
+    if (!bytes)
+      return bytes.takeError();
+    std::string key;
+    putSlotKey(key, uint32_t(sp.index), sl);
+    putLe(key, bytes->size(), 8);
+    // FNV-1a runs on: the key's sum is the basis of the bytes'.
+    uint64_t sum =
+        support::fnv1a64(key.data(), key.size(), support::kFnv1a64Basis);
+    sum = support::fnv1a64(bytes->data(), bytes->size(), sum);
+    std::string tail;
+    putLe(tail, sum, 8);
+    if (auto e = put(key))
+      return e;
+    if (auto e = put(llvm::StringRef(
+            reinterpret_cast<const char *>(bytes->data()), bytes->size())))
+      return e;
+    if (auto e = put(tail))
+      return e;
+    ++entries_;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error CheckpointWriter::appendEntries(llvm::StringRef entries,
+                                            uint64_t count) {
+  entries_ += count;
+  return put(entries);
+}
+
+llvm::Error CheckpointWriter::commit() {
+  if (entries_ != wantEntries_ || bytes_ != wantBytes_)
+    return fail(llvm::formatv("a checkpoint of {0} entries ({1} bytes) where "
+                              "the plan has {2} ({3} bytes)",
+                              entries_, bytes_, wantEntries_, wantBytes_));
+  os_->close();
+  bool bad = os_->has_error();
+  os_->clear_error();
+  os_.reset();
+  if (bad) {
+    llvm::sys::fs::remove(tmp_);
+    return fail("cannot write '" + path_ + "'");
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp_, path_)) {
+    llvm::sys::fs::remove(tmp_);
+    return fail("cannot write '" + path_ + "': " + ec.message());
+  }
+  return llvm::Error::success();
 }
 
 namespace {

@@ -1,6 +1,8 @@
 // Checkpoints (cleave-run --checkpoint-dir, --resume): every State slot of
 // every stage (parameters, buffers, optimizer state) after a step, in one
-// file DIR/checkpoint.bin written atomically (a temp file, then rename).
+// file DIR/checkpoint.bin written atomically (a temp file, then rename),
+// streamed stage by stage (CheckpointWriter; rank 0 holds at most one
+// stage of another process's state, and one slot of its own, at a time).
 //
 // A checkpoint proves itself: it names the plan it belongs to, and every
 // byte of it is covered by a checksum, so a resume refuses a file that is
@@ -54,6 +56,9 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
 
 #include <optional>
 #include <string>
@@ -76,6 +81,33 @@ uint64_t checkpointPlanIdentity(const Plan &plan,
 llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
                                                  const StagePlan &sp,
                                                  StageExecutor &ex);
+
+// A checkpoint written stage by stage, never whole in memory: the header
+// (whose entry count and body length follow from the plan's State slots)
+// goes first into a temp file in DIR, then each stage's entries in stage
+// order (appendStage, at most one slot's bytes in memory at a time, or a
+// stage's entries as appendCheckpointEntries made them), then commit()
+// checks that exactly the plan's entries came and renames the file into
+// place. Destroyed without commit(), it removes its temp file.
+class CheckpointWriter {
+public:
+  static llvm::Expected<std::unique_ptr<CheckpointWriter>>
+  open(const std::string &dir, const Plan &plan, int64_t stepsDone,
+       llvm::StringRef lrSchedule = "");
+  ~CheckpointWriter();
+  // The stage's State slots, read one at a time from `ex`.
+  llvm::Error appendStage(const StagePlan &sp, StageExecutor &ex);
+  // Entries made elsewhere (appendCheckpointEntries on another process).
+  llvm::Error appendEntries(llvm::StringRef entries, uint64_t count);
+  llvm::Error commit();
+
+private:
+  CheckpointWriter() = default;
+  llvm::Error put(llvm::StringRef bytes);
+  std::string path_, tmp_;
+  std::unique_ptr<llvm::raw_fd_ostream> os_;
+  uint64_t wantEntries_ = 0, wantBytes_ = 0, entries_ = 0, bytes_ = 0;
+};
 
 // The header for `plan`, then the entries (`body`, `entries` of them),
 // written to DIR/checkpoint.bin atomically; creates DIR, and removes the

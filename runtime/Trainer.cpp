@@ -577,53 +577,68 @@ llvm::Expected<double> Trainer::evaluate() {
 }
 
 llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {
-  // Replica 0's stages, in stage order: each process sends one record per
-  // stage (its index, its entry count, its entries), and rank 0 puts them
-  // in order (a process may run several stages, not in a row).
-  std::vector<uint8_t> mine;
-  llvm::Error err = llvm::Error::success();
-  for (LocalStage *st : stages_) {
-    if (st->replica != 0)
-      continue;
-    std::string body;
-    auto n = appendCheckpointEntries(body, plan_.stages[size_t(st->stage)],
-                                     *st->executor);
-    if (!n) {
-      err = n.takeError();
-      break;
-    }
-    uint64_t head[2] = {uint64_t(st->stage), *n};
-    std::vector<uint8_t> record(sizeof head + body.size());
-    std::memcpy(record.data(), head, sizeof head);
-    std::memcpy(record.data() + sizeof head, body.data(), body.size());
-    putRecord(mine, record.data(), record.size());
-  }
-  if (auto e = agree(driver_, std::move(err)))
-    return e;
-  auto all = driver_.gatherToRoot(mine);
-  if (!all)
-    return driver_.failAlone(all.takeError());
-  llvm::Error written = llvm::Error::success();
+  // Rank 0 streams replica 0's stages into the file in stage order, one
+  // stage at a time: its own from their executors, slot by slot; another
+  // process's as one record (the stage's entries) gathered for that stage
+  // alone. No process holds more than one stage's state besides its own.
+  std::unique_ptr<CheckpointWriter> writer;
+  llvm::Error opened = llvm::Error::success();
   if (driver_.rank() == 0) {
-    std::map<uint64_t, std::vector<uint8_t>> byStage;
-    uint64_t total = 0;
-    for (const std::vector<uint8_t> &process : *all)
-      for (std::vector<uint8_t> &r : splitRecords(process)) {
-        uint64_t head[2] = {0, 0};
-        if (r.size() < sizeof head)
-          continue;
-        std::memcpy(head, r.data(), sizeof head);
-        total += head[1];
-        byStage[head[0]].assign(r.begin() + long(sizeof head), r.end());
-      }
-    std::string whole;
-    for (const auto &[stage, body] : byStage)
-      whole.append(body.begin(), body.end());
-    written = writeCheckpointFile(
-        *options_.checkpointDir, plan_, stepsDone, total, whole,
+    auto w = CheckpointWriter::open(
+        *options_.checkpointDir, plan_, stepsDone,
         options_.lrSchedule ? options_.lrSchedule->str() : std::string());
+    if (w)
+      writer = std::move(*w);
+    else
+      opened = w.takeError();
   }
-  return agree(driver_, std::move(written));
+  if (auto e = agree(driver_, std::move(opened)))
+    return e;
+  for (const StagePlan &sp : plan_.stages) {
+    LocalStage *local = nullptr;
+    for (LocalStage *st : stages_)
+      if (st->replica == 0 && st->stage == sp.index)
+        local = st;
+    llvm::Error err = llvm::Error::success();
+    std::vector<uint8_t> mine; // this stage's entries for rank 0
+    if (local && writer) {
+      err = writer->appendStage(sp, *local->executor);
+    } else if (local) {
+      std::string body;
+      auto n = appendCheckpointEntries(body, sp, *local->executor);
+      if (n) {
+        uint64_t count = *n;
+        mine.resize(sizeof count + body.size());
+        std::memcpy(mine.data(), &count, sizeof count);
+        std::memcpy(mine.data() + sizeof count, body.data(), body.size());
+      } else {
+        err = n.takeError();
+      }
+    }
+    if (driver_.size() > 1) { // every process takes part in each gather
+      if (auto e = agree(driver_, std::move(err)))
+        return e;
+      auto all = driver_.gatherToRoot(mine);
+      if (!all)
+        return driver_.failAlone(all.takeError());
+      mine.clear();
+      if (writer)
+        for (const std::vector<uint8_t> &r : *all) {
+          if (r.size() < sizeof(uint64_t) || err)
+            continue;
+          uint64_t count = 0;
+          std::memcpy(&count, r.data(), sizeof count);
+          err = writer->appendEntries(
+              llvm::StringRef(reinterpret_cast<const char *>(r.data()) +
+                                  sizeof count,
+                              r.size() - sizeof count),
+              count);
+        }
+    }
+    if (auto e = agree(driver_, std::move(err)))
+      return e;
+  }
+  return agree(driver_, writer ? writer->commit() : llvm::Error::success());
 }
 
 llvm::Expected<TrainSummary> Trainer::summary() {

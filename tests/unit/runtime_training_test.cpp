@@ -625,6 +625,41 @@ TEST_F(CheckpointFile, AnotherPlanOptimizerOrFormatIsRefused) {
                        "and 3");
 }
 
+// CheckpointWriter streams stage by stage: the same bytes as the file
+// written whole; entries short of the plan's are refused at commit, and
+// neither it nor an abandoned writer leaves a file behind.
+TEST_F(CheckpointFile, StreamedWriterMatchesTheWholeFile) {
+  std::string expected = whole();
+  llvm::sys::fs::remove(dir.file("checkpoint.bin"));
+  {
+    auto w = runtime::CheckpointWriter::open(d, plan, 42);
+    ASSERT_TRUE(bool(w)) << llvm::toString(w.takeError());
+    ASSERT_EQ(errorText((*w)->appendEntries(wEntry() + mEntry(), 2)), "");
+    ASSERT_EQ(errorText((*w)->appendEntries(bEntry(), 1)), "");
+    ASSERT_EQ(errorText((*w)->commit()), "");
+  }
+  EXPECT_EQ(readAll(dir.file("checkpoint.bin")), expected);
+  llvm::sys::fs::remove(dir.file("checkpoint.bin"));
+  {
+    auto w = runtime::CheckpointWriter::open(d, plan, 42);
+    ASSERT_TRUE(bool(w));
+    ASSERT_EQ(errorText((*w)->appendEntries(wEntry() + mEntry(), 2)), "");
+    EXPECT_THAT(errorText((*w)->commit()),
+                testing::HasSubstr("a checkpoint of 2 entries"));
+  }
+  {
+    auto w = runtime::CheckpointWriter::open(d, plan, 42);
+    ASSERT_TRUE(bool(w));
+    ASSERT_EQ(errorText((*w)->appendEntries(wEntry(), 1)), "");
+  } // abandoned
+  std::error_code ec;
+  int files = 0;
+  for (llvm::sys::fs::directory_iterator it(d, ec), end; !ec && it != end;
+       it.increment(ec))
+    ++files;
+  EXPECT_EQ(files, 0);
+}
+
 TEST_F(CheckpointFile, StoresTheLrSchedule) {
   std::string body = wEntry() + mEntry() + bEntry();
   ASSERT_EQ(errorText(runtime::writeCheckpointFile(
