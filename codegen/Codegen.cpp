@@ -101,6 +101,7 @@ private:
   int addSlot(const Value *v, SlotKind kind);
   llvm::Error addDeclared();
   void planFrames();
+  void recordAccuracy();
 
   const ir::Graph &g_;
   runtime::Plan &plan_;
@@ -222,10 +223,45 @@ llvm::Expected<runtime::StagePlan> StageLowering::run() {
       stage_.fwdUpdates.push_back(su);
   }
   if (const Value *loss = g_.lookup(info_.lossName))
-    if (loss->definingOp())
+    if (loss->definingOp()) {
       stage_.lossSlot = slotOf_.lookup(loss);
+      recordAccuracy();
+    }
   planFrames();
   return std::move(stage_);
+}
+
+// Validation accuracy: the loss's stage holds one cross-entropy of class
+// scores and labels that its gradient reads in B, so both are intact at the
+// end of F, where the executor reads them (StagePlan::accuracyScoresSlot).
+void StageLowering::recordAccuracy() {
+  const Op *ce = nullptr;
+  for (const auto &op : g_.ops())
+    if (op->kind() == OpKind::SoftmaxCrossEntropyLoss) {
+      if (ce)
+        return; // several: which one is "the" accuracy is not known
+      ce = op.get();
+    }
+  if (!ce || ce->numOperands() != 2)
+    return;
+  const Value *scores = ce->operand(0), *labels = ce->operand(1);
+  auto readInB = [](const Value *v) {
+    for (const ir::Use &u : v->uses())
+      if (u.user->phase() == ir::Phase::B)
+        return true;
+    return false;
+  };
+  ir::DType st = scores->type().dtype;
+  if ((st != ir::DType::F32 && st != ir::DType::F64) ||
+      !ir::isInteger(labels->type().dtype) ||
+      scores->type().shape.size() < 2 || !readInB(scores) ||
+      !readInB(labels))
+    return;
+  stage_.accuracyScoresSlot = slotOf_.lookup(scores);
+  stage_.accuracyLabelsSlot = slotOf_.lookup(labels);
+  stage_.hasIgnoreIndex = ce->hasAttr("ignore_index");
+  if (stage_.hasIgnoreIndex)
+    stage_.ignoreIndex = ce->getInt("ignore_index");
 }
 
 // The frames as the memory planner lays them out (passes/MemoryPlan.h):

@@ -1026,6 +1026,54 @@ llvm::Error StageExecutor::recordLoss(void *frame) {
   return llvm::Error::success();
 }
 
+// Predictions (the first largest score along axis 1; a NaN counts as the
+// largest, as torch.argmax has it) against the labels, on the host.
+llvm::Error StageExecutor::recordAccuracy(void *frame) {
+  const Slot &s = stage_.slots[size_t(stage_.accuracyScoresSlot)];
+  const Slot &l = stage_.slots[size_t(stage_.accuracyLabelsSlot)];
+  int64_t n = s.shape[0], c = s.shape[1], inner = 1;
+  for (size_t d = 2; d < s.shape.size(); ++d)
+    inner *= s.shape[d];
+  std::vector<double> scores(size_t(n * c * inner));
+  if (s.dtype == ir::DType::F64) {
+    backend_.copyToHost(scores.data(), slotData(stage_.accuracyScoresSlot, frame),
+                        scores.size() * sizeof(double));
+  } else {
+    std::vector<float> f(scores.size());
+    backend_.copyToHost(f.data(), slotData(stage_.accuracyScoresSlot, frame),
+                        f.size() * sizeof(float));
+    std::copy(f.begin(), f.end(), scores.begin());
+  }
+  std::vector<int64_t> labels(size_t(n * inner));
+  if (l.dtype == ir::DType::I64) {
+    backend_.copyToHost(labels.data(), slotData(stage_.accuracyLabelsSlot, frame),
+                        labels.size() * sizeof(int64_t));
+  } else {
+    std::vector<int32_t> i32(labels.size());
+    backend_.copyToHost(i32.data(), slotData(stage_.accuracyLabelsSlot, frame),
+                        i32.size() * sizeof(int32_t));
+    std::copy(i32.begin(), i32.end(), labels.begin());
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < inner; ++k) {
+      int64_t label = labels[size_t(i * inner + k)];
+      if (stage_.hasIgnoreIndex && label == stage_.ignoreIndex)
+        continue;
+      int64_t best = 0;
+      double top = scores[size_t(i * c * inner + k)];
+      for (int64_t j = 1; j < c && !std::isnan(top); ++j) {
+        double v = scores[size_t((i * c + j) * inner + k)];
+        if (v > top || std::isnan(v)) {
+          top = v;
+          best = j;
+        }
+      }
+      ++accuracy_.second;
+      accuracy_.first += best == label;
+    }
+  return llvm::Error::success();
+}
+
 double StageExecutor::lastLoss() const {
   if (losses_.empty())
     return std::numeric_limits<double>::quiet_NaN();
@@ -1152,6 +1200,7 @@ StageExecutor::runForward(int64_t seedStep, const DataFn &data) {
   // The training step's losses and profile stay as the step left them.
   std::vector<double> trained = std::move(losses_);
   losses_.clear();
+  accuracy_ = {0, 0};
   bool profiling = profiling_;
   profiling_ = false;
   llvm::Error err = llvm::Error::success();
@@ -1166,6 +1215,8 @@ StageExecutor::runForward(int64_t seedStep, const DataFn &data) {
       err = runProgram(Phase::F, seedStep, mb, *frame);
     if (!err && stage_.lossSlot >= 0)
       err = recordLoss(*frame);
+    if (!err && stage_.accuracyScoresSlot >= 0)
+      err = recordAccuracy(*frame);
     giveFrame(*frame);
     if (err)
       err = wrap(std::move(err), "evaluation, F of microbatch " +

@@ -147,6 +147,9 @@ public:
   // their F ran.
   bool hasLoss() const { return stage_.lossSlot >= 0; }
   double lastLoss() const;
+  // The last runForward's accuracy counts on the loss's stage (predictions
+  // equal to their label, labels counted), {0, 0} elsewhere.
+  std::pair<int64_t, int64_t> lastAccuracy() const { return accuracy_; }
   const std::vector<double> &lastLosses() const { return losses_; }
 
   const StageStats &stats() const { return stats_; }
@@ -302,6 +305,8 @@ private:
   // this step.
   std::vector<bool> intoAccum_, accumPreset_;
   std::vector<double> losses_;
+  std::pair<int64_t, int64_t> accuracy_{0, 0};
+  llvm::Error recordAccuracy(void *frame);
   std::map<std::string, int> byName_;
   std::vector<uint8_t> staging_; // host bounce buffer (non-host backends)
 

@@ -103,6 +103,14 @@ struct StagePlan {
   int64_t frameBytes = 0;     // one microbatch frame
   int64_t stepFrameBytes = 0; // the step frame
   int lossSlot = -1;          // MicroTemp holding the loss, on one stage
+  // Accuracy for validation (cleave-run --eval-data), on the loss's stage
+  // when the loss is one cross-entropy: its class scores [N, C, d...] and
+  // labels [N, d...], both alive at the end of F (its gradient reads them
+  // in B); a prediction is the first largest score along axis 1, a label
+  // equal to ignoreIndex (when hasIgnoreIndex) is not counted. -1: none.
+  int accuracyScoresSlot = -1, accuracyLabelsSlot = -1;
+  bool hasIgnoreIndex = false;
+  int64_t ignoreIndex = 0;
   // The compiler's predictions for this stage.
   double predictedF = 0, predictedB = 0, predictedW = 0; // per microbatch
   int64_t predictedPeakBytes = 0;

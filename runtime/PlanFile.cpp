@@ -176,6 +176,10 @@ void toProto(const StagePlan &s, pb::Stage &p) {
   p.set_frame_bytes(s.frameBytes);
   p.set_step_frame_bytes(s.stepFrameBytes);
   p.set_loss_slot(s.lossSlot);
+  p.set_accuracy_scores_slot_plus1(s.accuracyScoresSlot + 1);
+  p.set_accuracy_labels_slot_plus1(s.accuracyLabelsSlot + 1);
+  p.set_has_ignore_index(s.hasIgnoreIndex);
+  p.set_ignore_index(s.ignoreIndex);
   p.set_predicted_f(s.predictedF);
   p.set_predicted_b(s.predictedB);
   p.set_predicted_w(s.predictedW);
@@ -392,6 +396,10 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
   s.frameBytes = p.frame_bytes();
   s.stepFrameBytes = p.step_frame_bytes();
   s.lossSlot = p.loss_slot();
+  s.accuracyScoresSlot = p.accuracy_scores_slot_plus1() - 1;
+  s.accuracyLabelsSlot = p.accuracy_labels_slot_plus1() - 1;
+  s.hasIgnoreIndex = p.has_ignore_index();
+  s.ignoreIndex = p.ignore_index();
   s.predictedF = p.predicted_f();
   s.predictedB = p.predicted_b();
   s.predictedW = p.predicted_w();

@@ -210,6 +210,13 @@ void printPlan(const Plan &plan, llvm::raw_ostream &os) {
        << " B\n";
     if (s.lossSlot >= 0)
       os << "  loss %" << s.lossSlot << "\n";
+    if (s.accuracyScoresSlot >= 0)
+      os << "  accuracy of %" << s.accuracyScoresSlot << " against %"
+         << s.accuracyLabelsSlot
+         << (s.hasIgnoreIndex
+                 ? " (labels " + std::to_string(s.ignoreIndex) + " ignored)"
+                 : std::string())
+         << "\n";
     for (int p = 0; p < kNumPhases; ++p) {
       size_t n = s.programs[p].size();
       os << "  program " << phaseName(Phase(p)) << " (" << n

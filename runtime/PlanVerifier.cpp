@@ -521,6 +521,27 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
     if (s.lossSlot < -1 || s.lossSlot >= nslots)
       return invalid(llvm::formatv("stage {0}: loss slot {1} out of range", si,
                                    s.lossSlot));
+    if (s.accuracyScoresSlot != -1 || s.accuracyLabelsSlot != -1) {
+      // The executor reads them after F: in range, in the microbatch
+      // frame, float scores [N, C, d...] and integer labels [N, d...].
+      int sc = s.accuracyScoresSlot, lb = s.accuracyLabelsSlot;
+      bool ok = sc >= 0 && sc < nslots && lb >= 0 && lb < nslots &&
+                s.lossSlot >= 0;
+      if (ok) {
+        const Slot &a = s.slots[size_t(sc)], &b = s.slots[size_t(lb)];
+        ok = (a.dtype == ir::DType::F32 || a.dtype == ir::DType::F64) &&
+             (b.dtype == ir::DType::I64 || b.dtype == ir::DType::I32) &&
+             a.shape.size() >= 2 && b.shape.size() + 1 == a.shape.size() &&
+             b.shape[0] == a.shape[0] && a.shape[1] > 0;
+        for (size_t d = 2; ok && d < a.shape.size(); ++d)
+          ok = b.shape[d - 1] == a.shape[d];
+      }
+      if (!ok)
+        return invalid(llvm::formatv(
+            "stage {0}: accuracy slots {1} and {2} are not class scores "
+            "[N, C, ...] and labels [N, ...]",
+            si, sc, lb));
+    }
     // W batching: what planWBatch decides for this stage, or nothing. The
     // executor trusts the record, so a file's must be exactly that.
     if (s.wBatch || !s.wBatchProduct.empty() || !s.wBatchSummed.empty() ||

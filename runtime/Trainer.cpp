@@ -289,10 +289,11 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
       report.checkpoint = *options_.checkpointDir + "/checkpoint.bin";
     }
     if (evalData_ && evalDue(step, steps, options_.evalEvery)) {
-      auto loss = evaluate();
-      if (!loss)
-        return loss.takeError();
-      report.evalLoss = *loss;
+      auto eval = evaluate();
+      if (!eval)
+        return eval.takeError();
+      report.evalLoss = eval->loss;
+      report.evalAccuracy = eval->accuracy;
     }
     report.elapsedSeconds = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start_)
@@ -514,8 +515,8 @@ llvm::Error Trainer::runOverlapped(
   return err;
 }
 
-llvm::Expected<double> Trainer::evaluate() {
-  double total = 0;
+llvm::Expected<Trainer::Evaluation> Trainer::evaluate() {
+  double total = 0, correct = 0, counted = 0;
   int d = plan_.dataParallel;
   for (int64_t b = 0; b < options_.evalBatches; ++b) {
     std::vector<std::vector<double>> losses(stages_.size());
@@ -556,24 +557,35 @@ llvm::Expected<double> Trainer::evaluate() {
       return driver_.failAlone(fail("evaluation: " + *failure));
     // Per local stage (every process sends as many as reportStep does):
     // whether it has the loss, and its mean over the microbatches.
+    // With the accuracy counts (exact in a double below 2^53).
     std::vector<double> mine;
-    for (const std::vector<double> &l : losses) {
+    for (size_t i = 0; i < losses.size(); ++i) {
+      const std::vector<double> &l = losses[i];
       double sum = 0;
       for (double v : l)
         sum += v;
+      auto [hits, count] = stages_[i]->executor->lastAccuracy();
       mine.insert(mine.end(), {l.empty() ? 0.0 : 1.0,
-                               l.empty() ? 0.0 : sum / double(l.size())});
+                               l.empty() ? 0.0 : sum / double(l.size()),
+                               double(hits), double(count)});
     }
     auto all = driver_.allGather(mine);
     if (!all)
       return driver_.failAlone(all.takeError());
     double batch = 0;
-    for (size_t i = 0; i + 1 < all->size(); i += 2)
+    for (size_t i = 0; i + 3 < all->size(); i += 4) {
       if ((*all)[i] != 0)
         batch += (*all)[i + 1] / d;
+      correct += (*all)[i + 2];
+      counted += (*all)[i + 3];
+    }
     total += batch;
   }
-  return total / double(std::max<int64_t>(options_.evalBatches, 1));
+  Evaluation out;
+  out.loss = total / double(std::max<int64_t>(options_.evalBatches, 1));
+  if (counted > 0)
+    out.accuracy = correct / counted;
+  return out;
 }
 
 llvm::Error Trainer::writeCheckpoint(int64_t stepsDone) {

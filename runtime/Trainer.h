@@ -75,7 +75,7 @@ struct StepReport {
   // After an evaluation: the mean loss over its batches (each the mean
   // over its microbatches and replicas).
   std::optional<double> evalLoss;
-  std::optional<double> evalAccuracy; // not measured yet: always empty
+  std::optional<double> evalAccuracy; // where the plan records one
   // With --clip-grad-norm: the global norm of the step's gradient (before
   // clipping), the same bits on every stage.
   std::optional<double> gradNorm;
@@ -115,7 +115,14 @@ public:
   }
   // One evaluation now: the mean loss over options.evalBatches batches
   // (every process calls it).
-  llvm::Expected<double> evaluate();
+  // The mean validation loss, and the accuracy where the plan records one
+  // (StagePlan::accuracyScoresSlot): predictions equal to their labels over
+  // the labels counted, over every batch and replica.
+  struct Evaluation {
+    double loss = 0;
+    std::optional<double> accuracy;
+  };
+  llvm::Expected<Evaluation> evaluate();
 
   // The compiled learning rate (optimizer.lr as the plan starts it), the
   // same on every process.

@@ -95,8 +95,10 @@ training:
                          BatchNorm statistics, Dropout as in training), the
                          mean loss over --eval-batches batches of M
                          microbatches (default: the held-out samples once),
-                         printed as an "eval" line; training's bits do not
-                         change
+                         and, where the loss is a cross-entropy, the
+                         accuracy (the largest class score against the
+                         label, ignore_index not counted), printed as an
+                         "eval" line; training's bits do not change
   --eval-every=K         steps between validations (default: the last only)
   --eval-batches=N       batches per validation
   --clip-grad-norm=X     scale the step's averaged gradient by
@@ -574,9 +576,13 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
         r.step + 1, opt.steps, r.loss, rate, formatSeconds(eta),
         live ? "\r" : "", live ? "" : "\n", 1e3 * r.stepSeconds, extra);
     if (r.evalLoss)
-      llvm::outs() << llvm::formatv("{0}eval  step {1,5}/{2}  loss {3:F4}\n",
-                                    live ? "\n" : "", r.step + 1, opt.steps,
-                                    *r.evalLoss);
+      llvm::outs() << llvm::formatv(
+          "{0}eval  step {1,5}/{2}  loss {3:F4}{4}\n", live ? "\n" : "",
+          r.step + 1, opt.steps, *r.evalLoss,
+          r.evalAccuracy
+              ? llvm::formatv("  accuracy {0:F2}%", 100 * *r.evalAccuracy)
+                    .str()
+              : std::string());
     llvm::outs().flush();
     lineOpen = live;
     announceCheckpoint();

@@ -7,7 +7,9 @@ AdamW with weight-decay groups (no decay on 1-D parameters), linear warm-up
 clip_grad_norm_ at 1.0, 4 microbatches per step, a validation loss every 50
 steps; cleave on 2 stages (ZB-H1). Prints the largest per-step relative
 differences of the training loss, the gradient norm, the lr and the
-validation losses; exits 1 above the float32-noise bar.
+validation losses, and of the validation accuracies (next-token
+predictions against the argmax of torch's logits); exits 1 above the
+float32-noise bar.
 
   python3 tests/bench/gpt2_training_parity.py [--build build] [--steps 200]
 
@@ -86,10 +88,15 @@ def torch_run(state, train_ids, val_ids, steps):
         sched.step()
         out.append((sum(losses) / M, norm, lr))
         if (s + 1) % EVAL_EVERY == 0 or s + 1 == steps:
+            v, hits, count = [], 0, 0
             with torch.no_grad():
-                v = [float(model(x, x.clone())) for x in
-                     (rows(val, k * B) for k in range(EVAL_BATCHES * M))]
-            evals[s + 1] = sum(v) / len(v)
+                for k in range(EVAL_BATCHES * M):
+                    x = rows(val, k * B)
+                    v.append(float(model(x, x.clone())))
+                    pred = model.m(input_ids=x).logits[:, :-1].argmax(-1)
+                    hits += int((pred == x[:, 1:]).sum())
+                    count += pred.numel()
+            evals[s + 1] = (sum(v) / len(v), hits / count)
     return out, evals
 
 
@@ -112,7 +119,8 @@ def cleave_run(build, onnx_path, tmp, steps):
     with open(log) as f:
         rows = [json.loads(line) for line in f]
     return ([(r["loss"], r["grad_norm"], r["lr"]) for r in rows],
-            {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r})
+            {r["step"]: (r["eval_loss"], r["eval_accuracy"]) for r in rows
+             if "eval_loss" in r})
 
 
 def main():
@@ -138,20 +146,25 @@ def main():
     rel = lambda a, b: abs(a - b) / max(abs(b), 1e-12)
     worst = [max(rel(g[k], r[k]) for g, r in zip(got, ref)) for k in range(3)]
     first100 = max(rel(g[0], r[0]) for g, r in list(zip(got, ref))[:100])
-    ev = max(rel(got_eval[s], ref_eval[s]) for s in ref_eval)
+    ev = max(rel(got_eval[s][0], ref_eval[s][0]) for s in ref_eval)
+    acc = max(abs(got_eval[s][1] - ref_eval[s][1]) for s in ref_eval)
     clipped = sum(1 for r in ref if r[1] > CLIP)
     print("GPT-2 (%d layers, width %d, %d ids, %dx%d tokens x %d microbatches), "
           "%d steps (%d clipped by torch): largest relative difference of the "
           "loss %.2e (first 100 steps %.2e), the grad norm %.2e, the lr %.2e; "
-          "validation losses at steps %s: %.2e; losses %.4f -> %.4f (torch "
-          "%.4f -> %.4f), validation %.4f -> %.4f (torch %.4f -> %.4f)"
+          "validation losses at steps %s: %.2e, their accuracies %.2e "
+          "(absolute); losses %.4f -> %.4f (torch %.4f -> %.4f), validation "
+          "%.4f -> %.4f (torch %.4f -> %.4f), accuracy %.2f%% -> %.2f%% "
+          "(torch %.2f%% -> %.2f%%)"
           % (LAYERS, EMBD, VOCAB, B, T, M, len(got), clipped, worst[0],
-             first100, worst[1], worst[2], sorted(ref_eval), ev, got[0][0],
-             got[-1][0], ref[0][0], ref[-1][0], got_eval[min(got_eval)],
-             got_eval[max(got_eval)], ref_eval[min(ref_eval)],
-             ref_eval[max(ref_eval)]))
+             first100, worst[1], worst[2], sorted(ref_eval), ev, acc,
+             got[0][0], got[-1][0], ref[0][0], ref[-1][0],
+             got_eval[min(got_eval)][0], got_eval[max(got_eval)][0],
+             ref_eval[min(ref_eval)][0], ref_eval[max(ref_eval)][0],
+             100 * got_eval[min(got_eval)][1], 100 * got_eval[max(got_eval)][1],
+             100 * ref_eval[min(ref_eval)][1], 100 * ref_eval[max(ref_eval)][1]))
     ok = (len(got) == args.steps and sorted(got_eval) == sorted(ref_eval)
-          and max(worst[0], worst[2], ev) < 1e-3)
+          and max(worst[0], worst[2], ev) < 1e-3 and acc < 1e-3)
     return 0 if ok else 1
 
 
