@@ -1,9 +1,10 @@
 #include "passes/schedule/Simulator.h"
 
 #include <algorithm>
-#include <deque>
-#include <map>
-#include <tuple>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace cleave::passes::schedule {
 
@@ -14,8 +15,24 @@ llvm::Error simError(const std::string &msg) {
 }
 
 // Identifies a message: its direction (the SEND kind), microbatch, sender
-// and receiver.
-using MessageKey = std::tuple<ActionKind, int, int, int>;
+// and receiver; or, with receiver -1, the value a SEND of that kind sends.
+// Hashed flat (a schedule of 2^20 microbatches holds millions of them).
+struct MessageKey {
+  ActionKind kind;
+  int microbatch, from, to;
+  bool operator==(const MessageKey &) const = default;
+};
+struct MessageKeyHash {
+  size_t operator()(const MessageKey &k) const {
+    uint64_t h = (uint64_t(uint32_t(k.microbatch)) << 32) ^
+                 (uint64_t(uint32_t(k.from)) << 12) ^ uint64_t(uint32_t(k.to)) ^
+                 (uint64_t(k.kind) << 58);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return size_t(h);
+  }
+};
 
 ActionKind matchingSend(ActionKind recv) {
   return recv == ActionKind::RecvF ? ActionKind::SendF : ActionKind::SendB;
@@ -77,21 +94,20 @@ private:
       Span &span = result_.spans[st][prog[cursor_[r]].index];
       span.start = clock_[r];
       if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) {
-        auto it = inFlight_.find(keyOfRecv(st, a));
-        if (it == inFlight_.end() || it->second.empty())
+        std::optional<double> arrival = takeMessage(keyOfRecv(st, a));
+        if (!arrival)
           return moved;
-        clock_[r] = std::max(clock_[r], it->second.front());
-        it->second.pop_front();
+        clock_[r] = std::max(clock_[r], *arrival);
         span.end = clock_[r];
       } else if (isSend(a.kind)) {
         // The message leaves when its value exists, which inside a BW can
         // be before the action (and so this SEND) ends.
-        auto made = made_.find({a.kind, st, a.microbatch});
-        span.start = made == made_.end() ? clock_[r] : made->second;
+        std::optional<double> made = madeAt(a.kind, st, a.microbatch);
+        span.start = made ? *made : clock_[r];
         bool local = a.peer >= 0 && a.peer < s_.stages &&
                      rankOfStage(s_, a.peer) == int(r);
         span.end = span.start + (local ? 0 : transferTime(costs_, st, a.kind));
-        inFlight_[{a.kind, a.microbatch, st, a.peer}].push_back(span.end);
+        putMessage(MessageKey{a.kind, a.microbatch, st, a.peer}, span.end);
       } else {
         runCompute(r, st, a, span);
       }
@@ -117,12 +133,12 @@ private:
     }
     const StageCost &c = costs_.stages[st];
     if (a.kind == ActionKind::F)
-      made_[{ActionKind::SendF, st, a.microbatch}] = clock_[r] + c.f;
+      setMade(ActionKind::SendF, st, a.microbatch, clock_[r] + c.f);
     else if (a.kind == ActionKind::B || a.kind == ActionKind::BW)
-      made_[{ActionKind::SendB, st, a.microbatch}] =
+      setMade(ActionKind::SendB, st, a.microbatch,
           clock_[r] + (a.kind == ActionKind::BW && !costs_.bwSendsAfterB
                            ? c.b + c.w
-                           : c.b);
+                           : c.b));
     clock_[r] += cost;
     span.end = clock_[r];
     stats.busy += cost;
@@ -215,9 +231,85 @@ private:
   std::vector<int> held_;      // by stage
   std::vector<bool> started_;  // by stage: has it begun computing
   std::vector<bool> rankStarted_;
-  std::map<MessageKey, std::deque<double>> inFlight_; // arrival times
-  // (SEND kind, stage, microbatch) -> when the value to send exists.
-  std::map<std::tuple<ActionKind, int, int>, double> made_;
+  // Messages and the times values exist, in flat tables indexed by
+  // (direction, stage, microbatch) for the microbatches the schedule
+  // declares (one message per index: a sender's only receiver for it),
+  // and in hash maps for anything else (an index out of range, a second
+  // message on one index).
+  size_t flatIndex(ActionKind send, int stage, int microbatch) const {
+    if (stage < 0 || stage >= s_.stages || microbatch < 0 ||
+        microbatch >= s_.microbatches)
+      return SIZE_MAX;
+    return (size_t(send == ActionKind::SendB) * size_t(s_.stages) +
+            size_t(stage)) * size_t(s_.microbatches) + size_t(microbatch);
+  }
+  struct Slot {
+    double time = 0;
+    int to = -1;
+    bool full = false;
+  };
+  void setMade(ActionKind send, int stage, int microbatch, double t) {
+    size_t i = flatIndex(send, stage, microbatch);
+    if (i == SIZE_MAX) {
+      made_[{send, microbatch, stage, -1}] = t;
+      return;
+    }
+    if (madeFlat_.empty())
+      madeFlat_.assign(size_t(2 * s_.stages) * size_t(s_.microbatches), Slot{});
+    madeFlat_[i] = Slot{t, -1, true};
+  }
+  std::optional<double> madeAt(ActionKind send, int stage, int microbatch) {
+    size_t i = flatIndex(send, stage, microbatch);
+    if (i != SIZE_MAX) {
+      if (i < madeFlat_.size() && madeFlat_[i].full)
+        return madeFlat_[i].time;
+      return std::nullopt;
+    }
+    auto it = made_.find({send, microbatch, stage, -1});
+    return it == made_.end() ? std::nullopt : std::optional(it->second);
+  }
+  void putMessage(const MessageKey &k, double arrival) {
+    size_t i = flatIndex(k.kind, k.from, k.microbatch);
+    if (i != SIZE_MAX) {
+      if (flight_.empty())
+        flight_.assign(size_t(2 * s_.stages) * size_t(s_.microbatches), Slot{});
+      if (!flight_[i].full && inFlight_.find(k) == inFlight_.end()) {
+        flight_[i] = Slot{arrival, k.to, true};
+        return;
+      }
+    }
+    inFlight_[k].push_back(arrival);
+  }
+  // The first message under `k`, taken; none yet: nullopt.
+  std::optional<double> takeMessage(const MessageKey &k) {
+    size_t i = flatIndex(k.kind, k.from, k.microbatch);
+    if (i != SIZE_MAX && i < flight_.size() && flight_[i].full &&
+        flight_[i].to == k.to) {
+      double t = flight_[i].time;
+      flight_[i].full = false;
+      // A later message on the same key waited in the map: it moves up.
+      auto it = inFlight_.find(k);
+      if (it != inFlight_.end()) {
+        flight_[i] = Slot{it->second.front(), k.to, true};
+        it->second.erase(it->second.begin());
+        if (it->second.empty())
+          inFlight_.erase(it);
+      }
+      return t;
+    }
+    auto it = inFlight_.find(k);
+    if (it == inFlight_.end())
+      return std::nullopt;
+    double t = it->second.front();
+    it->second.erase(it->second.begin());
+    if (it->second.empty())
+      inFlight_.erase(it);
+    return t;
+  }
+  std::vector<Slot> madeFlat_, flight_;
+  std::unordered_map<MessageKey, std::vector<double>, MessageKeyHash>
+      inFlight_; // arrival times
+  std::unordered_map<MessageKey, double, MessageKeyHash> made_;
   SimResult result_;
 };
 

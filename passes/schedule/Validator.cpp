@@ -69,18 +69,19 @@ llvm::Error checkMicrobatchOrder(const Schedule &s, int stage) {
     if (isComm(a.kind) || a.kind == ActionKind::Step)
       continue;
     int mb = a.microbatch;
-    std::string kind = kindName(a.kind);
+    auto kind = [&] { return std::string(kindName(a.kind)); };
     bool again = a.kind == ActionKind::F   ? hasF[mb]
                  : a.kind == ActionKind::B ? hasB[mb]
                  : a.kind == ActionKind::W ? hasW[mb]
                                            : hasB[mb] || hasW[mb];
     if (again)
       return ruleBroken(stage, i, a,
-                        kind + " of " + mbText(a) +
+                        kind() + " of " + mbText(a) +
                             " again (each microbatch has one F, then one B "
                             "and one W or one BW)");
     if (a.kind != ActionKind::F && !hasF[mb])
-      return ruleBroken(stage, i, a, kind + " of " + mbText(a) + " before its F");
+      return ruleBroken(stage, i, a,
+                        kind() + " of " + mbText(a) + " before its F");
     if (a.kind == ActionKind::W && !hasB[mb])
       return ruleBroken(stage, i, a, "W of " + mbText(a) + " before its B");
     hasF[mb] = hasF[mb] || a.kind == ActionKind::F;
@@ -176,13 +177,25 @@ llvm::Error checkMessagesAround(const Schedule &s, int stage) {
 // and backward needs, so SENDs and RECVs pair up one to one as long as
 // none is repeated.
 llvm::Error checkMessagesOnce(const Schedule &s, int stage) {
-  std::set<std::pair<ActionKind, int>> seen;
+  // By kind and microbatch (rule 1 has checked the microbatches).
+  std::vector<bool> seen[4];
+  for (auto &v : seen)
+    v.assign(size_t(s.microbatches), false);
   const auto &list = s.actions[stage];
-  for (size_t i = 0; i < list.size(); ++i)
-    if (isComm(list[i].kind) &&
-        !seen.insert({list[i].kind, list[i].microbatch}).second)
+  for (size_t i = 0; i < list.size(); ++i) {
+    ActionKind k = list[i].kind;
+    if (!isComm(k))
+      continue;
+    int slot = k == ActionKind::RecvF   ? 0
+               : k == ActionKind::SendF ? 1
+               : k == ActionKind::RecvB ? 2
+                                        : 3;
+    size_t mb = size_t(list[i].microbatch);
+    if (seen[slot][mb])
       return ruleBroken(stage, i, list[i],
                         actionName(list[i]) + " appears twice");
+    seen[slot][mb] = true;
+  }
   return llvm::Error::success();
 }
 
