@@ -105,13 +105,23 @@ void groupByCutPoints(ForwardGroups &fg) {
       ++live[i + 1];
       --live[last + 1];
     }
+  // A long chain of unnamed ops has a cut point at almost every op; the
+  // partition's frame tables cost the square of the layer count times the
+  // ops, so at most kMaxCutLayers groups are made, each at least
+  // ops / kMaxCutLayers ops long (a cut point ends a group only then).
+  constexpr size_t kMaxCutLayers = 256;
+  size_t minOps = (fg.ops.size() + kMaxCutLayers - 1) / kMaxCutLayers;
   int crossing = 0;
+  size_t groupOps = 0;
   fg.names.push_back("layer.0");
   for (size_t i = 0; i < fg.ops.size(); ++i) {
     crossing += live[i];
-    if (i > 0 && crossing <= 1)
+    if (i > 0 && crossing <= 1 && groupOps >= minOps) {
       fg.names.push_back("layer." + std::to_string(fg.names.size()));
+      groupOps = 0;
+    }
     fg.group[i] = fg.names.size() - 1;
+    ++groupOps;
   }
 }
 
@@ -199,8 +209,10 @@ static void placeSources(const ir::Graph &g, Layering &l, bool forwardOnly) {
 }
 
 // The layer of a backward or optimizer op: that of the forward op with the
-// same location, or of the parameter an optimizer op updates; otherwise the
-// latest layer among its operands' (the last layer when none has one).
+// same location, or of the parameter an optimizer op updates; otherwise
+// (ops of unnamed nodes) the latest layer among the forward values and
+// declared tensors it reads (the ones it differentiates through), then
+// among all its operands' (the last layer when none has one).
 static unsigned followerLayer(const ir::Graph &g, const ir::Op &op,
                               const llvm::StringMap<unsigned> &layerOfLoc,
                               const Layering &l) {
@@ -211,10 +223,15 @@ static unsigned followerLayer(const ir::Graph &g, const ir::Op &op,
     if (const ir::Value *param = g.lookup(loc))
       if (auto layer = l.layerOf(param))
         return *layer;
-  std::optional<unsigned> latest;
+  std::optional<unsigned> latest, latestForward;
   for (const ir::Value *v : op.operands())
-    if (auto layer = l.layerOf(v))
+    if (auto layer = l.layerOf(v)) {
       latest = std::max(latest.value_or(0), *layer);
+      if (!v->definingOp() || v->definingOp()->phase() == ir::Phase::Fwd)
+        latestForward = std::max(latestForward.value_or(0), *layer);
+    }
+  if (latestForward && op.phase() != ir::Phase::Opt)
+    return *latestForward;
   return latest.value_or(l.layers.size() - 1);
 }
 

@@ -13,7 +13,9 @@
 // scope (`/Add`, the loss) join the layer before them. A graph whose ops
 // carry no scopes, or depth 0, falls back to cut points: places in the
 // forward program where a single value separates what came before from what
-// comes after. Backward ops join the layer of the forward op they came from
+// comes after (at most 256 layers: on a long chain of unnamed ops, a cut
+// point ends a layer only once it holds 1/256 of the forward ops). Backward
+// ops join the layer of the forward op they came from
 // (the same `loc`); optimizer ops (`optimizer/<param>`) and declared tensors
 // join the layer that first uses the parameter.
 //
