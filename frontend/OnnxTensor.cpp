@@ -177,6 +177,13 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
   int64_t n = type.numElements(), bytes = type.byteSize();
 
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    // The bytes must have one source: which one was meant is unknown.
+    if (t.has_raw_data() || t.float_data_size() || t.int32_data_size() ||
+        t.int64_data_size() || t.double_data_size() ||
+        t.uint64_data_size() || t.string_data_size())
+      return err("tensor '{0}' has both external data and values in the "
+                 "model; one of them must go",
+                 name);
     auto ext = externalDataOf(t, modelDir);
     if (!ext)
       return ext.takeError();

@@ -94,6 +94,15 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   if (!fromCsv)
     if (auto e = sched::checkScheduleName(req.schedule))
       return std::move(e);
+  if (fromCsv) {
+    // Its size first, against the bounds the flags have.
+    auto s = sched::readScheduleCsvFile(req.schedule.substr(4));
+    if (!s)
+      return s.takeError();
+    if (auto e = checkCsvLimits(flags, req.schedule, s->stages,
+                                sched::rankCount(*s), s->microbatches))
+      return std::move(e);
+  }
   if (auto c = flags.get("chunks")) {
     if (fromCsv)
       return usage("--chunks does not go with a CSV schedule, which places "

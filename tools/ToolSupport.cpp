@@ -289,6 +289,24 @@ llvm::Error checkLimit(const Flags &flags, const std::string &flag,
                    limit, what);
 }
 
+llvm::Error checkCsvLimits(const Flags &flags, const std::string &source,
+                           int64_t stages, int64_t ranks,
+                           int64_t microbatches) {
+  support::SizeLimits most = limitsFor(flags);
+  if (stages > most.workers || ranks > most.workers)
+    return overLimit(flags,
+                     source + " (" + std::to_string(std::max(stages, ranks)) +
+                         (stages >= ranks ? " stages)" : " ranks)"),
+                     most.workers, &support::SizeLimits::workers, "stages");
+  if (microbatches > most.microbatches)
+    return overLimit(flags,
+                     source + " (" + std::to_string(microbatches) +
+                         " microbatches)",
+                     most.microbatches, &support::SizeLimits::microbatches,
+                     "microbatches");
+  return llvm::Error::success();
+}
+
 llvm::Error checkWorkers(const Flags &flags, int64_t stages,
                          int64_t dataParallel) {
   int64_t most = limitsFor(flags).workers;

@@ -103,6 +103,11 @@ llvm::Error checkLimit(const Flags &flags, const std::string &flag,
 // Stages x data-parallel replicas against the workers bound.
 llvm::Error checkWorkers(const Flags &flags, int64_t stages,
                          int64_t dataParallel);
+// A schedule CSV's stages, ranks and microbatches against the same bounds
+// the flags have (`source`: "csv:FILE").
+llvm::Error checkCsvLimits(const Flags &flags, const std::string &source,
+                           int64_t stages, int64_t ranks,
+                           int64_t microbatches);
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> splitList(const std::string &s);
 

@@ -161,10 +161,14 @@ passes::PipelineCosts costsFor(const Request &req, int stages, int ranks) {
 }
 
 // The CSV's own P and M, checked against --stages / --microbatches if given.
-llvm::Expected<Schedule> loadCsv(const Request &req) {
+llvm::Expected<Schedule> loadCsv(const Request &req,
+                                 const tools::Flags &flags) {
   auto s = readScheduleCsvFile(req.schedule.substr(4));
   if (!s)
     return s.takeError();
+  if (auto e = tools::checkCsvLimits(flags, req.schedule, s->stages,
+                                     rankCount(*s), s->microbatches))
+    return std::move(e);
   if (req.stages && *req.stages != rankCount(*s))
     return usage(req.schedule + " has " + std::to_string(rankCount(*s)) +
                  " ranks, but --stages is " + std::to_string(*req.stages));
@@ -213,7 +217,7 @@ static int toolMain(int argc, char **argv) {
   int chunks = req->chunks.value_or(defaultChunks(req->schedule));
   auto sched = [&]() -> llvm::Expected<Schedule> {
     if (fromCsv)
-      return loadCsv(*req);
+      return loadCsv(*req, flags);
     int64_t total = int64_t(*req->stages) * chunks;
     if (auto e = tools::checkLimit(flags, "chunks", total,
                                    &support::SizeLimits::workers, "stages"))

@@ -88,6 +88,25 @@ llvm::Error checkMicrobatchOrder(const Schedule &s, int stage) {
     hasB[mb] = hasB[mb] || a.kind == ActionKind::B || a.kind == ActionKind::BW;
     hasW[mb] = hasW[mb] || a.kind == ActionKind::W || a.kind == ActionKind::BW;
   }
+  // The backwards and the weight gradients in microbatch order: a stage
+  // sums its gradients over the microbatches in that order, so that every
+  // schedule gives the same bits (cleave-run refuses any other order).
+  int nextB = 0, nextW = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action &a = list[i];
+    bool b = a.kind == ActionKind::B || a.kind == ActionKind::BW;
+    bool w = a.kind == ActionKind::W || a.kind == ActionKind::BW;
+    if ((b && a.microbatch != nextB) || (w && a.microbatch != nextW))
+      return ruleBroken(stage, i, a,
+                        std::string(kindName(a.kind)) + " of " + mbText(a) +
+                            " out of microbatch order (microbatch " +
+                            std::to_string(b && a.microbatch != nextB ? nextB
+                                                                      : nextW) +
+                            " is next; gradients are summed in microbatch "
+                            "order)");
+    nextB += b;
+    nextW += w;
+  }
   for (int mb = 0; mb < s.microbatches; ++mb) {
     const char *missing = !hasF[mb] ? "F" : !hasB[mb] ? "B" : !hasW[mb] ? "W" : nullptr;
     if (missing)

@@ -3,7 +3,9 @@
 //   1. every action is well formed: microbatch in [0, M), a SEND/RECV's peer
 //      the neighbour its direction implies, at most one STEP, last;
 //   2. on each stage, each microbatch has one F, then one B and one W, or
-//      one BW (B + W) — F before B before W;
+//      one BW (B + W) — F before B before W; the B (and BW) actions come in
+//      microbatch order, and so do the W (and BW) actions (gradients are
+//      summed over the microbatches in that order);
 //   3. cross-stage order through messages: an F after the first stage is
 //      preceded by its RECV_F, an F before the last stage followed by its
 //      SEND_F, and the same for each B/BW's gradient the other way; so F of

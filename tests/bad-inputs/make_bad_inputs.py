@@ -163,6 +163,12 @@ def make_onnx():
         f.write(b"\0" * 20)
     save("external-length.onnx", tiny_model(
         init=[external("W", [4, 3], "external-short.bin", length=2 ** 62)]))
+    # External data and raw_data both: which bytes were meant is unknown.
+    both = external("W", [4, 3], "external-raw.bin")
+    both.raw_data = np.ones(12, np.float32).tobytes()
+    save("external-and-raw.onnx", tiny_model(init=[both]))
+    with open(os.path.join(ONNX_DIR, "external-raw.bin"), "wb") as f:
+        f.write(b"\0" * 48)
     # Shape arithmetic that folds to a huge constant: ConstantOfShape of
     # [2^31, 2^31] and Range(0, 2^40, 1), both feeding the output.
     shp = numpy_helper.from_array(np.array([2 ** 31, 2 ** 31], np.int64), "s")
