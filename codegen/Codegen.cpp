@@ -65,7 +65,11 @@ public:
               sum.update(p, n);
               return llvm::Error::success();
             },
-            "weight file"))
+            "weight file",
+            [&](uint64_t n) { // a hole: summed without being read
+              sum.zeros(n);
+              return llvm::Error::success();
+            }))
       return std::move(e);
     blob.checksum = sum.value();
     plan_.blobs.push_back(std::move(blob));

@@ -38,7 +38,7 @@
 
 namespace cleave::runtime {
 
-inline constexpr int kPlanVersion = 2;
+inline constexpr int kPlanVersion = 3;
 
 enum class SlotKind : uint8_t {
   Input,     // a graph input, loaded per microbatch from the data

@@ -25,7 +25,7 @@
 namespace cleave::runtime {
 
 // The format version this build writes and reads (the preamble's u32).
-inline constexpr uint32_t kPlanFileVersion = 2;
+inline constexpr uint32_t kPlanFileVersion = 3;
 
 // Checks a Plan's internal consistency: indices in range, op names and
 // attributes valid for their ops, slot sizes matching dtype and shape, frame

@@ -15,6 +15,11 @@ static inline uint64_t mixWord(uint64_t lane, uint64_t word) {
   return rotl(lane ^ (word * kMul1), 31) * kMul2;
 }
 
+// The running sum after a chunk with digest `digest`: order-dependent.
+static inline uint64_t foldDigest(uint64_t folded, uint64_t digest) {
+  return rotl(folded ^ (digest * kMul2), 29) * kMul1 + kMul2;
+}
+
 static inline uint64_t load64(const uint8_t *p) {
   uint64_t w;
   std::memcpy(&w, p, 8); // little-endian hosts only, like the plan format
@@ -31,6 +36,47 @@ void BlockChecksum::block(const uint8_t *p) {
 void BlockChecksum::update(const void *data, size_t bytes) {
   const auto *p = static_cast<const uint8_t *>(data);
   total_ += bytes;
+  while (bytes) {
+    size_t n = bytes < kChunkBytes - chunkBytes_ ? bytes
+                                                 : kChunkBytes - chunkBytes_;
+    take(p, n);
+    p += n;
+    bytes -= n;
+  }
+}
+
+void BlockChecksum::zeros(uint64_t bytes) {
+  static const uint8_t zero[kChunkBytes] = {};
+  // The digest of a whole chunk of zeros, computed once.
+  static const uint64_t zeroChunk = [] {
+    BlockChecksum c;
+    for (size_t i = 0; i < kChunkBytes; i += 32)
+      c.block(zero + i);
+    return c.chunkDigest();
+  }();
+  total_ += bytes;
+  auto feed = [&](uint64_t n) {
+    while (n) {
+      size_t k = size_t(n < kChunkBytes - chunkBytes_ ? n
+                                                      : kChunkBytes - chunkBytes_);
+      take(zero, k);
+      n -= k;
+    }
+  };
+  if (chunkBytes_) {
+    uint64_t k = bytes < kChunkBytes - chunkBytes_ ? bytes
+                                                   : kChunkBytes - chunkBytes_;
+    feed(k);
+    bytes -= k;
+  }
+  // Whole chunks: folding one is a function of the running sum alone.
+  for (; bytes >= kChunkBytes; bytes -= kChunkBytes)
+    folded_ = foldDigest(folded_, zeroChunk);
+  feed(bytes);
+}
+
+void BlockChecksum::take(const uint8_t *p, size_t bytes) {
+  chunkBytes_ += bytes;
   if (tailBytes_) {
     size_t take = bytes < 32 - tailBytes_ ? bytes : 32 - tailBytes_;
     std::memcpy(tail_ + tailBytes_, p, take);
@@ -46,16 +92,35 @@ void BlockChecksum::update(const void *data, size_t bytes) {
     block(p);
   std::memcpy(tail_, p, bytes);
   tailBytes_ = bytes;
+  if (chunkBytes_ == kChunkBytes)
+    endChunk();
 }
 
-uint64_t BlockChecksum::value() const {
+uint64_t BlockChecksum::chunkDigest() const {
   uint64_t h = rotl(lane_[0], 1) + rotl(lane_[1], 7) + rotl(lane_[2], 12) +
                rotl(lane_[3], 18);
   for (uint64_t lane : lane_)
     h = (h ^ mixWord(0, lane)) * kMul1 + kMul2;
-  // The tail byte by byte, then the length.
+  // The tail byte by byte (only a last, partial chunk has one).
   for (size_t i = 0; i < tailBytes_; ++i)
     h = rotl(h ^ (tail_[i] * kMul2), 11) * kMul1;
+  return h;
+}
+
+uint64_t BlockChecksum::foldChunk(uint64_t folded) const {
+  return foldDigest(folded, chunkDigest());
+}
+
+void BlockChecksum::endChunk() {
+  folded_ = foldChunk(folded_);
+  for (int i = 0; i < 4; ++i)
+    lane_[i] = kInitialLanes[i];
+  tailBytes_ = 0;
+  chunkBytes_ = 0;
+}
+
+uint64_t BlockChecksum::value() const {
+  uint64_t h = chunkBytes_ ? foldChunk(folded_) : folded_;
   h ^= total_ * kMul2;
   // Avalanche: every input bit reaches every output bit.
   h ^= h >> 33;

@@ -8,7 +8,12 @@
 // corruption and files that changed; it is not a cryptographic hash.
 //
 // The sum depends only on the bytes, not on how they are split between
-// update() calls.
+// update() calls. The bytes are taken in chunks of 64 KiB: each chunk runs
+// the four lanes from their initial values and is then folded, in order,
+// into the running sum, so a chunk of zeros always folds the same digest
+// and zeros(n) passes whole zero chunks without reading them (the holes of
+// a sparse weight file: a terabyte of holes in milliseconds). Plan format 3;
+// format 2 summed without chunks.
 #pragma once
 
 #include <cstddef>
@@ -18,15 +23,30 @@ namespace cleave::support {
 
 class BlockChecksum {
 public:
+  static constexpr size_t kChunkBytes = size_t(64) << 10;
+
   void update(const void *data, size_t bytes);
+  // The same as update() with `bytes` zero bytes.
+  void zeros(uint64_t bytes);
   uint64_t value() const;
 
 private:
   void block(const uint8_t *p);
-  uint64_t lane_[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull,
-                       0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+  // Takes bytes of the current chunk (at most what it lacks).
+  void take(const uint8_t *p, size_t bytes);
+  // The current chunk's digest, and it folded into `folded`.
+  uint64_t chunkDigest() const;
+  uint64_t foldChunk(uint64_t folded) const;
+  void endChunk();
+  static constexpr uint64_t kInitialLanes[4] = {
+      0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull,
+      0x082EFA98EC4E6C89ull};
+  uint64_t lane_[4] = {kInitialLanes[0], kInitialLanes[1], kInitialLanes[2],
+                       kInitialLanes[3]};
   uint8_t tail_[32];
   size_t tailBytes_ = 0;
+  size_t chunkBytes_ = 0; // taken into the current chunk
+  uint64_t folded_ = 0x452821E638D01377ull;
   uint64_t total_ = 0;
 };
 

@@ -142,7 +142,7 @@ readFileSlice(const std::string &path, uint64_t offset, uint64_t length,
 llvm::Error streamFileRange(
     const std::string &path, uint64_t offset, uint64_t length,
     llvm::function_ref<llvm::Error(const uint8_t *, size_t)> consume,
-    llvm::StringRef kind) {
+    llvm::StringRef kind, llvm::function_ref<llvm::Error(uint64_t)> zeros) {
   Fd file;
   uint64_t size = 0;
   if (llvm::Error e = openRegular(path, kind, file, size))
@@ -152,16 +152,21 @@ llvm::Error streamFileRange(
                  " bytes; needs " + std::to_string(length) + " at offset " +
                  std::to_string(offset) + ")");
   constexpr size_t kPiece = size_t(8) << 20;
-  static const std::vector<uint8_t> zeros(kPiece, 0);
+  static const std::vector<uint8_t> zeroPiece(kPiece, 0);
   std::vector<uint8_t> buf(std::min<uint64_t>(length, kPiece));
   const uint64_t end = offset + length;
   for (uint64_t at = offset; at < end;) {
     // Where the data resumes: past a hole, which reads as zeros.
     off_t data = ::lseek(file.fd, off_t(at), SEEK_DATA);
     uint64_t dataAt = data < 0 ? end : std::min<uint64_t>(uint64_t(data), end);
+    if (zeros && at < dataAt) {
+      if (llvm::Error e = zeros(dataAt - at))
+        return e;
+      at = dataAt;
+    }
     for (; at < dataAt;) {
       size_t n = size_t(std::min<uint64_t>(kPiece, dataAt - at));
-      if (llvm::Error e = consume(zeros.data(), n))
+      if (llvm::Error e = consume(zeroPiece.data(), n))
         return e;
       at += n;
     }

@@ -51,11 +51,13 @@ readFileSlice(const std::string &path, uint64_t offset, uint64_t length,
 // one reused buffer, and holes of a sparse file (SEEK_DATA / SEEK_HOLE)
 // arrive as zeros without being read. readFile's checks hold; a file shorter
 // than the range is an error. For weights of any size: the memory used is
-// one piece.
+// one piece. With `zeros`, a hole is passed to it as its byte count instead
+// (a checksum that skips zeros: BlockChecksum::zeros).
 llvm::Error streamFileRange(
     const std::string &path, uint64_t offset, uint64_t length,
     llvm::function_ref<llvm::Error(const uint8_t *, size_t)> consume,
-    llvm::StringRef kind = "file");
+    llvm::StringRef kind = "file",
+    llvm::function_ref<llvm::Error(uint64_t)> zeros = nullptr);
 
 // Standard input, read to its end but refused past `maxBytes` (stdin may be
 // /dev/zero or an endless pipe).

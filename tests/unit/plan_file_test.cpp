@@ -341,7 +341,7 @@ TEST(PlanFile, LayoutIsAlignedAndDeterministic) {
   std::string a = readBytes(dir.file("a.cplan"));
   EXPECT_EQ(a, readBytes(dir.file("b.cplan")));
   EXPECT_EQ(a.substr(0, 11), std::string("CLEAVEPLAN\0", 11));
-  EXPECT_EQ(a.substr(11, 4), std::string("\2\0\0\0", 4));
+  EXPECT_EQ(a.substr(11, 4), std::string("\3\0\0\0", 4));
   EXPECT_EQ(a.size() % 64, 0u);
   // The first blob starts at the first 64-byte boundary after the header,
   // and its bytes are there verbatim.
@@ -409,10 +409,10 @@ TEST(PlanFile, WrongVersion) {
   std::string path = dir.file("v.cplan");
   ASSERT_EQ(errorText(writePlanFile(makePlan(16), path)), "(success)");
   std::string bytes = readBytes(path);
-  bytes[11] = 3;
+  bytes[11] = 4;
   writeBytes(path, bytes);
   EXPECT_EQ(readError(path),
-            path + ": plan format version 3; this cleave reads version 2: "
+            path + ": plan format version 4; this cleave reads version 3: "
                    "recompile the model with this cleavec");
 }
 
@@ -599,7 +599,7 @@ TEST(PlanFile, PrintPlan) {
   std::string text = printed(plan);
   EXPECT_EQ(text, printed(plan)); // deterministic
   for (const char *line : {
-           "plan \"tiny\" (format version 2)\n",
+           "plan \"tiny\" (format version 3)\n",
            "  source \"models/tiny.onnx\"\n",
            "  schedule 1f1b, 2 stages, 2 microbatches\n",
            "  input \"x\" : f32[2,4]\n",

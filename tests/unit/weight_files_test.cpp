@@ -79,6 +79,33 @@ std::string sparseFile(const TempDir &dir, std::vector<uint8_t> &expect) {
   return path;
 }
 
+// zeros(n) sums as n zero bytes do, from any position inside a chunk and
+// across chunk boundaries; whole zero chunks are not read.
+TEST(BlockChecksum, ZerosEqualZeroBytes) {
+  const size_t chunk = support::BlockChecksum::kChunkBytes;
+  std::vector<uint8_t> data = randomBytes(3 * chunk + 100, 7);
+  for (size_t before : {size_t(0), size_t(5), size_t(32), chunk - 3, chunk,
+                        2 * chunk + 17})
+    for (size_t n : {size_t(0), size_t(1), size_t(31), chunk - before % chunk,
+                     chunk, 3 * chunk + 9, size_t(10) * chunk}) {
+      std::vector<uint8_t> whole(data.begin(), data.begin() + long(before));
+      whole.resize(before + n, 0);
+      whole.insert(whole.end(), data.begin(), data.begin() + 40);
+      support::BlockChecksum a, b;
+      a.update(whole.data(), whole.size());
+      b.update(data.data(), before);
+      b.zeros(n);
+      b.update(data.data(), 40);
+      EXPECT_EQ(a.value(), b.value()) << before << " + " << n << " zeros";
+    }
+  // A byte moved across a run of zeros changes the sum.
+  std::vector<uint8_t> x(4 * chunk, 0), y(4 * chunk, 0);
+  x[10] = 1;
+  y[10 + chunk] = 1;
+  EXPECT_NE(support::blockChecksum(x.data(), x.size()),
+            support::blockChecksum(y.data(), y.size()));
+}
+
 TEST(StreamFileRange, HolesArriveAsZerosAndDataAsWritten) {
   TempDir dir;
   std::vector<uint8_t> expect;
@@ -101,6 +128,25 @@ TEST(StreamFileRange, HolesArriveAsZerosAndDataAsWritten) {
     EXPECT_TRUE(std::equal(got.begin(), got.end(), expect.begin() + offset))
         << "range at " << offset;
   }
+  // With a zeros callback, the holes come as counts, the sum unchanged.
+  support::BlockChecksum streamed;
+  uint64_t holeBytes = 0;
+  EXPECT_EQ(errorText(support::streamFileRange(
+                path, 0, expect.size(),
+                [&](const uint8_t *p, size_t n) {
+                  streamed.update(p, n);
+                  return llvm::Error::success();
+                },
+                "file",
+                [&](uint64_t n) {
+                  holeBytes += n;
+                  streamed.zeros(n);
+                  return llvm::Error::success();
+                })),
+            "(success)");
+  EXPECT_EQ(streamed.value(),
+            support::blockChecksum(expect.data(), expect.size()));
+  EXPECT_GT(holeBytes, uint64_t(30) << 20); // the holes were not read
   auto none = [](const uint8_t *, size_t) { return llvm::Error::success(); };
   EXPECT_EQ(errorText(support::streamFileRange(path, expect.size() - 10, 11,
                                                none, "weight file")),

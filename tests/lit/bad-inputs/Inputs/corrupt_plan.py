@@ -16,6 +16,6 @@ put("header-cut.cplan", b[:200])
 put("half.cplan", b[:data + 64])
 x = bytearray(b); x[magic + 12] = 0xFF; put("header-flip.cplan", x)  # a bad tag
 x = bytearray(b); x[data + 8] ^= 0x01; put("blob-flip.cplan", x)
-x = bytearray(b); x[magic] = 3; put("v2.cplan", x)
+x = bytearray(b); x[magic] = 4; put("v2.cplan", x)
 x = bytearray(b); x[magic + 4:magic + 12] = (2 ** 62).to_bytes(8, "little")
 put("header-len.cplan", x)
