@@ -17,6 +17,13 @@ from one family, in turn:
   npz      a .npz whose member's zip headers claim a random size
   expand   cleave-opt --run on an Expand to a random huge shape
   csv      a schedule CSV against random --stages / --microbatches
+  sched    cleave-sched on a random schedule, stage count (up to 5,000),
+           chunks and microbatch count (up to 2^21): it runs, or is
+           refused, inside the time limit
+  worder   a generated schedule's CSV with one stage's W (or B) actions
+           reordered: refused unless the order is still by microbatch
+  ckpt     a checkpoint with one byte flipped (or cut short) resumed:
+           refused, since every byte is covered by a checksum
 
 Each runs under a 4 GB address-space limit and --timeout, and must exit 0,
 or exit 1 or 2 with exactly one line on stderr, `TOOL: error: ...`; a
@@ -35,7 +42,12 @@ import sys
 import tempfile
 import zlib
 
-FAMILIES = ["path", "json", "hex", "npz", "expand", "csv"]
+FAMILIES = ["path", "json", "hex", "npz", "expand", "csv", "sched", "worder",
+            "ckpt"]
+SCHED_MAX_MICROBATCHES = [1 << 21]  # --sched-max-microbatches
+SCHEDULES = ["gpipe", "1f1b", "gpipe-2bp", "1f1b-2bp", "zb-h1", "zb-h2",
+             "interleaved-1f1b", "looped-bfs", "zb-v", "v-half", "v-min",
+             "dualpipe-v", "auto"]
 LIMIT_KB = 4000000
 
 
@@ -65,9 +77,47 @@ def npz_claiming(path, rng):
     write(path, local + data + central + end)
 
 
-def make_case(family, rng, tools, model, plan, work):
-    """The command of one case, and whether it must be refused."""
+def make_case(family, rng, tools, model, plan, work, checkpoint):
+    """The command of one case, and whether it must be refused (None:
+    either running or a one-line refusal is right)."""
     cleavec, opt, run = tools
+    sched = os.path.join(os.path.dirname(cleavec), "cleave-sched")
+    if family == "sched":
+        stages = rng.choice([1, 2, 3, 4, 8, 64, 4096, 5000])
+        mbs = min(rng.choice([1, 2, 7, 64, 1000, 1 << 16, 1 << 20, 1 << 21]),
+                  SCHED_MAX_MICROBATCHES[0])
+        cmd = [sched, "--schedule", rng.choice(SCHEDULES), "--stages",
+               str(stages), "--microbatches", str(mbs)]
+        if rng.random() < 0.3:
+            cmd += ["--chunks", str(rng.choice([1, 2, 3, 8]))]
+        return cmd, None
+    if family == "worder":
+        name = rng.choice(["1f1b-2bp", "zb-h1", "zb-h2"])
+        p, m = rng.choice([2, 3, 4]), rng.choice([2, 4, 6])
+        csv = os.path.join(work, "s.csv")
+        subprocess.run([sched, "--schedule", name, "--stages", str(p),
+                        "--microbatches", str(m), "--emit=schedule-csv",
+                        "-o", csv], check=True, stdout=subprocess.DEVNULL)
+        rows = open(csv).read().split("\n")
+        r = rng.randrange(p)
+        cells = rows[r].split(",")
+        kind = rng.choice(["W", "I"])
+        picked = [i for i, c in enumerate(cells) if c[len(str(r))] == kind]
+        i, j = sorted(rng.sample(picked, 2))
+        cells[i], cells[j] = cells[j], cells[i]
+        rows[r] = ",".join(cells)
+        write(csv, "\n".join(rows))
+        return [sched, "--schedule", "csv:" + csv], True
+    if family == "ckpt":
+        data = bytearray(open(checkpoint, "rb").read())
+        if rng.random() < 0.2:
+            data = data[:rng.randrange(len(data))]
+        else:
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        os.makedirs(os.path.join(work, "ck"))
+        write(os.path.join(work, "ck", "checkpoint.bin"), bytes(data))
+        return [run, plan, "--steps", "3", "--threads", "1", "--resume",
+                os.path.join(work, "ck")], True
     if family == "path":
         inside = os.path.join(work, "cir")
         os.makedirs(os.path.join(inside, "sub"))
@@ -142,7 +192,8 @@ def run_case(args, index, base):
     rng = random.Random(f"{args.seed}:{index}")
     family = FAMILIES[index % len(FAMILIES)]
     work = tempfile.mkdtemp(dir=base)
-    cmd, refuse = make_case(family, rng, args.tools, args.model, args.plan, work)
+    cmd, refuse = make_case(family, rng, args.tools, args.model, args.plan,
+                            work, args.checkpoint)
     try:
         p = subprocess.run(
             ["sh", "-c", f"ulimit -v {LIMIT_KB}; exec \"$@\"", "sh"] + cmd,
@@ -153,7 +204,7 @@ def run_case(args, index, base):
         rc, err = None, ""
     tool = os.path.basename(cmd[0])
     if rc == 0:
-        verdict = "unclear" if refuse else "ran"
+        verdict = "unclear" if refuse is True else "ran"
     elif rc in (1, 2):
         lines = err.splitlines()
         ok = len(lines) == 1 and lines[0].startswith(tool + ": error: ")
@@ -182,7 +233,11 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--keep", default="")
+    ap.add_argument("--sched-max-microbatches", type=int, default=1 << 21,
+                    help="the sched family's largest microbatch count "
+                         "(CI's sample keeps it small)")
     args = ap.parse_args()
+    SCHED_MAX_MICROBATCHES[0] = args.sched_max_microbatches
     args.tools = [os.path.abspath(t) for t in
                   (args.cleavec, args.cleave_opt, args.cleave_run)]
     args.model = os.path.abspath(args.model)
@@ -193,6 +248,12 @@ def main():
         subprocess.run([args.tools[0], args.model,
                         "--stages", "2", "--microbatches", "2", "-o",
                         args.plan], check=True, stdout=subprocess.DEVNULL)
+        # A checkpoint after 2 steps, for the ckpt family to damage.
+        subprocess.run([args.tools[2], args.plan, "--steps", "2",
+                        "--threads", "1", "--quiet", "--checkpoint-dir",
+                        os.path.join(base, "ck")], check=True,
+                       stdout=subprocess.DEVNULL)
+        args.checkpoint = os.path.join(base, "ck", "checkpoint.bin")
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             futures = [pool.submit(run_case, args, i, base)
                        for i in range(args.count)]
