@@ -75,9 +75,13 @@ static uint64_t stateSlotCount(const Plan &plan) {
   return n;
 }
 
-llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
-                                                 const StagePlan &sp,
-                                                 StageExecutor &ex) {
+// Each State slot of the stage as an entry's key (slot key and byte
+// count) and its bytes, read one slot at a time; returns how many.
+static llvm::Expected<uint64_t> forEachEntry(
+    const StagePlan &sp, StageExecutor &ex,
+    llvm::function_ref<llvm::Error(const std::string &key,
+                                   const std::vector<uint8_t> &bytes)>
+        emit) {
   uint64_t count = 0;
   for (const Slot &sl : sp.slots) {
     if (sl.kind != SlotKind::State)
@@ -85,14 +89,27 @@ llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
     auto bytes = ex.readSlot(sl.name);
     if (!bytes)
       return bytes.takeError();
-    size_t start = body.size();
-    putSlotKey(body, uint32_t(sp.index), sl);
-    putLe(body, bytes->size(), 8);
-    body.append(reinterpret_cast<const char *>(bytes->data()), bytes->size());
-    putSum(body, start);
+    std::string key;
+    putSlotKey(key, uint32_t(sp.index), sl);
+    putLe(key, bytes->size(), 8);
+    if (auto e = emit(key, *bytes))
+      return std::move(e);
     ++count;
   }
   return count;
+}
+
+llvm::Expected<uint64_t> appendCheckpointEntries(std::string &body,
+                                                 const StagePlan &sp,
+                                                 StageExecutor &ex) {
+  return forEachEntry(sp, ex, [&](const std::string &key,
+                                  const std::vector<uint8_t> &bytes) {
+    size_t start = body.size();
+    body += key;
+    body.append(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+    putSum(body, start);
+    return llvm::Error::success();
+  });
 }
 
 // Magic, header and its sum for a body of `entries` entries, `bodyBytes`.
@@ -197,30 +214,24 @@ llvm::Error CheckpointWriter::put(llvm::StringRef bytes) {
 
 llvm::Error CheckpointWriter::appendStage(const StagePlan &sp,
                                           StageExecutor &ex) {
-  for (const Slot &sl : sp.slots) {
-    if (sl.kind != SlotKind::State)
-      continue;
-    auto bytes = ex.readSlot(sl.name);
-    if (!bytes)
-      return bytes.takeError();
-    std::string key;
-    putSlotKey(key, uint32_t(sp.index), sl);
-    putLe(key, bytes->size(), 8);
+  auto n = forEachEntry(sp, ex, [&](const std::string &key,
+                                    const std::vector<uint8_t> &bytes) {
     // FNV-1a runs on: the key's sum is the basis of the bytes'.
     uint64_t sum =
         support::fnv1a64(key.data(), key.size(), support::kFnv1a64Basis);
-    sum = support::fnv1a64(bytes->data(), bytes->size(), sum);
+    sum = support::fnv1a64(bytes.data(), bytes.size(), sum);
     std::string tail;
     putLe(tail, sum, 8);
     if (auto e = put(key))
       return e;
     if (auto e = put(llvm::StringRef(
-            reinterpret_cast<const char *>(bytes->data()), bytes->size())))
+            reinterpret_cast<const char *>(bytes.data()), bytes.size())))
       return e;
-    if (auto e = put(tail))
-      return e;
-    ++entries_;
-  }
+    return put(tail);
+  });
+  if (!n)
+    return n.takeError();
+  entries_ += *n;
   return llvm::Error::success();
 }
 

@@ -1034,26 +1034,29 @@ llvm::Error StageExecutor::recordAccuracy(void *frame) {
   int64_t n = s.shape[0], c = s.shape[1], inner = 1;
   for (size_t d = 2; d < s.shape.size(); ++d)
     inner *= s.shape[d];
-  std::vector<double> scores(size_t(n * c * inner));
-  if (s.dtype == ir::DType::F64) {
-    backend_.copyToHost(scores.data(), slotData(stage_.accuracyScoresSlot, frame),
-                        scores.size() * sizeof(double));
-  } else {
-    std::vector<float> f(scores.size());
-    backend_.copyToHost(f.data(), slotData(stage_.accuracyScoresSlot, frame),
-                        f.size() * sizeof(float));
-    std::copy(f.begin(), f.end(), scores.begin());
-  }
-  std::vector<int64_t> labels(size_t(n * inner));
-  if (l.dtype == ir::DType::I64) {
-    backend_.copyToHost(labels.data(), slotData(stage_.accuracyLabelsSlot, frame),
-                        labels.size() * sizeof(int64_t));
-  } else {
-    std::vector<int32_t> i32(labels.size());
-    backend_.copyToHost(i32.data(), slotData(stage_.accuracyLabelsSlot, frame),
-                        i32.size() * sizeof(int32_t));
-    std::copy(i32.begin(), i32.end(), labels.begin());
-  }
+  // A slot's elements on the host, widened: `Wide` as is, else `Narrow`.
+  auto hostCopy = [&](auto wide, auto narrow, int slot, size_t count,
+                      bool isWide) {
+    using Wide = decltype(wide);
+    using Narrow = decltype(narrow);
+    std::vector<Wide> out(count);
+    if (isWide) {
+      backend_.copyToHost(out.data(), slotData(slot, frame),
+                          count * sizeof(Wide));
+    } else {
+      std::vector<Narrow> in(count);
+      backend_.copyToHost(in.data(), slotData(slot, frame),
+                          count * sizeof(Narrow));
+      std::copy(in.begin(), in.end(), out.begin());
+    }
+    return out;
+  };
+  std::vector<double> scores =
+      hostCopy(0.0, 0.0f, stage_.accuracyScoresSlot, size_t(n * c * inner),
+               s.dtype == ir::DType::F64);
+  std::vector<int64_t> labels =
+      hostCopy(int64_t(0), int32_t(0), stage_.accuracyLabelsSlot,
+               size_t(n * inner), l.dtype == ir::DType::I64);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < inner; ++k) {
       int64_t label = labels[size_t(i * inner + k)];
