@@ -39,6 +39,9 @@ With --chunks 2: 2 ranks x 2 stages each (cleavec --stages 2 --chunks 2),
 the schedules with several stages per rank, speedups over
 interleaved-1f1b; the 4-stage split comes from an interleaved-1f1b
 profile the same way.
+With --neighbour N: N CPU-bound processes (a busy loop each) run for the
+whole benchmark, as data loading or another job would on a training
+machine; the rounds measure the schedules beside them.
 The bar: measured speedup / simulated speedup >= 0.9 for zb-h1 and
 1f1b-2bp, and measured within 10% of simulated for every schedule.
 """
@@ -156,7 +159,19 @@ def main():
     ap.add_argument("--chunks", type=int, default=1,
                     help="2: 2 ranks x 2 stages, the schedules with several stages per rank")
     ap.add_argument("--keep", help="folder to keep the plans and the profiles in")
+    ap.add_argument("--neighbour", type=int, default=0,
+                    help="CPU-bound busy processes running alongside (default 0)")
     args = ap.parse_args()
+    neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                  for _ in range(args.neighbour)]
+    try:
+        measure(args)
+    finally:
+        for p in neighbours:
+            p.kill()
+
+
+def measure(args):
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.keep or tmp
         os.makedirs(out_dir, exist_ok=True)
@@ -169,7 +184,9 @@ def main():
                       for i, a, b, f, bb, w in stages)
           + f"), {args.microbatches} microbatches of {args.microbatch_size}, 1 thread per "
           f"rank, {args.steps} steps per run, median (min..max) of {args.rounds} rounds; "
-          "each run's simulation is fed that run's own --profile")
+          "each run's simulation is fed that run's own --profile"
+          + (f"; {args.neighbour} busy neighbour process(es)" if args.neighbour else "")
+          + f"; CLEAVE_GEMM={os.environ.get('CLEAVE_GEMM', 'auto')}")
     base = bench.schedules[0]
     w = max(len(s) for s in bench.schedules)
     print(f"\n{'schedule':{w}} {'measured ms':>21} {'simulated ms':>21} {'meas/sim':>18} "
