@@ -55,8 +55,8 @@ struct PlanInfo {
 
 // How the model uses each integer input of `g` (runtime::PlanInput's
 // indexes, labels and labelShift): followed through the ops that move
-// values without computing on them (reshapes, casts, slices, pads,
-// concatenations) to a Gather's indices or a cross-entropy's labels.
+// values without computing on them (reshapes, casts, slices, pads) to a
+// Gather's indices or a cross-entropy's labels.
 std::vector<runtime::PlanInput> analyzeInputs(const ir::Graph &g);
 
 llvm::Expected<runtime::Plan>

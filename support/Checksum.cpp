@@ -1,5 +1,6 @@
 #include "support/Checksum.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace cleave::support {
@@ -37,8 +38,7 @@ void BlockChecksum::update(const void *data, size_t bytes) {
   const auto *p = static_cast<const uint8_t *>(data);
   total_ += bytes;
   while (bytes) {
-    size_t n = bytes < kChunkBytes - chunkBytes_ ? bytes
-                                                 : kChunkBytes - chunkBytes_;
+    size_t n = std::min(bytes, kChunkBytes - chunkBytes_);
     take(p, n);
     p += n;
     bytes -= n;
@@ -55,34 +55,26 @@ void BlockChecksum::zeros(uint64_t bytes) {
     return c.chunkDigest();
   }();
   total_ += bytes;
-  auto feed = [&](uint64_t n) {
-    while (n) {
-      size_t k = size_t(n < kChunkBytes - chunkBytes_ ? n
-                                                      : kChunkBytes - chunkBytes_);
-      take(zero, k);
-      n -= k;
-    }
-  };
+  // The rest of the current chunk, then whole chunks (folding one is a
+  // function of the running sum alone), then the start of the last.
   if (chunkBytes_) {
-    uint64_t k = bytes < kChunkBytes - chunkBytes_ ? bytes
-                                                   : kChunkBytes - chunkBytes_;
-    feed(k);
-    bytes -= k;
+    size_t n = size_t(std::min<uint64_t>(bytes, kChunkBytes - chunkBytes_));
+    take(zero, n);
+    bytes -= n;
   }
-  // Whole chunks: folding one is a function of the running sum alone.
   for (; bytes >= kChunkBytes; bytes -= kChunkBytes)
     folded_ = foldDigest(folded_, zeroChunk);
-  feed(bytes);
+  take(zero, size_t(bytes));
 }
 
 void BlockChecksum::take(const uint8_t *p, size_t bytes) {
   chunkBytes_ += bytes;
   if (tailBytes_) {
-    size_t take = bytes < 32 - tailBytes_ ? bytes : 32 - tailBytes_;
-    std::memcpy(tail_ + tailBytes_, p, take);
-    tailBytes_ += take;
-    p += take;
-    bytes -= take;
+    size_t n = std::min(bytes, 32 - tailBytes_);
+    std::memcpy(tail_ + tailBytes_, p, n);
+    tailBytes_ += n;
+    p += n;
+    bytes -= n;
     if (tailBytes_ < 32)
       return;
     block(tail_);

@@ -10,6 +10,7 @@
 #include "runtime/PlanFile.h"
 #include "runtime/Trainer.h"
 #include "runtime/data/DataSource.h"
+#include "support/FileIO.h"
 #include "runtime/trace/Metrics.h"
 #ifdef CLEAVE_HAVE_MPI
 #include "runtime/comm/MpiPlan.h"
@@ -498,10 +499,10 @@ int train(const tools::RunOptions &opt, const tools::Flags &flags,
   if (auto path = flags.get("log");
       path && root && trainer.firstStep() > 0 &&
       llvm::sys::fs::exists(*path)) {
-    auto earlier = llvm::MemoryBuffer::getFile(*path);
+    auto earlier = support::readFile(*path, "log", support::kMaxTextBytes);
     auto parsed = earlier ? runtime::parseMetricsJsonl((*earlier)->getBuffer())
                           : llvm::Expected<std::vector<runtime::StepMetrics>>(
-                                llvm::errorCodeToError(earlier.getError()));
+                                earlier.takeError());
     if (parsed) {
       for (const runtime::StepMetrics &m : *parsed)
         if (m.step <= trainer.firstStep())

@@ -10,7 +10,8 @@
 //              memory-mapped; a model whose inputs are integer [B, T]
 //              reads window w as token ids [w*T, w*T+T), next-token
 //              targets one token later (windowFills says which input
-//              gets what), as nanoGPT and Megatron's indexed datasets do. Sample k is window k mod W
+//              gets what), as nanoGPT and Megatron's indexed datasets
+//              do. Sample k is window k mod W
 //              (W = (count - 1) / T windows) in order, or, shuffled
 //              (setShuffle), window perm_e(k mod W) of epoch e = k / W: a
 //              seeded permutation of the W windows per epoch, a function of
