@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ir/Graph.h"
+#include "ir/Printer.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseSet.h"
@@ -128,6 +129,10 @@ struct PipelineOptions {
   std::vector<std::string> dumpAfter;
   bool verifyEach = true;
   llvm::raw_ostream *dumpStream = &llvm::errs();
+  ir::PrintOptions print; // how dumps print (planning modules too)
+  // Planning passes' errors start "pass NAME: " (cleave-opt); cleavec's
+  // user sees the message alone.
+  bool planningErrorsNamePass = true;
   PassContext context;
 };
 

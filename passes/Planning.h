@@ -43,15 +43,14 @@ struct PlanningOptions {
   std::string deviceProfile = "cpu";
   std::vector<std::string> splitAt;
   std::optional<unsigned> layerDepth; // unset: found (passes/Layers.h)
+  // Bytes the partition keeps free below --mem-cap: set by the pass manager
+  // when it plans again because laying out the frames overshot the cap.
+  int64_t capMargin = 0;
 };
 
-struct PipelineModule {
-  explicit PipelineModule(ir::Graph &g, PlanningOptions o = {})
-      : graph(g), options(std::move(o)) {}
-
-  ir::Graph &graph; // the training graph; its ops carry the stage tags
-  PlanningOptions options;
-
+// What the planning passes make. Apart from PipelineModule so that the pass
+// manager can replace all of it at once with a plan made again.
+struct PlanResults {
   // From `partition` (or rebuilt from the tags): the split, and the stages
   // per rank it was made for.
   std::optional<PartitionResult> partition;
@@ -80,6 +79,18 @@ struct PipelineModule {
   std::string memoryWarning;
   int memoryRefits = 0; // partitions made again under a tighter cap
 
+  // Set by a pass that asks the pass manager to plan again from `partition`
+  // with this capMargin (plan-memory, when the layout's gaps overshoot).
+  std::optional<int64_t> replanMargin;
+};
+
+struct PipelineModule : PlanResults {
+  explicit PipelineModule(ir::Graph &g, PlanningOptions o = {})
+      : graph(g), options(std::move(o)) {}
+
+  ir::Graph &graph; // the training graph; its ops carry the stage tags
+  PlanningOptions options;
+
   // Stages in all (ranks x chunks), once partitioned.
   int stageCount() const {
     return partition ? int(partition->stages.size()) : 0;
@@ -98,6 +109,28 @@ llvm::Error partitionPass(PipelineModule &m);
 llvm::Error schedulePass(PipelineModule &m);
 llvm::Error splitStagesPass(PipelineModule &m);
 llvm::Error planMemoryPass(PipelineModule &m);
+
+// The planning pass manager: runs `passes` in order on `m`; after each, the
+// module verifier (unless opts.verifyEach is off) and the dump when
+// opts.dumpAfter names the pass. When a pass asks to plan again
+// (replanMargin), the passes from `partition` through it run again on a
+// fresh module with that margin, at most three times, and the plan made
+// last that succeeds replaces the module's (a failure keeps the one before).
+// Errors name the pass.
+llvm::Error runPlanningPasses(PipelineModule &m,
+                              llvm::ArrayRef<PlanningPassInfo> passes,
+                              const PipelineOptions &opts);
+// The same, by name; unknown names are refused with the list.
+llvm::Error runPlanningPasses(PipelineModule &m,
+                              llvm::ArrayRef<std::string> names,
+                              const PipelineOptions &opts);
+
+// The module's invariants beyond the IR verifier's: every op tagged with a
+// stage of the partition (and the one it says), forward values flowing to
+// the same or later stages only, one verified graph per stage after
+// split-stages, the schedule valid for the partition's costs and cap, and
+// one memory row per stage.
+llvm::Error verifyModule(const PipelineModule &m);
 
 // The rank of each stage in the module's schedule.
 int rankOfStage(const PipelineModule &m, int stage);

@@ -1,5 +1,7 @@
 #include "tools/PipelinePlanning.h"
 
+#include "passes/Pipelines.h"
+
 #include "passes/Partition.h"
 #include "passes/Stages.h"
 #include "passes/schedule/Generators.h"
@@ -144,11 +146,14 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
 }
 
 llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
-                                            const PlanningRequest &req) {
+                                            const PlanningRequest &req,
+                                            const passes::PipelineOptions &opts) {
   passes::PipelineModule m(g, req);
-  for (const passes::PlanningPassInfo &p : passes::planningPasses())
-    if (auto e = p.run(m))
-      return std::move(e);
+  passes::PipelineOptions quiet = opts;
+  quiet.planningErrorsNamePass = false;
+  if (auto e = passes::runPlanningPasses(
+          m, passes::passNames(passes::planningPipeline()), quiet))
+    return std::move(e);
   const passes::PartitionResult *part = &*m.partition;
   const sched::Schedule *schedule = &*m.schedule;
   const sched::SimResult *sim = &*m.sim;
@@ -218,10 +223,10 @@ llvm::Expected<std::string> compareSchedules(ir::Graph &g,
     if (name != "auto" && !sched::isChunkedSchedule(name))
       o.chunks = 0;
     passes::PipelineModule m(g, o);
-    llvm::Error err = llvm::Error::success();
-    err = passes::partitionPass(m);
-    if (!err)
-      err = passes::schedulePass(m);
+    passes::PipelineOptions quiet;
+    quiet.planningErrorsNamePass = false;
+    llvm::Error err = passes::runPlanningPasses(
+        m, passes::planningPasses().take_front(2), quiet);
     if (!header) {
       os << llvm::formatv("{0,-28} {1,-7} {2,12} {3,12} {4,8} {5,14}\n",
                           "schedule", "P x V", "step", "steady", "bubble",

@@ -52,10 +52,12 @@ struct PlanningResult {
 };
 
 // Runs the planning passes partition, schedule, split-stages and
-// plan-memory on `g` (which keeps the stage tags) and renders what the
-// request asks for.
-llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
-                                            const PlanningRequest &req);
+// plan-memory on `g` (which keeps the stage tags) through the pass manager
+// (verify-each and dumps as `opts` says) and renders what the request asks
+// for.
+llvm::Expected<PlanningResult>
+planPipeline(ir::Graph &g, const PlanningRequest &req,
+             const passes::PipelineOptions &opts = {});
 
 // cleavec --compare-schedules: every named schedule partitioned and
 // simulated for `req` (its --schedule aside), one table row each: ranks x

@@ -45,6 +45,22 @@ std::string escapeControls(llvm::StringRef text) {
   return out;
 }
 
+std::string wrapText(llvm::StringRef text, unsigned indent, unsigned width) {
+  std::string out, line;
+  llvm::SmallVector<llvm::StringRef, 32> words;
+  text.split(words, ' ', -1, false);
+  for (llvm::StringRef w : words) {
+    if (!line.empty() && indent + line.size() + 1 + w.size() > width) {
+      out += std::string(indent, ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w.str();
+  }
+  if (!line.empty())
+    out += std::string(indent, ' ') + line;
+  return out;
+}
+
 int fail(const std::string &tool, const std::string &message, int code) {
   // Keep the promise of one line: names from files and flags may hold a
   // newline, a carriage return or a terminal escape.

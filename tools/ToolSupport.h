@@ -21,6 +21,10 @@ namespace cleave::tools {
 
 enum ExitCode { kOk = 0, kBadInput = 1, kUsage = 2 };
 
+// `text` in lines of at most `width` columns, each indented by `indent`
+// spaces (the last without a newline), for --help.
+std::string wrapText(llvm::StringRef text, unsigned indent, unsigned width);
+
 // Prints `<tool>: error: <message>` on one line and returns `code`. Control
 // characters in the message are escaped (escapeControls).
 int fail(const std::string &tool, const std::string &message, int code);

@@ -255,15 +255,9 @@ static int toolMain(int argc, char **argv) {
                   tools::kBadInput);
   if (planning) {
     passes::PipelineModule module(**graph, *planning);
-    for (const std::string &name : planningNames) {
-      if (auto e = passes::lookupPlanningPass(name)->run(module))
-        return fail(kTool, "pass " + name + ": " + llvm::toString(std::move(e)),
-                    tools::kBadInput);
-      if (passes::wantsDump(pipe, name)) {
-        llvm::errs() << "// -----// IR after " << name << " //----- //\n";
-        passes::printModule(module, llvm::errs(), print);
-      }
-    }
+    pipe.print = print;
+    if (auto e = passes::runPlanningPasses(module, planningNames, pipe))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
     if (!module.memoryWarning.empty())
       llvm::errs() << kTool << ": warning: " << module.memoryWarning << "\n";
     std::string text;

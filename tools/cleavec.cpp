@@ -11,6 +11,8 @@
 #include "ir/Verifier.h"
 #include "passes/Partition.h"
 #include "passes/Pass.h"
+#include "passes/Pipelines.h"
+#include "passes/Planning.h"
 #include "runtime/PlanFile.h"
 #include "support/TrustedPaths.h"
 #include "tools/PipelinePlanning.h"
@@ -91,11 +93,7 @@ shapes:
 inspection:
   --dump-ir-after=PASS|all
                          print the IR to stderr after PASS (repeatable):
-                         import, remove-identity, recognize-gelu,
-                         recognize-rms-norm, matmul-to-gemm, dce,
-                         mixed-precision, then for training autodiff,
-                         split-backward,
-                         verify-2bp, optimizer
+%PASSES%; the verifier runs after every pass
   --compare-schedules    with --stages: partition and simulate every
                          schedule (one row each: ranks x stages per rank,
                          predicted step and steady-state period, worst
@@ -107,23 +105,6 @@ inspection:
 
 exit status: 0 success, 1 bad input (model, data), 2 bad usage.
 )";
-
-// The passes cleavec runs after import, each with why it is there.
-static const std::vector<std::string> kPipeline = {
-    "remove-identity", // exporters emit Identity copies that carry no work
-    "recognize-gelu",  // GELU exported as 5 to 8 elementwise ops: one Gelu
-    "recognize-rms-norm", // Llama's RMSNorm as 7 ops: one RMSNormalization
-    "matmul-to-gemm",  // nn.Linear: no copy of W^T, its gradient, the bias
-    "dce",             // drop what no output needs (unused folded results)
-    "mixed-precision", // --precision bf16: products in bf16 (a no-op for f32)
-};
-// Then, for a model with a loss:
-static const std::vector<std::string> kTrainingPipeline = {
-    "autodiff",       // the backward graph: loss and one gradient per param
-    "split-backward", // 2BP: B and W parts, tags, the stash
-    "verify-2bp",     // the tags hold against the dependencies
-    "optimizer",      // the update of every trainable parameter
-};
 
 // Train when asked to, or when the model's only output is a float scalar.
 static bool wantsTraining(const ir::Graph &g, const tools::Flags &flags) {
@@ -139,6 +120,8 @@ static bool wantsTraining(const ir::Graph &g, const tools::Flags &flags) {
 static std::string helpText() {
   std::string h = kHelp;
   h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
+  h.replace(h.find("%PASSES%"), 8,
+            tools::wrapText(passes::describeCompilePipeline(), 25, 79));
   h.replace(h.find("%PLANNING%"), 10,
             tools::kPlanningHelp +
                 tools::allowLargeHelp({tools::LargeBound::Workers,
@@ -274,21 +257,21 @@ static int toolMain(int argc, char **argv) {
                 tools::kUsage);
   pipe.dumpAfter = flags.getAll("dump-ir-after");
   for (const std::string &d : pipe.dumpAfter)
-    if (d != "all" && d != "import" && d != "verify-2bp" &&
-        std::find(kPipeline.begin(), kPipeline.end(), d) == kPipeline.end() &&
-        std::find(kTrainingPipeline.begin(), kTrainingPipeline.end(), d) ==
-            kTrainingPipeline.end())
+    if (d != "all" && !passes::inCompilePipeline(d))
       return fail(kTool,
                   "--dump-ir-after names '" + d +
-                      "', which is not in cleavec's pipeline (import, "
-                      "remove-identity, recognize-gelu, recognize-rms-norm, "
-                      "matmul-to-gemm, dce, "
-                      "mixed-precision, "
-                      "autodiff, "
-                      "split-backward, "
-                      "verify-2bp, optimizer, or all)",
+                      "', which is not in cleavec's pipeline (" +
+                      passes::describeCompilePipeline() + "; or all)",
                   tools::kUsage);
 
+  if (!planning)
+    for (const std::string &d : pipe.dumpAfter)
+      if (passes::lookupPlanningPass(d))
+        return fail(kTool,
+                    "--dump-ir-after=" + d +
+                        " is a planning pass: it goes with --stages, "
+                        "--schedule or -o FILE.cplan",
+                    tools::kUsage);
   if (auto e = tools::checkOutputs(flags, {"o", "timeline", "report"}))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
   auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
@@ -315,7 +298,9 @@ static int toolMain(int argc, char **argv) {
     if (auto e = passes::addLoss(**graph, addLoss->kind, addLoss->output,
                                  addLoss->target))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-  std::vector<std::string> pipeline = kPipeline;
+  std::vector<std::string> pipeline = passes::passNames(passes::graphPipeline());
+  std::vector<std::string> trainingPasses =
+      passes::passNames(passes::trainingPipeline());
   bool training = wantsTraining(**graph, flags);
   if (planning && !training)
     return fail(kTool,
@@ -327,8 +312,8 @@ static int toolMain(int argc, char **argv) {
                 "the loss with --loss or add one with --add-loss",
                 tools::kUsage);
   if (training) {
-    pipeline.insert(pipeline.end(), kTrainingPipeline.begin(),
-                    kTrainingPipeline.end());
+    pipeline.insert(pipeline.end(), trainingPasses.begin(),
+                    trainingPasses.end());
   } else if (!flags.has("inference")) {
     // Flags that only mean something for training must not pass silently.
     for (const char *f : {"freeze", "trainable", "optimizer", "lr", "momentum", "nesterov",
@@ -341,8 +326,9 @@ static int toolMain(int argc, char **argv) {
                         "add one with --add-loss",
                     tools::kUsage);
     for (const std::string &d : pipe.dumpAfter)
-      if (std::find(kTrainingPipeline.begin(), kTrainingPipeline.end(), d) !=
-          kTrainingPipeline.end())
+      if (std::find(trainingPasses.begin(), trainingPasses.end(), d) !=
+              trainingPasses.end() ||
+          passes::lookupPlanningPass(d))
         return fail(kTool,
                     "--dump-ir-after=" + d +
                         ": this model gets no training graph (its outputs "
@@ -373,7 +359,8 @@ static int toolMain(int argc, char **argv) {
            0.0))
     out += tools::decayGroupsText(**graph, topts);
   if (planning) {
-    auto plan = tools::planPipeline(**graph, *planning);
+    pipe.print = print;
+    auto plan = tools::planPipeline(**graph, *planning, pipe);
     if (!plan)
       return fail(kTool, llvm::toString(plan.takeError()), tools::kBadInput);
     if (planOut) {

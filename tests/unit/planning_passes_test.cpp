@@ -60,8 +60,7 @@ void expectReparsedModuleAgrees(PlanningOptions o) {
   auto g = gptTraining();
   ASSERT_TRUE(g);
   PipelineModule whole(*g, o);
-  for (const PlanningPassInfo &p : planningPasses())
-    ASSERT_FALSE(bool(p.run(whole))) << p.name;
+  ASSERT_FALSE(bool(runPlanningPasses(whole, planningPasses(), {})));
 
   auto g2 = gptTraining();
   ASSERT_TRUE(g2);
@@ -187,8 +186,7 @@ TEST(PlanningPasses, PlanMemoryPeaksAreThePlansPeaks) {
     o.microbatches = 4;
     o.schedule = c.schedule;
     PipelineModule m(**g, o);
-    for (const PlanningPassInfo &p : planningPasses())
-      ASSERT_FALSE(bool(p.run(m))) << p.name;
+    ASSERT_FALSE(bool(runPlanningPasses(m, planningPasses(), {})));
     codegen::PlanInfo info;
     info.lossName = (*g)->outputs()[0]->name();
     info.optimizer = c.optimizer;
@@ -214,3 +212,106 @@ TEST(PlanningPasses, PlanMemoryPeaksAreThePlansPeaks) {
 }
 
 } // namespace
+
+// The pass manager's verifier catches a planning pass that breaks the
+// module: a planted pass that moves an op to a later stage (behind the
+// partition's back, or with it so that a forward value flows backwards),
+// or one that puts a B before its F.
+namespace {
+
+llvm::Error retagBehindPartition(PipelineModule &m) {
+  for (const auto &op : m.graph.ops())
+    if (op->phase() == ir::Phase::Fwd && op->stage() == 0) {
+      op->setStage(1);
+      break;
+    }
+  return llvm::Error::success();
+}
+
+llvm::Error moveFirstForwardOpLast(PipelineModule &m) {
+  // The first forward op of stage 0 whose result another forward op of
+  // stage 0 reads goes to the last stage, in the partition too.
+  auto readInStageZero = [](const ir::Value *v) {
+    for (const ir::Use &u : v->uses())
+      if (u.user->phase() == ir::Phase::Fwd && u.user->stage() == 0)
+        return true;
+    return false;
+  };
+  for (const auto &op : m.graph.ops())
+    if (op->phase() == ir::Phase::Fwd && op->stage() == 0 &&
+        !op->results().empty() && readInStageZero(op->results()[0])) {
+      op->setStage(m.stageCount() - 1);
+      m.partition->stageOfOp[op.get()] = m.stageCount() - 1;
+      break;
+    }
+  return llvm::Error::success();
+}
+
+llvm::Error backwardFirst(PipelineModule &m) {
+  auto &acts = m.schedule->actions[0];
+  auto f = std::find_if(acts.begin(), acts.end(), [](const auto &a) {
+    return a.kind == schedule::ActionKind::F;
+  });
+  auto b = std::find_if(acts.begin(), acts.end(), [&](const auto &a) {
+    return (a.kind == schedule::ActionKind::B ||
+            a.kind == schedule::ActionKind::BW) &&
+           a.microbatch == f->microbatch;
+  });
+  std::iter_swap(f, b);
+  return llvm::Error::success();
+}
+
+std::string plantedError(PlanningPassFn planted, const char *name,
+                         bool afterSchedule) {
+  auto g = gptTraining();
+  if (!g)
+    return "no graph";
+  PlanningOptions o;
+  o.stages = 2;
+  o.stagesGiven = true;
+  o.microbatches = 4;
+  PipelineModule m(*g, o);
+  std::vector<PlanningPassInfo> passes = {planningPasses()[0]};
+  if (afterSchedule)
+    passes.push_back(planningPasses()[1]);
+  passes.push_back({name, "planted", planted});
+  llvm::Error e = runPlanningPasses(m, passes, {});
+  return e ? llvm::toString(std::move(e)) : "";
+}
+
+} // namespace
+
+TEST(PlanningPasses, VerifyEachCatchesAPassThatBreaksAStageTag) {
+  std::string behind = plantedError(retagBehindPartition, "retag", false);
+  EXPECT_NE(behind.find("invalid after pass retag"), std::string::npos)
+      << behind;
+  EXPECT_NE(behind.find("but the partition puts it in stage 0"),
+            std::string::npos)
+      << behind;
+  std::string flow = plantedError(moveFirstForwardOpLast, "move-op", false);
+  EXPECT_NE(flow.find("invalid after pass move-op"), std::string::npos)
+      << flow;
+  EXPECT_NE(flow.find("made in the later stage 1"), std::string::npos)
+      << flow;
+}
+
+TEST(PlanningPasses, VerifyEachCatchesAPassThatBreaksTheSchedule) {
+  std::string e = plantedError(backwardFirst, "b-first", true);
+  EXPECT_NE(e.find("invalid after pass b-first: schedule"), std::string::npos)
+      << e;
+}
+
+TEST(PlanningPasses, NoVerifyEachLetsThePlantedPassThrough) {
+  auto g = gptTraining();
+  ASSERT_TRUE(g);
+  PlanningOptions o;
+  o.stages = 2;
+  o.stagesGiven = true;
+  PipelineModule m(*g, o);
+  PipelineOptions opts;
+  opts.verifyEach = false;
+  std::vector<PlanningPassInfo> passes = {
+      planningPasses()[0], {"retag", "planted", retagBehindPartition}};
+  EXPECT_FALSE(bool(runPlanningPasses(m, passes, opts)));
+  EXPECT_TRUE(bool(verifyModule(m)));
+}
