@@ -213,8 +213,12 @@ llvm::Expected<runtime::StagePlan> StageLowering::run() {
       in.kind = InstrKind::Kernel;
       in.op = op->kind();
       in.attrs = op->attrs();
+      // A recomputed op draws what its original drew (passes/Recompute.h).
+      auto of = op->attrs().find(ir::kRecomputeOfAttr);
       const std::string &key =
-          op->numResults() ? op->result()->name() : op->loc();
+          of != op->attrs().end() ? of->second.getString()
+          : op->numResults()      ? op->result()->name()
+                                  : op->loc();
       in.seedSalt = runtime::fnv1a64(key.data(), key.size());
     }
     stage_.programs[int(planPhase(op->phase()))].push_back(std::move(in));

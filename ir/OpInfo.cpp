@@ -196,6 +196,8 @@ const std::vector<int64_t> &TypeQuery::getInts(std::string_view n) const {
 llvm::Error checkAttributes(const OpInfo &info, const AttrMap &attrs) {
   for (const auto &[name, value] : attrs) {
     const AttrSpec *spec = info.findAttr(name);
+    if (name == kRecomputeOfAttr && value.kind() == AttrKind::String)
+      continue;
     if (!spec)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),

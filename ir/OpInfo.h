@@ -156,6 +156,10 @@ llvm::Expected<std::vector<TensorType>>
 inferResultTypes(OpKind kind, llvm::ArrayRef<TensorType> operands,
                  const AttrMap &attrs, unsigned numResults);
 
+// Every op may carry `recompute_of = "<value>"`: it is a clone, in the
+// backward, of the forward op that made <value> (passes/Recompute.h).
+inline constexpr std::string_view kRecomputeOfAttr = "recompute_of";
+
 // Checks an AttrMap against the op's spec: no unknown names, required ones
 // present, kinds right.
 llvm::Error checkAttributes(const OpInfo &info, const AttrMap &attrs);

@@ -597,13 +597,15 @@ llvm::Error Parser::parseOp(Phase phase, int stage) {
       if (!attrName)
         return attrName.takeError();
       const AttrSpec *spec = info.findAttr(*attrName);
-      if (!spec)
+      // Every op may carry recompute_of (ir/OpInfo.h).
+      bool recomputeOf = *attrName == kRecomputeOfAttr;
+      if (!spec && !recomputeOf)
         return error("op " + opName + " has no attribute '" + *attrName + "'");
       if (attrs.count(*attrName))
         return error("attribute '" + *attrName + "' is given twice");
       if (auto e = expect("="))
         return e;
-      auto value = parseAttrValue(spec->kind);
+      auto value = parseAttrValue(spec ? spec->kind : AttrKind::String);
       if (!value)
         return value.takeError();
       attrs.emplace(*attrName, std::move(*value));

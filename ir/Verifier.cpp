@@ -1,5 +1,6 @@
 #include "ir/Verifier.h"
 
+#include "ir/OpInfo.h"
 #include "ir/Printer.h"
 #include "ir/TypeRules.h"
 
@@ -59,6 +60,19 @@ llvm::Error verifyGraph(const Graph &g) {
                     " is out of sync");
       operandTypes.push_back(v->type());
     }
+    // A recomputed op runs in the backward, and only the backward reads it.
+    bool clone = op.attrs().count(kRecomputeOfAttr);
+    if (clone && op.phase() != Phase::B && op.phase() != Phase::W)
+      return fail(op.describe() + ": a recomputed op (" +
+                  std::string(kRecomputeOfAttr) + ") must be B or W, not " +
+                  std::string(phaseName(op.phase())));
+    if (op.phase() == Phase::Fwd)
+      for (const Value *v : op.operands())
+        if (v->definingOp() &&
+            v->definingOp()->attrs().count(kRecomputeOfAttr))
+          return fail(op.describe() + ": a forward op reads " +
+                      valueRef(v->name()) +
+                      ", which the backward recomputes");
     auto types = inferResultTypes(op.kind(), operandTypes, op.attrs(),
                                   op.numResults());
     if (!types)

@@ -22,6 +22,7 @@ static const PipelineStep kTraining[] = {
 };
 
 static const PipelineStep kPlanning[] = {
+    {"recompute", "--recompute: values made again in the backward, not held"},
     {"partition", "stages of whole layers, every op tagged with its stage"},
     {"schedule", "every rank's F, B and W actions, checked and simulated"},
     {"split-stages", "one graph per stage, Send and Recv where values cross"},

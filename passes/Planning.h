@@ -15,6 +15,7 @@
 #include "ir/Printer.h"
 #include "passes/Partition.h"
 #include "passes/Pass.h"
+#include "passes/Recompute.h"
 #include "passes/schedule/Schedule.h"
 #include "passes/schedule/Simulator.h"
 
@@ -46,11 +47,20 @@ struct PlanningOptions {
   // Bytes the partition keeps free below --mem-cap: set by the pass manager
   // when it plans again because laying out the frames overshot the cap.
   int64_t capMargin = 0;
+  // --recompute: none | selective | full for every layer, or auto: the
+  // partition weighs all three under --mem-cap (none without a cap).
+  std::string recompute = "auto";
 };
 
 // What the planning passes make. Apart from PipelineModule so that the pass
 // manager can replace all of it at once with a plan made again.
 struct PlanResults {
+  // From `recompute` (or `partition` choosing for --recompute=auto): the
+  // policy the graph was rewritten with ("" when never rewritten) and what
+  // it cloned (passes/Recompute.h).
+  std::string recompute;
+  RecomputeStats recomputeStats;
+
   // From `partition` (or rebuilt from the tags): the split, and the stages
   // per rank it was made for.
   std::optional<PartitionResult> partition;
@@ -105,6 +115,7 @@ llvm::ArrayRef<PlanningPassInfo> planningPasses();
 const PlanningPassInfo *lookupPlanningPass(std::string_view name);
 
 // The passes, in the order cleavec runs them.
+llvm::Error recomputePass(PipelineModule &m);
 llvm::Error partitionPass(PipelineModule &m);
 llvm::Error schedulePass(PipelineModule &m);
 llvm::Error splitStagesPass(PipelineModule &m);

@@ -30,7 +30,7 @@ std::vector<Flags::Spec> planningFlagSpecs() {
           {"mem-cap", true, false},      {"cost-model", true, false},
           {"device-profile", true, false}, {"split-at", true, false},
           {"layer-depth", true, false},  {"timeline", true, true},
-          {"report", true, false}};
+          {"report", true, false},       {"recompute", true, false}};
 }
 
 const char kPlanningHelp[] = R"(pipeline (needs a training graph):
@@ -53,6 +53,17 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
   --device-profile=cpu|h200|a100
                          the device the analytic cost model times (its
                          FLOP rates and memory bandwidth; default cpu)
+  --recompute=none|selective|full|auto
+                         forward values the backward reads, made again in
+                         the backward instead of held from the forward, on
+                         every layer: none; selective (what cheap ops make:
+                         everything but the matrix products and
+                         convolutions, whose results are kept); full (only
+                         each layer's input is kept). Same bits as none,
+                         less memory, more time. auto (default): with
+                         --mem-cap the planner weighs the three with every
+                         split and takes the fastest that fits; without a
+                         cap, none
   --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
   --layer-depth=N        module-path components per layer (default: the
                          shallowest depth with repeated blocks, such as
@@ -118,6 +129,12 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
                             &support::SizeLimits::workers, "stages"))
       return std::move(e);
     req.chunks = int(*n);
+  }
+  if (auto r = flags.get("recompute")) {
+    if (*r != "auto" && !passes::parseRecomputePolicy(*r))
+      return usage("--recompute must be none, selective, full or auto, not '" +
+                   *r + "'");
+    req.recompute = *r;
   }
   if (auto c = flags.get("mem-cap")) {
     auto bytes = passes::parseByteSize(*c);
@@ -226,7 +243,8 @@ llvm::Expected<std::string> compareSchedules(ir::Graph &g,
     passes::PipelineOptions quiet;
     quiet.planningErrorsNamePass = false;
     llvm::Error err = passes::runPlanningPasses(
-        m, passes::planningPasses().take_front(2), quiet);
+        m, std::vector<std::string>{"recompute", "partition", "schedule"},
+        quiet);
     if (!header) {
       os << llvm::formatv("{0,-28} {1,-7} {2,12} {3,12} {4,8} {5,14}\n",
                           "schedule", "P x V", "step", "steady", "bubble",

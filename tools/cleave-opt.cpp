@@ -57,8 +57,8 @@ result as cleave IR text.
   --list-passes          list the passes and exit
   -h, --help             show this help
 
-Pipeline planning passes (partition, schedule, split-stages, plan-memory)
-run after the graph passes, on a training graph. `partition` tags every op
+Pipeline planning passes (recompute, partition, schedule, split-stages,
+plan-memory) run after the graph passes, on a training graph. `partition` tags every op
 with its stage ([s] before the op); a pass run on tagged IR rebuilds what
 it needs from the tags, so each planning pass runs alone on the output of
 the one before it. The planning figures follow the IR as // comments;
@@ -68,7 +68,8 @@ graph, and plan-memory adds each stage's frames and each rank's peak.
 pipeline (with the planning passes; cleavec --help says what each does):
   --stages=P, --schedule=NAME, --chunks=V, --mem-cap=SIZE,
   --cost-model=analytic|uniform|profile:FILE, --device-profile=NAME,
-  --split-at=LAYER,..., --layer-depth=N
+  --split-at=LAYER,..., --layer-depth=N,
+  --recompute=none|selective|full|auto
 )";
 
 static const char kExitStatus[] =
@@ -193,8 +194,8 @@ static int toolMain(int argc, char **argv) {
         return fail(kTool,
                     "--" + p.name +
                         " is a pipeline flag: it goes with the planning "
-                        "passes (partition, schedule, split-stages, "
-                        "plan-memory)",
+                        "passes (recompute, partition, schedule, "
+                        "split-stages, plan-memory)",
                     tools::kUsage);
   }
   passes::PipelineOptions pipe;

@@ -18,6 +18,11 @@ namespace cleave::passes {
 using namespace planning;
 
 static const PlanningPassInfo kPlanningPasses[] = {
+    {"recompute",
+     "with --recompute none, selective or full: make forward values the "
+     "backward reads again in the backward (clones named <value>.rc) "
+     "instead of holding them; auto leaves the choice to partition",
+     recomputePass},
     {"partition",
      "cut the training graph into --stages x --chunks stages of whole "
      "layers (searched under --mem-cap, or --split-at) and tag every op "
@@ -202,9 +207,24 @@ llvm::Error runPlanningPasses(PipelineModule &m,
   return runPlanningPasses(m, passes, opts);
 }
 
+// What recomputation the plan has, one line.
+static std::string recomputeSummary(const PipelineModule &m) {
+  const RecomputeStats &st = m.recomputeStats;
+  if (m.recompute == "none" || !st.clonedOps)
+    return "recompute: none (every value the backward reads is held from "
+           "the forward)\n";
+  return llvm::formatv("recompute: {0} on every layer ({1} op(s) run again "
+                       "in the backward, {2} made again per microbatch)\n",
+                       m.recompute, st.clonedOps,
+                       formatBytes(st.clonedBytes))
+      .str();
+}
+
 std::string planningSummary(const PipelineModule &m) {
   std::string text;
   llvm::raw_string_ostream os(text);
+  if (!m.recompute.empty())
+    os << recomputeSummary(m);
   if (m.partition) {
     printStageTable(*m.partition, os);
     os << m.layerHint;

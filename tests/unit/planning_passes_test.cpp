@@ -8,6 +8,8 @@
 #include "ir/Printer.h"
 #include "passes/Pass.h"
 #include "passes/Planning.h"
+#include "passes/Recompute.h"
+#include "ir/Verifier.h"
 #include "passes/schedule/ScheduleCsv.h"
 
 #include <gtest/gtest.h>
@@ -271,9 +273,9 @@ std::string plantedError(PlanningPassFn planted, const char *name,
   o.stagesGiven = true;
   o.microbatches = 4;
   PipelineModule m(*g, o);
-  std::vector<PlanningPassInfo> passes = {planningPasses()[0]};
+  std::vector<PlanningPassInfo> passes = {*lookupPlanningPass("partition")};
   if (afterSchedule)
-    passes.push_back(planningPasses()[1]);
+    passes.push_back(*lookupPlanningPass("schedule"));
   passes.push_back({name, "planted", planted});
   llvm::Error e = runPlanningPasses(m, passes, {});
   return e ? llvm::toString(std::move(e)) : "";
@@ -311,7 +313,36 @@ TEST(PlanningPasses, NoVerifyEachLetsThePlantedPassThrough) {
   PipelineOptions opts;
   opts.verifyEach = false;
   std::vector<PlanningPassInfo> passes = {
-      planningPasses()[0], {"retag", "planted", retagBehindPartition}};
+      *lookupPlanningPass("partition"), {"retag", "planted", retagBehindPartition}};
   EXPECT_FALSE(bool(runPlanningPasses(m, passes, opts)));
   EXPECT_TRUE(bool(verifyModule(m)));
+}
+
+// Recomputation is undone exactly: applying a policy and stripping it
+// gives the graph back, text for text; applying it twice over a strip
+// gives the same clones.
+TEST(Recompute, StripGivesTheGraphBack) {
+  auto g = gptTraining();
+  ASSERT_TRUE(g);
+  std::string before = ir::printGraph(*g);
+  auto layers = groupLayers(*g, {});
+  ASSERT_TRUE(bool(layers)) << llvm::toString(layers.takeError());
+  for (RecomputePolicy p : {RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    RecomputeStats st = applyRecomputation(*g, p, *layers);
+    EXPECT_GT(st.clonedOps, 0) << recomputePolicyName(p);
+    EXPECT_TRUE(hasRecomputation(*g));
+    EXPECT_FALSE(bool(ir::verifyGraph(*g)));
+    std::string once = ir::printGraph(*g);
+    EXPECT_EQ(stripRecomputation(*g), st.clonedOps);
+    EXPECT_FALSE(hasRecomputation(*g));
+    EXPECT_EQ(ir::printGraph(*g), before) << recomputePolicyName(p);
+    applyRecomputation(*g, p, *layers);
+    EXPECT_EQ(ir::printGraph(*g), once);
+    stripRecomputation(*g);
+  }
+  // Full makes more again than selective.
+  RecomputeStats sel = applyRecomputation(*g, RecomputePolicy::Selective, *layers);
+  stripRecomputation(*g);
+  RecomputeStats full = applyRecomputation(*g, RecomputePolicy::Full, *layers);
+  EXPECT_GT(full.clonedOps, sel.clonedOps);
 }
