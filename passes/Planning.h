@@ -60,6 +60,10 @@ struct PlanResults {
   // it cloned (passes/Recompute.h).
   std::string recompute;
   RecomputeStats recomputeStats;
+  // When partition chose a policy per stage ("per stage"): each stage's,
+  // and what each stage weighed (its peak and time under every policy).
+  std::vector<std::string> recomputeByStage;
+  std::string recomputeTable;
 
   // From `partition` (or rebuilt from the tags): the split, and the stages
   // per rank it was made for.

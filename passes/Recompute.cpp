@@ -45,7 +45,7 @@ bool hasRecomputation(const ir::Graph &g) {
 }
 
 // Whether the policy makes `op`'s results again rather than keeping them.
-static bool recomputable(const Op &op, RecomputePolicy policy) {
+static bool recomputable(const Op &op, const RecomputeChoice &choice) {
   if (op.phase() != Phase::Fwd || op.attrs().count(kRecomputeOf))
     return false;
   switch (op.kind()) {
@@ -55,6 +55,7 @@ static bool recomputable(const Op &op, RecomputePolicy policy) {
   default:
     break;
   }
+  RecomputePolicy policy = choice(op);
   if (policy == RecomputePolicy::Full)
     return true;
   return policy == RecomputePolicy::Selective &&
@@ -64,7 +65,7 @@ static bool recomputable(const Op &op, RecomputePolicy policy) {
 // Clones, in `phase`'s program, what the readers of that phase read from
 // their own layer and the policy makes again; each clone right before the
 // first reader (or reader's clone) of that phase, in program order.
-static void cloneForPhase(ir::Graph &g, RecomputePolicy policy,
+static void cloneForPhase(ir::Graph &g, const RecomputeChoice &policy,
                           const Layering &layers, Phase phase,
                           RecomputeStats &stats) {
   llvm::DenseMap<const Op *, size_t> position;
@@ -151,9 +152,15 @@ static void cloneForPhase(ir::Graph &g, RecomputePolicy policy,
 
 RecomputeStats applyRecomputation(ir::Graph &g, RecomputePolicy policy,
                                   const Layering &layers) {
-  RecomputeStats stats;
   if (policy == RecomputePolicy::None)
-    return stats;
+    return {};
+  return applyRecomputation(
+      g, [policy](const Op &) { return policy; }, layers);
+}
+
+RecomputeStats applyRecomputation(ir::Graph &g, const RecomputeChoice &policy,
+                                  const Layering &layers) {
+  RecomputeStats stats;
   // W work is deferred past other microbatches' B in the 2BP schedules:
   // what W reads is made again in W rather than held from B's clones, so
   // between B and W a layer holds its input and its output gradients.

@@ -22,6 +22,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,10 @@ struct RecomputeStats {
 // split-backward; stage tags, when set, carry over to the clones). The
 // stash is recomputed. Idempotent only after stripRecomputation.
 RecomputeStats applyRecomputation(ir::Graph &g, RecomputePolicy policy,
+                                  const Layering &layers);
+// The same with a policy per forward op (what its layer or stage gets).
+using RecomputeChoice = std::function<RecomputePolicy(const ir::Op &)>;
+RecomputeStats applyRecomputation(ir::Graph &g, const RecomputeChoice &policy,
                                   const Layering &layers);
 
 // Undoes applyRecomputation: every reader of a clone reads the original

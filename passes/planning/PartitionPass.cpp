@@ -5,6 +5,7 @@
 #include "passes/planning/PlanningSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 
@@ -34,6 +35,97 @@ static std::string coarseLayerHint(const ir::Graph &g,
                        part.imbalance, depth, deeper->layers.size(),
                        part.layering.layers.size())
       .str();
+}
+
+namespace {
+// Recomputation chosen per stage on a given split.
+struct PerStage {
+  PartitionResult part;
+  std::vector<RecomputePolicy> policy; // by stage
+  std::string table;                   // what each stage weighed
+  RecomputeStats stats;
+};
+} // namespace
+
+// On the split `part` (its stage tags on the graph), each stage takes the
+// policy with the least time that fits its share of the cap, weighed from
+// every policy applied to the whole split: a stage's frame depends on its
+// own ops only, so the choices are independent. Nothing when one policy
+// suits every stage, or no policy fits some stage. Leaves the graph
+// rewritten as chosen (stripped of recomputation when it returns nothing).
+static llvm::Expected<std::optional<PerStage>>
+choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
+               const PartitionResult &part, int chunks,
+               const Layering &layers) {
+  const std::vector<RecomputePolicy> all = {
+      RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full};
+  int stages = int(part.stages.size());
+  for (const auto &op : m.graph.ops())
+    op->setStage(part.stageOfOp.lookup(op.get()));
+  PlanningOptions uncapped = m.options;
+  uncapped.memCap.reset();
+  PipelineModule probe(m.graph, uncapped);
+  std::vector<std::vector<StageReport>> reports; // by policy
+  for (RecomputePolicy p : all) {
+    stripRecomputation(m.graph);
+    applyRecomputation(m.graph, p, layers);
+    auto r = partitionFor(probe, csv, chunks, stages, part.microbatches, true);
+    if (!r) {
+      llvm::consumeError(r.takeError());
+      stripRecomputation(m.graph);
+      return std::nullopt;
+    }
+    reports.push_back(r->stages);
+  }
+  stripRecomputation(m.graph);
+  int64_t cap = (*m.options.memCap - m.options.capMargin) / chunks;
+  PerStage out;
+  std::string table;
+  llvm::raw_string_ostream os(table);
+  bool seconds = part.costs.timeUnit == "s";
+  for (int st = 0; st < stages; ++st) {
+    std::optional<size_t> pick;
+    for (size_t k = 0; k < all.size(); ++k)
+      if (reports[k][size_t(st)].peakBytes <= cap &&
+          (!pick ||
+           reports[k][size_t(st)].time() < reports[*pick][size_t(st)].time()))
+        pick = k;
+    if (!pick)
+      return std::nullopt;
+    out.policy.push_back(all[*pick]);
+    os << llvm::formatv("  stage {0}: {1,-9} (", st,
+                        recomputePolicyName(all[*pick]));
+    for (size_t k = 0; k < all.size(); ++k) {
+      const StageReport &r = reports[k][size_t(st)];
+      os << (k ? "; " : "") << recomputePolicyName(all[k]) << " "
+         << formatBytes(r.peakBytes)
+         << (r.peakBytes > cap ? " over" : "")
+         << llvm::formatv(" {0:F3} {1}", seconds ? 1e3 * r.time() : r.time(),
+                          seconds ? "ms" : part.costs.timeUnit);
+    }
+    os << ")\n";
+  }
+  os.flush();
+  if (std::all_of(out.policy.begin(), out.policy.end(),
+                  [&](RecomputePolicy p) { return p == out.policy[0]; }))
+    return std::nullopt;
+  out.stats = applyRecomputation(
+      m.graph,
+      [&](const ir::Op &op) {
+        return op.stage() >= 0 && op.stage() < stages
+                   ? out.policy[size_t(op.stage())]
+                   : RecomputePolicy::None;
+      },
+      layers);
+  auto mixed = partitionFor(m, csv, chunks, stages, part.microbatches, true);
+  if (!mixed) {
+    llvm::consumeError(mixed.takeError());
+    stripRecomputation(m.graph);
+    return std::nullopt;
+  }
+  out.part = std::move(*mixed);
+  out.table = std::move(table);
+  return std::optional<PerStage>(std::move(out));
 }
 
 llvm::Error partitionPass(PipelineModule &m) {
@@ -143,6 +235,8 @@ llvm::Error partitionPass(PipelineModule &m) {
   }
   if (!best) // every try failed
     return planningError(firstWhy);
+  m.recomputeByStage.clear();
+  m.recomputeTable.clear();
   if (policies.size() > 1) {
     // The candidates' partitions name the ops of the graph each policy
     // made; make the chosen one's graph again and partition it again.
@@ -151,6 +245,43 @@ llvm::Error partitionPass(PipelineModule &m) {
     if (!again)
       return again.takeError();
     best->part = std::move(again->part);
+    // Then, on that split, a policy per stage where that is faster.
+    auto perStage =
+        choosePerStage(m, *csv, best->part, best->chunks, *layers);
+    if (!perStage)
+      return perStage.takeError();
+    std::optional<double> mixedStep;
+    if (*perStage) {
+      auto s = scheduleFor(m, *csv, (*perStage)->part, best->chunks);
+      if (s)
+        mixedStep = s->sim.stepTime;
+      else
+        llvm::consumeError(s.takeError());
+    }
+    if (mixedStep && *mixedStep < best->stepTime) {
+      bool seconds = best->part.costs.timeUnit == "s";
+      tried += llvm::formatv("  recompute per stage, {0} stage(s) per rank: "
+                             "{1}, step {2:F3} {3}\n",
+                             best->chunks, best->schedule,
+                             seconds ? 1e3 * *mixedStep : *mixedStep,
+                             seconds ? "ms" : best->part.costs.timeUnit)
+                   .str();
+      best->part = std::move((*perStage)->part);
+      best->stepTime = *mixedStep;
+      for (RecomputePolicy p : (*perStage)->policy)
+        m.recomputeByStage.push_back(std::string(recomputePolicyName(p)));
+      m.recomputeTable = std::move((*perStage)->table);
+      m.recomputeStats = (*perStage)->stats;
+      m.recompute = "per stage";
+    } else {
+      recomputeAs(best->policy);
+      auto uniform = attempt(best->chunks, best->policy);
+      if (!uniform)
+        return uniform.takeError();
+      best->part = std::move(uniform->part);
+      if (*perStage)
+        m.recomputeTable = std::move((*perStage)->table);
+    }
   }
   m.chunks = best->chunks;
   m.partition = std::move(best->part);

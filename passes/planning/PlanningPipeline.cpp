@@ -207,17 +207,34 @@ llvm::Error runPlanningPasses(PipelineModule &m,
   return runPlanningPasses(m, passes, opts);
 }
 
-// What recomputation the plan has, one line.
+// What recomputation the plan has, and what the planner weighed.
 static std::string recomputeSummary(const PipelineModule &m) {
   const RecomputeStats &st = m.recomputeStats;
-  if (m.recompute == "none" || !st.clonedOps)
-    return "recompute: none (every value the backward reads is held from "
-           "the forward)\n";
-  return llvm::formatv("recompute: {0} on every layer ({1} op(s) run again "
-                       "in the backward, {2} made again per microbatch)\n",
-                       m.recompute, st.clonedOps,
-                       formatBytes(st.clonedBytes))
-      .str();
+  std::string out;
+  if (!m.recomputeByStage.empty()) {
+    out = "recompute: chosen per stage under --mem-cap:";
+    for (size_t s = 0; s < m.recomputeByStage.size(); ++s)
+      out += (s ? ", " : " ") + std::to_string(s) + " " +
+             m.recomputeByStage[s];
+    out += llvm::formatv(" ({0} op(s) run again in the backward, {1} made "
+                         "again per microbatch)\n",
+                         st.clonedOps, formatBytes(st.clonedBytes))
+               .str();
+  } else if (m.recompute == "none" || !st.clonedOps) {
+    out = "recompute: none (every value the backward reads is held from the "
+          "forward)\n";
+  } else {
+    out = llvm::formatv("recompute: {0} on every layer ({1} op(s) run again "
+                        "in the backward, {2} made again per microbatch)\n",
+                        m.recompute, st.clonedOps,
+                        formatBytes(st.clonedBytes))
+              .str();
+  }
+  if (!m.recomputeTable.empty())
+    out += "each stage's peak and F+B+W time under each policy (over: "
+           "above its share of --mem-cap):\n" +
+           m.recomputeTable;
+  return out;
 }
 
 std::string planningSummary(const PipelineModule &m) {
