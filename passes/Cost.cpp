@@ -298,17 +298,31 @@ std::optional<double> OpProfile::time(llvm::StringRef loc,
 static llvm::Expected<std::vector<double>>
 profiledOpTimes(const ir::Graph &g, const OpProfile &profile,
                 llvm::StringRef source) {
+  // A recomputed op (passes/Recompute.h) has its own key, `<loc>
+  // (recompute)`, in a profile of a plan that recomputes; in one that does
+  // not, it takes its share of the forward ops' time at its location.
+  auto keyOf = [&](const ir::Op &op) -> std::pair<std::string, ir::Phase> {
+    if (!op.attrs().count(ir::kRecomputeOfAttr))
+      return {op.loc(), op.phase()};
+    std::string own = op.loc() + " (recompute)";
+    if (profile.time(own, op.phase()))
+      return {own, op.phase()};
+    return {op.loc(), ir::Phase::Fwd};
+  };
   std::map<std::pair<std::string, ir::Phase>, int> groupSize;
   for (const auto &op : g.ops())
-    ++groupSize[{op->loc(), op->phase()}];
+    if (!op->attrs().count(ir::kRecomputeOfAttr) ||
+        keyOf(*op).first != op->loc())
+      ++groupSize[keyOf(*op)];
   std::vector<double> times;
   for (const auto &op : g.ops()) {
-    std::optional<double> t = profile.time(op->loc(), op->phase());
+    auto [loc, phase] = keyOf(*op);
+    std::optional<double> t = profile.time(loc, phase);
     if (!t)
       return profileError(source, "no time for " + op->describe() +
                                       " in phase " +
                                       std::string(ir::phaseName(op->phase())));
-    times.push_back(*t / groupSize[{op->loc(), op->phase()}]);
+    times.push_back(*t / std::max(1, groupSize[{loc, phase}]));
   }
   return times;
 }

@@ -4,6 +4,8 @@
 // instructions, accumulation, loss), slot access, and the threaded driver.
 #include "runtime/Executor.h"
 
+#include "ir/OpInfo.h"
+
 #include "support/Checksum.h"
 #include "support/FileIO.h"
 
@@ -678,8 +680,11 @@ llvm::Expected<void *> StageExecutor::takeFrame() {
 void StageExecutor::giveFrame(void *frame) { freeFrames_.push_back(frame); }
 
 std::string StageExecutor::instrKey(const Instr &in) const {
+  // Recomputed ops (passes/Recompute.h) apart from the backward ops at
+  // their location: the cost model times them by this key.
   if (!in.loc.empty())
-    return in.loc;
+    return in.attrs.count(ir::kRecomputeOfAttr) ? in.loc + " (recompute)"
+                                                 : in.loc;
   switch (in.kind) {
   case InstrKind::Send:
     return "send " + stage_.slots[in.inputs[0]].name;

@@ -19,6 +19,7 @@ f32 weights):
 | 7b | 32 | 4096 | 11008 | 32 | 32000 | 2048 | 1 | zeros: a sparse file (no disk used) |
 | small | 8 | 512 | 1376 | 8 | 8000 | 128 | 2 | random (seeded), ~100 MB |
 | tiny | 2 | 32 | 86 | 4 | 128 | 16 | 2 | random (seeded), 131 KB |
+| long | 4 | 64 | 172 | 4 | 256 | 512 | 1 | random (seeded), about 1 MB |
 
 With `--zeros` the parameters of any preset are left as holes in a sparse
 file: enough for planning, where only shapes matter. The rotary caches
@@ -46,6 +47,9 @@ PRESETS = {
                   batch=2, zeros=False),
     "tiny": dict(layers=2, d=32, ffn=86, heads=4, vocab=128, seq=16,
                  batch=2, zeros=False),
+    # Activations dominate (the recomputation benchmark).
+    "long": dict(layers=4, d=64, ffn=172, heads=4, vocab=256, seq=512,
+                 batch=1, zeros=False),
 }
 ALIGN = 64
 EPS = 1e-5

@@ -1,0 +1,99 @@
+"""The planner's recomputation on a LLaMA-7B-shaped model, predicted: 4 and
+8 pipeline stages under ZB-H1, bf16 products with f32 master weights and
+AdamW, on the h200 and a100 device profiles, keeping every activation
+(--recompute none) against the planner's choice under the device's memory
+(--recompute auto --mem-cap MEMORY).
+
+    python3 tests/bench/llama7b_recompute.py [--build build] [--out FILE.md]
+
+Needs no GPU and no weights (the committed graph over a sparse weight file;
+cleavec only plans), so every figure is the analytic cost model's
+prediction, not a measurement. Prints a Markdown table: per plan the
+recomputation chosen, the predicted step, and each stage's planned peak.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MEMORY = {"h200": "141GB", "a100": "80GB"}
+
+
+def plan(cleavec, model, profile, stages, m, extra):
+    run = subprocess.run(
+        [cleavec, model, "--stages", str(stages), "--microbatches", str(m),
+         "--schedule", "zb-h1", "--precision", "bf16", "--optimizer", "adamw",
+         "--device-profile", profile] + extra,
+        capture_output=True, text=True)
+    if run.returncode != 0:
+        why = run.stderr.strip().split("\n")[-1]
+        m = re.search(r"smallest cap that fits is ([0-9.]+ [KMGT]iB)", why)
+        return None, "no fit" + (f" (needs {m.group(1)})" if m else "")
+    out = run.stdout
+    step = float(re.search(r"^step time ([0-9.e+-]+) s", out, re.M).group(1))
+    rows = re.findall(r"^\s+(\d+)\s+([0-9.]+)%\s+(\d+)\s+(\d+)$", out, re.M)
+    peaks = [int(r[3]) / 2**30 for r in rows]
+    choice = "none"
+    m1 = re.search(r"^recompute: chosen per stage under --mem-cap: (.*?) \(",
+                   out, re.M)
+    m2 = re.search(r"^recompute: (\w+) on every layer", out, re.M)
+    if m1:
+        choice = "per stage: " + m1.group(1)
+    elif m2:
+        choice = m2.group(1)
+    return (step, peaks, choice), None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--microbatches", type=int, default=16)
+    ap.add_argument("--out", help="also write the table to this file")
+    args = ap.parse_args()
+    cleavec = os.path.join(args.build, "tools", "cleavec")
+    tmp = tempfile.mkdtemp(prefix="llama7b-")
+    try:
+        model = os.path.join(tmp, "model.onnx")
+        shutil.copy(os.path.join(ROOT, "tests/models/llama/7b/model.onnx"),
+                    model)
+        with open(os.path.join(tmp, "model.weights"), "wb") as f:
+            f.truncate(26954711040)  # sparse: no disk used
+        lines = ["| device | stages | plan | recompute | step (s) | "
+                 "peak per stage (GiB) | within memory |",
+                 "| --- | ---: | --- | --- | ---: | --- | --- |"]
+        for profile in ("a100", "h200"):
+            cap = MEMORY[profile]
+            for stages in (4, 8):
+                for label, extra in (
+                        ("keep everything", ["--recompute", "none"]),
+                        ("planner, --mem-cap " + cap,
+                         ["--mem-cap", cap, "--recompute", "auto"])):
+                    r, why = plan(cleavec, model, profile, stages,
+                                  args.microbatches, extra)
+                    if r is None:
+                        lines.append(f"| {profile} | {stages} | {label} | | "
+                                     f"| | {why} |")
+                        continue
+                    step, peaks, choice = r
+                    limit = float(cap[:-2]) * 1e9 / 2**30
+                    fits = "yes" if max(peaks) <= limit else \
+                        f"no ({cap})"
+                    lines.append(
+                        f"| {profile} | {stages} | {label} | {choice} | "
+                        f"{step:.3f} | "
+                        + ", ".join(f"{p:.1f}" for p in peaks)
+                        + f" | {fits} |")
+        table = "\n".join(lines) + "\n"
+        print(table, end="")
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(table)
+    finally:
+        shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()
