@@ -15,6 +15,7 @@
 #include "passes/Planning.h"
 #include "runtime/PlanFile.h"
 #include "support/TrustedPaths.h"
+#include "tools/Compile.h"
 #include "tools/PipelinePlanning.h"
 #include "tools/ToolSupport.h"
 
@@ -106,17 +107,6 @@ inspection:
 exit status: 0 success, 1 bad input (model, data), 2 bad usage.
 )";
 
-// Train when asked to, or when the model's only output is a float scalar.
-static bool wantsTraining(const ir::Graph &g, const tools::Flags &flags) {
-  if (flags.has("inference"))
-    return false;
-  if (flags.has("loss") || flags.has("add-loss"))
-    return true;
-  return g.outputs().size() == 1 && ir::isFloat(g.outputs()[0]->type().dtype) &&
-         g.outputs()[0]->type().numElements() == 1 &&
-         g.outputs()[0]->type().rank() == 0;
-}
-
 static std::string helpText() {
   std::string h = kHelp;
   h.replace(h.find("%TRAINING%"), 10, tools::kTrainingHelp);
@@ -147,6 +137,71 @@ static int listOps() {
   llvm::outs() << "Other ops that ONNX defines by a function body are "
                   "expanded the same way; they import when every op of the "
                   "body does.\n";
+  return tools::kOk;
+}
+
+// -o FILE.cplan: the plan built and checked, the memory warnings, the
+// timeline and report files, then the plan; the summary on stdout.
+static int writePlan(tools::CompileResult &compiled,
+                     const tools::CompileOptions &copts,
+                     const tools::Flags &flags, const std::string &weights,
+                     const std::string &summary,
+                     std::optional<int64_t> memCap) {
+  tools::PlanOutputOptions po;
+  po.referenceWeights = weights == "reference";
+  po.batchW = flags.has("batch-w");
+  auto built = tools::buildRunnablePlan(compiled, copts, po);
+  if (!built)
+    return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);
+  const tools::PlanningResult &plan = *compiled.plan;
+  // plan-memory has partitioned again where the frames' layout overshot
+  // --mem-cap; what is still above it (or above it only with --batch-w's
+  // scratch, which codegen adds) is said here.
+  auto worstOver = [&](const runtime::Plan &p)
+      -> std::optional<std::pair<int, int64_t>> {
+    std::map<int, int64_t> rankPeak;
+    for (size_t s = 0; s < p.stages.size(); ++s)
+      rankPeak[p.stageRank.empty() ? int(s) : p.stageRank[s]] +=
+          p.stages[s].predictedPeakBytes;
+    std::optional<std::pair<int, int64_t>> worst;
+    for (const auto &[r, peak] : rankPeak)
+      if (peak > *memCap && (!worst || peak > worst->second))
+        worst = std::make_pair(r, peak);
+    return worst;
+  };
+  if (!plan.memoryWarning.empty())
+    llvm::errs() << "cleavec: warning: " << plan.memoryWarning << "\n";
+  else if (memCap)
+    if (auto over = worstOver(*built))
+      llvm::errs() << llvm::formatv(
+          "cleavec: warning: with --batch-w's scratch the memory plan of "
+          "rank {0} peaks at {1} ({2} bytes), above --mem-cap {3}\n",
+          over->first, passes::formatBytes(over->second), over->second,
+          passes::formatBytes(*memCap));
+  for (const auto &[path, text] : plan.files)
+    if (auto e = tools::writeOutput(path, text))
+      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  if (auto e = runtime::writePlanFile(*built, *flags.get("o")))
+    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
+  llvm::outs() << summary << "\n" << plan.text << "wrote " << *flags.get("o")
+               << "\n";
+  // cleave-run reads what a plan names only inside the plan's folder
+  // unless told to trust another (docs/reliability.md): say so now rather
+  // than after a training run.
+  llvm::SmallString<256> planDir, modelDir;
+  llvm::SmallString<256> planAbs(*flags.get("o"));
+  llvm::sys::fs::make_absolute(planAbs);
+  llvm::SmallString<256> modelAbs(copts.model);
+  llvm::sys::fs::make_absolute(modelAbs);
+  if (!llvm::sys::fs::real_path(llvm::sys::path::parent_path(planAbs),
+                                planDir) &&
+      !llvm::sys::fs::real_path(llvm::sys::path::parent_path(modelAbs),
+                                modelDir) &&
+      !(modelDir.str() == planDir.str() ||
+        modelDir.str().startswith((planDir + "/").str())))
+    llvm::outs() << "note: the model is outside the plan's folder: run it "
+                    "with cleave-run --trust-dir "
+                 << modelDir << " (for --save and the model's weights)\n";
   return tools::kOk;
 }
 
@@ -274,50 +329,33 @@ static int toolMain(int argc, char **argv) {
                     tools::kUsage);
   if (auto e = tools::checkOutputs(flags, {"o", "timeline", "report"}))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-  auto graph = frontend::importOnnxFile(flags.positional()[0], importOpts);
-  if (!graph)
-    return fail(kTool, llvm::toString(graph.takeError()), tools::kBadInput);
-  if (auto e = tools::checkMicrobatchSizeUsed(**graph, importOpts))
-    return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
-  if (auto e = ir::verifyGraph(**graph))
-    return fail(kTool, "imported IR is invalid: " + llvm::toString(std::move(e)),
-                tools::kBadInput);
+
+  tools::CompileOptions copts;
+  copts.model = flags.positional()[0];
+  copts.import = importOpts;
+  pipe.print = print;
+  copts.pipeline = pipe;
+  copts.addLoss = addLoss;
+  copts.inference = flags.has("inference");
+  copts.lossNamed = flags.has("loss") || flags.has("add-loss");
+  copts.planning = planning;
+  copts.plan = !compare;
+  if (planOut && !tools::wantsPlanning(flags))
+    copts.planningWhat = "a plan (-o FILE.cplan)";
   if (emit == "ir" || !pipe.dumpAfter.empty())
-    if (auto e = tools::loadSmallTensors(**graph, print.inlineLimit))
-      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-  if (passes::wantsDump(pipe, "import"))
-    passes::dumpIR(**graph, "import", llvm::errs());
-  // What a plan's --save writes back: the model's own parameters and
-  // buffers, as imported (before training adds optimizer state).
-  std::vector<runtime::PlanTensor> modelTensors;
-  for (const ir::Value *v : (*graph)->declared())
-    if (v->kind() != ir::ValueKind::Const)
-      modelTensors.push_back({v->name(), v->type().dtype,
-                              {v->type().shape.begin(), v->type().shape.end()}});
-  if (addLoss)
-    if (auto e = passes::addLoss(**graph, addLoss->kind, addLoss->output,
-                                 addLoss->target))
-      return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-  std::vector<std::string> pipeline = passes::passNames(passes::graphPipeline());
-  std::vector<std::string> trainingPasses =
-      passes::passNames(passes::trainingPipeline());
-  bool training = wantsTraining(**graph, flags);
-  if (planning && !training)
-    return fail(kTool,
-                std::string(planOut && !tools::wantsPlanning(flags)
-                                ? "a plan (-o FILE.cplan)"
-                                : "pipeline planning (--stages, --schedule)") +
-                " needs a training "
-                "graph, but the model's outputs are not a scalar loss; name "
-                "the loss with --loss or add one with --add-loss",
-                tools::kUsage);
-  if (training) {
-    pipeline.insert(pipeline.end(), trainingPasses.begin(),
-                    trainingPasses.end());
-  } else if (!flags.has("inference")) {
+    copts.loadForPrint = print.inlineLimit;
+  auto compiled = tools::compile(copts);
+  if (!compiled) {
+    int code = compiled.errorIsA<tools::UsageError>() ? tools::kUsage
+                                                      : tools::kBadInput;
+    return fail(kTool, llvm::toString(compiled.takeError()), code);
+  }
+  ir::Graph &graph = *compiled->graph;
+  if (!compiled->training && !copts.inference)
     // Flags that only mean something for training must not pass silently.
-    for (const char *f : {"freeze", "trainable", "optimizer", "lr", "momentum", "nesterov",
-                          "weight-decay", "no-decay", "adam-betas", "adam-eps"})
+    for (const char *f : {"freeze", "trainable", "optimizer", "lr", "momentum",
+                          "nesterov", "weight-decay", "no-decay", "adam-betas",
+                          "adam-eps"})
       if (flags.has(f))
         return fail(kTool,
                     std::string("--") + f +
@@ -325,21 +363,9 @@ static int toolMain(int argc, char **argv) {
                         "are not a scalar loss; name the loss with --loss or "
                         "add one with --add-loss",
                     tools::kUsage);
-    for (const std::string &d : pipe.dumpAfter)
-      if (std::find(trainingPasses.begin(), trainingPasses.end(), d) !=
-              trainingPasses.end() ||
-          passes::lookupPlanningPass(d))
-        return fail(kTool,
-                    "--dump-ir-after=" + d +
-                        ": this model gets no training graph (its outputs "
-                        "are not a scalar loss; see --loss, --add-loss)",
-                    tools::kUsage);
-  }
-  if (auto e = passes::runPipeline(**graph, pipeline, pipe))
-    return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
 
   if (compare) {
-    auto table = tools::compareSchedules(**graph, *planning);
+    auto table = tools::compareSchedules(graph, *planning);
     if (!table)
       return fail(kTool, llvm::toString(table.takeError()), tools::kBadInput);
     llvm::outs() << *table;
@@ -347,128 +373,31 @@ static int toolMain(int argc, char **argv) {
   }
   std::vector<std::pair<std::string, std::string>> files;
   std::string out =
-      emit == "ir" ? ir::printGraph(**graph, print)
-                   : ir::summarizeGraph(**graph,
-                                        flags.has("verbose")
-                                            ? ir::SummaryDetail::Full
-                                            : ir::SummaryDetail::Short);
+      emit == "ir" ? ir::printGraph(graph, print)
+                   : ir::summarizeGraph(graph, flags.has("verbose")
+                                                   ? ir::SummaryDetail::Full
+                                                   : ir::SummaryDetail::Short);
   const passes::TrainingOptions &topts = pipe.context.training;
-  if (training && emit != "ir" &&
+  if (compiled->training && emit != "ir" &&
       (flags.has("no-decay") ||
        topts.weightDecay.value_or(topts.optimizer == "adamw" ? 0.01 : 0.0) !=
            0.0))
-    out += tools::decayGroupsText(**graph, topts);
+    out += tools::decayGroupsText(graph, topts);
   if (planning) {
-    pipe.print = print;
-    auto plan = tools::planPipeline(**graph, *planning, pipe);
-    if (!plan)
-      return fail(kTool, llvm::toString(plan.takeError()), tools::kBadInput);
-    if (planOut) {
-      codegen::PlanInfo info;
-      info.modelName = llvm::sys::path::stem(flags.positional()[0]).str();
-      llvm::SmallString<256> abs(flags.positional()[0]);
-      llvm::sys::fs::make_absolute(abs);
-      info.sourceModel = abs.str().str();
-      // Its identity, which --save checks before writing into a copy.
-      if (std::error_code ec =
-              llvm::sys::fs::file_size(info.sourceModel, info.sourceModelSize))
-        return fail(kTool, info.sourceModel + ": " + ec.message(),
-                    tools::kBadInput);
-      auto digest = support::sha256OfFile(info.sourceModel, "ONNX model");
-      if (!digest)
-        return fail(kTool, llvm::toString(digest.takeError()),
-                    tools::kBadInput);
-      info.sourceModelSha256 = *digest;
-      info.modelTensors = modelTensors;
-      info.lossName = (*graph)->outputs()[0]->name();
-      info.inputUses = codegen::analyzeInputs(**graph);
-      info.optimizer = pipe.context.training.optimizer;
-      info.lr = pipe.context.training.lr;
-      info.precision = pipe.context.training.precision;
-      info.dataParallel = int(pipe.context.training.dataParallel);
-      info.referenceWeights = weights == "reference";
-      info.batchW = flags.has("batch-w");
-      auto build = [&](const tools::PlanningResult &p)
-          -> llvm::Expected<runtime::Plan> {
-        codegen::PlanInfo in = info;
-        if (p.timeUnit == "s") {
-          in.predictedStepTime = p.predictedStepTime;
-          in.predictedPeriod = p.predictedPeriod;
-        }
-        in.stageReports = p.stageReports;
-        auto built = codegen::buildPlan(p.stageGraphs, p.schedule, in);
-        if (!built)
-          return built.takeError();
-        // What cleave-run checks before it runs a plan holds for every
-        // plan cleavec writes; a failure here is a compiler bug.
-        if (auto e = codegen::checkRunnable(*built))
-          return llvm::createStringError(
-              llvm::inconvertibleErrorCode(),
-              "internal error: the plan codegen built does not pass "
-              "cleave-run's checks: " + llvm::toString(std::move(e)));
-        return built;
-      };
-      auto built = build(*plan);
-      if (!built)
-        return fail(kTool, llvm::toString(built.takeError()), tools::kBadInput);
-      // plan-memory has partitioned again where the frames' layout
-      // overshot --mem-cap; what is still above it (or above it only with
-      // --batch-w's scratch, which codegen adds) is said here.
-      auto worstOver = [&](const runtime::Plan &p)
-          -> std::optional<std::pair<int, int64_t>> {
-        std::map<int, int64_t> rankPeak;
-        for (size_t s = 0; s < p.stages.size(); ++s)
-          rankPeak[p.stageRank.empty() ? int(s) : p.stageRank[s]] +=
-              p.stages[s].predictedPeakBytes;
-        std::optional<std::pair<int, int64_t>> worst;
-        for (const auto &[r, peak] : rankPeak)
-          if (peak > *planning->memCap && (!worst || peak > worst->second))
-            worst = std::make_pair(r, peak);
-        return worst;
-      };
-      if (!plan->memoryWarning.empty())
-        llvm::errs() << "cleavec: warning: " << plan->memoryWarning << "\n";
-      else if (planning->memCap)
-        if (auto over = worstOver(*built))
-          llvm::errs() << llvm::formatv(
-              "cleavec: warning: with --batch-w's scratch the memory plan of "
-              "rank {0} peaks at {1} ({2} bytes), above --mem-cap {3}\n",
-              over->first, passes::formatBytes(over->second), over->second,
-              passes::formatBytes(*planning->memCap));
-      for (const auto &[path, text] : plan->files)
-        if (auto e = tools::writeOutput(path, text))
-          return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-      if (auto e = runtime::writePlanFile(*built, *flags.get("o")))
-        return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
-      llvm::outs() << out << "\n" << plan->text << "wrote " << *flags.get("o")
-                   << "\n";
-      // cleave-run reads what a plan names only inside the plan's folder
-      // unless told to trust another (docs/reliability.md): say so now
-      // rather than after a training run.
-      llvm::SmallString<256> planDir, modelDir;
-      llvm::SmallString<256> planAbs(*flags.get("o"));
-      llvm::sys::fs::make_absolute(planAbs);
-      if (!llvm::sys::fs::real_path(llvm::sys::path::parent_path(planAbs),
-                                    planDir) &&
-          !llvm::sys::fs::real_path(
-              llvm::sys::path::parent_path(info.sourceModel), modelDir) &&
-          !(modelDir.str() == planDir.str() ||
-            modelDir.str().startswith((planDir + "/").str())))
-        llvm::outs() << "note: the model is outside the plan's folder: run "
-                        "it with cleave-run --trust-dir "
-                     << modelDir << " (for --save and the model's weights)\n";
-      return tools::kOk;
-    }
+    tools::PlanningResult &plan = *compiled->plan;
+    if (planOut)
+      return writePlan(*compiled, copts, flags, weights, out,
+                       planning->memCap);
     if (emit == "schedule-csv") {
-      out = plan->text;
+      out = plan.text;
     } else if (emit == "ir") {
       out.clear();
-      for (const auto &stage : plan->stageGraphs)
+      for (const auto &stage : plan.stageGraphs)
         out += ir::printGraph(*stage, print);
+    } else if (emit == "summary") {
+      out += "\n" + plan.text;
     }
-    else if (emit == "summary")
-      out += "\n" + plan->text;
-    files = std::move(plan->files);
+    files = std::move(plan.files);
   }
   // Every output is made before any is written.
   files.insert(files.begin(), {flags.get("o").value_or("-"), out});
