@@ -64,6 +64,7 @@ struct PlanResults {
   // and what each stage weighed (its peak and time under every policy).
   std::vector<std::string> recomputeByStage;
   std::string recomputeTable;
+  int recomputeEased = 0; // layers given less than their stage's policy
 
   // From `partition` (or rebuilt from the tags): the split, and the stages
   // per rank it was made for.

@@ -41,7 +41,9 @@ namespace {
 // Recomputation chosen per stage on a given split.
 struct PerStage {
   PartitionResult part;
-  std::vector<RecomputePolicy> policy; // by stage
+  std::vector<RecomputePolicy> policy;      // by stage
+  std::vector<RecomputePolicy> layerPolicy; // by layer
+  int eased = 0; // layers given less than their stage's policy
   std::string table;                   // what each stage weighed
   RecomputeStats stats;
 };
@@ -105,18 +107,74 @@ choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
     }
     os << ")\n";
   }
+  // Then per layer: in each stage that recomputes, one layer at a time
+  // goes back to a cheaper policy (none, else selective) where the stage
+  // still fits, each try one liveness sweep of the split (at most
+  // kMostTries in all).
+  constexpr int kMostTries = 48;
+  size_t layerCount = layers.layers.size();
+  std::vector<int> stageOfLayer(layerCount, -1);
+  for (const auto &op : m.graph.ops())
+    if (op->phase() == ir::Phase::Fwd && layers.layerOfOp.count(op.get()))
+      stageOfLayer[layers.layerOfOp.lookup(op.get())] = op->stage();
+  out.layerPolicy.assign(layerCount, RecomputePolicy::None);
+  for (size_t l = 0; l < layerCount; ++l)
+    if (stageOfLayer[l] >= 0 && stageOfLayer[l] < stages)
+      out.layerPolicy[l] = out.policy[size_t(stageOfLayer[l])];
+  auto byLayer = [&](const ir::Op &op) {
+    auto it = layers.layerOfOp.find(&op);
+    return it == layers.layerOfOp.end() ? RecomputePolicy::None
+                                        : out.layerPolicy[it->second];
+  };
+  int tries = 0;
+  for (int st = 0; st < stages && tries < kMostTries; ++st) {
+    if (out.policy[size_t(st)] == RecomputePolicy::None)
+      continue;
+    for (size_t l = layerCount; l-- > 0 && tries < kMostTries;) {
+      if (stageOfLayer[l] != st)
+        continue;
+      RecomputePolicy was = out.layerPolicy[l];
+      for (RecomputePolicy cheaper : all) {
+        if (cheaper == was || tries >= kMostTries)
+          break;
+        out.layerPolicy[l] = cheaper;
+        stripRecomputation(m.graph);
+        applyRecomputation(m.graph, byLayer, layers);
+        ++tries;
+        auto r =
+            partitionFor(probe, csv, chunks, stages, part.microbatches, true);
+        bool fits = r && r->stages[size_t(st)].peakBytes <= cap;
+        if (!r)
+          llvm::consumeError(r.takeError());
+        if (fits)
+          break;
+        out.layerPolicy[l] = was;
+      }
+    }
+  }
+  stripRecomputation(m.graph);
+  for (int st = 0; st < stages; ++st) {
+    std::string mixed;
+    for (size_t l = 0; l < layerCount; ++l)
+      if (stageOfLayer[l] == st &&
+          out.layerPolicy[l] != out.policy[size_t(st)])
+        mixed += (mixed.empty() ? "" : ", ") + layers.layers[l].name + " " +
+                 std::string(recomputePolicyName(out.layerPolicy[l]));
+    if (!mixed.empty())
+      os << "    stage " << st << ", layers that fit with less: " << mixed
+         << "\n";
+  }
+  for (size_t l = 0; l < layerCount; ++l)
+    if (stageOfLayer[l] >= 0 && stageOfLayer[l] < stages &&
+        out.layerPolicy[l] != out.policy[size_t(stageOfLayer[l])])
+      ++out.eased;
+  {
+  }
   os.flush();
-  if (std::all_of(out.policy.begin(), out.policy.end(),
-                  [&](RecomputePolicy p) { return p == out.policy[0]; }))
+  if (std::all_of(out.layerPolicy.begin(), out.layerPolicy.end(),
+                  [&](RecomputePolicy p) { return p == out.layerPolicy[0]; }))
     return std::nullopt;
-  out.stats = applyRecomputation(
-      m.graph,
-      [&](const ir::Op &op) {
-        return op.stage() >= 0 && op.stage() < stages
-                   ? out.policy[size_t(op.stage())]
-                   : RecomputePolicy::None;
-      },
-      layers);
+  out.stats = applyRecomputation(m.graph, byLayer, layers);
   auto mixed = partitionFor(m, csv, chunks, stages, part.microbatches, true);
   if (!mixed) {
     llvm::consumeError(mixed.takeError());
@@ -272,6 +330,7 @@ llvm::Error partitionPass(PipelineModule &m) {
         m.recomputeByStage.push_back(std::string(recomputePolicyName(p)));
       m.recomputeTable = std::move((*perStage)->table);
       m.recomputeStats = (*perStage)->stats;
+      m.recomputeEased = (*perStage)->eased;
       m.recompute = "per stage";
     } else {
       recomputeAs(best->policy);

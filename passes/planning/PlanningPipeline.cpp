@@ -216,6 +216,11 @@ static std::string recomputeSummary(const PipelineModule &m) {
     for (size_t s = 0; s < m.recomputeByStage.size(); ++s)
       out += (s ? ", " : " ") + std::to_string(s) + " " +
              m.recomputeByStage[s];
+    if (m.recomputeEased)
+      out += llvm::formatv("; {0} layer(s) with less where their stage "
+                           "still fits",
+                           m.recomputeEased)
+                 .str();
     out += llvm::formatv(" ({0} op(s) run again in the backward, {1} made "
                          "again per microbatch)\n",
                          st.clonedOps, formatBytes(st.clonedBytes))

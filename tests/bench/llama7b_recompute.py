@@ -39,9 +39,15 @@ def plan(cleavec, model, profile, stages, m, extra):
     choice = "none"
     m1 = re.search(r"^recompute: chosen per stage under --mem-cap: (.*?) \(",
                    out, re.M)
+    eased = re.search(r"; (\d+) layer\(s\) with less", out)
     m2 = re.search(r"^recompute: (\w+) on every layer", out, re.M)
     if m1:
-        choice = "per stage: " + m1.group(1)
+        stages_ = m1.group(1).split(";")[0]
+        kinds = set(x.split(" ", 1)[1] for x in stages_.split(", "))
+        choice = ("every stage " + kinds.pop() if len(kinds) == 1
+                  else "per stage: " + stages_)
+        if eased:
+            choice += f", {eased.group(1)} layers kept"
     elif m2:
         choice = m2.group(1)
     return (step, peaks, choice), None
