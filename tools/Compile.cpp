@@ -3,11 +3,13 @@
 
 #include "codegen/PlanCheck.h"
 #include "ir/Verifier.h"
+#include "passes/Cost.h"
 #include "passes/Pipelines.h"
 #include "passes/Planning.h"
 #include "support/TrustedPaths.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
 namespace cleave::tools {
@@ -82,6 +84,95 @@ llvm::Expected<CompileResult> compile(const CompileOptions &opts) {
   }
   r.graph = std::move(*graph);
   return r;
+}
+
+// The request for P ranks x D replicas of the layout search.
+static void setLayout(CompileOptions &o, int64_t microbatches, int stages,
+                      int dataParallel) {
+  o.planning->stages = stages;
+  o.planning->stagesGiven = true;
+  o.planning->microbatches = microbatches / dataParallel;
+  o.planning->microbatchesGiven = true;
+  o.pipeline.context.training.microbatches = microbatches / dataParallel;
+  o.pipeline.context.training.dataParallel = dataParallel;
+}
+
+llvm::Expected<Layout> chooseLayout(CompileOptions &opts) {
+  int devices = *opts.planning->devices;
+  int64_t microbatches = opts.planning->microbatches;
+  auto profile = passes::lookupDeviceProfile(opts.planning->deviceProfile);
+  if (!profile)
+    return profile.takeError();
+  if (opts.planning->costModel == "uniform")
+    return llvm::make_error<UsageError>(
+        "--devices weighs layouts by predicted time: it needs a cost model "
+        "in seconds (analytic or profile:FILE), not --cost-model uniform");
+  // What is wrong with the model or the flags is said once, not per layout.
+  {
+    CompileOptions first = opts;
+    first.pipeline.dumpAfter.clear();
+    first.plan = false;
+    auto r = compile(first);
+    if (!r)
+      return r.takeError();
+  }
+  Layout best;
+  std::optional<double> bestStep;
+  std::string firstWhy;
+  llvm::raw_string_ostream os(best.candidates);
+  for (int d = 1; d <= devices; ++d) {
+    if (devices % d)
+      continue;
+    int p = devices / d;
+    std::string label = llvm::formatv("  {0} stage rank(s) x {1} replica(s): ",
+                                      p, d)
+                            .str();
+    if (microbatches % d) {
+      os << label << "none (" << microbatches << " microbatches do not "
+         << "divide among " << d << " replicas)\n";
+      continue;
+    }
+    CompileOptions c = opts;
+    c.pipeline.dumpAfter.clear();
+    setLayout(c, microbatches, p, d);
+    auto r = compile(c);
+    if (!r) {
+      if (r.errorIsA<UsageError>())
+        return r.takeError();
+      std::string why = llvm::toString(r.takeError());
+      os << label << "none (" << why << ")\n";
+      if (firstWhy.empty())
+        firstWhy = llvm::StringRef(label).trim().str() + " " + why;
+      continue;
+    }
+    const PlanningResult &plan = *r->plan;
+    int64_t gradBytes = 0;
+    for (const passes::StageReport &st : plan.stageReports)
+      gradBytes = std::max(gradBytes, st.paramBytes);
+    double allReduce =
+        d == 1 ? 0.0
+               : 2.0 * (d - 1) / d * double(gradBytes) /
+                         profile->linkBandwidth +
+                     2.0 * (d - 1) * profile->linkLatency;
+    double step = plan.predictedStepTime + allReduce;
+    os << label
+       << llvm::formatv("{0} x {1} microbatches, {2}, step {3:F3} ms "
+                        "(pipeline {4:F3} + all-reduce {5:F3})\n",
+                        d, microbatches / d, plan.schedule.name, 1e3 * step,
+                        1e3 * plan.predictedStepTime, 1e3 * allReduce);
+    if (!bestStep || step < *bestStep) {
+      bestStep = step;
+      best.stages = p;
+      best.dataParallel = d;
+    }
+  }
+  os.flush();
+  if (!bestStep)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "no layout of %d device(s) plans; %s",
+                                   devices, firstWhy.c_str());
+  setLayout(opts, microbatches, best.stages, best.dataParallel);
+  return best;
 }
 
 llvm::Expected<runtime::Plan> buildRunnablePlan(CompileResult &result,

@@ -69,6 +69,18 @@ struct CompileResult {
 
 llvm::Expected<CompileResult> compile(const CompileOptions &opts);
 
+// --devices N: every layout P x D = N (P pipeline ranks, D data-parallel
+// replicas sharing the request's microbatches) compiled and planned, its
+// predicted step the pipeline's isolated step plus the ring all-reduce of
+// the largest stage's gradients over the device profile's link. Returns
+// the fastest that plans (within --mem-cap), with `opts` set to it, and the
+// candidates as text; fails with every candidate's reason when none plans.
+struct Layout {
+  int stages = 1, dataParallel = 1;
+  std::string candidates; // one line each
+};
+llvm::Expected<Layout> chooseLayout(CompileOptions &opts);
+
 // True when the graph's only output is a float scalar: a loss.
 bool hasScalarLoss(const ir::Graph &g);
 

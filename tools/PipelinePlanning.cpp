@@ -30,11 +30,22 @@ std::vector<Flags::Spec> planningFlagSpecs() {
           {"mem-cap", true, false},      {"cost-model", true, false},
           {"device-profile", true, false}, {"split-at", true, false},
           {"layer-depth", true, false},  {"timeline", true, true},
-          {"report", true, false},       {"recompute", true, false}};
+          {"report", true, false},       {"recompute", true, false},
+          {"devices", true, false}};
 }
 
 const char kPlanningHelp[] = R"(pipeline (needs a training graph):
   --stages=P             split the training step over P pipeline ranks
+  --devices=N            instead of --stages and --data-parallel: weigh
+                         every layout of N devices as P pipeline ranks x D
+                         data-parallel replicas (P x D = N; the M
+                         microbatches of --microbatches shared by the D
+                         replicas, M/D each), each partitioned and scheduled
+                         (with --schedule auto also 1 or 2 stages per
+                         rank), its step predicted with the gradients'
+                         ring all-reduce over the device profile's link;
+                         prints the candidates and plans the fastest that
+                         fits --mem-cap
   --schedule=NAME        gpipe, 1f1b (default), gpipe-2bp, 1f1b-2bp, zb-h1,
                          zb-h2, auto (fastest simulated schedule within
                          --mem-cap), or csv:FILE (PyTorch pipelining notation);
@@ -75,7 +86,7 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
 )";
 
 bool wantsPlanning(const Flags &flags) {
-  return flags.has("stages") || flags.has("schedule");
+  return flags.has("stages") || flags.has("schedule") || flags.has("devices");
 }
 
 llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
@@ -91,6 +102,21 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
       return std::move(e);
     req.stages = int(*n);
     req.stagesGiven = true;
+  }
+  if (auto d = flags.get("devices")) {
+    if (flags.has("stages") || flags.has("data-parallel"))
+      return usage("--devices chooses the stages and the data-parallel "
+                   "replicas itself: it does not go with --stages or "
+                   "--data-parallel");
+    auto n = parseCount("devices", *d);
+    if (!n)
+      return n.takeError();
+    if (*n < 1)
+      return usage("--devices must be at least 1");
+    if (auto e = checkLimit(flags, "devices", *n,
+                            &support::SizeLimits::workers, "devices"))
+      return std::move(e);
+    req.devices = int(*n);
   }
   if (auto m = flags.get("microbatches")) {
     auto n = parseCount("microbatches", *m);

@@ -134,7 +134,7 @@ static int toolMain(int argc, char **argv) {
                       tools::trustDirFlagSpec(),
                       {"h", false, false}});
   for (const tools::Flags::Spec &p : tools::planningFlagSpecs())
-    if (p.name != "timeline" && p.name != "report")
+    if (p.name != "timeline" && p.name != "report" && p.name != "devices")
       specs.push_back(p);
   tools::Flags flags(specs);
   if (auto e = flags.parse(argc, argv))

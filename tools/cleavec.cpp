@@ -344,6 +344,23 @@ static int toolMain(int argc, char **argv) {
     copts.planningWhat = "a plan (-o FILE.cplan)";
   if (emit == "ir" || !pipe.dumpAfter.empty())
     copts.loadForPrint = print.inlineLimit;
+  std::string layoutText;
+  if (planning && planning->devices) {
+    auto layout = tools::chooseLayout(copts);
+    if (!layout) {
+      int code = layout.errorIsA<tools::UsageError>() ? tools::kUsage
+                                                      : tools::kBadInput;
+      return fail(kTool, llvm::toString(layout.takeError()), code);
+    }
+    planning = copts.planning;
+    pipe.context.training = copts.pipeline.context.training;
+    layoutText = llvm::formatv("layout of {0} device(s): {1} stage rank(s) "
+                               "x {2} data-parallel replica(s); weighed:\n",
+                               *planning->devices, layout->stages,
+                               layout->dataParallel)
+                     .str() +
+                 layout->candidates;
+  }
   auto compiled = tools::compile(copts);
   if (!compiled) {
     int code = compiled.errorIsA<tools::UsageError>() ? tools::kUsage
@@ -386,7 +403,8 @@ static int toolMain(int argc, char **argv) {
   if (planning) {
     tools::PlanningResult &plan = *compiled->plan;
     if (planOut)
-      return writePlan(*compiled, copts, flags, weights, out,
+      return writePlan(*compiled, copts, flags, weights,
+                       layoutText.empty() ? out : out + "\n" + layoutText,
                        planning->memCap);
     if (emit == "schedule-csv") {
       out = plan.text;
@@ -395,7 +413,7 @@ static int toolMain(int argc, char **argv) {
       for (const auto &stage : plan.stageGraphs)
         out += ir::printGraph(*stage, print);
     } else if (emit == "summary") {
-      out += "\n" + plan.text;
+      out += "\n" + layoutText + plan.text;
     }
     files = std::move(plan.files);
   }
