@@ -355,7 +355,6 @@ private:
   void *wScratch_ = nullptr; // concatenated W operands, grown, kept
   size_t wScratchBytes_ = 0;
   int64_t batchedProducts_ = 0, replacedProducts_ = 0;
-  std::vector<uint8_t> reduceBuffer_; // host copy of a replica's sum
   void *reduceDevice_ = nullptr;      // ... in backend memory
   size_t reduceDeviceBytes_ = 0;
   ProfileMap profile_;

@@ -26,6 +26,63 @@ std::error_code CommTimeout::convertToErrorCode() const {
   return llvm::inconvertibleErrorCode();
 }
 
+llvm::Error Comm::allReduceOrdered(void *data, size_t bytes, int64_t tag,
+                                   const DeviceAccess &access) {
+  int n = size();
+  if (n <= 1)
+    return llvm::Error::success();
+  auto named = [&](llvm::Error e, int peer) {
+    return access.nameWait ? access.nameWait(std::move(e), peer)
+                           : std::move(e);
+  };
+  std::vector<uint8_t> host(bytes);
+  if (rank() == 0) {
+    for (int r = 1; r < n; ++r) {
+      if (auto e = named(recv(r, tag, -1, host.data(), bytes), r))
+        return e;
+      access.toDevice(access.scratch, host.data(), bytes);
+      if (auto e = access.addInto(data, access.scratch))
+        return e;
+    }
+    access.toHost(host.data(), data, bytes);
+    for (int r = 1; r < n; ++r)
+      if (auto e = send(r, tag, -1, host.data(), bytes))
+        return e;
+    return llvm::Error::success();
+  }
+  access.toHost(host.data(), data, bytes);
+  if (auto e = send(0, tag, -1, host.data(), bytes))
+    return e;
+  if (auto e = named(recv(0, tag, -1, host.data(), bytes), 0))
+    return e;
+  access.toDevice(data, host.data(), bytes);
+  return llvm::Error::success();
+}
+
+llvm::Expected<bool> Comm::anyTrue(bool mine, int64_t tag) {
+  int n = size();
+  int32_t any = mine ? 1 : 0;
+  if (n <= 1)
+    return mine;
+  if (rank() == 0) {
+    for (int r = 1; r < n; ++r) {
+      int32_t other = 0;
+      if (auto e = recv(r, tag, -1, &other, sizeof other))
+        return std::move(e);
+      any |= other;
+    }
+    for (int r = 1; r < n; ++r)
+      if (auto e = send(r, tag, -1, &any, sizeof any))
+        return std::move(e);
+    return any != 0;
+  }
+  if (auto e = send(0, tag, -1, &any, sizeof any))
+    return std::move(e);
+  if (auto e = recv(0, tag, -1, &any, sizeof any))
+    return std::move(e);
+  return any != 0;
+}
+
 std::string withinTimeout(double seconds) {
   std::ostringstream os; // 3, 0.5, 600: no trailing zeros
   os << seconds;

@@ -24,6 +24,13 @@
 // Buffers passed to send/recv are host memory (the executor stages through
 // host memory where a backend's memory is not host-addressable).
 //
+// Collectives (allReduceOrdered, anyTrue) are part of the interface: the
+// defaults here build them from send/recv in a fixed order, which the
+// in-process and MPI comms use; a comm with its own collectives (NCCL)
+// overrides them, keeping the order that makes the bits independent of
+// timing. Their buffers may be device memory: a DeviceAccess says how to
+// reach it.
+//
 // createInProcessComms() makes a group for stages that run as threads of one
 // process: one shared mailbox guarded by a mutex and a condition variable.
 // Later implementations (MPI, NCCL) implement the same interface.
@@ -33,11 +40,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace cleave::runtime {
+
+// How a collective reaches a buffer in a backend's memory: copies to and
+// from host memory, an addition done where the data lives (the backend's
+// own kernel, so a sum's bits are the backend's), and a scratch buffer of
+// the caller's, in the same memory, at least as large as the data.
+struct DeviceAccess {
+  std::function<void(void *host, const void *device, size_t)> toHost;
+  std::function<void(void *device, const void *host, size_t)> toDevice;
+  // acc += other, both in the backend's memory.
+  std::function<llvm::Error(void *acc, const void *other)> addInto;
+  void *scratch = nullptr;
+  // Rewords a failed wait for rank `peer`'s part (a CommTimeout) in the
+  // caller's terms; empty: as the comm says it.
+  std::function<llvm::Error(llvm::Error, int peer)> nameWait;
+};
 
 class Comm {
 public:
@@ -68,6 +91,17 @@ public:
   // 0 (the default) waits forever.
   virtual void setTimeout(double seconds) = 0;
   virtual double timeout() const = 0;
+
+  // Sums `bytes` at `data` (in the memory `access` reaches) over the group
+  // in rank order, rank 0's + rank 1's + ..., and leaves the sum on every
+  // rank: the same bits whatever the timing. The default gathers to rank 0
+  // with send/recv under `tag`, adds there with access.addInto and sends
+  // the sum back.
+  virtual llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t tag,
+                                       const DeviceAccess &access);
+  // True on every rank when `mine` is true on any; blocks until every
+  // rank's answer is in. The default gathers to rank 0 and sends back.
+  virtual llvm::Expected<bool> anyTrue(bool mine, int64_t tag);
 };
 
 // A wait that ran past the timeout. Its message is complete as it stands

@@ -55,55 +55,44 @@ llvm::Error StageExecutor::allReduceAccums() {
     const Slot &a = stage_.slots[s];
     if (a.kind != SlotKind::Accum)
       continue;
-    void *acc = persistent_[s];
     size_t bytes = size_t(a.bytes);
     int64_t tag = int64_t(s);
     auto where = [&] { return "summing '" + a.name + "' over the replicas"; };
-    std::vector<uint8_t> host(bytes);
-    if (dp.rank() == 0) {
-      reduceBuffer_.resize(bytes);
-      // The other replicas' sums land in one backend buffer, grown to the
-      // largest accumulator once and kept: the steady state allocates
-      // nothing.
-      if (reduceDeviceBytes_ < bytes) {
-        backend_.release(reduceDevice_);
-        reduceDevice_ = backend_.allocate(bytes);
-        reduceDeviceBytes_ = reduceDevice_ ? bytes : 0;
-        if (!reduceDevice_)
-          return fail(where() + ": cannot allocate " + std::to_string(bytes) +
-                      " bytes");
-      }
-      void *other = reduceDevice_;
-      llvm::Error err = llvm::Error::success();
-      for (int r = 1; r < replicas && !err; ++r) {
-        if ((err = nameTimeout(
-                 dp.recv(r, tag, -1, reduceBuffer_.data(), bytes),
-                 "replica " + std::to_string(r),
-                 "its sum of '" + a.name + "' to add", tag)))
-          break;
-        backend_.copyToDevice(other, reduceBuffer_.data(), bytes);
-        TensorRef ins[2] = {{a.dtype, a.shape, acc}, {a.dtype, a.shape, other}};
-        TensorRef out{a.dtype, a.shape, acc};
-        KernelCall call{ir::OpKind::Add, noAttrs(), ins, out, 0};
-        err = backend_.run(call);
-      }
-      if (err)
-        return wrap(std::move(err), where());
-      backend_.copyToHost(host.data(), acc, bytes);
-      for (int r = 1; r < replicas; ++r)
-        if (auto e = dp.send(r, tag, -1, host.data(), bytes))
-          return wrap(std::move(e), where());
-    } else {
-      backend_.copyToHost(host.data(), acc, bytes);
-      if (auto e = dp.send(0, tag, -1, host.data(), bytes))
-        return wrap(std::move(e), where());
-      if (auto e = nameTimeout(dp.recv(0, tag, -1, host.data(), bytes),
-                               "replica 0",
-                               "the sum of '" + a.name + "' over the replicas",
-                               tag))
-        return wrap(std::move(e), where());
-      backend_.copyToDevice(acc, host.data(), bytes);
+    // The replicas' sums are added on rank 0 in one backend buffer, grown
+    // to the largest accumulator once and kept: the steady state allocates
+    // nothing.
+    if (dp.rank() == 0 && reduceDeviceBytes_ < bytes) {
+      backend_.release(reduceDevice_);
+      reduceDevice_ = backend_.allocate(bytes);
+      reduceDeviceBytes_ = reduceDevice_ ? bytes : 0;
+      if (!reduceDevice_)
+        return fail(where() + ": cannot allocate " + std::to_string(bytes) +
+                    " bytes");
     }
+    DeviceAccess access{
+        [&](void *host, const void *dev, size_t n) {
+          backend_.copyToHost(host, dev, n);
+        },
+        [&](void *dev, const void *host, size_t n) {
+          backend_.copyToDevice(dev, host, n);
+        },
+        [&](void *acc, const void *other) {
+          TensorRef ins[2] = {{a.dtype, a.shape, acc},
+                              {a.dtype, a.shape, const_cast<void *>(other)}};
+          TensorRef out{a.dtype, a.shape, acc};
+          KernelCall call{ir::OpKind::Add, noAttrs(), ins, out, 0};
+          return backend_.run(call);
+        },
+        reduceDevice_,
+        [&](llvm::Error e, int peer) {
+          return nameTimeout(
+              std::move(e), "replica " + std::to_string(peer),
+              peer == 0 ? "the sum of '" + a.name + "' over the replicas"
+                        : "its sum of '" + a.name + "' to add",
+              tag);
+        }};
+    if (auto e = dp.allReduceOrdered(persistent_[s], bytes, tag, access))
+      return wrap(std::move(e), where());
   }
   return llvm::Error::success();
 }

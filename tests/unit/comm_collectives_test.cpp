@@ -1,0 +1,92 @@
+// The collectives of the Comm interface (runtime/comm/Comm.h), in their
+// default form over send/recv: an ordered all-reduce whose sum is rank 0's
+// + rank 1's + ... on every rank (checked bit for bit against that order
+// in float, where another order rounds differently), the buffers reached
+// through a DeviceAccess; and any-true.
+#include "runtime/comm/Comm.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+using namespace cleave::runtime;
+
+namespace {
+
+// Per rank, values whose float sum depends on the order of addition.
+std::vector<float> valuesOf(int rank) {
+  return {rank == 0 ? 1e8f : 1.0f, 0.1f * float(rank + 1),
+          rank == 2 ? -1e8f : 3.0f};
+}
+
+} // namespace
+
+TEST(CommCollectives, AllReduceOrderedSumsInRankOrderOnEveryRank) {
+  constexpr int kRanks = 3;
+  auto comms = createInProcessComms(kRanks, 10.0);
+  std::vector<std::vector<float>> data(kRanks);
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      data[r] = valuesOf(r);
+      std::vector<float> scratch(data[r].size());
+      size_t bytes = data[r].size() * sizeof(float);
+      int adds = 0;
+      DeviceAccess access{
+          [](void *h, const void *d, size_t n) { std::memcpy(h, d, n); },
+          [](void *d, const void *h, size_t n) { std::memcpy(d, h, n); },
+          [&](void *acc, const void *other) {
+            auto *a = static_cast<float *>(acc);
+            auto *o = static_cast<const float *>(other);
+            for (size_t i = 0; i < scratch.size(); ++i)
+              a[i] += o[i];
+            ++adds;
+            return llvm::Error::success();
+          },
+          scratch.data(), nullptr};
+      if (auto e = comms[r]->allReduceOrdered(data[r].data(), bytes, 7,
+                                              access))
+        errors[r] = llvm::toString(std::move(e));
+      if (r != 0 && adds)
+        errors[r] = "a replica other than rank 0 added";
+    });
+  for (auto &t : threads)
+    t.join();
+  std::vector<float> expected = valuesOf(0);
+  for (int r = 1; r < kRanks; ++r)
+    for (size_t i = 0; i < expected.size(); ++i)
+      expected[i] += valuesOf(r)[i];
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(errors[r], "") << r;
+    ASSERT_EQ(data[r].size(), expected.size());
+    EXPECT_EQ(std::memcmp(data[r].data(), expected.data(),
+                          expected.size() * sizeof(float)),
+              0)
+        << "rank " << r;
+  }
+  // The order matters for these values: summed from the last rank down,
+  // -1e8 + 3 + 3 rounds the threes away.
+  float reversed = (valuesOf(2)[2] + valuesOf(1)[2]) + valuesOf(0)[2];
+  EXPECT_NE(reversed, expected[2]);
+}
+
+TEST(CommCollectives, AnyTrueIsTrueOnEveryRankWhenOneSaysSo) {
+  constexpr int kRanks = 4;
+  for (int truthful : {-1, 0, 3}) {
+    auto comms = createInProcessComms(kRanks, 10.0);
+    std::vector<int> answers(kRanks, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r)
+      threads.emplace_back([&, r] {
+        auto any = comms[r]->anyTrue(r == truthful, 11);
+        answers[r] = any ? int(*any) : (llvm::consumeError(any.takeError()), -2);
+      });
+    for (auto &t : threads)
+      t.join();
+    for (int r = 0; r < kRanks; ++r)
+      EXPECT_EQ(answers[r], truthful >= 0 ? 1 : 0)
+          << "rank " << r << ", true on " << truthful;
+  }
+}
