@@ -16,10 +16,11 @@ each 2BP schedule its throughput over the same schedule without 2BP.
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama7b_model import llama7b_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEQ = 2048  # tokens per microbatch (batch 1)
@@ -51,12 +52,7 @@ def main():
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
     cleavec = os.path.join(args.build, "tools", "cleavec")
-    tmp = tempfile.mkdtemp(prefix="llama7b-")
-    try:
-        model = os.path.join(tmp, "model.onnx")
-        shutil.copy(os.path.join(ROOT, "tests/models/llama/7b/model.onnx"), model)
-        with open(os.path.join(tmp, "model.weights"), "wb") as f:
-            f.truncate(26954711040)  # sparse: no disk used
+    with llama7b_model() as model:
         lines = ["| device | schedule | M | step (s) | tokens/s | mean bubble "
                  "| peak activations (mb) | largest stage peak | fits | "
                  "2BP / same without |",
@@ -84,8 +80,6 @@ def main():
         if args.out:
             with open(args.out, "w") as f:
                 f.write(table)
-    finally:
-        shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
