@@ -153,7 +153,16 @@ static llvm::Error replan(PipelineModule &m,
       break;
     }
     ++replans;
+    // A fixed --recompute was applied by the recompute pass, which the
+    // replan does not run again: the graph keeps it, and so does the
+    // module's account of it.
+    std::string recompute = m.recompute;
+    RecomputeStats recomputeStats = m.recomputeStats;
     static_cast<PlanResults &>(m) = std::move(again);
+    if (m.recompute.empty()) {
+      m.recompute = recompute;
+      m.recomputeStats = recomputeStats;
+    }
     // The table shows the user's cap, not the tightened one.
     if (userCap && m.partition)
       m.partition->memCap = *userCap / m.chunks;
