@@ -105,6 +105,7 @@ private:
   int addSlot(const Value *v, SlotKind kind);
   llvm::Error addDeclared();
   void planFrames();
+  void placeCopyWaits();
   void recordAccuracy();
 
   const ir::Graph &g_;
@@ -282,8 +283,56 @@ void StageLowering::planFrames() {
   passes::StageFrames frames = passes::planStageFrames(g_, loss);
   for (const auto &[v, offset] : frames.offset)
     stage_.slots[slotOf_.lookup(v)].offset = offset;
+  for (const Value *v : frames.inHost)
+    stage_.slots[slotOf_.lookup(v)].kind = SlotKind::HostTemp;
   stage_.frameBytes = frames.micro.size;
   stage_.stepFrameBytes = frames.step.size;
+  stage_.hostFrameBytes = frames.host.size;
+  placeCopyWaits();
+}
+
+// Offload copies run beside the compute where the backend has a copy queue
+// (the CUDA backend's copy stream): the compute must wait for them before
+// it writes bytes an Offload may still be reading, and before it reads
+// what a Fetch brings. One wait covers every copy started before it
+// (Instr::waitCopies), so each instruction that needs one gets the flag,
+// in the frame's program order F, B, W.
+void StageLowering::placeCopyWaits() {
+  struct Range {
+    int64_t from, to;
+  };
+  std::vector<Range> reading; // frame bytes Offloads copy from
+  llvm::DenseSet<int> fetched;
+  auto inFrame = [&](int s) {
+    SlotKind k = stage_.slots[size_t(s)].kind;
+    return k == SlotKind::MicroTemp || k == SlotKind::Input;
+  };
+  for (Phase ph : {Phase::F, Phase::B, Phase::W})
+    for (Instr &in : stage_.programs[int(ph)]) {
+      bool wait = false;
+      for (int s : in.inputs)
+        wait = wait || fetched.count(s);
+      for (int s : in.outputs) {
+        if (!inFrame(s) || in.op == OpKind::Fetch)
+          continue;
+        const Slot &sl = stage_.slots[size_t(s)];
+        for (const Range &r : reading)
+          wait = wait || (sl.offset < r.to && r.from < sl.offset + sl.bytes);
+      }
+      if (wait) {
+        in.waitCopies = true;
+        reading.clear();
+        fetched.clear();
+      }
+      if (in.kind != InstrKind::Kernel)
+        continue;
+      if (in.op == OpKind::Offload) {
+        const Slot &sl = stage_.slots[size_t(in.inputs[0])];
+        reading.push_back({sl.offset, sl.offset + sl.bytes});
+      } else if (in.op == OpKind::Fetch) {
+        fetched.insert(in.outputs[0]);
+      }
+    }
 }
 
 // The bound an integer input's values must stay under: the size of the

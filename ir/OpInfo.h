@@ -42,6 +42,7 @@ enum class CostClass : uint8_t {
   SgdUpdate,      // one SGD step per parameter element
   AdamUpdate,     // one AdamW step per parameter element
   Comm,           // a pipeline message
+  HostCopy,       // a copy between device and host memory (offload)
 };
 
 // Op traits, or-ed together in Ops.def's Traits column.

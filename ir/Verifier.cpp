@@ -73,6 +73,28 @@ llvm::Error verifyGraph(const Graph &g) {
           return fail(op.describe() + ": a forward op reads " +
                       valueRef(v->name()) +
                       ", which the backward recomputes");
+    // An offloaded value leaves in the forward and only Fetch, in the
+    // backward, brings it back (ir/Ops.def).
+    if (op.kind() == OpKind::Offload) {
+      if (op.phase() != Phase::Fwd)
+        return fail(op.describe() + ": Offload must be fwd, not " +
+                    std::string(phaseName(op.phase())));
+      for (const Use &u : op.result()->uses())
+        if (u.user->kind() != OpKind::Fetch)
+          return fail(op.describe() + ": " + u.user->describe() + " reads " +
+                      valueRef(op.result()->name()) +
+                      ", which is in host memory (only Fetch may)");
+    }
+    if (op.kind() == OpKind::Fetch) {
+      const Op *from = op.operand(0)->definingOp();
+      if (!from || from->kind() != OpKind::Offload)
+        return fail(op.describe() + ": Fetch reads " +
+                    valueRef(op.operand(0)->name()) +
+                    ", which no Offload made");
+      if (op.phase() != Phase::B && op.phase() != Phase::W)
+        return fail(op.describe() + ": Fetch must be B or W, not " +
+                    std::string(phaseName(op.phase())));
+    }
     auto types = inferResultTypes(op.kind(), operandTypes, op.attrs(),
                                   op.numResults());
     if (!types)

@@ -105,6 +105,7 @@ static double flopsPerElement(ir::CostClass cost) {
   case CostClass::Pooling:
   case CostClass::Scatter:
   case CostClass::Comm:
+  case CostClass::HostCopy:
   case CostClass::Product: // productWork has every product's formula
     return 1;
   }
@@ -137,6 +138,16 @@ OpWork opWork(const ir::Op &op) {
 
 double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
   OpWork work = opWork(op);
+  // An offload copy moves its operand once over the host link (on the
+  // emulation, where host and device are one memory, at memory speed).
+  if (op.info().cost == ir::CostClass::HostCopy) {
+    double bytes = op.numOperands()
+                       ? double(op.operand(0)->type().byteSize())
+                       : 0.0;
+    double bw = device.canOffload() ? device.hostBandwidth
+                                    : device.memBandwidth;
+    return device.opOverhead + bytes / bw;
+  }
   // Products with bf16 operands (--precision bf16) run at the bf16 peak.
   bool bf16 = op.numOperands() && op.operand(0)->type().dtype == ir::DType::BF16 &&
               isProduct(op);
@@ -159,19 +170,22 @@ static const DeviceProfile kProfiles[] = {
     // (runtime/cpu/CpuBackend.cpp), so their peak is the f32 one.
     {"cpu", /*peakFlops=*/1.15e11, /*memBandwidth=*/1.0e10,
      /*opOverhead=*/2e-6, /*linkBandwidth=*/1.0e10, /*linkLatency=*/5e-6,
-     /*peakFlops16=*/1.15e11},
+     /*peakFlops16=*/1.15e11, /*hostBandwidth=*/0},
     // NVIDIA H200 SXM datasheet: FP32 67 TFLOP/s (no TF32 tensor cores:
     // cleave runs f32), HBM3e 4.8 TB/s, NVLink 900 GB/s total (450 GB/s
     // each way); overhead and latency are typical kernel-launch and NCCL
     // p2p figures, not datasheet numbers. BF16 tensor cores: 989 TFLOP/s
     // dense (the datasheet's 1,979 is with 2:4 sparsity).
-    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6, 989e12},
+    // Host link: PCIe Gen5 x16, 64 GB/s each way (the published figure,
+    // not measured; pinned copies reach less).
+    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6, 989e12, 64e9},
     // NVIDIA A100 SXM4 80 GB datasheet: FP32 19.5 TFLOP/s (cleave runs f32
     // without TF32), HBM2e 2,039 GB/s, NVLink 600 GB/s total (300 GB/s each
     // way), BF16 tensor cores 312 TFLOP/s dense (624 with sparsity); the
     // overhead and latency as for h200. The class of GPU the 2BP paper
     // measured on.
-    {"a100", 19.5e12, 2.039e12, 5e-6, 300e9, 10e-6, 312e12},
+    // Host link: PCIe Gen4 x16, 32 GB/s each way (published, not measured).
+    {"a100", 19.5e12, 2.039e12, 5e-6, 300e9, 10e-6, 312e12, 32e9},
 };
 
 llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name) {

@@ -45,6 +45,10 @@ struct DeviceProfile {
   double linkBandwidth = 0;   // bytes/s between two pipeline stages
   double linkLatency = 0;     // s per message between two stages
   double peakFlops16 = 0;     // FLOP/s of bf16 matrix products (f32 sums)
+  // bytes/s each way between device and host memory (activation offload);
+  // 0: the device is the host (one memory, nothing to offload to).
+  double hostBandwidth = 0;
+  bool canOffload() const { return hostBandwidth > 0; }
 };
 
 // The built-in profiles: "cpu" (this machine kind, measured), "h200" and

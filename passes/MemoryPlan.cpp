@@ -66,7 +66,7 @@ ArenaLayout placeLifetimes(llvm::ArrayRef<Lifetime> lifetimes) {
 
 namespace {
 
-enum class FrameKind : uint8_t { Input, Micro, Step };
+enum class FrameKind : uint8_t { Input, Micro, Step, Host };
 
 struct FrameValue {
   const ir::Value *value;
@@ -103,8 +103,9 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
     add(v, FrameKind::Input);
   for (const auto &op : g.ops())
     for (const ir::Value *r : op->results())
-      add(r, op->phase() == ir::Phase::Opt ? FrameKind::Step
-                                           : FrameKind::Micro);
+      add(r, op->phase() == ir::Phase::Opt        ? FrameKind::Step
+             : op->kind() == ir::OpKind::Offload ? FrameKind::Host
+                                                   : FrameKind::Micro);
 
   // What the step reads of the microbatches is a sum kept for the run, not
   // a frame value.
@@ -184,8 +185,8 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
       vals[src].to = std::max(vals[src].to, vals[dst].to);
     }
 
-  std::vector<Lifetime> micro, step;
-  std::vector<int> microOf, stepOf;
+  std::vector<Lifetime> micro, step, host;
+  std::vector<int> microOf, stepOf, hostOf;
   for (size_t i = 0; i < vals.size(); ++i) {
     const FrameValue &fv = vals[i];
     if (fv.root != int(i))
@@ -195,18 +196,23 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
       micro.push_back({-1, std::max<int64_t>(fv.to, 0), bytes});
       microOf.push_back(int(i));
     } else if (fv.from != INT64_MAX) {
-      (fv.kind == FrameKind::Micro ? micro : step)
-          .push_back({fv.from, fv.to, bytes});
-      (fv.kind == FrameKind::Micro ? microOf : stepOf).push_back(int(i));
+      bool m = fv.kind == FrameKind::Micro, h = fv.kind == FrameKind::Host;
+      (m ? micro : h ? host : step).push_back({fv.from, fv.to, bytes});
+      (m ? microOf : h ? hostOf : stepOf).push_back(int(i));
     }
   }
   StageFrames out;
   out.micro = placeLifetimes(micro);
   out.step = placeLifetimes(step);
+  out.host = placeLifetimes(host);
   for (size_t k = 0; k < microOf.size(); ++k)
     out.offset[vals[microOf[k]].value] = out.micro.offsets[k];
   for (size_t k = 0; k < stepOf.size(); ++k)
     out.offset[vals[stepOf[k]].value] = out.step.offsets[k];
+  for (size_t k = 0; k < hostOf.size(); ++k) {
+    out.offset[vals[hostOf[k]].value] = out.host.offsets[k];
+    out.inHost.insert(vals[hostOf[k]].value);
+  }
   for (size_t i = 0; i < vals.size(); ++i) {
     int r = root(int(i));
     if (r == int(i))

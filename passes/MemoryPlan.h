@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <cstdint>
 #include <vector>
@@ -56,6 +57,11 @@ struct StageFrames {
   // Values that share the buffer of another (their operand, or its root).
   llvm::DenseMap<const ir::Value *, const ir::Value *> sharesWith;
   ArenaLayout micro, step;
+  // Offloaded values (results of Offload ops, passes/Recompute.h) in the
+  // microbatch's host frame: a second arena per microbatch in host memory,
+  // whose lifetimes run from the Offload to the value's last Fetch.
+  ArenaLayout host;
+  llvm::DenseSet<const ir::Value *> inHost; // values with host offsets
   // Parameters, buffers, constants, and one sum per per-microbatch value
   // the step reads: what lives for the whole run.
   int64_t persistentBytes = 0;

@@ -186,7 +186,10 @@ static void fillFrameTables(const ir::Graph &g, const Layering &layering,
   SweepValues vals;
   auto add = [&](const ir::Value *v, int layer, int phase) {
     vals.id[v] = int(vals.bytes.size());
-    vals.bytes.push_back(v->type().byteSize());
+    // An offloaded copy is in host memory: it weighs nothing on the device.
+    bool host = v->definingOp() &&
+                v->definingOp()->kind() == ir::OpKind::Offload;
+    vals.bytes.push_back(host ? 0 : v->type().byteSize());
     vals.defLayer.push_back(layer);
     vals.defPhase.push_back(phase);
     bool opt = false;
@@ -266,7 +269,8 @@ static void fillFrameTables(const ir::Graph &g, const Layering &layering,
 }
 
 LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
-                           llvm::ArrayRef<double> opTimes) {
+                           llvm::ArrayRef<double> opTimes,
+                           bool overlapCopies) {
   LayerChain chain;
   chain.layers.resize(layering.layers.size());
   for (const Layer &l : layering.layers)
@@ -275,9 +279,18 @@ LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
     for (LayerCost &c : chain.layers)
       c.f = c.b = c.w = 1;
   }
+  // Offload copies (passes/Recompute.h) run on a copy stream beside the
+  // compute where the device has a host link of its own: a layer's F, B
+  // or W then takes the longer of its compute and its copies. Where it has
+  // none (the emulation on the CPU) they are memcpys among the kernels.
+  bool copiesOverlap = false;
+  std::vector<LayerCost> copies(chain.layers.size());
   for (size_t i = 0; i < opTimes.size(); ++i) {
     const ir::Op &op = *g.ops()[i];
-    LayerCost &c = chain.layers[layering.layerOfOp.lookup(&op)];
+    unsigned layer = layering.layerOfOp.lookup(&op);
+    bool copy = op.info().cost == ir::CostClass::HostCopy && overlapCopies;
+    copiesOverlap = copiesOverlap || copy;
+    LayerCost &c = copy ? copies[layer] : chain.layers[layer];
     // Optimizer ops run once per step, not per microbatch: they are not
     // part of a stage's F, B or W.
     if (op.phase() == ir::Phase::Fwd)
@@ -287,6 +300,13 @@ LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
     else if (op.phase() == ir::Phase::W)
       c.w += opTimes[i];
   }
+  if (copiesOverlap)
+    for (size_t l = 0; l < chain.layers.size(); ++l) {
+      LayerCost &c = chain.layers[l];
+      c.f = std::max(c.f, copies[l].f);
+      c.b = std::max(c.b, copies[l].b);
+      c.w = std::max(c.w, copies[l].w);
+    }
   for (const auto &[value, layer] : layering.layerOfDeclared) {
     if (value->kind() == ir::ValueKind::Input)
       continue;
@@ -533,7 +553,8 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   LinkModel link;
   if (!uniform)
     link = {device->linkLatency, device->linkBandwidth};
-  LayerChain chain = buildLayerChain(g, *layering, opTimes);
+  LayerChain chain =
+      buildLayerChain(g, *layering, opTimes, device->canOffload());
   StageCostTable table(chain, link);
 
   SolverOptions solver;

@@ -207,9 +207,13 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
 
 // The solver's view of `g`: per-layer costs (times from `opTimes`, one per
 // op in program order; every layer F = B = W = 1 when empty, the uniform
-// model) and the values that can cross layers.
+// model) and the values that can cross layers. `overlapCopies`: offload
+// copies run beside the compute (a device with its own host link), so a
+// layer's phase takes the longer of its compute and its copies rather
+// than their sum.
 LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
-                           llvm::ArrayRef<double> opTimes);
+                           llvm::ArrayRef<double> opTimes,
+                           bool overlapCopies = false);
 
 // The stage table as text, and as the JSON report
 // {"stages": [...], "imbalance", "time_unit", ...}.

@@ -50,6 +50,10 @@ struct PlanningOptions {
   // --recompute: none | selective | full for every layer, or auto: the
   // partition weighs all three under --mem-cap (none without a cap).
   std::string recompute = "auto";
+  // --offload: none, all (every layer's stash to host memory, passes/
+  // Recompute.h), or auto: with --recompute=auto under --mem-cap on a
+  // device profile with a host link, the partition weighs it too.
+  std::string offload = "auto";
 };
 
 // What the planning passes make. Apart from PipelineModule so that the pass
@@ -59,7 +63,7 @@ struct PlanResults {
   // policy the graph was rewritten with ("" when never rewritten) and what
   // it cloned (passes/Recompute.h).
   std::string recompute;
-  RecomputeStats recomputeStats;
+  StashStats recomputeStats;
   // When partition chose a policy per stage ("per stage"): each stage's,
   // and what each stage weighed (its peak and time under every policy).
   std::vector<std::string> recomputeByStage;
@@ -89,6 +93,9 @@ struct PlanResults {
     int64_t persistentBytes = 0;
     int heldFrames = 0; // microbatch frames live at once under the schedule
     int64_t peakBytes = 0;
+    // Offloaded activations: one host frame per held microbatch, in host
+    // memory (not part of peakBytes).
+    int64_t hostFrameBytes = 0;
   };
   std::vector<StageMemory> memory;
   std::string memoryWarning;

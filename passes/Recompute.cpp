@@ -17,22 +17,24 @@ using ir::Value;
 
 static constexpr std::string_view kRecomputeOf = ir::kRecomputeOfAttr;
 
-std::string_view recomputePolicyName(RecomputePolicy p) {
+std::string_view stashPolicyName(StashPolicy p) {
   switch (p) {
-  case RecomputePolicy::None:
+  case StashPolicy::None:
     return "none";
-  case RecomputePolicy::Selective:
+  case StashPolicy::Selective:
     return "selective";
-  case RecomputePolicy::Full:
+  case StashPolicy::Full:
     return "full";
+  case StashPolicy::Offload:
+    return "offload";
   }
   return "none";
 }
 
-std::optional<RecomputePolicy> parseRecomputePolicy(std::string_view s) {
-  for (RecomputePolicy p : {RecomputePolicy::None, RecomputePolicy::Selective,
-                            RecomputePolicy::Full})
-    if (recomputePolicyName(p) == s)
+std::optional<StashPolicy> parseStashPolicy(std::string_view s) {
+  for (StashPolicy p : {StashPolicy::None, StashPolicy::Selective,
+                        StashPolicy::Full, StashPolicy::Offload})
+    if (stashPolicyName(p) == s)
       return p;
   return std::nullopt;
 }
@@ -45,7 +47,7 @@ bool hasRecomputation(const ir::Graph &g) {
 }
 
 // Whether the policy makes `op`'s results again rather than keeping them.
-static bool recomputable(const Op &op, const RecomputeChoice &choice) {
+static bool recomputable(const Op &op, const StashChoice &choice) {
   if (op.phase() != Phase::Fwd || op.attrs().count(kRecomputeOf))
     return false;
   switch (op.kind()) {
@@ -55,19 +57,19 @@ static bool recomputable(const Op &op, const RecomputeChoice &choice) {
   default:
     break;
   }
-  RecomputePolicy policy = choice(op);
-  if (policy == RecomputePolicy::Full)
+  StashPolicy policy = choice(op);
+  if (policy == StashPolicy::Full)
     return true;
-  return policy == RecomputePolicy::Selective &&
+  return policy == StashPolicy::Selective &&
          op.info().cost != ir::CostClass::Product;
 }
 
 // Clones, in `phase`'s program, what the readers of that phase read from
 // their own layer and the policy makes again; each clone right before the
 // first reader (or reader's clone) of that phase, in program order.
-static void cloneForPhase(ir::Graph &g, const RecomputeChoice &policy,
+static void cloneForPhase(ir::Graph &g, const StashChoice &policy,
                           const Layering &layers, Phase phase,
-                          RecomputeStats &stats) {
+                          StashStats &stats) {
   llvm::DenseMap<const Op *, size_t> position;
   for (size_t i = 0; i < g.ops().size(); ++i)
     position[g.ops()[i].get()] = i;
@@ -150,28 +152,30 @@ static void cloneForPhase(ir::Graph &g, const RecomputeChoice &policy,
     reader->setOperand(i, cloneOf.lookup(reader->operands()[i]));
 }
 
-RecomputeStats applyRecomputation(ir::Graph &g, RecomputePolicy policy,
+StashStats applyStashPolicy(ir::Graph &g, StashPolicy policy,
                                   const Layering &layers) {
-  if (policy == RecomputePolicy::None)
+  if (policy == StashPolicy::None)
     return {};
-  return applyRecomputation(
+  return applyStashPolicy(
       g, [policy](const Op &) { return policy; }, layers);
 }
 
-RecomputeStats applyRecomputation(ir::Graph &g, const RecomputeChoice &policy,
+StashStats applyStashPolicy(ir::Graph &g, const StashChoice &policy,
                                   const Layering &layers) {
-  RecomputeStats stats;
+  StashStats stats;
   // W work is deferred past other microbatches' B in the 2BP schedules:
   // what W reads is made again in W rather than held from B's clones, so
   // between B and W a layer holds its input and its output gradients.
   cloneForPhase(g, policy, layers, Phase::B, stats);
   cloneForPhase(g, policy, layers, Phase::W, stats);
-  if (stats.clonedOps)
+  offloadStash(g, policy, layers, stats);
+  if (stats.clonedOps || stats.offloadedValues)
     g.setStash(computeStash(g));
   return stats;
 }
 
-int stripRecomputation(ir::Graph &g) {
+int stripStashPolicy(ir::Graph &g) {
+  int offloads = stripOffload(g);
   std::vector<Op *> clones;
   for (const auto &op : g.ops())
     if (op->attrs().count(kRecomputeOf))
@@ -186,9 +190,9 @@ int stripRecomputation(ir::Graph &g) {
   }
   for (auto it = clones.rbegin(); it != clones.rend(); ++it)
     g.eraseOp(*it);
-  if (!clones.empty())
+  if (!clones.empty() || offloads)
     g.setStash(computeStash(g));
-  return int(clones.size());
+  return int(clones.size()) + offloads;
 }
 
 } // namespace cleave::passes

@@ -15,6 +15,16 @@
 // checkpoint) keep the original. The forward value then dies at its last
 // forward reader, and the liveness sweep (passes/MemoryPlan.h) counts the
 // rest.
+//
+// A fourth policy moves the stash instead of making it again: offload
+// (passes/Offload.cpp). Each forward value of the layer that a backward op
+// reads gets an Offload right after its last forward reader (its device
+// bytes are free from there) and a Fetch in each backward program that
+// reads it (`<name>.fetch` in B, `.fetchw` in W), one layer ahead of its
+// first reader there, so the copy can run while the later layer's backward
+// computes. Only backends with a host memory of their own run it (the CUDA
+// backend and its emulation); the partition weighs it only on device
+// profiles with a host link.
 #pragma once
 
 #include "ir/Graph.h"
@@ -28,32 +38,46 @@
 
 namespace cleave::passes {
 
-enum class RecomputePolicy { None, Selective, Full };
+enum class StashPolicy { None, Selective, Full, Offload };
 
-std::string_view recomputePolicyName(RecomputePolicy p);
-// "none", "selective", "full"; "auto" is the planner's and not a policy.
-std::optional<RecomputePolicy> parseRecomputePolicy(std::string_view s);
+std::string_view stashPolicyName(StashPolicy p);
+// "none", "selective", "full", "offload"; "auto" is the planner's and not
+// a policy.
+std::optional<StashPolicy> parseStashPolicy(std::string_view s);
 
-struct RecomputeStats {
+struct StashStats {
   int clonedOps = 0;
   int64_t clonedBytes = 0; // bytes of the clones' results, per microbatch
+  int offloadedValues = 0;
+  int64_t offloadedBytes = 0; // bytes copied to the host, per microbatch
 };
 
 // Applies `policy` to every layer of the tagged training graph `g` (after
 // split-backward; stage tags, when set, carry over to the clones). The
-// stash is recomputed. Idempotent only after stripRecomputation.
-RecomputeStats applyRecomputation(ir::Graph &g, RecomputePolicy policy,
+// stash is recomputed. Idempotent only after stripStashPolicy.
+StashStats applyStashPolicy(ir::Graph &g, StashPolicy policy,
                                   const Layering &layers);
 // The same with a policy per forward op (what its layer or stage gets).
-using RecomputeChoice = std::function<RecomputePolicy(const ir::Op &)>;
-RecomputeStats applyRecomputation(ir::Graph &g, const RecomputeChoice &policy,
+using StashChoice = std::function<StashPolicy(const ir::Op &)>;
+StashStats applyStashPolicy(ir::Graph &g, const StashChoice &policy,
                                   const Layering &layers);
 
-// Undoes applyRecomputation: every reader of a clone reads the original
-// again and the clones are erased. Returns the ops erased.
-int stripRecomputation(ir::Graph &g);
+// Undoes applyStashPolicy: every reader of a clone or a Fetch reads the
+// original again, and the clones, Offloads and Fetches are erased. Returns
+// the ops erased.
+int stripStashPolicy(ir::Graph &g);
 
 // True when `g` has recomputed ops.
 bool hasRecomputation(const ir::Graph &g);
+// True when `g` has Offload ops.
+bool hasOffload(const ir::Graph &g);
+
+// The offload half of applyStashPolicy: Offload and Fetch ops for the
+// stash of every layer `policy` gives StashPolicy::Offload.
+void offloadStash(ir::Graph &g, const StashChoice &policy,
+                  const Layering &layers, StashStats &stats);
+// Erases every Offload and Fetch, the Fetches' readers reading the
+// offloaded values again. Returns the ops erased.
+int stripOffload(ir::Graph &g);
 
 } // namespace cleave::passes

@@ -31,6 +31,8 @@ StageExecutor::~StageExecutor() {
     backend_.release(stepFrame_);
   for (void *p : allFrames_)
     backend_.release(p);
+  for (auto &[frame, host] : hostFrames_)
+    backend_.releaseHost(host);
   if (reduceDevice_)
     backend_.release(reduceDevice_);
   if (wScratch_)
@@ -96,9 +98,17 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
     switch (sl.kind) {
     case SlotKind::Input:
     case SlotKind::MicroTemp:
-    case SlotKind::StepTemp: {
-      int64_t frame = sl.kind == SlotKind::StepTemp ? sp.stepFrameBytes
-                                                    : sp.frameBytes;
+    case SlotKind::StepTemp:
+    case SlotKind::HostTemp: {
+      if (sl.kind == SlotKind::HostTemp && !backend_.offloads())
+        return fail(llvm::formatv(
+            "{0}: the plan offloads activations to host memory, and the {1} "
+            "backend has no memory apart from the host's (compile with "
+            "--offload=none, or run with --device cuda or cuda-emulated)",
+            slotName(s), backend_.name()));
+      int64_t frame = sl.kind == SlotKind::StepTemp   ? sp.stepFrameBytes
+                      : sl.kind == SlotKind::HostTemp ? sp.hostFrameBytes
+                                                      : sp.frameBytes;
       if (sl.offset < 0 || sl.offset + sl.bytes > frame)
         return fail(llvm::formatv("{0} ({1}): bytes [{2}, {3}) outside its "
                                   "{4}-byte frame",
@@ -195,7 +205,8 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
             return fail(llvm::formatv("{0}: slot {1} does not exist (the "
                                       "stage has {2})",
                                       where, s, n));
-          if (phase == Phase::Step && inFrame(sp.slots[s].kind))
+          if (phase == Phase::Step && (inFrame(sp.slots[s].kind) ||
+                                       sp.slots[s].kind == SlotKind::HostTemp))
             return fail(where + ": the Step program uses " +
                         slotKindName(sp.slots[s].kind) + " slot '" +
                         sp.slots[s].name + "'");
@@ -212,7 +223,20 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
       case InstrKind::Kernel: {
         ir::DType dt =
             in.inputs.empty() ? ir::DType::F32 : sp.slots[in.inputs[0]].dtype;
-        if (!backend_.supports(in.op, dt))
+        bool copy = in.op == ir::OpKind::Offload || in.op == ir::OpKind::Fetch;
+        if (copy && (in.inputs.size() != 1 || in.outputs.size() != 1 ||
+                     sp.slots[in.inputs[0]].bytes !=
+                         sp.slots[in.outputs[0]].bytes))
+          return fail(where + ": an offload copy takes one slot to one of "
+                              "the same size");
+        if (copy && !backend_.offloads())
+          return fail(llvm::formatv(
+              "{0}: the plan offloads activations to host memory, and the "
+              "{1} backend has no memory apart from the host's (compile "
+              "with --offload=none, or run with --device cuda or "
+              "cuda-emulated)",
+              where, backend_.name()));
+        if (!copy && !backend_.supports(in.op, dt))
           return fail(llvm::formatv("{0}: the {1} backend has no kernel for "
                                     "{2} on {3}",
                                     where, backend_.name(),

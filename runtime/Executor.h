@@ -70,6 +70,9 @@ struct StageStats {
   int framesAllocated = 0;     // frames ever allocated (<= maxFramesInFlight)
   // persistentBytes + maxFramesInFlight * frameBytes + stepFrameBytes.
   int64_t peakBytes = 0;
+  // Host memory of offloaded activations: maxFramesInFlight * the host
+  // frame (StagePlan::hostFrameBytes); not part of peakBytes.
+  int64_t hostPeakBytes = 0;
   // Wall seconds spent in each ActionKind during the last runStep (indexed
   // by the ActionKind's value), including time blocked in Recv.
   std::array<double, 5> busySeconds{};
@@ -293,6 +296,8 @@ private:
   std::vector<void *> persistent_; // by slot: State/Const/Accum buffers
   void *stepFrame_ = nullptr;
   std::vector<void *> freeFrames_, allFrames_;
+  // The host frame that goes with each microbatch frame (offloading plans).
+  std::map<void *, void *> hostFrames_;
   std::map<int, void *> live_; // microbatch -> its frame
   // lastAction_[mb]: index into stage_.actions after which mb's frame goes.
   std::vector<int> lastAction_;

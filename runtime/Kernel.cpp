@@ -2,6 +2,7 @@
 #include "runtime/Kernel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -64,6 +65,12 @@ double Backend::sumOfSquares(ir::DType dtype, const void *data, int64_t count,
   copyToHost(host.data(), data, host.size());
   return sumOfSquaresOnHost(dtype, host.data(), count, scale);
 }
+
+void *Backend::allocateHost(size_t bytes) {
+  return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+}
+
+void Backend::releaseHost(void *ptr) { std::free(ptr); }
 
 bool Backend::allFinite(ir::DType dtype, const void *data, int64_t count) {
   if (dtype != ir::DType::F32 && dtype != ir::DType::F64)

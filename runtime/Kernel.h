@@ -74,6 +74,26 @@ public:
   virtual void copyToDevice(void *dst, const void *src, size_t bytes) = 0;
   virtual void copyToHost(void *dst, const void *src, size_t bytes) = 0;
 
+  // Activation offload (plans with Offload and Fetch, runtime/Plan.h): a
+  // backend with a memory of its own copies to host memory and back. A
+  // backend whose memory is the host's has nowhere to offload to and
+  // refuses such plans (offloads() false, the default).
+  virtual bool offloads() const { return false; }
+  // Host memory the copies go to (pinned where that speeds them up).
+  virtual void *allocateHost(size_t bytes);
+  virtual void releaseHost(void *ptr);
+  // Start a copy to the host after the work issued so far (offload), or
+  // back from it (fetch); copies run in the order started. Work issued
+  // after waitForCopies() sees every copy started before it done. By
+  // default the copies are copyToHost/copyToDevice, done when they return.
+  virtual void offload(void *host, const void *device, size_t bytes) {
+    copyToHost(host, device, bytes);
+  }
+  virtual void fetch(void *device, const void *host, size_t bytes) {
+    copyToDevice(device, host, bytes);
+  }
+  virtual void waitForCopies() {}
+
   // True if the backend has a kernel for `op` with inputs of `dtype` (the
   // element type of the first input).
   virtual bool supports(ir::OpKind op, ir::DType dtype) const = 0;

@@ -14,6 +14,7 @@ const char *slotKindName(SlotKind k) {
   case SlotKind::MicroTemp: return "micro";
   case SlotKind::StepTemp: return "step";
   case SlotKind::Accum: return "accum";
+  case SlotKind::HostTemp: return "host";
   }
   return "?";
 }

@@ -11,7 +11,8 @@
 //    messages over slots;
 //  - its action list from the schedule (F/B/W/BW of a microbatch, STEP).
 //
-// Memory: MicroTemp slots live in a per-microbatch frame at a fixed byte
+// Memory (an offloading plan also has a host frame per microbatch, for its
+// HostTemp slots; see Instr::waitCopies): MicroTemp slots live in a per-microbatch frame at a fixed byte
 // offset (frameBytes in all, planned from liveness over F, B and W, so a
 // stashed activation keeps its bytes until its B and W have run); a frame is
 // taken at the microbatch's F and given back after its last backward action.
@@ -47,6 +48,7 @@ enum class SlotKind : uint8_t {
   MicroTemp, // computed per microbatch, in the microbatch frame
   StepTemp,  // computed by the Step program, in the step frame
   Accum,     // the microbatch sum of a MicroTemp, read by Step
+  HostTemp,  // an offloaded copy, in the microbatch's host frame
 };
 const char *slotKindName(SlotKind k);
 
@@ -56,7 +58,7 @@ struct Slot {
   ir::DType dtype = ir::DType::F32;
   std::vector<int64_t> shape;
   int64_t bytes = 0;   // element size x element count
-  int64_t offset = -1; // MicroTemp, StepTemp: byte offset in its frame
+  int64_t offset = -1; // MicroTemp, StepTemp, HostTemp: offset in its frame
   int blob = -1;       // State, Const: index into Plan::blobs (initial data)
   int accum = -1;      // MicroTemp: the Accum slot that sums it, or -1
   bool trainable = false; // State: a parameter the optimizer updates
@@ -74,6 +76,11 @@ struct Instr {
   int64_t tag = 0;          // Send, Recv: same on both ends
   uint64_t seedSalt = 0;    // Kernel: mixed with step and microbatch (Dropout)
   std::string loc;          // the ONNX node name, for errors and profiles
+  // Activation offload: before this instruction the compute work waits
+  // for the copies started so far (Backend::waitForCopies): it is the first
+  // to write bytes an Offload still copies from, or the first reader of a
+  // Fetch's result. Nothing to do where copies are synchronous.
+  bool waitCopies = false;
 };
 
 enum class Phase : uint8_t { F, B, W, Step };
@@ -102,6 +109,10 @@ struct StagePlan {
   std::vector<Action> actions;
   int64_t frameBytes = 0;     // one microbatch frame
   int64_t stepFrameBytes = 0; // the step frame
+  // The host frame of a microbatch (activation offload): HostTemp slots,
+  // taken and given back with the microbatch frame; 0 when nothing is
+  // offloaded. Host memory, not part of predictedPeakBytes.
+  int64_t hostFrameBytes = 0;
   int lossSlot = -1;          // MicroTemp holding the loss, on one stage
   // Accuracy for validation (cleave-run --eval-data), on the loss's stage
   // when the loss is one cross-entropy: its class scores [N, C, d...] and

@@ -138,6 +138,7 @@ void toProto(const Instr &in, pb::Instr &p) {
   p.set_tag(in.tag);
   p.set_seed_salt(in.seedSalt);
   p.set_loc(in.loc);
+  p.set_wait_copies(in.waitCopies);
 }
 
 void toProto(const StateUpdate &u, pb::StateUpdate &p) {
@@ -175,6 +176,7 @@ void toProto(const StagePlan &s, pb::Stage &p) {
   }
   p.set_frame_bytes(s.frameBytes);
   p.set_step_frame_bytes(s.stepFrameBytes);
+  p.set_host_frame_bytes(s.hostFrameBytes);
   p.set_loss_slot(s.lossSlot);
   p.set_accuracy_scores_slot_plus1(s.accuracyScoresSlot + 1);
   p.set_accuracy_labels_slot_plus1(s.accuracyLabelsSlot + 1);
@@ -346,6 +348,7 @@ llvm::Error fromProto(const pb::Instr &p, const std::string &where, Instr &in) {
   in.tag = p.tag();
   in.seedSalt = p.seed_salt();
   in.loc = p.loc();
+  in.waitCopies = p.wait_copies();
   return llvm::Error::success();
 }
 
@@ -395,6 +398,7 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
   }
   s.frameBytes = p.frame_bytes();
   s.stepFrameBytes = p.step_frame_bytes();
+  s.hostFrameBytes = p.host_frame_bytes();
   s.lossSlot = p.loss_slot();
   s.accuracyScoresSlot = p.accuracy_scores_slot_plus1() - 1;
   s.accuracyLabelsSlot = p.accuracy_labels_slot_plus1() - 1;

@@ -103,6 +103,22 @@ llvm::Error verifyInstr(const Plan &plan, const StagePlan &s, int phase,
     if (llvm::Error e = checkDeclaredAttributes(info, in.attrs))
       return invalid(where() + ": " + std::string(info.name) + ": " +
                      llvm::toString(std::move(e)));
+    // Host slots: an Offload writes one, a Fetch reads one, nothing else
+    // touches them.
+    auto host = [&](int slot) {
+      return s.slots[size_t(slot)].kind == SlotKind::HostTemp;
+    };
+    bool offload = in.op == ir::OpKind::Offload, fetch = in.op == ir::OpKind::Fetch;
+    for (int k = 0; k < n; ++k)
+      if (host(in.inputs[k]) != fetch)
+        return invalid(where() + ": " + std::string(info.name) +
+                       (fetch ? " must read a host slot"
+                              : " reads a host slot (only Fetch may)"));
+    for (int k = 0; k < r; ++k)
+      if (host(in.outputs[k]) != offload)
+        return invalid(where() + ": " + std::string(info.name) +
+                       (offload ? " must write a host slot"
+                                : " writes a host slot (only Offload may)"));
     return llvm::Error::success();
   }
   case InstrKind::Send:
@@ -458,7 +474,7 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
     if (s.index != si)
       return invalid(
           llvm::formatv("stage {0} says it is stage {1}", si, s.index));
-    if (s.frameBytes < 0 || s.stepFrameBytes < 0)
+    if (s.frameBytes < 0 || s.stepFrameBytes < 0 || s.hostFrameBytes < 0)
       return invalid(llvm::formatv("stage {0}: negative frame size", si));
     int nslots = int(s.slots.size());
     for (int i = 0; i < nslots; ++i) {
@@ -467,15 +483,18 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
         return invalid(
             llvm::formatv("stage {0} slot {1} '{2}': ", si, i, sl.name) + msg);
       };
-      if (!validDType(sl.dtype) || uint8_t(sl.kind) > uint8_t(SlotKind::Accum))
+      if (!validDType(sl.dtype) ||
+          uint8_t(sl.kind) > uint8_t(SlotKind::HostTemp))
         return bad("bad dtype or kind");
       std::optional<int64_t> bytes = denseBytes(sl.dtype, sl.shape);
       if (!bytes || *bytes != sl.bytes)
         return bad(llvm::formatv("{0} bytes for {1}", sl.bytes,
                                  typeText(sl.dtype, sl.shape)));
-      if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp) {
-        int64_t frame =
-            sl.kind == SlotKind::MicroTemp ? s.frameBytes : s.stepFrameBytes;
+      if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp ||
+          sl.kind == SlotKind::HostTemp) {
+        int64_t frame = sl.kind == SlotKind::MicroTemp ? s.frameBytes
+                        : sl.kind == SlotKind::HostTemp ? s.hostFrameBytes
+                                                        : s.stepFrameBytes;
         if (sl.offset < 0 || sl.offset > frame - sl.bytes)
           return bad(llvm::formatv("offset {0} + {1} bytes is outside its "
                                    "frame ({2} bytes)",

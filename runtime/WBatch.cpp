@@ -16,8 +16,9 @@ void planWBatch(StagePlan &stage) {
   stage.wBatchProduct.assign(prog.size(), -1);
   stage.wBatchSummed.clear();
   stage.wBatchScratchBytes = 0;
+  // Messages and offload copies stay per microbatch: no batching.
   for (const Instr &in : prog)
-    if (in.kind != InstrKind::Kernel) {
+    if (in.kind != InstrKind::Kernel || in.op == ir::OpKind::Fetch) {
       stage.wBatchProduct.clear();
       return;
     }

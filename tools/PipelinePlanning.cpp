@@ -31,7 +31,7 @@ std::vector<Flags::Spec> planningFlagSpecs() {
           {"device-profile", true, false}, {"split-at", true, false},
           {"layer-depth", true, false},  {"timeline", true, true},
           {"report", true, false},       {"recompute", true, false},
-          {"devices", true, false}};
+          {"offload", true, false},      {"devices", true, false}};
 }
 
 const char kPlanningHelp[] = R"(pipeline (needs a training graph):
@@ -75,6 +75,17 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          --mem-cap the planner weighs the three with every
                          split and takes the fastest that fits; without a
                          cap, none
+  --offload=none|auto|all
+                         forward values the backward reads, copied to host
+                         memory after the forward and back before the
+                         backward (GPU plans: --device cuda, or
+                         cuda-emulated, which copies to a separate host
+                         arena; the CPU backend has one memory and refuses
+                         them). all: every layer; auto (default): with
+                         --mem-cap and --recompute=auto on a device profile
+                         with a host link (h200, a100), the planner weighs
+                         it beside recomputation per stage and layer; none:
+                         never. Same bits as keeping them
   --split-at=LAYER,...   first layers of stages 1..P-1 instead of the search
   --layer-depth=N        module-path components per layer (default: the
                          shallowest depth with repeated blocks, such as
@@ -157,10 +168,18 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
     req.chunks = int(*n);
   }
   if (auto r = flags.get("recompute")) {
-    if (*r != "auto" && !passes::parseRecomputePolicy(*r))
+    if (*r != "auto" && !passes::parseStashPolicy(*r))
       return usage("--recompute must be none, selective, full or auto, not '" +
                    *r + "'");
     req.recompute = *r;
+  }
+  if (auto o = flags.get("offload")) {
+    if (*o != "none" && *o != "auto" && *o != "all")
+      return usage("--offload must be none, auto or all, not '" + *o + "'");
+    if (*o == "all" && req.recompute != "auto" && req.recompute != "none")
+      return usage("--offload=all and --recompute=" + req.recompute +
+                   " both decide every layer's stash; give one of them");
+    req.offload = *o;
   }
   if (auto c = flags.get("mem-cap")) {
     auto bytes = passes::parseByteSize(*c);

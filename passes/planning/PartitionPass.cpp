@@ -37,15 +37,38 @@ static std::string coarseLayerHint(const ir::Graph &g,
       .str();
 }
 
+// The stash policies --recompute=auto weighs, cheapest in time first (the
+// per-layer easing tries them in this order): offload only with
+// --offload=auto on a device profile with a host link.
+static std::vector<StashPolicy> searchedPolicies(const PlanningOptions &o) {
+  std::vector<StashPolicy> all = {StashPolicy::None, StashPolicy::Selective};
+  if (o.offload == "auto") {
+    auto device = lookupDeviceProfile(o.deviceProfile);
+    if (device && device->canOffload())
+      all.push_back(StashPolicy::Offload);
+    else if (!device)
+      llvm::consumeError(device.takeError());
+  }
+  all.push_back(StashPolicy::Full);
+  return all;
+}
+
+// "recompute selective", "offload".
+static std::string policyLabel(StashPolicy p) {
+  return p == StashPolicy::Offload
+             ? "offload"
+             : "recompute " + std::string(stashPolicyName(p));
+}
+
 namespace {
 // Recomputation chosen per stage on a given split.
 struct PerStage {
   PartitionResult part;
-  std::vector<RecomputePolicy> policy;      // by stage
-  std::vector<RecomputePolicy> layerPolicy; // by layer
+  std::vector<StashPolicy> policy;      // by stage
+  std::vector<StashPolicy> layerPolicy; // by layer
   int eased = 0; // layers given less than their stage's policy
   std::string table;                   // what each stage weighed
-  RecomputeStats stats;
+  StashStats stats;
 };
 } // namespace
 
@@ -59,8 +82,7 @@ static llvm::Expected<std::optional<PerStage>>
 choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
                const PartitionResult &part, int chunks,
                const Layering &layers) {
-  const std::vector<RecomputePolicy> all = {
-      RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full};
+  const std::vector<StashPolicy> all = searchedPolicies(m.options);
   int stages = int(part.stages.size());
   for (const auto &op : m.graph.ops())
     op->setStage(part.stageOfOp.lookup(op.get()));
@@ -68,18 +90,18 @@ choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
   uncapped.memCap.reset();
   PipelineModule probe(m.graph, uncapped);
   std::vector<std::vector<StageReport>> reports; // by policy
-  for (RecomputePolicy p : all) {
-    stripRecomputation(m.graph);
-    applyRecomputation(m.graph, p, layers);
+  for (StashPolicy p : all) {
+    stripStashPolicy(m.graph);
+    applyStashPolicy(m.graph, p, layers);
     auto r = partitionFor(probe, csv, chunks, stages, part.microbatches, true);
     if (!r) {
       llvm::consumeError(r.takeError());
-      stripRecomputation(m.graph);
+      stripStashPolicy(m.graph);
       return std::nullopt;
     }
     reports.push_back(r->stages);
   }
-  stripRecomputation(m.graph);
+  stripStashPolicy(m.graph);
   int64_t cap = (*m.options.memCap - m.options.capMargin) / chunks;
   PerStage out;
   std::string table;
@@ -96,10 +118,10 @@ choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
       return std::nullopt;
     out.policy.push_back(all[*pick]);
     os << llvm::formatv("  stage {0}: {1,-9} (", st,
-                        recomputePolicyName(all[*pick]));
+                        stashPolicyName(all[*pick]));
     for (size_t k = 0; k < all.size(); ++k) {
       const StageReport &r = reports[k][size_t(st)];
-      os << (k ? "; " : "") << recomputePolicyName(all[k]) << " "
+      os << (k ? "; " : "") << stashPolicyName(all[k]) << " "
          << formatBytes(r.peakBytes)
          << (r.peakBytes > cap ? " over" : "")
          << llvm::formatv(" {0:F3} {1}", seconds ? 1e3 * r.time() : r.time(),
@@ -117,29 +139,29 @@ choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
   for (const auto &op : m.graph.ops())
     if (op->phase() == ir::Phase::Fwd && layers.layerOfOp.count(op.get()))
       stageOfLayer[layers.layerOfOp.lookup(op.get())] = op->stage();
-  out.layerPolicy.assign(layerCount, RecomputePolicy::None);
+  out.layerPolicy.assign(layerCount, StashPolicy::None);
   for (size_t l = 0; l < layerCount; ++l)
     if (stageOfLayer[l] >= 0 && stageOfLayer[l] < stages)
       out.layerPolicy[l] = out.policy[size_t(stageOfLayer[l])];
   auto byLayer = [&](const ir::Op &op) {
     auto it = layers.layerOfOp.find(&op);
-    return it == layers.layerOfOp.end() ? RecomputePolicy::None
+    return it == layers.layerOfOp.end() ? StashPolicy::None
                                         : out.layerPolicy[it->second];
   };
   int tries = 0;
   for (int st = 0; st < stages && tries < kMostTries; ++st) {
-    if (out.policy[size_t(st)] == RecomputePolicy::None)
+    if (out.policy[size_t(st)] == StashPolicy::None)
       continue;
     for (size_t l = layerCount; l-- > 0 && tries < kMostTries;) {
       if (stageOfLayer[l] != st)
         continue;
-      RecomputePolicy was = out.layerPolicy[l];
-      for (RecomputePolicy cheaper : all) {
+      StashPolicy was = out.layerPolicy[l];
+      for (StashPolicy cheaper : all) {
         if (cheaper == was || tries >= kMostTries)
           break;
         out.layerPolicy[l] = cheaper;
-        stripRecomputation(m.graph);
-        applyRecomputation(m.graph, byLayer, layers);
+        stripStashPolicy(m.graph);
+        applyStashPolicy(m.graph, byLayer, layers);
         ++tries;
         auto r =
             partitionFor(probe, csv, chunks, stages, part.microbatches, true);
@@ -152,14 +174,14 @@ choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
       }
     }
   }
-  stripRecomputation(m.graph);
+  stripStashPolicy(m.graph);
   for (int st = 0; st < stages; ++st) {
     std::string mixed;
     for (size_t l = 0; l < layerCount; ++l)
       if (stageOfLayer[l] == st &&
           out.layerPolicy[l] != out.policy[size_t(st)])
         mixed += (mixed.empty() ? "" : ", ") + layers.layers[l].name + " " +
-                 std::string(recomputePolicyName(out.layerPolicy[l]));
+                 std::string(stashPolicyName(out.layerPolicy[l]));
     if (!mixed.empty())
       os << "    stage " << st << ", layers that fit with less: " << mixed
          << "\n";
@@ -172,13 +194,13 @@ choosePerStage(PipelineModule &m, const std::optional<sched::Schedule> &csv,
   }
   os.flush();
   if (std::all_of(out.layerPolicy.begin(), out.layerPolicy.end(),
-                  [&](RecomputePolicy p) { return p == out.layerPolicy[0]; }))
+                  [&](StashPolicy p) { return p == out.layerPolicy[0]; }))
     return std::nullopt;
-  out.stats = applyRecomputation(m.graph, byLayer, layers);
+  out.stats = applyStashPolicy(m.graph, byLayer, layers);
   auto mixed = partitionFor(m, csv, chunks, stages, part.microbatches, true);
   if (!mixed) {
     llvm::consumeError(mixed.takeError());
-    stripRecomputation(m.graph);
+    stripStashPolicy(m.graph);
     return std::nullopt;
   }
   out.part = std::move(*mixed);
@@ -206,27 +228,28 @@ llvm::Error partitionPass(PipelineModule &m) {
   // --recompute=auto under --mem-cap weighs every policy (the recompute
   // pass leaves the graph alone for auto); otherwise the graph is taken as
   // the recompute pass left it.
-  std::vector<std::optional<RecomputePolicy>> policies = {std::nullopt};
+  std::vector<std::optional<StashPolicy>> policies = {std::nullopt};
   std::optional<Layering> layers;
-  if (o.recompute == "auto" && o.memCap) {
+  if (o.recompute == "auto" && o.offload != "all" && o.memCap) {
     auto l = groupLayers(m.graph, {o.layerDepth});
     if (!l)
       return l.takeError();
     layers = std::move(*l);
-    policies = {RecomputePolicy::None, RecomputePolicy::Selective,
-                RecomputePolicy::Full};
+    policies.clear();
+    for (StashPolicy p : searchedPolicies(o))
+      policies.push_back(p);
   }
   bool several = tries.size() * policies.size() > 1;
   struct Candidate {
     PartitionResult part;
     int chunks;
-    std::optional<RecomputePolicy> policy;
+    std::optional<StashPolicy> policy;
     std::string schedule; // the name `auto` chose
     double stepTime;
   };
   std::optional<Candidate> best;
   std::string tried, firstWhy;
-  auto attempt = [&](int chunks, std::optional<RecomputePolicy> policy)
+  auto attempt = [&](int chunks, std::optional<StashPolicy> policy)
       -> llvm::Expected<Candidate> {
     int stages = 0;
     int64_t microbatches = 0;
@@ -245,14 +268,14 @@ llvm::Error partitionPass(PipelineModule &m) {
     return Candidate{std::move(*part), chunks, policy, s->schedule.name,
                      s->sim.stepTime};
   };
-  auto recomputeAs = [&](std::optional<RecomputePolicy> policy) {
+  auto recomputeAs = [&](std::optional<StashPolicy> policy) {
     if (!policy)
       return;
-    stripRecomputation(m.graph);
-    m.recomputeStats = applyRecomputation(m.graph, *policy, *layers);
-    m.recompute = std::string(recomputePolicyName(*policy));
+    stripStashPolicy(m.graph);
+    m.recomputeStats = applyStashPolicy(m.graph, *policy, *layers);
+    m.recompute = std::string(stashPolicyName(*policy));
   };
-  for (std::optional<RecomputePolicy> policy : policies) {
+  for (std::optional<StashPolicy> policy : policies) {
     recomputeAs(policy);
     for (int chunks : tries) {
       auto c = attempt(chunks, policy);
@@ -264,8 +287,7 @@ llvm::Error partitionPass(PipelineModule &m) {
       }
       std::string label;
       if (policy)
-        label += "recompute " + std::string(recomputePolicyName(*policy)) +
-                 ", ";
+        label += policyLabel(*policy) + ", ";
       label += std::to_string(chunks) + " stage(s) per rank: ";
       if (!c) {
         std::string why = llvm::toString(c.takeError());
@@ -276,7 +298,7 @@ llvm::Error partitionPass(PipelineModule &m) {
         if (firstWhy.empty() || (policy && chunks == tries.front()))
           firstWhy = policy && policies.size() > 1
                          ? "even with --recompute=" +
-                               std::string(recomputePolicyName(*policy)) +
+                               std::string(stashPolicyName(*policy)) +
                                ": " + why
                          : why;
         continue;
@@ -326,8 +348,8 @@ llvm::Error partitionPass(PipelineModule &m) {
                    .str();
       best->part = std::move((*perStage)->part);
       best->stepTime = *mixedStep;
-      for (RecomputePolicy p : (*perStage)->policy)
-        m.recomputeByStage.push_back(std::string(recomputePolicyName(p)));
+      for (StashPolicy p : (*perStage)->policy)
+        m.recomputeByStage.push_back(std::string(stashPolicyName(p)));
       m.recomputeTable = std::move((*perStage)->table);
       m.recomputeStats = (*perStage)->stats;
       m.recomputeEased = (*perStage)->eased;

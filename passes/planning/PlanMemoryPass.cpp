@@ -50,6 +50,7 @@ static void layOutMemory(PipelineModule &m) {
     mem.frameBytes = frames.micro.size;
     mem.frameLivePeak = frames.micro.livePeak;
     mem.stepFrameBytes = frames.step.size;
+    mem.hostFrameBytes = frames.host.size;
     mem.persistentBytes = frames.persistentBytes;
     mem.heldFrames = heldFrames(*m.schedule, int(s));
     mem.peakBytes = mem.persistentBytes + mem.stepFrameBytes +

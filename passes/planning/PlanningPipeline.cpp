@@ -157,7 +157,7 @@ static llvm::Error replan(PipelineModule &m,
     // replan does not run again: the graph keeps it, and so does the
     // module's account of it.
     std::string recompute = m.recompute;
-    RecomputeStats recomputeStats = m.recomputeStats;
+    StashStats recomputeStats = m.recomputeStats;
     static_cast<PlanResults &>(m) = std::move(again);
     if (m.recompute.empty()) {
       m.recompute = recompute;
@@ -218,7 +218,7 @@ llvm::Error runPlanningPasses(PipelineModule &m,
 
 // What recomputation the plan has, and what the planner weighed.
 static std::string recomputeSummary(const PipelineModule &m) {
-  const RecomputeStats &st = m.recomputeStats;
+  const StashStats &st = m.recomputeStats;
   std::string out;
   if (!m.recomputeByStage.empty()) {
     out = "recompute: chosen per stage under --mem-cap:";
@@ -234,6 +234,8 @@ static std::string recomputeSummary(const PipelineModule &m) {
                          "again per microbatch)\n",
                          st.clonedOps, formatBytes(st.clonedBytes))
                .str();
+  } else if (st.offloadedValues && !st.clonedOps) {
+    out = ""; // the offload line says it
   } else if (m.recompute == "none" || !st.clonedOps) {
     out = "recompute: none (every value the backward reads is held from the "
           "forward)\n";
@@ -244,6 +246,12 @@ static std::string recomputeSummary(const PipelineModule &m) {
                         formatBytes(st.clonedBytes))
               .str();
   }
+  if (st.offloadedValues)
+    out += llvm::formatv("offload: {0} value(s), {1} per microbatch, copied "
+                         "to host memory after their last forward reader "
+                         "and back before the backward reads them\n",
+                         st.offloadedValues, formatBytes(st.offloadedBytes))
+               .str();
   if (!m.recomputeTable.empty())
     out += "each stage's peak and F+B+W time under each policy (over: "
            "above its share of --mem-cap):\n" +
@@ -314,6 +322,14 @@ void printModule(const PipelineModule &m, llvm::raw_ostream &os,
                           x.stepFrameBytes, x.persistentBytes, x.heldFrames,
                           x.peakBytes);
     }
+    for (size_t s = 0; s < m.memory.size(); ++s)
+      if (const auto &x = m.memory[s]; x.hostFrameBytes)
+        os << llvm::formatv("// stage {0}: host frame {1} per microbatch, "
+                            "{2} of host memory for {3} held (offloaded "
+                            "activations, not in the peak)\n",
+                            s, x.hostFrameBytes,
+                            formatBytes(x.hostFrameBytes * x.heldFrames),
+                            x.heldFrames);
     for (const auto &[rank, peak] : rankPeak) {
       os << "// rank " << rank << ": peak " << peak << " (" << formatBytes(peak)
          << ")";

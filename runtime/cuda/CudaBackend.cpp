@@ -80,6 +80,14 @@ public:
       return cudaFail("cudaSetDevice", e);
     if (cudaError_t e = cudaStreamCreate(&b->stream_))
       return cudaFail("cudaStreamCreate", e);
+    // Offload copies: their own stream, ordered against the compute by
+    // events that carry no timing.
+    if (cudaError_t e = cudaStreamCreateWithFlags(&b->copyStream_,
+                                                  cudaStreamNonBlocking))
+      return cudaFail("cudaStreamCreate (copies)", e);
+    for (cudaEvent_t *ev : {&b->computeMark_, &b->copyMark_})
+      if (cudaError_t e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming))
+        return cudaFail("cudaEventCreate", e);
     const Cublas &blas = cublas();
     if (!blas.error.empty())
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -98,6 +106,11 @@ public:
       cublas().destroy(blas_);
     if (stream_)
       cudaStreamDestroy(stream_);
+    if (copyStream_)
+      cudaStreamDestroy(copyStream_);
+    for (cudaEvent_t ev : {computeMark_, copyMark_})
+      if (ev)
+        cudaEventDestroy(ev);
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -135,6 +148,35 @@ public:
 
   bool supports(ir::OpKind op, ir::DType dtype) const override {
     return cuda::lowers(op, dtype);
+  }
+
+  // Activation offload: pinned host frames, copies on the copy stream. A
+  // copy starts after the compute work issued before it (computeMark_);
+  // waitForCopies makes the compute stream wait for every copy started.
+  bool offloads() const override { return true; }
+  void *allocateHost(size_t bytes) override {
+    cudaSetDevice(device_);
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) !=
+        cudaSuccess)
+      return nullptr;
+    return p;
+  }
+  void releaseHost(void *ptr) override {
+    if (ptr)
+      cudaFreeHost(ptr);
+  }
+  void offload(void *host, const void *device, size_t bytes) override {
+    copyAfterCompute(host, device, bytes, cudaMemcpyDeviceToHost);
+  }
+  void fetch(void *device, const void *host, size_t bytes) override {
+    copyAfterCompute(device, host, bytes, cudaMemcpyHostToDevice);
+  }
+  void waitForCopies() override {
+    cudaSetDevice(device_);
+    noteError("an offload copy's event", cudaEventRecord(copyMark_, copyStream_));
+    noteError("a wait for offload copies",
+              cudaStreamWaitEvent(stream_, copyMark_, 0));
   }
 
   llvm::Error run(const KernelCall &call) override {
@@ -232,6 +274,16 @@ private:
     return llvm::Error::success();
   }
 
+  void copyAfterCompute(void *dst, const void *src, size_t bytes,
+                        cudaMemcpyKind kind) {
+    cudaSetDevice(device_);
+    noteError("an offload copy's event", cudaEventRecord(computeMark_, stream_));
+    noteError("an offload copy's wait",
+              cudaStreamWaitEvent(copyStream_, computeMark_, 0));
+    noteError("an offload copy",
+              cudaMemcpyAsync(dst, src, bytes, kind, copyStream_));
+  }
+
   void noteError(const char *what, cudaError_t e) {
     if (e != cudaSuccess && pending_.empty())
       pending_ = std::string(what) + " failed: " + cudaGetErrorString(e);
@@ -240,6 +292,8 @@ private:
   int device_;
   std::string pending_; // a failure seen where it could not be returned
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copyStream_ = nullptr;
+  cudaEvent_t computeMark_ = nullptr, copyMark_ = nullptr;
   void *scratch_ = nullptr;
   size_t scratchBytes_ = 0;
   cublasHandle_t blas_ = nullptr;

@@ -488,6 +488,9 @@ public:
   bool supports(OpKind op, DType dtype) const override {
     return lowers(op, dtype);
   }
+  // Its memory stands for the device's, so offloaded copies go to a
+  // separate host arena, by memcpy, done when the call returns.
+  bool offloads() const override { return true; }
   llvm::Error run(const KernelCall &call) override {
     auto steps = lowerCall(call, [this](size_t bytes) {
       if (scratch_.size() < bytes)

@@ -48,8 +48,22 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
                .str();
     return w;
   };
+  if (in.waitCopies)
+    backend_.waitForCopies();
   switch (in.kind) {
   case InstrKind::Kernel: {
+    // Activation offload: copies between the frame and its host frame, on
+    // the backend's copy queue (Backend::offload).
+    if (in.op == ir::OpKind::Offload || in.op == ir::OpKind::Fetch) {
+      size_t bytes = size_t(stage_.slots[in.inputs[0]].bytes);
+      void *dst = slotData(in.outputs[0], frame);
+      const void *src = slotData(in.inputs[0], frame);
+      if (in.op == ir::OpKind::Offload)
+        backend_.offload(dst, src, bytes);
+      else
+        backend_.fetch(dst, src, bytes);
+      return llvm::Error::success();
+    }
     // A reshape-like op whose result codegen placed on its operand's bytes
     // (Plan.h) has nothing to do.
     if (ir::opInfo(in.op).has(ir::optrait::LayoutOnly) &&

@@ -15,6 +15,8 @@ void *StageExecutor::slotData(int slot, void *frame) const {
     return static_cast<char *>(frame) + s.offset;
   case SlotKind::StepTemp:
     return static_cast<char *>(stepFrame_) + s.offset;
+  case SlotKind::HostTemp:
+    return static_cast<char *>(hostFrames_.at(frame)) + s.offset;
   default:
     return persistent_[slot];
   }
@@ -28,6 +30,14 @@ llvm::Expected<void *> StageExecutor::takeFrame() {
                                 stage_.frameBytes));
     allFrames_.push_back(p);
     freeFrames_.push_back(p);
+    if (stage_.hostFrameBytes > 0) {
+      void *h = backend_.allocateHost(size_t(stage_.hostFrameBytes));
+      if (!h)
+        return fail(llvm::formatv("cannot allocate a {0}-byte host frame for "
+                                  "offloaded activations",
+                                  stage_.hostFrameBytes));
+      hostFrames_[p] = h;
+    }
     stats_.framesAllocated = int(allFrames_.size());
   }
   void *f = freeFrames_.back();
@@ -38,6 +48,7 @@ llvm::Expected<void *> StageExecutor::takeFrame() {
     stats_.peakBytes = stats_.persistentBytes +
                        int64_t(inFlight) * stage_.frameBytes +
                        stage_.stepFrameBytes;
+    stats_.hostPeakBytes = int64_t(inFlight) * stage_.hostFrameBytes;
   }
   return f;
 }

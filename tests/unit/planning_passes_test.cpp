@@ -327,22 +327,22 @@ TEST(Recompute, StripGivesTheGraphBack) {
   std::string before = ir::printGraph(*g);
   auto layers = groupLayers(*g, {});
   ASSERT_TRUE(bool(layers)) << llvm::toString(layers.takeError());
-  for (RecomputePolicy p : {RecomputePolicy::Selective, RecomputePolicy::Full}) {
-    RecomputeStats st = applyRecomputation(*g, p, *layers);
-    EXPECT_GT(st.clonedOps, 0) << recomputePolicyName(p);
+  for (StashPolicy p : {StashPolicy::Selective, StashPolicy::Full}) {
+    StashStats st = applyStashPolicy(*g, p, *layers);
+    EXPECT_GT(st.clonedOps, 0) << stashPolicyName(p);
     EXPECT_TRUE(hasRecomputation(*g));
     EXPECT_FALSE(bool(ir::verifyGraph(*g)));
     std::string once = ir::printGraph(*g);
-    EXPECT_EQ(stripRecomputation(*g), st.clonedOps);
+    EXPECT_EQ(stripStashPolicy(*g), st.clonedOps);
     EXPECT_FALSE(hasRecomputation(*g));
-    EXPECT_EQ(ir::printGraph(*g), before) << recomputePolicyName(p);
-    applyRecomputation(*g, p, *layers);
+    EXPECT_EQ(ir::printGraph(*g), before) << stashPolicyName(p);
+    applyStashPolicy(*g, p, *layers);
     EXPECT_EQ(ir::printGraph(*g), once);
-    stripRecomputation(*g);
+    stripStashPolicy(*g);
   }
   // Full makes more again than selective.
-  RecomputeStats sel = applyRecomputation(*g, RecomputePolicy::Selective, *layers);
-  stripRecomputation(*g);
-  RecomputeStats full = applyRecomputation(*g, RecomputePolicy::Full, *layers);
+  StashStats sel = applyStashPolicy(*g, StashPolicy::Selective, *layers);
+  stripStashPolicy(*g);
+  StashStats full = applyStashPolicy(*g, StashPolicy::Full, *layers);
   EXPECT_GT(full.clonedOps, sel.clonedOps);
 }
