@@ -69,7 +69,7 @@ pipeline (with the planning passes; cleavec --help says what each does):
   --stages=P, --schedule=NAME, --chunks=V, --mem-cap=SIZE,
   --cost-model=analytic|uniform|profile:FILE, --device-profile=NAME,
   --split-at=LAYER,..., --layer-depth=N,
-  --recompute=none|selective|full|auto
+  --recompute=none|selective|full|auto, --offload=none|auto|all
 )";
 
 static const char kExitStatus[] =

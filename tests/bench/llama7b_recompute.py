@@ -1,8 +1,10 @@
-"""The planner's recomputation on a LLaMA-7B-shaped model, predicted: 4 and
-8 pipeline stages under ZB-H1, bf16 products with f32 master weights and
-AdamW, on the h200 and a100 device profiles, keeping every activation
-(--recompute none) against the planner's choice under the device's memory
-(--recompute auto --mem-cap MEMORY).
+"""The planner's recomputation and offload on a LLaMA-7B-shaped model,
+predicted: 4 and 8 pipeline stages under ZB-H1, bf16 products with f32
+master weights and AdamW, on the h200 and a100 device profiles, keeping
+every activation (--recompute none --offload none) against the planner's
+choice under the device's memory (--mem-cap MEMORY) with recomputation
+alone (--offload none) and with offload as well (--offload auto), and
+against offloading every layer (--offload all).
 
     python3 tests/bench/llama7b_recompute.py [--build build] [--out FILE.md]
 
@@ -39,6 +41,8 @@ def plan(cleavec, model, profile, stages, m, extra):
     rows = re.findall(r"^\s+(\d+)\s+([0-9.]+)%\s+(\d+)\s+(\d+)$", out, re.M)
     peaks = [int(r[3]) / 2**30 for r in rows]
     choice = "none"
+    off = re.search(r"^offload: (\d+) value\(s\), ([0-9.]+ [KMGT]?i?B) per "
+                    r"microbatch", out, re.M)
     m1 = re.search(r"^recompute: chosen per stage under --mem-cap: (.*?) \(",
                    out, re.M)
     eased = re.search(r"; (\d+) layer\(s\) with less", out)
@@ -52,6 +56,10 @@ def plan(cleavec, model, profile, stages, m, extra):
             choice += f", {eased.group(1)} layers kept"
     elif m2:
         choice = m2.group(1)
+    if off and choice == "none":
+        choice = "offload"
+    if off:
+        choice += f" ({off.group(2)} per microbatch to the host)"
     return (step, peaks, choice), None
 
 
@@ -63,16 +71,19 @@ def main():
     args = ap.parse_args()
     cleavec = os.path.join(args.build, "tools", "cleavec")
     with llama7b_model() as model:
-        lines = ["| device | stages | plan | recompute | step (s) | "
+        lines = ["| device | stages | plan | chosen | step (s) | "
                  "peak per stage (GiB) | within memory |",
                  "| --- | ---: | --- | --- | ---: | --- | --- |"]
         for profile in ("a100", "h200"):
             cap = MEMORY[profile]
             for stages in (4, 8):
                 for label, extra in (
-                        ("keep everything", ["--recompute", "none"]),
-                        ("planner, --mem-cap " + cap,
-                         ["--mem-cap", cap, "--recompute", "auto"])):
+                        ("keep everything",
+                         ["--recompute", "none", "--offload", "none"]),
+                        ("planner, recompute only, --mem-cap " + cap,
+                         ["--mem-cap", cap, "--offload", "none"]),
+                        ("planner, --mem-cap " + cap, ["--mem-cap", cap]),
+                        ("--offload all", ["--offload", "all"])):
                     r, why = plan(cleavec, model, profile, stages,
                                   args.microbatches, extra)
                     if r is None:

@@ -8,6 +8,7 @@
 #include "ir/Printer.h"
 #include "passes/Pass.h"
 #include "passes/Planning.h"
+#include "passes/MemoryPlan.h"
 #include "passes/Recompute.h"
 #include "ir/Verifier.h"
 #include "passes/schedule/ScheduleCsv.h"
@@ -345,4 +346,52 @@ TEST(Recompute, StripGivesTheGraphBack) {
   stripStashPolicy(*g);
   StashStats full = applyStashPolicy(*g, StashPolicy::Full, *layers);
   EXPECT_GT(full.clonedOps, sel.clonedOps);
+}
+
+// Offload: every offloaded value's readers are Fetches, every backward
+// reader of its layer reads a Fetch, the device value dies at its
+// Offload, and stripping gives the graph back.
+TEST(Offload, FetchesFeedTheBackwardAndStripGivesTheGraphBack) {
+  auto g = gptTraining();
+  ASSERT_TRUE(g);
+  std::string before = ir::printGraph(*g);
+  auto layers = groupLayers(*g, {});
+  ASSERT_TRUE(bool(layers)) << llvm::toString(layers.takeError());
+  StashStats st = applyStashPolicy(*g, StashPolicy::Offload, *layers);
+  EXPECT_GT(st.offloadedValues, 0);
+  EXPECT_EQ(st.clonedOps, 0);
+  EXPECT_TRUE(hasOffload(*g));
+  EXPECT_FALSE(bool(ir::verifyGraph(*g)));
+  int offloads = 0, fetches = 0;
+  for (const auto &op : g->ops()) {
+    if (op->kind() == ir::OpKind::Offload) {
+      ++offloads;
+      EXPECT_EQ(op->phase(), ir::Phase::Fwd);
+      for (const ir::Use &u : op->result()->uses())
+        EXPECT_EQ(u.user->kind(), ir::OpKind::Fetch);
+      // No backward op of the value's own layer reads the device copy.
+      const ir::Value *v = op->operand(0);
+      unsigned layer = layers->layerOfOp.lookup(v->definingOp());
+      for (const ir::Use &u : v->uses())
+        if (u.user->phase() != ir::Phase::Fwd)
+          EXPECT_NE(layers->layerOfOp.lookup(u.user), layer)
+              << u.user->describe() << " reads " << v->name();
+    } else if (op->kind() == ir::OpKind::Fetch) {
+      ++fetches;
+      EXPECT_NE(op->phase(), ir::Phase::Fwd);
+    }
+  }
+  EXPECT_EQ(offloads, st.offloadedValues);
+  EXPECT_GE(fetches, offloads);
+  // The frames: offloaded copies in the host arena, the device frame
+  // smaller than keeping everything.
+  StageFrames off = planStageFrames(*g, g->lookup("loss"));
+  EXPECT_GT(off.host.size, 0);
+  EXPECT_EQ(int64_t(off.inHost.size()), int64_t(offloads));
+  EXPECT_EQ(stripStashPolicy(*g), offloads + fetches);
+  EXPECT_FALSE(hasOffload(*g));
+  EXPECT_EQ(ir::printGraph(*g), before);
+  StageFrames kept = planStageFrames(*g, g->lookup("loss"));
+  EXPECT_LT(off.micro.size, kept.micro.size);
+  EXPECT_EQ(kept.host.size, 0);
 }
