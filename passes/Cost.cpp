@@ -311,7 +311,7 @@ std::optional<double> OpProfile::time(llvm::StringRef loc,
 // group's ops: the profile knows the group, not how its ops divide it.
 static llvm::Expected<std::vector<double>>
 profiledOpTimes(const ir::Graph &g, const OpProfile &profile,
-                llvm::StringRef source) {
+                llvm::StringRef source, const DeviceProfile &device) {
   // A recomputed op (passes/Recompute.h) has its own key, `<loc>
   // (recompute)`, in a profile of a plan that recomputes; in one that does
   // not, it takes its share of the forward ops' time at its location.
@@ -325,11 +325,24 @@ profiledOpTimes(const ir::Graph &g, const OpProfile &profile,
   };
   std::map<std::pair<std::string, ir::Phase>, int> groupSize;
   for (const auto &op : g.ops())
-    if (!op->attrs().count(ir::kRecomputeOfAttr) ||
+    if (op->info().cost == ir::CostClass::HostCopy)
+      continue; // timed apart, below
+    else if (!op->attrs().count(ir::kRecomputeOfAttr) ||
         keyOf(*op).first != op->loc())
       ++groupSize[keyOf(*op)];
   std::vector<double> times;
   for (const auto &op : g.ops()) {
+    // An offload copy has its own key, `<loc> (offload)` and `<loc>
+    // (fetch)`; in a profile of a plan without offload, the device
+    // profile's host link times it.
+    if (op->info().cost == ir::CostClass::HostCopy) {
+      std::string own = op->loc() + (op->kind() == ir::OpKind::Offload
+                                         ? " (offload)"
+                                         : " (fetch)");
+      std::optional<double> t = profile.time(own, op->phase());
+      times.push_back(t ? *t : predictOpTime(*op, device));
+      continue;
+    }
     auto [loc, phase] = keyOf(*op);
     std::optional<double> t = profile.time(loc, phase);
     if (!t)
@@ -349,7 +362,7 @@ predictOpTimes(const ir::Graph &g, const CostModelSpec &spec,
     auto profile = OpProfile::load(spec.profilePath);
     if (!profile)
       return profile.takeError();
-    return profiledOpTimes(g, *profile, spec.profilePath);
+    return profiledOpTimes(g, *profile, spec.profilePath, device);
   }
   std::vector<double> times;
   for (const auto &op : g.ops())

@@ -10,9 +10,14 @@ using namespace detail;
 std::string StageExecutor::instrKey(const Instr &in) const {
   // Recomputed ops (passes/Recompute.h) apart from the backward ops at
   // their location: the cost model times them by this key.
-  if (!in.loc.empty())
+  if (!in.loc.empty()) {
+    if (in.kind == InstrKind::Kernel && in.op == ir::OpKind::Offload)
+      return in.loc + " (offload)";
+    if (in.kind == InstrKind::Kernel && in.op == ir::OpKind::Fetch)
+      return in.loc + " (fetch)";
     return in.attrs.count(ir::kRecomputeOfAttr) ? in.loc + " (recompute)"
                                                  : in.loc;
+  }
   switch (in.kind) {
   case InstrKind::Send:
     return "send " + stage_.slots[in.inputs[0]].name;
