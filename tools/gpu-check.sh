@@ -57,6 +57,14 @@ bundle)
   "$build/tools/cleavec" "$root/examples/gpt/gpt-tiny.onnx" \
     --microbatch-size 2 --stages 2 --microbatches 8 --schedule gpipe-2bp \
     -o "$dir/gpu/plans-batch-w.cplan" >/dev/null
+  # Activation offload on the GPU: the example GPT kept and offloaded
+  # (pinned host frames, the copy stream), the model beside the plans for
+  # --save.
+  mkdir -p "$dir/gpu/offload"
+  cp "$root/examples/gpt/gpt-tiny.onnx" "$dir/gpu/offload/"
+  for o in none all; do
+    "$build/tools/cleavec" "$dir/gpu/offload/gpt-tiny.onnx"       --microbatch-size 4 --layer-depth 2 --stages 2 --microbatches 4       --schedule zb-h1 --offload $o -o "$dir/gpu/offload/$o.cplan" >/dev/null
+  done
   # The bar's benchmark: GPT-2-small, bf16, batch 8 x 1024, against PyTorch
   # (tests/bench/gpt2_small_gpu.py; its tiled weights compress to ~1 MB).
   mkdir -p "$dir/gpu/gpt2/examples/gpt" "$dir/gpu/gpt2/tests/bench"
@@ -124,6 +132,17 @@ run)
       done
       echo
     done
+    echo
+    echo "== activation offload: gpt-tiny zb-h1, 2 stages on the GPU, kept and"
+    echo "   offloaded (--offload all): same bits, measured peak = planned"
+    for o in none all; do
+      "$g/bin/cleave-run" "$g/offload/$o.cplan" --device cuda --steps 5 \
+        --save "$out/offload-$o.onnx" >"$out/offload-$o.log" 2>&1
+      echo "--offload $o: exit $?"
+      grep -E '^[0-9]+ .* / |error' "$out/offload-$o.log"
+    done
+    cmp "$out/offload-none.onnx" "$out/offload-all.onnx" &&
+      echo "offload: same bits as keeping"
     echo
     echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
     "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device cuda --steps 13 \
