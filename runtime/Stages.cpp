@@ -1,5 +1,6 @@
 #include "runtime/Stages.h"
 
+#include "runtime/comm/ChannelComm.h"
 #include "runtime/cuda/Lowering.h"
 #ifdef CLEAVE_HAVE_CUDA
 #include "runtime/cuda/CudaBackend.h"
@@ -87,8 +88,22 @@ llvm::Expected<std::unique_ptr<ThreadedPipeline>>
 createThreadedPipeline(const Plan &plan, const StageOptions &options) {
   int p = int(plan.stages.size()), d = plan.dataParallel;
   auto run = std::make_unique<ThreadedPipeline>();
-  for (int r = 0; r < d; ++r)
-    run->pipes.push_back(createInProcessComms(p, options.commTimeoutSeconds));
+  for (int r = 0; r < d; ++r) {
+    auto pipe = createInProcessComms(p, options.commTimeoutSeconds);
+    if (options.comm == "ordered") {
+      // The plan's messages over order-matched channels, the rest over
+      // the keyed comm (runtime/comm/ChannelComm.h).
+      auto fifo = createInProcessComms(p, options.commTimeoutSeconds);
+      for (int s = 0; s < p; ++s)
+        pipe[s] = createChannelComm(
+            plan, s, createHostChannelTransport(std::move(fifo[s])),
+            std::move(pipe[s]));
+    } else if (options.comm != "keyed") {
+      return fail("--comm must be 'keyed' or 'ordered', not '" +
+                  options.comm + "'");
+    }
+    run->pipes.push_back(std::move(pipe));
+  }
   for (int s = 0; s < p; ++s)
     run->groups.push_back(createInProcessComms(d, options.commTimeoutSeconds));
   for (int r = 0; r < d; ++r)

@@ -29,6 +29,11 @@ struct StageOptions {
   // Every receive, barrier and collective of the stage's comms fails after
   // waiting this long (0: forever); the default is PyTorch's NCCL watchdog's.
   double commTimeoutSeconds = 600;
+  // How the threaded run's stages exchange messages: "keyed" (matched by
+  // tag and microbatch, runtime/comm/Comm.h) or "ordered" (one FIFO per
+  // stage pair matched by order alone, as NCCL matches;
+  // runtime/comm/ChannelComm.h).
+  std::string comm = "keyed";
 };
 
 // One stage of one replica, with the backend it runs on.

@@ -48,6 +48,7 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"on-nan", true, false},
           {"overlap-steps", false, false},
           {"comm-timeout", true, false},
+          {"comm", true, false},
           {"print-plan", false, false},
           trustDirFlagSpec(),
           allowLargeFlagSpec(),
@@ -183,6 +184,11 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
                    "forever), not '" +
                    *v + "'");
     opt.stage.commTimeoutSeconds = *x;
+  }
+  if (auto v = flags.get("comm")) {
+    if (*v != "keyed" && *v != "ordered")
+      return usage("--comm must be 'keyed' or 'ordered', not '" + *v + "'");
+    opt.stage.comm = *v;
   }
   std::string onNan = flags.get("on-nan").value_or("stop");
   if (onNan != "stop" && onNan != "skip-step" && onNan != "off")

@@ -127,6 +127,13 @@ training:
                          expiry the run ends with one line naming the stage,
                          the peer and the message it waited for: a plan whose
                          sends and receives do not pair, a stopped process
+  --comm=keyed|ordered   how the threaded run's stages exchange messages:
+                         keyed (default) matches each by tag and
+                         microbatch; ordered carries each pair of stages'
+                         messages on one channel matched by order alone, as
+                         NCCL matches them (the receiving end holds one it
+                         needs later), to check that path on any machine;
+                         the same bits (docs/design/nccl.md)
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1; at most 4 x the cores, see
                          --allow-large)
@@ -788,6 +795,9 @@ static int toolMain(int argc, char **argv) {
       opt.usageError = "--overlap-steps runs threaded (one process, a thread "
                        "per rank); under mpirun each step's figures meet on "
                        "rank 0 every step";
+    if (opt.stage.comm != "keyed" && !opt.usageError)
+      opt.usageError = "--comm=" + opt.stage.comm + " is for the threaded "
+                       "run; under mpirun the stages use MPI";
 #ifdef CLEAVE_HAVE_MPI
     return runUnderMpi(opt, flags, argc, argv);
 #else

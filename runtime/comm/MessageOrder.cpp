@@ -19,7 +19,8 @@ static std::vector<Phase> phasesOfAction(ActionKind k) {
   return {};
 }
 
-RankPairOrder rankPairOrder(const Plan &plan, Channel channel) {
+RankPairOrder rankPairOrder(const Plan &plan, Channel channel,
+                            bool tagOrder) {
   RankPairOrder out;
   int ranks = rankCount(plan);
   int stages = int(plan.stages.size());
@@ -33,11 +34,12 @@ RankPairOrder rankPairOrder(const Plan &plan, Channel channel) {
   std::vector<std::pair<size_t, PairMessage>> actionSends, actionRecvs;
   auto flush = [&] {
     for (auto *list : {&actionSends, &actionRecvs}) {
-      std::stable_sort(list->begin(), list->end(),
-                       [](const auto &a, const auto &b) {
-                         return std::tie(a.first, a.second.tag) <
-                                std::tie(b.first, b.second.tag);
-                       });
+      if (tagOrder)
+        std::stable_sort(list->begin(), list->end(),
+                         [](const auto &a, const auto &b) {
+                           return std::tie(a.first, a.second.tag) <
+                                  std::tie(b.first, b.second.tag);
+                         });
       for (const auto &[pair, m] : *list)
         (list == &actionSends ? out.sends : out.recvs)[pair].push_back(m);
       list->clear();

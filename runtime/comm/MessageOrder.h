@@ -51,8 +51,11 @@ struct RankPairOrder {
   int ranks = 0; // by StagePair: the stage count
   std::vector<std::vector<PairMessage>> sends, recvs;
 };
+// `tagOrder` false: each end's own instruction order, unsorted (what a
+// transport that sends in program order puts on a channel).
 RankPairOrder rankPairOrder(const Plan &plan,
-                            Channel channel = Channel::RankPair);
+                            Channel channel = Channel::RankPair,
+                            bool tagOrder = true);
 
 // Fails, naming the first pair and message where the orders differ, when
 // a transport that matches by order on each channel would pair the wrong

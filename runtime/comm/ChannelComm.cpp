@@ -1,0 +1,217 @@
+// A Comm over order-matched channels (runtime/comm/ChannelComm.h).
+#include "runtime/comm/ChannelComm.h"
+
+#include "runtime/comm/MessageOrder.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace cleave::runtime {
+namespace {
+
+llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+class HostChannelTransport final : public ChannelTransport {
+public:
+  explicit HostChannelTransport(std::unique_ptr<Comm> fifo)
+      : fifo_(std::move(fifo)) {}
+  llvm::Error send(int to, const void *data, size_t bytes) override {
+    return fifo_->send(to, kTag, 0, data, bytes);
+  }
+  llvm::Error recv(int from, void *data, size_t bytes) override {
+    return fifo_->recv(from, kTag, 0, data, bytes);
+  }
+  bool ready(int from) override { return fifo_->poll(from, kTag, 0); }
+  void abort(const std::string &why) override { fifo_->abort(why); }
+  void setTimeout(double seconds) override { fifo_->setTimeout(seconds); }
+
+private:
+  static constexpr int64_t kTag = 0;
+  std::unique_ptr<Comm> fifo_;
+};
+
+struct Key {
+  int64_t tag;
+  int microbatch;
+  bool operator<(const Key &o) const {
+    return std::tie(tag, microbatch) < std::tie(o.tag, o.microbatch);
+  }
+  bool operator==(const Key &o) const {
+    return tag == o.tag && microbatch == o.microbatch;
+  }
+};
+
+// What one peer sends this stage in one step, in order, and where the
+// receiving end stands in it.
+struct Inbound {
+  std::vector<PairMessage> order;
+  std::set<int64_t> tags;
+  size_t next = 0; // the position of the next message on the channel
+  std::map<Key, std::deque<std::vector<uint8_t>>> staged;
+};
+
+class ChannelComm final : public Comm {
+public:
+  ChannelComm(const Plan &plan, int stage,
+              std::unique_ptr<ChannelTransport> transport,
+              std::unique_ptr<Comm> control)
+      : stage_(stage), transport_(std::move(transport)),
+        control_(std::move(control)) {
+    RankPairOrder o = rankPairOrder(plan, Channel::StagePair, false);
+    int n = o.ranks;
+    for (int from = 0; from < n; ++from) {
+      const auto &sends = o.sends[size_t(from) * n + stage];
+      if (sends.empty())
+        continue;
+      Inbound &in = inbound_[from];
+      in.order = sends;
+      for (const PairMessage &m : sends)
+        in.tags.insert(m.tag);
+    }
+    for (int to = 0; to < n; ++to)
+      for (const PairMessage &m : o.sends[size_t(stage) * n + to])
+        outboundTags_[to].insert(m.tag);
+  }
+
+  int rank() const override { return control_->rank(); }
+  int size() const override { return control_->size(); }
+
+  llvm::Error send(int peer, int64_t tag, int microbatch, const void *data,
+                   size_t bytes) override {
+    auto it = outboundTags_.find(peer);
+    if (it == outboundTags_.end() || !it->second.count(tag))
+      return control_->send(peer, tag, microbatch, data, bytes);
+    return transport_->send(peer, data, bytes);
+  }
+
+  llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
+                   size_t bytes) override {
+    Inbound *in = channel(peer, tag);
+    if (!in)
+      return control_->recv(peer, tag, microbatch, data, bytes);
+    Key want{tag, microbatch};
+    for (;;) {
+      auto st = in->staged.find(want);
+      if (st != in->staged.end() && !st->second.empty()) {
+        std::vector<uint8_t> &held = st->second.front();
+        if (held.size() != bytes)
+          return fail(sizeMismatch(peer, tag, microbatch, held.size(), bytes));
+        if (bytes)
+          std::memcpy(data, held.data(), bytes);
+        st->second.pop_front();
+        return llvm::Error::success();
+      }
+      const PairMessage &m = in->order[in->next];
+      Key next{m.tag, m.microbatch};
+      if (next == want) {
+        if (size_t(m.bytes) != bytes)
+          return fail(sizeMismatch(peer, tag, microbatch, size_t(m.bytes),
+                                   bytes));
+        if (auto e = transport_->recv(peer, data, bytes))
+          return e;
+        advance(*in);
+        return llvm::Error::success();
+      }
+      // An earlier message of the sender's order: held until asked for.
+      std::vector<uint8_t> held(size_t(m.bytes));
+      if (auto e = transport_->recv(peer, held.data(), held.size()))
+        return e;
+      in->staged[next].push_back(std::move(held));
+      advance(*in);
+    }
+  }
+
+  bool poll(int peer, int64_t tag, int microbatch) override {
+    Inbound *in = channel(peer, tag);
+    if (!in)
+      return control_->poll(peer, tag, microbatch);
+    Key want{tag, microbatch};
+    for (;;) {
+      auto st = in->staged.find(want);
+      if (st != in->staged.end() && !st->second.empty())
+        return true;
+      if (control_->aborted())
+        return true; // recv fails at once
+      const PairMessage &m = in->order[in->next];
+      if (!transport_->ready(peer))
+        return false;
+      if (Key{m.tag, m.microbatch} == want)
+        return true;
+      std::vector<uint8_t> held(size_t(m.bytes));
+      if (auto e = transport_->recv(peer, held.data(), held.size())) {
+        llvm::consumeError(std::move(e));
+        return true; // recv will fail and say why
+      }
+      in->staged[Key{m.tag, m.microbatch}].push_back(std::move(held));
+      advance(*in);
+    }
+  }
+
+  void abort(const std::string &why) override {
+    control_->abort(why);
+    transport_->abort(why);
+  }
+  bool aborted() const override { return control_->aborted(); }
+  llvm::Error barrier() override { return control_->barrier(); }
+  void setTimeout(double seconds) override {
+    control_->setTimeout(seconds);
+    transport_->setTimeout(seconds);
+  }
+  double timeout() const override { return control_->timeout(); }
+  llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t tag,
+                               const DeviceAccess &access) override {
+    return control_->allReduceOrdered(data, bytes, tag, access);
+  }
+  llvm::Expected<bool> anyTrue(bool mine, int64_t tag) override {
+    return control_->anyTrue(mine, tag);
+  }
+
+private:
+  // The channel from `peer` when the plan sends `tag` over it.
+  Inbound *channel(int peer, int64_t tag) {
+    auto it = inbound_.find(peer);
+    if (it == inbound_.end() || !it->second.tags.count(tag))
+      return nullptr;
+    return &it->second;
+  }
+  // One step's order repeats every step.
+  static void advance(Inbound &in) { in.next = (in.next + 1) % in.order.size(); }
+
+  std::string sizeMismatch(int peer, int64_t tag, int mb, size_t sent,
+                           size_t asked) const {
+    return llvm::formatv("stage {0} receives {1} bytes from stage {2} (tag "
+                         "{3}, microbatch {4}), which the plan sends as {5}",
+                         stage_, asked, peer, tag, mb, sent)
+        .str();
+  }
+
+  int stage_;
+  std::unique_ptr<ChannelTransport> transport_;
+  std::unique_ptr<Comm> control_;
+  std::map<int, Inbound> inbound_;
+  std::map<int, std::set<int64_t>> outboundTags_;
+};
+
+} // namespace
+
+std::unique_ptr<ChannelTransport>
+createHostChannelTransport(std::unique_ptr<Comm> fifo) {
+  return std::make_unique<HostChannelTransport>(std::move(fifo));
+}
+
+std::unique_ptr<Comm> createChannelComm(const Plan &plan, int stage,
+                                        std::unique_ptr<ChannelTransport> transport,
+                                        std::unique_ptr<Comm> control) {
+  return std::make_unique<ChannelComm>(plan, stage, std::move(transport),
+                                       std::move(control));
+}
+
+} // namespace cleave::runtime
