@@ -4,6 +4,7 @@
 #include "runtime/cuda/Lowering.h"
 #ifdef CLEAVE_HAVE_CUDA
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Nccl.h"
 #endif
 
 #include <algorithm>
@@ -98,8 +99,31 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
         pipe[s] = createChannelComm(
             plan, s, createHostChannelTransport(std::move(fifo[s])),
             std::move(pipe[s]));
+    } else if (options.comm == "nccl") {
+      if (options.device != "cuda")
+        return fail("--comm=nccl carries messages between GPUs: it needs "
+                    "--device cuda");
+#ifdef CLEAVE_HAVE_CUDA
+      // Stage s of replica r on the GPU createBackend gives it.
+      auto count = cudaDeviceCount();
+      if (!count)
+        return fail("--comm=nccl: " + llvm::toString(count.takeError()));
+      std::vector<int> devices;
+      for (int s = 0; s < p; ++s)
+        devices.push_back((r * p + s) % *count);
+      auto transports = cuda::createNcclTransports(
+          plan, devices, options.commTimeoutSeconds);
+      if (!transports)
+        return fail("--comm=nccl: " + llvm::toString(transports.takeError()));
+      for (int s = 0; s < p; ++s)
+        pipe[s] = createChannelComm(plan, s, std::move((*transports)[s]),
+                                    std::move(pipe[s]));
+#else
+      return fail("--comm=nccl: this cleave-run was built without the CUDA "
+                  "backend (no nvcc at build time)");
+#endif
     } else if (options.comm != "keyed") {
-      return fail("--comm must be 'keyed' or 'ordered', not '" +
+      return fail("--comm must be 'keyed', 'ordered' or 'nccl', not '" +
                   options.comm + "'");
     }
     run->pipes.push_back(std::move(pipe));

@@ -30,9 +30,10 @@ struct StageOptions {
   // waiting this long (0: forever); the default is PyTorch's NCCL watchdog's.
   double commTimeoutSeconds = 600;
   // How the threaded run's stages exchange messages: "keyed" (matched by
-  // tag and microbatch, runtime/comm/Comm.h) or "ordered" (one FIFO per
+  // tag and microbatch, runtime/comm/Comm.h), "ordered" (one FIFO per
   // stage pair matched by order alone, as NCCL matches;
-  // runtime/comm/ChannelComm.h).
+  // runtime/comm/ChannelComm.h) or "nccl" (those channels over NCCL
+  // between GPUs, runtime/cuda/Nccl.h).
   std::string comm = "keyed";
 };
 

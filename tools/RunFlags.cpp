@@ -186,8 +186,9 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
     opt.stage.commTimeoutSeconds = *x;
   }
   if (auto v = flags.get("comm")) {
-    if (*v != "keyed" && *v != "ordered")
-      return usage("--comm must be 'keyed' or 'ordered', not '" + *v + "'");
+    if (*v != "keyed" && *v != "ordered" && *v != "nccl")
+      return usage("--comm must be 'keyed', 'ordered' or 'nccl', not '" + *v +
+                   "'");
     opt.stage.comm = *v;
   }
   std::string onNan = flags.get("on-nan").value_or("stop");

@@ -127,13 +127,17 @@ training:
                          expiry the run ends with one line naming the stage,
                          the peer and the message it waited for: a plan whose
                          sends and receives do not pair, a stopped process
-  --comm=keyed|ordered   how the threaded run's stages exchange messages:
+  --comm=keyed|ordered|nccl
+                         how the threaded run's stages exchange messages:
                          keyed (default) matches each by tag and
                          microbatch; ordered carries each pair of stages'
                          messages on one channel matched by order alone, as
                          NCCL matches them (the receiving end holds one it
-                         needs later), to check that path on any machine;
-                         the same bits (docs/design/nccl.md)
+                         needs later), to check that path on any machine,
+                         with the same bits; nccl (--device cuda) carries
+                         them over NCCL between stages on different GPUs,
+                         through host staging for now (compiled, not yet
+                         run on a GPU; docs/design/nccl.md)
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1; at most 4 x the cores, see
                          --allow-large)

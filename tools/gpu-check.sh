@@ -100,7 +100,7 @@ run)
     echo "== CUDA unit tests: every op case on the GPU against the CPU backend,"
     echo "   and 3 training steps of each model on 2 stages sharing the GPU"
     "$g/bin/cleave-unit-tests" \
-      --gtest_filter='Cuda*:*CudaDeviceTrains*:*CudaKernelsTrain*' \
+      --gtest_filter='Cuda*:*CudaDeviceTrains*:*CudaKernelsTrain*:Nccl*' \
       >"$out/unit.log" 2>&1
     echo "exit $?"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]' "$out/unit.log"
@@ -143,6 +143,22 @@ run)
     done
     cmp "$out/offload-none.onnx" "$out/offload-all.onnx" &&
       echo "offload: same bits as keeping"
+    echo
+    echo "== NCCL between stages on different GPUs (--comm nccl against keyed;"
+    echo "   needs two GPUs: NCCL takes one rank per device)"
+    gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
+    if [ "$gpus" -ge 2 ]; then
+      for c in keyed nccl; do
+        "$g/bin/cleave-run" "$g/offload/none.cplan" --device cuda --steps 5 \
+          --comm $c --save "$out/comm-$c.onnx" >"$out/comm-$c.log" 2>&1
+        echo "--comm $c: exit $?"
+        grep -E '^done|error' "$out/comm-$c.log" | head -n 2
+      done
+      cmp "$out/comm-keyed.onnx" "$out/comm-nccl.onnx" &&
+        echo "nccl: same bits as keyed"
+    else
+      echo "skipped: $gpus GPU(s) visible"
+    fi
     echo
     echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
     "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device cuda --steps 13 \

@@ -29,7 +29,7 @@ public:
   llvm::Error recv(int from, void *data, size_t bytes) override {
     return fifo_->recv(from, kTag, 0, data, bytes);
   }
-  bool ready(int from) override { return fifo_->poll(from, kTag, 0); }
+  bool ready(int from, size_t) override { return fifo_->poll(from, kTag, 0); }
   void abort(const std::string &why) override { fifo_->abort(why); }
   void setTimeout(double seconds) override { fifo_->setTimeout(seconds); }
 
@@ -141,7 +141,7 @@ public:
       if (control_->aborted())
         return true; // recv fails at once
       const PairMessage &m = in->order[in->next];
-      if (!transport_->ready(peer))
+      if (!transport_->ready(peer, size_t(m.bytes)))
         return false;
       if (Key{m.tag, m.microbatch} == want)
         return true;

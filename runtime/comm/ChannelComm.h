@@ -37,8 +37,9 @@ public:
   virtual ~ChannelTransport() = default;
   virtual llvm::Error send(int to, const void *data, size_t bytes) = 0;
   virtual llvm::Error recv(int from, void *data, size_t bytes) = 0;
-  // Whether recv(from) would return without waiting.
-  virtual bool ready(int from) = 0;
+  // Whether recv(from) of the channel's next message, of `bytes` bytes,
+  // would return without waiting.
+  virtual bool ready(int from, size_t bytes) = 0;
   // Fails every wait of the run's channels, now and later.
   virtual void abort(const std::string &why) = 0;
   // The longest a recv waits (0: forever).

@@ -9,7 +9,10 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <thread>
 
 namespace cleave::runtime::cuda {
 namespace {
@@ -112,6 +115,15 @@ llvm::Expected<NcclId> newNcclId() {
   return out;
 }
 
+std::unique_ptr<NcclCommunicator> NcclCommunicator::adopt(void *comm,
+                                                          int rank, int size) {
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator);
+  c->comm_ = comm;
+  c->rank_ = rank;
+  c->size_ = size;
+  return c;
+}
+
 NcclCommunicator::~NcclCommunicator() {
   if (comm_)
     nccl().commAbort(static_cast<ncclComm_t>(comm_));
@@ -170,6 +182,268 @@ std::vector<NcclChannel> ncclChannels(const Plan &plan) {
       if (const auto &s = order.sends[size_t(a) * n + b]; !s.empty())
         out.push_back({a, b, int64_t(s.size())});
   return out;
+}
+
+} // namespace cleave::runtime::cuda
+
+// --- the transport -----------------------------------------------------------
+
+namespace cleave::runtime::cuda {
+namespace {
+
+// One end of a channel: the communicator (rank 0 sends, rank 1 receives),
+// its stream, and the device buffers of sends still in flight.
+struct ChannelEnd {
+  std::unique_ptr<NcclCommunicator> comm;
+  cudaStream_t stream = nullptr;
+  struct InFlight {
+    void *buffer;
+    cudaEvent_t done;
+  };
+  std::vector<InFlight> sending;
+  void *recvBuffer = nullptr;
+  size_t recvBytes = 0;
+  bool recvPosted = false; // a ncclRecv queued by ready(), not yet taken
+  size_t postedBytes = 0;
+};
+
+// Stages on different GPUs over NCCL; stages on the same GPU (NCCL takes
+// one rank per device in a communicator) over the host transport.
+class NcclTransport final : public ChannelTransport {
+public:
+  NcclTransport(int device, double timeout,
+                std::unique_ptr<ChannelTransport> local)
+      : device_(device), timeout_(timeout), local_(std::move(local)) {}
+  ~NcclTransport() override {
+    cudaSetDevice(device_);
+    for (auto *ends : {&out_, &in_})
+      for (auto &[peer, end] : *ends) {
+        for (auto &f : end.sending) {
+          cudaEventDestroy(f.done);
+          cudaFree(f.buffer);
+        }
+        if (end.recvBuffer)
+          cudaFree(end.recvBuffer);
+        end.comm.reset(); // aborts what is in flight
+        if (end.stream)
+          cudaStreamDestroy(end.stream);
+      }
+  }
+
+  std::map<int, ChannelEnd> out_, in_; // by peer stage
+
+  llvm::Error send(int to, const void *data, size_t bytes) override {
+    if (!out_.count(to))
+      return local_->send(to, data, bytes);
+    auto it = out_.find(to);
+    if (it == out_.end())
+      return ncclFail(llvm::formatv("NCCL: no channel to stage {0}", to));
+    ChannelEnd &end = it->second;
+    cudaSetDevice(device_);
+    reapSends(end);
+    ChannelEnd::InFlight f{nullptr, nullptr};
+    if (cudaMalloc(&f.buffer, bytes ? bytes : 1) != cudaSuccess)
+      return ncclFail(llvm::formatv("NCCL: cannot allocate {0} bytes to send",
+                                    bytes));
+    cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming);
+    cudaMemcpyAsync(f.buffer, data, bytes, cudaMemcpyHostToDevice, end.stream);
+    auto comm = static_cast<ncclComm_t>(end.comm->handle());
+    if (ncclResult_t r = nccl().send(f.buffer, bytes, ncclUint8, 1, comm,
+                                     end.stream))
+      return ncclCallFail("ncclSend", r, comm);
+    cudaEventRecord(f.done, end.stream);
+    end.sending.push_back(f);
+    return llvm::Error::success();
+  }
+
+  llvm::Error recv(int from, void *data, size_t bytes) override {
+    if (!in_.count(from))
+      return local_->recv(from, data, bytes);
+    auto it = in_.find(from);
+    if (it == in_.end())
+      return ncclFail(llvm::formatv("NCCL: no channel from stage {0}", from));
+    ChannelEnd &end = it->second;
+    cudaSetDevice(device_);
+    if (!end.recvPosted)
+      if (auto e = post(end, bytes))
+        return e;
+    if (end.postedBytes != bytes)
+      return ncclFail(llvm::formatv("NCCL: a {0}-byte message from stage {1} "
+                                    "taken as {2} bytes",
+                                    end.postedBytes, from, bytes));
+    // Wait for it, watching NCCL's own errors and the timeout.
+    auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(end.stream);
+      if (q == cudaSuccess)
+        break;
+      if (q != cudaErrorNotReady)
+        return ncclFail(llvm::Twine("NCCL: a receive from stage ") +
+                        llvm::Twine(from) + ": " + cudaGetErrorString(q));
+      if (auto e = end.comm->asyncError())
+        return e;
+      if (aborted_)
+        return ncclFail("NCCL: aborted: " + why_);
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      if (timeout_ > 0 && waited > timeout_)
+        return llvm::make_error<CommTimeout>(
+            llvm::formatv("no message from stage {0} over NCCL {1}", from,
+                          withinTimeout(timeout_))
+                .str(),
+            timeout_);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    end.recvPosted = false;
+    if (cudaError_t c = cudaMemcpy(data, end.recvBuffer, bytes,
+                                   cudaMemcpyDeviceToHost))
+      return ncclFail(llvm::Twine("NCCL: copying a received message: ") +
+                      cudaGetErrorString(c));
+    return llvm::Error::success();
+  }
+
+  bool ready(int from, size_t bytes) override {
+    if (!in_.count(from))
+      return local_->ready(from, bytes);
+    auto it = in_.find(from);
+    if (aborted_)
+      return true; // recv fails at once
+    ChannelEnd &end = it->second;
+    cudaSetDevice(device_);
+    if (!end.recvPosted)
+      if (auto e = post(end, bytes)) {
+        llvm::consumeError(std::move(e));
+        return true;
+      }
+    return cudaStreamQuery(end.stream) != cudaErrorNotReady;
+  }
+
+  void abort(const std::string &why) override {
+    if (!aborted_) {
+      aborted_ = true;
+      why_ = why;
+    }
+    local_->abort(why);
+  }
+  void setTimeout(double seconds) override {
+    timeout_ = seconds;
+    local_->setTimeout(seconds);
+  }
+
+private:
+  // Queues the channel's next ncclRecv into its staging buffer.
+  llvm::Error post(ChannelEnd &end, size_t bytes) {
+    if (bytes > end.recvBytes) {
+      if (end.recvBuffer)
+        cudaFree(end.recvBuffer);
+      end.recvBuffer = nullptr;
+      end.recvBytes = 0;
+      if (cudaMalloc(&end.recvBuffer, bytes) != cudaSuccess)
+        return ncclFail(llvm::formatv("NCCL: cannot allocate {0} bytes to "
+                                      "receive",
+                                      bytes));
+      end.recvBytes = bytes;
+    }
+    auto comm = static_cast<ncclComm_t>(end.comm->handle());
+    if (ncclResult_t r = nccl().recv(end.recvBuffer, bytes, ncclUint8, 0,
+                                     comm, end.stream))
+      return ncclCallFail("ncclRecv", r, comm);
+    end.recvPosted = true;
+    end.postedBytes = bytes;
+    return llvm::Error::success();
+  }
+  // Frees the staging buffers of sends that are done.
+  void reapSends(ChannelEnd &end) {
+    auto keep = end.sending.begin();
+    for (auto &f : end.sending) {
+      if (cudaEventQuery(f.done) == cudaSuccess) {
+        cudaEventDestroy(f.done);
+        cudaFree(f.buffer);
+      } else {
+        *keep++ = f;
+      }
+    }
+    end.sending.erase(keep, end.sending.end());
+  }
+
+  int device_;
+  double timeout_;
+  std::unique_ptr<ChannelTransport> local_;
+  bool aborted_ = false;
+  std::string why_;
+};
+
+} // namespace
+
+llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
+createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
+                     double timeoutSeconds) {
+  const NcclLib &l = nccl();
+  if (!l.error.empty())
+    return ncclFail(l.error);
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    return ncclFail(llvm::Twine("NCCL needs a GPU: no usable CUDA device (") +
+                    (e != cudaSuccess ? cudaGetErrorString(e)
+                                      : "the CUDA runtime sees no device") +
+                    ")");
+  int stages = int(plan.stages.size());
+  if (int(deviceOfStage.size()) != stages)
+    return ncclFail("NCCL: a device for every stage is needed");
+  std::vector<std::unique_ptr<NcclTransport>> t;
+  auto fifo = createInProcessComms(stages, timeoutSeconds);
+  for (int s = 0; s < stages; ++s)
+    t.push_back(std::make_unique<NcclTransport>(
+        deviceOfStage[size_t(s)], timeoutSeconds,
+        createHostChannelTransport(std::move(fifo[size_t(s)]))));
+  std::vector<NcclChannel> channels;
+  for (const NcclChannel &c : ncclChannels(plan))
+    if (deviceOfStage[size_t(c.fromStage)] != deviceOfStage[size_t(c.toStage)])
+      channels.push_back(c);
+  std::vector<NcclId> ids;
+  for (size_t c = 0; c < channels.size(); ++c) {
+    auto id = newNcclId();
+    if (!id)
+      return id.takeError();
+    ids.push_back(*id);
+  }
+  // Both members of every channel from this thread: one group.
+  std::vector<ncclComm_t> comms(channels.size() * 2, nullptr);
+  if (ncclResult_t r = l.groupStart())
+    return ncclCallFail("ncclGroupStart", r, nullptr);
+  for (size_t c = 0; c < channels.size(); ++c)
+    for (int member = 0; member < 2; ++member) {
+      int stage = member == 0 ? channels[c].fromStage : channels[c].toStage;
+      cudaSetDevice(deviceOfStage[size_t(stage)]);
+      ncclUniqueId raw;
+      std::memcpy(raw.internal, ids[c].bytes.data(), sizeof(raw.internal));
+      if (ncclResult_t r =
+              l.commInitRank(&comms[c * 2 + member], 2, raw, member)) {
+        l.groupEnd();
+        return ncclCallFail("ncclCommInitRank", r, nullptr);
+      }
+    }
+  if (ncclResult_t r = l.groupEnd())
+    return ncclCallFail("ncclGroupEnd (opening the channels)", r, nullptr);
+  for (size_t c = 0; c < channels.size(); ++c)
+    for (int member = 0; member < 2; ++member) {
+      int stage = member == 0 ? channels[c].fromStage : channels[c].toStage;
+      int peer = member == 0 ? channels[c].toStage : channels[c].fromStage;
+      NcclTransport &mine = *t[size_t(stage)];
+      ChannelEnd &end = member == 0 ? mine.out_[peer] : mine.in_[peer];
+      end.comm = NcclCommunicator::adopt(comms[c * 2 + member], member, 2);
+      cudaSetDevice(deviceOfStage[size_t(stage)]);
+      if (cudaError_t s =
+              cudaStreamCreateWithFlags(&end.stream, cudaStreamNonBlocking))
+        return ncclFail(llvm::Twine("NCCL: cudaStreamCreate: ") +
+                        cudaGetErrorString(s));
+    }
+  std::vector<std::unique_ptr<ChannelTransport>> out;
+  for (auto &x : t)
+    out.push_back(std::move(x));
+  return std::move(out);
 }
 
 } // namespace cleave::runtime::cuda

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "runtime/Plan.h"
+#include "runtime/comm/ChannelComm.h"
 
 #include "llvm/Support/Error.h"
 
@@ -55,6 +56,9 @@ public:
   // An error NCCL saw while running (a peer gone, a network failure), as
   // one line; success while none.
   llvm::Error asyncError() const;
+  // Takes over a communicator NCCL opened (an ncclComm_t).
+  static std::unique_ptr<NcclCommunicator> adopt(void *comm, int rank,
+                                                 int size);
 
 private:
   friend llvm::Expected<std::unique_ptr<NcclCommunicator>>
@@ -77,5 +81,21 @@ struct NcclChannel {
   int64_t messagesPerStep = 0;
 };
 std::vector<NcclChannel> ncclChannels(const Plan &plan);
+
+// The NCCL transports of every stage of a plan run as threads of one
+// process (runtime/comm/ChannelComm.h), stage s on CUDA device
+// deviceOfStage[s]: one 2-rank communicator per channel, both members
+// opened from this thread inside one ncclGroupStart/End (as
+// ncclCommInitAll does), and a stream per channel end. Element s is stage
+// s's transport. Stages on the same GPU (NCCL takes one rank per device
+// in a communicator) exchange through the host transport instead.
+// Messages are host buffers (the executor stages a device
+// backend's messages through host memory): a send copies into a device
+// staging buffer and queues ncclSend on the channel's stream without
+// waiting; a recv queues ncclRecv and waits for it, polling NCCL's async
+// error and the timeout. Fails in one line without a GPU.
+llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
+createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
+                     double timeoutSeconds);
 
 } // namespace cleave::runtime::cuda
