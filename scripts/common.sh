@@ -20,8 +20,8 @@ CLEAVE_FUZZ_PACKAGES="clang-14 libclang-rt-14-dev"
 # Packages the tests need on top: lit and FileCheck, the ONNX backend test
 # data, a Python for lit, oneDNN (the CLEAVE_GEMM=onednn test and the
 # benchmarks against it) and the fuzzing toolchain (scripts/test.sh ends
-# with scripts/fuzz.sh).
-CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 python3-venv libdnnl-dev libtsan2 $CLEAVE_FUZZ_PACKAGES"
+# with scripts/fuzz.sh); xz and strip for tools/gpu-check.sh's dry run.
+CLEAVE_TEST_PACKAGES="llvm-14-tools libonnx-testdata python3 python3-venv libdnnl-dev libtsan2 xz-utils binutils $CLEAVE_FUZZ_PACKAGES"
 
 # A Python with onnxruntime for the tests that reload trained models in it
 # (tests/lit/corpus/onnxruntime-reload.test): a venv in the dependency cache

@@ -23,6 +23,16 @@ cleave_build "$CLEAVE_ROOT/build"
 echo "== ctest"
 (cd "$CLEAVE_ROOT/build" && ctest --output-on-failure -j "$jobs")
 
+echo "== the GPU check script, dry run (cuda-emulated, tiny sizes)"
+# tools/gpu-check.sh is what a lent GPU runs once: here every part of it
+# runs on the emulated CUDA backend, so it is known to work before then.
+if ! bash "$CLEAVE_ROOT/tools/gpu-check.sh" dry-run "$CLEAVE_ROOT/build" \
+    > "$CLEAVE_ROOT/build/gpu-check-dry.log" 2>&1; then
+  cat "$CLEAVE_ROOT/build/gpu-check-dry.log"
+  exit 1
+fi
+tail -n 2 "$CLEAVE_ROOT/build/gpu-check-dry.log"
+
 echo "== sanitizer build (ASan + UBSan): sweep and unit tests"
 cleave_configure "$CLEAVE_ROOT/build-asan" -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests

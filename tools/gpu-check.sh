@@ -11,6 +11,13 @@
 #       carried: unpacks it, runs the checks, writes $OUT/summary.txt (or
 #       BUILD/gpu-check/summary.txt) and the logs beside it, and prints the
 #       summary.
+#   tools/gpu-check.sh dry-run [BUILD]  here, without a GPU: bundle and run
+#       at tiny sizes with --device cuda-emulated (the CUDA backend's
+#       arithmetic on the host) in place of cuda, and check that every part
+#       of the script ran and passed, so that the script a lent GPU gets has
+#       run before (CI runs it). The GPT-2 part needs a Python with PyTorch
+#       2.x (CLEAVE_TORCH_PYTHON, else ~/.cache/cleave/torch2-venv, else
+#       python3) and is skipped, saying so, without one.
 #
 # BUILD defaults to build/. CUDA's own libraries (cudart, cuBLAS) are taken
 # from the machine: the CUDA toolkit, or the pip packages of its PyTorch.
@@ -19,6 +26,17 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-}"
 build="${2:-$root/build}"
 bundle="$build/gpu-bundle.tar.xz"
+# A dry run (GPU_CHECK_DRY=1, set by `dry-run`): tiny sizes, few steps, the
+# emulated CUDA backend, PyTorch on the CPU.
+dry="${GPU_CHECK_DRY:-0}"
+dev=cuda
+steps=20
+[ "$dry" = 1 ] && { dev=cuda-emulated; steps=3; bundle="$build/gpu-bundle-dry.tar.xz"; }
+torch_python() {
+  for py in "${CLEAVE_TORCH_PYTHON:-}" "$HOME/.cache/cleave/torch2-venv/bin/python" python3; do
+    [ -n "$py" ] && "$py" -c 'import torch, onnx, numpy' 2>/dev/null && { echo "$py"; return; }
+  done
+}
 
 case "$mode" in
 bundle)
@@ -67,17 +85,29 @@ bundle)
   done
   # The bar's benchmark: GPT-2-small, bf16, batch 8 x 1024, against PyTorch
   # (tests/bench/gpt2_small_gpu.py; its tiled weights compress to ~1 MB).
-  mkdir -p "$dir/gpu/gpt2/examples/gpt" "$dir/gpu/gpt2/tests/bench"
-  cp "$root/examples/gpt/model.py" "$dir/gpu/gpt2/examples/gpt/"
-  cp "$root/tests/bench/gpt2_small_gpu.py" "$dir/gpu/gpt2/tests/bench/"
-  /usr/bin/python3 "$root/tests/bench/gpt2_small_gpu.py" prepare \
-    --out "$dir/onnx" --batch 8
-  cp -r "$dir/onnx/data" "$dir/gpu/gpt2/"
-  "$build/tools/cleavec" "$dir/onnx/gpt2.onnx" --microbatch-size 8 \
-    --microbatches 1 --precision bf16 --lr 1e-4 --device-profile h200 \
-    -o "$dir/gpu/gpt2/gpt2-bf16.cplan" >/dev/null
-  rm -rf "$dir/onnx" 
-  XZ_OPT="-3 -T0" tar -cJf "$bundle" -C "$dir" gpu
+  py="$(torch_python)"
+  if [ -n "$py" ]; then
+    mkdir -p "$dir/gpu/gpt2/examples/gpt" "$dir/gpu/gpt2/tests/bench"
+    cp "$root/examples/gpt/model.py" "$dir/gpu/gpt2/examples/gpt/"
+    cp "$root/tests/bench/gpt2_small_gpu.py" "$dir/gpu/gpt2/tests/bench/"
+    batch=8
+    tiny=""
+    [ "$dry" = 1 ] && { batch=2; tiny=--tiny; }
+    "$py" "$root/tests/bench/gpt2_small_gpu.py" prepare \
+      --out "$dir/onnx" --batch $batch $tiny >/dev/null
+    cp -r "$dir/onnx/data" "$dir/gpu/gpt2/"
+    "$build/tools/cleavec" "$dir/onnx/gpt2.onnx" --microbatch-size $batch \
+      --microbatches 1 --precision bf16 --lr 1e-4 --device-profile h200 \
+      --weights embed -o "$dir/gpu/gpt2/gpt2-bf16.cplan" >/dev/null
+    rm -rf "$dir/onnx"
+  else
+    echo "no Python with PyTorch 2.x, onnx and numpy: the bundle has no GPT-2 check"
+  fi
+  if [ "$dry" = 1 ]; then # not carried anywhere: no need to compress well
+    XZ_OPT="-0 -T0" tar -cJf "$bundle" -C "$dir" gpu
+  else
+    XZ_OPT="-3 -T0" tar -cJf "$bundle" -C "$dir" gpu
+  fi
   echo "wrote $bundle ($(du -h "$bundle" | cut -f1))"
   ;;
 run)
@@ -105,30 +135,38 @@ run)
     echo "exit $?"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]' "$out/unit.log"
     echo
-    echo "== cleave-run --device cuda against --device cpu, 20 steps (losses)"
+    echo "== cleave-run --device $dev against --device cpu, $steps steps (losses)"
     for plan in "$g"/plans/*.cplan; do
       name="$(basename "$plan" .cplan)"
       data="$g/data/${name%-*}/data"
-      "$g/bin/cleave-run" "$plan" --steps 20 --data "$data" >"$out/$name-cpu.log" 2>&1
-      "$g/bin/cleave-run" "$plan" --steps 20 --data "$data" --device cuda \
+      "$g/bin/cleave-run" "$plan" --steps $steps --data "$data" >"$out/$name-cpu.log" 2>&1
+      "$g/bin/cleave-run" "$plan" --steps $steps --data "$data" --device $dev \
         >"$out/$name-cuda.log" 2>&1
       rc=$?
       tol=1e-4
       [ "${name##*-}" = bf16 ] && tol=2e-2
       printf '%-14s exit %s; ' "$name" "$rc"
-      python3 "$g/compare_losses.py" "$out/$name-cpu.log" "$out/$name-cuda.log" $tol 2>&1
+      if cmpout="$(python3 "$g/compare_losses.py" "$out/$name-cpu.log" \
+        "$out/$name-cuda.log" $tol 2>&1)"; then
+        echo "$cmpout (within $tol)"
+      else
+        echo "$cmpout (OVER $tol)"
+      fi
       grep -E '^done|error' "$out/$name-cuda.log" | head -n 2
     done
     echo
     echo "== W batching: gpt-tiny gpipe-2bp, M 8 of 2 samples, 2 stages on the"
     echo "   GPU; median step ms of steps 2-30, plain then --batch-w, 3 rounds"
-    for round in 1 2 3; do
+    rounds="1 2 3"
+    bsteps=30
+    [ "$dry" = 1 ] && { rounds=1; bsteps=3; }
+    for round in $rounds; do
       for flag in "" --batch-w; do
-        "$g/bin/cleave-run" "$g/plans-batch-w.cplan" --device cuda --steps 30 \
-          $flag >"$out/batch-w.log" 2>&1 || { tail -n 2 "$out/batch-w.log"; break; }
-        grep -E '^step ' "$out/batch-w.log" | tail -n 29 |
-          sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g | sed -n '15p' |
-          tr '\n' ' '
+        "$g/bin/cleave-run" "$g/plans-batch-w.cplan" --device $dev --steps $bsteps \
+          $flag >"$out/batch-w.log" 2>&1 || { echo "batch-w $flag: failed"; tail -n 2 "$out/batch-w.log"; break; }
+        grep -E '^step ' "$out/batch-w.log" | tail -n $((bsteps - 1)) |
+          sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
+          sed -n "$(( (bsteps + 1) / 2 ))p" | tr '\n' ' '
       done
       echo
     done
@@ -136,7 +174,7 @@ run)
     echo "== activation offload: gpt-tiny zb-h1, 2 stages on the GPU, kept and"
     echo "   offloaded (--offload all): same bits, measured peak = planned"
     for o in none all; do
-      "$g/bin/cleave-run" "$g/offload/$o.cplan" --device cuda --steps 5 \
+      "$g/bin/cleave-run" "$g/offload/$o.cplan" --device $dev --steps 3 \
         --save "$out/offload-$o.onnx" >"$out/offload-$o.log" 2>&1
       echo "--offload $o: exit $?"
       grep -E '^[0-9]+ .* / |error' "$out/offload-$o.log"
@@ -161,23 +199,66 @@ run)
     fi
     echo
     echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
-    "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device cuda --steps 13 \
-      --data "$g/gpt2/data" >"$out/gpt2-cleave.log" 2>&1
-    echo "cleave exit $?: median step ms of steps 4-13:"
-    grep -E '^step ' "$out/gpt2-cleave.log" | tail -n 10 |
-      sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g | sed -n '5,6p' | tr '\n' ' '
-    echo
-    grep -E '^step +(1|13)/|error' "$out/gpt2-cleave.log"
-    (cd "$g/gpt2" && python3 tests/bench/gpt2_small_gpu.py torch \
-      --data data --steps 10) >"$out/gpt2-torch.log" 2>&1
-    echo "torch exit $?:"
-    cat "$out/gpt2-torch.log"
+    if [ -f "$g/gpt2/gpt2-bf16.cplan" ]; then
+      gsteps=13
+      torchargs="--steps 10"
+      if [ "$dry" = 1 ]; then
+        echo "(dry run: 2 layers, d 64, T 64, batch 2; PyTorch on the CPU)"
+        gsteps=4
+        torchargs="--steps 2 --device cpu --tiny"
+      fi
+      "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device $dev --steps $gsteps \
+        --data "$g/gpt2/data" >"$out/gpt2-cleave.log" 2>&1
+      echo "cleave exit $?: median step ms of steps 4-$gsteps:"
+      grep -E '^step ' "$out/gpt2-cleave.log" | tail -n $((gsteps - 3)) |
+        sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
+        sed -n "$(( (gsteps - 2) / 2 ))p" | tr '\n' ' '
+      echo
+      grep -E "^step +(1|$gsteps)/|error" "$out/gpt2-cleave.log"
+      py=python3
+      [ "$dry" = 1 ] && py="$(torch_python)"
+      (cd "$g/gpt2" && "${py:-python3}" tests/bench/gpt2_small_gpu.py torch \
+        --data data $torchargs) >"$out/gpt2-torch.log" 2>&1
+      echo "torch exit $?:"
+      cat "$out/gpt2-torch.log"
+    else
+      echo "skipped: the bundle has no GPT-2 plan (no PyTorch where it was made)"
+    fi
   } >"$summary" 2>&1
   rm -rf "$work"
   cat "$summary"
   ;;
+dry-run)
+  # The whole script here, then what must have happened.
+  out="${OUT:-$build/gpu-check-dry}"
+  rm -rf "$out"
+  mkdir -p "$out"
+  GPU_CHECK_DRY=1 "$0" bundle "$build" || { echo "dry run: the bundle failed" >&2; exit 1; }
+  GPU_CHECK_DRY=1 OUT="$out" "$0" run "$build" >/dev/null
+  summary="$out/summary.txt"
+  cat "$summary"
+  bad=0
+  need() { # pattern, what
+    grep -qE "$1" "$summary" || { echo "dry run: missing: $2" >&2; bad=1; }
+  }
+  need '^exit 0$' "the unit tests of the CUDA backend passed"
+  for plan in mlp-f32 mlp-bf16 gpt-f32 gpt-bf16 mlp_mse-f32 mlp_mse-bf16; do
+    need "^$plan +exit 0; .*\(within " "$plan trained on $dev as on the cpu"
+  done
+  need '^--offload none: exit 0$' "the kept plan ran"
+  need '^--offload all: exit 0$' "the offloading plan ran"
+  need '^offload: same bits as keeping$' "offload's bits"
+  if grep -q 'skipped: the bundle has no GPT-2 plan' "$summary"; then
+    echo "dry run: the GPT-2 part was skipped (no PyTorch here)"
+  else
+    need '^cleave exit 0' "the GPT-2 plan ran"
+    need '^torch exit 0' "the PyTorch side ran"
+  fi
+  rm -f "$build/gpu-bundle-dry.tar.xz"
+  [ $bad = 0 ] && echo "dry run: every part ran" || exit 1
+  ;;
 *)
-  echo "usage: tools/gpu-check.sh bundle|run [BUILD]" >&2
+  echo "usage: tools/gpu-check.sh bundle|run|dry-run [BUILD]" >&2
   exit 2
   ;;
 esac

@@ -4,8 +4,8 @@
 (docs/design/cuda.md). Two halves, because the GPU machine has PyTorch but
 no ONNX or protobuf C++ libraries:
 
-  here (Debian's PyTorch 1.13, /usr/bin/python3):
-    tests/bench/gpt2_small_gpu.py prepare --out DIR [--batch 8]
+  here (any PyTorch 2.x, e.g. ~/.cache/cleave/torch2-venv/bin/python):
+    tests/bench/gpt2_small_gpu.py prepare --out DIR [--batch 8] [--tiny]
   writes DIR/gpt2.onnx (+ .data): examples/gpt/model.py's GPT at GPT-2-small
   size (12 layers, 12 heads, d 768, vocab 50257, sequence 1024, 124M
   parameters with the untied lm_head: 163M), and DIR/data/{idx,targets}.npy
@@ -18,6 +18,10 @@ no ONNX or protobuf C++ libraries:
   training steps (zero_grad, forward under torch.autocast(bfloat16),
   backward, SGD step): prints the median step in ms, the loss, and the
   measured peak of a large bf16 GEMM (for MFU and GEMM efficiency).
+
+--tiny (tools/gpu-check.sh dry-run): the same code at 2 layers, 2 heads, d 64,
+vocab 256, sequence 64, and `torch --device cpu` times it on the CPU, so the
+script's every line runs on a machine without a GPU.
 
 Weights: every weight matrix is one seeded block of 4096 normal(0, 0.02)
 values, tiled (LayerNorm weights 1, biases 0). That keeps the plan, about
@@ -43,6 +47,8 @@ from model import GPT  # noqa: E402
 
 CONFIG = dict(vocab=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
               dropout=0.0)
+TINY = dict(vocab=256, block_size=64, n_layer=2, n_head=2, n_embd=64,
+            dropout=0.0)
 
 
 def make_model():
@@ -62,6 +68,8 @@ def make_model():
 
 
 def prepare(args):
+    if args.tiny:
+        CONFIG.update(TINY)
     os.makedirs(os.path.join(args.out, "data"), exist_ok=True)
     model = make_model()
     model.train()
@@ -72,11 +80,16 @@ def prepare(args):
     np.save(os.path.join(args.out, "data", "idx.npy"), idx.numpy())
     np.save(os.path.join(args.out, "data", "targets.npy"), targets.numpy())
     path = os.path.join(args.out, "gpt2.onnx")
+    extra = {}
+    # The TorchScript exporter (training mode): PyTorch 2.9 and later
+    # default to the dynamo one.
+    if "dynamo" in torch.onnx.export.__code__.co_varnames:
+        extra["dynamo"] = False
     torch.onnx.export(model, (idx[:1], targets[:1]), path,
                       input_names=["idx", "targets"], output_names=["loss"],
                       dynamic_axes={"idx": {0: "batch"}, "targets": {0: "batch"}},
                       opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False)
+                      do_constant_folding=False, **extra)
     import onnx
     m = onnx.load(path)
     location = "gpt2.onnx.data"
@@ -91,6 +104,8 @@ def prepare(args):
 
 
 def gemm_peak(device):
+    if device != "cuda":
+        return 0.0  # a dry run: no GPU peak to measure
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
@@ -106,8 +121,13 @@ def gemm_peak(device):
     return 2 * n ** 3 / statistics.median(times)
 
 
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def bench_torch(args):
-    device = "cuda"
+    device = args.device
     idx = torch.from_numpy(np.load(os.path.join(args.data, "idx.npy"))).to(device)
     targets = torch.from_numpy(np.load(os.path.join(args.data, "targets.npy"))).to(device)
     model = make_model().to(device)
@@ -115,14 +135,14 @@ def bench_torch(args):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     times, losses = [], []
     for step in range(3 + args.steps):
-        torch.cuda.synchronize()
+        sync(device)
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             loss = model(idx, targets)
         loss.backward()
         opt.step()
-        torch.cuda.synchronize()
+        sync(device)
         if step >= 3:
             times.append(time.perf_counter() - t)
         losses.append(float(loss))
@@ -131,7 +151,9 @@ def bench_torch(args):
     tokens = idx.numel()
     step = statistics.median(times)
     result = {
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "device": (torch.cuda.get_device_name() if device == "cuda"
+                   else "cpu (dry run)"),
         "batch": list(idx.shape), "parameters": n, "median_step_ms": step * 1e3,
         "first_loss": losses[0], "last_loss": losses[-1],
         "bf16_gemm_peak_tflops": peak / 1e12,
@@ -147,11 +169,16 @@ def main():
     p = sub.add_parser("prepare")
     p.add_argument("--out", required=True)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--tiny", action="store_true")
     t = sub.add_parser("torch")
     t.add_argument("--data", required=True)
     t.add_argument("--steps", type=int, default=20)
     t.add_argument("--lr", type=float, default=1e-4)
+    t.add_argument("--device", default="cuda")
+    t.add_argument("--tiny", action="store_true")
     args = ap.parse_args()
+    if args.tiny:
+        CONFIG.update(TINY)
     prepare(args) if args.mode == "prepare" else bench_torch(args)
 
 
