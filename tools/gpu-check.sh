@@ -44,7 +44,8 @@ bundle)
   dir="$(mktemp -d)"
   trap 'rm -rf "$dir"' EXIT
   mkdir -p "$dir/gpu/bin" "$dir/gpu/libs" "$dir/gpu/plans"
-  for bin in "$build/tools/cleave-run" "$build/tests/cleave-unit-tests"; do
+  for bin in "$build/tools/cleave-run" "$build/tools/cleavec" \
+    "$build/tests/cleave-unit-tests"; do
     strip -o "$dir/gpu/bin/$(basename "$bin")" "$bin"
     ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
       case "$(basename "$lib")" in
@@ -155,6 +156,49 @@ run)
       grep -E '^done|error' "$out/$name-cuda.log" | head -n 2
     done
     echo
+    echo "== the PyTorch 2 corpus on 1, 2 and 4 stages sharing the GPU against"
+    echo "   the CPU (compiled there from tests/models/corpus; losses)"
+    models="gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy
+      bert-dynamo resnet18-legacy resnet18-dynamo mobilenet_v2-legacy
+      mobilenet_v2-dynamo vit-legacy vit-dynamo"
+    stage_counts="1 2 4"
+    csteps=5
+    if [ "$dry" = 1 ]; then
+      models="gpt2-dynamo llama-legacy resnet18-dynamo"
+      stage_counts="1 2"
+      csteps=2
+    fi
+    corpus="$root/tests/models/corpus"
+    matched=0
+    tried=0
+    mkdir -p "$work/corpus"
+    for m in $models; do
+      for p in $stage_counts; do
+        name="$m-$p"
+        tried=$((tried + 1))
+        if ! "$g/bin/cleavec" "$corpus/$m/model.onnx" --stages $p \
+          --microbatches 4 --schedule 1f1b --lr 0.1 --momentum 0.9 \
+          -o "$work/corpus/$name.cplan" >"$out/corpus-$name-cleavec.log" 2>&1; then
+          echo "$name: cleavec failed: $(tail -n 1 "$out/corpus-$name-cleavec.log")"
+          continue
+        fi
+        for d in cpu $dev; do
+          "$g/bin/cleave-run" "$work/corpus/$name.cplan" --device $d \
+            --data "$corpus/$m/steps/data" --steps $csteps \
+            --trust-dir "$corpus" >"$out/corpus-$name-$d.log" 2>&1 ||
+            echo "$name --device $d: $(grep -m1 error "$out/corpus-$name-$d.log")"
+        done
+        if cmpout="$(python3 "$g/compare_losses.py" "$out/corpus-$name-cpu.log" \
+          "$out/corpus-$name-$dev.log" 1e-4 2>&1)"; then
+          matched=$((matched + 1))
+        else
+          echo "$name: $cmpout (OVER 1e-4)"
+        fi
+      done
+    done
+    echo "corpus: $matched of $tried plans train on $dev as on the cpu"
+    rm -rf "$work/corpus"
+    echo
     echo "== W batching: gpt-tiny gpipe-2bp, M 8 of 2 samples, 2 stages on the"
     echo "   GPU; median step ms of steps 2-30, plain then --batch-w, 3 rounds"
     rounds="1 2 3"
@@ -245,6 +289,7 @@ dry-run)
   for plan in mlp-f32 mlp-bf16 gpt-f32 gpt-bf16 mlp_mse-f32 mlp_mse-bf16; do
     need "^$plan +exit 0; .*\(within " "$plan trained on $dev as on the cpu"
   done
+  need '^corpus: ([0-9]+) of \1 plans train' "the corpus trained as on the cpu"
   need '^--offload none: exit 0$' "the kept plan ran"
   need '^--offload all: exit 0$' "the offloading plan ran"
   need '^offload: same bits as keeping$' "offload's bits"

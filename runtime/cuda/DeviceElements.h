@@ -120,10 +120,19 @@ enum class MapOp : uint8_t {
   LeakyRelu, // a < 0 ? a * p0 : a
   Gelu,      // x Phi(x): p0 0 the erf form, 1 the tanh approximation
   Not,       // !a (bool)
+  Sin, Cos, Floor, Ceil,
+  Round,     // halves to even (rintf in the default rounding mode)
+  Sign,      // -1, 0 or 1; NaN stays NaN
+  IsNaN,
+  IsInf,     // p0: count -inf, p1: count +inf
+  HardSigmoid,      // max(0, min(1, p0 a + p1))
+  HardSigmoidTorch, // PyTorch's constants: min(max(a + 3, 0), 6) / 6
+  HardSwish,        // a min(max(a + 3, 0), 6) / 6
   Dropout,   // a * p0 where the draw for element i keeps it (key, ratio)
   DropoutMask, // the same draw, as a bool
   // two operands
-  Add, Sub, Mul, Div, Pow, Equal, Less, Greater,
+  Add, Sub, Mul, Div, Pow, Equal, Less, Greater, GreaterOrEqual,
+  LessOrEqual,
   Max, Min, // NaN wins, as numpy.maximum / minimum
   And, Or,  // bool
   DropoutGrad, // b (the mask) ? a * p0 : 0
@@ -133,6 +142,10 @@ enum class MapOp : uint8_t {
   AbsGrad, ClipGrad, ErfGrad, ExpGrad, LeakyReluGrad, LogGrad,
   ReciprocalGrad, ReluGrad, SigmoidGrad, SqrtGrad, TanhGrad,
   GeluGrad, // p0 as Gelu's
+  SinGrad, CosGrad,
+  HardSigmoidGrad,      // p0 alpha, p1 beta
+  HardSigmoidTorchGrad, // p0 alpha; PyTorch's test on x (-3 < x < 3)
+  HardSwishGrad,
   // three operands
   Where, // operand 0 the condition
 };
@@ -186,6 +199,26 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::LeakyRelu: return a < 0.0f ? a * p0 : a;
   case MapOp::Gelu: return gelu(a, p0 != 0.0f);
   case MapOp::Not: return a != 0.0f ? 0.0f : 1.0f;
+  case MapOp::Sin: return sinf(a);
+  case MapOp::Cos: return cosf(a);
+  case MapOp::Floor: return floorf(a);
+  case MapOp::Ceil: return ceilf(a);
+  case MapOp::Round: return rintf(a);
+  case MapOp::Sign:
+    return a != a ? a : float(int(a > 0.0f) - int(a < 0.0f));
+  case MapOp::IsNaN: return a != a ? 1.0f : 0.0f;
+  case MapOp::IsInf:
+    return (a == INFINITY && p1 != 0.0f) || (a == -INFINITY && p0 != 0.0f)
+               ? 1.0f
+               : 0.0f;
+  case MapOp::HardSigmoid: {
+    float v = p0 * a + p1;
+    return fmaxf(0.0f, fminf(1.0f, v));
+  }
+  case MapOp::HardSigmoidTorch:
+    return fminf(fmaxf(a + 3.0f, 0.0f), 6.0f) / 6.0f;
+  case MapOp::HardSwish:
+    return a * fminf(fmaxf(a + 3.0f, 0.0f), 6.0f) / 6.0f;
   case MapOp::Max: return a > b || a != a ? a : b;
   case MapOp::Min: return a < b || a != a ? a : b;
   case MapOp::And: return a != 0.0f && b != 0.0f ? 1.0f : 0.0f;
@@ -201,6 +234,8 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Equal: return a == b ? 1.0f : 0.0f;
   case MapOp::Less: return a < b ? 1.0f : 0.0f;
   case MapOp::Greater: return a > b ? 1.0f : 0.0f;
+  case MapOp::GreaterOrEqual: return a >= b ? 1.0f : 0.0f;
+  case MapOp::LessOrEqual: return a <= b ? 1.0f : 0.0f;
   case MapOp::AbsGrad: return b > 0.0f ? a : b < 0.0f ? -a : 0.0f;
   case MapOp::ClipGrad: return b >= p0 && b <= p1 ? a : 0.0f;
   case MapOp::ErfGrad: return a * (1.1283791670955126f * expf(-b * b));
@@ -219,6 +254,16 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
     return a * (1.0f - t * t);
   }
   case MapOp::GeluGrad: return a * geluDerivative(b, p0 != 0.0f);
+  case MapOp::SinGrad: return a * cosf(b);
+  case MapOp::CosGrad: return -a * sinf(b);
+  case MapOp::HardSigmoidGrad: {
+    float v = p0 * b + p1;
+    return v > 0.0f && v < 1.0f ? a * p0 : 0.0f;
+  }
+  case MapOp::HardSigmoidTorchGrad:
+    return b > -3.0f && b < 3.0f ? a * p0 : 0.0f;
+  case MapOp::HardSwishGrad:
+    return b <= -3.0f ? 0.0f : b < 3.0f ? a * (b / 3.0f + 0.5f) : a;
   case MapOp::Where: return a != 0.0f ? b : c;
   }
   return a;

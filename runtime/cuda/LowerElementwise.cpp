@@ -25,6 +25,14 @@ std::optional<MapOp> unaryMap(OpKind k) {
   case OpKind::Erf: return MapOp::Erf;
   case OpKind::Sigmoid: return MapOp::Sigmoid;
   case OpKind::Reciprocal: return MapOp::Reciprocal;
+  case OpKind::Sin: return MapOp::Sin;
+  case OpKind::Cos: return MapOp::Cos;
+  case OpKind::Floor: return MapOp::Floor;
+  case OpKind::Ceil: return MapOp::Ceil;
+  case OpKind::Round: return MapOp::Round;
+  case OpKind::Sign: return MapOp::Sign;
+  case OpKind::IsNaN: return MapOp::IsNaN;
+  case OpKind::HardSwish: return MapOp::HardSwish;
   default: return std::nullopt;
   }
 }
@@ -39,6 +47,8 @@ std::optional<MapOp> binaryMap(OpKind k) {
   case OpKind::Equal: return MapOp::Equal;
   case OpKind::Less: return MapOp::Less;
   case OpKind::Greater: return MapOp::Greater;
+  case OpKind::GreaterOrEqual: return MapOp::GreaterOrEqual;
+  case OpKind::LessOrEqual: return MapOp::LessOrEqual;
   case OpKind::And: return MapOp::And;
   case OpKind::Or: return MapOp::Or;
   default: return std::nullopt;
@@ -60,6 +70,10 @@ std::optional<MapOp> unaryGradMap(llvm::StringRef fn) {
       .Case("sigmoid", MapOp::SigmoidGrad)
       .Case("sqrt", MapOp::SqrtGrad)
       .Case("tanh", MapOp::TanhGrad)
+      .Case("sin", MapOp::SinGrad)
+      .Case("cos", MapOp::CosGrad)
+      .Case("hard_sigmoid", MapOp::HardSigmoidGrad)
+      .Case("hard_swish", MapOp::HardSwishGrad)
       .Default(std::nullopt);
 }
 

@@ -215,6 +215,30 @@ llvm::Expected<Steps> lowerUnaryGrad(const KernelCall &call,
     m.p0 = call.getFloat("alpha");
   } else if (fn == "gelu_tanh") {
     m.p0 = 1.0f;
+  } else if (fn == "hard_sigmoid") {
+    m.p0 = call.getFloat("alpha");
+    m.p1 = call.getFloat("beta");
+    // PyTorch's constants: PyTorch's test on x, as the CPU.
+    if (m.p0 == 1.0f / 6.0f && m.p1 == 0.5f)
+      m.op = MapOp::HardSigmoidTorchGrad;
+  }
+  return Steps{m};
+}
+
+// IsInf's directions and HardSigmoid's line (PyTorch's constants: its own
+// formula, as the CPU).
+llvm::Expected<Steps> lowerParameterized(const KernelCall &call,
+                                         const Scratch &) {
+  MapOp op = call.op == OpKind::IsInf ? MapOp::IsInf : MapOp::HardSigmoid;
+  MapArgs m = mapOver(op, call.outputs[0], {&call.inputs[0]});
+  if (call.op == OpKind::IsInf) {
+    m.p0 = float(call.getInt("detect_negative"));
+    m.p1 = float(call.getInt("detect_positive"));
+  } else {
+    m.p0 = call.getFloat("alpha");
+    m.p1 = call.getFloat("beta");
+    if (m.p0 == 1.0f / 6.0f && m.p1 == 0.5f)
+      m.op = MapOp::HardSigmoidTorch;
   }
   return Steps{m};
 }
@@ -257,6 +281,16 @@ const LoweringRule kLowerings[] = {
     {OpKind::Sigmoid, Types::Float, lowerUnary},
     {OpKind::Sqrt, Types::Float, lowerUnary},
     {OpKind::Tanh, Types::Float, lowerUnary},
+    {OpKind::Sin, Types::Float, lowerUnary},
+    {OpKind::Cos, Types::Float, lowerUnary},
+    {OpKind::Floor, Types::Float, lowerUnary},
+    {OpKind::Ceil, Types::Float, lowerUnary},
+    {OpKind::Round, Types::Float, lowerUnary},
+    {OpKind::Sign, Types::IntFloat, lowerUnary},
+    {OpKind::IsNaN, Types::Float, lowerUnary},
+    {OpKind::IsInf, Types::Float, lowerParameterized},
+    {OpKind::HardSigmoid, Types::Float, lowerParameterized},
+    {OpKind::HardSwish, Types::Float, lowerUnary},
     {OpKind::Clip, Types::IntFloat, lowerClipOrLeakyRelu},
     {OpKind::Cast, Types::All, lowerCast},
     // Elementwise binary / variadic.
@@ -270,6 +304,8 @@ const LoweringRule kLowerings[] = {
     {OpKind::Equal, Types::All, lowerBinary},
     {OpKind::Greater, Types::IntFloat, lowerBinary},
     {OpKind::Less, Types::IntFloat, lowerBinary},
+    {OpKind::GreaterOrEqual, Types::IntFloat, lowerBinary},
+    {OpKind::LessOrEqual, Types::IntFloat, lowerBinary},
     {OpKind::And, Types::Bool, lowerBinary},
     {OpKind::Or, Types::Bool, lowerBinary},
     {OpKind::Where, Types::Bool, lowerWhere},

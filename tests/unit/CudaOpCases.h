@@ -25,7 +25,10 @@ using ir::OpKind;
 using Ints = std::vector<int64_t>;
 
 // Ties: values in {-1, 0, 1}, so pooling windows hold equal maxima.
-enum class Fill { Uniform, Positive, Small, Bool, Ties };
+// Wide: uniform in [-5, 5] (past HardSigmoid's and HardSwish's kinks);
+// Halves: multiples of 0.5 in [-4, 4] (Round's ties); Special: NaN, +-inf
+// and finite values mixed.
+enum class Fill { Uniform, Positive, Small, Bool, Ties, Wide, Halves, Special };
 
 struct Arg {
   DType dtype;
@@ -72,12 +75,17 @@ inline Buffer make(const Arg &a, std::mt19937 &rng) {
   Buffer b{a.dtype, a.shape, {}};
   int64_t n = count(a.shape);
   b.bytes.assign(size_t(n) * ir::dtypeSize(a.dtype) + 8, 0xcd);
-  std::uniform_real_distribution<float> uni(-2.0f, 2.0f), pos(0.1f, 3.0f);
-  std::uniform_int_distribution<int> small(0, 3);
+  std::uniform_real_distribution<float> uni(-2.0f, 2.0f), pos(0.1f, 3.0f),
+      wide(-5.0f, 5.0f);
+  std::uniform_int_distribution<int> small(0, 3), halves(-8, 8);
+  const float special[] = {NAN, INFINITY, -INFINITY, 1.5f, -0.0f, 0.0f, -2.5f};
   for (int64_t i = 0; i < n; ++i) {
     float f = a.fill == Fill::Positive ? pos(rng)
               : a.fill == Fill::Ties   ? float(small(rng) % 3) - 1
-                                       : uni(rng);
+              : a.fill == Fill::Wide   ? wide(rng)
+              : a.fill == Fill::Halves ? float(halves(rng)) * 0.5f
+              : a.fill == Fill::Special ? special[i % 7]
+                                        : uni(rng);
     switch (a.dtype) {
     case DType::F32: reinterpret_cast<float *>(b.bytes.data())[i] = f; break;
     case DType::BF16:
@@ -204,6 +212,51 @@ inline std::vector<Case> elementwiseCases() {
                      {{"fn", std::string(fn)}},
                      {f32({4, 5}), f32({4, 5}, Fill::Positive)}, {f32({4, 5})},
                      1e-6});
+  // The ops lowered after the first set: trigonometry, rounding, sign,
+  // the float predicates, the hard activations, the inclusive comparisons.
+  auto wide = [](Ints s) { return f32(std::move(s), Fill::Wide); };
+  for (auto [name, op] : {std::pair{"sin", OpKind::Sin}, {"cos", OpKind::Cos}})
+    cases.push_back({name, op, {}, {wide({4, 5})}, {f32({4, 5})}, 1e-6});
+  cases.push_back({"floor", OpKind::Floor, {}, {wide({4, 5})}, {f32({4, 5})}});
+  cases.push_back({"ceil", OpKind::Ceil, {}, {wide({4, 5})}, {f32({4, 5})}});
+  cases.push_back({"round halves to even", OpKind::Round, {},
+                   {f32({4, 5}, Fill::Halves)}, {f32({4, 5})}});
+  cases.push_back({"sign with nan and zeros", OpKind::Sign, {},
+                   {f32({3, 7}, Fill::Special)}, {f32({3, 7})}});
+  cases.push_back({"sign i64", OpKind::Sign, {}, {i64({6})}, {i64({6})}});
+  cases.push_back({"isnan", OpKind::IsNaN, {}, {f32({3, 7}, Fill::Special)},
+                   {boolean({3, 7})}});
+  cases.push_back({"isinf both", OpKind::IsInf,
+                   {{"detect_negative", int64_t(1)},
+                    {"detect_positive", int64_t(1)}},
+                   {f32({3, 7}, Fill::Special)}, {boolean({3, 7})}});
+  cases.push_back({"isinf positive only", OpKind::IsInf,
+                   {{"detect_negative", int64_t(0)},
+                    {"detect_positive", int64_t(1)}},
+                   {f32({3, 7}, Fill::Special)}, {boolean({3, 7})}});
+  cases.push_back({"hard sigmoid pytorch", OpKind::HardSigmoid,
+                   {{"alpha", 1.0f / 6.0f}, {"beta", 0.5f}}, {wide({4, 5})},
+                   {f32({4, 5})}});
+  cases.push_back({"hard sigmoid onnx default", OpKind::HardSigmoid,
+                   {{"alpha", 0.2f}, {"beta", 0.5f}}, {wide({4, 5})},
+                   {f32({4, 5})}});
+  cases.push_back({"hard swish", OpKind::HardSwish, {}, {wide({4, 5})},
+                   {f32({4, 5})}});
+  cases.push_back({"greater or equal", OpKind::GreaterOrEqual, {},
+                   {f32({3, 4}, Fill::Ties), f32({4}, Fill::Ties)},
+                   {boolean({3, 4})}});
+  cases.push_back({"less or equal i64", OpKind::LessOrEqual, {},
+                   {i64({3, 4}), i64({4})}, {boolean({3, 4})}});
+  for (const char *fn : {"sin", "cos", "hard_swish"})
+    cases.push_back({std::string("unary grad ") + fn, OpKind::UnaryGrad,
+                     {{"fn", std::string(fn)}}, {f32({4, 5}), wide({4, 5})},
+                     {f32({4, 5})}, 1e-6});
+  for (float alpha : {1.0f / 6.0f, 0.2f})
+    cases.push_back({"unary grad hard_sigmoid", OpKind::UnaryGrad,
+                     {{"fn", std::string("hard_sigmoid")},
+                      {"alpha", alpha},
+                      {"beta", 0.5f}},
+                     {f32({4, 5}), wide({4, 5})}, {f32({4, 5})}});
   cases.push_back({"unary grad clip", OpKind::UnaryGrad,
                    {{"fn", std::string("clip")},
                     {"min", -0.5f},
