@@ -95,6 +95,9 @@ struct RowStep {
   int64_t scaleLen = 1, biasLen = 1;
   float *mean = nullptr, *invStd = nullptr; // LayerNorm's optional outputs
   float epsilon = 0;
+  // LayerNorm rows as RMSNormalization's: a mean of 0 and inv = 1 /
+  // sqrt(mean(x^2) + epsilon); no mean(g) term in the data gradient.
+  bool rms = false;
   // Cross-entropy: labels (one per row), optional class weights,
   // ignore_index (when hasIgnore), and whether dL is one value or per row.
   const void *labels = nullptr;
@@ -174,9 +177,11 @@ CLEAVE_HD void rowElement(const L &l, const RowStep &s, int64_t r) {
   case RowOp::LayerNormGradData:
   case RowOp::LayerNormStats: {
     double mean = 0, var = 0;
-    for (int64_t j = l.lane(); j < len; j += l.count())
-      mean += x(j);
-    mean = len ? l.sum(mean) / double(len) : 0.0;
+    if (!s.rms) {
+      for (int64_t j = l.lane(); j < len; j += l.count())
+        mean += x(j);
+      mean = len ? l.sum(mean) / double(len) : 0.0;
+    }
     for (int64_t j = l.lane(); j < len; j += l.count()) {
       double d = x(j) - mean;
       var += d * d;
@@ -210,7 +215,7 @@ CLEAVE_HD void rowElement(const L &l, const RowStep &s, int64_t r) {
       meanG += g;
       meanGX += g * ((x(j) - mean) * inv);
     }
-    meanG = len ? l.sum(meanG) / double(len) : 0.0;
+    meanG = len && !s.rms ? l.sum(meanG) / double(len) : 0.0;
     meanGX = len ? l.sum(meanGX) / double(len) : 0.0;
     for (int64_t j = l.lane(); j < len; j += l.count()) {
       double g = double(aux(j)) * scale(j), xh = (x(j) - mean) * inv;

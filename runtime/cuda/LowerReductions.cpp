@@ -187,8 +187,22 @@ llvm::Expected<Steps> lowerRows(const KernelCall &call,
     }
     return Steps{*r};
   }
-  case OpKind::LayerNormalizationGradData: { // dY, X, Scale
+  case OpKind::RMSNormalization: { // X, scale
+    auto r = layerNormRows(call, RowOp::LayerNorm, x);
+    if (!r)
+      return r.takeError();
+    r->rms = true;
+    if (auto e = rowOperand(call, call.inputs[1], x, r->scale, r->scaleElem,
+                            r->scaleLen))
+      return std::move(e);
+    setOut(*r, call.outputs[0]);
+    return Steps{*r};
+  }
+  case OpKind::LayerNormalizationGradData:   // dY, X, Scale
+  case OpKind::RMSNormalizationGradData: {
     auto r = layerNormRows(call, RowOp::LayerNormGradData, call.inputs[1]);
+    if (r)
+      r->rms = call.op == OpKind::RMSNormalizationGradData;
     if (!r)
       return r.takeError();
     r->aux = x.data;
@@ -199,10 +213,12 @@ llvm::Expected<Steps> lowerRows(const KernelCall &call,
     setOut(*r, call.outputs[0]);
     return Steps{*r};
   }
-  case OpKind::LayerNormalizationGradParams: { // dY, X -> dScale
+  case OpKind::LayerNormalizationGradParams: // dY, X -> dScale
+  case OpKind::RMSNormalizationGradParams: {
     auto r = layerNormRows(call, RowOp::LayerNormStats, call.inputs[1]);
     if (!r)
       return r.takeError();
+    r->rms = call.op == OpKind::RMSNormalizationGradParams;
     if (call.outputs[0].numElements() != r->len)
       return fail(call, "dScale must have the normalized dims' size");
     r->stats = doubles(scratch, 2 * r->rows);
@@ -353,6 +369,9 @@ bool isRowOp(OpKind k) {
          k == OpKind::LayerNormalization ||
          k == OpKind::LayerNormalizationGradData ||
          k == OpKind::LayerNormalizationGradParams ||
+         k == OpKind::RMSNormalization ||
+         k == OpKind::RMSNormalizationGradData ||
+         k == OpKind::RMSNormalizationGradParams ||
          k == OpKind::SoftmaxCrossEntropyLoss ||
          k == OpKind::SoftmaxCrossEntropyLossGrad;
 }

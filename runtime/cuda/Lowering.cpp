@@ -315,6 +315,7 @@ const LoweringRule kLowerings[] = {
     // Normalization, softmax, loss.
     {OpKind::BatchNormalization, Types::Float, lowerBatchNorm},
     {OpKind::LayerNormalization, Types::Float, lowerRows},
+    {OpKind::RMSNormalization, Types::Float, lowerRows},
     {OpKind::Softmax, Types::Float, lowerRows},
     {OpKind::LogSoftmax, Types::Float, lowerRows},
     {OpKind::SoftmaxCrossEntropyLoss, Types::Float, lowerRows},
@@ -351,6 +352,8 @@ const LoweringRule kLowerings[] = {
     {OpKind::ConvGradFilter, Types::Float, lowerConv},
     {OpKind::LayerNormalizationGradData, Types::Float, lowerRows},
     {OpKind::LayerNormalizationGradParams, Types::Float, lowerRows},
+    {OpKind::RMSNormalizationGradData, Types::Float, lowerRows},
+    {OpKind::RMSNormalizationGradParams, Types::Float, lowerRows},
     {OpKind::BatchNormalizationGradData, Types::Float, lowerBatchNorm},
     {OpKind::BatchNormalizationGradParams, Types::Float, lowerBatchNorm},
     {OpKind::SoftmaxGrad, Types::Float, lowerRows},
