@@ -135,6 +135,11 @@ run)
       >"$out/unit.log" 2>&1
     echo "exit $?"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]' "$out/unit.log"
+    echo "-- the convolutions again without cuDNN (im2col and GEMMs)"
+    CLEAVE_CUDNN=0 "$g/bin/cleave-unit-tests" \
+      --gtest_filter='CudaBackend.Convolution*' >"$out/unit-no-cudnn.log" 2>&1
+    echo "exit $?"
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/unit-no-cudnn.log"
     echo
     echo "== cleave-run --device $dev against --device cpu, $steps steps (losses)"
     for plan in "$g"/plans/*.cplan; do

@@ -9,13 +9,17 @@
 #include "runtime/cuda/CudaBackend.h"
 
 #include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/CudnnConv.h"
 #include "runtime/cuda/Lowering.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 #include <dlfcn.h>
+
+#include <cstdlib>
 
 #include <optional>
 
@@ -59,6 +63,81 @@ const Cublas &cublas() {
   return lib;
 }
 
+// The cuDNN entry points the backend uses, from libcudnn.so.9 (the legacy
+// convolution API, deprecated in cuDNN 9 in favour of the graph API but
+// present; its fixed algorithms are what keeps the bits deterministic).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+struct Cudnn {
+  decltype(&cudnnCreate) create = nullptr;
+  decltype(&cudnnDestroy) destroy = nullptr;
+  decltype(&cudnnSetStream) setStream = nullptr;
+  decltype(&cudnnGetErrorString) errorString = nullptr;
+  decltype(&cudnnCreateTensorDescriptor) createTensor = nullptr;
+  decltype(&cudnnSetTensorNdDescriptorEx) setTensor = nullptr;
+  decltype(&cudnnDestroyTensorDescriptor) destroyTensor = nullptr;
+  decltype(&cudnnCreateFilterDescriptor) createFilter = nullptr;
+  decltype(&cudnnSetFilterNdDescriptor) setFilter = nullptr;
+  decltype(&cudnnDestroyFilterDescriptor) destroyFilter = nullptr;
+  decltype(&cudnnCreateConvolutionDescriptor) createConv = nullptr;
+  decltype(&cudnnSetConvolutionNdDescriptor) setConv = nullptr;
+  decltype(&cudnnSetConvolutionGroupCount) setGroups = nullptr;
+  decltype(&cudnnSetConvolutionMathType) setMath = nullptr;
+  decltype(&cudnnDestroyConvolutionDescriptor) destroyConv = nullptr;
+  decltype(&cudnnGetConvolutionForwardWorkspaceSize) fwdWorkspace = nullptr;
+  decltype(&cudnnConvolutionForward) forward = nullptr;
+  decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) dataWorkspace =
+      nullptr;
+  decltype(&cudnnConvolutionBackwardData) backwardData = nullptr;
+  decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) filterWorkspace =
+      nullptr;
+  decltype(&cudnnConvolutionBackwardFilter) backwardFilter = nullptr;
+  decltype(&cudnnAddTensor) addTensor = nullptr;
+  std::string error; // why it could not be loaded
+};
+#pragma GCC diagnostic pop
+
+const Cudnn &cudnn() {
+  static const Cudnn lib = [] {
+    Cudnn c;
+    void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      c.error = std::string("cannot load cuDNN: ") + dlerror();
+      return c;
+    }
+    auto sym = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+          dlsym(h, name));
+      if (!fn && c.error.empty())
+        c.error = std::string("cuDNN lacks ") + name;
+    };
+    sym(c.create, "cudnnCreate");
+    sym(c.destroy, "cudnnDestroy");
+    sym(c.setStream, "cudnnSetStream");
+    sym(c.errorString, "cudnnGetErrorString");
+    sym(c.createTensor, "cudnnCreateTensorDescriptor");
+    sym(c.setTensor, "cudnnSetTensorNdDescriptorEx");
+    sym(c.destroyTensor, "cudnnDestroyTensorDescriptor");
+    sym(c.createFilter, "cudnnCreateFilterDescriptor");
+    sym(c.setFilter, "cudnnSetFilterNdDescriptor");
+    sym(c.destroyFilter, "cudnnDestroyFilterDescriptor");
+    sym(c.createConv, "cudnnCreateConvolutionDescriptor");
+    sym(c.setConv, "cudnnSetConvolutionNdDescriptor");
+    sym(c.setGroups, "cudnnSetConvolutionGroupCount");
+    sym(c.setMath, "cudnnSetConvolutionMathType");
+    sym(c.destroyConv, "cudnnDestroyConvolutionDescriptor");
+    sym(c.fwdWorkspace, "cudnnGetConvolutionForwardWorkspaceSize");
+    sym(c.forward, "cudnnConvolutionForward");
+    sym(c.dataWorkspace, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    sym(c.backwardData, "cudnnConvolutionBackwardData");
+    sym(c.filterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+    sym(c.backwardFilter, "cudnnConvolutionBackwardFilter");
+    sym(c.addTensor, "cudnnAddTensor");
+    return c;
+  }();
+  return lib;
+}
+
 llvm::Error cudaFail(const llvm::Twine &what, cudaError_t e) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  what + ": " + cudaGetErrorString(e));
@@ -96,6 +175,16 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "cublasCreate failed");
     blas.setStream(b->blas_, b->stream_);
+    // Convolutions through cuDNN where it takes them (CudnnConv.h) unless
+    // CLEAVE_CUDNN=0; without cuDNN they stay im2col and GEMMs.
+    const char *env = std::getenv("CLEAVE_CUDNN");
+    if (!(env && std::string(env) == "0")) {
+      const Cudnn &dnn = cudnn();
+      if (dnn.error.empty() && dnn.create(&b->dnn_) == CUDNN_STATUS_SUCCESS)
+        dnn.setStream(b->dnn_, b->stream_);
+      else
+        b->dnn_ = nullptr;
+    }
     return std::unique_ptr<Backend>(std::move(b));
   }
 
@@ -104,6 +193,8 @@ public:
       cudaFree(scratch_);
     if (blas_)
       cublas().destroy(blas_);
+    if (dnn_)
+      cudnn().destroy(dnn_);
     if (stream_)
       cudaStreamDestroy(stream_);
     if (copyStream_)
@@ -183,6 +274,14 @@ public:
     cudaSetDevice(device_);
     if (!pending_.empty())
       return fail(call, "an earlier " + pending_);
+    if (dnn_ && (call.op == ir::OpKind::Conv ||
+                 call.op == ir::OpKind::ConvGradData ||
+                 call.op == ir::OpKind::ConvGradFilter)) {
+      auto shape = cuda::cudnnConvShape(call);
+      if (shape)
+        return convolve(call, *shape);
+      llvm::consumeError(shape.takeError()); // im2col and GEMMs below
+    }
     auto steps = cuda::lowerCall(call, [this](size_t bytes) {
       return scratch(bytes);
     });
@@ -284,6 +383,99 @@ private:
               cudaMemcpyAsync(dst, src, bytes, kind, copyStream_));
   }
 
+  // A convolution or one of its gradient parts through cuDNN, with the
+  // deterministic algorithms (implicit precomputed GEMM forward, algorithm
+  // 1 for both gradients), FMA math for f32 (no TF32, as the GEMMs) and
+  // tensor cores for bf16, a bias added after the product.
+  llvm::Error convolve(const KernelCall &call, const cuda::CudnnConvShape &s) {
+    const Cudnn &d = cudnn();
+    cudnnDataType_t type = s.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    int nb = int(s.x.size());
+    cudnnTensorDescriptor_t xd = nullptr, yd = nullptr, bd = nullptr;
+    cudnnFilterDescriptor_t wd = nullptr;
+    cudnnConvolutionDescriptor_t cd = nullptr;
+    auto done = [&](cudnnStatus_t st, const char *what) -> llvm::Error {
+      if (xd) d.destroyTensor(xd);
+      if (yd) d.destroyTensor(yd);
+      if (bd) d.destroyTensor(bd);
+      if (wd) d.destroyFilter(wd);
+      if (cd) d.destroyConv(cd);
+      if (st == CUDNN_STATUS_SUCCESS)
+        return llvm::Error::success();
+      return fail(call, llvm::Twine("cuDNN ") + what + ": " +
+                            d.errorString(st));
+    };
+#define CLEAVE_CUDNN(call_, what)                                              \
+  if (cudnnStatus_t st = (call_); st != CUDNN_STATUS_SUCCESS)                  \
+    return done(st, what);
+    CLEAVE_CUDNN(d.createTensor(&xd), "a tensor descriptor");
+    CLEAVE_CUDNN(d.createTensor(&yd), "a tensor descriptor");
+    CLEAVE_CUDNN(d.createFilter(&wd), "a filter descriptor");
+    CLEAVE_CUDNN(d.createConv(&cd), "a convolution descriptor");
+    CLEAVE_CUDNN(d.setTensor(xd, CUDNN_TENSOR_NCHW, type, nb, s.x.data()),
+                 "the image's dims");
+    CLEAVE_CUDNN(d.setTensor(yd, CUDNN_TENSOR_NCHW, type, nb, s.y.data()),
+                 "the output's dims");
+    CLEAVE_CUDNN(d.setFilter(wd, type, CUDNN_TENSOR_NCHW, nb, s.w.data()),
+                 "the filter's dims");
+    CLEAVE_CUDNN(d.setConv(cd, nb - 2, s.pads.data(), s.strides.data(),
+                           s.dilations.data(), CUDNN_CROSS_CORRELATION,
+                           CUDNN_DATA_FLOAT),
+                 "the convolution");
+    CLEAVE_CUDNN(d.setGroups(cd, s.groups), "the group count");
+    CLEAVE_CUDNN(d.setMath(cd, s.bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+                 "the math type");
+    float one = 1.0f, zero = 0.0f;
+    size_t bytes = 0;
+    if (call.op == ir::OpKind::Conv) {
+      auto algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+      CLEAVE_CUDNN(d.fwdWorkspace(dnn_, xd, wd, cd, yd, algo, &bytes),
+                   "the forward's workspace");
+      void *ws = bytes ? scratch(bytes) : nullptr;
+      if (bytes && !ws)
+        return done(CUDNN_STATUS_ALLOC_FAILED, "the forward's workspace");
+      CLEAVE_CUDNN(d.forward(dnn_, &one, xd, call.inputs[0].data, wd,
+                             call.inputs[1].data, cd, algo, ws, bytes, &zero,
+                             yd, call.outputs[0].data),
+                   "the forward");
+      if (s.bias) {
+        std::vector<int> bdims(size_t(nb), 1);
+        bdims[1] = s.y[1];
+        CLEAVE_CUDNN(d.createTensor(&bd), "a tensor descriptor");
+        CLEAVE_CUDNN(d.setTensor(bd, CUDNN_TENSOR_NCHW, type, nb, bdims.data()),
+                     "the bias's dims");
+        CLEAVE_CUDNN(d.addTensor(dnn_, &one, bd, call.inputs[2].data, &one, yd,
+                                 call.outputs[0].data),
+                     "the bias");
+      }
+    } else if (call.op == ir::OpKind::ConvGradData) { // dY, W -> dX
+      auto algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+      CLEAVE_CUDNN(d.dataWorkspace(dnn_, wd, yd, cd, xd, algo, &bytes),
+                   "the data gradient's workspace");
+      void *ws = bytes ? scratch(bytes) : nullptr;
+      if (bytes && !ws)
+        return done(CUDNN_STATUS_ALLOC_FAILED, "the data gradient's workspace");
+      CLEAVE_CUDNN(d.backwardData(dnn_, &one, wd, call.inputs[1].data, yd,
+                                  call.inputs[0].data, cd, algo, ws, bytes,
+                                  &zero, xd, call.outputs[0].data),
+                   "the data gradient");
+    } else { // X, dY -> dW
+      auto algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+      CLEAVE_CUDNN(d.filterWorkspace(dnn_, xd, yd, cd, wd, algo, &bytes),
+                   "the filter gradient's workspace");
+      void *ws = bytes ? scratch(bytes) : nullptr;
+      if (bytes && !ws)
+        return done(CUDNN_STATUS_ALLOC_FAILED,
+                    "the filter gradient's workspace");
+      CLEAVE_CUDNN(d.backwardFilter(dnn_, &one, xd, call.inputs[0].data, yd,
+                                    call.inputs[1].data, cd, algo, ws, bytes,
+                                    &zero, wd, call.outputs[0].data),
+                   "the filter gradient");
+    }
+#undef CLEAVE_CUDNN
+    return done(CUDNN_STATUS_SUCCESS, "");
+  }
+
   void noteError(const char *what, cudaError_t e) {
     if (e != cudaSuccess && pending_.empty())
       pending_ = std::string(what) + " failed: " + cudaGetErrorString(e);
@@ -297,6 +489,7 @@ private:
   void *scratch_ = nullptr;
   size_t scratchBytes_ = 0;
   cublasHandle_t blas_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr; // null: convolutions as im2col and GEMMs
 };
 
 } // namespace
