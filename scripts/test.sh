@@ -4,7 +4,7 @@
 # unit tests again in an AddressSanitizer + UBSan build, the unit tests and
 # the model-zoo CI subset in a ThreadSanitizer build, and last fuzz the
 # three readers of untrusted input (scripts/fuzz.sh; docs/reliability.md).
-# CLEAVE_FUZZ_SECONDS sets the time per fuzz target (default 20 here, a
+# CLEAVE_FUZZ_SECONDS sets the time per fuzz target (default 15 here, a
 # smoke run that keeps CI inside 30 minutes; scripts/fuzz.sh alone
 # defaults to 60; 0 skips).
 set -euo pipefail
@@ -55,7 +55,7 @@ ninja -C "$CLEAVE_ROOT/build-tsan" cleave-unit-tests cleavec cleave-run cleave-o
     --tools "$CLEAVE_ROOT/build-tsan/tools" --timeout 900
 )
 
-fuzz_seconds=${CLEAVE_FUZZ_SECONDS:-20}
+fuzz_seconds=${CLEAVE_FUZZ_SECONDS:-15}
 if [ "$fuzz_seconds" != 0 ]; then
   echo "== fuzzing: $fuzz_seconds s per target"
   bash "$CLEAVE_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
