@@ -668,21 +668,24 @@ llvm::Expected<TrainSummary> Trainer::summary() {
     for (double b : s.busySeconds)
       busy += b;
     mine.insert(mine.end(), {double(st->replica), double(st->stage), busy,
-                             double(s.peakBytes), s.stepSeconds});
+                             double(s.peakBytes), s.stepSeconds,
+                             double(s.hostPeakBytes)});
   }
-  mine.resize(5 * most, -1);
+  constexpr size_t kFigures = 6;
+  mine.resize(kFigures * most, -1);
   auto all = driver_.allGather(mine);
   if (!all)
     return driver_.failAlone(all.takeError());
   TrainSummary out = summary_;
   out.stages.assign(plan_.stages.size(), StageFigures{});
-  for (size_t i = 0; i + 4 < all->size(); i += 5) {
+  for (size_t i = 0; i + kFigures - 1 < all->size(); i += kFigures) {
     if ((*all)[i] != 0) // replica 0's only; -1: no stage
       continue;
     size_t s = size_t((*all)[i + 1]);
     if (s < out.stages.size())
       out.stages[s] = StageFigures{(*all)[i + 2], (*all)[i + 4],
-                                   int64_t((*all)[i + 3])};
+                                   int64_t((*all)[i + 3]),
+                                   int64_t((*all)[i + 5])};
   }
   return out;
 }

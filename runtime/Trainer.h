@@ -90,6 +90,7 @@ struct StageFigures {
   double busySeconds = 0; // computing in the last step (not waiting)
   double stepSeconds = 0; // the last step
   int64_t peakBytes = 0;
+  int64_t hostPeakBytes = 0; // offloaded activations in host memory
 };
 
 struct TrainSummary {

@@ -329,6 +329,16 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
         busyPct, 100 - busyPct, f.peakBytes, plan.stages[s].predictedPeakBytes,
         1e3 * sum.meanStepSeconds, 1e3 * predicted);
   }
+  // Offloaded activations wait in host memory, apart from the peak.
+  std::string host;
+  for (size_t s = 0; s < sum.stages.size(); ++s)
+    if (int64_t b = sum.stages[s].hostPeakBytes; b > 0)
+      host += llvm::formatv("{0}stage {1} {2} B", host.empty() ? "" : ", ", s,
+                            b)
+                  .str();
+  if (!host.empty())
+    llvm::outs() << "offloaded activations in host memory, at most: " << host
+                 << "\n";
   llvm::outs().flush();
 }
 
