@@ -282,6 +282,20 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
 // Per-stage figures: busy time of the last step, the mean step time.
 // With overlapping steps the measured step is the time between two steps'
 // ends, and the prediction the schedule's steady state.
+// Offloaded activations wait in host memory, apart from the device peak.
+void printHostPeaks(const runtime::TrainSummary &sum) {
+  std::string host;
+  for (size_t s = 0; s < sum.stages.size(); ++s)
+    if (int64_t b = sum.stages[s].hostPeakBytes; b > 0)
+      host += llvm::formatv("{0}stage {1} {2} B", host.empty() ? "" : ", ", s,
+                            b)
+                  .str();
+  if (!host.empty())
+    llvm::outs() << "offloaded activations in host memory, at most: " << host
+                 << "\n";
+  llvm::outs().flush();
+}
+
 void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
                   int64_t stepsRun, bool overlapped) {
   llvm::outs() << llvm::formatv(
@@ -316,7 +330,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
           r, list, busyPct, 100 - busyPct, peak, planned,
           1e3 * sum.meanStepSeconds, 1e3 * predicted);
     }
-    llvm::outs().flush();
+    printHostPeaks(sum);
     return;
   }
   llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
@@ -329,17 +343,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
         busyPct, 100 - busyPct, f.peakBytes, plan.stages[s].predictedPeakBytes,
         1e3 * sum.meanStepSeconds, 1e3 * predicted);
   }
-  // Offloaded activations wait in host memory, apart from the peak.
-  std::string host;
-  for (size_t s = 0; s < sum.stages.size(); ++s)
-    if (int64_t b = sum.stages[s].hostPeakBytes; b > 0)
-      host += llvm::formatv("{0}stage {1} {2} B", host.empty() ? "" : ", ", s,
-                            b)
-                  .str();
-  if (!host.empty())
-    llvm::outs() << "offloaded activations in host memory, at most: " << host
-                 << "\n";
-  llvm::outs().flush();
+  printHostPeaks(sum);
 }
 
 // What a resume that has no step left to run says after "resumed from DIR
