@@ -135,9 +135,11 @@ run)
       >"$out/unit.log" 2>&1
     echo "exit $?"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]' "$out/unit.log"
-    echo "-- the convolutions again without cuDNN (im2col and GEMMs)"
-    CLEAVE_CUDNN=0 "$g/bin/cleave-unit-tests" \
-      --gtest_filter='CudaBackend.Convolution*' >"$out/unit-no-cudnn.log" 2>&1
+    echo "-- the convolutions and products again without cuDNN and cuBLASLt"
+    echo "   (im2col, and a Gemm's bias as a copy under a GEMM)"
+    CLEAVE_CUDNN=0 CLEAVE_CUBLASLT=0 "$g/bin/cleave-unit-tests" \
+      --gtest_filter='CudaBackend.Convolution*:CudaBackend.Products*' \
+      >"$out/unit-no-cudnn.log" 2>&1
     echo "exit $?"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/unit-no-cudnn.log"
     echo

@@ -14,6 +14,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -58,6 +59,55 @@ const Cublas &cublas() {
     sym(c.destroy, "cublasDestroy_v2");
     sym(c.setStream, "cublasSetStream_v2");
     sym(c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
+    return c;
+  }();
+  return lib;
+}
+
+// The cuBLASLt entry points the backend uses, from libcublasLt.so.13: a
+// Gemm with a bias vector as one product with the bias epilogue.
+struct CublasLt {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtMatmulDescCreate) descCreate = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) descDestroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) descSet = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) prefCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) prefDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) prefSet = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  std::string error;
+};
+
+const CublasLt &cublasLt() {
+  static const CublasLt lib = [] {
+    CublasLt c;
+    void *h = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      c.error = std::string("cannot load cuBLASLt: ") + dlerror();
+      return c;
+    }
+    auto sym = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+          dlsym(h, name));
+      if (!fn && c.error.empty())
+        c.error = std::string("cuBLASLt lacks ") + name;
+    };
+    sym(c.create, "cublasLtCreate");
+    sym(c.destroy, "cublasLtDestroy");
+    sym(c.descCreate, "cublasLtMatmulDescCreate");
+    sym(c.descDestroy, "cublasLtMatmulDescDestroy");
+    sym(c.descSet, "cublasLtMatmulDescSetAttribute");
+    sym(c.layoutCreate, "cublasLtMatrixLayoutCreate");
+    sym(c.layoutDestroy, "cublasLtMatrixLayoutDestroy");
+    sym(c.prefCreate, "cublasLtMatmulPreferenceCreate");
+    sym(c.prefDestroy, "cublasLtMatmulPreferenceDestroy");
+    sym(c.prefSet, "cublasLtMatmulPreferenceSetAttribute");
+    sym(c.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    sym(c.matmul, "cublasLtMatmul");
     return c;
   }();
   return lib;
@@ -175,6 +225,14 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "cublasCreate failed");
     blas.setStream(b->blas_, b->stream_);
+    // A Gemm with a bias vector through cuBLASLt's bias epilogue unless
+    // CLEAVE_CUBLASLT=0; without it, the bias copy and a GEMM onto it.
+    const char *lt = std::getenv("CLEAVE_CUBLASLT");
+    if (!(lt && std::string(lt) == "0")) {
+      const CublasLt &l = cublasLt();
+      if (!l.error.empty() || l.create(&b->lt_) != CUBLAS_STATUS_SUCCESS)
+        b->lt_ = nullptr;
+    }
     // Convolutions through cuDNN where it takes them (CudnnConv.h) unless
     // CLEAVE_CUDNN=0; without cuDNN they stay im2col and GEMMs.
     const char *env = std::getenv("CLEAVE_CUDNN");
@@ -195,6 +253,8 @@ public:
       cublas().destroy(blas_);
     if (dnn_)
       cudnn().destroy(dnn_);
+    if (lt_)
+      cublasLt().destroy(lt_);
     if (stream_)
       cudaStreamDestroy(stream_);
     if (copyStream_)
@@ -287,6 +347,18 @@ public:
     });
     if (!steps)
       return steps.takeError();
+    // Gemm(A, B, C) with C a bias vector lowers to the bias copied into Y
+    // and a GEMM onto it (beta 1): one cuBLASLt product with the bias
+    // epilogue instead.
+    if (lt_ && call.op == ir::OpKind::Gemm && call.inputs.size() == 3 &&
+        call.inputs[2].data && steps->size() == 2 &&
+        call.getFloat("beta") == 1.0f)
+      if (const auto *g = std::get_if<cuda::GemmStep>(&(*steps)[1]))
+        if (const TensorRef &c = call.inputs[2];
+            g->batch == 1 && g->beta == 1.0f && c.dtype == call.outputs[0].dtype &&
+            c.numElements() == g->n &&
+            (c.rank() == 1 || (c.rank() == 2 && c.shape[0] == 1)))
+          return gemmWithBias(call, *g, c.data);
     for (const cuda::DeviceStep &step : *steps)
       if (auto e = launch(call, step))
         return e;
@@ -381,6 +453,84 @@ private:
               cudaStreamWaitEvent(copyStream_, computeMark_, 0));
     noteError("an offload copy",
               cudaMemcpyAsync(dst, src, bytes, kind, copyStream_));
+  }
+
+  // One row-major GEMM step plus a bias over its N columns through
+  // cuBLASLt (the column-major swap of cublasArgs: the bias runs along the
+  // rows of cuBLAS's D, which is the epilogue's broadcast). No split-K
+  // reduction scheme, so the sums are in one fixed order.
+  llvm::Error gemmWithBias(const KernelCall &call, const cuda::GemmStep &s,
+                           const void *bias) {
+    const CublasLt &l = cublasLt();
+    cuda::CublasGemm g = cuda::cublasArgs(s);
+    cudaDataType ab = s.ab == cuda::Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType cd = s.c == cuda::Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    auto done = [&](cublasStatus_t st, const char *what) -> llvm::Error {
+      if (desc) l.descDestroy(desc);
+      if (la) l.layoutDestroy(la);
+      if (lb) l.layoutDestroy(lb);
+      if (ld) l.layoutDestroy(ld);
+      if (pref) l.prefDestroy(pref);
+      if (st == CUBLAS_STATUS_SUCCESS)
+        return llvm::Error::success();
+      return fail(call, llvm::formatv("cuBLASLt {0}: status {1}", what,
+                                      int(st))
+                            .str());
+    };
+#define CLEAVE_LT(call_, what)                                                 \
+  if (cublasStatus_t st = (call_); st != CUBLAS_STATUS_SUCCESS)                \
+    return done(st, what);
+    cublasOperation_t ta = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      tb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    CLEAVE_LT(l.descCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+              "a product descriptor");
+    CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+              "transA");
+    CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+              "transB");
+    CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+              "the bias epilogue");
+    CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                        sizeof bias),
+              "the bias");
+    CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &cd,
+                        sizeof cd),
+              "the bias type");
+    CLEAVE_LT(l.layoutCreate(&la, ab, g.transa ? g.k : g.m,
+                             g.transa ? g.m : g.k, g.lda),
+              "A's layout");
+    CLEAVE_LT(l.layoutCreate(&lb, ab, g.transb ? g.n : g.k,
+                             g.transb ? g.k : g.n, g.ldb),
+              "B's layout");
+    CLEAVE_LT(l.layoutCreate(&ld, cd, g.m, g.n, g.ldc), "D's layout");
+    CLEAVE_LT(l.prefCreate(&pref), "a preference");
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    CLEAVE_LT(l.prefSet(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                        &scheme, sizeof scheme),
+              "no split-K reduction");
+    size_t wsBytes = size_t(32) << 20;
+    CLEAVE_LT(l.prefSet(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                        &wsBytes, sizeof wsBytes),
+              "the workspace limit");
+    cublasLtMatmulHeuristicResult_t best{};
+    int found = 0;
+    CLEAVE_LT(l.heuristic(lt_, desc, la, lb, ld, ld, pref, 1, &best, &found),
+              "the algorithm search");
+    if (found == 0)
+      return done(CUBLAS_STATUS_NOT_SUPPORTED, "the algorithm search");
+    void *ws = best.workspaceSize ? scratch(best.workspaceSize) : nullptr;
+    if (best.workspaceSize && !ws)
+      return done(CUBLAS_STATUS_ALLOC_FAILED, "the workspace");
+    float alpha = s.alpha, beta = 0.0f;
+    CLEAVE_LT(l.matmul(lt_, desc, &alpha, g.A, la, g.B, lb, &beta, s.C, ld,
+                       s.C, ld, &best.algo, ws, best.workspaceSize, stream_),
+              "the product");
+#undef CLEAVE_LT
+    return done(CUBLAS_STATUS_SUCCESS, "");
   }
 
   // A convolution or one of its gradient parts through cuDNN, with the
@@ -490,6 +640,7 @@ private:
   size_t scratchBytes_ = 0;
   cublasHandle_t blas_ = nullptr;
   cudnnHandle_t dnn_ = nullptr; // null: convolutions as im2col and GEMMs
+  cublasLtHandle_t lt_ = nullptr; // null: a Gemm's bias as a copy
 };
 
 } // namespace

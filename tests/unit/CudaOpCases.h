@@ -354,6 +354,11 @@ inline std::vector<Case> productCases() {
       Ints a = ta ? Ints{5, 3} : Ints{3, 5}, b = tb ? Ints{4, 5} : Ints{5, 4};
       cases.push_back({"gemm" + t, OpKind::Gemm, gemmAttrs(ta, tb, 0.5f, 2.0f),
                        {f32(a), f32(b), f32({4})}, {f32({3, 4})}, 1e-5});
+      // beta 1 and a bias over the columns: cuBLASLt's bias epilogue on a
+      // GPU (CudaBackend.cpp), a copy under the GEMM elsewhere.
+      cases.push_back({"gemm bias epilogue" + t, OpKind::Gemm,
+                       gemmAttrs(ta, tb, 0.5f, 1.0f),
+                       {f32(a), f32(b), f32({1, 4})}, {f32({3, 4})}, 1e-5});
       cases.push_back({"gemm grad A" + t, OpKind::GemmGradA,
                        {{"transA", ta}, {"transB", tb}, {"alpha", 0.5f},
                         {"shape", a}},
