@@ -158,16 +158,4 @@ inline bool isPersistent(SlotKind k) {
   return k == SlotKind::State || k == SlotKind::Const || k == SlotKind::Accum;
 }
 
-// The program phases an action runs, in order.
-inline llvm::SmallVector<Phase, 2> phasesOf(ActionKind k) {
-  switch (k) {
-  case ActionKind::F: return {Phase::F};
-  case ActionKind::B: return {Phase::B};
-  case ActionKind::W: return {Phase::W};
-  case ActionKind::BW: return {Phase::B, Phase::W};
-  case ActionKind::Step: return {Phase::Step};
-  }
-  return {};
-}
-
 } // namespace cleave::runtime::detail

@@ -33,6 +33,8 @@
 #include "ir/DType.h"
 #include "ir/OpInfo.h"
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,6 +95,18 @@ struct Action {
   int microbatch = -1; // -1 for Step
 };
 const char *actionKindName(ActionKind k); // "F", "B", "W", "BW", "STEP"
+
+// The program phases an action runs, in order (BW: B, then W).
+inline llvm::SmallVector<Phase, 2> phasesOf(ActionKind k) {
+  switch (k) {
+  case ActionKind::F: return {Phase::F};
+  case ActionKind::B: return {Phase::B};
+  case ActionKind::W: return {Phase::W};
+  case ActionKind::BW: return {Phase::B, Phase::W};
+  case ActionKind::Step: return {Phase::Step};
+  }
+  return {};
+}
 
 // After each F of a microbatch (BatchNorm running statistics) or after the
 // Step program (parameters, optimizer state), `state` takes `value`'s bytes.

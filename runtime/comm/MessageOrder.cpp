@@ -8,17 +8,6 @@
 
 namespace cleave::runtime {
 
-static std::vector<Phase> phasesOfAction(ActionKind k) {
-  switch (k) {
-  case ActionKind::F: return {Phase::F};
-  case ActionKind::B: return {Phase::B};
-  case ActionKind::W: return {Phase::W};
-  case ActionKind::BW: return {Phase::B, Phase::W};
-  case ActionKind::Step: return {Phase::Step};
-  }
-  return {};
-}
-
 RankPairOrder rankPairOrder(const Plan &plan, Channel channel,
                             bool tagOrder) {
   RankPairOrder out;
@@ -82,7 +71,7 @@ RankPairOrder rankPairOrder(const Plan &plan, Channel channel,
       if (i == s.actions.size())
         continue;
       const Action &a = s.actions[i++];
-      for (Phase ph : phasesOfAction(a.kind))
+      for (Phase ph : phasesOf(a.kind))
         record(st, s, ph, a.microbatch);
       flush();
     }

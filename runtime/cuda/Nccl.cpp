@@ -88,6 +88,18 @@ llvm::Error ncclCallFail(const char *call, ncclResult_t r, ncclComm_t comm) {
                   (last.empty() ? "" : " (" + last + ")"));
 }
 
+// One line when no GPU is visible: NCCL runs on GPUs only.
+llvm::Expected<int> visibleGpus() {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    return ncclFail(llvm::Twine("NCCL needs a GPU: no usable CUDA device (") +
+                    (e != cudaSuccess ? cudaGetErrorString(e)
+                                      : "the CUDA runtime sees no device") +
+                    ")");
+  return devices;
+}
+
 } // namespace
 
 llvm::Expected<std::string> ncclLibraryVersion() {
@@ -147,17 +159,13 @@ openNcclCommunicator(const NcclId &id, int rank, int size, int device) {
   if (size < 1 || rank < 0 || rank >= size)
     return ncclFail(llvm::formatv("NCCL: rank {0} of a {1}-rank communicator",
                                   rank, size));
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0)
-    return ncclFail(llvm::Twine("NCCL needs a GPU: no usable CUDA device (") +
-                    (e != cudaSuccess ? cudaGetErrorString(e)
-                                      : "the CUDA runtime sees no device") +
-                    ")");
-  if (device < 0 || device >= devices)
+  auto devices = visibleGpus();
+  if (!devices)
+    return devices.takeError();
+  if (device < 0 || device >= *devices)
     return ncclFail(llvm::formatv("NCCL: CUDA device {0} does not exist ({1} "
                                   "visible)",
-                                  device, devices));
+                                  device, *devices));
   if (cudaError_t s = cudaSetDevice(device))
     return ncclFail(llvm::Twine("NCCL: cudaSetDevice: ") +
                     cudaGetErrorString(s));
@@ -382,13 +390,8 @@ createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
   const NcclLib &l = nccl();
   if (!l.error.empty())
     return ncclFail(l.error);
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0)
-    return ncclFail(llvm::Twine("NCCL needs a GPU: no usable CUDA device (") +
-                    (e != cudaSuccess ? cudaGetErrorString(e)
-                                      : "the CUDA runtime sees no device") +
-                    ")");
+  if (auto devices = visibleGpus(); !devices)
+    return devices.takeError();
   int stages = int(plan.stages.size());
   if (int(deviceOfStage.size()) != stages)
     return ncclFail("NCCL: a device for every stage is needed");
