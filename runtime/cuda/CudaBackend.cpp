@@ -11,6 +11,7 @@
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/CudnnConv.h"
 #include "runtime/cuda/Lowering.h"
+#include "runtime/cuda/RuntimeLibrary.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -18,7 +19,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 
 #include <cstdlib>
 
@@ -44,21 +44,12 @@ struct Cublas {
 const Cublas &cublas() {
   static const Cublas lib = [] {
     Cublas c;
-    void *h = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      c.error = std::string("cannot load cuBLAS: ") + dlerror();
-      return c;
-    }
-    auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(h, name));
-      if (!fn && c.error.empty())
-        c.error = std::string("cuBLAS lacks ") + name;
-    };
-    sym(c.create, "cublasCreate_v2");
-    sym(c.destroy, "cublasDestroy_v2");
-    sym(c.setStream, "cublasSetStream_v2");
-    sym(c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
+    cuda::RuntimeLibrary l({"libcublas.so.13"}, "cuBLAS");
+    l.bind(c.create, "cublasCreate_v2");
+    l.bind(c.destroy, "cublasDestroy_v2");
+    l.bind(c.setStream, "cublasSetStream_v2");
+    l.bind(c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
+    c.error = l.error;
     return c;
   }();
   return lib;
@@ -85,29 +76,20 @@ struct CublasLt {
 const CublasLt &cublasLt() {
   static const CublasLt lib = [] {
     CublasLt c;
-    void *h = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      c.error = std::string("cannot load cuBLASLt: ") + dlerror();
-      return c;
-    }
-    auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(h, name));
-      if (!fn && c.error.empty())
-        c.error = std::string("cuBLASLt lacks ") + name;
-    };
-    sym(c.create, "cublasLtCreate");
-    sym(c.destroy, "cublasLtDestroy");
-    sym(c.descCreate, "cublasLtMatmulDescCreate");
-    sym(c.descDestroy, "cublasLtMatmulDescDestroy");
-    sym(c.descSet, "cublasLtMatmulDescSetAttribute");
-    sym(c.layoutCreate, "cublasLtMatrixLayoutCreate");
-    sym(c.layoutDestroy, "cublasLtMatrixLayoutDestroy");
-    sym(c.prefCreate, "cublasLtMatmulPreferenceCreate");
-    sym(c.prefDestroy, "cublasLtMatmulPreferenceDestroy");
-    sym(c.prefSet, "cublasLtMatmulPreferenceSetAttribute");
-    sym(c.heuristic, "cublasLtMatmulAlgoGetHeuristic");
-    sym(c.matmul, "cublasLtMatmul");
+    cuda::RuntimeLibrary l({"libcublasLt.so.13"}, "cuBLASLt");
+    l.bind(c.create, "cublasLtCreate");
+    l.bind(c.destroy, "cublasLtDestroy");
+    l.bind(c.descCreate, "cublasLtMatmulDescCreate");
+    l.bind(c.descDestroy, "cublasLtMatmulDescDestroy");
+    l.bind(c.descSet, "cublasLtMatmulDescSetAttribute");
+    l.bind(c.layoutCreate, "cublasLtMatrixLayoutCreate");
+    l.bind(c.layoutDestroy, "cublasLtMatrixLayoutDestroy");
+    l.bind(c.prefCreate, "cublasLtMatmulPreferenceCreate");
+    l.bind(c.prefDestroy, "cublasLtMatmulPreferenceDestroy");
+    l.bind(c.prefSet, "cublasLtMatmulPreferenceSetAttribute");
+    l.bind(c.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    l.bind(c.matmul, "cublasLtMatmul");
+    c.error = l.error;
     return c;
   }();
   return lib;
@@ -150,39 +132,30 @@ struct Cudnn {
 const Cudnn &cudnn() {
   static const Cudnn lib = [] {
     Cudnn c;
-    void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      c.error = std::string("cannot load cuDNN: ") + dlerror();
-      return c;
-    }
-    auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(h, name));
-      if (!fn && c.error.empty())
-        c.error = std::string("cuDNN lacks ") + name;
-    };
-    sym(c.create, "cudnnCreate");
-    sym(c.destroy, "cudnnDestroy");
-    sym(c.setStream, "cudnnSetStream");
-    sym(c.errorString, "cudnnGetErrorString");
-    sym(c.createTensor, "cudnnCreateTensorDescriptor");
-    sym(c.setTensor, "cudnnSetTensorNdDescriptorEx");
-    sym(c.destroyTensor, "cudnnDestroyTensorDescriptor");
-    sym(c.createFilter, "cudnnCreateFilterDescriptor");
-    sym(c.setFilter, "cudnnSetFilterNdDescriptor");
-    sym(c.destroyFilter, "cudnnDestroyFilterDescriptor");
-    sym(c.createConv, "cudnnCreateConvolutionDescriptor");
-    sym(c.setConv, "cudnnSetConvolutionNdDescriptor");
-    sym(c.setGroups, "cudnnSetConvolutionGroupCount");
-    sym(c.setMath, "cudnnSetConvolutionMathType");
-    sym(c.destroyConv, "cudnnDestroyConvolutionDescriptor");
-    sym(c.fwdWorkspace, "cudnnGetConvolutionForwardWorkspaceSize");
-    sym(c.forward, "cudnnConvolutionForward");
-    sym(c.dataWorkspace, "cudnnGetConvolutionBackwardDataWorkspaceSize");
-    sym(c.backwardData, "cudnnConvolutionBackwardData");
-    sym(c.filterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-    sym(c.backwardFilter, "cudnnConvolutionBackwardFilter");
-    sym(c.addTensor, "cudnnAddTensor");
+    cuda::RuntimeLibrary l({"libcudnn.so.9"}, "cuDNN");
+    l.bind(c.create, "cudnnCreate");
+    l.bind(c.destroy, "cudnnDestroy");
+    l.bind(c.setStream, "cudnnSetStream");
+    l.bind(c.errorString, "cudnnGetErrorString");
+    l.bind(c.createTensor, "cudnnCreateTensorDescriptor");
+    l.bind(c.setTensor, "cudnnSetTensorNdDescriptorEx");
+    l.bind(c.destroyTensor, "cudnnDestroyTensorDescriptor");
+    l.bind(c.createFilter, "cudnnCreateFilterDescriptor");
+    l.bind(c.setFilter, "cudnnSetFilterNdDescriptor");
+    l.bind(c.destroyFilter, "cudnnDestroyFilterDescriptor");
+    l.bind(c.createConv, "cudnnCreateConvolutionDescriptor");
+    l.bind(c.setConv, "cudnnSetConvolutionNdDescriptor");
+    l.bind(c.setGroups, "cudnnSetConvolutionGroupCount");
+    l.bind(c.setMath, "cudnnSetConvolutionMathType");
+    l.bind(c.destroyConv, "cudnnDestroyConvolutionDescriptor");
+    l.bind(c.fwdWorkspace, "cudnnGetConvolutionForwardWorkspaceSize");
+    l.bind(c.forward, "cudnnConvolutionForward");
+    l.bind(c.dataWorkspace, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    l.bind(c.backwardData, "cudnnConvolutionBackwardData");
+    l.bind(c.filterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+    l.bind(c.backwardFilter, "cudnnConvolutionBackwardFilter");
+    l.bind(c.addTensor, "cudnnAddTensor");
+    c.error = l.error;
     return c;
   }();
   return lib;

@@ -2,11 +2,11 @@
 #include "runtime/cuda/Nccl.h"
 
 #include "runtime/comm/MessageOrder.h"
+#include "runtime/cuda/RuntimeLibrary.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -37,35 +37,24 @@ struct NcclLib {
 const NcclLib &nccl() {
   static const NcclLib lib = [] {
     NcclLib l;
-    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     // CUDA 13's toolkit keeps NCCL in lib/, which is not on the loader's
     // path by default.
-    for (const char *path : {"/usr/local/cuda/lib/libnccl.so.2",
-                             "/usr/local/cuda/lib64/libnccl.so.2"})
-      if (!h)
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      l.error = std::string("cannot load NCCL (libnccl.so.2): ") + dlerror();
-      return l;
-    }
-    auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(h, name));
-      if (!fn && l.error.empty())
-        l.error = std::string("NCCL lacks ") + name;
-    };
-    sym(l.getVersion, "ncclGetVersion");
-    sym(l.getUniqueId, "ncclGetUniqueId");
-    sym(l.commInitRank, "ncclCommInitRank");
-    sym(l.commAbort, "ncclCommAbort");
-    sym(l.commDestroy, "ncclCommDestroy");
-    sym(l.commGetAsyncError, "ncclCommGetAsyncError");
-    sym(l.getErrorString, "ncclGetErrorString");
-    sym(l.getLastError, "ncclGetLastError");
-    sym(l.send, "ncclSend");
-    sym(l.recv, "ncclRecv");
-    sym(l.groupStart, "ncclGroupStart");
-    sym(l.groupEnd, "ncclGroupEnd");
+    RuntimeLibrary r({"libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2",
+                      "/usr/local/cuda/lib64/libnccl.so.2"},
+                     "NCCL");
+    r.bind(l.getVersion, "ncclGetVersion");
+    r.bind(l.getUniqueId, "ncclGetUniqueId");
+    r.bind(l.commInitRank, "ncclCommInitRank");
+    r.bind(l.commAbort, "ncclCommAbort");
+    r.bind(l.commDestroy, "ncclCommDestroy");
+    r.bind(l.commGetAsyncError, "ncclCommGetAsyncError");
+    r.bind(l.getErrorString, "ncclGetErrorString");
+    r.bind(l.getLastError, "ncclGetLastError");
+    r.bind(l.send, "ncclSend");
+    r.bind(l.recv, "ncclRecv");
+    r.bind(l.groupStart, "ncclGroupStart");
+    r.bind(l.groupEnd, "ncclGroupEnd");
+    l.error = r.error;
     return l;
   }();
   return lib;
