@@ -19,6 +19,8 @@
 // bring it while that layer computes.
 #include "passes/Recompute.h"
 
+#include "passes/Pass.h"
+
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
@@ -148,6 +150,16 @@ int stripOffload(ir::Graph &g) {
     else if (op->kind() == ir::OpKind::Offload)
       offloads.push_back(op.get());
   }
+  if (fetches.empty() && offloads.empty())
+    return 0;
+  // The stash names the host copies W's Fetches read: it pins them until
+  // it is made again without them.
+  std::vector<Value *> stash;
+  for (Value *v : g.stash())
+    if (!v->definingOp() || (v->definingOp()->kind() != ir::OpKind::Offload &&
+                             v->definingOp()->kind() != ir::OpKind::Fetch))
+      stash.push_back(v);
+  g.setStash(std::move(stash));
   for (Op *fetch : fetches) {
     Value *original = fetch->operand(0)->definingOp()->operand(0);
     g.replaceAllUsesWith(fetch->result(), original);
@@ -155,6 +167,7 @@ int stripOffload(ir::Graph &g) {
   }
   for (Op *off : offloads)
     g.eraseOp(off);
+  g.setStash(computeStash(g));
   return int(fetches.size() + offloads.size());
 }
 
