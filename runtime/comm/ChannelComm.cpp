@@ -120,12 +120,8 @@ public:
         advance(*in);
         return llvm::Error::success();
       }
-      // An earlier message of the sender's order: held until asked for.
-      std::vector<uint8_t> held(size_t(m.bytes));
-      if (auto e = transport_->recv(peer, held.data(), held.size()))
+      if (auto e = holdNext(*in, peer))
         return e;
-      in->staged[next].push_back(std::move(held));
-      advance(*in);
     }
   }
 
@@ -145,13 +141,10 @@ public:
         return false;
       if (Key{m.tag, m.microbatch} == want)
         return true;
-      std::vector<uint8_t> held(size_t(m.bytes));
-      if (auto e = transport_->recv(peer, held.data(), held.size())) {
+      if (auto e = holdNext(*in, peer)) {
         llvm::consumeError(std::move(e));
         return true; // recv will fail and say why
       }
-      in->staged[Key{m.tag, m.microbatch}].push_back(std::move(held));
-      advance(*in);
     }
   }
 
@@ -181,6 +174,17 @@ private:
     if (it == inbound_.end() || !it->second.tags.count(tag))
       return nullptr;
     return &it->second;
+  }
+  // Takes the channel's next message, an earlier one of the sender's order
+  // than the one asked for, into a staging buffer until it is asked for.
+  llvm::Error holdNext(Inbound &in, int peer) {
+    const PairMessage &m = in.order[in.next];
+    std::vector<uint8_t> held(size_t(m.bytes));
+    if (auto e = transport_->recv(peer, held.data(), held.size()))
+      return e;
+    in.staged[Key{m.tag, m.microbatch}].push_back(std::move(held));
+    advance(in);
+    return llvm::Error::success();
   }
   // One step's order repeats every step.
   static void advance(Inbound &in) { in.next = (in.next + 1) % in.order.size(); }
