@@ -24,6 +24,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
+#include <map>
 
 namespace cleave::passes {
 
@@ -68,19 +69,27 @@ void offloadStash(ir::Graph &g, const StashChoice &policy,
       makers.push_back(op.get());
   if (makers.empty())
     return;
+  // Program positions of the ops as they are now: inserting copies keeps
+  // their relative order, so one numbering serves every value. Per phase
+  // and layer, the first op of that layer's work in that program (where a
+  // Fetch one layer ahead goes).
+  std::vector<Op *> order;
+  llvm::DenseMap<const Op *, size_t> position;
+  std::map<std::pair<Phase, int>, Op *> firstOf;
+  for (const auto &op : g.ops()) {
+    position[op.get()] = order.size();
+    order.push_back(op.get());
+    firstOf.try_emplace({op->phase(), layerOf(op.get())}, op.get());
+  }
   for (Op *maker : makers)
     for (Value *v : maker->results()) {
       if (!offloadable(g, v))
         continue;
-      // Positions change as ops go in: read them afresh per value.
-      llvm::DenseMap<const Op *, size_t> position;
-      for (size_t i = 0; i < g.ops().size(); ++i)
-        position[g.ops()[i].get()] = i;
       Op *lastForward = maker;
       std::vector<std::pair<Op *, unsigned>> readers[2]; // B, W
       for (const ir::Use &u : v->uses()) {
         if (u.user->phase() == Phase::Fwd) {
-          if (position[u.user] > position[lastForward])
+          if (position.lookup(u.user) > position.lookup(lastForward))
             lastForward = u.user;
         } else if (layerOf(u.user) != layerOf(maker)) {
           continue; // the next layer's backward reads its own input
@@ -92,8 +101,8 @@ void offloadStash(ir::Graph &g, const StashChoice &policy,
       }
       if (readers[0].empty() && readers[1].empty())
         continue;
-      size_t after = position[lastForward] + 1;
-      Op *next = after < g.ops().size() ? g.ops()[after].get() : nullptr;
+      size_t after = position.lookup(lastForward) + 1;
+      Op *next = after < order.size() ? order[after] : nullptr;
       std::string loc = maker->loc();
       auto insert = [&](Op *before, ir::OpKind kind, Value *operand,
                         const std::string &name) {
@@ -112,26 +121,19 @@ void offloadStash(ir::Graph &g, const StashChoice &policy,
         if (readers[k].empty())
           continue;
         Phase phase = k == 0 ? Phase::B : Phase::W;
-        for (size_t i = 0; i < g.ops().size(); ++i)
-          position[g.ops()[i].get()] = i;
         Op *first = readers[k].front().first;
         for (auto [r, idx] : readers[k])
-          if (position[r] < position[first])
+          if (position.lookup(r) < position.lookup(first))
             first = r;
         // One layer ahead: the first op of this program from the layer
         // after the reader's (whose backward runs before it), when it
         // comes before the reader.
         Op *anchor = first;
-        int ahead = layerOf(first) + 1;
-        if (ahead > 0)
-          for (const auto &op : g.ops()) {
-            if (position[op.get()] >= position[first])
-              break;
-            if (op->phase() == phase && layerOf(op.get()) == ahead) {
-              anchor = op.get();
-              break;
-            }
-          }
+        if (int ahead = layerOf(first) + 1; ahead > 0)
+          if (auto it = firstOf.find({phase, ahead});
+              it != firstOf.end() &&
+              position.lookup(it->second) < position.lookup(first))
+            anchor = it->second;
         Op *fetch = insert(anchor, ir::OpKind::Fetch, off->result(),
                            v->name() + (k == 0 ? ".fetch" : ".fetchw"));
         fetch->setPhase(phase);
