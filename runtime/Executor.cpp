@@ -224,18 +224,16 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
         ir::DType dt =
             in.inputs.empty() ? ir::DType::F32 : sp.slots[in.inputs[0]].dtype;
         bool copy = in.op == ir::OpKind::Offload || in.op == ir::OpKind::Fetch;
+        // The host side is a HostTemp slot, which a backend without host
+        // memory of its own refused above.
         if (copy && (in.inputs.size() != 1 || in.outputs.size() != 1 ||
                      sp.slots[in.inputs[0]].bytes !=
-                         sp.slots[in.outputs[0]].bytes))
-          return fail(where + ": an offload copy takes one slot to one of "
-                              "the same size");
-        if (copy && !backend_.offloads())
-          return fail(llvm::formatv(
-              "{0}: the plan offloads activations to host memory, and the "
-              "{1} backend has no memory apart from the host's (compile "
-              "with --offload=none, or run with --device cuda or "
-              "cuda-emulated)",
-              where, backend_.name()));
+                         sp.slots[in.outputs[0]].bytes ||
+                     sp.slots[in.op == ir::OpKind::Offload ? in.outputs[0]
+                                                           : in.inputs[0]]
+                             .kind != SlotKind::HostTemp))
+          return fail(where + ": an offload copy moves one slot to or from "
+                              "a host slot of the same size");
         if (!copy && !backend_.supports(in.op, dt))
           return fail(llvm::formatv("{0}: the {1} backend has no kernel for "
                                     "{2} on {3}",
