@@ -244,6 +244,40 @@ Types softmax(const TypeQuery &q) {
   return std::vector{q.operands[0]};
 }
 
+Types attention(const TypeQuery &q) {
+  const TensorType &qt = q.operands[0], &k = q.operands[1], &v = q.operands[2];
+  if (auto e = requireFloat(qt, "Q"))
+    return std::move(e);
+  if (qt.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    return err("Q, K and V must have rank 4 ([B, H, T, D]), got {0}, {1}, {2}",
+               qt.str(), k.str(), v.str());
+  if (k.dtype != qt.dtype || v.dtype != qt.dtype)
+    return err("Q, K and V must have one element type, got {0}, {1}, {2}",
+               qt.str(), k.str(), v.str());
+  if (k.shape != v.shape || k.shape[0] != qt.shape[0] ||
+      k.shape[3] != qt.shape[3])
+    return err("K and V must be [B, Hkv, Tk, D] for Q {0}, got {1}, {2}",
+               qt.str(), k.str(), v.str());
+  if (k.shape[1] < 1 || qt.shape[1] % k.shape[1] != 0)
+    return err("the query heads ({0}) must be a multiple of the key/value "
+               "heads ({1})",
+               qt.shape[1], k.shape[1]);
+  if (q.operands.size() == 4) {
+    const TensorType &mask = q.operands[3];
+    Shape scores{qt.shape[0], qt.shape[1], qt.shape[2], k.shape[2]};
+    auto s = broadcastShapes(mask.shape, scores);
+    bool fits = s && *s == scores;
+    if (!s)
+      llvm::consumeError(s.takeError());
+    if (mask.dtype != qt.dtype || !fits)
+      return err("the mask {0} must be {1} and broadcast to the scores {2}",
+                 mask.str(), dtypeName(qt.dtype), shapeStr(scores));
+  }
+  Shape rows(qt.shape.begin(), qt.shape.begin() + 3);
+  DType lse = qt.dtype == DType::F64 ? DType::F64 : DType::F32;
+  return std::vector{qt, TensorType(lse, rows)};
+}
+
 Types softmaxCrossEntropy(const TypeQuery &q) {
   const TensorType &scores = q.operands[0], &labels = q.operands[1];
   if (auto e = requireFloat(scores, "scores"))
@@ -869,6 +903,10 @@ Types gradient(const TypeQuery &q) {
   case OpKind::GemmGrad:
   case OpKind::ConvGrad:
     return std::vector{q.operands[1], q.operands[2]};
+  case OpKind::FusedAttentionGrad:
+    if (auto e = requireSameType(dy, q.operands[1], "gradient and Q"))
+      return std::move(e);
+    return std::vector{q.operands[1], q.operands[2], q.operands[3]};
   case OpKind::LayerNormalizationGrad:
   case OpKind::RMSNormalizationGrad: {
     if (auto e = requireSameType(dy, q.operands[1], "gradient and X"))

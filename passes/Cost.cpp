@@ -48,7 +48,25 @@ static std::optional<double> productWork(const ir::Op &op) {
   auto perOutput = [](llvm::ArrayRef<int64_t> w) {
     return w.empty() ? 1.0 : elements(w) / double(std::max<int64_t>(w[0], 1));
   };
+  // Fused attention: the scores a row sees (the causal rule hides about
+  // half), each a D-long product; the forward makes S = QK^T and PV (2),
+  // the backward recomputes S and dO.V for dQ and again for dK and dV and
+  // accumulates dQ, dK, dV (7; docs/design/fused-attention.md).
+  auto seenScores = [&](const ir::TensorType &q, const ir::TensorType &k) {
+    double tq = double(q.shape[2]), tk = double(k.shape[2]);
+    double perHead = tq * tk;
+    if (op.getInt("causal")) { // query i sees keys 0..i (top-left)
+      double full = std::max(0.0, tq - tk); // rows that see every key
+      double part = tq - full;
+      perHead = part * (part + 1) / 2 + full * tk;
+    }
+    return double(q.shape[0]) * double(q.shape[1]) * perHead;
+  };
   switch (op.kind()) {
+  case OpKind::FusedAttention:
+    return productFlops(seenScores(type(0), type(1)), lastDim(type(0))) * 2;
+  case OpKind::FusedAttentionGrad:
+    return productFlops(seenScores(type(1), type(2)), lastDim(type(1))) * 7;
   case OpKind::MatMul:
     return productFlops(elements(op.result()->type()), lastDim(type(0)));
   case OpKind::Gemm: {

@@ -357,6 +357,25 @@ static llvm::Error ruleSoftmax(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// One gradient op for Q, K and V (all input gradients: B work). The mask
+// is declared differentiable only so that a mask that needs a gradient (a
+// learned bias) is refused here rather than silently left untrained;
+// recognize-attention never fuses one.
+static llvm::Error ruleFusedAttention(RuleContext &c) {
+  if (c.op.numOperands() == 4 && c.needs[3])
+    return noRule(c.op, "its mask depends on a trainable parameter");
+  std::vector<Value *> ops{c.dY[0], c.in(0), c.in(1), c.in(2), c.out(0),
+                           c.out(1)};
+  if (c.op.numOperands() == 4)
+    ops.push_back(c.in(3));
+  auto d = c.b.emitN(OpKind::FusedAttentionGrad, ops,
+                     copyAttrs(c.op, {"causal", "scale"}), 3);
+  for (unsigned i = 0; i < 3; ++i)
+    if (c.needs[i])
+      c.dX[i] = d[i];
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleSoftmaxCrossEntropy(RuleContext &c) {
   Value *d = nullptr;
   if (c.dY[0]) {
@@ -670,6 +689,7 @@ Rule findRule(OpKind kind) {
   case OpKind::BatchNormalization: return ruleBatchNorm;
   case OpKind::Softmax:
   case OpKind::LogSoftmax: return ruleSoftmax;
+  case OpKind::FusedAttention: return ruleFusedAttention;
   case OpKind::SoftmaxCrossEntropyLoss: return ruleSoftmaxCrossEntropy;
   case OpKind::Dropout: return ruleDropout;
   case OpKind::ReduceMax:

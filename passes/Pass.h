@@ -45,6 +45,9 @@ struct TrainingOptions {
   // f32, or bf16: matrix products and convolutions in bf16 with f32 master
   // weights (the mixed-precision pass; docs/design/precision.md).
   std::string precision = "f32";
+  // Attention spelled out in ops becomes one FusedAttention (the
+  // recognize-attention pass; --fused-attention=off keeps it as exported).
+  bool fuseAttention = true;
 };
 
 struct PassContext {
@@ -81,6 +84,7 @@ llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeGelu(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeRmsNorm(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> recognizeAttention(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);

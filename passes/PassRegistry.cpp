@@ -24,6 +24,10 @@ static const PassInfo kPasses[] = {
      "replace RMS norm spelled out in elementwise ops and a ReduceMean by "
      "one RMSNormalization op",
      recognizeRmsNorm},
+    {"recognize-attention",
+     "replace attention spelled out as MatMul, scale, mask, Softmax and "
+     "MatMul by one FusedAttention op that never stores the scores",
+     recognizeAttention},
     {"matmul-to-gemm",
      "replace MatMul(x, Transpose(W)) [+ b] (nn.Linear as exported) by a "
      "Gemm with transB = 1 and the bias as C, x and the result reshaped",

@@ -8,6 +8,9 @@ static const PipelineStep kGraph[] = {
     {"recognize-gelu", "GELU exported as 5 to 8 elementwise ops: one Gelu"},
     {"recognize-rms-norm",
      "Llama's RMSNorm as 7 ops: one RMSNormalization"},
+    {"recognize-attention",
+     "attention as MatMul-scale-mask-Softmax-MatMul: one FusedAttention, "
+     "the scores never stored"},
     {"matmul-to-gemm", "nn.Linear: no copy of W^T, its gradient, the bias"},
     {"dce", "drop what no output needs (unused folded results)"},
     {"mixed-precision",

@@ -440,7 +440,8 @@ std::vector<Flags::Spec> trainingFlagSpecs() {
           {"no-decay", true, false},
           {"adam-betas", true, false},   {"adam-eps", true, false},
           {"microbatches", true, false}, {"data-parallel", true, false},
-          {"precision", true, false},    allowLargeFlagSpec()};
+          {"precision", true, false},    {"fused-attention", true, false},
+          allowLargeFlagSpec()};
 }
 
 const char kTrainingHelp[] = R"(training:
@@ -479,6 +480,12 @@ const char kTrainingHelp[] = R"(training:
                          B and W) read and write bf16, with f32 master
                          weights, gradients and optimizer; everything else
                          stays f32 (default f32)
+  --fused-attention=on|off
+                         on: attention exported as MatMul, scale, mask,
+                         Softmax, MatMul runs as one FusedAttention op that
+                         never stores the Tq x Tk scores (the
+                         recognize-attention pass); off: as exported
+                         (default on)
 )";
 
 static llvm::Expected<double> parseReal(const std::string &flag,
@@ -594,6 +601,12 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
   if (opts.precision != "f32" && opts.precision != "bf16")
     return usageError("--precision must be 'f32' or 'bf16', not '" +
                       opts.precision + "'");
+  if (auto v = flags.get("fused-attention")) {
+    if (*v != "on" && *v != "off")
+      return usageError("--fused-attention must be 'on' or 'off', not '" + *v +
+                        "'");
+    opts.fuseAttention = *v == "on";
+  }
   if (auto v = flags.get("add-loss")) {
     auto [kind, rest] = llvm::StringRef(*v).split(':');
     auto names = splitList(rest.str());

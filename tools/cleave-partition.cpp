@@ -6,6 +6,7 @@
 #include "ir/Verifier.h"
 #include "passes/Partition.h"
 #include "passes/Pass.h"
+#include "passes/Pipelines.h"
 #include "support/FileIO.h"
 #include "tools/ToolSupport.h"
 
@@ -58,6 +59,15 @@ static const char kExitStatus[] =
 
 // The training graph from a .cir file, or made from an .onnx model with
 // the passes cleavec runs.
+// cleavec's graph and training passes, in its order.
+static std::vector<std::string> trainingPasses() {
+  std::vector<std::string> names =
+      passes::passNames(passes::graphPipeline());
+  for (std::string &n : passes::passNames(passes::trainingPipeline()))
+    names.push_back(std::move(n));
+  return names;
+}
+
 static llvm::Expected<std::unique_ptr<ir::Graph>>
 loadTrainingGraph(const std::string &path, const tools::Flags &flags,
                   const passes::PipelineOptions &pipe,
@@ -78,12 +88,7 @@ loadTrainingGraph(const std::string &path, const tools::Flags &flags,
         return std::move(e);
     if (auto e = passes::runPipeline(
             **imported,
-            {"remove-identity", "recognize-gelu", "recognize-rms-norm",
-             "matmul-to-gemm", "dce",
-             "mixed-precision",
-             "autodiff",
-             "split-backward",
-             "verify-2bp", "optimizer"},
+            trainingPasses(),
             pipe))
       return std::move(e);
     return imported;

@@ -104,6 +104,7 @@ public:
     registerDataMovementKernels(table_);
     registerScatterElementsKernels(table_);
     registerCumSumKernels(table_);
+    registerAttentionKernels(table_);
     registerDftKernels(table_);
     registerResizeKernels(table_);
     registerTileKernels(table_);

@@ -58,6 +58,7 @@ void registerReductionKernels(KernelTable &t);
 void registerDataMovementKernels(KernelTable &t);
 void registerScatterElementsKernels(KernelTable &t);
 void registerCumSumKernels(KernelTable &t);
+void registerAttentionKernels(KernelTable &t);
 void registerDftKernels(KernelTable &t);
 void registerResizeKernels(KernelTable &t);
 void registerTileKernels(KernelTable &t);

@@ -382,6 +382,11 @@ private:
       err = cuda::launchGather(*ga, stream_);
     else if (auto *o = std::get_if<cuda::OptimizerStep>(&step))
       err = cuda::launchOptimizer(*o, stream_);
+    else if (auto *a = std::get_if<cuda::AttentionStep>(&step))
+      err = cuda::launchAttention(*a, stream_);
+    else if (auto *ag = std::get_if<cuda::AttentionGradStep>(&step))
+      err = ag->delta ? cuda::launchAttentionGrad(*ag, stream_)
+                      : int(cudaErrorMemoryAllocation);
     else if (auto *pad = std::get_if<cuda::PadStep>(&step))
       err = cuda::launchPad(*pad, stream_);
     else if (auto *cols = std::get_if<cuda::Im2colStep>(&step))

@@ -56,6 +56,27 @@ __global__ void gatherKernel(GatherStep g) {
   }
 }
 
+__global__ void attentionKernel(AttentionStep s, int64_t rows) {
+  for (int64_t i = firstIndex(); i < rows; i += gridStride())
+    attentionForwardRow(s, i);
+}
+
+__global__ void attentionDeltaKernel(AttentionGradStep s, int64_t rows) {
+  for (int64_t i = firstIndex(); i < rows; i += gridStride())
+    attentionDeltaRow(s, i);
+}
+
+// dQ rows then dK/dV rows in one grid: they are independent.
+__global__ void attentionGradKernel(AttentionGradStep s, int64_t rows,
+                                    int64_t kvRows) {
+  for (int64_t i = firstIndex(); i < rows + kvRows; i += gridStride()) {
+    if (i < rows)
+      attentionGradQRow(s, i);
+    else
+      attentionGradKVRow(s, i - rows);
+  }
+}
+
 __global__ void padKernel(PadStep p) {
   for (int64_t i = firstIndex(); i < p.n; i += gridStride())
     padElement(p, i);
@@ -132,6 +153,28 @@ int launchGather(const GatherStep &g, void *stream) {
   if (n == 0)
     return 0;
   gatherKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(g);
+  return launched();
+}
+
+int launchAttention(const AttentionStep &s, void *stream) {
+  int64_t rows = attentionRows(s.in);
+  if (rows == 0)
+    return 0;
+  attentionKernel<<<blocksFor(rows), kThreads, 0, cudaStream_t(stream)>>>(
+      s, rows);
+  return launched();
+}
+
+int launchAttentionGrad(const AttentionGradStep &s, void *stream) {
+  int64_t rows = attentionRows(s.in), kvRows = attentionKvRows(s.in);
+  if (rows == 0)
+    return 0;
+  attentionDeltaKernel<<<blocksFor(rows), kThreads, 0,
+                         cudaStream_t(stream)>>>(s, rows);
+  if (int err = launched())
+    return err;
+  attentionGradKernel<<<blocksFor(rows + kvRows), kThreads, 0,
+                        cudaStream_t(stream)>>>(s, rows, kvRows);
   return launched();
 }
 

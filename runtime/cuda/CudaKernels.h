@@ -24,6 +24,10 @@ int launchColumns(const ColumnStep &c, void *stream);
 // One warp a row / channel.
 int launchRows(const RowStep &r, void *stream);
 int launchChannels(const ChannelStep &c, void *stream);
+// Fused attention, one thread a query row (the backward: one a query row
+// for Delta, then one a query row for dQ and one a kv row for dK and dV).
+int launchAttention(const AttentionStep &s, void *stream);
+int launchAttentionGrad(const AttentionGradStep &s, void *stream);
 // One thread in all.
 int launchLoss(const LossStep &l, void *stream);
 

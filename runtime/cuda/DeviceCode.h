@@ -26,6 +26,7 @@
 // DeviceOptimizers.h. Include this header for all of them.
 #pragma once
 
+#include "runtime/cuda/DeviceAttention.h"
 #include "runtime/cuda/DeviceElements.h"
 #include "runtime/cuda/DeviceGather.h"
 #include "runtime/cuda/DeviceOptimizers.h"

@@ -4,6 +4,7 @@
 // LowerProducts.cpp and LowerReductions.cpp), the combined gradient ops (as
 // their parts, from the op records), the host runner of the steps, and the
 // emulated backend built on the two.
+#include "runtime/FusedAttentionCall.h"
 #include "runtime/cuda/LoweringSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -253,6 +254,28 @@ llvm::Expected<Steps> lowerGelu(const KernelCall &call, const Scratch &) {
   return Steps{m};
 }
 
+// Fused attention: the call read as the CPU backend reads it
+// (runtime/FusedAttentionCall.h); the backward's Delta (a double per query
+// row) in the call's scratch.
+llvm::Expected<Steps> lowerAttention(const KernelCall &call,
+                                     const Scratch &scratch) {
+  if (call.op == OpKind::FusedAttention) {
+    auto s = attentionStep(call);
+    if (!s)
+      return s.takeError();
+    return Steps{*s};
+  }
+  const TensorRef &q = call.inputs[1];
+  int64_t rows = q.rank() ? q.numElements() / std::max<int64_t>(1, q.shape.back()) : 0;
+  auto delta = scratchBlock(call, scratch, size_t(rows) * sizeof(double));
+  if (!delta)
+    return delta.takeError();
+  auto s = attentionGradStep(call, reinterpret_cast<double *>(*delta));
+  if (!s)
+    return s.takeError();
+  return Steps{*s};
+}
+
 struct LoweringRule {
   OpKind op;
   Types types;
@@ -317,6 +340,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::LayerNormalization, Types::Float, lowerRows},
     {OpKind::RMSNormalization, Types::Float, lowerRows},
     {OpKind::Softmax, Types::Float, lowerRows},
+    {OpKind::FusedAttention, Types::Float, lowerAttention},
     {OpKind::LogSoftmax, Types::Float, lowerRows},
     {OpKind::SoftmaxCrossEntropyLoss, Types::Float, lowerRows},
     {OpKind::Dropout, Types::Float, lowerDropout},
@@ -357,6 +381,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::BatchNormalizationGradData, Types::Float, lowerBatchNorm},
     {OpKind::BatchNormalizationGradParams, Types::Float, lowerBatchNorm},
     {OpKind::SoftmaxGrad, Types::Float, lowerRows},
+    {OpKind::FusedAttentionGrad, Types::Float, lowerAttention},
     {OpKind::LogSoftmaxGrad, Types::Float, lowerRows},
     {OpKind::SoftmaxCrossEntropyLossGrad, Types::Float, lowerRows},
     {OpKind::DropoutGrad, Types::Float, lowerDropoutGrad},
@@ -486,6 +511,10 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
     } else if (auto *o = std::get_if<OptimizerStep>(&step)) {
       for (int64_t i = 0; i < o->n; ++i)
         optimizerElement(*o, i);
+    } else if (auto *a = std::get_if<AttentionStep>(&step)) {
+      runAttentionForwardOnHost(*a);
+    } else if (auto *ag = std::get_if<AttentionGradStep>(&step)) {
+      runAttentionBackwardOnHost(*ag);
     } else if (auto *pad = std::get_if<PadStep>(&step)) {
       for (int64_t i = 0; i < pad->n; ++i)
         padElement(*pad, i);

@@ -20,6 +20,7 @@
 #include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
 #include "passes/Pass.h"
+#include "passes/Pipelines.h"
 #include "runtime/Kernel.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -67,10 +68,10 @@ double maxDiff(const ir::TensorData &a, const ir::TensorData &b) {
   return m;
 }
 
-class Corpus : public ::testing::TestWithParam<const char *> {};
-
-TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
-  const std::string model = GetParam();
+// Imports `model`, runs cleavec's graph passes (attention fused or, with
+// `fuseAttention` false, as exported) and the backward, and checks the
+// loss and first-microbatch gradients against PyTorch's float64.
+void checkAgainstFloat64(const std::string &model, bool fuseAttention) {
   auto g = frontend::importOnnxFile(corpus(model, "model.onnx"), {});
   ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
 
@@ -82,11 +83,11 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
   EXPECT_EQ(params, readLines(corpus(model, "reference/params.txt")));
 
   passes::PipelineOptions opts;
-  ASSERT_FALSE(bool(passes::runPipeline(
-      **g,
-      {"remove-identity", "recognize-gelu", "recognize-rms-norm",
-       "matmul-to-gemm", "dce", "autodiff", "split-backward", "verify-2bp"},
-      opts)));
+  opts.context.training.fuseAttention = fuseAttention;
+  std::vector<std::string> names = passes::passNames(passes::graphPipeline());
+  for (const char *p : {"autodiff", "split-backward", "verify-2bp"})
+    names.push_back(p);
+  ASSERT_FALSE(bool(passes::runPipeline(**g, names, opts)));
   std::vector<interp::Tensor> inputs;
   for (const ir::Value *v : (*g)->inputs()) {
     auto t = runtime::readNpyFile(corpus(model, "inputs/" + v->name() + ".npy"));
@@ -133,10 +134,23 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
     }
     torch = std::max(torch, maxDiff(*gr.f32, *gr.f64) / scale);
   }
-  std::printf("  %-22s %3zu gradients: error against float64 cleave %.2e, "
-              "PyTorch f32 %.2e (worst: %s)\n",
-              model.c_str(), grads.size(), mine, torch, worst.c_str());
+  std::printf("  %-22s %-8s %3zu gradients: error against float64 cleave "
+              "%.2e, PyTorch f32 %.2e (worst: %s)\n",
+              model.c_str(), fuseAttention ? "fused" : "unfused",
+              grads.size(), mine, torch, worst.c_str());
   EXPECT_LE(mine, 10 * std::max(torch, 1e-7)) << worst;
+}
+
+class Corpus : public ::testing::TestWithParam<const char *> {};
+
+// cleavec's default: attention fused (recognize-attention).
+TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
+  checkAgainstFloat64(GetParam(), true);
+}
+
+// --fused-attention=off: the exported ops.
+TEST_P(Corpus, UnfusedAttentionGradientsMatchFloat64) {
+  checkAgainstFloat64(GetParam(), false);
 }
 
 // The test's name: the folder's, without its parent, '-' as '_'.

@@ -1,0 +1,292 @@
+// recognize-attention: scaled dot-product attention as the exporters spell
+// it (PyTorch's dynamo exporter lowers scaled_dot_product_attention to
+// these ops, the TorchScript exporter and hand-written attention give the
+// same tree, and opset 23's Attention expands to it at import):
+//
+//   S = MatMul(Q * c1, Kt * c2)        Kt = K transposed, c1 c2 optional
+//   S = S * c3  or  S / c3             optional
+//   S = S + mask                       optional, either operand order
+//   P = Softmax(S, axis -1)
+//   P = Where(IsNaN(P), 0, P)          optional (SDPA's safe softmax), or
+//   P = Where(ReduceMax(mask) == -inf, 0, P)    (opset 23 Attention's)
+//   O = MatMul(P, V)
+//
+// becomes one FusedAttention(Q, K, V[, mask]) {scale = c1 c2 c3}, whose
+// kernels never hold the scores (docs/design/fused-attention.md). K is
+// found under Kt when Kt is a Transpose of the last two axes, or the
+// dynamo exporter's Reshape-Transpose-Reshape of them; otherwise a
+// Transpose of Kt is inserted.
+//
+// Left unfused, so that training stays exact: scores, probabilities or
+// their intermediates used anywhere else (a model returning its attention
+// weights), dropout on P (nothing sits between Softmax and the MatMul but
+// the safe-softmax Where), a mask that depends on a parameter (a learned
+// bias: the fused op has no gradient for it), operands not of rank 4 or
+// not one element type among f32, f64 and bf16, V's head size unlike
+// Q's, a head size above the kernels' bound.
+#include "passes/Pass.h"
+#include "passes/ScalarConstant.h"
+
+#include "ir/OpInfo.h"
+#include "ir/TypeRules.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cmath>
+#include <optional>
+
+namespace cleave::passes {
+namespace {
+
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+constexpr int64_t kMaxFusedHeadDim = 256; // the kernels' per-row arrays
+
+struct Match {
+  Value *q = nullptr, *kt = nullptr, *k = nullptr, *v = nullptr;
+  Value *mask = nullptr;
+  double scale = 1;
+};
+
+// The op making `v` when it is `kind` and `v` has no other use.
+Op *interior(const ir::Graph &g, Value *v, OpKind kind) {
+  Op *def = v->definingOp();
+  if (!def || def->kind() != kind || v->uses().size() != 1 || g.isPinned(v))
+    return nullptr;
+  return def;
+}
+
+// `v` = x * c, c * x or x / c with c a scalar constant: x, and the factor
+// folded into `scale`. Otherwise `v` itself. With `single`, x * c must be
+// `v`'s only use (the score chain); the operands' scalings may be shared.
+Value *unscale(const ir::Graph &g, Value *v, double &scale, bool single) {
+  Op *def = v->definingOp();
+  if (!def || (single && (v->uses().size() != 1 || g.isPinned(v))))
+    return v;
+  if (def->kind() == OpKind::Mul)
+    for (int side = 0; side < 2; ++side)
+      if (auto c = scalarConstant(def->operand(side))) {
+        scale *= *c;
+        return def->operand(1 - side);
+      }
+  if (def->kind() == OpKind::Div)
+    if (auto c = scalarConstant(def->operand(1)); c && *c != 0) {
+      scale /= *c;
+      return def->operand(0);
+    }
+  return v;
+}
+
+bool isPerm(const Op *op, std::initializer_list<int64_t> perm) {
+  return op && op->kind() == OpKind::Transpose &&
+         op->getInts("perm") == std::vector<int64_t>(perm);
+}
+
+// K [B, H, T, D] under Kt [B, H, D, T], when Kt only moves its last two
+// axes: Transpose(K) {perm = [0, 1, 3, 2]}, or Reshape(Transpose(
+// Reshape(K) to [B*H, T, D]) {perm = [0, 2, 1]}) back to rank 4. Null if
+// Kt is anything else.
+Value *transposedFrom(Value *kt) {
+  Op *def = kt->definingOp();
+  if (isPerm(def, {0, 1, 3, 2}))
+    return def->operand(0);
+  if (!def || def->kind() != OpKind::Reshape)
+    return nullptr;
+  Op *t = def->operand(0)->definingOp();
+  if (!isPerm(t, {0, 2, 1}))
+    return nullptr;
+  Op *flat = t->operand(0)->definingOp();
+  if (!flat || flat->kind() != OpKind::Reshape)
+    return nullptr;
+  Value *k = flat->operand(0);
+  const ir::Shape &ks = k->type().shape, &kts = kt->type().shape;
+  if (ks.size() != 4 || kts.size() != 4 || ks[0] != kts[0] ||
+      ks[1] != kts[1] || ks[2] != kts[3] || ks[3] != kts[2] ||
+      flat->result()->type().shape !=
+          ir::Shape{ks[0] * ks[1], ks[2], ks[3]})
+    return nullptr;
+  return k;
+}
+
+// Whether `v` is computed from a parameter (a trainable tensor).
+bool dependsOnParam(Value *v, llvm::DenseSet<const Value *> &seen) {
+  if (!seen.insert(v).second)
+    return false;
+  if (v->kind() == ir::ValueKind::Param)
+    return true;
+  if (Op *def = v->definingOp())
+    for (Value *operand : def->operands())
+      if (dependsOnParam(operand, seen))
+        return true;
+  return false;
+}
+
+bool fusable(const ir::TensorType &t) {
+  return t.rank() == 4 && (t.dtype == ir::DType::F32 ||
+                           t.dtype == ir::DType::F64 ||
+                           t.dtype == ir::DType::BF16);
+}
+
+// The Softmax under `p`, the value O = MatMul(p, V) reads: directly, or
+// through a safe softmax that zeroes the rows that see no key, as the fused
+// kernels do: Where(IsNaN(P), 0, P) (the dynamo exporter's), or Where(
+// ReduceMax(mask, last axis) == -inf, 0, P) (opset 23 Attention's body,
+// whose `mask` must then be the mask added to the scores: `rowMaskOf`).
+Op *softmaxUnder(const ir::Graph &g, Value *p, Value *&rowMaskOf) {
+  rowMaskOf = nullptr;
+  if (Op *sm = interior(g, p, OpKind::Softmax))
+    return sm;
+  Op *where = interior(g, p, OpKind::Where);
+  if (!where)
+    return nullptr;
+  Value *probs = where->operand(2), *cond = where->operand(0);
+  auto zero = scalarConstant(where->operand(1));
+  Op *test = cond->definingOp();
+  if (!zero || *zero != 0 || !test || g.isPinned(probs))
+    return nullptr;
+  Op *sm = probs->definingOp();
+  if (!sm || sm->kind() != OpKind::Softmax)
+    return nullptr;
+  if (test->kind() == OpKind::IsNaN) {
+    if (test->operand(0) != probs || cond->uses().size() != 1 ||
+        probs->uses().size() != 2 || g.isPinned(cond))
+      return nullptr;
+    return sm;
+  }
+  if (test->kind() != OpKind::Equal || probs->uses().size() != 1)
+    return nullptr;
+  for (int side = 0; side < 2; ++side) {
+    auto inf = scalarConstant(test->operand(1 - side));
+    Op *max = test->operand(side)->definingOp();
+    if (!inf || *inf != -INFINITY || !max || max->kind() != OpKind::ReduceMax)
+      continue;
+    int64_t rank = int64_t(max->operand(0)->type().rank());
+    const std::vector<int64_t> &axes = max->getInts("axes");
+    if (max->getInt("keepdims") != 1 || axes.size() != 1 ||
+        (axes[0] != -1 && axes[0] != rank - 1))
+      continue;
+    rowMaskOf = max->operand(0);
+    return sm;
+  }
+  return nullptr;
+}
+
+std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
+  Match m;
+  m.v = root->operand(1);
+  Value *rowMaskOf = nullptr;
+  Op *softmax = softmaxUnder(g, root->operand(0), rowMaskOf);
+  if (!softmax)
+    return std::nullopt;
+  Value *s = softmax->operand(0);
+  int64_t rank = int64_t(s->type().rank()), axis = softmax->getInt("axis");
+  if (rank != 4 || (axis != -1 && axis != 3))
+    return std::nullopt;
+  // The mask: one operand of an Add, the other the score chain.
+  if (Op *add = interior(g, s, OpKind::Add)) {
+    for (int side = 0; side < 2 && !m.mask; ++side) {
+      Op *def = add->operand(side)->definingOp();
+      if (def && (def->kind() == OpKind::MatMul || def->kind() == OpKind::Mul ||
+                  def->kind() == OpKind::Div)) {
+        m.mask = add->operand(1 - side);
+        s = add->operand(side);
+      }
+    }
+    if (!m.mask)
+      return std::nullopt;
+  }
+  // The safe softmax's test must read the very mask that hides the keys.
+  if (rowMaskOf && rowMaskOf != m.mask)
+    return std::nullopt;
+  s = unscale(g, s, m.scale, /*single=*/true);
+  Op *scores = interior(g, s, OpKind::MatMul);
+  if (!scores)
+    return std::nullopt;
+  m.q = unscale(g, scores->operand(0), m.scale, false);
+  m.kt = unscale(g, scores->operand(1), m.scale, false);
+  m.k = transposedFrom(m.kt);
+
+  const ir::TensorType &qt = m.q->type(), &vt = m.v->type(),
+                       &ktt = m.kt->type();
+  if (!fusable(qt) || ktt.dtype != qt.dtype || vt.dtype != qt.dtype ||
+      ktt.rank() != 4 || vt.rank() != 4)
+    return std::nullopt;
+  // [B, Hq, Tq, D] x [B, H, D, Tk] and V [B, H, Tk, D]: no broadcasting of
+  // the batch or heads (a repeated kv head arrives already expanded).
+  if (ktt.shape[0] != qt.shape[0] || ktt.shape[1] != qt.shape[1] ||
+      ktt.shape[2] != qt.shape[3] || vt.shape[0] != qt.shape[0] ||
+      vt.shape[1] != qt.shape[1] || vt.shape[2] != ktt.shape[3] ||
+      vt.shape[3] != qt.shape[3] || qt.shape[3] > kMaxFusedHeadDim ||
+      qt.shape[3] < 1)
+    return std::nullopt;
+  if (m.mask) {
+    llvm::DenseSet<const Value *> seen;
+    ir::Shape scoreShape = s->type().shape;
+    auto b = ir::broadcastShapes(m.mask->type().shape, scoreShape);
+    bool fits = b && *b == scoreShape;
+    if (!b)
+      llvm::consumeError(b.takeError());
+    if (m.mask->type().dtype != qt.dtype || !fits ||
+        dependsOnParam(m.mask, seen))
+      return std::nullopt;
+  }
+  return m;
+}
+
+} // namespace
+
+llvm::Expected<bool> recognizeAttention(ir::Graph &g,
+                                        const PassContext &ctx) {
+  if (!ctx.training.fuseAttention)
+    return false;
+  std::vector<Op *> candidates;
+  for (const auto &op : g.ops())
+    if (op->kind() == OpKind::MatMul)
+      candidates.push_back(op.get());
+  bool changed = false;
+  llvm::DenseSet<const Op *> replaced;
+  for (Op *root : candidates) {
+    if (replaced.count(root))
+      continue;
+    std::optional<Match> m = matchAttention(g, root);
+    if (!m)
+      continue;
+    if (!m->k) {
+      ir::TensorType kt = m->kt->type();
+      std::swap(kt.shape[2], kt.shape[3]);
+      m->k = g.insertOpBefore(root, OpKind::Transpose, {m->kt}, {kt},
+                              {g.uniqueName(m->kt->name() + ".k")},
+                              {{"perm", std::vector<int64_t>{0, 1, 3, 2}}},
+                              root->loc())
+                 ->result();
+    }
+    std::vector<Value *> operands{m->q, m->k, m->v};
+    if (m->mask)
+      operands.push_back(m->mask);
+    ir::AttrMap attrs{{"scale", float(m->scale)}, {"causal", int64_t(0)}};
+    std::vector<ir::TensorType> in;
+    for (Value *v : operands)
+      in.push_back(v->type());
+    auto types = ir::inferResultTypes(OpKind::FusedAttention, in, attrs, 2);
+    if (!types) { // the match checked what the type rule checks
+      llvm::consumeError(types.takeError());
+      continue;
+    }
+    std::string name = root->result()->name();
+    Op *fused = g.insertOpBefore(
+        root, OpKind::FusedAttention, operands, *types,
+        {g.uniqueName(name + ".fused"), g.uniqueName(name + ".lse")},
+        std::move(attrs), root->loc());
+    g.replaceAllUsesWith(root->result(), fused->result(0));
+    replaced.insert(root);
+    g.eraseOp(root);
+    g.rename(fused->result(0), name);
+    changed = true;
+  }
+  return changed; // the unfused chain is left to dce
+}
+
+} // namespace cleave::passes

@@ -1,0 +1,24 @@
+// A FusedAttention or FusedAttentionGrad kernel call as the fused
+// attention's device steps (runtime/cuda/DeviceAttention.h): the shapes,
+// scale, causal flag and every operand's element type and strides, read
+// once for both backends. The CPU backend runs the steps' rows on its
+// threads (runtime/cpu/Attention.cpp); the CUDA backend launches them, and
+// its emulation runs them on the host (runtime/cuda/Lowering.cpp). The
+// pointers are the call's own, in the backend's memory.
+#pragma once
+
+#include "runtime/Kernel.h"
+#include "runtime/cuda/DeviceAttention.h"
+
+namespace cleave::runtime {
+
+// FusedAttention(Q, K, V[, mask]) -> O, L.
+llvm::Expected<cuda::AttentionStep> attentionStep(const KernelCall &call);
+
+// FusedAttentionGrad(dO, Q, K, V, O, L[, mask]) -> dQ, dK, dV; `delta` is
+// scratch of one double per query row (B * Hq * Tq) in the backend's
+// memory.
+llvm::Expected<cuda::AttentionGradStep>
+attentionGradStep(const KernelCall &call, double *delta);
+
+} // namespace cleave::runtime
