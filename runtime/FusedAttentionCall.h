@@ -21,4 +21,10 @@ llvm::Expected<cuda::AttentionStep> attentionStep(const KernelCall &call);
 llvm::Expected<cuda::AttentionGradStep>
 attentionGradStep(const KernelCall &call, double *delta);
 
+// The CPU backend's blocked kernels on a step in host memory (any strides,
+// masks and causal alignment), on the calling thread or, inside a CPU
+// backend's kernel, its threads. The backward fills `delta` first.
+void runAttentionForwardOnCpu(const cuda::AttentionStep &s);
+void runAttentionBackwardOnCpu(const cuda::AttentionGradStep &s);
+
 } // namespace cleave::runtime

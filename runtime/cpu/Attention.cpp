@@ -1,16 +1,19 @@
 // FusedAttention and its gradient for the CPU backend.
 //
-// The arithmetic is the fused attention's one definition, the per-row
-// functions of runtime/cuda/DeviceAttention.h (written once for the GPU's
-// threads and the host's loops): an online softmax over key tiles, the
-// Tq x Tk scores never stored; the backward recomputes each row's scores
-// from the forward's logsumexp. Here the rows are spread over the thread
-// pool. Each output row is computed by one call from the inputs alone, so
-// the bits do not depend on the thread count or on which thread ran what
-// (docs/design/fused-attention.md).
+// The algorithm is the fused attention's (docs/design/fused-attention.md,
+// runtime/cuda/DeviceAttention.h, whose helpers for masks, loads and
+// stores this file shares): an online softmax over key tiles, the Tq x Tk
+// scores never stored, the backward recomputing each tile's scores from the
+// forward's logsumexp. The GPU's arithmetic goes one row a thread; here a
+// task takes a block of 64 query rows (or, for dK and dV, of 64 keys) and
+// does each tile's work as small row-major products, the form that keeps
+// the CPU's vector units busy. The sums are in another order than the
+// per-row functions', so the two backends agree to rounding, not bits.
 #include "runtime/FusedAttentionCall.h"
 #include "runtime/cpu/CpuKernels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace cleave::runtime {
@@ -19,6 +22,7 @@ namespace {
 namespace dev = cleave::runtime::cuda;
 using cpu::kernelError;
 using cpu::parallelFor;
+using cpu::parallelTasks;
 
 dev::AttnElem attnElem(ir::DType t) {
   return t == ir::DType::F64    ? dev::AttnElem::F64
@@ -117,46 +121,319 @@ llvm::Expected<dev::AttentionGradStep> attentionGradStep(const KernelCall &c,
 
 namespace {
 
-// Rows a task: enough to pay for the task, more when the rows are short.
-int64_t rowGrain(const dev::AttentionOperands &a) {
-  int64_t perRow = std::max<int64_t>(1, a.keyLen * a.headDim);
-  return std::max<int64_t>(1, (1 << 16) / perRow);
+// --- the blocked kernels -----------------------------------------------------
+//
+// Flash-style: a task owns one block of output rows and walks the other
+// side's tiles in increasing order, so the bits do not depend on the thread
+// count or on which thread ran which task. Tiles are loaded (and converted
+// to the compute type T: float for f32 and bf16, double for f64) into
+// contiguous task-local buffers, so the products below are plain loops the
+// compiler vectorizes; with -ffp-contract=off every element is a sum in a
+// fixed order whatever the vector width (CLEAVE_VECTOR_CLONES).
+
+constexpr int64_t kRows = 64;              // query rows of a block
+constexpr int64_t kKeys = dev::kAttnTile;  // keys of a tile
+
+// c[i][0..n) (+)= sum_k a[i][k] * b[k][0..n), k increasing, for i < m.
+template <class T>
+CLEAVE_VECTOR_CLONES void tileProduct(const T *a, int64_t lda, const T *b,
+                                      int64_t ldb, T *c, int64_t ldc,
+                                      int64_t m, int64_t k, int64_t n,
+                                      bool accumulate) {
+  for (int64_t i = 0; i < m; ++i) {
+    T *ci = c + i * ldc;
+    if (!accumulate)
+      std::fill_n(ci, n, T(0));
+    const T *ai = a + i * lda;
+    for (int64_t p = 0; p < k; ++p) {
+      const T x = ai[p];
+      const T *bp = b + p * ldb;
+      for (int64_t j = 0; j < n; ++j)
+        ci[j] += x * bp[j];
+    }
+  }
 }
+
+// Rows [t0, t0 + n) of a [B, H, T, D] operand at (b, h), as n x D (or
+// transposed, D x n, with leading dimension `ld`) in T.
+template <class T>
+void loadRows(const dev::AttnInput &x, int64_t b, int64_t h, int64_t t0,
+              int64_t n, int64_t dim, T *out, bool transposed, int64_t ld) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t d = 0; d < dim; ++d) {
+      T v = dev::attnRead<T>(x.data, x.elem, x.at(b, h, t0 + t, d));
+      (transposed ? out[d * ld + t] : out[t * ld + d]) = v;
+    }
+}
+
+// What one task's tiles need, allocated once per task.
+template <class T> struct Tiles {
+  std::vector<T> q, dout, k, kt, v, vt, s, dp, acc, acc2, pt;
+  explicit Tiles(int64_t dim)
+      : q(kRows * dim), dout(kRows * dim), k(kKeys * dim), kt(dim * kKeys),
+        v(kKeys * dim), vt(dim * kKeys), s(kRows * kKeys), dp(kRows * kKeys),
+        acc(std::max(kRows, kKeys) * dim), acc2(kKeys * dim),
+        pt(kKeys * kRows) {}
+};
+
+// The scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) from the
+// product q . k^T in `s` (ld kKeys): scaled, the mask added, hidden keys
+// -inf (the causal rule, the boolean mask).
+template <class T>
+void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
+                  int64_t i0, int64_t nr, int64_t j0, int64_t nc, T *s) {
+  const T scale = T(a.scale);
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t i = i0 + r, end = dev::attentionKeyEnd(a, i);
+    T *row = s + r * kKeys;
+    for (int64_t t = 0; t < nc; ++t) {
+      const int64_t j = j0 + t;
+      if (j >= end || !dev::attentionKeeps(a, b, h, i, j)) {
+        row[t] = T(-INFINITY);
+        continue;
+      }
+      T v = row[t] * scale;
+      if (a.bias.data)
+        v += dev::attnRead<T>(a.bias.data, a.bias.elem, a.bias.at(b, h, i, j));
+      row[t] = v;
+    }
+  }
+}
+
+template <class T>
+void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
+  const dev::AttentionOperands &a = st.in;
+  const int64_t dim = a.headDim, blocks = (a.queryLen + kRows - 1) / kRows;
+  const int64_t qb = task % blocks, h = task / blocks % a.queryHeads,
+                b = task / (blocks * a.queryHeads),
+                kvh = h / (a.queryHeads / a.kvHeads);
+  const int64_t i0 = qb * kRows, nr = std::min(kRows, a.queryLen - i0);
+  loadRows(a.q, b, h, i0, nr, dim, w.q.data(), false, dim);
+  std::fill_n(w.acc.data(), nr * dim, T(0));
+  T m[kRows];
+  double l[kRows];
+  std::fill_n(m, nr, T(-INFINITY));
+  std::fill_n(l, nr, 0.0);
+  const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
+  for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
+    const int64_t nc = std::min(kKeys, end - j0);
+    loadRows(a.k, b, kvh, j0, nc, dim, w.kt.data(), true, kKeys);
+    tileProduct(w.q.data(), dim, w.kt.data(), kKeys, w.s.data(), kKeys, nr,
+                dim, nc, false);
+    finishScores(a, b, h, i0, nr, j0, nc, w.s.data());
+    // Each row's online softmax: the tile's maximum, the rescaling of the
+    // running sum and accumulator, the tile's probabilities (in s).
+    for (int64_t r = 0; r < nr; ++r) {
+      T *row = w.s.data() + r * kKeys;
+      T tileMax = T(-INFINITY);
+      for (int64_t t = 0; t < nc; ++t)
+        tileMax = dev::attnMax(row[t], tileMax);
+      if (tileMax == T(-INFINITY)) {
+        std::fill_n(row, nc, T(0));
+        continue;
+      }
+      const T mNew = dev::attnMax(tileMax, m[r]);
+      if (mNew != m[r]) {
+        const T rescale = dev::attnExp(m[r] - mNew);
+        l[r] *= double(rescale);
+        T *acc = w.acc.data() + r * dim;
+        for (int64_t d = 0; d < dim; ++d)
+          acc[d] *= rescale;
+        m[r] = mNew;
+      }
+      for (int64_t t = 0; t < nc; ++t) {
+        row[t] = row[t] == T(-INFINITY) ? T(0) : dev::attnExp(row[t] - mNew);
+        l[r] += double(row[t]);
+      }
+    }
+    loadRows(a.v, b, kvh, j0, nc, dim, w.v.data(), false, dim);
+    tileProduct(w.s.data(), kKeys, w.v.data(), dim, w.acc.data(), dim, nr, nc,
+                dim, true);
+  }
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t i = i0 + r, row = (b * a.queryHeads + h) * a.queryLen + i;
+    const T *acc = w.acc.data() + r * dim;
+    for (int64_t d = 0; d < dim; ++d)
+      dev::attnWrite(st.out.data, st.out.elem, st.out.at(b, h, i, d),
+                     l[r] == 0 ? T(0) : T(double(acc[d]) / l[r]));
+    dev::attnWrite(st.lse, st.lseElem, row,
+                   l[r] == 0 ? double(-INFINITY) : double(m[r]) + std::log(l[r]));
+  }
+}
+
+// P (in s) and dS (in dp) of rows [i0, i0 + nr) at (b, h) against keys
+// [j0, j0 + nc): the scores recomputed from q and kt, P = exp(S - L),
+// dP = dO . v^T from dout and vt, dS = P (dP - Delta).
+template <class T>
+void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
+                   int64_t i0, int64_t nr, int64_t j0, int64_t nc,
+                   Tiles<T> &w) {
+  const dev::AttentionOperands &a = st.in;
+  const int64_t dim = a.headDim;
+  tileProduct(w.q.data(), dim, w.kt.data(), kKeys, w.s.data(), kKeys, nr, dim,
+              nc, false);
+  finishScores(a, b, h, i0, nr, j0, nc, w.s.data());
+  tileProduct(w.dout.data(), dim, w.vt.data(), kKeys, w.dp.data(), kKeys, nr,
+              dim, nc, false);
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t row = (b * a.queryHeads + h) * a.queryLen + i0 + r;
+    const T lse = dev::attnRead<T>(st.lse, st.lseElem, row);
+    const double delta = st.delta[row];
+    T *p = w.s.data() + r * kKeys, *ds = w.dp.data() + r * kKeys;
+    for (int64_t t = 0; t < nc; ++t) {
+      if (lse == T(-INFINITY) || p[t] == T(-INFINITY)) {
+        p[t] = ds[t] = T(0);
+        continue;
+      }
+      p[t] = dev::attnExp(p[t] - lse);
+      ds[t] = dev::attnScoreGrad(p[t], ds[t], delta);
+    }
+  }
+}
+
+// dQ of one block of query rows: dS . K over the keys in order, scaled.
+template <class T>
+void gradQBlock(const dev::AttentionGradStep &st, int64_t task, Tiles<T> &w) {
+  const dev::AttentionOperands &a = st.in;
+  const int64_t dim = a.headDim, blocks = (a.queryLen + kRows - 1) / kRows;
+  const int64_t qb = task % blocks, h = task / blocks % a.queryHeads,
+                b = task / (blocks * a.queryHeads),
+                kvh = h / (a.queryHeads / a.kvHeads);
+  const int64_t i0 = qb * kRows, nr = std::min(kRows, a.queryLen - i0);
+  loadRows(a.q, b, h, i0, nr, dim, w.q.data(), false, dim);
+  loadRows(st.dOut, b, h, i0, nr, dim, w.dout.data(), false, dim);
+  std::fill_n(w.acc.data(), nr * dim, T(0));
+  const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
+  for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
+    const int64_t nc = std::min(kKeys, end - j0);
+    loadRows(a.k, b, kvh, j0, nc, dim, w.kt.data(), true, kKeys);
+    loadRows(a.v, b, kvh, j0, nc, dim, w.vt.data(), true, kKeys);
+    loadRows(a.k, b, kvh, j0, nc, dim, w.k.data(), false, dim);
+    scoreGradTile(st, b, h, i0, nr, j0, nc, w);
+    tileProduct(w.dp.data(), kKeys, w.k.data(), dim, w.acc.data(), dim, nr,
+                nc, dim, true);
+  }
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t d = 0; d < dim; ++d)
+      dev::attnWrite(st.dq.data, st.dq.elem, st.dq.at(b, h, i0 + r, d),
+                     w.acc[r * dim + d] * T(a.scale));
+}
+
+// dK and dV of one block of keys: over the group's query heads, then the
+// query tiles in order, dV += P^T dO and dK += dS^T Q; dK scaled.
+template <class T>
+void gradKVBlock(const dev::AttentionGradStep &st, int64_t task,
+                 Tiles<T> &w) {
+  const dev::AttentionOperands &a = st.in;
+  const int64_t dim = a.headDim, blocks = (a.keyLen + kKeys - 1) / kKeys;
+  const int64_t kb = task % blocks, kvh = task / blocks % a.kvHeads,
+                b = task / (blocks * a.kvHeads),
+                group = a.queryHeads / a.kvHeads;
+  const int64_t j0 = kb * kKeys, nc = std::min(kKeys, a.keyLen - j0);
+  loadRows(a.k, b, kvh, j0, nc, dim, w.kt.data(), true, kKeys);
+  loadRows(a.v, b, kvh, j0, nc, dim, w.vt.data(), true, kKeys);
+  T *accK = w.acc.data(), *accV = w.acc2.data();
+  std::fill_n(accK, nc * dim, T(0));
+  std::fill_n(accV, nc * dim, T(0));
+  const int64_t begin = dev::attentionQueryBegin(a, j0);
+  for (int64_t g = 0; g < group; ++g) {
+    const int64_t h = kvh * group + g;
+    for (int64_t i0 = begin; i0 < a.queryLen; i0 += kRows) {
+      const int64_t nr = std::min(kRows, a.queryLen - i0);
+      loadRows(a.q, b, h, i0, nr, dim, w.q.data(), false, dim);
+      loadRows(st.dOut, b, h, i0, nr, dim, w.dout.data(), false, dim);
+      scoreGradTile(st, b, h, i0, nr, j0, nc, w);
+      // P^T, then dS^T, as [nc][nr] for the row-major products.
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t t = 0; t < nc; ++t)
+          w.pt[t * kRows + r] = w.s[r * kKeys + t];
+      tileProduct(w.pt.data(), kRows, w.dout.data(), dim, accV, dim, nc, nr,
+                  dim, true);
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t t = 0; t < nc; ++t)
+          w.pt[t * kRows + r] = w.dp[r * kKeys + t];
+      tileProduct(w.pt.data(), kRows, w.q.data(), dim, accK, dim, nc, nr, dim,
+                  true);
+    }
+  }
+  for (int64_t t = 0; t < nc; ++t)
+    for (int64_t d = 0; d < dim; ++d) {
+      dev::attnWrite(st.dk.data, st.dk.elem, st.dk.at(b, kvh, j0 + t, d),
+                     accK[t * dim + d] * T(a.scale));
+      dev::attnWrite(st.dv.data, st.dv.elem, st.dv.at(b, kvh, j0 + t, d),
+                     accV[t * dim + d]);
+    }
+}
+
+int64_t queryTasks(const dev::AttentionOperands &a) {
+  return a.batch * a.queryHeads * ((a.queryLen + kRows - 1) / kRows);
+}
+
+int64_t keyTasks(const dev::AttentionOperands &a) {
+  return a.batch * a.kvHeads * ((a.keyLen + kKeys - 1) / kKeys);
+}
+
+// Each task a block (its own buffers), taken by whichever thread is free:
+// under the causal rule later blocks have more keys to see.
+template <class T> void forward(const dev::AttentionStep &s) {
+  parallelTasks(queryTasks(s.in), [&](int64_t t) {
+    Tiles<T> w(s.in.headDim);
+    forwardBlock(s, t, w);
+  });
+}
+
+template <class T> void backward(const dev::AttentionGradStep &s) {
+  const int64_t rows = dev::attentionRows(s.in);
+  parallelFor(rows, std::max<int64_t>(1, (1 << 14) / s.in.headDim),
+              [&](int64_t b, int64_t e) {
+                for (int64_t r = b; r < e; ++r)
+                  dev::attentionDeltaRow(s, r);
+              });
+  // dQ blocks and dK/dV blocks are independent of each other: one range.
+  const int64_t nq = queryTasks(s.in), nk = keyTasks(s.in);
+  parallelTasks(nq + nk, [&](int64_t t) {
+    Tiles<T> w(s.in.headDim);
+    if (t < nq)
+      gradQBlock(s, t, w);
+    else
+      gradKVBlock(s, t - nq, w);
+  });
+}
+
+} // namespace
+
+void runAttentionForwardOnCpu(const dev::AttentionStep &s) {
+  if (dev::attentionWide(s.in))
+    forward<double>(s);
+  else
+    forward<float>(s);
+}
+
+void runAttentionBackwardOnCpu(const dev::AttentionGradStep &s) {
+  if (dev::attentionWide(s.in))
+    backward<double>(s);
+  else
+    backward<float>(s);
+}
+
+namespace {
 
 llvm::Error attention(const KernelCall &c) {
   auto s = attentionStep(c);
   if (!s)
     return s.takeError();
-  parallelFor(dev::attentionRows(s->in), rowGrain(s->in),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r)
-                  dev::attentionForwardRow(*s, r);
-              });
+  runAttentionForwardOnCpu(*s);
   return llvm::Error::success();
 }
 
 llvm::Error attentionGrad(const KernelCall &c) {
-  std::vector<double> delta(
-      size_t(c.inputs[1].numElements() / std::max<int64_t>(1, c.inputs[1].shape.back())));
+  const TensorRef &q = c.inputs[1];
+  std::vector<double> delta(size_t(
+      q.rank() ? q.numElements() / std::max<int64_t>(1, q.shape.back()) : 0));
   auto s = attentionGradStep(c, delta.data());
   if (!s)
     return s.takeError();
-  const int64_t rows = dev::attentionRows(s->in);
-  const int64_t kvRows = dev::attentionKvRows(s->in);
-  parallelFor(rows, std::max<int64_t>(1, (1 << 14) / s->in.headDim),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r)
-                  dev::attentionDeltaRow(*s, r);
-              });
-  // dQ rows and dK/dV rows are independent of each other: one range.
-  parallelFor(rows + kvRows, rowGrain(s->in), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      if (r < rows)
-        dev::attentionGradQRow(*s, r);
-      else
-        dev::attentionGradKVRow(*s, r - rows);
-    }
-  });
+  runAttentionBackwardOnCpu(*s);
   return llvm::Error::success();
 }
 

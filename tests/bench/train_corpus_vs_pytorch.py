@@ -7,7 +7,8 @@ Run (after building), with the PyTorch 2 venv of
 tests/models/corpus/make-venv.sh:
     $VENV/bin/python tests/bench/train_corpus_vs_pytorch.py [--build build]
         [--models resnet18,mobilenet_v2,...] [--threads 2] [--rounds 5]
-        [--steps 10] [--compile] [--keep DIR]
+        [--steps 10] [--compile] [--unfused] [--seq T] [--batch B]
+        [--keep DIR]
 
 Models (the corpus's classes, at the sizes the issue measured; one stage,
 one microbatch, SGD lr 0.01, the same --threads for both):
@@ -16,7 +17,7 @@ one microbatch, SGD lr 0.01, the same --threads for both):
   * vit: torchvision VisionTransformer, 32x32 images in 4x4 patches,
     4 layers, d 256, 4 heads, batch 16;
   * gpt2, bert, llama: transformers, 4 layers, d 256, 4 heads (llama 2 KV
-    heads), vocab 1024, T 128, batch 8;
+    heads), vocab 1024, T 128, batch 8 (--seq, --batch change both);
   * gpt: the tests' GPT (examples/gpt/model.py), 4 layers, d 256, 4 heads,
     T 128, vocab 256, batch 8.
 Each is exported with the legacy exporter in training mode (opset 17,
@@ -30,7 +31,9 @@ other, never at once:
   * torch.compile (--compile): the same step with the module compiled
     (default inductor backend; its compile happens in the warm-up);
   * cleave: cleave-run PLAN --threads T --data DIR --steps 3+STEPS, the
-    step lines' own ms of the steps after the first 3.
+    step lines' own ms of the steps after the first 3;
+  * cleave unfused (--unfused): the same with a plan compiled with
+    --fused-attention=off, the attention as exported (the scores stored).
 Printed per model: the median step of each framework over all rounds, the
 ratios torch/cleave (above 1.0: cleave is faster), the first losses of
 both (same weights, same batch), and the training FLOPs per step (counted
@@ -67,7 +70,11 @@ def images(batch):
             "labels": torch.randint(0, 10, (batch,))}
 
 
-def tokens(batch, vocab=1024, seq=128, labels=False):
+SEQ, BATCH = 128, 8  # the token models' sequence and batch (--seq, --batch)
+
+
+def tokens(batch, vocab=1024, seq=None, labels=False):
+    seq = seq or SEQ
     ids = torch.randint(0, vocab, (batch, seq))
     out = {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
     if labels:
@@ -96,26 +103,26 @@ def make(name):
             mlp_dim=1024, num_classes=10, dropout=0.0, attention_dropout=0.0)
         return WithLoss(m), images(16)
     if name == "gpt2":
-        cfg = transformers.GPT2Config(n_positions=128, n_embd=256, n_layer=4, n_head=4,
+        cfg = transformers.GPT2Config(n_positions=SEQ, n_embd=256, n_layer=4, n_head=4,
                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **lm)
-        return CausalLMWithLoss(transformers.GPT2LMHeadModel(cfg)), tokens(8)
+        return CausalLMWithLoss(transformers.GPT2LMHeadModel(cfg)), tokens(BATCH)
     if name == "llama":
         cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=688,
                                        num_hidden_layers=4, num_attention_heads=4,
-                                       num_key_value_heads=2, max_position_embeddings=128,
+                                       num_key_value_heads=2, max_position_embeddings=SEQ,
                                        pad_token_id=None, **lm)
-        return CausalLMWithLoss(transformers.LlamaForCausalLM(cfg)), tokens(8)
+        return CausalLMWithLoss(transformers.LlamaForCausalLM(cfg)), tokens(BATCH)
     if name == "bert":
         cfg = transformers.BertConfig(hidden_size=256, num_hidden_layers=4,
                                       num_attention_heads=4, intermediate_size=1024,
-                                      max_position_embeddings=128, hidden_dropout_prob=0.0,
+                                      max_position_embeddings=SEQ, hidden_dropout_prob=0.0,
                                       attention_probs_dropout_prob=0.0, **lm)
-        return MaskedLMWithLoss(transformers.BertForMaskedLM(cfg)), tokens(8, labels=True)
+        return MaskedLMWithLoss(transformers.BertForMaskedLM(cfg)), tokens(BATCH, labels=True)
     if name == "gpt":
         from model import GPT
-        m = GPT(vocab=256, block_size=128, n_layer=4, n_head=4, n_embd=256, dropout=0.0)
-        return m, {"idx": torch.randint(0, 256, (8, 128)),
-                   "targets": torch.randint(0, 256, (8, 128))}
+        m = GPT(vocab=256, block_size=SEQ, n_layer=4, n_head=4, n_embd=256, dropout=0.0)
+        return m, {"idx": torch.randint(0, 256, (BATCH, SEQ)),
+                   "targets": torch.randint(0, 256, (BATCH, SEQ))}
     sys.exit(f"unknown model {name}")
 
 
@@ -213,9 +220,15 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="timed steps per round")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--compile", action="store_true", help="time torch.compile too")
+    ap.add_argument("--unfused", action="store_true",
+                    help="time cleave with --fused-attention=off too")
+    ap.add_argument("--seq", type=int, default=128, help="the token models' T")
+    ap.add_argument("--batch", type=int, default=8, help="the token models' batch")
     ap.add_argument("--keep", metavar="DIR",
                     help="write the exports, plans and data under DIR (for cleave-run --profile)")
     args = ap.parse_args()
+    global SEQ, BATCH
+    SEQ, BATCH = args.seq, args.batch
     tools = os.path.join(args.build, "tools")
     for t in ("cleavec", "cleave-run"):
         if not os.path.exists(os.path.join(tools, t)):
@@ -230,6 +243,8 @@ def main():
     head = f"{'model':16} {'torch ms':>9} {'cleave ms':>10} {'torch/cl':>8}"
     if args.compile:
         head += f" {'compile ms':>10} {'comp/cl':>7}"
+    if args.unfused:
+        head += f" {'unfused ms':>10} {'unf/cl':>6}"
     print(head + f" {'GFLOP':>6} {'cl GFLOP/s':>10} {'torch GF/s':>10}   first loss torch / cleave")
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
@@ -246,6 +261,11 @@ def main():
             plan = os.path.join(tmp, name + ".cplan")
             run([os.path.join(tools, "cleavec"), path, "--microbatches=1",
                  "--optimizer=sgd", f"--lr={args.lr}", "-o", plan])
+            unfused = os.path.join(tmp, name + "-unfused.cplan")
+            if args.unfused:
+                run([os.path.join(tools, "cleavec"), path, "--microbatches=1",
+                     "--optimizer=sgd", f"--lr={args.lr}", "--fused-attention=off",
+                     "-o", unfused])
             flops = training_flops(model, inputs)
             model.train()
             argv = tuple(inputs.values())
@@ -259,7 +279,7 @@ def main():
                 copt = torch.optim.SGD(compiled.parameters(), lr=args.lr)
                 frameworks["compile"] = lambda: torch_step(compiled, copt, argv)  # noqa: E731
                 torch_times(frameworks["compile"], WARMUP)
-            times = {k: [] for k in list(frameworks) + ["cleave"]}
+            times = {k: [] for k in list(frameworks) + ["cleave", "unfused"]}
             first_cleave = None
             for _ in range(args.rounds):
                 for k, f in frameworks.items():
@@ -267,10 +287,15 @@ def main():
                 ms, loss = cleave_times(tools, plan, data, args.threads, args.steps)
                 times["cleave"] += ms
                 first_cleave = loss
-            med = {k: statistics.median(v) for k, v in times.items()}
+                if args.unfused:
+                    times["unfused"] += cleave_times(tools, unfused, data, args.threads,
+                                                     args.steps)[0]
+            med = {k: statistics.median(v) for k, v in times.items() if v}
             line = f"{name:16} {med['torch']:9.2f} {med['cleave']:10.2f} {med['torch'] / med['cleave']:8.2f}"
             if args.compile:
                 line += f" {med['compile']:10.2f} {med['compile'] / med['cleave']:7.2f}"
+            if args.unfused:
+                line += f" {med['unfused']:10.2f} {med['unfused'] / med['cleave']:6.2f}"
             gf = flops / 1e9
             line += (f" {gf:6.2f} {gf / med['cleave'] * 1e3:10.1f} {gf / med['torch'] * 1e3:10.1f}"
                      f"   {first_torch:.4f} / {first_cleave:.4f}")

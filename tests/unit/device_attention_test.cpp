@@ -1,5 +1,7 @@
-// Fused attention's arithmetic (runtime/cuda/DeviceAttention.h), run by its
-// host loops, against a naive reference written here in double: the scores
+// Fused attention's arithmetic, run by the per-row functions' host loops
+// (runtime/cuda/DeviceAttention.h, the CUDA backend's) and by the CPU
+// backend's blocked kernels (runtime/cpu/Attention.cpp), each against a
+// naive reference written here in double: the scores
 // materialised, softmax, the products, and the gradients by the textbook
 // formulas (dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
 // dK = scale dS^T Q, dV = P^T dO, summed over each kv head's group). The
@@ -7,6 +9,7 @@
 // differences. The inputs are rounded to the element type first and the
 // reference reads those rounded values, so the comparison measures the
 // fused arithmetic alone.
+#include "runtime/FusedAttentionCall.h"
 #include "runtime/cuda/DeviceAttention.h"
 
 #include <gtest/gtest.h>
@@ -393,18 +396,24 @@ Tolerance toleranceOf(AttnElem e) {
 
 // Runs the fused forward and backward on the host and compares O, L and
 // all three gradients with the reference.
-Results checkAgainstReference(const Config &c) {
-  SCOPED_TRACE(::testing::Message()
-               << "B " << c.batch << " Hq " << c.queryHeads << " Hkv "
-               << c.kvHeads << " Tq " << c.queryLen << " Tk " << c.keyLen
-               << " D " << c.headDim << (c.causal ? " causal" : ""));
-  Problem p = makeProblem(c);
+// Which implementation runs the steps: the per-row functions' host loops
+// (the CUDA backend's arithmetic) or the CPU backend's blocked kernels.
+enum class Runner { Rows, CpuBlocks };
+
+Results checkOne(const Config &c, const Problem &p, const Results &want,
+                 Runner runner) {
+  SCOPED_TRACE(runner == Runner::Rows ? "rows" : "CPU blocks");
   Fused f;
   prepare(p, f);
   EXPECT_TRUE(attentionSupported(f.fwd.in));
-  runAttentionForwardOnHost(f.fwd);
-  runAttentionBackwardOnHost(f.bwd);
-  Results want = reference(p), got;
+  if (runner == Runner::Rows) {
+    runAttentionForwardOnHost(f.fwd);
+    runAttentionBackwardOnHost(f.bwd);
+  } else {
+    cleave::runtime::runAttentionForwardOnCpu(f.fwd);
+    cleave::runtime::runAttentionBackwardOnCpu(f.bwd);
+  }
+  Results got;
   got.o = logical(f.o, c.batch, c.queryHeads, c.queryLen, c.headDim,
                   p.qStrides);
   got.dq = logical(f.dq, c.batch, c.queryHeads, c.queryLen, c.headDim,
@@ -426,6 +435,17 @@ Results checkAgainstReference(const Config &c) {
   expectClose("dK", got.dk, want.dk, t.rel, t.floor);
   expectClose("dV", got.dv, want.dv, t.rel, t.floor);
   return got;
+}
+
+Results checkAgainstReference(const Config &c) {
+  SCOPED_TRACE(::testing::Message()
+               << "B " << c.batch << " Hq " << c.queryHeads << " Hkv "
+               << c.kvHeads << " Tq " << c.queryLen << " Tk " << c.keyLen
+               << " D " << c.headDim << (c.causal ? " causal" : ""));
+  Problem p = makeProblem(c);
+  Results want = reference(p);
+  checkOne(c, p, want, Runner::CpuBlocks);
+  return checkOne(c, p, want, Runner::Rows);
 }
 
 } // namespace

@@ -1,0 +1,88 @@
+// FusedAttention and FusedAttentionGrad through the CPU backend's kernel
+// calls (the values are checked against a double reference, through the
+// same blocked kernels, in device_attention_test.cpp): the bits do not
+// depend on the thread count, and the kernels refuse what they cannot do.
+#include "CpuKernelTesting.h"
+#include "ir/OpInfo.h"
+#include "runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+using namespace cleave;
+using runtime::TensorRef;
+using namespace cleave::testsupport::typed;
+
+namespace {
+
+// O, L, dQ, dK, dV of a causal, masked, grouped-query attention.
+template <typename T> struct Outputs {
+  Host<T> o, dq, dk, dv;
+  Host<T> lse;
+};
+
+template <typename T> Outputs<T> runOn(int threads) {
+  const int64_t B = 2, Hq = 4, Hkv = 2, Tq = 100, Tk = 100, D = 32;
+  Host<T> q = randomHost<T>({B, Hq, Tq, D}, 1, -2, 2),
+          k = randomHost<T>({B, Hkv, Tk, D}, 2, -2, 2),
+          v = randomHost<T>({B, Hkv, Tk, D}, 3),
+          mask = randomHost<T>({B, 1, Tq, Tk}, 4),
+          dout = randomHost<T>({B, Hq, Tq, D}, 5);
+  Outputs<T> r{Host<T>({B, Hq, Tq, D}), Host<T>({B, Hq, Tq, D}),
+               Host<T>({B, Hkv, Tk, D}), Host<T>({B, Hkv, Tk, D}),
+               Host<T>({B, Hq, Tq})};
+  ir::AttrMap attrs{{"scale", 0.2f}, {"causal", int64_t(1)}};
+  auto backend = runtime::createCpuBackend(threads);
+  std::vector<TensorRef> fin{q.ref(), k.ref(), v.ref(), mask.ref()},
+      fout{r.o.ref(), r.lse.ref()};
+  EXPECT_FALSE(bool(backend->run(
+      runtime::KernelCall{ir::OpKind::FusedAttention, attrs, fin, fout})));
+  std::vector<TensorRef> bin{dout.ref(), q.ref(),     k.ref(),   v.ref(),
+                             r.o.ref(),  r.lse.ref(), mask.ref()},
+      bout{r.dq.ref(), r.dk.ref(), r.dv.ref()};
+  EXPECT_FALSE(bool(backend->run(
+      runtime::KernelCall{ir::OpKind::FusedAttentionGrad, attrs, bin, bout})));
+  return r;
+}
+
+template <typename T> bool same(const Host<T> &a, const Host<T> &b) {
+  return a.data.size() == b.data.size() &&
+         std::memcmp(a.data.data(), b.data.data(),
+                     a.data.size() * sizeof(T)) == 0;
+}
+
+template <typename T> void expectSameOnThreads() {
+  testsupport::cpu(); // created first, so it does not reset the pools below
+  Outputs<T> one = runOn<T>(1);
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(threads);
+    Outputs<T> many = runOn<T>(threads);
+    EXPECT_TRUE(same(one.o, many.o));
+    EXPECT_TRUE(same(one.lse, many.lse));
+    EXPECT_TRUE(same(one.dq, many.dq));
+    EXPECT_TRUE(same(one.dk, many.dk));
+    EXPECT_TRUE(same(one.dv, many.dv));
+  }
+}
+
+TEST(CpuAttention, SameBitsOnOneTwoAndThreeThreadsF32) {
+  expectSameOnThreads<float>();
+}
+
+TEST(CpuAttention, SameBitsOnOneTwoAndThreeThreadsF64) {
+  expectSameOnThreads<double>();
+}
+
+TEST(CpuAttention, RefusesAHeadSizeAboveTheBound) {
+  Host<float> q({1, 1, 2, 300}), k({1, 1, 2, 300}), v({1, 1, 2, 300}),
+      o({1, 1, 2, 300}), lse({1, 1, 2});
+  ir::AttrMap attrs{{"scale", 1.0f}};
+  llvm::Error e = run(ir::OpKind::FusedAttention, attrs,
+                      {q.ref(), k.ref(), v.ref()}, {o.ref(), lse.ref()});
+  ASSERT_TRUE(bool(e));
+  EXPECT_NE(llvm::toString(std::move(e)).find("head size 300"),
+            std::string::npos);
+}
+
+} // namespace
