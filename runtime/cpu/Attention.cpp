@@ -10,10 +10,13 @@
 // the CPU's vector units busy. The sums are in another order than the
 // per-row functions', so the two backends agree to rounding, not bits.
 #include "runtime/FusedAttentionCall.h"
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/VectorMath.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace cleave::runtime {
@@ -23,6 +26,8 @@ namespace dev = cleave::runtime::cuda;
 using cpu::kernelError;
 using cpu::parallelFor;
 using cpu::parallelTasks;
+using cpu::expShifted;
+using cpu::expShiftedSum;
 
 dev::AttnElem attnElem(ir::DType t) {
   return t == ir::DType::F64    ? dev::AttnElem::F64
@@ -125,56 +130,60 @@ namespace {
 //
 // Flash-style: a task owns one block of output rows and walks the other
 // side's tiles in increasing order, so the bits do not depend on the thread
-// count or on which thread ran which task. Tiles are loaded (and converted
-// to the compute type T: float for f32 and bf16, double for f64) into
-// contiguous task-local buffers, so the products below are plain loops the
-// compiler vectorizes; with -ffp-contract=off every element is a sum in a
-// fixed order whatever the vector width (CLEAVE_VECTOR_CLONES).
+// count or on which thread ran which task. Each tile's products are GEMMs
+// on the calling thread (Blas.h's gemm: its bits depend on the shapes and
+// the library alone), in the compute type T (float for f32 and bf16,
+// double for f64), on the operands in place when they are already T with
+// contiguous rows, else on converted copies.
 
 constexpr int64_t kRows = 64;              // query rows of a block
 constexpr int64_t kKeys = dev::kAttnTile;  // keys of a tile
 
-// c[i][0..n) (+)= sum_k a[i][k] * b[k][0..n), k increasing, for i < m.
+// Rows [t0, t0 + n) of a [B, H, T, D] operand at (b, h) as an n x D
+// row-major matrix in T, and its leading dimension: the operand's own
+// memory when it is already T with contiguous rows, else converted into
+// `scratch`.
 template <class T>
-CLEAVE_VECTOR_CLONES void tileProduct(const T *a, int64_t lda, const T *b,
-                                      int64_t ldb, T *c, int64_t ldc,
-                                      int64_t m, int64_t k, int64_t n,
-                                      bool accumulate) {
-  for (int64_t i = 0; i < m; ++i) {
-    T *ci = c + i * ldc;
-    if (!accumulate)
-      std::fill_n(ci, n, T(0));
-    const T *ai = a + i * lda;
-    for (int64_t p = 0; p < k; ++p) {
-      const T x = ai[p];
-      const T *bp = b + p * ldb;
-      for (int64_t j = 0; j < n; ++j)
-        ci[j] += x * bp[j];
-    }
+const T *rowsOf(const dev::AttnInput &x, int64_t b, int64_t h, int64_t t0,
+                int64_t n, int64_t dim, T *scratch, int64_t &ld) {
+  const dev::AttnElem native =
+      std::is_same_v<T, double> ? dev::AttnElem::F64 : dev::AttnElem::F32;
+  if (x.elem == native && x.strides[3] == 1) {
+    ld = x.strides[2];
+    return static_cast<const T *>(x.data) + x.at(b, h, t0, 0);
   }
-}
-
-// Rows [t0, t0 + n) of a [B, H, T, D] operand at (b, h), as n x D (or
-// transposed, D x n, with leading dimension `ld`) in T.
-template <class T>
-void loadRows(const dev::AttnInput &x, int64_t b, int64_t h, int64_t t0,
-              int64_t n, int64_t dim, T *out, bool transposed, int64_t ld) {
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t d = 0; d < dim; ++d) {
-      T v = dev::attnRead<T>(x.data, x.elem, x.at(b, h, t0 + t, d));
-      (transposed ? out[d * ld + t] : out[t * ld + d]) = v;
-    }
+    for (int64_t d = 0; d < dim; ++d)
+      scratch[t * dim + d] =
+          dev::attnRead<T>(x.data, x.elem, x.at(b, h, t0 + t, d));
+  ld = dim;
+  return scratch;
 }
 
-// What one task's tiles need, allocated once per task.
+// A task's buffers, allocated once per task: converted operand tiles (when
+// they are not read in place), the tile's scores and score gradients, the
+// accumulators.
 template <class T> struct Tiles {
-  std::vector<T> q, dout, k, kt, v, vt, s, dp, acc, acc2, pt;
+  std::vector<T> q, dout, k, v, s, dp, acc, acc2;
   explicit Tiles(int64_t dim)
-      : q(kRows * dim), dout(kRows * dim), k(kKeys * dim), kt(dim * kKeys),
-        v(kKeys * dim), vt(dim * kKeys), s(kRows * kKeys), dp(kRows * kKeys),
-        acc(std::max(kRows, kKeys) * dim), acc2(kKeys * dim),
-        pt(kKeys * kRows) {}
+      : q(kRows * dim), dout(kRows * dim), k(kKeys * dim), v(kKeys * dim),
+        s(kRows * kKeys), dp(kRows * kKeys),
+        acc(std::max(kRows, kKeys) * dim), acc2(kKeys * dim) {}
 };
+
+// x[t] = exp(x[t] - shift) for t < n (hidden keys' -inf become 0) and the
+// sum of the results in double, with the vectorized exp (VectorMath.h).
+double expAndSum(float *x, int64_t n, float shift) {
+  return expShiftedSum(x, n, double(shift), x);
+}
+
+double expAndSum(double *x, int64_t n, double shift) {
+  expShifted(x, n, shift, 1.0, x);
+  double sum = 0;
+  for (int64_t t = 0; t < n; ++t)
+    sum += x[t];
+  return sum;
+}
 
 // The scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) from the
 // product q . k^T in `s` (ld kKeys): scaled, the mask added, hidden keys
@@ -183,21 +192,44 @@ template <class T>
 void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
                   int64_t i0, int64_t nr, int64_t j0, int64_t nc, T *s) {
   const T scale = T(a.scale);
+  const dev::AttnElem native =
+      std::is_same_v<T, double> ? dev::AttnElem::F64 : dev::AttnElem::F32;
+  // A mask row already in T and contiguous along the keys is added in one
+  // vectorizable loop; any other mask is read element by element.
+  const bool directBias = a.bias.data && a.bias.elem == native &&
+                          (a.bias.strides[3] == 1 || nc == 1);
   for (int64_t r = 0; r < nr; ++r) {
-    const int64_t i = i0 + r, end = dev::attentionKeyEnd(a, i);
+    const int64_t i = i0 + r;
+    // Keys [j0, j0 + seen) pass the causal rule.
+    const int64_t seen =
+        std::clamp<int64_t>(dev::attentionKeyEnd(a, i) - j0, 0, nc);
     T *row = s + r * kKeys;
-    for (int64_t t = 0; t < nc; ++t) {
-      const int64_t j = j0 + t;
-      if (j >= end || !dev::attentionKeeps(a, b, h, i, j)) {
-        row[t] = T(-INFINITY);
-        continue;
-      }
-      T v = row[t] * scale;
-      if (a.bias.data)
-        v += dev::attnRead<T>(a.bias.data, a.bias.elem, a.bias.at(b, h, i, j));
-      row[t] = v;
+    for (int64_t t = 0; t < seen; ++t)
+      row[t] *= scale;
+    if (directBias) {
+      const T *bias = static_cast<const T *>(a.bias.data) +
+                      a.bias.at(b, h, i, j0);
+      for (int64_t t = 0; t < seen; ++t)
+        row[t] += bias[t];
+    } else if (a.bias.data) {
+      for (int64_t t = 0; t < seen; ++t)
+        row[t] += dev::attnRead<T>(a.bias.data, a.bias.elem,
+                                   a.bias.at(b, h, i, j0 + t));
     }
+    if (a.keep.data)
+      for (int64_t t = 0; t < seen; ++t)
+        if (!dev::attentionKeeps(a, b, h, i, j0 + t))
+          row[t] = T(-INFINITY);
+    std::fill(row + seen, row + nc, T(-INFINITY));
   }
+}
+
+template <class T>
+void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+             const T *a, int64_t lda, const T *b, int64_t ldb, bool accumulate,
+             T *c, int64_t ldc) {
+  cpu::gemm<T>(transA, transB, m, n, k, T(1), a, lda, b, ldb,
+               accumulate ? T(1) : T(0), c, ldc);
 }
 
 template <class T>
@@ -208,7 +240,8 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
                 b = task / (blocks * a.queryHeads),
                 kvh = h / (a.queryHeads / a.kvHeads);
   const int64_t i0 = qb * kRows, nr = std::min(kRows, a.queryLen - i0);
-  loadRows(a.q, b, h, i0, nr, dim, w.q.data(), false, dim);
+  int64_t ldq, ldk, ldv;
+  const T *q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), ldq);
   std::fill_n(w.acc.data(), nr * dim, T(0));
   T m[kRows];
   double l[kRows];
@@ -217,9 +250,9 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
   const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
     const int64_t nc = std::min(kKeys, end - j0);
-    loadRows(a.k, b, kvh, j0, nc, dim, w.kt.data(), true, kKeys);
-    tileProduct(w.q.data(), dim, w.kt.data(), kKeys, w.s.data(), kKeys, nr,
-                dim, nc, false);
+    const T *k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), ldk);
+    product(false, true, nr, nc, dim, q, ldq, k, ldk, false, w.s.data(),
+            kKeys);
     finishScores(a, b, h, i0, nr, j0, nc, w.s.data());
     // Each row's online softmax: the tile's maximum, the rescaling of the
     // running sum and accumulator, the tile's probabilities (in s).
@@ -241,14 +274,11 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
           acc[d] *= rescale;
         m[r] = mNew;
       }
-      for (int64_t t = 0; t < nc; ++t) {
-        row[t] = row[t] == T(-INFINITY) ? T(0) : dev::attnExp(row[t] - mNew);
-        l[r] += double(row[t]);
-      }
+      l[r] += expAndSum(row, nc, mNew);
     }
-    loadRows(a.v, b, kvh, j0, nc, dim, w.v.data(), false, dim);
-    tileProduct(w.s.data(), kKeys, w.v.data(), dim, w.acc.data(), dim, nr, nc,
-                dim, true);
+    const T *v = rowsOf(a.v, b, kvh, j0, nc, dim, w.v.data(), ldv);
+    product(false, false, nr, dim, nc, w.s.data(), kKeys, v, ldv, true,
+            w.acc.data(), dim);
   }
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = i0 + r, row = (b * a.queryHeads + h) * a.queryLen + i;
@@ -261,37 +291,43 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
   }
 }
 
+// The operands of one (query tile, key tile) pair of the backward.
+template <class T> struct GradTile {
+  const T *q, *dout, *k, *v;
+  int64_t ldq, ldo, ldk, ldv;
+};
+
 // P (in s) and dS (in dp) of rows [i0, i0 + nr) at (b, h) against keys
-// [j0, j0 + nc): the scores recomputed from q and kt, P = exp(S - L),
-// dP = dO . v^T from dout and vt, dS = P (dP - Delta).
+// [j0, j0 + nc): the scores recomputed, P = exp(S - L), dP = dO V^T,
+// dS = P (dP - Delta).
 template <class T>
 void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
                    int64_t i0, int64_t nr, int64_t j0, int64_t nc,
-                   Tiles<T> &w) {
+                   const GradTile<T> &x, Tiles<T> &w) {
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim;
-  tileProduct(w.q.data(), dim, w.kt.data(), kKeys, w.s.data(), kKeys, nr, dim,
-              nc, false);
+  product(false, true, nr, nc, dim, x.q, x.ldq, x.k, x.ldk, false, w.s.data(),
+          kKeys);
   finishScores(a, b, h, i0, nr, j0, nc, w.s.data());
-  tileProduct(w.dout.data(), dim, w.vt.data(), kKeys, w.dp.data(), kKeys, nr,
-              dim, nc, false);
+  product(false, true, nr, nc, dim, x.dout, x.ldo, x.v, x.ldv, false,
+          w.dp.data(), kKeys);
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t row = (b * a.queryHeads + h) * a.queryLen + i0 + r;
     const T lse = dev::attnRead<T>(st.lse, st.lseElem, row);
     const double delta = st.delta[row];
     T *p = w.s.data() + r * kKeys, *ds = w.dp.data() + r * kKeys;
-    for (int64_t t = 0; t < nc; ++t) {
-      if (lse == T(-INFINITY) || p[t] == T(-INFINITY)) {
-        p[t] = ds[t] = T(0);
-        continue;
-      }
-      p[t] = dev::attnExp(p[t] - lse);
-      ds[t] = dev::attnScoreGrad(p[t], ds[t], delta);
+    if (lse == T(-INFINITY)) { // a row that sees no key
+      std::fill_n(p, nc, T(0));
+      std::fill_n(ds, nc, T(0));
+      continue;
     }
+    expShifted(p, nc, double(lse), 1.0, p); // hidden keys' -inf: 0
+    for (int64_t t = 0; t < nc; ++t)
+      ds[t] = dev::attnScoreGrad(p[t], ds[t], delta);
   }
 }
 
-// dQ of one block of query rows: dS . K over the keys in order, scaled.
+// dQ of one block of query rows: dS K over the keys in order, scaled.
 template <class T>
 void gradQBlock(const dev::AttentionGradStep &st, int64_t task, Tiles<T> &w) {
   const dev::AttentionOperands &a = st.in;
@@ -300,18 +336,18 @@ void gradQBlock(const dev::AttentionGradStep &st, int64_t task, Tiles<T> &w) {
                 b = task / (blocks * a.queryHeads),
                 kvh = h / (a.queryHeads / a.kvHeads);
   const int64_t i0 = qb * kRows, nr = std::min(kRows, a.queryLen - i0);
-  loadRows(a.q, b, h, i0, nr, dim, w.q.data(), false, dim);
-  loadRows(st.dOut, b, h, i0, nr, dim, w.dout.data(), false, dim);
+  GradTile<T> x;
+  x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
+  x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
   std::fill_n(w.acc.data(), nr * dim, T(0));
   const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
     const int64_t nc = std::min(kKeys, end - j0);
-    loadRows(a.k, b, kvh, j0, nc, dim, w.kt.data(), true, kKeys);
-    loadRows(a.v, b, kvh, j0, nc, dim, w.vt.data(), true, kKeys);
-    loadRows(a.k, b, kvh, j0, nc, dim, w.k.data(), false, dim);
-    scoreGradTile(st, b, h, i0, nr, j0, nc, w);
-    tileProduct(w.dp.data(), kKeys, w.k.data(), dim, w.acc.data(), dim, nr,
-                nc, dim, true);
+    x.k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), x.ldk);
+    x.v = rowsOf(a.v, b, kvh, j0, nc, dim, w.v.data(), x.ldv);
+    scoreGradTile(st, b, h, i0, nr, j0, nc, x, w);
+    product(false, false, nr, dim, nc, w.dp.data(), kKeys, x.k, x.ldk, true,
+            w.acc.data(), dim);
   }
   for (int64_t r = 0; r < nr; ++r)
     for (int64_t d = 0; d < dim; ++d)
@@ -330,8 +366,9 @@ void gradKVBlock(const dev::AttentionGradStep &st, int64_t task,
                 b = task / (blocks * a.kvHeads),
                 group = a.queryHeads / a.kvHeads;
   const int64_t j0 = kb * kKeys, nc = std::min(kKeys, a.keyLen - j0);
-  loadRows(a.k, b, kvh, j0, nc, dim, w.kt.data(), true, kKeys);
-  loadRows(a.v, b, kvh, j0, nc, dim, w.vt.data(), true, kKeys);
+  GradTile<T> x;
+  x.k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), x.ldk);
+  x.v = rowsOf(a.v, b, kvh, j0, nc, dim, w.v.data(), x.ldv);
   T *accK = w.acc.data(), *accV = w.acc2.data();
   std::fill_n(accK, nc * dim, T(0));
   std::fill_n(accV, nc * dim, T(0));
@@ -340,20 +377,13 @@ void gradKVBlock(const dev::AttentionGradStep &st, int64_t task,
     const int64_t h = kvh * group + g;
     for (int64_t i0 = begin; i0 < a.queryLen; i0 += kRows) {
       const int64_t nr = std::min(kRows, a.queryLen - i0);
-      loadRows(a.q, b, h, i0, nr, dim, w.q.data(), false, dim);
-      loadRows(st.dOut, b, h, i0, nr, dim, w.dout.data(), false, dim);
-      scoreGradTile(st, b, h, i0, nr, j0, nc, w);
-      // P^T, then dS^T, as [nc][nr] for the row-major products.
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t t = 0; t < nc; ++t)
-          w.pt[t * kRows + r] = w.s[r * kKeys + t];
-      tileProduct(w.pt.data(), kRows, w.dout.data(), dim, accV, dim, nc, nr,
-                  dim, true);
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t t = 0; t < nc; ++t)
-          w.pt[t * kRows + r] = w.dp[r * kKeys + t];
-      tileProduct(w.pt.data(), kRows, w.q.data(), dim, accK, dim, nc, nr, dim,
-                  true);
+      x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
+      x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
+      scoreGradTile(st, b, h, i0, nr, j0, nc, x, w);
+      product(true, false, nc, dim, nr, w.s.data(), kKeys, x.dout, x.ldo,
+              true, accV, dim);
+      product(true, false, nc, dim, nr, w.dp.data(), kKeys, x.q, x.ldq, true,
+              accK, dim);
     }
   }
   for (int64_t t = 0; t < nc; ++t)
