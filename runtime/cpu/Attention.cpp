@@ -136,8 +136,8 @@ namespace {
 // double for f64), on the operands in place when they are already T with
 // contiguous rows, else on converted copies.
 
-constexpr int64_t kRows = 64;              // query rows of a block
-constexpr int64_t kKeys = dev::kAttnTile;  // keys of a tile
+constexpr int64_t kRows = 128;             // query rows of a block
+constexpr int64_t kKeys = 128;             // keys of a tile
 
 // Rows [t0, t0 + n) of a [B, H, T, D] operand at (b, h) as an n x D
 // row-major matrix in T, and its leading dimension: the operand's own
@@ -184,6 +184,70 @@ double expAndSum(double *x, int64_t n, double shift) {
     sum += x[t];
   return sum;
 }
+
+// Whether no row of [i0, i0 + nr) sees any key of [j0, j0 + nc): the
+// causal rule, the boolean mask or a -inf mask hides all of the tile (a
+// causal mask exported as an additive bias, as transformers' models pass
+// it). Such a tile adds nothing forward or backward, and is skipped.
+bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
+                int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
+  if (dev::attentionKeyEnd(a, i0 + nr - 1) <= j0)
+    return true;
+  if (!a.bias.data && !a.keep.data)
+    return false;
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t i = i0 + r;
+    const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
+    for (int64_t j = j0; j < end; ++j) {
+      if (!dev::attentionKeeps(a, b, h, i, j))
+        continue;
+      if (!a.bias.data ||
+          dev::attnRead<double>(a.bias.data, a.bias.elem,
+                                a.bias.at(b, h, i, j)) != -INFINITY)
+        return false;
+    }
+  }
+  return true;
+}
+
+// tileHidden of every (query block, key tile) pair, worked out once per
+// call (a mask broadcast over the heads once for all of them).
+class HiddenTiles {
+public:
+  explicit HiddenTiles(const dev::AttentionOperands &a)
+      : a_(a), qBlocks_((a.queryLen + kRows - 1) / kRows),
+        kTiles_((a.keyLen + kKeys - 1) / kKeys) {
+    perHead_ = (a.bias.data && a.bias.strides[1] != 0) ||
+               (a.keep.data && a.keep.strides[1] != 0);
+    const int64_t heads = perHead_ ? a.queryHeads : 1;
+    hidden_.assign(size_t(a.batch * heads * qBlocks_ * kTiles_), 0);
+    parallelFor(int64_t(hidden_.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n) {
+        const int64_t kt = n % kTiles_, qb = n / kTiles_ % qBlocks_,
+                      h = n / (kTiles_ * qBlocks_) % heads,
+                      bb = n / (kTiles_ * qBlocks_ * heads);
+        const int64_t i0 = qb * kRows, j0 = kt * kKeys;
+        hidden_[size_t(n)] = tileHidden(a_, bb, h, i0,
+                                        std::min(kRows, a_.queryLen - i0), j0,
+                                        std::min(kKeys, a_.keyLen - j0));
+      }
+    });
+  }
+  // Rows from i0 (a multiple of kRows), keys from j0 (of kKeys).
+  bool operator()(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
+    const int64_t heads = perHead_ ? a_.queryHeads : 1;
+    const int64_t n =
+        ((b * heads + (perHead_ ? h : 0)) * qBlocks_ + i0 / kRows) * kTiles_ +
+        j0 / kKeys;
+    return hidden_[size_t(n)] != 0;
+  }
+
+private:
+  const dev::AttentionOperands &a_;
+  int64_t qBlocks_, kTiles_;
+  bool perHead_ = false;
+  std::vector<uint8_t> hidden_;
+};
 
 // The scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) from the
 // product q . k^T in `s` (ld kKeys): scaled, the mask added, hidden keys
@@ -233,7 +297,8 @@ void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 }
 
 template <class T>
-void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
+void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
+                  const HiddenTiles &hidden) {
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim, blocks = (a.queryLen + kRows - 1) / kRows;
   const int64_t qb = task % blocks, h = task / blocks % a.queryHeads,
@@ -250,6 +315,8 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w) {
   const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
     const int64_t nc = std::min(kKeys, end - j0);
+    if (hidden(b, h, i0, j0))
+      continue;
     const T *k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), ldk);
     product(false, true, nr, nc, dim, q, ldq, k, ldk, false, w.s.data(),
             kKeys);
@@ -327,88 +394,74 @@ void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
   }
 }
 
-// dQ of one block of query rows: dS K over the keys in order, scaled.
+// The gradients of one kv head and its group of query heads, (b, kvh):
+// for each block of keys in order, over the group's query heads in order
+// and their query tiles in order, the tile's P and dS (the scores
+// recomputed once), then dV += P^T dO, dK += dS^T Q (for the block) and
+// dQ += dS K (for the tile's rows, kept for the whole group until the
+// end). Five products a tile, no atomics: each sum has one order, so the
+// bits do not depend on threads. dK and dQ are scaled at the end.
 template <class T>
-void gradQBlock(const dev::AttentionGradStep &st, int64_t task, Tiles<T> &w) {
+void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
+                   Tiles<T> &w, std::vector<T> &dq, const HiddenTiles &hidden) {
   const dev::AttentionOperands &a = st.in;
-  const int64_t dim = a.headDim, blocks = (a.queryLen + kRows - 1) / kRows;
-  const int64_t qb = task % blocks, h = task / blocks % a.queryHeads,
-                b = task / (blocks * a.queryHeads),
-                kvh = h / (a.queryHeads / a.kvHeads);
-  const int64_t i0 = qb * kRows, nr = std::min(kRows, a.queryLen - i0);
-  GradTile<T> x;
-  x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
-  x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
-  std::fill_n(w.acc.data(), nr * dim, T(0));
-  const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
-  for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
-    const int64_t nc = std::min(kKeys, end - j0);
+  const int64_t dim = a.headDim, kvh = task % a.kvHeads,
+                b = task / a.kvHeads, group = a.queryHeads / a.kvHeads;
+  dq.assign(size_t(group * a.queryLen * dim), T(0));
+  for (int64_t j0 = 0; j0 < a.keyLen; j0 += kKeys) {
+    const int64_t nc = std::min(kKeys, a.keyLen - j0);
+    GradTile<T> x;
     x.k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), x.ldk);
     x.v = rowsOf(a.v, b, kvh, j0, nc, dim, w.v.data(), x.ldv);
-    scoreGradTile(st, b, h, i0, nr, j0, nc, x, w);
-    product(false, false, nr, dim, nc, w.dp.data(), kKeys, x.k, x.ldk, true,
-            w.acc.data(), dim);
-  }
-  for (int64_t r = 0; r < nr; ++r)
-    for (int64_t d = 0; d < dim; ++d)
-      dev::attnWrite(st.dq.data, st.dq.elem, st.dq.at(b, h, i0 + r, d),
-                     w.acc[r * dim + d] * T(a.scale));
-}
-
-// dK and dV of one block of keys: over the group's query heads, then the
-// query tiles in order, dV += P^T dO and dK += dS^T Q; dK scaled.
-template <class T>
-void gradKVBlock(const dev::AttentionGradStep &st, int64_t task,
-                 Tiles<T> &w) {
-  const dev::AttentionOperands &a = st.in;
-  const int64_t dim = a.headDim, blocks = (a.keyLen + kKeys - 1) / kKeys;
-  const int64_t kb = task % blocks, kvh = task / blocks % a.kvHeads,
-                b = task / (blocks * a.kvHeads),
-                group = a.queryHeads / a.kvHeads;
-  const int64_t j0 = kb * kKeys, nc = std::min(kKeys, a.keyLen - j0);
-  GradTile<T> x;
-  x.k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), x.ldk);
-  x.v = rowsOf(a.v, b, kvh, j0, nc, dim, w.v.data(), x.ldv);
-  T *accK = w.acc.data(), *accV = w.acc2.data();
-  std::fill_n(accK, nc * dim, T(0));
-  std::fill_n(accV, nc * dim, T(0));
-  const int64_t begin = dev::attentionQueryBegin(a, j0);
-  for (int64_t g = 0; g < group; ++g) {
-    const int64_t h = kvh * group + g;
-    for (int64_t i0 = begin; i0 < a.queryLen; i0 += kRows) {
-      const int64_t nr = std::min(kRows, a.queryLen - i0);
-      x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
-      x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
-      scoreGradTile(st, b, h, i0, nr, j0, nc, x, w);
-      product(true, false, nc, dim, nr, w.s.data(), kKeys, x.dout, x.ldo,
-              true, accV, dim);
-      product(true, false, nc, dim, nr, w.dp.data(), kKeys, x.q, x.ldq, true,
-              accK, dim);
+    T *accK = w.acc.data(), *accV = w.acc2.data();
+    std::fill_n(accK, nc * dim, T(0));
+    std::fill_n(accV, nc * dim, T(0));
+    const int64_t begin = dev::attentionQueryBegin(a, j0);
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kvh * group + g;
+      for (int64_t i0 = begin - begin % kRows; i0 < a.queryLen; i0 += kRows) {
+        const int64_t nr = std::min(kRows, a.queryLen - i0);
+        if (hidden(b, h, i0, j0))
+          continue;
+        x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
+        x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
+        scoreGradTile(st, b, h, i0, nr, j0, nc, x, w);
+        product(true, false, nc, dim, nr, w.s.data(), kKeys, x.dout, x.ldo,
+                true, accV, dim);
+        product(true, false, nc, dim, nr, w.dp.data(), kKeys, x.q, x.ldq,
+                true, accK, dim);
+        product(false, false, nr, dim, nc, w.dp.data(), kKeys, x.k, x.ldk,
+                true, dq.data() + (g * a.queryLen + i0) * dim, dim);
+      }
     }
+    for (int64_t t = 0; t < nc; ++t)
+      for (int64_t d = 0; d < dim; ++d) {
+        dev::attnWrite(st.dk.data, st.dk.elem, st.dk.at(b, kvh, j0 + t, d),
+                       accK[t * dim + d] * T(a.scale));
+        dev::attnWrite(st.dv.data, st.dv.elem, st.dv.at(b, kvh, j0 + t, d),
+                       accV[t * dim + d]);
+      }
   }
-  for (int64_t t = 0; t < nc; ++t)
-    for (int64_t d = 0; d < dim; ++d) {
-      dev::attnWrite(st.dk.data, st.dk.elem, st.dk.at(b, kvh, j0 + t, d),
-                     accK[t * dim + d] * T(a.scale));
-      dev::attnWrite(st.dv.data, st.dv.elem, st.dv.at(b, kvh, j0 + t, d),
-                     accV[t * dim + d]);
-    }
+  for (int64_t g = 0; g < group; ++g)
+    for (int64_t i = 0; i < a.queryLen; ++i)
+      for (int64_t d = 0; d < dim; ++d)
+        dev::attnWrite(st.dq.data, st.dq.elem,
+                       st.dq.at(b, kvh * group + g, i, d),
+                       dq[(g * a.queryLen + i) * dim + d] * T(a.scale));
 }
 
 int64_t queryTasks(const dev::AttentionOperands &a) {
   return a.batch * a.queryHeads * ((a.queryLen + kRows - 1) / kRows);
 }
 
-int64_t keyTasks(const dev::AttentionOperands &a) {
-  return a.batch * a.kvHeads * ((a.keyLen + kKeys - 1) / kKeys);
-}
 
 // Each task a block (its own buffers), taken by whichever thread is free:
 // under the causal rule later blocks have more keys to see.
 template <class T> void forward(const dev::AttentionStep &s) {
+  const HiddenTiles hidden(s.in);
   parallelTasks(queryTasks(s.in), [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
-    forwardBlock(s, t, w);
+    forwardBlock(s, t, w, hidden);
   });
 }
 
@@ -419,14 +472,11 @@ template <class T> void backward(const dev::AttentionGradStep &s) {
                 for (int64_t r = b; r < e; ++r)
                   dev::attentionDeltaRow(s, r);
               });
-  // dQ blocks and dK/dV blocks are independent of each other: one range.
-  const int64_t nq = queryTasks(s.in), nk = keyTasks(s.in);
-  parallelTasks(nq + nk, [&](int64_t t) {
+  const HiddenTiles hidden(s.in);
+  parallelTasks(s.in.batch * s.in.kvHeads, [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
-    if (t < nq)
-      gradQBlock(s, t, w);
-    else
-      gradKVBlock(s, t - nq, w);
+    std::vector<T> dq;
+    gradHeadGroup(s, t, w, dq, hidden);
   });
 }
 
