@@ -5,9 +5,10 @@
 // a row and the host compiler compiles for the emulated backend's loops
 // (runAttentionForwardOnHost / runAttentionBackwardOnHost below), so the
 // formulas are tested on any machine; what only a GPU can test is the launch
-// around them. Nothing lowers to it yet: docs/design/fused-attention.md says
-// what is left (the IR op and its recognition, the CPU kernel, the CUDA
-// launch, the cost model).
+// around them. The CUDA backend lowers FusedAttention and its gradient to
+// these functions (runtime/cuda/Lowering.cpp, CudaKernels.cu); the CPU
+// backend's blocked kernels share the masks, loads and stores here
+// (runtime/cpu/Attention.cpp; docs/design/fused-attention.md).
 //
 // Semantics: PyTorch's scaled_dot_product_attention, as exporters emit it.
 // Q [B, Hq, Tq, D], K and V [B, Hkv, Tk, D] with Hq a multiple of Hkv; query
