@@ -12,7 +12,9 @@
 //   O = MatMul(P, V)
 //
 // becomes one FusedAttention(Q, K, V[, mask]) {scale = c1 c2 c3}, whose
-// kernels never hold the scores (docs/design/fused-attention.md). K is
+// kernels never hold the scores (docs/design/fused-attention.md). K and V
+// repeated for grouped-query heads (Unsqueeze, Expand, Reshape) are read
+// unrepeated. K is
 // found under Kt when Kt is a Transpose of the last two axes, or the
 // dynamo exporter's Reshape-Transpose-Reshape of them; otherwise a
 // Transpose of Kt is inserted.
@@ -109,6 +111,31 @@ Value *transposedFrom(Value *kt) {
           ir::Shape{ks[0] * ks[1], ks[2], ks[3]})
     return nullptr;
   return k;
+}
+
+// The kv heads under a grouped-query repeat: x [B, H * g, T, D] made as
+// Reshape(Expand(Unsqueeze(y) {axes = [2]}) to [B, H, g, T, D]) from y
+// [B, H, T, D] (transformers' repeat_kv, opset 23 Attention's body): query
+// head h reads kv head h / g, as the fused op does. Null otherwise.
+Value *unrepeated(Value *x) {
+  Op *reshape = x->definingOp();
+  if (!reshape || reshape->kind() != OpKind::Reshape)
+    return nullptr;
+  Op *expand = reshape->operand(0)->definingOp();
+  if (!expand || expand->kind() != OpKind::Expand)
+    return nullptr;
+  Op *unsqueeze = expand->operand(0)->definingOp();
+  if (!unsqueeze || unsqueeze->kind() != OpKind::Unsqueeze ||
+      unsqueeze->getInts("axes") != std::vector<int64_t>{2})
+    return nullptr;
+  Value *y = unsqueeze->operand(0);
+  const ir::Shape &ys = y->type().shape, &xs = x->type().shape,
+                  &es = expand->result()->type().shape;
+  if (ys.size() != 4 || xs.size() != 4 || es.size() != 5 || es[0] != ys[0] ||
+      es[1] != ys[1] || es[3] != ys[2] || es[4] != ys[3] ||
+      xs != ir::Shape{ys[0], ys[1] * es[2], ys[2], ys[3]})
+    return nullptr;
+  return y;
 }
 
 // Whether `v` is computed from a parameter (a trainable tensor).
@@ -222,6 +249,15 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
       vt.shape[3] != qt.shape[3] || qt.shape[3] > kMaxFusedHeadDim ||
       qt.shape[3] < 1)
     return std::nullopt;
+  // Grouped-query attention: K and V read with their kv heads, not
+  // repeated (the kernels map query heads onto them).
+  if (m.k) {
+    Value *k = unrepeated(m.k), *v = unrepeated(m.v);
+    if (k && v && k->type() == v->type()) {
+      m.k = k;
+      m.v = v;
+    }
+  }
   if (m.mask) {
     llvm::DenseSet<const Value *> seen;
     ir::Shape scoreShape = s->type().shape;
