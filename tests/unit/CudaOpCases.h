@@ -374,6 +374,21 @@ inline std::vector<Case> productCases() {
                    {f32({3, 5}), f32({5, 4})}, {f32({3, 4})}, 1e-5});
   cases.push_back({"gemm bf16", OpKind::Gemm, gemmAttrs(0, 1),
                    {bf16({3, 8}), bf16({4, 8}), bf16({4})}, {bf16({3, 4})}, 8e-3});
+  // Fused attention: causal, a mask broadcast over the heads, 4 query heads
+  // over 2 kv heads. The CUDA backend's per-row functions against the
+  // CPU's blocked kernels (other sums' orders: a tolerance). The gradient
+  // reads random O and L: the formula, not a consistent backward.
+  ir::AttrMap attn = {{"scale", 0.35f}, {"causal", int64_t(1)}};
+  cases.push_back({"fused attention", OpKind::FusedAttention, attn,
+                   {f32({2, 4, 20, 8}), f32({2, 2, 20, 8}), f32({2, 2, 20, 8}),
+                    f32({2, 1, 20, 20})},
+                   {f32({2, 4, 20, 8}), f32({2, 4, 20})}, 1e-5});
+  cases.push_back({"fused attention grad", OpKind::FusedAttentionGrad, attn,
+                   {f32({2, 4, 20, 8}), f32({2, 4, 20, 8}), f32({2, 2, 20, 8}),
+                    f32({2, 2, 20, 8}), f32({2, 4, 20, 8}),
+                    f32({2, 4, 20}, Fill::Wide), f32({2, 1, 20, 20})},
+                   {f32({2, 4, 20, 8}), f32({2, 2, 20, 8}), f32({2, 2, 20, 8})},
+                   1e-4});
   return cases;
 }
 
