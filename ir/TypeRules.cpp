@@ -269,9 +269,12 @@ Types attention(const TypeQuery &q) {
     bool fits = s && *s == scores;
     if (!s)
       llvm::consumeError(s.takeError());
-    if (mask.dtype != qt.dtype || !fits)
-      return err("the mask {0} must be {1} and broadcast to the scores {2}",
-                 mask.str(), dtypeName(qt.dtype), shapeStr(scores));
+    bool kernelType = mask.dtype == DType::F32 || mask.dtype == DType::F64 ||
+                      mask.dtype == DType::BF16;
+    if (!kernelType || !fits)
+      return err("the mask {0} must be f32, f64 or bf16 and broadcast to the "
+                 "scores {1}",
+                 mask.str(), shapeStr(scores));
   }
   Shape rows(qt.shape.begin(), qt.shape.begin() + 3);
   DType lse = qt.dtype == DType::F64 ? DType::F64 : DType::F32;

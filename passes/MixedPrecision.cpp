@@ -1,5 +1,6 @@
 // mixed-precision: with `--precision bf16`, the matrix products and
-// convolutions (MatMul, Gemm, Conv) of the forward graph read bf16 operands
+// convolutions (MatMul, Gemm, Conv) and fused attention (its Q, K, V) of
+// the forward graph read bf16 operands
 // and write a bf16 result, which is cast back to f32 for the ops after it.
 // Everything else (normalizations, softmax, the loss, the optimizer) stays
 // f32, and so do the parameters: the master weights are f32 and each GEMM
@@ -25,9 +26,16 @@ namespace cleave::passes {
 using ir::DType;
 using ir::OpKind;
 
-// The ops whose float operands become bf16.
+// The ops whose float operands become bf16: the products, and fused
+// attention (its Q, K and V; the mask stays f32, as the unfused attention
+// adds it to f32 scores).
 static bool runsInBf16(OpKind k) {
-  return k == OpKind::MatMul || k == OpKind::Gemm || k == OpKind::Conv;
+  return k == OpKind::MatMul || k == OpKind::Gemm || k == OpKind::Conv ||
+         k == OpKind::FusedAttention;
+}
+
+static bool castsOperand(const ir::Op &op, unsigned i) {
+  return op.kind() != OpKind::FusedAttention || i < 3;
 }
 
 llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx) {
@@ -51,8 +59,7 @@ llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx) {
 
   std::vector<ir::Op *> products;
   for (const auto &op : g.ops())
-    if (runsInBf16(op->kind()) && op->numResults() == 1 &&
-        op->result()->type().dtype == DType::F32)
+    if (runsInBf16(op->kind()) && op->result()->type().dtype == DType::F32)
       products.push_back(op.get());
 
   llvm::DenseMap<ir::Value *, ir::Value *> castOf; // f32 value -> its bf16
@@ -73,13 +80,37 @@ llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx) {
 
   for (ir::Op *op : products) {
     std::vector<ir::Value *> operands;
-    for (ir::Value *v : op->operands())
-      operands.push_back(v && v->type().dtype == DType::F32 ? toBf16(v, op)
-                                                            : v);
+    std::vector<ir::TensorType> types;
+    for (unsigned i = 0; i < op->numOperands(); ++i) {
+      ir::Value *v = op->operand(i);
+      operands.push_back(v && v->type().dtype == DType::F32 &&
+                                 castsOperand(*op, i)
+                             ? toBf16(v, op)
+                             : v);
+      types.push_back(operands.back()->type());
+    }
     ir::Value *old = op->result();
-    ir::Op *product = g.insertOpBefore(
-        op, op->kind(), operands, {ir::TensorType(DType::BF16, old->type().shape)},
-        {g.uniqueName(old->name() + ".bf16")}, op->attrs(), op->loc());
+    // Result 0 in bf16; the others (fused attention's logsumexp) as the
+    // type rule gives them for bf16 operands.
+    auto resultTypes = ir::inferResultTypes(op->kind(), types, op->attrs(),
+                                            op->numResults());
+    if (!resultTypes)
+      return resultTypes.takeError();
+    std::vector<std::string> names{g.uniqueName(old->name() + ".bf16")};
+    for (unsigned i = 1; i < op->numResults(); ++i)
+      names.push_back(g.uniqueName(op->result(i)->name() + ".bf16"));
+    ir::Op *product = g.insertOpBefore(op, op->kind(), operands, *resultTypes,
+                                       names, op->attrs(), op->loc());
+    std::vector<std::string> others;
+    for (unsigned i = 1; i < op->numResults(); ++i) {
+      if (product->result(i)->type() != op->result(i)->type())
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "mixed-precision: %s's result %u changes type in bf16",
+            std::string(op->info().name).c_str(), i);
+      others.push_back(op->result(i)->name());
+      g.replaceAllUsesWith(op->result(i), product->result(i));
+    }
     ir::Value *back =
         g.insertOpBefore(op, OpKind::Cast, {product->result()},
                          {old->type()}, {g.uniqueName(old->name() + ".f32")},
@@ -89,6 +120,8 @@ llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx) {
     g.replaceAllUsesWith(old, back);
     g.eraseOp(op);
     g.rename(back, name);
+    for (unsigned i = 1; i < product->numResults(); ++i)
+      g.rename(product->result(i), others[i - 1]);
   }
   return !products.empty();
 }

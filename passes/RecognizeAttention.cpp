@@ -265,7 +265,8 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
     bool fits = b && *b == scoreShape;
     if (!b)
       llvm::consumeError(b.takeError());
-    if (m.mask->type().dtype != qt.dtype || !fits ||
+    if (!fusable(ir::TensorType(m.mask->type().dtype, {1, 1, 1, 1})) ||
+        !fits ||
         dependsOnParam(m.mask, seen))
       return std::nullopt;
   }
