@@ -389,6 +389,21 @@ inline std::vector<Case> productCases() {
                     f32({2, 4, 20}, Fill::Wide), f32({2, 1, 20, 20})},
                    {f32({2, 4, 20, 8}), f32({2, 2, 20, 8}), f32({2, 2, 20, 8})},
                    1e-4});
+  // Not causal, no mask, one head per kv head, in bf16 (the same float
+  // arithmetic on widened operands; the results rounded to bf16 once).
+  ir::AttrMap plain = {{"scale", 0.35f}};
+  cases.push_back({"fused attention bf16", OpKind::FusedAttention, plain,
+                   {bf16({1, 2, 70, 16}), bf16({1, 2, 70, 16}),
+                    bf16({1, 2, 70, 16})},
+                   {bf16({1, 2, 70, 16}), f32({1, 2, 70})}, 8e-3});
+  cases.push_back({"fused attention grad bf16", OpKind::FusedAttentionGrad,
+                   plain,
+                   {bf16({1, 2, 70, 16}), bf16({1, 2, 70, 16}),
+                    bf16({1, 2, 70, 16}), bf16({1, 2, 70, 16}),
+                    bf16({1, 2, 70, 16}), f32({1, 2, 70}, Fill::Wide)},
+                   {bf16({1, 2, 70, 16}), bf16({1, 2, 70, 16}),
+                    bf16({1, 2, 70, 16})},
+                   8e-3});
   return cases;
 }
 
