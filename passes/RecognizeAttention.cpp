@@ -53,13 +53,6 @@ struct Match {
   double scale = 1;
 };
 
-// The op making `v` when it is `kind` and `v` has no other use.
-Op *interior(const ir::Graph &g, Value *v, OpKind kind) {
-  Op *def = v->definingOp();
-  if (!def || def->kind() != kind || v->uses().size() != 1 || g.isPinned(v))
-    return nullptr;
-  return def;
-}
 
 // `v` = x * c, c * x or x / c with c a scalar constant: x, and the factor
 // folded into `scale`. Otherwise `v` itself. With `single`, x * c must be

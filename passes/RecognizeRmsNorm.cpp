@@ -31,13 +31,6 @@ struct Match {
   double epsilon = 0;
 };
 
-// The op making `v` when it is `kind` and `v` has no other use.
-Op *interior(const ir::Graph &g, Value *v, OpKind kind) {
-  Op *def = v->definingOp();
-  if (!def || def->kind() != kind || v->uses().size() != 1 || g.isPinned(v))
-    return nullptr;
-  return def;
-}
 
 // mean(x^2) + eps under `s` = Sqrt(...); fills x (or checks it) and eps.
 bool matchSqrt(const ir::Graph &g, Value *s, Match &m) {

@@ -1,5 +1,6 @@
-// The value of a one-element float constant, for the passes that recognize
-// spelled-out ops by their constants (recognize-gelu, recognize-rms-norm).
+// What the passes that recognize spelled-out ops share (recognize-gelu,
+// recognize-rms-norm, recognize-attention): a one-element float constant's
+// value, and the interior nodes of the trees they replace.
 #pragma once
 
 #include "ir/Graph.h"
@@ -19,6 +20,16 @@ inline std::optional<double> scalarConstant(const ir::Value *v) {
     return std::nullopt;
   }
   return v->data()->getDouble(0);
+}
+
+// The op making `v` when it is of `kind` and `v` has no other use (and is
+// not an output, update or stash entry): an interior node of a tree a
+// recognizing pass may replace.
+inline ir::Op *interior(const ir::Graph &g, ir::Value *v, ir::OpKind kind) {
+  ir::Op *def = v->definingOp();
+  if (!def || def->kind() != kind || v->uses().size() != 1 || g.isPinned(v))
+    return nullptr;
+  return def;
 }
 
 } // namespace cleave::passes

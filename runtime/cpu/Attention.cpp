@@ -47,20 +47,21 @@ void fillStrides(Strided &s, llvm::ArrayRef<int64_t> shape) {
   }
 }
 
+// A tensor as an operand (AttnInput) or result (AttnOutput) of the steps.
+template <class Operand> Operand operandOf(const TensorRef &t) {
+  Operand x;
+  x.data = t.data;
+  x.elem = attnElem(t.dtype);
+  fillStrides(x, t.shape);
+  return x;
+}
+
 dev::AttnInput input(const TensorRef &t) {
-  dev::AttnInput in;
-  in.data = t.data;
-  in.elem = attnElem(t.dtype);
-  fillStrides(in, t.shape);
-  return in;
+  return operandOf<dev::AttnInput>(t);
 }
 
 dev::AttnOutput output(const TensorRef &t) {
-  dev::AttnOutput out;
-  out.data = t.data;
-  out.elem = attnElem(t.dtype);
-  fillStrides(out, t.shape);
-  return out;
+  return operandOf<dev::AttnOutput>(t);
 }
 
 // Q, K, V and the optional mask at `first` in the call's inputs.
