@@ -251,12 +251,13 @@ private:
 };
 
 // The scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) from the
-// product q . k^T in `s` (ld kKeys): scaled, the mask added, hidden keys
-// -inf (the causal rule, the boolean mask).
+// scaled product in `s` (ld kKeys): the mask added, hidden keys -inf (the
+// causal rule, the boolean mask); with `rowMax`, each row's largest score
+// (NaN wins).
 template <class T>
 void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
-                  int64_t i0, int64_t nr, int64_t j0, int64_t nc, T *s) {
-  const T scale = T(a.scale);
+                  int64_t i0, int64_t nr, int64_t j0, int64_t nc, T *s,
+                  T *rowMax) {
   const dev::AttnElem native =
       std::is_same_v<T, double> ? dev::AttnElem::F64 : dev::AttnElem::F32;
   // A mask row already in T and contiguous along the keys is added in one
@@ -269,8 +270,6 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
     const int64_t seen =
         std::clamp<int64_t>(dev::attentionKeyEnd(a, i) - j0, 0, nc);
     T *row = s + r * kKeys;
-    for (int64_t t = 0; t < seen; ++t)
-      row[t] *= scale;
     if (directBias) {
       const T *bias = static_cast<const T *>(a.bias.data) +
                       a.bias.at(b, h, i, j0);
@@ -286,14 +285,22 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
         if (!dev::attentionKeeps(a, b, h, i, j0 + t))
           row[t] = T(-INFINITY);
     std::fill(row + seen, row + nc, T(-INFINITY));
+    if (rowMax) {
+      T m = T(-INFINITY);
+      for (int64_t t = 0; t < seen; ++t)
+        m = dev::attnMax(row[t], m);
+      rowMax[r] = m;
+    }
   }
 }
 
+// Row-major C = alpha A op(B) (+ C): the tiles' products on the calling
+// thread.
 template <class T>
 void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
              const T *a, int64_t lda, const T *b, int64_t ldb, bool accumulate,
-             T *c, int64_t ldc) {
-  cpu::gemm<T>(transA, transB, m, n, k, T(1), a, lda, b, ldb,
+             T *c, int64_t ldc, T alpha = T(1)) {
+  cpu::gemm<T>(transA, transB, m, n, k, alpha, a, lda, b, ldb,
                accumulate ? T(1) : T(0), c, ldc);
 }
 
@@ -320,15 +327,14 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
       continue;
     const T *k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), ldk);
     product(false, true, nr, nc, dim, q, ldq, k, ldk, false, w.s.data(),
-            kKeys);
-    finishScores(a, b, h, i0, nr, j0, nc, w.s.data());
+            kKeys, T(a.scale));
+    T rowMax[kRows];
+    finishScores(a, b, h, i0, nr, j0, nc, w.s.data(), rowMax);
     // Each row's online softmax: the tile's maximum, the rescaling of the
     // running sum and accumulator, the tile's probabilities (in s).
     for (int64_t r = 0; r < nr; ++r) {
       T *row = w.s.data() + r * kKeys;
-      T tileMax = T(-INFINITY);
-      for (int64_t t = 0; t < nc; ++t)
-        tileMax = dev::attnMax(row[t], tileMax);
+      const T tileMax = rowMax[r];
       if (tileMax == T(-INFINITY)) {
         std::fill_n(row, nc, T(0));
         continue;
@@ -375,8 +381,8 @@ void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim;
   product(false, true, nr, nc, dim, x.q, x.ldq, x.k, x.ldk, false, w.s.data(),
-          kKeys);
-  finishScores(a, b, h, i0, nr, j0, nc, w.s.data());
+          kKeys, T(a.scale));
+  finishScores(a, b, h, i0, nr, j0, nc, w.s.data(), static_cast<T *>(nullptr));
   product(false, true, nr, nc, dim, x.dout, x.ldo, x.v, x.ldv, false,
           w.dp.data(), kKeys);
   for (int64_t r = 0; r < nr; ++r) {
