@@ -5,9 +5,9 @@
 // stores this file shares): an online softmax over key tiles, the Tq x Tk
 // scores never stored, the backward recomputing each tile's scores from the
 // forward's logsumexp. The GPU's arithmetic goes one row a thread; here a
-// task takes a block of 64 query rows (or, for dK and dV, of 64 keys) and
-// does each tile's work as small row-major products, the form that keeps
-// the CPU's vector units busy. The sums are in another order than the
+// forward task takes a block of 128 query rows and a backward task one kv
+// head with its query heads, and each tile's work is GEMMs, the form that
+// keeps the CPU's vector units busy. The sums are in another order than the
 // per-row functions', so the two backends agree to rounding, not bits.
 #include "runtime/FusedAttentionCall.h"
 #include "runtime/cpu/Blas.h"
@@ -150,7 +150,9 @@ const T *rowsOf(const dev::AttnInput &x, int64_t b, int64_t h, int64_t t0,
   const dev::AttnElem native =
       std::is_same_v<T, double> ? dev::AttnElem::F64 : dev::AttnElem::F32;
   if (x.elem == native && x.strides[3] == 1) {
-    ld = x.strides[2];
+    // A length-1 axis has stride 0 (fillStrides): a lone row's leading
+    // dimension only has to be legal for the GEMM.
+    ld = n == 1 ? dim : x.strides[2];
     return static_cast<const T *>(x.data) + x.at(b, h, t0, 0);
   }
   for (int64_t t = 0; t < n; ++t)

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 using namespace cleave;
@@ -72,6 +73,37 @@ TEST(CpuAttention, SameBitsOnOneTwoAndThreeThreadsF32) {
 
 TEST(CpuAttention, SameBitsOnOneTwoAndThreeThreadsF64) {
   expectSameOnThreads<double>();
+}
+
+// One query row (and one key): a length-1 axis has stride 0 in the
+// kernels' views, and the products still get legal leading dimensions.
+TEST(CpuAttention, OneQueryRowAndOneKey) {
+  for (int64_t tk : {1, 3}) {
+    SCOPED_TRACE(tk);
+    const int64_t D = 4;
+    Host<float> q = randomHost<float>({1, 1, 1, D}, 1),
+                k = randomHost<float>({1, 1, tk, D}, 2),
+                v = randomHost<float>({1, 1, tk, D}, 3), o({1, 1, 1, D}),
+                lse({1, 1, 1});
+    ir::AttrMap attrs{{"scale", 0.5f}};
+    ASSERT_FALSE(bool(run(ir::OpKind::FusedAttention, attrs,
+                          {q.ref(), k.ref(), v.ref()}, {o.ref(), lse.ref()})));
+    std::vector<double> p(static_cast<size_t>(tk)),
+        want(static_cast<size_t>(D), 0.0);
+    double sum = 0;
+    for (int64_t j = 0; j < tk; ++j) {
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d)
+        dot += double(q.data[d]) * k.data[size_t(j * D + d)];
+      p[size_t(j)] = std::exp(0.5 * dot);
+      sum += p[size_t(j)];
+    }
+    for (int64_t j = 0; j < tk; ++j)
+      for (int64_t d = 0; d < D; ++d)
+        want[size_t(d)] += p[size_t(j)] / sum * v.data[size_t(j * D + d)];
+    expectClose(o.data, want, 1e-5);
+    EXPECT_NEAR(lse.data[0], std::log(sum), 1e-5);
+  }
 }
 
 TEST(CpuAttention, RefusesAHeadSizeAboveTheBound) {
