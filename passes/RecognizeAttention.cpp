@@ -5,14 +5,19 @@
 //
 //   S = MatMul(Q * c1, Kt * c2)        Kt = K transposed, c1 c2 optional
 //   S = S * c3  or  S / c3             optional
-//   S = S + mask                       optional, either operand order
+//   S = S + mask                       optional, either operand order, or
+//   S = Where(hide, fill, S)           masked_fill(hide, -inf) (nanoGPT's),
+//   S = Where(keep, S, fill)           fill -inf or the lowest float
 //   P = Softmax(S, axis -1)
 //   P = Where(IsNaN(P), 0, P)          optional (SDPA's safe softmax), or
 //   P = Where(ReduceMax(mask) == -inf, 0, P)    (opset 23 Attention's)
 //   O = MatMul(P, V)
 //
 // becomes one FusedAttention(Q, K, V[, mask]) {scale = c1 c2 c3}, whose
-// kernels never hold the scores (docs/design/fused-attention.md). K and V
+// kernels never hold the scores (docs/design/fused-attention.md). A
+// masked_fill becomes the additive mask that equals it, Where(hide, fill,
+// 0): a score plus the fill rounds to the fill, so every row's softmax,
+// a row that sees no key included, is the same. K and V
 // repeated for grouped-query heads (Unsqueeze, Expand, Reshape) are read
 // unrepeated. K is
 // found under Kt when Kt is a Transpose of the last two axes, or the
@@ -36,6 +41,9 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
 #include <optional>
 
 namespace cleave::passes {
@@ -50,6 +58,11 @@ constexpr int64_t kMaxFusedHeadDim = 256; // the kernels' per-row arrays
 struct Match {
   Value *q = nullptr, *kt = nullptr, *k = nullptr, *v = nullptr;
   Value *mask = nullptr;
+  // masked_fill: the boolean condition, the fill, and whether true hides
+  // (Where(hide, fill, S)) or keeps (Where(keep, S, fill)); `mask` is null.
+  Value *fillCond = nullptr;
+  double fill = 0;
+  bool hideWhereTrue = true;
   double scale = 1;
 };
 
@@ -73,6 +86,15 @@ Value *unscale(const ir::Graph &g, Value *v, double &scale, bool single) {
       return def->operand(0);
     }
   return v;
+}
+
+// Whether a masked_fill with `fill` hides a key as an additive -inf does:
+// -inf itself, or a fill at or below the lowest f32 (torch.finfo.min),
+// which absorbs any score added to it (any below 1e30 in magnitude), so
+// Where(hide, fill, S) equals S + Where(hide, fill, 0) bit for bit, a row
+// that sees no key included.
+bool hidesLikeInfinity(double fill) {
+  return fill <= -double(std::numeric_limits<float>::max());
 }
 
 bool isPerm(const Op *op, std::initializer_list<int64_t> perm) {
@@ -205,26 +227,47 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
   int64_t rank = int64_t(s->type().rank()), axis = softmax->getInt("axis");
   if (rank != 4 || (axis != -1 && axis != 3))
     return std::nullopt;
-  // The mask: one operand of an Add, the other the score chain.
+  // The score product under `x`, through its optional scaling.
+  auto scoresUnder = [&](Value *x, double &scale) -> Op * {
+    return interior(g, unscale(g, x, scale, /*single=*/true), OpKind::MatMul);
+  };
+  Op *scores = nullptr;
   if (Op *add = interior(g, s, OpKind::Add)) {
-    for (int side = 0; side < 2 && !m.mask; ++side) {
-      Op *def = add->operand(side)->definingOp();
-      if (def && (def->kind() == OpKind::MatMul || def->kind() == OpKind::Mul ||
-                  def->kind() == OpKind::Div)) {
+    // The mask: one operand of the Add, the other the score chain (tried
+    // in both orders: a mask that is itself scaled reads like scores).
+    for (int side = 0; side < 2 && !scores; ++side) {
+      double scale = 1;
+      if ((scores = scoresUnder(add->operand(side), scale))) {
         m.mask = add->operand(1 - side);
+        m.scale = scale;
         s = add->operand(side);
       }
     }
-    if (!m.mask)
-      return std::nullopt;
+  } else if (Op *where = interior(g, s, OpKind::Where)) {
+    // masked_fill: the fill must hide a key as -inf does (`maskedFill`).
+    for (int side = 1; side <= 2 && !scores; ++side) {
+      auto fill = scalarConstant(where->operand(side));
+      double scale = 1;
+      if (!fill || !hidesLikeInfinity(*fill) ||
+          where->operand(0)->type().dtype != ir::DType::Bool)
+        continue;
+      if ((scores = scoresUnder(where->operand(3 - side), scale))) {
+        m.fillCond = where->operand(0);
+        m.fill = *fill;
+        m.hideWhereTrue = side == 1;
+        m.scale = scale;
+        s = where->operand(3 - side);
+      }
+    }
+  } else {
+    scores = scoresUnder(s, m.scale);
   }
+  if (!scores)
+    return std::nullopt;
   // The safe softmax's test must read the very mask that hides the keys.
   if (rowMaskOf && rowMaskOf != m.mask)
     return std::nullopt;
-  s = unscale(g, s, m.scale, /*single=*/true);
-  Op *scores = interior(g, s, OpKind::MatMul);
-  if (!scores)
-    return std::nullopt;
+  s = scores->result();
   m.q = unscale(g, scores->operand(0), m.scale, false);
   m.kt = unscale(g, scores->operand(1), m.scale, false);
   m.k = transposedFrom(m.kt);
@@ -251,16 +294,15 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
       m.v = v;
     }
   }
-  if (m.mask) {
+  if (Value *mask = m.mask ? m.mask : m.fillCond) {
     llvm::DenseSet<const Value *> seen;
     ir::Shape scoreShape = s->type().shape;
-    auto b = ir::broadcastShapes(m.mask->type().shape, scoreShape);
+    auto b = ir::broadcastShapes(mask->type().shape, scoreShape);
     bool fits = b && *b == scoreShape;
     if (!b)
       llvm::consumeError(b.takeError());
-    if (!fusable(ir::TensorType(m.mask->type().dtype, {1, 1, 1, 1})) ||
-        !fits ||
-        dependsOnParam(m.mask, seen))
+    if ((m.mask && !fusable(ir::TensorType(mask->type().dtype, {1, 1, 1, 1}))) ||
+        !fits || dependsOnParam(mask, seen))
       return std::nullopt;
   }
   return m;
@@ -278,6 +320,7 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
       candidates.push_back(op.get());
   bool changed = false;
   llvm::DenseSet<const Op *> replaced;
+  std::map<std::tuple<Value *, bool, double>, Value *> biases;
   for (Op *root : candidates) {
     if (replaced.count(root))
       continue;
@@ -285,13 +328,47 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
     if (!m)
       continue;
     if (!m->k) {
+      // K = Kt with its last two axes swapped; when Kt is itself another
+      // Transpose (the exporters fold heads-first and k.transpose(-2, -1)
+      // into one), K is one Transpose of its operand and Kt's dies.
       ir::TensorType kt = m->kt->type();
       std::swap(kt.shape[2], kt.shape[3]);
-      m->k = g.insertOpBefore(root, OpKind::Transpose, {m->kt}, {kt},
-                              {g.uniqueName(m->kt->name() + ".k")},
-                              {{"perm", std::vector<int64_t>{0, 1, 3, 2}}},
-                              root->loc())
-                 ->result();
+      Value *from = m->kt;
+      std::vector<int64_t> perm{0, 1, 3, 2};
+      if (Op *t = interior(g, m->kt, OpKind::Transpose)) {
+        const std::vector<int64_t> &p = t->getInts("perm");
+        from = t->operand(0);
+        perm = {p[0], p[1], p[3], p[2]};
+      }
+      if (perm == std::vector<int64_t>{0, 1, 2, 3})
+        m->k = from;
+      else
+        m->k = g.insertOpBefore(root, OpKind::Transpose, {from}, {kt},
+                                {g.uniqueName(m->kt->name() + ".k")},
+                                {{"perm", perm}}, root->loc())
+                   ->result();
+    }
+    if (m->fillCond) {
+      // masked_fill's Where as the additive mask it equals.
+      ir::DType dt = m->q->type().dtype;
+      auto scalar = [&](double x, const std::string &name) {
+        return g.addConst(g.uniqueName(name),
+                          ir::TensorData::fromDoubles(dt, {}, {x}));
+      };
+      Value *&bias = biases[{m->fillCond, m->hideWhereTrue, m->fill}];
+      if (!bias) { // made once for every layer that reads the condition
+        Value *fill = scalar(m->fill, "attention.fill");
+        Value *zero = scalar(0, "attention.zero");
+        std::vector<Value *> ops{m->fillCond, fill, zero};
+        if (!m->hideWhereTrue)
+          std::swap(ops[1], ops[2]);
+        bias = g.insertOpBefore(root, OpKind::Where, ops,
+                                {ir::TensorType(dt, m->fillCond->type().shape)},
+                                {g.uniqueName(m->fillCond->name() + ".bias")},
+                                {}, root->loc())
+                   ->result();
+      }
+      m->mask = bias;
     }
     std::vector<Value *> operands{m->q, m->k, m->v};
     if (m->mask)
