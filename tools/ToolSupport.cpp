@@ -481,7 +481,8 @@ const char kTrainingHelp[] = R"(training:
                          weights, gradients and optimizer; everything else
                          stays f32 (default f32)
   --fused-attention=on|off
-                         on: attention exported as MatMul, scale, mask,
+                         on: attention exported as MatMul, scale, mask
+                         (an added bias or masked_fill with -inf),
                          Softmax, MatMul runs as one FusedAttention op that
                          never stores the Tq x Tk scores (the
                          recognize-attention pass); off: as exported
