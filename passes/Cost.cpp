@@ -206,13 +206,31 @@ static const DeviceProfile kProfiles[] = {
     {"a100", 19.5e12, 2.039e12, 5e-6, 300e9, 10e-6, 312e12, 32e9},
 };
 
+// Profiles measured while the process runs (`host`), by name.
+static std::vector<DeviceProfile> &registeredProfiles() {
+  static std::vector<DeviceProfile> profiles;
+  return profiles;
+}
+
+void registerDeviceProfile(const DeviceProfile &profile) {
+  for (DeviceProfile &p : registeredProfiles())
+    if (p.name == profile.name) {
+      p = profile;
+      return;
+    }
+  registeredProfiles().push_back(profile);
+}
+
 llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name) {
+  for (const DeviceProfile &p : registeredProfiles())
+    if (p.name == name)
+      return p;
   for (const DeviceProfile &p : kProfiles)
     if (p.name == name)
       return p;
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  "unknown device profile '" + name.str() +
-                                     "' (known: cpu, h200, a100)");
+                                     "' (known: cpu, host, h200, a100)");
 }
 
 llvm::Expected<CostModelSpec> parseCostModel(llvm::StringRef text) {

@@ -52,9 +52,15 @@ struct DeviceProfile {
 };
 
 // The built-in profiles: "cpu" (this machine kind, measured), "h200" and
-// "a100" (NVIDIA's published H200 SXM and A100 SXM4 80 GB figures). Unknown names are an error that
-// lists the known ones.
+// "a100" (NVIDIA's published H200 SXM and A100 SXM4 80 GB figures), and
+// those registered by the process (the tools' "host", measured when asked
+// for: tools/HostProfile.h). Unknown names are an error that lists the
+// known ones.
 llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name);
+
+// Adds a profile lookupDeviceProfile finds by its name (replacing one
+// registered before under that name).
+void registerDeviceProfile(const DeviceProfile &profile);
 
 // Predicted time of one op on a device, in seconds.
 double predictOpTime(const ir::Op &op, const DeviceProfile &device);

@@ -1,4 +1,5 @@
 #include "tools/PipelinePlanning.h"
+#include "tools/HostProfile.h"
 
 #include "passes/Pipelines.h"
 
@@ -61,9 +62,12 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          where times come from (default analytic: FLOPs and
                          bytes against --device-profile; profile:FILE: the
                          op times `cleave-run --profile FILE` measured)
-  --device-profile=cpu|h200|a100
+  --device-profile=cpu|host|h200|a100
                          the device the analytic cost model times (its
-                         FLOP rates and memory bandwidth; default cpu)
+                         FLOP rates and memory bandwidth; default cpu,
+                         this machine kind's fixed figures; host: this
+                         machine's, measured when cleavec starts, about
+                         a second)
   --recompute=none|selective|full|auto
                          forward values the backward reads, made again in
                          the backward instead of held from the forward, on
@@ -189,6 +193,8 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   }
   req.costModel = flags.get("cost-model").value_or("analytic");
   req.deviceProfile = flags.get("device-profile").value_or("cpu");
+  if (auto e = prepareDeviceProfile(req.deviceProfile))
+    return std::move(e);
   if (auto s = flags.get("split-at"))
     req.splitAt = splitList(*s);
   if (auto d = flags.get("layer-depth")) {

@@ -8,6 +8,7 @@
 #include "passes/Pass.h"
 #include "passes/Pipelines.h"
 #include "support/FileIO.h"
+#include "tools/HostProfile.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -30,8 +31,9 @@ made into one as cleavec does.
   --split-at=LAYER,...   cut before these layers instead of searching
   --cost-model=analytic|uniform|profile:FILE
                          where op times come from (default analytic)
-  --device-profile=cpu|h200|a100
-                         the device of the analytic model (default cpu)
+  --device-profile=cpu|host|h200|a100
+                         the device of the analytic model (default cpu;
+                         host: measured on this machine when it starts)
   --layer-depth=N        scope components per layer name (default: the
                          shallowest depth with repeated blocks);
                          0 cuts at single-value cut points instead
@@ -155,7 +157,7 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
     opts.costModel = *spec;
   }
   if (auto v = flags.get("device-profile")) {
-    if (auto e = passes::lookupDeviceProfile(*v).takeError())
+    if (auto e = tools::prepareDeviceProfile(*v))
       return e;
     opts.deviceProfile = *v;
   }

@@ -1,0 +1,27 @@
+// `--device-profile host`: the analytic cost model's figures measured on
+// the machine cleavec runs on, when asked for, instead of the fixed `cpu`
+// profile (measured once on this machine kind, under load).
+#pragma once
+
+#include "passes/Cost.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace cleave::tools {
+
+// The runtime's own f32 GEMM (parallelGemm over the CPU backend's pool of
+// `threads`) on 1024^3 and a STREAM-like triad over 64 MiB arrays split
+// over as many threads, best of 5 runs each (about a second): peakFlops
+// (and peakFlops16: the CPU widens bf16), memBandwidth and the link (stages
+// on one host pass tensors by memcpy); overhead and latency are the `cpu`
+// profile's estimates.
+passes::DeviceProfile measureHostProfile(int threads);
+
+// Makes `name` known to lookupDeviceProfile: for "host", measures this
+// machine once per process (all its cores) and registers the result,
+// saying the figures on stderr; other names are looked up. An unknown name
+// is the lookup's error.
+llvm::Error prepareDeviceProfile(llvm::StringRef name);
+
+} // namespace cleave::tools
