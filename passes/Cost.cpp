@@ -171,6 +171,10 @@ double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
               isProduct(op);
   double peak = bf16 && device.peakFlops16 > 0 ? device.peakFlops16
                                                 : device.peakFlops;
+  bool attention = op.kind() == ir::OpKind::FusedAttention ||
+                   op.kind() == ir::OpKind::FusedAttentionGrad;
+  if (attention && !bf16 && device.attentionFlops > 0)
+    peak = device.attentionFlops;
   return device.opOverhead + std::max(work.flops / peak,
                                       work.bytes / device.memBandwidth);
 }

@@ -48,6 +48,9 @@ struct DeviceProfile {
   // bytes/s each way between device and host memory (activation offload);
   // 0: the device is the host (one memory, nothing to offload to).
   double hostBandwidth = 0;
+  // FLOP/s of the fused attention kernels (FusedAttention and its
+  // gradient, counted as opWork counts them); 0: the f32 products' peak.
+  double attentionFlops = 0;
   bool canOffload() const { return hostBandwidth > 0; }
 };
 

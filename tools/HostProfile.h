@@ -19,9 +19,11 @@ namespace cleave::tools {
 passes::DeviceProfile measureHostProfile(int threads);
 
 // Makes `name` known to lookupDeviceProfile: for "host", measures this
-// machine once per process (all its cores) and registers the result,
-// saying the figures on stderr; other names are looked up. An unknown name
-// is the lookup's error.
-llvm::Error prepareDeviceProfile(llvm::StringRef name);
+// machine with the threads one of `stagesOnHost` stages gets by default
+// (cleave-run's split: cores / stages, at least 1; the stages of a plan
+// share the host unless run under MPI across machines) and registers the
+// result, saying the figures on stderr; other names are looked up. An
+// unknown name is the lookup's error.
+llvm::Error prepareDeviceProfile(llvm::StringRef name, int stagesOnHost);
 
 } // namespace cleave::tools

@@ -193,7 +193,7 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   }
   req.costModel = flags.get("cost-model").value_or("analytic");
   req.deviceProfile = flags.get("device-profile").value_or("cpu");
-  if (auto e = prepareDeviceProfile(req.deviceProfile))
+  if (auto e = prepareDeviceProfile(req.deviceProfile, req.stages))
     return std::move(e);
   if (auto s = flags.get("split-at"))
     req.splitAt = splitList(*s);

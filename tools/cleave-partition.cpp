@@ -157,7 +157,7 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
     opts.costModel = *spec;
   }
   if (auto v = flags.get("device-profile")) {
-    if (auto e = tools::prepareDeviceProfile(*v))
+    if (auto e = tools::prepareDeviceProfile(*v, opts.stages))
       return e;
     opts.deviceProfile = *v;
   }

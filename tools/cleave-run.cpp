@@ -384,7 +384,8 @@ void printProfileHint(const runtime::Plan &plan,
               : std::string("measure the ops with cleave-run --profile "
                             "FILE.json and compile again with cleavec "
                             "--cost-model profile:FILE.json for a plan that "
-                            "fits this machine"));
+                            "fits this machine (or, quicker and rougher, "
+                            "with cleavec --device-profile host)"));
 }
 
 // Writes `text` to `path` on rank 0; every process learns the outcome.

@@ -118,7 +118,44 @@ TEST(CostModel, DeviceProfiles) {
   auto bad = lookupDeviceProfile("tpu");
   ASSERT_FALSE(bool(bad));
   EXPECT_EQ(llvm::toString(bad.takeError()),
-            "unknown device profile 'tpu' (known: cpu, h200, a100)");
+            "unknown device profile 'tpu' (known: cpu, host, h200, a100)");
+}
+
+TEST(CostModel, RegisteredProfilesAreFoundByName) {
+  DeviceProfile p = *lookupDeviceProfile("cpu");
+  p.name = "measured-here";
+  p.peakFlops = 7e10;
+  registerDeviceProfile(p);
+  p.peakFlops = 8e10; // registering again replaces
+  registerDeviceProfile(p);
+  auto got = lookupDeviceProfile("measured-here");
+  ASSERT_TRUE(bool(got));
+  EXPECT_EQ(got->peakFlops, 8e10);
+  EXPECT_EQ(lookupDeviceProfile("cpu")->peakFlops, 1.15e11);
+}
+
+TEST(CostModel, FusedAttentionRunsAtTheAttentionRate) {
+  auto g = parse(R"(graph @attn {
+  input %q : f32[1,2,8,4]
+  input %k : f32[1,2,8,4]
+  input %v : f32[1,2,8,4]
+  input %kt : f32[1,2,4,8]
+  %o, %l = FusedAttention(%q, %k, %v) {causal = 0, scale = 0.5} : f32[1,2,8,4], f32[1,2,8]
+  %y = MatMul(%q, %kt) : f32[1,2,8,8]
+  output %o
+  output %y
+})");
+  ASSERT_TRUE(g);
+  const ir::Op &attn = *g->lookup("o")->definingOp();
+  const ir::Op &mm = *g->lookup("y")->definingOp();
+  DeviceProfile d{"test", /*peakFlops=*/1024, /*memBandwidth=*/1e12,
+                  /*opOverhead=*/0};
+  // 2 products of 2 x (2 heads x 8 x 8 scores) x 4: 2048 FLOPs.
+  EXPECT_DOUBLE_EQ(predictOpTime(attn, d), 2.0);
+  d.attentionFlops = 256;
+  EXPECT_DOUBLE_EQ(predictOpTime(attn, d), 8.0);
+  // The scores' product: 2 x 128 x 4 FLOPs at the products' peak.
+  EXPECT_DOUBLE_EQ(predictOpTime(mm, d), 1.0);
 }
 
 TEST(CostModel, ParsesCostModelFlag) {
