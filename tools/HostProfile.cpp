@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -113,6 +114,11 @@ passes::DeviceProfile measureHostProfile(int threads) {
   }
   p.memBandwidth = p.linkBandwidth = triadBandwidth(threads);
   return p;
+}
+
+std::string defaultDeviceProfile() {
+  const char *env = std::getenv("CLEAVE_DEVICE_PROFILE");
+  return env && *env ? env : "host";
 }
 
 llvm::Error prepareDeviceProfile(llvm::StringRef name, int stagesOnHost) {

@@ -26,4 +26,9 @@ passes::DeviceProfile measureHostProfile(int threads);
 // unknown name is the lookup's error.
 llvm::Error prepareDeviceProfile(llvm::StringRef name, int stagesOnHost);
 
+// The profile when --device-profile is not given: $CLEAVE_DEVICE_PROFILE
+// if set (the test suites set `cpu`, for figures that do not depend on the
+// machine), else "host".
+std::string defaultDeviceProfile();
+
 } // namespace cleave::tools

@@ -64,10 +64,12 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          op times `cleave-run --profile FILE` measured)
   --device-profile=cpu|host|h200|a100
                          the device the analytic cost model times (its
-                         FLOP rates and memory bandwidth; default cpu,
-                         this machine kind's fixed figures; host: this
-                         machine's, measured when cleavec starts, about
-                         a second)
+                         FLOP rates and memory bandwidth); default host:
+                         this machine's, measured when cleavec starts
+                         (under a second) with the threads each stage
+                         gets, or $CLEAVE_DEVICE_PROFILE if set; cpu:
+                         this machine kind's fixed figures, the same
+                         plan on every machine
   --recompute=none|selective|full|auto
                          forward values the backward reads, made again in
                          the backward instead of held from the forward, on
@@ -192,7 +194,7 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
     req.memCap = *bytes;
   }
   req.costModel = flags.get("cost-model").value_or("analytic");
-  req.deviceProfile = flags.get("device-profile").value_or("cpu");
+  req.deviceProfile = flags.get("device-profile").value_or(defaultDeviceProfile());
   if (auto e = prepareDeviceProfile(req.deviceProfile, req.stages))
     return std::move(e);
   if (auto s = flags.get("split-at"))

@@ -32,8 +32,10 @@ made into one as cleavec does.
   --cost-model=analytic|uniform|profile:FILE
                          where op times come from (default analytic)
   --device-profile=cpu|host|h200|a100
-                         the device of the analytic model (default cpu;
-                         host: measured on this machine when it starts)
+                         the device of the analytic model (default host:
+                         this machine, measured when the tool starts, or
+                         $CLEAVE_DEVICE_PROFILE; cpu: this machine kind's
+                         fixed figures)
   --layer-depth=N        scope components per layer name (default: the
                          shallowest depth with repeated blocks);
                          0 cuts at single-value cut points instead
@@ -156,10 +158,12 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
       return spec.takeError();
     opts.costModel = *spec;
   }
-  if (auto v = flags.get("device-profile")) {
-    if (auto e = tools::prepareDeviceProfile(*v, opts.stages))
+  {
+    std::string profile = flags.get("device-profile")
+                              .value_or(tools::defaultDeviceProfile());
+    if (auto e = tools::prepareDeviceProfile(profile, opts.stages))
       return e;
-    opts.deviceProfile = *v;
+    opts.deviceProfile = profile;
   }
   if (auto v = flags.get("layer-depth")) {
     auto depth = tools::parseCount("layer-depth", *v);

@@ -22,6 +22,9 @@
 # BUILD defaults to build/. CUDA's own libraries (cudart, cuBLAS) are taken
 # from the machine: the CUDA toolkit, or the pip packages of its PyTorch.
 set -uo pipefail
+# Plans in the bundle use the fixed cpu profile (cleavec's default measures
+# this host), so that the same command builds the same bundle anywhere.
+export CLEAVE_DEVICE_PROFILE="${CLEAVE_DEVICE_PROFILE:-cpu}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-}"
 build="${2:-$root/build}"

@@ -53,6 +53,10 @@ for name, path in tool_subs:
 
 # Give the tools a predictable environment.
 config.environment["LC_ALL"] = "C"
+# The fixed `cpu` device profile, not this machine's measured one (the
+# tools' default), so that predicted times and the partitions chosen by
+# them are the same on every machine the suite runs on.
+config.environment["CLEAVE_DEVICE_PROFILE"] = "cpu"
 # The kernel-library choices travel into the tests: OpenBLAS's kernel family
 # (this project's environments force Haswell, and without it the backend
 # picks one from the CPU) and cleave's GEMM library (CLEAVE_GEMM), so that a
