@@ -16,6 +16,10 @@ cleave_install_packages $CLEAVE_BUILD_PACKAGES $CLEAVE_TEST_PACKAGES
 # onnxruntime for the reload tests (REQUIRES: onnxruntime in lit).
 CLEAVE_ORT_PYTHON=$(cleave_ensure_ort_python)
 export CLEAVE_ORT_PYTHON
+# The fixed cpu device profile for every compile here: the same plans on
+# every machine, and no host measurement per cleavec call (slow under the
+# sanitizers). The lit test partition/host-profile.test measures it.
+export CLEAVE_DEVICE_PROFILE=cpu
 
 SECONDS=0
 echo "== build (RelWithDebInfo)"
