@@ -244,7 +244,7 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
       }
     }
   } else if (Op *where = interior(g, s, OpKind::Where)) {
-    // masked_fill: the fill must hide a key as -inf does (`maskedFill`).
+    // masked_fill: the fill must hide a key as -inf does.
     for (int side = 1; side <= 2 && !scores; ++side) {
       auto fill = scalarConstant(where->operand(side));
       double scale = 1;

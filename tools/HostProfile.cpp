@@ -121,6 +121,19 @@ std::string defaultDeviceProfile() {
   return env && *env ? env : "host";
 }
 
+llvm::Expected<std::string>
+chooseDeviceProfile(const std::optional<std::string> &flag, int stagesOnHost) {
+  std::string name = flag ? *flag : defaultDeviceProfile();
+  if (llvm::Error e = prepareDeviceProfile(name, stagesOnHost)) {
+    if (flag)
+      return std::move(e);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "CLEAVE_DEVICE_PROFILE: " +
+                                       llvm::toString(std::move(e)));
+  }
+  return name;
+}
+
 llvm::Error prepareDeviceProfile(llvm::StringRef name, int stagesOnHost) {
   if (name == "host") {
     int threads = int(runtime::threadsPerStage(0, stagesOnHost));

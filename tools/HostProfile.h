@@ -8,6 +8,9 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
+#include <string>
+
 namespace cleave::tools {
 
 // The runtime's own f32 GEMM (parallelGemm over the CPU backend's pool of
@@ -30,5 +33,10 @@ llvm::Error prepareDeviceProfile(llvm::StringRef name, int stagesOnHost);
 // if set (the test suites set `cpu`, for figures that do not depend on the
 // machine), else "host".
 std::string defaultDeviceProfile();
+
+// prepareDeviceProfile for --device-profile's value, or the default when it
+// is not given (an unknown name from the environment says so).
+llvm::Expected<std::string>
+chooseDeviceProfile(const std::optional<std::string> &flag, int stagesOnHost);
 
 } // namespace cleave::tools

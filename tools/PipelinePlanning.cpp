@@ -194,9 +194,10 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
     req.memCap = *bytes;
   }
   req.costModel = flags.get("cost-model").value_or("analytic");
-  req.deviceProfile = flags.get("device-profile").value_or(defaultDeviceProfile());
-  if (auto e = prepareDeviceProfile(req.deviceProfile, req.stages))
-    return std::move(e);
+  auto profile = chooseDeviceProfile(flags.get("device-profile"), req.stages);
+  if (!profile)
+    return profile.takeError();
+  req.deviceProfile = *profile;
   if (auto s = flags.get("split-at"))
     req.splitAt = splitList(*s);
   if (auto d = flags.get("layer-depth")) {

@@ -159,11 +159,11 @@ static llvm::Error readPartitionFlags(const tools::Flags &flags,
     opts.costModel = *spec;
   }
   {
-    std::string profile = flags.get("device-profile")
-                              .value_or(tools::defaultDeviceProfile());
-    if (auto e = tools::prepareDeviceProfile(profile, opts.stages))
-      return e;
-    opts.deviceProfile = profile;
+    auto profile =
+        tools::chooseDeviceProfile(flags.get("device-profile"), opts.stages);
+    if (!profile)
+      return profile.takeError();
+    opts.deviceProfile = *profile;
   }
   if (auto v = flags.get("layer-depth")) {
     auto depth = tools::parseCount("layer-depth", *v);
