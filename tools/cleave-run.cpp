@@ -384,8 +384,7 @@ void printProfileHint(const runtime::Plan &plan,
               : std::string("measure the ops with cleave-run --profile "
                             "FILE.json and compile again with cleavec "
                             "--cost-model profile:FILE.json for a plan that "
-                            "fits this machine (or, quicker and rougher, "
-                            "with cleavec --device-profile host)"));
+                            "fits this machine"));
 }
 
 // Writes `text` to `path` on rank 0; every process learns the outcome.
