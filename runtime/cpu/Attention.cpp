@@ -288,10 +288,14 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
           row[t] = T(-INFINITY);
     std::fill(row + seen, row + nc, T(-INFINITY));
     if (rowMax) {
-      T m = T(-INFINITY);
-      for (int64_t t = 0; t < seen; ++t)
-        m = dev::attnMax(row[t], m);
-      rowMax[r] = m;
+      if constexpr (std::is_same_v<T, float>) {
+        rowMax[r] = cpu::rowMax(row, seen);
+      } else {
+        T m = T(-INFINITY);
+        for (int64_t t = 0; t < seen; ++t)
+          m = dev::attnMax(row[t], m);
+        rowMax[r] = m;
+      }
     }
   }
 }

@@ -350,17 +350,18 @@ using Int8 [[gnu::vector_size(32)]] = int32_t;
 // 0 below -87.3 (no subnormal results), +inf above 88.7, NaN stays NaN.
 // x - shift is taken exactly, as its float d plus the rounding error
 // (Knuth's two-sum), so a large x - shift loses nothing to its rounding.
-[[gnu::always_inline]] inline Float8 expShiftLanesF(Float8 x, float shift) {
-  Float8 d = x - shift;
-  Float8 back = d - x;
-  Float8 err = (x - (d - back)) + (-shift - back);
-  Float8 dc = d < -87.3f ? (Float8{} + -87.3f) : d;
-  dc = dc > 88.7f ? (Float8{} + 88.7f) : dc;
-  Float8 kf = dc * 1.44269504f;
-  Int8 k = __builtin_convertvector(kf + (kf < 0.0f ? -0.5f : 0.5f), Int8);
-  Float8 kr = __builtin_convertvector(k, Float8);
-  Float8 r = ((d - kr * 0.693145752f) - kr * 1.42860677e-6f) + err;
-  Float8 p = Float8{} + 1.0f / 5040;
+template <class VF, class VI>
+[[gnu::always_inline]] inline VF expShiftLanesT(VF x, float shift) {
+  VF d = x - shift;
+  VF back = d - x;
+  VF err = (x - (d - back)) + (-shift - back);
+  VF dc = d < -87.3f ? (VF{} + -87.3f) : d;
+  dc = dc > 88.7f ? (VF{} + 88.7f) : dc;
+  VF kf = dc * 1.44269504f;
+  VI k = __builtin_convertvector(kf + (kf < 0.0f ? -0.5f : 0.5f), VI);
+  VF kr = __builtin_convertvector(k, VF);
+  VF r = ((d - kr * 0.693145752f) - kr * 1.42860677e-6f) + err;
+  VF p = VF{} + 1.0f / 5040;
   p = p * r + 1.0f / 720;
   p = p * r + 1.0f / 120;
   p = p * r + 1.0f / 24;
@@ -368,13 +369,17 @@ using Int8 [[gnu::vector_size(32)]] = int32_t;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  Int8 bits = (k + 127) << 23;
-  Float8 scale;
+  VI bits = (k + 127) << 23;
+  VF scale;
+  static_assert(sizeof(scale) == sizeof(bits));
   std::memcpy(&scale, &bits, sizeof(scale));
-  Float8 y = p * scale;
-  y = d > 88.72f ? (Float8{} + HUGE_VALF) : y;
-  y = d < -87.3f ? (Float8{} + 0.0f) : y;
+  VF y = p * scale;
+  y = d > 88.72f ? (VF{} + HUGE_VALF) : y;
+  y = d < -87.3f ? (VF{} + 0.0f) : y;
   return d != d ? d : y;
+}
+[[gnu::always_inline]] inline Float8 expShiftLanesF(Float8 x, float shift) {
+  return expShiftLanesT<Float8, Int8>(x, shift);
 }
 [[gnu::always_inline]] inline Float8 expLanesF(Float8 x) {
   return expShiftLanesF(x, 0.0f);
@@ -618,48 +623,177 @@ CLEAVE_FLOAT_LANES(geluGradArray,
   return load8(lanes);
 }
 
-CLEAVE_FLOAT_LANES(
-    sumExpShifted, (const float *x, int64_t n, float shift, double *sum),
-    (x, n, shift, sum), {
-      Double4 lo = {}, hi = {};
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8)
-        addLanes(lo, hi, expRowLanes(load8(x + i), shift));
-      if (i < n) // the missing lanes add exp(-inf) = 0
-        addLanes(lo, hi,
-                 expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift));
-      *sum = laneTree(lo, hi);
-    })
-CLEAVE_FLOAT_LANES(
-    expShifted,
-    (const float *x, int64_t n, float shift, float scale, float *out),
-    (x, n, shift, scale, out), {
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8)
-        store8(out + i, expRowLanes(load8(x + i), shift) * scale);
-      if (i < n)
-        storePartial8(out + i, n - i,
-                      expRowLanes(loadPartial8(x + i, n - i), shift) * scale);
-    })
-CLEAVE_FLOAT_LANES(expShiftedSum,
-                   (const float *x, int64_t n, float shift, float *out,
-                    double *sum),
-                   (x, n, shift, out, sum), {
-                     Double4 lo = {}, hi = {};
-                     int64_t i = 0;
-                     for (; i + 8 <= n; i += 8) {
-                       Float8 e = expRowLanes(load8(x + i), shift);
-                       store8(out + i, e);
-                       addLanes(lo, hi, e);
-                     }
-                     if (i < n) {
-                       Float8 e = expRowLanes(
-                           loadPartial8Fill(x + i, n - i, -INFINITY), shift);
-                       storePartial8(out + i, n - i, e);
-                       addLanes(lo, hi, e);
-                     }
-                     *sum = laneTree(lo, hi);
-                   })
+// The rows' exps 16 lanes at a time where the CPU has AVX-512 (the same
+// operations lane for lane as the 8-lane code, so the same bits; the sums
+// take the two halves in the 8-lane order), the remainder in 8 lanes.
+using Float16 [[gnu::vector_size(64)]] = float;
+using Int16 [[gnu::vector_size(64)]] = int32_t;
+
+[[gnu::always_inline]] inline Float16 load16(const float *p) {
+  Float16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+[[gnu::always_inline]] inline void store16(float *p, Float16 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+using Double8 [[gnu::vector_size(64)]] = double;
+
+// The 8-lane sums' two accumulators as one (lanes 0-3 lo, 4-7 hi), fed each
+// 16-lane vector's halves in turn: the additions of the 8-lane code.
+[[gnu::always_inline]] inline void addLanes(Double8 &acc, Float16 v) {
+  acc += __builtin_convertvector(
+      __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), Double8);
+  acc += __builtin_convertvector(
+      __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), Double8);
+}
+[[gnu::always_inline]] inline void splitLanes(Double8 acc, Double4 &lo,
+                                              Double4 &hi) {
+  lo = __builtin_shufflevector(acc, acc, 0, 1, 2, 3);
+  hi = __builtin_shufflevector(acc, acc, 4, 5, 6, 7);
+}
+
+template <bool Wide>
+[[gnu::always_inline]] inline void sumExpShiftedLanes(const float *x,
+                                                      int64_t n, float shift,
+                                                      double *sum) {
+  Double4 lo = {}, hi = {};
+  int64_t i = 0;
+  if constexpr (Wide) {
+    Double8 acc = {};
+    for (; i + 16 <= n; i += 16)
+      addLanes(acc, expShiftLanesT<Float16, Int16>(load16(x + i), shift));
+    splitLanes(acc, lo, hi);
+  }
+  for (; i + 8 <= n; i += 8)
+    addLanes(lo, hi, expRowLanes(load8(x + i), shift));
+  if (i < n) // the missing lanes add exp(-inf) = 0
+    addLanes(lo, hi,
+             expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift));
+  *sum = laneTree(lo, hi);
+}
+template <bool Wide>
+[[gnu::always_inline]] inline void expShiftedLanes(const float *x, int64_t n,
+                                                   float shift, float scale,
+                                                   float *out) {
+  int64_t i = 0;
+  if constexpr (Wide)
+    for (; i + 16 <= n; i += 16)
+      store16(out + i,
+              expShiftLanesT<Float16, Int16>(load16(x + i), shift) * scale);
+  for (; i + 8 <= n; i += 8)
+    store8(out + i, expRowLanes(load8(x + i), shift) * scale);
+  if (i < n)
+    storePartial8(out + i, n - i,
+                  expRowLanes(loadPartial8(x + i, n - i), shift) * scale);
+}
+template <bool Wide>
+[[gnu::always_inline]] inline void expShiftedSumLanes(const float *x,
+                                                      int64_t n, float shift,
+                                                      float *out,
+                                                      double *sum) {
+  Double4 lo = {}, hi = {};
+  int64_t i = 0;
+  if constexpr (Wide) {
+    Double8 acc = {};
+    for (; i + 16 <= n; i += 16) {
+      Float16 e = expShiftLanesT<Float16, Int16>(load16(x + i), shift);
+      store16(out + i, e);
+      addLanes(acc, e);
+    }
+    splitLanes(acc, lo, hi);
+  }
+  for (; i + 8 <= n; i += 8) {
+    Float8 e = expRowLanes(load8(x + i), shift);
+    store8(out + i, e);
+    addLanes(lo, hi, e);
+  }
+  if (i < n) {
+    Float8 e =
+        expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift);
+    storePartial8(out + i, n - i, e);
+    addLanes(lo, hi, e);
+  }
+  *sum = laneTree(lo, hi);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLEAVE_AVX512_TARGET __attribute__((target("avx512f")))
+bool cpuHasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+#else
+#define CLEAVE_AVX512_TARGET
+bool cpuHasAvx512() { return false; }
+#endif
+
+// NAME##F(ARGS): NAME##Lanes<true> built for AVX-512 where the CPU has it,
+// else NAME##Lanes<false> for AVX2 + FMA or the baseline.
+#define CLEAVE_ROW_LANES(NAME, PARAMS, ARGS)                                   \
+  CLEAVE_AVX512_TARGET void NAME##Wide PARAMS { NAME##Lanes<true> ARGS; }      \
+  CLEAVE_FMA_TARGET void NAME##Fma PARAMS { NAME##Lanes<false> ARGS; }         \
+  void NAME##Base PARAMS { NAME##Lanes<false> ARGS; }                          \
+  void NAME##F PARAMS {                                                        \
+    if (cpuHasAvx512())                                                        \
+      NAME##Wide ARGS;                                                         \
+    else if (cpuHasFma())                                                      \
+      NAME##Fma ARGS;                                                          \
+    else                                                                       \
+      NAME##Base ARGS;                                                         \
+  }
+
+// The largest of x[0, n), NaN if any is NaN, -inf for n = 0 (the order of
+// the comparisons cannot change a value: max is exact).
+template <class VF>
+[[gnu::always_inline]] inline void maxInto(VF &m, VF &nan, VF v) {
+  m = v > m ? v : m;
+  nan = v != v ? v : nan;
+}
+template <bool Wide>
+[[gnu::always_inline]] inline void rowMaxLanes(const float *x, int64_t n,
+                                               float *out) {
+  float m = -INFINITY;
+  bool nan = false;
+  int64_t i = 0;
+  if constexpr (Wide) {
+    Float16 mv = Float16{} + -INFINITY, nv = Float16{};
+    for (; i + 16 <= n; i += 16)
+      maxInto(mv, nv, load16(x + i));
+    for (int l = 0; l < 16; ++l) {
+      m = mv[l] > m ? mv[l] : m;
+      nan = nan || nv[l] != nv[l];
+    }
+  } else {
+    Float8 mv = Float8{} + -INFINITY, nv = Float8{};
+    for (; i + 8 <= n; i += 8)
+      maxInto(mv, nv, load8(x + i));
+    for (int l = 0; l < 8; ++l) {
+      m = mv[l] > m ? mv[l] : m;
+      nan = nan || nv[l] != nv[l];
+    }
+  }
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan = nan || x[i] != x[i];
+  }
+  *out = nan ? NAN : m;
+}
+
+CLEAVE_ROW_LANES(rowMax, (const float *x, int64_t n, float *out),
+                 (x, n, out))
+CLEAVE_ROW_LANES(sumExpShifted,
+                 (const float *x, int64_t n, float shift, double *sum),
+                 (x, n, shift, sum))
+CLEAVE_ROW_LANES(expShifted,
+                 (const float *x, int64_t n, float shift, float scale,
+                  float *out),
+                 (x, n, shift, scale, out))
+CLEAVE_ROW_LANES(expShiftedSum,
+                 (const float *x, int64_t n, float shift, float *out,
+                  double *sum),
+                 (x, n, shift, out, sum))
+#undef CLEAVE_ROW_LANES
 #undef CLEAVE_FLOAT_LANES
 
 } // namespace
@@ -684,6 +818,11 @@ double expShiftedSum(const float *x, int64_t n, double shift, float *out) {
 void expShifted(const double *x, int64_t n, double shift, double scale,
                 double *out) {
   expShiftedT(x, n, shift, scale, out);
+}
+float rowMax(const float *x, int64_t n) {
+  float m;
+  rowMaxF(x, n, &m);
+  return m;
 }
 void erfArray(const float *x, int64_t n, float *out) { erfArrayT(x, n, out); }
 void erfArray(const double *x, int64_t n, double *out) { erfArrayT(x, n, out); }

@@ -253,3 +253,49 @@ TEST(VectorMath, FloatExpRows) {
     EXPECT_EQ(sum, oneSum);
   }
 }
+
+// The f32 row exps run 16 lanes at a time where the CPU has AVX-512 and 8
+// lanes elsewhere: each element's exp has the same bits whatever its place
+// in the row (a lone element goes through the partial tail), and the sum
+// adds each element into double lane i % 8 in order, then the lanes' tree.
+TEST(VectorMath, FloatExpRowsSameBitsAtEveryWidth) {
+  std::vector<float> x;
+  for (int i = 0; i < 77; ++i)
+    x.push_back(float(std::sin(i * 0.7) * 30 - (i % 5 == 0 ? 60 : 0)));
+  for (int64_t n : {16, 31, 32, 48, 77}) {
+    std::vector<float> row(static_cast<size_t>(n)), once(row.size());
+    expShifted(x.data(), n, 1.5, 1.0, row.data());
+    double sum = expShiftedSum(x.data(), n, 1.5, once.data());
+    double lanes[8] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      float alone;
+      expShifted(x.data() + i, 1, 1.5, 1.0, &alone);
+      EXPECT_EQ(row[i], alone) << "n " << n << ", element " << i;
+      EXPECT_EQ(once[i], alone) << "n " << n << ", element " << i;
+      lanes[i % 8] += double(alone);
+    }
+    double want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                  ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    EXPECT_EQ(sum, want) << n;
+    EXPECT_EQ(sumExpShifted(x.data(), n, 1.5), want) << n;
+  }
+}
+
+TEST(VectorMath, RowMax) {
+  EXPECT_EQ(rowMax(nullptr, 0), -INFINITY);
+  std::vector<float> x;
+  for (int i = 0; i < 41; ++i)
+    x.push_back(float(-i * 0.25));
+  for (int64_t n = 1; n <= 41; ++n) {
+    x[size_t(n - 1)] = 7.0f + float(n); // the largest, last of the row
+    EXPECT_EQ(rowMax(x.data(), n), 7.0f + float(n)) << n;
+    x[size_t(n - 1)] = float(-(n - 1) * 0.25);
+  }
+  std::vector<float> hidden(37, -INFINITY);
+  EXPECT_EQ(rowMax(hidden.data(), 37), -INFINITY);
+  for (size_t at : {size_t(0), size_t(17), size_t(36)}) {
+    std::vector<float> y(37, 1.0f);
+    y[at] = NAN;
+    EXPECT_TRUE(std::isnan(rowMax(y.data(), 37))) << at;
+  }
+}
