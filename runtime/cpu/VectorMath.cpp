@@ -385,37 +385,49 @@ template <class VF, class VI>
   return expShiftLanesF(x, 0.0f);
 }
 
+// 16 float lanes (AVX-512 where the CPU has it) and the int lanes of each
+// width, for the templates over the lane type.
+using Float16 [[gnu::vector_size(64)]] = float;
+using Int16 [[gnu::vector_size(64)]] = int32_t;
+template <class VF> struct IntLanesOf;
+template <> struct IntLanesOf<Float8> { using type = Int8; };
+template <> struct IntLanesOf<Float16> { using type = Int16; };
+template <class VF> [[gnu::always_inline]] inline VF expLanesT(VF x) {
+  return expShiftLanesT<VF, typename IntLanesOf<VF>::type>(x, 0.0f);
+}
+
 // tanh(x): below 1/4 in magnitude its odd Taylor series to x^11, above
 // 1 - 2 / (exp(2|x|) + 1), sign restored; +-1 from 9 on (where tanh rounds
 // to +-1 in float).
-[[gnu::always_inline]] inline Float8 tanhLanesF(Float8 x) {
-  Float8 z = x < 0.0f ? -x : x;
-  Float8 x2 = x * x;
-  Float8 s = Float8{} + -1382.0f / 155925;
+template <class VF> [[gnu::always_inline]] inline VF tanhLanesF(VF x) {
+  VF z = x < 0.0f ? -x : x;
+  VF x2 = x * x;
+  VF s = VF{} + -1382.0f / 155925;
   s = s * x2 + 62.0f / 2835;
   s = s * x2 - 17.0f / 315;
   s = s * x2 + 2.0f / 15;
   s = s * x2 - 1.0f / 3;
-  Float8 small = s * x2 * x + x;
-  Float8 zc = z > 9.0f ? (Float8{} + 9.0f) : z;
-  Float8 large = 1.0f - 2.0f / (expLanesF(2.0f * zc) + 1.0f);
-  large = z >= 9.0f ? (Float8{} + 1.0f) : large;
+  VF small = s * x2 * x + x;
+  VF zc = z > 9.0f ? (VF{} + 9.0f) : z;
+  VF large = 1.0f - 2.0f / (expLanesT(2.0f * zc) + 1.0f);
+  large = z >= 9.0f ? (VF{} + 1.0f) : large;
   large = x < 0.0f ? -large : large;
-  Float8 y = z < 0.25f ? small : large;
+  VF y = z < 0.25f ? small : large;
   return x != x ? x : y;
 }
 
-[[gnu::always_inline]] inline Float8 sigmoidLanesF(Float8 x) {
-  Float8 e = expLanesF(x < 0.0f ? x : -x);
-  Float8 y = x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
+template <class VF> [[gnu::always_inline]] inline VF sigmoidLanesF(VF x) {
+  VF e = expLanesT(x < 0.0f ? x : -x);
+  VF y = x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
   return x != x ? x : y;
 }
 // sigmoid'(x) = s (1 - s) = e / (1 + e)^2 with e = exp(-|x|): no 1 - s
 // to cancel in either tail. (tanh' and the tanh GELU go through it too:
 // 1 - tanh(x)^2 = 4 sigmoid'(2x), 1 + tanh(u) = 2 sigmoid(2u).)
-[[gnu::always_inline]] inline Float8 sigmoidDerivativeLanesF(Float8 x) {
-  Float8 e = expLanesF(x < 0.0f ? x : -x);
-  Float8 y = e / ((1.0f + e) * (1.0f + e));
+template <class VF>
+[[gnu::always_inline]] inline VF sigmoidDerivativeLanesF(VF x) {
+  VF e = expLanesT(x < 0.0f ? x : -x);
+  VF y = e / ((1.0f + e) * (1.0f + e));
   return x != x ? x : y;
 }
 
@@ -423,20 +435,20 @@ template <class VF, class VI>
 // below 1/2 erf's Taylor series to x^13; above, Numerical Recipes'
 // Chebyshev fit of erfc (as the double lanes), taken directly for x < 0
 // so the left tail keeps its relative accuracy instead of 1 - (1 - erfc).
-[[gnu::always_inline]] inline Float8 phiLanesF(Float8 x) {
-  Float8 u = x * 0.707106781f;
-  Float8 z = u < 0.0f ? -u : u;
-  Float8 u2 = u * u;
-  Float8 s = Float8{} + 1.0f / 9360;
+template <class VF> [[gnu::always_inline]] inline VF phiLanesF(VF x) {
+  VF u = x * 0.707106781f;
+  VF z = u < 0.0f ? -u : u;
+  VF u2 = u * u;
+  VF s = VF{} + 1.0f / 9360;
   s = s * u2 - 1.0f / 1320;
   s = s * u2 + 1.0f / 216;
   s = s * u2 - 1.0f / 42;
   s = s * u2 + 1.0f / 10;
   s = s * u2 - 1.0f / 3;
-  Float8 erfSmall = (s * u2 * u + u) * 1.12837917f; // 2 / sqrt(pi)
-  Float8 small = 0.5f + 0.5f * erfSmall;
-  Float8 t = 1.0f / (1.0f + 0.5f * z);
-  Float8 q = Float8{} + 0.17087277f;
+  VF erfSmall = (s * u2 * u + u) * 1.12837917f; // 2 / sqrt(pi)
+  VF small = 0.5f + 0.5f * erfSmall;
+  VF t = 1.0f / (1.0f + 0.5f * z);
+  VF q = VF{} + 0.17087277f;
   q = q * t - 0.82215223f;
   q = q * t + 1.48851587f;
   q = q * t - 1.13520398f;
@@ -446,9 +458,9 @@ template <class VF, class VI>
   q = q * t + 0.37409196f;
   q = q * t + 1.00002368f;
   q = q * t - 1.26551223f;
-  Float8 halfErfc = 0.5f * t * expLanesF(q - z * z);
-  Float8 large = u < 0.0f ? halfErfc : 1.0f - halfErfc;
-  Float8 y = z < 0.5f ? small : large;
+  VF halfErfc = 0.5f * t * expLanesT(q - z * z);
+  VF large = u < 0.0f ? halfErfc : 1.0f - halfErfc;
+  VF y = z < 0.5f ? small : large;
   return x != x ? x : y;
 }
 
@@ -457,25 +469,33 @@ constexpr float kGeluKappaF = 0.044715f;
 
 // The tanh form as x sigmoid(2u), u = beta (x + kappa x^3): the same
 // function as 0.5 x (1 + tanh(u)) without its cancellation for x < 0.
-template <bool TanhForm>
-[[gnu::always_inline]] inline Float8 geluLanesF(Float8 x) {
+template <bool TanhForm, class VF>
+[[gnu::always_inline]] inline VF geluLanesF(VF x) {
   if constexpr (TanhForm)
     return x * sigmoidLanesF(2.0f * kGeluBetaF * (x + kGeluKappaF * x * x * x));
   else
     return x * phiLanesF(x);
 }
-template <bool TanhForm>
-[[gnu::always_inline]] inline Float8 geluDerivativeLanesF(Float8 x) {
+template <bool TanhForm, class VF>
+[[gnu::always_inline]] inline VF geluDerivativeLanesF(VF x) {
   if constexpr (TanhForm) {
-    Float8 x2 = x * x;
-    Float8 twoU = 2.0f * kGeluBetaF * (x + kGeluKappaF * x2 * x);
-    Float8 twoDu = 2.0f * kGeluBetaF * (1.0f + 3.0f * kGeluKappaF * x2);
+    VF x2 = x * x;
+    VF twoU = 2.0f * kGeluBetaF * (x + kGeluKappaF * x2 * x);
+    VF twoDu = 2.0f * kGeluBetaF * (1.0f + 3.0f * kGeluKappaF * x2);
     return sigmoidLanesF(twoU) + x * sigmoidDerivativeLanesF(twoU) * twoDu;
   } else {
-    return phiLanesF(x) + x * 0.398942280f * expLanesF(-0.5f * (x * x));
+    return phiLanesF(x) + x * 0.398942280f * expLanesT(-0.5f * (x * x));
   }
 }
 
+[[gnu::always_inline]] inline Float16 load16(const float *p) {
+  Float16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+[[gnu::always_inline]] inline void store16(float *p, Float16 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 [[gnu::always_inline]] inline Float8 load8(const float *p) {
   Float8 v;
   std::memcpy(&v, p, sizeof(v));
@@ -497,11 +517,19 @@ template <bool TanhForm>
 }
 
 // out = F::value(x) and out = dy * F::derivative(x), sixteen elements per
-// turn (two independent vectors, for the FMA units' latency).
-template <typename F>
+// turn (two independent vectors, for the FMA units' latency); Wide: 32 per
+// turn in two 16-lane vectors first (the same operations lane for lane,
+// so the same bits).
+template <typename F, bool Wide>
 [[gnu::always_inline]] inline void mapLanesF(const float *x, int64_t n,
                                              float *out) {
   int64_t i = 0;
+  if constexpr (Wide)
+    for (; i + 32 <= n; i += 32) {
+      Float16 a = F::value(load16(x + i)), b = F::value(load16(x + i + 16));
+      store16(out + i, a);
+      store16(out + i + 16, b);
+    }
   for (; i + 16 <= n; i += 16) {
     Float8 a = F::value(load8(x + i)), b = F::value(load8(x + i + 8));
     store8(out + i, a);
@@ -511,10 +539,17 @@ template <typename F>
     storePartial8(out + i, std::min<int64_t>(8, n - i),
                   F::value(loadPartial8(x + i, n - i)));
 }
-template <typename F>
+template <typename F, bool Wide>
 [[gnu::always_inline]] inline void
 mapGradLanesF(const float *dy, const float *x, int64_t n, float *out) {
   int64_t i = 0;
+  if constexpr (Wide)
+    for (; i + 32 <= n; i += 32) {
+      Float16 a = load16(dy + i) * F::derivative(load16(x + i));
+      Float16 b = load16(dy + i + 16) * F::derivative(load16(x + i + 16));
+      store16(out + i, a);
+      store16(out + i + 16, b);
+    }
   for (; i + 16 <= n; i += 16) {
     Float8 a = load8(dy + i) * F::derivative(load8(x + i));
     Float8 b = load8(dy + i + 8) * F::derivative(load8(x + i + 8));
@@ -528,24 +563,26 @@ mapGradLanesF(const float *dy, const float *x, int64_t n, float *out) {
 }
 
 struct TanhFnF {
-  [[gnu::always_inline]] static Float8 value(Float8 v) { return tanhLanesF(v); }
-  [[gnu::always_inline]] static Float8 derivative(Float8 v) {
+  template <class VF> [[gnu::always_inline]] static VF value(VF v) {
+    return tanhLanesF(v);
+  }
+  template <class VF> [[gnu::always_inline]] static VF derivative(VF v) {
     return 4.0f * sigmoidDerivativeLanesF(2.0f * v);
   }
 };
 struct SigmoidFnF {
-  [[gnu::always_inline]] static Float8 value(Float8 v) {
+  template <class VF> [[gnu::always_inline]] static VF value(VF v) {
     return sigmoidLanesF(v);
   }
-  [[gnu::always_inline]] static Float8 derivative(Float8 v) {
+  template <class VF> [[gnu::always_inline]] static VF derivative(VF v) {
     return sigmoidDerivativeLanesF(v);
   }
 };
 template <bool TanhForm> struct GeluFnF {
-  [[gnu::always_inline]] static Float8 value(Float8 v) {
+  template <class VF> [[gnu::always_inline]] static VF value(VF v) {
     return geluLanesF<TanhForm>(v);
   }
-  [[gnu::always_inline]] static Float8 derivative(Float8 v) {
+  template <class VF> [[gnu::always_inline]] static VF derivative(VF v) {
     return geluDerivativeLanesF<TanhForm>(v);
   }
 };
@@ -562,39 +599,66 @@ bool cpuHasFma() {
 bool cpuHasFma() { return false; }
 #endif
 
-// NAME##F(ARGS) runs the body (the macro's last arguments) built for AVX2 +
-// FMA where the CPU has them, else built for the baseline.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLEAVE_AVX512_TARGET __attribute__((target("avx512f")))
+bool cpuHasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+#else
+#define CLEAVE_AVX512_TARGET
+bool cpuHasAvx512() { return false; }
+#endif
+
+// NAME##F(ARGS) runs the body (the macro's last arguments) built for
+// AVX-512 where the CPU has it (kWide true: 16-lane vectors too), else for
+// AVX2 + FMA, else for the baseline.
 #define CLEAVE_FLOAT_LANES(NAME, PARAMS, ARGS, ...)                            \
-  CLEAVE_FMA_TARGET void NAME##Fma PARAMS { __VA_ARGS__; }                     \
-  void NAME##Base PARAMS { __VA_ARGS__; }                                      \
+  CLEAVE_AVX512_TARGET void NAME##Wide PARAMS {                                \
+    [[maybe_unused]] constexpr bool kWide = true;                              \
+    __VA_ARGS__;                                                               \
+  }                                                                            \
+  CLEAVE_FMA_TARGET void NAME##Fma PARAMS {                                    \
+    [[maybe_unused]] constexpr bool kWide = false;                             \
+    __VA_ARGS__;                                                               \
+  }                                                                            \
+  void NAME##Base PARAMS {                                                     \
+    [[maybe_unused]] constexpr bool kWide = false;                             \
+    __VA_ARGS__;                                                               \
+  }                                                                            \
   void NAME##F PARAMS {                                                        \
-    if (cpuHasFma())                                                           \
+    if (cpuHasAvx512())                                                        \
+      NAME##Wide ARGS;                                                         \
+    else if (cpuHasFma())                                                      \
       NAME##Fma ARGS;                                                          \
     else                                                                       \
       NAME##Base ARGS;                                                         \
   }
 
 CLEAVE_FLOAT_LANES(tanhArray, (const float *x, int64_t n, float *out),
-                   (x, n, out), mapLanesF<TanhFnF>(x, n, out))
+                   (x, n, out), mapLanesF<TanhFnF, kWide>(x, n, out))
 CLEAVE_FLOAT_LANES(tanhGradArray,
                    (const float *dy, const float *x, int64_t n, float *out),
-                   (dy, x, n, out), mapGradLanesF<TanhFnF>(dy, x, n, out))
+                   (dy, x, n, out),
+                   mapGradLanesF<TanhFnF, kWide>(dy, x, n, out))
 CLEAVE_FLOAT_LANES(sigmoidArray, (const float *x, int64_t n, float *out),
-                   (x, n, out), mapLanesF<SigmoidFnF>(x, n, out))
+                   (x, n, out), mapLanesF<SigmoidFnF, kWide>(x, n, out))
 CLEAVE_FLOAT_LANES(sigmoidGradArray,
                    (const float *dy, const float *x, int64_t n, float *out),
-                   (dy, x, n, out), mapGradLanesF<SigmoidFnF>(dy, x, n, out))
+                   (dy, x, n, out),
+                   mapGradLanesF<SigmoidFnF, kWide>(dy, x, n, out))
 CLEAVE_FLOAT_LANES(geluArray,
                    (const float *x, int64_t n, bool tanhForm, float *out),
                    (x, n, tanhForm, out),
-                   tanhForm ? mapLanesF<GeluFnF<true>>(x, n, out)
-                            : mapLanesF<GeluFnF<false>>(x, n, out))
+                   tanhForm ? mapLanesF<GeluFnF<true>, kWide>(x, n, out)
+                            : mapLanesF<GeluFnF<false>, kWide>(x, n, out))
 CLEAVE_FLOAT_LANES(geluGradArray,
                    (const float *dy, const float *x, int64_t n, bool tanhForm,
                     float *out),
                    (dy, x, n, tanhForm, out),
-                   tanhForm ? mapGradLanesF<GeluFnF<true>>(dy, x, n, out)
-                            : mapGradLanesF<GeluFnF<false>>(dy, x, n, out))
+                   tanhForm
+                       ? mapGradLanesF<GeluFnF<true>, kWide>(dy, x, n, out)
+                       : mapGradLanesF<GeluFnF<false>, kWide>(dy, x, n, out))
 
 // exp over f32 rows for softmax, cross-entropy and Exp: float lanes, the
 // sum of exps in double, in eight lanes (each float lane adds into its own
@@ -626,17 +690,6 @@ CLEAVE_FLOAT_LANES(geluGradArray,
 // The rows' exps 16 lanes at a time where the CPU has AVX-512 (the same
 // operations lane for lane as the 8-lane code, so the same bits; the sums
 // take the two halves in the 8-lane order), the remainder in 8 lanes.
-using Float16 [[gnu::vector_size(64)]] = float;
-using Int16 [[gnu::vector_size(64)]] = int32_t;
-
-[[gnu::always_inline]] inline Float16 load16(const float *p) {
-  Float16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-[[gnu::always_inline]] inline void store16(float *p, Float16 v) {
-  std::memcpy(p, &v, sizeof(v));
-}
 using Double8 [[gnu::vector_size(64)]] = double;
 
 // The 8-lane sums' two accumulators as one (lanes 0-3 lo, 4-7 hi), fed each
@@ -654,9 +707,8 @@ using Double8 [[gnu::vector_size(64)]] = double;
 }
 
 template <bool Wide>
-[[gnu::always_inline]] inline void sumExpShiftedLanes(const float *x,
-                                                      int64_t n, float shift,
-                                                      double *sum) {
+[[gnu::always_inline]] inline void
+sumExpShiftedLanes(const float *x, int64_t n, float shift, double *sum) {
   Double4 lo = {}, hi = {};
   int64_t i = 0;
   if constexpr (Wide) {
@@ -688,9 +740,8 @@ template <bool Wide>
                   expRowLanes(loadPartial8(x + i, n - i), shift) * scale);
 }
 template <bool Wide>
-[[gnu::always_inline]] inline void expShiftedSumLanes(const float *x,
-                                                      int64_t n, float shift,
-                                                      float *out,
+[[gnu::always_inline]] inline void expShiftedSumLanes(const float *x, int64_t n,
+                                                      float shift, float *out,
                                                       double *sum) {
   Double4 lo = {}, hi = {};
   int64_t i = 0;
@@ -709,39 +760,12 @@ template <bool Wide>
     addLanes(lo, hi, e);
   }
   if (i < n) {
-    Float8 e =
-        expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift);
+    Float8 e = expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift);
     storePartial8(out + i, n - i, e);
     addLanes(lo, hi, e);
   }
   *sum = laneTree(lo, hi);
 }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define CLEAVE_AVX512_TARGET __attribute__((target("avx512f")))
-bool cpuHasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-#else
-#define CLEAVE_AVX512_TARGET
-bool cpuHasAvx512() { return false; }
-#endif
-
-// NAME##F(ARGS): NAME##Lanes<true> built for AVX-512 where the CPU has it,
-// else NAME##Lanes<false> for AVX2 + FMA or the baseline.
-#define CLEAVE_ROW_LANES(NAME, PARAMS, ARGS)                                   \
-  CLEAVE_AVX512_TARGET void NAME##Wide PARAMS { NAME##Lanes<true> ARGS; }      \
-  CLEAVE_FMA_TARGET void NAME##Fma PARAMS { NAME##Lanes<false> ARGS; }         \
-  void NAME##Base PARAMS { NAME##Lanes<false> ARGS; }                          \
-  void NAME##F PARAMS {                                                        \
-    if (cpuHasAvx512())                                                        \
-      NAME##Wide ARGS;                                                         \
-    else if (cpuHasFma())                                                      \
-      NAME##Fma ARGS;                                                          \
-    else                                                                       \
-      NAME##Base ARGS;                                                         \
-  }
 
 // The largest of x[0, n), NaN if any is NaN, -inf for n = 0 (the order of
 // the comparisons cannot change a value: max is exact).
@@ -780,20 +804,22 @@ template <bool Wide>
   *out = nan ? NAN : m;
 }
 
-CLEAVE_ROW_LANES(rowMax, (const float *x, int64_t n, float *out),
-                 (x, n, out))
-CLEAVE_ROW_LANES(sumExpShifted,
-                 (const float *x, int64_t n, float shift, double *sum),
-                 (x, n, shift, sum))
-CLEAVE_ROW_LANES(expShifted,
-                 (const float *x, int64_t n, float shift, float scale,
-                  float *out),
-                 (x, n, shift, scale, out))
-CLEAVE_ROW_LANES(expShiftedSum,
-                 (const float *x, int64_t n, float shift, float *out,
-                  double *sum),
-                 (x, n, shift, out, sum))
-#undef CLEAVE_ROW_LANES
+CLEAVE_FLOAT_LANES(rowMax, (const float *x, int64_t n, float *out), (x, n, out),
+                   rowMaxLanes<kWide>(x, n, out))
+CLEAVE_FLOAT_LANES(sumExpShifted,
+                   (const float *x, int64_t n, float shift, double *sum),
+                   (x, n, shift, sum),
+                   sumExpShiftedLanes<kWide>(x, n, shift, sum))
+CLEAVE_FLOAT_LANES(expShifted,
+                   (const float *x, int64_t n, float shift, float scale,
+                    float *out),
+                   (x, n, shift, scale, out),
+                   expShiftedLanes<kWide>(x, n, shift, scale, out))
+CLEAVE_FLOAT_LANES(expShiftedSum,
+                   (const float *x, int64_t n, float shift, float *out,
+                    double *sum),
+                   (x, n, shift, out, sum),
+                   expShiftedSumLanes<kWide>(x, n, shift, out, sum))
 #undef CLEAVE_FLOAT_LANES
 
 } // namespace
