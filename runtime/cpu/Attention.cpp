@@ -198,6 +198,21 @@ bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
     return true;
   if (!a.bias.data && !a.keep.data)
     return false;
+  if (!a.keep.data && a.bias.elem == dev::AttnElem::F32 &&
+      a.bias.strides[3] == 1) {
+    // An f32 mask contiguous along the keys: each row's visible part in
+    // vector lanes (-inf, its largest element, only where all are -inf).
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t i = i0 + r;
+      const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
+      if (end > j0 &&
+          cpu::rowMax(static_cast<const float *>(a.bias.data) +
+                          a.bias.at(b, h, i, j0),
+                      end - j0) != -INFINITY)
+        return false;
+    }
+    return true;
+  }
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = i0 + r;
     const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);

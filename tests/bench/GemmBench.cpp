@@ -54,6 +54,11 @@ const Shape kShapes[] = {
     {"conv fold 64x1024x576", false, false, 64, 1024, 576},
     {"conv fold 256x64x2304", false, false, 256, 64, 2304},
     {"square 1024", false, false, 1024, 1024, 1024},
+    // T 1024, batch 2 (2048 rows): the W products of the long-sequence
+    // benchmarks.
+    {"mlp-in fwd 2048x1024x256", false, false, 2048, 1024, 256},
+    {"mlp-in W 256x1024x2048 (TN)", true, false, 256, 1024, 2048},
+    {"mlp-out W 1024x256x2048 (TN)", true, false, 1024, 256, 2048},
 };
 
 std::vector<float> random(size_t n, unsigned seed) {
