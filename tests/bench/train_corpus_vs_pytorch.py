@@ -40,6 +40,11 @@ both (same weights, same batch), and the training FLOPs per step (counted
 by torch.utils.flop_counter) as GFLOP/s each framework achieves, against a
 measured f32 GEMM of PyTorch (torch.mm, 2048^3) and of cleave's runtime
 (build/tests/cleave-bench-device-profile, 1024^3) on the same threads.
+Peak memory of a step, both sides: PyTorch's parameters plus the growth of
+the resident set's high-water mark over the first two steps of a fresh
+process (gradients, saved activations, temporaries; VmHWM, reset through
+/proc/self/clear_refs), and cleave-run's measured peak bytes of the stage
+(parameters, gradients, activations and temporaries in its frames).
 """
 
 import argparse
@@ -171,6 +176,47 @@ def cleave_times(tools, plan, data, threads, steps):
     return [rows[k][1] for k in sorted(rows) if k > WARMUP], rows[1][0]
 
 
+def proc_status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def torch_peak_child(name, args):
+    """In a fresh process (--peak-of): the model's parameters plus the growth
+    of the resident set's high-water mark over its first two SGD steps (the
+    gradients, the activations autograd keeps, the temporaries), in bytes."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model, inputs = make(name)
+    model.train()
+    argv = tuple(inputs.values())
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident set
+    base = proc_status_kb("VmRSS")
+    for _ in range(2):
+        torch_step(model, opt, argv)
+    print(params + (proc_status_kb("VmHWM") - base) * 1024)
+
+
+def torch_peak(name, args):
+    out = run([sys.executable, os.path.abspath(__file__), "--peak-of", name,
+               f"--threads={args.threads}", f"--seq={args.seq}", f"--batch={args.batch}"])
+    return int(out.strip().splitlines()[-1])
+
+
+def cleave_peak_bytes(tools, plan, data, threads):
+    """The stage's measured peak bytes from cleave-run's summary (one step)."""
+    out = run([os.path.join(tools, "cleave-run"), plan, f"--threads={threads}",
+               f"--data={data}", "--steps=1"])
+    m = re.search(r"^0\s+\S+\s+\S+\s+(\d+) / \d+", out, re.M)
+    return int(m.group(1)) if m else 0
+
+
 def training_flops(model, inputs):
     from torch.utils.flop_counter import FlopCounterMode
     counter = FlopCounterMode(display=False)
@@ -226,9 +272,12 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="the token models' batch")
     ap.add_argument("--keep", metavar="DIR",
                     help="write the exports, plans and data under DIR (for cleave-run --profile)")
+    ap.add_argument("--peak-of", metavar="MODEL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     global SEQ, BATCH
     SEQ, BATCH = args.seq, args.batch
+    if args.peak_of:
+        return torch_peak_child(args.peak_of, args)
     tools = os.path.join(args.build, "tools")
     for t in ("cleavec", "cleave-run"):
         if not os.path.exists(os.path.join(tools, t)):
@@ -245,7 +294,8 @@ def main():
         head += f" {'compile ms':>10} {'comp/cl':>7}"
     if args.unfused:
         head += f" {'unfused ms':>10} {'unf/cl':>6}"
-    print(head + f" {'GFLOP':>6} {'cl GFLOP/s':>10} {'torch GF/s':>10}   first loss torch / cleave")
+    print(head + f" {'GFLOP':>6} {'cl GFLOP/s':>10} {'torch GF/s':>10} {'peak MB torch/cl':>16}"
+          "   first loss torch / cleave")
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
         os.makedirs(tmp, exist_ok=True)
@@ -297,8 +347,10 @@ def main():
             if args.unfused:
                 line += f" {med['unfused']:10.2f} {med['unfused'] / med['cleave']:6.2f}"
             gf = flops / 1e9
+            peaks = (f"{torch_peak(name, args) / 1e6:.0f} / "
+                     f"{cleave_peak_bytes(tools, plan, data, args.threads) / 1e6:.0f}")
             line += (f" {gf:6.2f} {gf / med['cleave'] * 1e3:10.1f} {gf / med['torch'] * 1e3:10.1f}"
-                     f"   {first_torch:.4f} / {first_cleave:.4f}")
+                     f" {peaks:>16}   {first_torch:.4f} / {first_cleave:.4f}")
             print(line, flush=True)
 
 
