@@ -270,10 +270,11 @@ Types attention(const TypeQuery &q) {
     if (!s)
       llvm::consumeError(s.takeError());
     bool kernelType = mask.dtype == DType::F32 || mask.dtype == DType::F64 ||
-                      mask.dtype == DType::BF16;
+                      mask.dtype == DType::BF16 || mask.dtype == DType::Bool;
     if (!kernelType || !fits)
-      return err("the mask {0} must be f32, f64 or bf16 and broadcast to the "
-                 "scores {1}",
+      return err("the mask {0} must be f32, f64 or bf16 (added to the "
+                 "scores) or bool (true: the key is seen) and broadcast to "
+                 "the scores {1}",
                  mask.str(), shapeStr(scores));
   }
   Shape rows(qt.shape.begin(), qt.shape.begin() + 3);

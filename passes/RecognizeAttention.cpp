@@ -14,10 +14,14 @@
 //   O = MatMul(P, V)
 //
 // becomes one FusedAttention(Q, K, V[, mask]) {scale = c1 c2 c3}, whose
-// kernels never hold the scores (docs/design/fused-attention.md). A
-// masked_fill becomes the additive mask that equals it, Where(hide, fill,
-// 0): a score plus the fill rounds to the fill, so every row's softmax,
-// a row that sees no key included, is the same. K and V
+// kernels never hold the scores (docs/design/fused-attention.md). A mask
+// that hides keys as -inf and leaves the rest as they are (masked_fill
+// with -inf, an additive Where(c, 0, -inf)) becomes the boolean mask it
+// applies, c or Not(c), one byte a score instead of a float. A masked_fill
+// with a finite fill (at or below the lowest f32) becomes the additive
+// mask that equals it, Where(hide, fill, 0): a score plus the fill rounds
+// to the fill, so every row's softmax, a row that sees no key included, is
+// the same. K and V
 // repeated for grouped-query heads (Unsqueeze, Expand, Reshape) are read
 // unrepeated. K is
 // found under Kt when Kt is a Transpose of the last two axes, or the
@@ -63,8 +67,33 @@ struct Match {
   Value *fillCond = nullptr;
   double fill = 0;
   bool hideWhereTrue = true;
+  // A mask that only hides keys as -inf does, as its boolean condition:
+  // masked_fill with -inf, or an additive Where(c, 0, -inf) /
+  // Where(c, -inf, 0). The fused op reads the condition (true: seen) and
+  // the f32 mask is never made.
+  Value *keepCond = nullptr;
+  bool keepWhereTrue = true;
   double scale = 1;
 };
+
+// An additive mask Where(c, 0, -inf) or Where(c, -inf, 0), with c boolean
+// and both branches scalar constants: c, and whether true keeps the key.
+// Adding -inf hides a key and adding 0 leaves a finite score's bits as
+// they were, so the boolean mask gives the same scores.
+std::optional<std::pair<Value *, bool>> infinityMaskCondition(Value *mask) {
+  Op *def = mask->definingOp();
+  if (!def || def->kind() != OpKind::Where ||
+      def->operand(0)->type().dtype != ir::DType::Bool)
+    return std::nullopt;
+  auto a = scalarConstant(def->operand(1)), b = scalarConstant(def->operand(2));
+  if (!a || !b)
+    return std::nullopt;
+  if (*a == 0 && *b == -INFINITY)
+    return std::make_pair(def->operand(0), true);
+  if (*a == -INFINITY && *b == 0)
+    return std::make_pair(def->operand(0), false);
+  return std::nullopt;
+}
 
 
 // `v` = x * c, c * x or x / c with c a scalar constant: x, and the factor
@@ -267,6 +296,15 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
   // The safe softmax's test must read the very mask that hides the keys.
   if (rowMaskOf && rowMaskOf != m.mask)
     return std::nullopt;
+  if (m.fillCond && m.fill == -INFINITY) {
+    m.keepCond = m.fillCond;
+    m.keepWhereTrue = !m.hideWhereTrue;
+  } else if (m.mask) {
+    if (auto c = infinityMaskCondition(m.mask)) {
+      m.keepCond = c->first;
+      m.keepWhereTrue = c->second;
+    }
+  }
   s = scores->result();
   m.q = unscale(g, scores->operand(0), m.scale, false);
   m.kt = unscale(g, scores->operand(1), m.scale, false);
@@ -321,6 +359,7 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
   bool changed = false;
   llvm::DenseSet<const Op *> replaced;
   std::map<std::tuple<Value *, bool, double>, Value *> biases;
+  std::map<Value *, Value *> negated; // Not(c), made once per condition
   for (Op *root : candidates) {
     if (replaced.count(root))
       continue;
@@ -348,7 +387,20 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
                                 {{"perm", perm}}, root->loc())
                    ->result();
     }
-    if (m->fillCond) {
+    if (m->keepCond) {
+      // The boolean mask, true where a key is seen.
+      Value *keep = m->keepCond;
+      if (!m->keepWhereTrue) {
+        Value *&inverse = negated[keep];
+        if (!inverse)
+          inverse = g.insertOpBefore(root, OpKind::Not, {keep}, {keep->type()},
+                                     {g.uniqueName(keep->name() + ".keep")},
+                                     {}, root->loc())
+                        ->result();
+        keep = inverse;
+      }
+      m->mask = keep;
+    } else if (m->fillCond) {
       // masked_fill's Where as the additive mask it equals.
       ir::DType dt = m->q->type().dtype;
       auto scalar = [&](double x, const std::string &name) {

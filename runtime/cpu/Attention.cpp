@@ -83,8 +83,15 @@ llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
   a.q = input(q);
   a.k = input(k);
   a.v = input(c.inputs[first + 2]);
-  if (c.inputs.size() > mask && c.inputs[mask].data)
-    a.bias = input(c.inputs[mask]);
+  if (c.inputs.size() > mask && c.inputs[mask].data) {
+    const TensorRef &m = c.inputs[mask];
+    if (m.dtype == ir::DType::Bool) { // true: the key is seen
+      a.keep.data = m.data;
+      fillStrides(a.keep, m.shape);
+    } else {
+      a.bias = input(m);
+    }
+  }
   if (!dev::attentionSupported(a))
     return kernelError(c, "head size {0} (at most {1}) with {2} query heads "
                        "over {3} key/value heads is not supported",
@@ -198,6 +205,23 @@ bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
     return true;
   if (!a.bias.data && !a.keep.data)
     return false;
+  if (!a.bias.data && a.keep.strides[3] == 1) {
+    // A boolean mask contiguous along the keys: a row hides the tile when
+    // its visible part holds no true (non-zero) byte.
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t i = i0 + r;
+      const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
+      const auto *row = static_cast<const uint8_t *>(a.keep.data) +
+                        a.keep.strides[0] * b + a.keep.strides[1] * h +
+                        a.keep.strides[2] * i + j0;
+      uint8_t any = 0; // an OR in vector lanes, no early exit
+      for (int64_t t = 0; t < end - j0; ++t)
+        any |= row[t];
+      if (any)
+        return false;
+    }
+    return true;
+  }
   if (!a.keep.data && a.bias.elem == dev::AttnElem::F32 &&
       a.bias.strides[3] == 1) {
     // An f32 mask contiguous along the keys: each row's visible part in
@@ -297,10 +321,18 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
         row[t] += dev::attnRead<T>(a.bias.data, a.bias.elem,
                                    a.bias.at(b, h, i, j0 + t));
     }
-    if (a.keep.data)
+    if (a.keep.data && (a.keep.strides[3] == 1 || seen <= 1)) {
+      // Contiguous bytes (0 or 1) along the keys: a select in vector lanes.
+      const auto *keep = static_cast<const uint8_t *>(a.keep.data) +
+                         a.keep.strides[0] * b + a.keep.strides[1] * h +
+                         a.keep.strides[2] * i + j0 * a.keep.strides[3];
+      for (int64_t t = 0; t < seen; ++t)
+        row[t] = keep[t] ? row[t] : T(-INFINITY);
+    } else if (a.keep.data) {
       for (int64_t t = 0; t < seen; ++t)
         if (!dev::attentionKeeps(a, b, h, i, j0 + t))
           row[t] = T(-INFINITY);
+    }
     std::fill(row + seen, row + nc, T(-INFINITY));
     if (rowMax) {
       if constexpr (std::is_same_v<T, float>) {

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 using namespace cleave;
 using runtime::TensorRef;
@@ -104,6 +105,63 @@ TEST(CpuAttention, OneQueryRowAndOneKey) {
     expectClose(o.data, want, 1e-5);
     EXPECT_NEAR(lse.data[0], std::log(sum), 1e-5);
   }
+}
+
+// A boolean mask (true: the key is seen, what recognize-attention passes
+// for masked_fill with -inf and for an additive Where(c, 0, -inf)) gives
+// the bits of the additive mask with 0 and -inf, forward and backward, on
+// 1 and 2 threads: rows that see a few keys, rows that see none, a whole
+// 128 x 128 tile hidden, keys hidden at random.
+TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
+  testsupport::cpu();
+  const int64_t B = 2, Hq = 2, Hkv = 1, T = 300, D = 16;
+  Host<float> q = randomHost<float>({B, Hq, T, D}, 1, -2, 2),
+              k = randomHost<float>({B, Hkv, T, D}, 2, -2, 2),
+              v = randomHost<float>({B, Hkv, T, D}, 3),
+              dout = randomHost<float>({B, Hq, T, D}, 5),
+              bias({B, 1, T, T});
+  Host<uint8_t> keep({B, 1, T, T});
+  std::mt19937 rng(7);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        bool seen = j <= i && rng() % 5 != 0; // causal, a fifth hidden
+        if (i >= 128 && i < 256 && j >= 128 && j < 256)
+          seen = false; // a whole tile
+        if (i % 97 == 5)
+          seen = false; // rows that see no key
+        size_t at = size_t(((b * T) + i) * T + j);
+        keep.data[at] = seen ? 1 : 0;
+        bias.data[at] = seen ? 0.0f : -INFINITY;
+      }
+  ir::AttrMap attrs{{"scale", 0.25f}};
+  auto runWith = [&](TensorRef mask, int threads) {
+    Outputs<float> r{Host<float>({B, Hq, T, D}), Host<float>({B, Hq, T, D}),
+                     Host<float>({B, Hkv, T, D}), Host<float>({B, Hkv, T, D}),
+                     Host<float>({B, Hq, T})};
+    auto backend = runtime::createCpuBackend(threads);
+    EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
+        ir::OpKind::FusedAttention, attrs, {q.ref(), k.ref(), v.ref(), mask},
+        {r.o.ref(), r.lse.ref()}})));
+    EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
+        ir::OpKind::FusedAttentionGrad, attrs,
+        {dout.ref(), q.ref(), k.ref(), v.ref(), r.o.ref(), r.lse.ref(), mask},
+        {r.dq.ref(), r.dk.ref(), r.dv.ref()}})));
+    return r;
+  };
+  Outputs<float> added = runWith(bias.ref(), 1);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    Outputs<float> kept = runWith(keep.ref(), threads);
+    EXPECT_TRUE(same(added.o, kept.o));
+    EXPECT_TRUE(same(added.lse, kept.lse));
+    EXPECT_TRUE(same(added.dq, kept.dq));
+    EXPECT_TRUE(same(added.dk, kept.dk));
+    EXPECT_TRUE(same(added.dv, kept.dv));
+  }
+  // A row that sees no key: O 0, L -inf.
+  EXPECT_EQ(added.o.data[size_t(5 * D)], 0.0f);
+  EXPECT_EQ(added.lse.data[5], -INFINITY);
 }
 
 TEST(CpuAttention, RefusesAHeadSizeAboveTheBound) {
