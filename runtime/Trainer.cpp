@@ -694,7 +694,7 @@ llvm::Expected<std::string> Trainer::profileJson() {
   llvm::json::Array ops;
   for (size_t i = 0; i < stages_.size(); ++i) // replica 0: one entry per op
     if (stages_[i]->replica == 0) {
-      appendProfileOps(plan_, profiles_[i].trimmedMean(), ops);
+      appendProfileOps(plan_, profiles_[i].mean(), ops);
       appendActionOverheads(stages_[i]->stage, profiles_[i].actionOverhead(),
                             ops);
     }

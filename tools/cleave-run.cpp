@@ -182,8 +182,8 @@ output:
                          plan's prediction (its schedule simulated on the
                          predicted stage times), at one time scale, in ms
   --profile=FILE.json    measured per-op times (kernels only, not waits): each
-                         op's mean over the steps after the first, its
-                         fastest and slowest tenth left out, in the format
+                         op's mean over the steps after the first (the
+                         delays of a shared core included), in the format
                          `cleavec --cost-model profile:FILE` reads (a step
                          more than 20% off the plan's prediction says so
                          after the summary, and suggests this)

@@ -9,16 +9,14 @@ namespace cleave::runtime {
 
 namespace {
 
-// The mean with the fastest and slowest tenth left out.
-double trimmed(std::vector<double> all) {
+// The mean of every profiled step, in the steps' order.
+double meanOf(const std::vector<double> &all) {
   if (all.empty())
     return 0;
-  std::sort(all.begin(), all.end());
-  size_t cut = all.size() / 10;
   double sum = 0;
-  for (size_t i = cut; i < all.size() - cut; ++i)
-    sum += all[i];
-  return sum / double(all.size() - 2 * cut);
+  for (double x : all)
+    sum += x;
+  return sum / double(all.size());
 }
 
 } // namespace
@@ -34,17 +32,17 @@ void ProfileSteps::take(StageExecutor &ex) {
   ex.clearProfile();
 }
 
-ProfileMap ProfileSteps::trimmedMean() const {
+ProfileMap ProfileSteps::mean() const {
   ProfileMap out;
   for (const auto &[key, all] : seconds_)
-    out[key] = {trimmed(all), 1};
+    out[key] = {meanOf(all), 1};
   return out;
 }
 
 std::array<double, 4> ProfileSteps::actionOverhead() const {
   std::array<double, 4> out{};
   for (size_t k = 0; k < out.size(); ++k)
-    out[k] = trimmed(overhead_[k]);
+    out[k] = meanOf(overhead_[k]);
   return out;
 }
 

@@ -17,18 +17,21 @@ namespace cleave::runtime {
 // --profile's figures for one executor: each instruction's time per step,
 // kept for every profiled step (all but the first, which warms caches and
 // pages in the frames; one step alone can be off by a third), and their
-// mean with the fastest and slowest tenth of steps left out. Trimmed, the
-// mean ignores the rare bursts of other work on a shared machine; a mean,
-// it keeps the common small delays, which a median drops: summed over a
-// step's hundreds of ops, per-op medians came out 5-10% below the measured
-// step (tests/bench/pipeline_speedup.py).
+// mean. The mean keeps the delays a shared core adds to the kernels (a
+// neighbour's time slices land in a few steps of each op): a median drops
+// them all (summed over a step's hundreds of ops, per-op medians came out
+// 5-10% below the measured step) and a mean with the slowest tenth of
+// steps left out most of them (beside one busy process, pipelined steps
+// measured 1.18 to 1.33x the simulation fed such a profile, 1.04 to 1.18x
+// fed the mean; quiet, 1.06 to 1.10x and 1.03 to 1.06x:
+// tests/bench/pipeline_speedup.py, docs/benchmarks.md).
 class ProfileSteps {
 public:
   // Takes the executor's figures of the step just run and clears them.
   void take(StageExecutor &ex);
-  ProfileMap trimmedMean() const;
+  ProfileMap mean() const;
   // Per action kind (F, B, W, BW): the seconds an action took beyond its
-  // kernels and waits, trimmed mean over the steps (0 where none ran).
+  // kernels and waits, mean over the steps (0 where none ran).
   std::array<double, 4> actionOverhead() const;
 
 private:

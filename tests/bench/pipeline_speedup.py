@@ -23,7 +23,7 @@ stage on a 2-core machine):
      cleave-run S.cplan --steps N --threads 1 --profile S.json: "measured"
      is the run's median step (the step lines' ms of steps 2..N; bursts of
      other work on the shared machine push a mean up) and the profile holds
-     each op's trimmed mean over the same steps; cleavec
+     each op's mean over the same steps; cleavec
      --schedule csv:S.csv --split-at ... --cost-model profile:S.json: its
      "one isolated step" is "simulated" (cleave-run finishes a step on every
      stage before the next, so it runs isolated steps; the "step time" of
