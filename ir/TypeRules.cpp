@@ -254,17 +254,20 @@ Types attention(const TypeQuery &q) {
   if (k.dtype != qt.dtype || v.dtype != qt.dtype)
     return err("Q, K and V must have one element type, got {0}, {1}, {2}",
                qt.str(), k.str(), v.str());
+  const bool seqMajor = q.getInt("seq_major") != 0;
+  const AttentionDims d = attentionDims(qt.shape, k.shape, seqMajor);
   if (k.shape != v.shape || k.shape[0] != qt.shape[0] ||
       k.shape[3] != qt.shape[3])
-    return err("K and V must be [B, Hkv, Tk, D] for Q {0}, got {1}, {2}",
-               qt.str(), k.str(), v.str());
-  if (k.shape[1] < 1 || qt.shape[1] % k.shape[1] != 0)
+    return err("K and V must be {3} for Q {0}, got {1}, {2}", qt.str(),
+               k.str(), v.str(),
+               seqMajor ? "[B, Tk, Hkv, D]" : "[B, Hkv, Tk, D]");
+  if (d.kvHeads < 1 || d.queryHeads % d.kvHeads != 0)
     return err("the query heads ({0}) must be a multiple of the key/value "
                "heads ({1})",
-               qt.shape[1], k.shape[1]);
+               d.queryHeads, d.kvHeads);
   if (q.operands.size() == 4) {
     const TensorType &mask = q.operands[3];
-    Shape scores{qt.shape[0], qt.shape[1], qt.shape[2], k.shape[2]};
+    Shape scores{d.batch, d.queryHeads, d.queryLen, d.keyLen};
     auto s = broadcastShapes(mask.shape, scores);
     bool fits = s && *s == scores;
     if (!s)
@@ -277,7 +280,7 @@ Types attention(const TypeQuery &q) {
                  "the scores {1}",
                  mask.str(), shapeStr(scores));
   }
-  Shape rows(qt.shape.begin(), qt.shape.begin() + 3);
+  Shape rows{d.batch, d.queryHeads, d.queryLen};
   DType lse = qt.dtype == DType::F64 ? DType::F64 : DType::F32;
   return std::vector{qt, TensorType(lse, rows)};
 }

@@ -68,4 +68,17 @@ llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 using support::checkShape;
 using support::sliceLength;
 
+// The sizes of a FusedAttention's Q [B, Hq, Tq, D] and K [B, Hkv, Tk, D],
+// or with seq_major [B, Tq, Hq, D] and [B, Tk, Hkv, D] (the projections'
+// layout before the heads move forward).
+struct AttentionDims {
+  int64_t batch = 0, queryHeads = 0, queryLen = 0, headDim = 0,
+          kvHeads = 0, keyLen = 0;
+};
+inline AttentionDims attentionDims(llvm::ArrayRef<int64_t> q,
+                                   llvm::ArrayRef<int64_t> k, bool seqMajor) {
+  const int h = seqMajor ? 2 : 1, t = seqMajor ? 1 : 2;
+  return {q[0], q[size_t(h)], q[size_t(t)], q[3], k[size_t(h)], k[size_t(t)]};
+}
+
 } // namespace cleave::ir

@@ -3,6 +3,7 @@
 // come from its cost class in ir/Ops.def; only products (matrix products,
 // convolutions and their gradient parts) have formulas of their own here.
 #include "passes/Cost.h"
+#include "ir/TypeRules.h"
 #include "support/FileIO.h"
 #include "support/JsonDepth.h"
 
@@ -53,14 +54,16 @@ static std::optional<double> productWork(const ir::Op &op) {
   // the backward recomputes S and dO.V for dQ and again for dK and dV and
   // accumulates dQ, dK, dV (7; docs/design/fused-attention.md).
   auto seenScores = [&](const ir::TensorType &q, const ir::TensorType &k) {
-    double tq = double(q.shape[2]), tk = double(k.shape[2]);
+    const ir::AttentionDims d =
+        ir::attentionDims(q.shape, k.shape, op.getInt("seq_major") != 0);
+    double tq = double(d.queryLen), tk = double(d.keyLen);
     double perHead = tq * tk;
     if (op.getInt("causal")) { // query i sees keys 0..i (top-left)
       double full = std::max(0.0, tq - tk); // rows that see every key
       double part = tq - full;
       perHead = part * (part + 1) / 2 + full * tk;
     }
-    return double(q.shape[0]) * double(q.shape[1]) * perHead;
+    return double(d.batch) * double(d.queryHeads) * perHead;
   };
   switch (op.kind()) {
   case OpKind::FusedAttention:

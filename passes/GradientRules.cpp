@@ -368,8 +368,10 @@ static llvm::Error ruleFusedAttention(RuleContext &c) {
                            c.out(1)};
   if (c.op.numOperands() == 4)
     ops.push_back(c.in(3));
-  auto d = c.b.emitN(OpKind::FusedAttentionGrad, ops,
-                     copyAttrs(c.op, {"causal", "scale"}), 3);
+  AttrMap attrs = copyAttrs(c.op, {"causal", "scale"});
+  if (c.op.hasAttr("seq_major")) // the layout of Q, K, V and their gradients
+    attrs.emplace("seq_major", c.op.attr("seq_major"));
+  auto d = c.b.emitN(OpKind::FusedAttentionGrad, ops, std::move(attrs), 3);
   for (unsigned i = 0; i < 3; ++i)
     if (c.needs[i])
       c.dX[i] = d[i];

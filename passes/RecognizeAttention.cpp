@@ -131,6 +131,25 @@ bool isPerm(const Op *op, std::initializer_list<int64_t> perm) {
          op->getInts("perm") == std::vector<int64_t>(perm);
 }
 
+// `x` [B, H, T, D] as a Transpose {perm = [0, 2, 1, 3]} of a [B, T, H, D]
+// value (the projections' layout, `view(B, T, H, D).transpose(1, 2)`):
+// that value, which the fused op reads in place. Null otherwise.
+Value *seqMajorSource(Value *x) {
+  Op *def = x->definingOp();
+  return isPerm(def, {0, 2, 1, 3}) ? def->operand(0) : nullptr;
+}
+
+// The one reader of the attention's output `o` when it is the Transpose
+// {perm = [0, 2, 1, 3]} back to [B, T, H, D] (`.transpose(1, 2)` before
+// the heads are merged), so the fused op can write that layout itself.
+Op *seqMajorOutput(const ir::Graph &g, Value *o) {
+  if (o->uses().size() != 1 || g.isPinned(o))
+    return nullptr;
+  Op *user = o->uses().front().user;
+  return isPerm(user, {0, 2, 1, 3}) && !g.isPinned(user->result()) ? user
+                                                                   : nullptr;
+}
+
 // K [B, H, T, D] under Kt [B, H, D, T], when Kt only moves its last two
 // axes: Transpose(K) {perm = [0, 1, 3, 2]}, or Reshape(Transpose(
 // Reshape(K) to [B*H, T, D]) {perm = [0, 2, 1]}) back to rank 4. Null if
@@ -366,7 +385,22 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
     std::optional<Match> m = matchAttention(g, root);
     if (!m)
       continue;
-    if (!m->k) {
+    // Q, K and V all moved from [B, T, H, D] and O moved back: the fused
+    // op reads and writes that layout (seq_major) and the four Transposes,
+    // forward and backward, are never run.
+    Value *seqQ = seqMajorSource(m->q), *seqV = seqMajorSource(m->v),
+          *seqK = m->k ? seqMajorSource(m->k) : nullptr;
+    if (!m->k)
+      if (Op *t = interior(g, m->kt, OpKind::Transpose);
+          t && t->getInts("perm") == std::vector<int64_t>{0, 2, 3, 1})
+        seqK = t->operand(0); // K^T straight from [B, T, H, D]
+    Op *seqOut = seqMajorOutput(g, root->result());
+    const bool seqMajor = seqQ && seqK && seqV && seqOut;
+    if (seqMajor) {
+      m->q = seqQ;
+      m->k = seqK;
+      m->v = seqV;
+    } else if (!m->k) {
       // K = Kt with its last two axes swapped; when Kt is itself another
       // Transpose (the exporters fold heads-first and k.transpose(-2, -1)
       // into one), K is one Transpose of its operand and Kt's dies.
@@ -426,6 +460,8 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
     if (m->mask)
       operands.push_back(m->mask);
     ir::AttrMap attrs{{"scale", float(m->scale)}, {"causal", int64_t(0)}};
+    if (seqMajor)
+      attrs.emplace("seq_major", int64_t(1));
     std::vector<ir::TensorType> in;
     for (Value *v : operands)
       in.push_back(v->type());
@@ -434,13 +470,16 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
       llvm::consumeError(types.takeError());
       continue;
     }
-    std::string name = root->result()->name();
+    Value *replacedValue = seqMajor ? seqOut->result() : root->result();
+    std::string name = replacedValue->name();
     Op *fused = g.insertOpBefore(
         root, OpKind::FusedAttention, operands, *types,
         {g.uniqueName(name + ".fused"), g.uniqueName(name + ".lse")},
         std::move(attrs), root->loc());
-    g.replaceAllUsesWith(root->result(), fused->result(0));
+    g.replaceAllUsesWith(replacedValue, fused->result(0));
     replaced.insert(root);
+    if (seqMajor)
+      g.eraseOp(seqOut); // its only operand was the root's result
     g.eraseOp(root);
     g.rename(fused->result(0), name);
     changed = true;

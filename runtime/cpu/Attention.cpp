@@ -9,6 +9,7 @@
 // head with its query heads, and each tile's work is GEMMs, the form that
 // keeps the CPU's vector units busy. The sums are in another order than the
 // per-row functions', so the two backends agree to rounding, not bits.
+#include "ir/TypeRules.h"
 #include "runtime/FusedAttentionCall.h"
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/CpuKernels.h"
@@ -47,21 +48,26 @@ void fillStrides(Strided &s, llvm::ArrayRef<int64_t> shape) {
   }
 }
 
-// A tensor as an operand (AttnInput) or result (AttnOutput) of the steps.
-template <class Operand> Operand operandOf(const TensorRef &t) {
+// A tensor as an operand (AttnInput) or result (AttnOutput) of the steps;
+// `seqMajor`: a [B, T, H, D] tensor read as [B, H, T, D] (its T and H
+// strides swapped).
+template <class Operand>
+Operand operandOf(const TensorRef &t, bool seqMajor) {
   Operand x;
   x.data = t.data;
   x.elem = attnElem(t.dtype);
   fillStrides(x, t.shape);
+  if (seqMajor)
+    std::swap(x.strides[1], x.strides[2]);
   return x;
 }
 
-dev::AttnInput input(const TensorRef &t) {
-  return operandOf<dev::AttnInput>(t);
+dev::AttnInput input(const TensorRef &t, bool seqMajor = false) {
+  return operandOf<dev::AttnInput>(t, seqMajor);
 }
 
-dev::AttnOutput output(const TensorRef &t) {
-  return operandOf<dev::AttnOutput>(t);
+dev::AttnOutput output(const TensorRef &t, bool seqMajor = false) {
+  return operandOf<dev::AttnOutput>(t, seqMajor);
 }
 
 // Q, K, V and the optional mask at `first` in the call's inputs.
@@ -70,19 +76,21 @@ llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
   const TensorRef &q = c.inputs[first], &k = c.inputs[first + 1];
   if (q.rank() != 4 || k.rank() != 4 || c.inputs[first + 2].rank() != 4)
     return kernelError(c, "Q, K and V must have rank 4");
+  const bool seqMajor = c.getInt("seq_major") != 0;
+  const ir::AttentionDims d = ir::attentionDims(q.shape, k.shape, seqMajor);
   dev::AttentionOperands a;
-  a.batch = q.shape[0];
-  a.queryHeads = q.shape[1];
-  a.queryLen = q.shape[2];
-  a.headDim = q.shape[3];
-  a.kvHeads = k.shape[1];
-  a.keyLen = k.shape[2];
+  a.batch = d.batch;
+  a.queryHeads = d.queryHeads;
+  a.queryLen = d.queryLen;
+  a.headDim = d.headDim;
+  a.kvHeads = d.kvHeads;
+  a.keyLen = d.keyLen;
   a.scale = c.getFloat("scale");
   a.causal = c.getInt("causal") != 0;
   a.align = dev::CausalAlign::TopLeft;
-  a.q = input(q);
-  a.k = input(k);
-  a.v = input(c.inputs[first + 2]);
+  a.q = input(q, seqMajor);
+  a.k = input(k, seqMajor);
+  a.v = input(c.inputs[first + 2], seqMajor);
   if (c.inputs.size() > mask && c.inputs[mask].data) {
     const TensorRef &m = c.inputs[mask];
     if (m.dtype == ir::DType::Bool) { // true: the key is seen
@@ -105,9 +113,10 @@ llvm::Expected<dev::AttentionStep> attentionStep(const KernelCall &c) {
   auto a = operands(c, 0, 3);
   if (!a)
     return a.takeError();
+  const bool seqMajor = c.getInt("seq_major") != 0;
   dev::AttentionStep s;
   s.in = *a;
-  s.out = output(c.outputs[0]);
+  s.out = output(c.outputs[0], seqMajor);
   s.lse = c.outputs[1].data;
   s.lseElem = attnElem(c.outputs[1].dtype);
   return s;
@@ -119,16 +128,17 @@ llvm::Expected<dev::AttentionGradStep> attentionGradStep(const KernelCall &c,
   auto a = operands(c, 1, 6);
   if (!a)
     return a.takeError();
+  const bool seqMajor = c.getInt("seq_major") != 0;
   dev::AttentionGradStep s;
   s.in = *a;
-  s.dOut = input(c.inputs[0]);
-  s.out = input(c.inputs[4]);
+  s.dOut = input(c.inputs[0], seqMajor);
+  s.out = input(c.inputs[4], seqMajor);
   s.lse = c.inputs[5].data;
   s.lseElem = attnElem(c.inputs[5].dtype);
   s.delta = delta;
-  s.dq = output(c.outputs[0]);
-  s.dk = output(c.outputs[1]);
-  s.dv = output(c.outputs[2]);
+  s.dq = output(c.outputs[0], seqMajor);
+  s.dk = output(c.outputs[1], seqMajor);
+  s.dv = output(c.outputs[2], seqMajor);
   return s;
 }
 
