@@ -54,6 +54,27 @@ template <typename T> bool same(const Host<T> &a, const Host<T> &b) {
                      a.data.size() * sizeof(T)) == 0;
 }
 
+// FusedAttention then FusedAttentionGrad on a backend of `threads` threads:
+// O, L (`lse` shaped [B, Hq, Tq]), dQ, dK, dV.
+Outputs<float> forwardAndBackward(Host<float> &q, Host<float> &k,
+                                  Host<float> &v, Host<float> &dout,
+                                  TensorRef mask, Ints lse,
+                                  const ir::AttrMap &attrs, int threads) {
+  Outputs<float> r{Host<float>(q.shape), Host<float>(q.shape),
+                   Host<float>(k.shape), Host<float>(k.shape),
+                   Host<float>(std::move(lse))};
+  auto backend = runtime::createCpuBackend(threads);
+  EXPECT_FALSE(bool(backend->run(
+      runtime::KernelCall{ir::OpKind::FusedAttention, attrs,
+                          {q.ref(), k.ref(), v.ref(), mask},
+                          {r.o.ref(), r.lse.ref()}})));
+  EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
+      ir::OpKind::FusedAttentionGrad, attrs,
+      {dout.ref(), q.ref(), k.ref(), v.ref(), r.o.ref(), r.lse.ref(), mask},
+      {r.dq.ref(), r.dk.ref(), r.dv.ref()}})));
+  return r;
+}
+
 template <typename T> void expectSameOnThreads() {
   testsupport::cpu(); // created first, so it does not reset the pools below
   Outputs<T> one = runOn<T>(1);
@@ -136,18 +157,8 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
       }
   ir::AttrMap attrs{{"scale", 0.25f}};
   auto runWith = [&](TensorRef mask, int threads) {
-    Outputs<float> r{Host<float>({B, Hq, T, D}), Host<float>({B, Hq, T, D}),
-                     Host<float>({B, Hkv, T, D}), Host<float>({B, Hkv, T, D}),
-                     Host<float>({B, Hq, T})};
-    auto backend = runtime::createCpuBackend(threads);
-    EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
-        ir::OpKind::FusedAttention, attrs, {q.ref(), k.ref(), v.ref(), mask},
-        {r.o.ref(), r.lse.ref()}})));
-    EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
-        ir::OpKind::FusedAttentionGrad, attrs,
-        {dout.ref(), q.ref(), k.ref(), v.ref(), r.o.ref(), r.lse.ref(), mask},
-        {r.dq.ref(), r.dk.ref(), r.dv.ref()}})));
-    return r;
+    return forwardAndBackward(q, k, v, dout, mask, {B, Hq, T}, attrs,
+                              threads);
   };
   Outputs<float> added = runWith(bias.ref(), 1);
   for (int threads : {1, 2}) {
@@ -189,23 +200,11 @@ TEST(CpuAttention, SeqMajorGivesTheBitsOfTheTransposedOperands) {
   };
   auto runWith = [&](Host<float> &qq, Host<float> &kk, Host<float> &vv,
                      Host<float> &dd, bool seqMajor, int threads) {
-    Outputs<float> r{Host<float>(qq.shape), Host<float>(qq.shape),
-                     Host<float>(kk.shape), Host<float>(kk.shape),
-                     Host<float>({B, Hq, T})};
     ir::AttrMap attrs{{"scale", 0.25f}, {"causal", int64_t(1)}};
     if (seqMajor)
       attrs.emplace("seq_major", int64_t(1));
-    auto backend = runtime::createCpuBackend(threads);
-    EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
-        ir::OpKind::FusedAttention, attrs,
-        {qq.ref(), kk.ref(), vv.ref(), mask.ref()},
-        {r.o.ref(), r.lse.ref()}})));
-    EXPECT_FALSE(bool(backend->run(runtime::KernelCall{
-        ir::OpKind::FusedAttentionGrad, attrs,
-        {dd.ref(), qq.ref(), kk.ref(), vv.ref(), r.o.ref(), r.lse.ref(),
-         mask.ref()},
-        {r.dq.ref(), r.dk.ref(), r.dv.ref()}})));
-    return r;
+    return forwardAndBackward(qq, kk, vv, dd, mask.ref(), {B, Hq, T}, attrs,
+                              threads);
   };
   Host<float> qt = swapped(q), kt = swapped(k), vt = swapped(v),
               dt = swapped(dout);
