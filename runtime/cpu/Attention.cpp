@@ -221,9 +221,8 @@ bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
     for (int64_t r = 0; r < nr; ++r) {
       const int64_t i = i0 + r;
       const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
-      const auto *row = static_cast<const uint8_t *>(a.keep.data) +
-                        a.keep.strides[0] * b + a.keep.strides[1] * h +
-                        a.keep.strides[2] * i + j0;
+      const auto *row =
+          static_cast<const uint8_t *>(a.keep.data) + a.keep.at(b, h, i, j0);
       uint8_t any = 0; // an OR in vector lanes, no early exit
       for (int64_t t = 0; t < end - j0; ++t)
         any |= row[t];
@@ -331,11 +330,10 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
         row[t] += dev::attnRead<T>(a.bias.data, a.bias.elem,
                                    a.bias.at(b, h, i, j0 + t));
     }
-    if (a.keep.data && (a.keep.strides[3] == 1 || seen <= 1)) {
-      // Contiguous bytes (0 or 1) along the keys: a select in vector lanes.
-      const auto *keep = static_cast<const uint8_t *>(a.keep.data) +
-                         a.keep.strides[0] * b + a.keep.strides[1] * h +
-                         a.keep.strides[2] * i + j0 * a.keep.strides[3];
+    if (a.keep.data && a.keep.strides[3] == 1) {
+      // Contiguous bytes along the keys: a select in vector lanes.
+      const auto *keep =
+          static_cast<const uint8_t *>(a.keep.data) + a.keep.at(b, h, i, j0);
       for (int64_t t = 0; t < seen; ++t)
         row[t] = keep[t] ? row[t] : T(-INFINITY);
     } else if (a.keep.data) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -381,9 +382,6 @@ template <class VF, class VI>
 [[gnu::always_inline]] inline Float8 expShiftLanesF(Float8 x, float shift) {
   return expShiftLanesT<Float8, Int8>(x, shift);
 }
-[[gnu::always_inline]] inline Float8 expLanesF(Float8 x) {
-  return expShiftLanesF(x, 0.0f);
-}
 
 // 16 float lanes (AVX-512 where the CPU has it) and the int lanes of each
 // width, for the templates over the lane type.
@@ -488,21 +486,27 @@ template <bool TanhForm, class VF>
   }
 }
 
-[[gnu::always_inline]] inline Float16 load16(const float *p) {
-  Float16 v;
+// Whole vectors of lanes from and to float arrays (any alignment).
+template <class VF> [[gnu::always_inline]] inline VF loadLanes(const float *p) {
+  VF v;
   std::memcpy(&v, p, sizeof(v));
   return v;
+}
+template <class VF>
+[[gnu::always_inline]] inline void storeLanes(float *p, VF v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+[[gnu::always_inline]] inline Float16 load16(const float *p) {
+  return loadLanes<Float16>(p);
 }
 [[gnu::always_inline]] inline void store16(float *p, Float16 v) {
-  std::memcpy(p, &v, sizeof(v));
+  storeLanes(p, v);
 }
 [[gnu::always_inline]] inline Float8 load8(const float *p) {
-  Float8 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
+  return loadLanes<Float8>(p);
 }
 [[gnu::always_inline]] inline void store8(float *p, Float8 v) {
-  std::memcpy(p, &v, sizeof(v));
+  storeLanes(p, v);
 }
 [[gnu::always_inline]] inline Float8 loadPartial8(const float *p, int64_t n) {
   float lanes[8] = {};
@@ -769,33 +773,23 @@ template <bool Wide>
 
 // The largest of x[0, n), NaN if any is NaN, -inf for n = 0 (the order of
 // the comparisons cannot change a value: max is exact).
-template <class VF>
-[[gnu::always_inline]] inline void maxInto(VF &m, VF &nan, VF v) {
-  m = v > m ? v : m;
-  nan = v != v ? v : nan;
-}
 template <bool Wide>
 [[gnu::always_inline]] inline void rowMaxLanes(const float *x, int64_t n,
                                                float *out) {
+  using VF = std::conditional_t<Wide, Float16, Float8>;
+  constexpr int64_t kLanes = sizeof(VF) / sizeof(float);
+  VF mv = VF{} + -INFINITY, nv = VF{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    VF v = loadLanes<VF>(x + i);
+    mv = v > mv ? v : mv;
+    nv = v != v ? v : nv; // NaN lanes kept
+  }
   float m = -INFINITY;
   bool nan = false;
-  int64_t i = 0;
-  if constexpr (Wide) {
-    Float16 mv = Float16{} + -INFINITY, nv = Float16{};
-    for (; i + 16 <= n; i += 16)
-      maxInto(mv, nv, load16(x + i));
-    for (int l = 0; l < 16; ++l) {
-      m = mv[l] > m ? mv[l] : m;
-      nan = nan || nv[l] != nv[l];
-    }
-  } else {
-    Float8 mv = Float8{} + -INFINITY, nv = Float8{};
-    for (; i + 8 <= n; i += 8)
-      maxInto(mv, nv, load8(x + i));
-    for (int l = 0; l < 8; ++l) {
-      m = mv[l] > m ? mv[l] : m;
-      nan = nan || nv[l] != nv[l];
-    }
+  for (int64_t l = 0; l < kLanes; ++l) {
+    m = mv[l] > m ? mv[l] : m;
+    nan = nan || nv[l] != nv[l];
   }
   for (; i < n; ++i) {
     m = x[i] > m ? x[i] : m;

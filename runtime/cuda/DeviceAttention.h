@@ -142,6 +142,10 @@ struct AttnOutput {
 struct AttnKeep {
   const void *data = nullptr; // null: absent
   int64_t strides[4] = {};
+
+  CLEAVE_HD int64_t at(int64_t b, int64_t h, int64_t t, int64_t d) const {
+    return b * strides[0] + h * strides[1] + t * strides[2] + d * strides[3];
+  }
 };
 
 enum class CausalAlign : uint8_t { BottomRight, TopLeft };
@@ -229,9 +233,7 @@ CLEAVE_HD bool attentionKeeps(const AttentionOperands &a, int64_t b, int64_t h,
                               int64_t i, int64_t j) {
   if (!a.keep.data)
     return true;
-  const int64_t *s = a.keep.strides;
-  return loadInt(a.keep.data, Elem::Bool,
-                 b * s[0] + h * s[1] + i * s[2] + j * s[3]) != 0;
+  return loadInt(a.keep.data, Elem::Bool, a.keep.at(b, h, i, j)) != 0;
 }
 
 // sum_d local[d] * x[b, h, t, d], in increasing d. The score q_i . k_j is
