@@ -1,6 +1,7 @@
 #include "runtime/Stages.h"
 
 #include "runtime/comm/ChannelComm.h"
+#include "runtime/comm/StageComm.h"
 #include "runtime/cuda/Lowering.h"
 #ifdef CLEAVE_HAVE_CUDA
 #include "runtime/cuda/CudaBackend.h"
@@ -83,6 +84,54 @@ llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
   if (auto e = out.executor->setClipGradNorm(options.clipGradNorm))
     return std::move(e);
   return out;
+}
+
+llvm::Expected<std::vector<std::unique_ptr<Comm>>>
+createRankPipes(const Plan &plan, int replica, const std::vector<int> &stages,
+                Comm &pipe, Comm &fifo, const StageOptions &options) {
+  int p = int(plan.stages.size());
+  std::vector<int> stageRank = plan.stageRank;
+  if (stageRank.empty()) // one stage a process: stage s is rank s
+    for (int s = 0; s < p; ++s)
+      stageRank.push_back(s);
+  std::vector<std::unique_ptr<ChannelTransport>> transports;
+  for (int s : stages)
+    transports.push_back(createHostChannelTransport(
+        std::make_unique<StageComm>(fifo, s, stageRank)));
+  if (options.comm == "nccl") {
+    if (options.device != "cuda")
+      return fail("--comm=nccl carries messages between GPUs: it needs "
+                  "--device cuda");
+#ifdef CLEAVE_HAVE_CUDA
+    auto count = cudaDeviceCount();
+    if (!count)
+      return fail("--comm=nccl: " + llvm::toString(count.takeError()));
+    // The GPU createBackend gives each of them.
+    std::vector<int> devices;
+    for (int s : stages)
+      devices.push_back((replica * p + s) % *count);
+    auto nccl = cuda::createNcclRankTransports(plan, stages, devices,
+                                               stageRank, pipe,
+                                               std::move(transports),
+                                               options.commTimeoutSeconds);
+    if (!nccl)
+      return fail("--comm=nccl: " + llvm::toString(nccl.takeError()));
+    transports = std::move(*nccl);
+#else
+    (void)replica;
+    return fail("--comm=nccl: this cleave-run was built without the CUDA "
+                "backend (no nvcc at build time)");
+#endif
+  } else if (options.comm != "ordered") {
+    return fail("--comm must be 'ordered' or 'nccl' for channels, not '" +
+                options.comm + "'");
+  }
+  std::vector<std::unique_ptr<Comm>> out;
+  for (size_t k = 0; k < stages.size(); ++k)
+    out.push_back(createChannelComm(
+        plan, stages[k], std::move(transports[k]),
+        std::make_unique<StageComm>(pipe, stages[k], stageRank)));
+  return std::move(out);
 }
 
 llvm::Expected<std::unique_ptr<ThreadedPipeline>>

@@ -29,7 +29,7 @@ struct StageOptions {
   // Every receive, barrier and collective of the stage's comms fails after
   // waiting this long (0: forever); the default is PyTorch's NCCL watchdog's.
   double commTimeoutSeconds = 600;
-  // How the threaded run's stages exchange messages: "keyed" (matched by
+  // How the stages exchange messages (threads or mpirun): "keyed" (matched by
   // tag and microbatch, runtime/comm/Comm.h), "ordered" (one FIFO per
   // stage pair matched by order alone, as NCCL matches;
   // runtime/comm/ChannelComm.h) or "nccl" (those channels over NCCL
@@ -62,6 +62,19 @@ llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
                                             int stage,
                                             const StageOptions &options,
                                             Comm &pipe, Comm *group);
+
+// Under mpirun, with --comm ordered or nccl: the Comm each of this
+// process's `stages` (of replica `replica`) trains through. The plan's
+// messages go over channels (runtime/comm/ChannelComm.h): NCCL between
+// stages on different GPUs (--comm nccl), otherwise host FIFOs over `fifo`,
+// a second group of the same processes as `pipe` (the replica's pipeline
+// group, ranks = plan ranks) so that the two never take each other's
+// messages; the rest (the non-finite vote, clipping, barriers) over `pipe`,
+// through a view that names the stage. Both groups must outlive the Comms.
+// The NCCL channels' ids travel over `pipe`: a collective of the processes.
+llvm::Expected<std::vector<std::unique_ptr<Comm>>>
+createRankPipes(const Plan &plan, int replica, const std::vector<int> &stages,
+                Comm &pipe, Comm &fifo, const StageOptions &options);
 
 // Every stage of every replica in this process: element r * P + s is stage
 // s of replica r. Declared after the comms, so destroyed before them.

@@ -128,16 +128,18 @@ training:
                          the peer and the message it waited for: a plan whose
                          sends and receives do not pair, a stopped process
   --comm=keyed|ordered|nccl
-                         how the threaded run's stages exchange messages:
-                         keyed (default) matches each by tag and
-                         microbatch; ordered carries each pair of stages'
-                         messages on one channel matched by order alone, as
-                         NCCL matches them (the receiving end holds one it
-                         needs later), to check that path on any machine,
-                         with the same bits; nccl (--device cuda) carries
-                         them over NCCL between stages on different GPUs,
-                         through host staging for now (compiled, not yet
-                         run on a GPU; docs/design/nccl.md)
+                         how the stages exchange messages, threaded or
+                         under mpirun: keyed (default) matches each by tag
+                         and microbatch; ordered carries each pair of
+                         stages' messages on one channel matched by order
+                         alone, as NCCL matches them (the receiving end
+                         holds one it needs later), to check that path on
+                         any machine, with the same bits; nccl (--device
+                         cuda) carries them over NCCL between stages on
+                         different GPUs (under mpirun the channels' ids go
+                         over MPI), through host staging for now, and the
+                         data-parallel sums too (compiled, not yet run on a
+                         GPU; docs/design/nccl.md)
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1; at most 4 x the cores, see
                          --allow-large)
@@ -757,11 +759,29 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
   // Several stages in this process: each sees the pipeline through a view
   // in which it is its own rank (runtime/comm/StageComm.h).
   std::vector<std::unique_ptr<runtime::StageComm>> views;
+  // --comm ordered or nccl: the plan's messages over channels whose host
+  // FIFOs are a second group of the replica's processes.
+  std::unique_ptr<runtime::MpiComm> fifo;
+  std::vector<std::unique_ptr<runtime::Comm>> channelPipes;
+  if (opt.stage.comm != "keyed") {
+    auto group = world->split(rp.replica, rp.rank);
+    if (!group)
+      return report(world->failAlone(group.takeError()), tools::kBadInput);
+    fifo = std::move(*group);
+    fifo->setTimeout(opt.stage.commTimeoutSeconds);
+    auto pipes = runtime::createRankPipes(plan, rp.replica, rp.stages,
+                                          *rp.pipe, *fifo, opt.stage);
+    if (int rc = agreed(pipes ? llvm::Error::success() : pipes.takeError()))
+      return rc;
+    channelPipes = std::move(*pipes);
+  }
   std::vector<runtime::LocalStage> locals;
   llvm::Error made = llvm::Error::success();
   for (size_t k = 0; k < rp.stages.size() && !made; ++k) {
     runtime::Comm *pipe = rp.pipe.get();
-    if (shared) {
+    if (!channelPipes.empty()) {
+      pipe = channelPipes[k].get();
+    } else if (shared) {
       views.push_back(std::make_unique<runtime::StageComm>(
           *rp.pipe, rp.stages[k], plan.stageRank));
       pipe = views.back().get();
@@ -813,9 +833,6 @@ static int toolMain(int argc, char **argv) {
       opt.usageError = "--overlap-steps runs threaded (one process, a thread "
                        "per rank); under mpirun each step's figures meet on "
                        "rank 0 every step";
-    if (opt.stage.comm != "keyed" && !opt.usageError)
-      opt.usageError = "--comm=" + opt.stage.comm + " is for the threaded "
-                       "run; under mpirun the stages use MPI";
 #ifdef CLEAVE_HAVE_MPI
     return runUnderMpi(opt, flags, argc, argv);
 #else

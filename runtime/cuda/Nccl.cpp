@@ -9,10 +9,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <thread>
+
+#include <unistd.h>
 
 namespace cleave::runtime::cuda {
 namespace {
@@ -373,6 +376,58 @@ private:
 
 } // namespace
 
+namespace {
+
+// Opens the NCCL ends `ends` (ends[i] on CUDA device devices[i]) from this
+// thread in one ncclGroupStart/End, as ncclCommInitAll does, so that
+// opening many 2-rank communicators cannot wait on each other, and gives
+// each with a stream of its own to its stage's transport.
+llvm::Error openEnds(const std::vector<NcclChannelEnd> &ends,
+                     const std::vector<int> &devices,
+                     std::map<int, NcclTransport *> &transportOfStage) {
+  const NcclLib &l = nccl();
+  std::vector<ncclComm_t> comms(ends.size(), nullptr);
+  if (ncclResult_t r = l.groupStart())
+    return ncclCallFail("ncclGroupStart", r, nullptr);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    cudaSetDevice(devices[i]);
+    ncclUniqueId raw;
+    std::memcpy(raw.internal, ends[i].id.bytes.data(), sizeof(raw.internal));
+    if (ncclResult_t r = l.commInitRank(&comms[i], 2, raw, ends[i].member)) {
+      l.groupEnd();
+      return ncclCallFail("ncclCommInitRank", r, nullptr);
+    }
+  }
+  if (ncclResult_t r = l.groupEnd())
+    return ncclCallFail("ncclGroupEnd (opening the channels)", r, nullptr);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const NcclChannelEnd &e = ends[i];
+    NcclTransport &mine = *transportOfStage.at(e.stage);
+    ChannelEnd &end = e.member == 0 ? mine.out_[e.peer] : mine.in_[e.peer];
+    end.comm = NcclCommunicator::adopt(comms[i], e.member, 2);
+    cudaSetDevice(devices[i]);
+    if (cudaError_t s =
+            cudaStreamCreateWithFlags(&end.stream, cudaStreamNonBlocking))
+      return ncclFail(llvm::Twine("NCCL: cudaStreamCreate: ") +
+                      cudaGetErrorString(s));
+  }
+  return llvm::Error::success();
+}
+
+// What the sending end of a channel tells the receiving one.
+struct Offer {
+  std::array<char, 128> id;
+  std::array<char, 128> place; // ncclPlace of the sending stage, 0-padded
+};
+
+std::array<char, 128> placeBytes(const std::string &place) {
+  std::array<char, 128> out{};
+  std::memcpy(out.data(), place.data(), std::min(place.size(), out.size() - 1));
+  return out;
+}
+
+} // namespace
+
 llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
 createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
                      double timeoutSeconds) {
@@ -385,53 +440,179 @@ createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
   if (int(deviceOfStage.size()) != stages)
     return ncclFail("NCCL: a device for every stage is needed");
   std::vector<std::unique_ptr<NcclTransport>> t;
+  std::map<int, NcclTransport *> byStage;
   auto fifo = createInProcessComms(stages, timeoutSeconds);
-  for (int s = 0; s < stages; ++s)
+  for (int s = 0; s < stages; ++s) {
     t.push_back(std::make_unique<NcclTransport>(
         deviceOfStage[size_t(s)], timeoutSeconds,
         createHostChannelTransport(std::move(fifo[size_t(s)]))));
-  std::vector<NcclChannel> channels;
-  for (const NcclChannel &c : ncclChannels(plan))
-    if (deviceOfStage[size_t(c.fromStage)] != deviceOfStage[size_t(c.toStage)])
-      channels.push_back(c);
-  std::vector<NcclId> ids;
-  for (size_t c = 0; c < channels.size(); ++c) {
+    byStage[s] = t.back().get();
+  }
+  // Both members of every channel between GPUs, from this thread.
+  std::vector<NcclChannelEnd> ends;
+  std::vector<int> devices;
+  for (const NcclChannel &c : ncclChannels(plan)) {
+    if (deviceOfStage[size_t(c.fromStage)] == deviceOfStage[size_t(c.toStage)])
+      continue;
     auto id = newNcclId();
     if (!id)
       return id.takeError();
-    ids.push_back(*id);
+    for (int member = 0; member < 2; ++member) {
+      NcclChannelEnd e;
+      e.channel = c;
+      e.member = member;
+      e.stage = member == 0 ? c.fromStage : c.toStage;
+      e.peer = member == 0 ? c.toStage : c.fromStage;
+      e.overNccl = true;
+      e.id = *id;
+      ends.push_back(e);
+      devices.push_back(deviceOfStage[size_t(e.stage)]);
+    }
   }
-  // Both members of every channel from this thread: one group.
-  std::vector<ncclComm_t> comms(channels.size() * 2, nullptr);
-  if (ncclResult_t r = l.groupStart())
-    return ncclCallFail("ncclGroupStart", r, nullptr);
-  for (size_t c = 0; c < channels.size(); ++c)
-    for (int member = 0; member < 2; ++member) {
-      int stage = member == 0 ? channels[c].fromStage : channels[c].toStage;
-      cudaSetDevice(deviceOfStage[size_t(stage)]);
-      ncclUniqueId raw;
-      std::memcpy(raw.internal, ids[c].bytes.data(), sizeof(raw.internal));
-      if (ncclResult_t r =
-              l.commInitRank(&comms[c * 2 + member], 2, raw, member)) {
-        l.groupEnd();
-        return ncclCallFail("ncclCommInitRank", r, nullptr);
+  if (auto e = openEnds(ends, devices, byStage))
+    return std::move(e);
+  std::vector<std::unique_ptr<ChannelTransport>> out;
+  for (auto &x : t)
+    out.push_back(std::move(x));
+  return std::move(out);
+}
+
+std::string ncclPlace(int device) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0)
+    std::strcpy(host, "?");
+  return std::string(host) + ":" + std::to_string(device);
+}
+
+llvm::Expected<std::vector<NcclChannelEnd>>
+agreeNcclChannels(const Plan &plan, const std::vector<int> &stages,
+                  const std::vector<int> &stageRank,
+                  const std::vector<std::string> &placeOfStage, Comm &control,
+                  const std::function<llvm::Expected<NcclId>()> &newId) {
+  if (placeOfStage.size() != stages.size())
+    return ncclFail("NCCL: a place for every stage of the process is needed");
+  auto index = [&](int stage) -> int {
+    auto it = std::find(stages.begin(), stages.end(), stage);
+    return it == stages.end() ? -1 : int(it - stages.begin());
+  };
+  auto rankOf = [&](int stage) {
+    return size_t(stage) < stageRank.size() ? stageRank[size_t(stage)] : stage;
+  };
+  std::vector<NcclChannel> channels = ncclChannels(plan);
+  // channel index -> this process's ends of it
+  std::map<int, std::vector<NcclChannelEnd>> mine;
+  auto end = [](const NcclChannel &c, int member, bool over, const NcclId &id) {
+    NcclChannelEnd e;
+    e.channel = c;
+    e.member = member;
+    e.stage = member == 0 ? c.fromStage : c.toStage;
+    e.peer = member == 0 ? c.toStage : c.fromStage;
+    e.overNccl = over;
+    e.id = id;
+    return e;
+  };
+  // 1. The sending ends make the ids and offer them (sends never block).
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const NcclChannel &ch = channels[c];
+    int from = index(ch.fromStage), to = index(ch.toStage);
+    if (from < 0)
+      continue;
+    if (to >= 0) { // both ends here
+      bool over = placeOfStage[size_t(from)] != placeOfStage[size_t(to)];
+      NcclId id;
+      if (over) {
+        auto made = newId();
+        if (!made)
+          return made.takeError();
+        id = *made;
       }
+      mine[int(c)] = {end(ch, 0, over, id), end(ch, 1, over, id)};
+      continue;
     }
-  if (ncclResult_t r = l.groupEnd())
-    return ncclCallFail("ncclGroupEnd (opening the channels)", r, nullptr);
-  for (size_t c = 0; c < channels.size(); ++c)
-    for (int member = 0; member < 2; ++member) {
-      int stage = member == 0 ? channels[c].fromStage : channels[c].toStage;
-      int peer = member == 0 ? channels[c].toStage : channels[c].fromStage;
-      NcclTransport &mine = *t[size_t(stage)];
-      ChannelEnd &end = member == 0 ? mine.out_[peer] : mine.in_[peer];
-      end.comm = NcclCommunicator::adopt(comms[c * 2 + member], member, 2);
-      cudaSetDevice(deviceOfStage[size_t(stage)]);
-      if (cudaError_t s =
-              cudaStreamCreateWithFlags(&end.stream, cudaStreamNonBlocking))
-        return ncclFail(llvm::Twine("NCCL: cudaStreamCreate: ") +
-                        cudaGetErrorString(s));
+    auto made = newId();
+    if (!made)
+      return made.takeError();
+    Offer offer{made->bytes, placeBytes(placeOfStage[size_t(from)])};
+    if (auto e = control.send(rankOf(ch.toStage), int64_t(c), -1, &offer,
+                              sizeof offer))
+      return std::move(e);
+    mine[int(c)] = {end(ch, 0, false, *made)};
+  }
+  // 2. The receiving ends take the offers and answer.
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const NcclChannel &ch = channels[c];
+    int from = index(ch.fromStage), to = index(ch.toStage);
+    if (to < 0 || from >= 0)
+      continue;
+    Offer offer;
+    if (auto e = control.recv(rankOf(ch.fromStage), int64_t(c), -1, &offer,
+                              sizeof offer))
+      return std::move(e);
+    uint8_t over = offer.place != placeBytes(placeOfStage[size_t(to)]) ? 1 : 0;
+    if (auto e = control.send(rankOf(ch.fromStage), int64_t(c), -1, &over,
+                              sizeof over))
+      return std::move(e);
+    NcclId id;
+    id.bytes = offer.id;
+    mine[int(c)] = {end(ch, 1, over != 0, id)};
+  }
+  // 3. The sending ends hear whether their channels are NCCL's.
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const NcclChannel &ch = channels[c];
+    if (index(ch.fromStage) < 0 || index(ch.toStage) >= 0)
+      continue;
+    uint8_t over = 0;
+    if (auto e = control.recv(rankOf(ch.toStage), int64_t(c), -1, &over,
+                              sizeof over))
+      return std::move(e);
+    mine[int(c)].front().overNccl = over != 0;
+  }
+  std::vector<NcclChannelEnd> out;
+  for (auto &[c, ends] : mine)
+    for (NcclChannelEnd &e : ends)
+      out.push_back(e);
+  return std::move(out);
+}
+
+llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
+createNcclRankTransports(const Plan &plan, const std::vector<int> &stages,
+                         const std::vector<int> &devices,
+                         const std::vector<int> &stageRank, Comm &control,
+                         std::vector<std::unique_ptr<ChannelTransport>> host,
+                         double timeoutSeconds) {
+  const NcclLib &l = nccl();
+  if (!l.error.empty())
+    return ncclFail(l.error);
+  if (devices.size() != stages.size() || host.size() != stages.size())
+    return ncclFail("NCCL: a device and a host transport for every stage of "
+                    "the process are needed");
+  std::vector<std::string> places;
+  for (int d : devices)
+    places.push_back(ncclPlace(d));
+  auto ends = agreeNcclChannels(plan, stages, stageRank, places, control,
+                                [] { return newNcclId(); });
+  if (!ends)
+    return ends.takeError();
+  std::vector<NcclChannelEnd> open;
+  std::vector<int> openDevices;
+  for (const NcclChannelEnd &e : *ends)
+    if (e.overNccl) {
+      open.push_back(e);
+      auto k = std::find(stages.begin(), stages.end(), e.stage) - stages.begin();
+      openDevices.push_back(devices[size_t(k)]);
     }
+  if (!open.empty())
+    if (auto n = visibleGpus(); !n)
+      return n.takeError();
+  std::vector<std::unique_ptr<NcclTransport>> t;
+  std::map<int, NcclTransport *> byStage;
+  for (size_t k = 0; k < stages.size(); ++k) {
+    t.push_back(std::make_unique<NcclTransport>(devices[k], timeoutSeconds,
+                                                std::move(host[k])));
+    byStage[stages[k]] = t.back().get();
+  }
+  if (auto e = openEnds(open, openDevices, byStage))
+    return std::move(e);
   std::vector<std::unique_ptr<ChannelTransport>> out;
   for (auto &x : t)
     out.push_back(std::move(x));

@@ -25,6 +25,7 @@
 #include "llvm/Support/Error.h"
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,5 +98,44 @@ std::vector<NcclChannel> ncclChannels(const Plan &plan);
 llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
 createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
                      double timeoutSeconds);
+
+// One end of a plan's channel that a process holds (under mpirun).
+struct NcclChannelEnd {
+  NcclChannel channel;
+  int stage = -1, peer = -1; // this end's stage and the other end's
+  int member = 0;            // 0: the sending stage's end; 1: the receiving
+  bool overNccl = false;     // false: both stages on one GPU (host FIFO)
+  NcclId id;                 // the channel's communicator, when overNccl
+};
+
+// Under mpirun: the ends of the plan's channels that this process's
+// `stages` hold, agreed with the other processes over `control` (ranks:
+// processes; stageRank[s] runs stage s). The sending end's process makes a
+// channel's id (`newId`) and sends it with where its stage runs
+// (`placeOfStage[k]` for stages[k]: the host and the GPU); the receiving
+// end's process answers whether that is its own GPU, in which case the
+// channel stays on the host FIFO (NCCL takes one rank per GPU). A channel
+// with both stages in this process is decided here. A collective of the
+// processes: every one calls it, in any order; no GPU is needed.
+llvm::Expected<std::vector<NcclChannelEnd>>
+agreeNcclChannels(const Plan &plan, const std::vector<int> &stages,
+                  const std::vector<int> &stageRank,
+                  const std::vector<std::string> &placeOfStage, Comm &control,
+                  const std::function<llvm::Expected<NcclId>()> &newId);
+
+// "host:device", where a stage runs, for agreeNcclChannels.
+std::string ncclPlace(int device);
+
+// Under mpirun: the NCCL transports of this process's `stages` (stages[k]
+// on CUDA device devices[k]), each channel's end opened on its GPU after
+// agreeNcclChannels over `control`, all of them in one ncclGroupStart/End;
+// channels between stages on one GPU stay on `host[k]`, the stage's host
+// transport. Fails in one line without a GPU, on every process alike.
+llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
+createNcclRankTransports(const Plan &plan, const std::vector<int> &stages,
+                         const std::vector<int> &devices,
+                         const std::vector<int> &stageRank, Comm &control,
+                         std::vector<std::unique_ptr<ChannelTransport>> host,
+                         double timeoutSeconds);
 
 } // namespace cleave::runtime::cuda

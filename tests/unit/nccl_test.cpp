@@ -11,6 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+#include <thread>
+
 using namespace cleave;
 using namespace cleave::runtime::cuda;
 
@@ -45,7 +49,7 @@ TEST(Nccl, CommunicatorOnTheGpuOrOneLineWithout) {
   llvm::consumeError(bad.takeError());
 }
 
-TEST(Nccl, ChannelsAreTheStagePairsThatExchangeMessages) {
+static llvm::Expected<runtime::Plan> threeStagePlan() {
   tools::CompileOptions o;
   o.model = std::string(CLEAVE_SOURCE_DIR) + "/examples/gpt/gpt-tiny.onnx";
   o.import.microbatchSize = 2;
@@ -58,8 +62,13 @@ TEST(Nccl, ChannelsAreTheStagePairsThatExchangeMessages) {
   req.layerDepth = 2;
   o.planning = req;
   auto r = tools::compile(o);
-  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
-  auto plan = tools::buildRunnablePlan(*r, o, {});
+  if (!r)
+    return r.takeError();
+  return tools::buildRunnablePlan(*r, o, {});
+}
+
+TEST(Nccl, ChannelsAreTheStagePairsThatExchangeMessages) {
+  auto plan = threeStagePlan();
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
   std::vector<std::pair<int, int>> pairs;
   for (const NcclChannel &c : ncclChannels(*plan)) {
@@ -71,5 +80,104 @@ TEST(Nccl, ChannelsAreTheStagePairsThatExchangeMessages) {
   // (from, to) order.
   std::vector<std::pair<int, int>> want = {{0, 1}, {1, 0}, {1, 2}, {2, 1}};
   EXPECT_EQ(pairs, want);
+}
+
+// Under mpirun each process holds its stages' ends of the channels and
+// agrees on each channel's id with the other end's process over the host
+// comm (here threads with in-process comms standing for the processes).
+// Both ends of a channel get the same id and the same verdict; a channel
+// between two stages on one GPU stays on the host FIFO; a process with
+// both ends of a channel decides alone.
+static std::vector<std::vector<NcclChannelEnd>>
+agreeAll(const runtime::Plan &plan, const std::vector<int> &stageRank,
+         const std::vector<std::string> &placeOfStage) {
+  int processes = *std::max_element(stageRank.begin(), stageRank.end()) + 1;
+  auto comms = runtime::createInProcessComms(processes, 30);
+  std::vector<std::vector<NcclChannelEnd>> out(static_cast<size_t>(processes));
+  std::vector<std::string> errors(static_cast<size_t>(processes));
+  std::vector<std::thread> threads;
+  for (int p = 0; p < processes; ++p)
+    threads.emplace_back([&, p] {
+      std::vector<int> stages;
+      std::vector<std::string> places;
+      for (size_t s = 0; s < stageRank.size(); ++s)
+        if (stageRank[s] == p) {
+          stages.push_back(int(s));
+          places.push_back(placeOfStage[s]);
+        }
+      auto ends = agreeNcclChannels(plan, stages, stageRank, places,
+                                    *comms[size_t(p)],
+                                    [] { return newNcclId(); });
+      if (ends)
+        out[size_t(p)] = *ends;
+      else
+        errors[size_t(p)] = llvm::toString(ends.takeError());
+    });
+  for (auto &t : threads)
+    t.join();
+  for (const std::string &e : errors)
+    EXPECT_EQ(e, "");
+  return out;
+}
+
+// The two ends of channel from -> to among every process's ends.
+static std::pair<NcclChannelEnd, NcclChannelEnd>
+endsOf(const std::vector<std::vector<NcclChannelEnd>> &all, int from, int to) {
+  std::pair<NcclChannelEnd, NcclChannelEnd> out;
+  int found = 0;
+  for (const auto &ends : all)
+    for (const NcclChannelEnd &e : ends)
+      if (e.channel.fromStage == from && e.channel.toStage == to) {
+        (e.member == 0 ? out.first : out.second) = e;
+        ++found;
+        EXPECT_EQ(e.stage, e.member == 0 ? from : to);
+        EXPECT_EQ(e.peer, e.member == 0 ? to : from);
+      }
+  EXPECT_EQ(found, 2) << from << "->" << to;
+  return out;
+}
+
+TEST(Nccl, ProcessesAgreeOnEachChannelsIdAndWhetherItIsNccls) {
+  auto plan = threeStagePlan();
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  // A process a stage; stages 1 and 2 share a GPU.
+  auto all = agreeAll(*plan, {0, 1, 2}, {"h:0", "h:1", "h:1"});
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].size(), 2u); // 0->1 and 1->0
+  EXPECT_EQ(all[1].size(), 4u);
+  EXPECT_EQ(all[2].size(), 2u);
+  std::set<std::array<char, 128>> ids;
+  for (auto [from, to] : {std::pair{0, 1}, std::pair{1, 0}}) {
+    auto [a, b] = endsOf(all, from, to);
+    EXPECT_TRUE(a.overNccl);
+    EXPECT_TRUE(b.overNccl);
+    EXPECT_EQ(a.id.bytes, b.id.bytes);
+    EXPECT_NE(a.id.bytes, NcclId().bytes);
+    ids.insert(a.id.bytes);
+  }
+  EXPECT_EQ(ids.size(), 2u); // a communicator a channel
+  for (auto [from, to] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    auto [a, b] = endsOf(all, from, to);
+    EXPECT_FALSE(a.overNccl);
+    EXPECT_FALSE(b.overNccl);
+  }
+  // Stages 0 and 1 in one process on two GPUs, stage 2 on another host.
+  all = agreeAll(*plan, {0, 0, 1}, {"h:0", "h:1", "g:1"});
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].size(), 6u);
+  EXPECT_EQ(all[1].size(), 2u);
+  for (auto [from, to] :
+       {std::pair{0, 1}, std::pair{1, 0}, std::pair{1, 2}, std::pair{2, 1}}) {
+    auto [a, b] = endsOf(all, from, to);
+    EXPECT_TRUE(a.overNccl && b.overNccl) << from << "->" << to;
+    EXPECT_EQ(a.id.bytes, b.id.bytes);
+  }
+}
+
+TEST(Nccl, PlacesNameTheHostAndTheGpu) {
+  std::string p = ncclPlace(3);
+  EXPECT_GT(p.size(), 2u);
+  EXPECT_EQ(p.substr(p.size() - 2), ":3");
+  EXPECT_NE(ncclPlace(0), ncclPlace(1));
 }
 #endif
