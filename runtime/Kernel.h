@@ -93,6 +93,10 @@ public:
     copyToDevice(device, host, bytes);
   }
   virtual void waitForCopies() {}
+  // Returns once the work issued so far has finished (a device backend's
+  // stream): what moves its memory by other means (NCCL on a stream of its
+  // own) starts after it. Nothing to wait for on the CPU.
+  virtual void synchronize() {}
 
   // True if the backend has a kernel for `op` with inputs of `dtype` (the
   // element type of the first input).

@@ -103,6 +103,8 @@ bundle)
     "$build/tools/cleavec" "$dir/onnx/gpt2.onnx" --microbatch-size $batch \
       --microbatches 1 --precision bf16 --lr 1e-4 --device-profile h200 \
       --weights embed -o "$dir/gpu/gpt2/gpt2-bf16.cplan" >/dev/null
+    # The model too, for the profile part's compile.
+    mv "$dir/onnx/gpt2.onnx" "$dir/onnx/gpt2.onnx.data" "$dir/gpu/gpt2/"
     rm -rf "$dir/onnx"
   else
     echo "no Python with PyTorch 2.x, onnx and numpy: the bundle has no GPT-2 check"
@@ -121,164 +123,231 @@ run)
   tar -xJf "$bundle" -C "$work" || { echo "no $bundle: run 'bundle' first" >&2; exit 1; }
   g="$work/gpu"
   summary="$out/summary.txt"
+  # The logs go to one tarball in $OUT at the end (a lent machine returns
+  # at most 8 files); each command has a time limit so that one hang costs
+  # one part, not the run. GPU_CHECK_PARTS picks parts for a rerun.
+  logs="$work/logs"
+  mkdir -p "$logs"
+  parts="${GPU_CHECK_PARTS:-unit plans corpus batchw offload nccl gpt2 profile}"
+  want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+  T() { timeout -k 5 "$@"; }
+  t0=$SECONDS
+  took() { echo "($((SECONDS - t0)) s since the start)"; }
   libpath="$g/libs"
   for d in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib; do
     [ -d "$d" ] && libpath="$libpath:$d"
   done
   export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   {
-    echo "gpu-check $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "gpu-check $(date -u '+%Y-%m-%d %H:%M UTC') (parts: $parts)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
       2>&1 || echo "nvidia-smi: not available"
     echo
-    echo "== CUDA unit tests: every op case on the GPU against the CPU backend,"
-    echo "   and 3 training steps of each model on 2 stages sharing the GPU"
-    "$g/bin/cleave-unit-tests" \
-      --gtest_filter='Cuda*:*CudaDeviceTrains*:*CudaKernelsTrain*:Nccl*' \
-      >"$out/unit.log" 2>&1
-    echo "exit $?"
-    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]' "$out/unit.log"
-    echo "-- the convolutions and products again without cuDNN and cuBLASLt"
-    echo "   (im2col, and a Gemm's bias as a copy under a GEMM)"
-    CLEAVE_CUDNN=0 CLEAVE_CUBLASLT=0 "$g/bin/cleave-unit-tests" \
-      --gtest_filter='CudaBackend.Convolution*:CudaBackend.Products*' \
-      >"$out/unit-no-cudnn.log" 2>&1
-    echo "exit $?"
-    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/unit-no-cudnn.log"
-    echo
-    echo "== cleave-run --device $dev against --device cpu, $steps steps (losses)"
-    for plan in "$g"/plans/*.cplan; do
-      name="$(basename "$plan" .cplan)"
-      data="$g/data/${name%-*}/data"
-      "$g/bin/cleave-run" "$plan" --steps $steps --data "$data" >"$out/$name-cpu.log" 2>&1
-      "$g/bin/cleave-run" "$plan" --steps $steps --data "$data" --device $dev \
-        >"$out/$name-cuda.log" 2>&1
-      rc=$?
-      tol=1e-4
-      [ "${name##*-}" = bf16 ] && tol=2e-2
-      printf '%-14s exit %s; ' "$name" "$rc"
-      if cmpout="$(python3 "$g/compare_losses.py" "$out/$name-cpu.log" \
-        "$out/$name-cuda.log" $tol 2>&1)"; then
-        echo "$cmpout (within $tol)"
-      else
-        echo "$cmpout (OVER $tol)"
-      fi
-      grep -E '^done|error' "$out/$name-cuda.log" | head -n 2
-    done
-    echo
-    echo "== the PyTorch 2 corpus on 1, 2 and 4 stages sharing the GPU against"
-    echo "   the CPU (compiled there from tests/models/corpus; losses)"
-    models="gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy
-      bert-dynamo resnet18-legacy resnet18-dynamo mobilenet_v2-legacy
-      mobilenet_v2-dynamo vit-legacy vit-dynamo"
-    stage_counts="1 2 4"
-    csteps=5
-    if [ "$dry" = 1 ]; then
-      models="gpt2-dynamo llama-legacy resnet18-dynamo"
-      stage_counts="1 2"
-      csteps=2
+    if want unit; then
+      echo "== CUDA unit tests: every op case on the GPU against the CPU backend,"
+      echo "   3 training steps of each model on 2 stages sharing the GPU, the"
+      echo "   corpus's gradients against PyTorch's float64 and the bf16 ones"
+      echo "   against PyTorch's bf16, on the GPU"
+      T 240 "$g/bin/cleave-unit-tests" \
+        --gtest_filter='Cuda*:*CudaDeviceTrains*:*CudaKernelsTrain*:Nccl*:*Corpus.CudaGradients*:*TrainingParity.CudaBf16*' \
+        >"$logs/unit.log" 2>&1
+      echo "exit $?"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]|cuda +[0-9]+ gradients|^\[parity bf16 cuda\]' "$logs/unit.log"
+      grep -E -A4 'Failure$|error:' "$logs/unit.log" | head -n 60
+      echo "-- the convolutions, products and the CNN's training again without"
+      echo "   cuDNN and cuBLASLt (im2col, and a Gemm's bias as a copy under a GEMM)"
+      CLEAVE_CUDNN=0 CLEAVE_CUBLASLT=0 T 120 "$g/bin/cleave-unit-tests" \
+        --gtest_filter='CudaBackend.Convolution*:CudaBackend.Products*:*CudaDeviceTrains*cnn:*TrainingParity.CudaBf16*' \
+        >"$logs/unit-no-cudnn.log" 2>&1
+      echo "exit $?"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]|^\[parity bf16 cuda\]' "$logs/unit-no-cudnn.log"
+      grep -E -A4 'Failure$|error:' "$logs/unit-no-cudnn.log" | head -n 30
+      took
+      echo
     fi
-    corpus="$root/tests/models/corpus"
-    matched=0
-    tried=0
-    mkdir -p "$work/corpus"
-    for m in $models; do
-      for p in $stage_counts; do
-        name="$m-$p"
-        tried=$((tried + 1))
-        if ! "$g/bin/cleavec" "$corpus/$m/model.onnx" --stages $p \
-          --microbatches 4 --schedule 1f1b --lr 0.1 --momentum 0.9 \
-          -o "$work/corpus/$name.cplan" >"$out/corpus-$name-cleavec.log" 2>&1; then
-          echo "$name: cleavec failed: $(tail -n 1 "$out/corpus-$name-cleavec.log")"
-          continue
-        fi
-        for d in cpu $dev; do
-          "$g/bin/cleave-run" "$work/corpus/$name.cplan" --device $d \
-            --data "$corpus/$m/steps/data" --steps $csteps \
-            --trust-dir "$corpus" >"$out/corpus-$name-$d.log" 2>&1 ||
-            echo "$name --device $d: $(grep -m1 error "$out/corpus-$name-$d.log")"
-        done
-        if cmpout="$(python3 "$g/compare_losses.py" "$out/corpus-$name-cpu.log" \
-          "$out/corpus-$name-$dev.log" 1e-4 2>&1)"; then
-          matched=$((matched + 1))
+    if want plans; then
+      echo "== cleave-run --device $dev against --device cpu, $steps steps (losses)"
+      for plan in "$g"/plans/*.cplan; do
+        name="$(basename "$plan" .cplan)"
+        data="$g/data/${name%-*}/data"
+        T 60 "$g/bin/cleave-run" "$plan" --steps $steps --data "$data" >"$logs/$name-cpu.log" 2>&1
+        T 90 "$g/bin/cleave-run" "$plan" --steps $steps --data "$data" --device $dev \
+          >"$logs/$name-cuda.log" 2>&1
+        rc=$?
+        tol=1e-4
+        [ "${name##*-}" = bf16 ] && tol=2e-2
+        printf '%-14s exit %s; ' "$name" "$rc"
+        if cmpout="$(python3 "$g/compare_losses.py" "$logs/$name-cpu.log" \
+          "$logs/$name-cuda.log" $tol 2>&1)"; then
+          echo "$cmpout (within $tol)"
         else
-          echo "$name: $cmpout (OVER 1e-4)"
+          echo "$cmpout (OVER $tol)"
         fi
+        grep -E '^done|error' "$logs/$name-cuda.log" | head -n 2
       done
-    done
-    echo "corpus: $matched of $tried plans train on $dev as on the cpu"
-    rm -rf "$work/corpus"
-    echo
-    echo "== W batching: gpt-tiny gpipe-2bp, M 8 of 2 samples, 2 stages on the"
-    echo "   GPU; median step ms of steps 2-30, plain then --batch-w, 3 rounds"
-    rounds="1 2 3"
-    bsteps=30
-    [ "$dry" = 1 ] && { rounds=1; bsteps=3; }
-    for round in $rounds; do
-      for flag in "" --batch-w; do
-        "$g/bin/cleave-run" "$g/plans-batch-w.cplan" --device $dev --steps $bsteps \
-          $flag >"$out/batch-w.log" 2>&1 || { echo "batch-w $flag: failed"; tail -n 2 "$out/batch-w.log"; break; }
-        grep -E '^step ' "$out/batch-w.log" | tail -n $((bsteps - 1)) |
-          sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
-          sed -n "$(( (bsteps + 1) / 2 ))p" | tr '\n' ' '
-      done
+      took
       echo
-    done
-    echo
-    echo "== activation offload: gpt-tiny zb-h1, 2 stages on the GPU, kept and"
-    echo "   offloaded (--offload all): same bits, measured peak = planned"
-    for o in none all; do
-      "$g/bin/cleave-run" "$g/offload/$o.cplan" --device $dev --steps 3 \
-        --save "$out/offload-$o.onnx" >"$out/offload-$o.log" 2>&1
-      echo "--offload $o: exit $?"
-      grep -E '^[0-9]+ .* / |error' "$out/offload-$o.log"
-    done
-    cmp "$out/offload-none.onnx" "$out/offload-all.onnx" &&
-      echo "offload: same bits as keeping"
-    echo
-    echo "== NCCL between stages on different GPUs (--comm nccl against keyed;"
-    echo "   needs two GPUs: NCCL takes one rank per device)"
-    gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
-    if [ "$gpus" -ge 2 ]; then
-      for c in keyed nccl; do
-        "$g/bin/cleave-run" "$g/offload/none.cplan" --device cuda --steps 5 \
-          --comm $c --save "$out/comm-$c.onnx" >"$out/comm-$c.log" 2>&1
-        echo "--comm $c: exit $?"
-        grep -E '^done|error' "$out/comm-$c.log" | head -n 2
-      done
-      cmp "$out/comm-keyed.onnx" "$out/comm-nccl.onnx" &&
-        echo "nccl: same bits as keyed"
-    else
-      echo "skipped: $gpus GPU(s) visible"
     fi
-    echo
-    echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
-    if [ -f "$g/gpt2/gpt2-bf16.cplan" ]; then
-      gsteps=13
-      torchargs="--steps 10"
+    if want corpus; then
+      echo "== the PyTorch 2 corpus on 1, 2 and 4 stages sharing the GPU against"
+      echo "   the CPU (compiled there from tests/models/corpus; losses)"
+      models="gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy
+        bert-dynamo resnet18-legacy resnet18-dynamo mobilenet_v2-legacy
+        mobilenet_v2-dynamo vit-legacy vit-dynamo"
+      stage_counts="1 2 4"
+      csteps=5
       if [ "$dry" = 1 ]; then
-        echo "(dry run: 2 layers, d 64, T 64, batch 2; PyTorch on the CPU)"
-        gsteps=4
-        torchargs="--steps 2 --device cpu --tiny"
+        models="gpt2-dynamo llama-legacy resnet18-dynamo"
+        stage_counts="1 2"
+        csteps=2
       fi
-      "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device $dev --steps $gsteps \
-        --data "$g/gpt2/data" >"$out/gpt2-cleave.log" 2>&1
-      echo "cleave exit $?: median step ms of steps 4-$gsteps:"
-      grep -E '^step ' "$out/gpt2-cleave.log" | tail -n $((gsteps - 3)) |
-        sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
-        sed -n "$(( (gsteps - 2) / 2 ))p" | tr '\n' ' '
+      corpus="$root/tests/models/corpus"
+      matched=0
+      tried=0
+      mkdir -p "$work/corpus"
+      for m in $models; do
+        for p in $stage_counts; do
+          name="$m-$p"
+          tried=$((tried + 1))
+          if ! T 60 "$g/bin/cleavec" "$corpus/$m/model.onnx" --stages $p \
+            --microbatches 4 --schedule 1f1b --lr 0.1 --momentum 0.9 \
+            -o "$work/corpus/$name.cplan" >"$logs/corpus-$name-cleavec.log" 2>&1; then
+            echo "$name: cleavec failed: $(tail -n 1 "$logs/corpus-$name-cleavec.log")"
+            continue
+          fi
+          for d in cpu $dev; do
+            T 60 "$g/bin/cleave-run" "$work/corpus/$name.cplan" --device $d \
+              --data "$corpus/$m/steps/data" --steps $csteps \
+              --trust-dir "$corpus" >"$logs/corpus-$name-$d.log" 2>&1 ||
+              echo "$name --device $d: exit $?: $(grep -m1 error "$logs/corpus-$name-$d.log")"
+          done
+          if cmpout="$(python3 "$g/compare_losses.py" "$logs/corpus-$name-cpu.log" \
+            "$logs/corpus-$name-$dev.log" 1e-4 2>&1)"; then
+            matched=$((matched + 1))
+          else
+            echo "$name: $cmpout (OVER 1e-4)"
+          fi
+        done
+      done
+      echo "corpus: $matched of $tried plans train on $dev as on the cpu"
+      rm -rf "$work/corpus"
+      took
       echo
-      grep -E "^step +(1|$gsteps)/|error" "$out/gpt2-cleave.log"
-      py=python3
-      [ "$dry" = 1 ] && py="$(torch_python)"
-      (cd "$g/gpt2" && "${py:-python3}" tests/bench/gpt2_small_gpu.py torch \
-        --data data $torchargs) >"$out/gpt2-torch.log" 2>&1
-      echo "torch exit $?:"
-      cat "$out/gpt2-torch.log"
-    else
-      echo "skipped: the bundle has no GPT-2 plan (no PyTorch where it was made)"
+    fi
+    if want batchw; then
+      echo "== W batching: gpt-tiny gpipe-2bp, M 8 of 2 samples, 2 stages on the"
+      echo "   GPU; median step ms of steps 2-30, plain then --batch-w, 3 rounds"
+      rounds="1 2 3"
+      bsteps=30
+      [ "$dry" = 1 ] && { rounds=1; bsteps=3; }
+      for round in $rounds; do
+        for flag in "" --batch-w; do
+          T 90 "$g/bin/cleave-run" "$g/plans-batch-w.cplan" --device $dev --steps $bsteps \
+            $flag >"$logs/batch-w.log" 2>&1 || { echo "batch-w $flag: failed"; tail -n 2 "$logs/batch-w.log"; break; }
+          grep -E '^step ' "$logs/batch-w.log" | tail -n $((bsteps - 1)) |
+            sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
+            sed -n "$(( (bsteps + 1) / 2 ))p" | tr '\n' ' '
+        done
+        echo
+      done
+      took
+      echo
+    fi
+    if want offload; then
+      echo "== activation offload: gpt-tiny zb-h1, 2 stages on the GPU, kept and"
+      echo "   offloaded (--offload all): same bits, measured peak = planned"
+      for o in none all; do
+        T 90 "$g/bin/cleave-run" "$g/offload/$o.cplan" --device $dev --steps 3 \
+          --save "$logs/offload-$o.onnx" >"$logs/offload-$o.log" 2>&1
+        echo "--offload $o: exit $?"
+        grep -E '^[0-9]+ .* / |error' "$logs/offload-$o.log"
+      done
+      cmp "$logs/offload-none.onnx" "$logs/offload-all.onnx" &&
+        echo "offload: same bits as keeping"
+      took
+      echo
+    fi
+    if want nccl; then
+      echo "== NCCL between stages on different GPUs (--comm nccl against keyed;"
+      echo "   needs two GPUs: NCCL takes one rank per device)"
+      gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
+      if [ "$gpus" -ge 2 ]; then
+        for c in keyed nccl; do
+          T 120 "$g/bin/cleave-run" "$g/offload/none.cplan" --device cuda --steps 5 \
+            --comm $c --save "$logs/comm-$c.onnx" >"$logs/comm-$c.log" 2>&1
+          echo "--comm $c: exit $?"
+          grep -E '^done|error' "$logs/comm-$c.log" | head -n 2
+        done
+        cmp "$logs/comm-keyed.onnx" "$logs/comm-nccl.onnx" &&
+          echo "nccl: same bits as keyed"
+      else
+        echo "skipped: $gpus GPU(s) visible"
+      fi
+      echo
+    fi
+    if want gpt2; then
+      echo "== GPT-2-small training step, bf16, batch 8 x 1024 (the bar)"
+      if [ -f "$g/gpt2/gpt2-bf16.cplan" ]; then
+        gsteps=13
+        torchargs="--steps 10"
+        if [ "$dry" = 1 ]; then
+          echo "(dry run: 2 layers, d 64, T 64, batch 2; PyTorch on the CPU)"
+          gsteps=4
+          torchargs="--steps 2 --device cpu --tiny"
+        fi
+        T 180 "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device $dev --steps $gsteps \
+          --data "$g/gpt2/data" --profile "$logs/gpt2-profile.json" \
+          >"$logs/gpt2-cleave.log" 2>&1
+        echo "cleave exit $?: median step ms of steps 4-$gsteps:"
+        grep -E '^step ' "$logs/gpt2-cleave.log" | tail -n $((gsteps - 3)) |
+          sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
+          sed -n "$(( (gsteps - 2) / 2 ))p" | tr '\n' ' '
+        echo
+        grep -E "^step +(1|$gsteps)/|error|the step took" "$logs/gpt2-cleave.log"
+        py=python3
+        [ "$dry" = 1 ] && py="$(torch_python)"
+        (cd "$g/gpt2" && T 180 "${py:-python3}" tests/bench/gpt2_small_gpu.py torch \
+          --data data $torchargs) >"$logs/gpt2-torch.log" 2>&1
+        echo "torch exit $?:"
+        cat "$logs/gpt2-torch.log"
+      else
+        echo "skipped: the bundle has no GPT-2 plan (no PyTorch where it was made)"
+      fi
+      took
+      echo
+    fi
+    if want profile; then
+      echo "== the measured profile fed back: GPT-2-small compiled again with"
+      echo "   --cost-model profile: (the GPT-2 part's --profile), predicted"
+      echo "   against measured"
+      if [ -f "$logs/gpt2-profile.json" ] && [ -f "$g/gpt2/gpt2.onnx" ]; then
+        pbatch=8
+        [ "$dry" = 1 ] && pbatch=2
+        T 120 "$g/bin/cleavec" "$g/gpt2/gpt2.onnx" --microbatch-size $pbatch \
+          --microbatches 1 --precision bf16 --lr 1e-4 --weights embed \
+          --cost-model "profile:$logs/gpt2-profile.json" \
+          -o "$work/gpt2-profiled.cplan" >"$logs/gpt2-profiled-cleavec.log" 2>&1
+        echo "cleavec exit $?"
+        T 120 "$g/bin/cleave-run" "$work/gpt2-profiled.cplan" --device $dev \
+          --steps 6 --data "$g/gpt2/data" >"$logs/gpt2-profiled.log" 2>&1
+        echo "cleave-run exit $?"
+        grep -E -A3 'step ms \(measured / predicted\)' "$logs/gpt2-profiled.log"
+        grep -E 'the step took|error' "$logs/gpt2-profiled.log"
+        echo "-- where the GPU's time goes: each device step waited for and"
+        echo "   timed (CLEAVE_CUDA_STEP_PROFILE=1), 3 steps"
+        CLEAVE_CUDA_STEP_PROFILE=1 T 120 "$g/bin/cleave-run" "$work/gpt2-profiled.cplan" \
+          --device $dev --steps 3 --data "$g/gpt2/data" >"$logs/gpt2-steps.log" 2>&1
+        echo "exit $?"
+        grep -E -A30 '^cuda steps of device' "$logs/gpt2-steps.log"
+        rm -f "$work/gpt2-profiled.cplan"
+      else
+        echo "skipped: no profile from the GPT-2 part, or no GPT-2 model in the bundle"
+      fi
+      took
+      echo
     fi
   } >"$summary" 2>&1
+  tar -czf "$out/logs.tar.gz" -C "$work" logs
   rm -rf "$work"
   cat "$summary"
   ;;

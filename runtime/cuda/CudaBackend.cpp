@@ -20,8 +20,11 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
-
+#include <map>
 #include <optional>
 
 namespace cleave::runtime {
@@ -220,6 +223,7 @@ public:
   }
 
   ~CudaBackend() override {
+    printStepProfile();
     if (scratch_)
       cudaFree(scratch_);
     if (blas_)
@@ -269,6 +273,10 @@ public:
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
     noteError("a copy to the host", cudaStreamSynchronize(stream_));
   }
+  void synchronize() override {
+    cudaSetDevice(device_);
+    noteError("the stage's stream", cudaStreamSynchronize(stream_));
+  }
 
   bool supports(ir::OpKind op, ir::DType dtype) const override {
     return cuda::lowers(op, dtype);
@@ -312,7 +320,7 @@ public:
                  call.op == ir::OpKind::ConvGradFilter)) {
       auto shape = cuda::cudnnConvShape(call);
       if (shape)
-        return convolve(call, *shape);
+        return timed(call, "cudnn", [&] { return convolve(call, *shape); });
       llvm::consumeError(shape.takeError()); // im2col and GEMMs below
     }
     auto steps = cuda::lowerCall(call, [this](size_t bytes) {
@@ -331,15 +339,72 @@ public:
             g->batch == 1 && g->beta == 1.0f && c.dtype == call.outputs[0].dtype &&
             c.numElements() == g->n &&
             (c.rank() == 1 || (c.rank() == 2 && c.shape[0] == 1)))
-          return gemmWithBias(call, *g, c.data);
+          return timed(call, "cublaslt-bias",
+                       [&] { return gemmWithBias(call, *g, c.data); });
     for (const cuda::DeviceStep &step : *steps)
-      if (auto e = launch(call, step))
+      if (auto e = timed(call, stepName(step),
+                         [&] { return launch(call, step); }))
         return e;
     return llvm::Error::success();
   }
 
 private:
   explicit CudaBackend(int device) : device_(device) {}
+
+  // CLEAVE_CUDA_STEP_PROFILE=1: each device step waited for and timed, by
+  // op and step kind, and the table printed to stderr when the backend
+  // ends (where a GPU step's time goes; the waits make the run slower).
+  template <class F>
+  llvm::Error timed(const KernelCall &call, const std::string &what, F &&f) {
+    if (!stepProfile_)
+      return f();
+    cudaStreamSynchronize(stream_);
+    auto t0 = std::chrono::steady_clock::now();
+    llvm::Error e = f();
+    cudaStreamSynchronize(stream_);
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+    std::string key = std::string(call.info().name) + " " + what + " " +
+                      std::string(ir::dtypeName(call.outputs.empty()
+                                                    ? ir::DType::F32
+                                                    : call.outputs[0].dtype));
+    auto &[seconds, calls] = stepTimes_[key];
+    seconds += took.count();
+    ++calls;
+    return e;
+  }
+  static std::string stepName(const cuda::DeviceStep &step) {
+    static const char *names[] = {
+        "map",     "gemm",      "reduce", "rows",     "columns",
+        "loss",    "gather",    "optimizer", "im2col", "pool",
+        "channels", "channel-map", "pad", "attention", "attention-grad"};
+    static_assert(std::variant_size_v<cuda::DeviceStep> ==
+                  sizeof names / sizeof names[0]);
+    std::string n = names[step.index()];
+    if (const auto *m = std::get_if<cuda::MapArgs>(&step))
+      n += "#" + std::to_string(int(m->op));
+    return n;
+  }
+  void printStepProfile() const {
+    if (!stepProfile_ || stepTimes_.empty())
+      return;
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto &[key, t] : stepTimes_) {
+      rows.push_back({t.first, key});
+      total += t.first;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "cuda steps of device %d: %.3f s in all\n", device_,
+                 total);
+    std::fprintf(stderr, "%10s %8s %10s  %s\n", "seconds", "calls",
+                 "mean ms", "op, step, output type");
+    for (size_t i = 0; i < rows.size() && i < 40; ++i) {
+      const auto &t = stepTimes_.at(rows[i].second);
+      std::fprintf(stderr, "%10.4f %8lld %10.4f  %s\n", t.first,
+                   (long long)t.second, 1e3 * t.first / double(t.second),
+                   rows[i].second.c_str());
+    }
+  }
 
   static llvm::Error fail(const KernelCall &call, const llvm::Twine &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -611,6 +676,11 @@ private:
 
   int device_;
   std::string pending_; // a failure seen where it could not be returned
+  bool stepProfile_ = [] {
+    const char *v = std::getenv("CLEAVE_CUDA_STEP_PROFILE");
+    return v && *v && std::string(v) != "0";
+  }();
+  std::map<std::string, std::pair<double, int64_t>> stepTimes_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copyStream_ = nullptr;
   cudaEvent_t computeMark_ = nullptr, copyMark_ = nullptr;

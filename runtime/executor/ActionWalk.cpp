@@ -150,6 +150,9 @@ llvm::Error StageExecutor::runProgram(Phase phase, int64_t step,
     }
     auto t0 = Clock::now();
     llvm::Error e = runInstr(prog[i], i, phase, step, microbatch, frame);
+    // A device backend's kernels run after their launch returns: wait for
+    // each, so that the profile holds its time and not the launch's.
+    backend_.synchronize();
     InstrProfile &p = profile_[{instrKey(prog[i]), phase}];
     double took = secondsSince(t0);
     p.seconds += took;
@@ -493,6 +496,7 @@ llvm::Error StageExecutor::runBatchedW(size_t first, size_t count,
                                               count)
                                     .str());
     if (profiling_) { // per microbatch, as the cost model reads it
+      backend_.synchronize();
       InstrProfile &p = profile_[{instrKey(in), Phase::W}];
       p.seconds += secondsSince(t0);
       p.calls += int64_t(count);

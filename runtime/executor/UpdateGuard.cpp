@@ -198,6 +198,7 @@ llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
     auto t0 = Clock::now();
     llvm::Error e = runInstr(in, update_.next, Phase::Step, step_, -1, nullptr);
     if (profiling_ && in.kind == InstrKind::Kernel) {
+      backend_.synchronize(); // a device's kernel ends after its launch
       InstrProfile &p = profile_[{instrKey(in), Phase::Step}];
       p.seconds += secondsSince(t0);
       ++p.calls;

@@ -22,6 +22,10 @@
 #include "passes/Pass.h"
 #include "passes/Pipelines.h"
 #include "runtime/Kernel.h"
+#include "runtime/cuda/Lowering.h"
+#ifdef CLEAVE_HAVE_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#endif
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -69,9 +73,11 @@ double maxDiff(const ir::TensorData &a, const ir::TensorData &b) {
 }
 
 // Imports `model`, runs cleavec's graph passes (attention fused or, with
-// `fuseAttention` false, as exported) and the backward, and checks the
-// loss and first-microbatch gradients against PyTorch's float64.
-void checkAgainstFloat64(const std::string &model, bool fuseAttention) {
+// `fuseAttention` false, as exported) and the backward on `backend` (the
+// CPU's by default), and checks the loss and first-microbatch gradients
+// against PyTorch's float64.
+void checkAgainstFloat64(const std::string &model, bool fuseAttention,
+                         runtime::Backend *backend = nullptr) {
   auto g = frontend::importOnnxFile(corpus(model, "model.onnx"), {});
   ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
 
@@ -94,8 +100,8 @@ void checkAgainstFloat64(const std::string &model, bool fuseAttention) {
     ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
     inputs.push_back(*t);
   }
-  static auto backend = runtime::createCpuBackend(2);
-  auto in = interp::Interpreter::create(**g, *backend);
+  static auto cpu = runtime::createCpuBackend(2);
+  auto in = interp::Interpreter::create(**g, backend ? *backend : *cpu);
   ASSERT_TRUE(bool(in)) << llvm::toString(in.takeError());
   auto out = (*in)->run(inputs);
   ASSERT_TRUE(bool(out)) << llvm::toString(out.takeError());
@@ -136,7 +142,9 @@ void checkAgainstFloat64(const std::string &model, bool fuseAttention) {
   }
   std::printf("  %-22s %-8s %3zu gradients: error against float64 cleave "
               "%.2e, PyTorch f32 %.2e (worst: %s)\n",
-              model.c_str(), fuseAttention ? "fused" : "unfused",
+              model.c_str(),
+              backend ? std::string(backend->name()).c_str()
+                      : fuseAttention ? "fused" : "unfused",
               grads.size(), mine, torch, worst.c_str());
   EXPECT_LE(mine, 10 * std::max(torch, 1e-7)) << worst;
 }
@@ -151,6 +159,33 @@ TEST_P(Corpus, ImportsTrainsDeclaredParametersGradientsMatchFloat64) {
 // --fused-attention=off: the exported ops.
 TEST_P(Corpus, UnfusedAttentionGradientsMatchFloat64) {
   checkAgainstFloat64(GetParam(), false);
+}
+
+// The CUDA backend's arithmetic (its lowering, run on the host): the
+// same bar as the CPU's. On a GPU, the device's own kernels (cuBLAS,
+// cuDNN) too.
+TEST_P(Corpus, CudaEmulatedGradientsMatchFloat64) {
+  static auto emulated = runtime::cuda::createCudaEmulatedBackend();
+  checkAgainstFloat64(GetParam(), true, emulated.get());
+}
+
+TEST_P(Corpus, CudaGradientsMatchFloat64) {
+#ifdef CLEAVE_HAVE_CUDA
+  static std::string why;
+  static std::unique_ptr<runtime::Backend> gpu = [] {
+    auto b = runtime::createCudaBackend(0);
+    if (!b) {
+      why = llvm::toString(b.takeError());
+      return std::unique_ptr<runtime::Backend>();
+    }
+    return std::move(*b);
+  }();
+  if (!gpu)
+    GTEST_SKIP() << why;
+  checkAgainstFloat64(GetParam(), true, gpu.get());
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 // The test's name: the folder's, without its parent, '-' as '_'.

@@ -392,8 +392,16 @@ void cudaTrainsLikeTheCpu(const std::string &model, const std::string &device) {
                          device);
     ASSERT_TRUE(cpu.ok && cuda.ok);
     auto [lossErr, paramErr] = differences(cpu, cuda, /*withMomentum=*/true);
-    EXPECT_LT(lossErr, bf16 ? 1e-3 : 1e-5);
-    EXPECT_LT(paramErr, bf16 ? 1e-2 : 1e-4);
+    // On a GPU, cuDNN's bf16 convolutions (tensor cores) sum in another
+    // order than the CPU's and round some sums the other way; the CNN's
+    // BatchNorm over 4 samples carries that into every parameter. Measured
+    // on an H200: the CNN's bf16 parameters within 0.035 of the CPU's
+    // (1.9e-5 with CLEAVE_CUDNN=0), its loss within 1.2e-3, while its bf16
+    // gradients are as close to PyTorch's as the CPU's are
+    // (TrainingParity.CudaBf16GradientsMatchPyTorchBf16: 0.0125 both).
+    bool cudnnBf16 = bf16 && device == "cuda";
+    EXPECT_LT(lossErr, cudnnBf16 ? 3e-3 : bf16 ? 1e-3 : 1e-5);
+    EXPECT_LT(paramErr, cudnnBf16 ? 5e-2 : bf16 ? 1e-2 : 1e-4);
     std::printf("[%s] %-8s %s: losses within %.2g, parameters "
                 "within %.2g of the CPU's\n",
                 device.c_str(), model.c_str(), precision, lossErr, paramErr);

@@ -12,6 +12,10 @@
 #include "ir/Printer.h"
 #include "passes/Pass.h"
 #include "runtime/Kernel.h"
+#include "runtime/cuda/Lowering.h"
+#ifdef CLEAVE_HAVE_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#endif
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -33,9 +37,11 @@ struct ModelRun {
   std::vector<interp::Tensor> outputs;
 };
 
+// On `backend`, the CPU's by default.
 ModelRun trainGraph(const std::string &model,
                     const std::vector<std::string> &passNames,
-                    const std::string &precision = "f32") {
+                    const std::string &precision = "f32",
+                    runtime::Backend *backend = nullptr) {
   ModelRun r;
   auto g = frontend::importOnnxFile(fixture(model, "model.onnx"), {});
   if (!g) {
@@ -57,8 +63,8 @@ ModelRun trainGraph(const std::string &model,
     }
     inputs.push_back(*t);
   }
-  static auto backend = runtime::createCpuBackend(2);
-  auto in = interp::Interpreter::create(**g, *backend);
+  static auto cpu = runtime::createCpuBackend(2);
+  auto in = interp::Interpreter::create(**g, backend ? *backend : *cpu);
   if (!in) {
     ADD_FAILURE() << llvm::toString(in.takeError());
     return r;
@@ -146,12 +152,12 @@ TEST_P(TrainingParity, GradientsMatchPyTorch) {
 // within 1e-3 and each gradient within 3e-2 of its largest element. The
 // bf16 gradients must also differ from the f32 ones, or the rewrite did
 // not take effect.
-TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
-  const std::string model = GetParam();
+void bf16AgainstPyTorch(const std::string &model,
+                        runtime::Backend *backend = nullptr) {
   std::vector<std::string> passes = {"remove-identity", "dce",
                                      "mixed-precision", "autodiff",
                                      "split-backward", "verify-2bp"};
-  ModelRun r = trainGraph(model, passes, "bf16");
+  ModelRun r = trainGraph(model, passes, "bf16", backend);
   ASSERT_TRUE(r.graph);
   const ir::Graph &g = *r.graph;
   auto loss = runtime::readNpyFile(fixture(model, "reference_bf16/loss.npy"));
@@ -159,7 +165,7 @@ TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
   double lossErr = relativeError(*r.outputs[0], **loss);
   EXPECT_LT(lossErr, 1e-3) << "loss";
 
-  ModelRun f32 = trainGraph(model, passes, "f32");
+  ModelRun f32 = trainGraph(model, passes, "f32", backend);
   ASSERT_TRUE(f32.graph);
   ASSERT_EQ(f32.outputs.size(), r.outputs.size());
   double worst = 0, worstF32 = 0;
@@ -181,9 +187,42 @@ TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
     differing += f32.outputs[k]->bytes() != r.outputs[k]->bytes();
   }
   EXPECT_GT(differing, 0u) << "bf16 gradients equal the f32 ones";
-  std::printf("[parity bf16] %-8s max relative error %.3g (%s), loss %.3g; "
-              "against cleave f32 %.3g\n",
+  std::printf("[parity bf16%s%s] %-8s max relative error %.3g (%s), loss "
+              "%.3g; against cleave f32 %.3g\n",
+              backend ? " " : "",
+              backend ? std::string(backend->name()).c_str() : "",
               model.c_str(), worst, worstName.c_str(), lossErr, worstF32);
+}
+
+TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
+  bf16AgainstPyTorch(GetParam());
+}
+
+// The CUDA backend's arithmetic against the same references with the same
+// bar: its lowering run on the host, and on a GPU its kernels (cuBLAS,
+// cuDNN), where one is visible.
+TEST_P(TrainingParity, CudaEmulatedBf16GradientsMatchPyTorchBf16) {
+  static auto emulated = runtime::cuda::createCudaEmulatedBackend();
+  bf16AgainstPyTorch(GetParam(), emulated.get());
+}
+
+TEST_P(TrainingParity, CudaBf16GradientsMatchPyTorchBf16) {
+#ifdef CLEAVE_HAVE_CUDA
+  static std::string why;
+  static std::unique_ptr<runtime::Backend> gpu = [] {
+    auto b = runtime::createCudaBackend(0);
+    if (!b) {
+      why = llvm::toString(b.takeError());
+      return std::unique_ptr<runtime::Backend>();
+    }
+    return std::move(*b);
+  }();
+  if (!gpu)
+    GTEST_SKIP() << why;
+  bf16AgainstPyTorch(GetParam(), gpu.get());
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TrainingParity,
