@@ -26,37 +26,79 @@ std::error_code CommTimeout::convertToErrorCode() const {
   return llvm::inconvertibleErrorCode();
 }
 
-llvm::Error Comm::allReduceOrdered(void *data, size_t bytes, int64_t tag,
-                                   const DeviceAccess &access) {
-  int n = size();
-  if (n <= 1)
+llvm::Error allReduceOrderedOver(DeviceLink &link, int rank, int size,
+                                 void *data, size_t bytes,
+                                 const DeviceAccess &access) {
+  if (size <= 1)
     return llvm::Error::success();
   auto named = [&](llvm::Error e, int peer) {
     return access.nameWait ? access.nameWait(std::move(e), peer)
                            : std::move(e);
   };
-  std::vector<uint8_t> host(bytes);
-  if (rank() == 0) {
-    for (int r = 1; r < n; ++r) {
-      if (auto e = named(recv(r, tag, -1, host.data(), bytes), r))
+  auto settle = [&] {
+    if (access.settle)
+      access.settle();
+  };
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r) {
+      settle(); // the scratch's last addition is done
+      if (auto e = named(link.recv(r, access.scratch, bytes), r))
         return e;
-      access.toDevice(access.scratch, host.data(), bytes);
       if (auto e = access.addInto(data, access.scratch))
         return e;
     }
-    access.toHost(host.data(), data, bytes);
-    for (int r = 1; r < n; ++r)
-      if (auto e = send(r, tag, -1, host.data(), bytes))
+    settle();
+    for (int r = 1; r < size; ++r)
+      if (auto e = link.send(r, data, bytes))
         return e;
     return llvm::Error::success();
   }
-  access.toHost(host.data(), data, bytes);
-  if (auto e = send(0, tag, -1, host.data(), bytes))
+  settle();
+  if (auto e = link.send(0, data, bytes))
     return e;
-  if (auto e = named(recv(0, tag, -1, host.data(), bytes), 0))
-    return e;
-  access.toDevice(data, host.data(), bytes);
-  return llvm::Error::success();
+  return named(link.recv(0, data, bytes), 0);
+}
+
+namespace {
+
+// Host staging over a comm's send/recv under one tag. The sum rank 0 sends
+// to every rank is copied to the host once.
+class StagingLink final : public DeviceLink {
+public:
+  StagingLink(Comm &comm, int64_t tag, const DeviceAccess &access,
+              size_t bytes)
+      : comm_(comm), tag_(tag), access_(access), host_(bytes) {}
+  llvm::Error send(int peer, const void *data, size_t bytes) override {
+    if (data != staged_) {
+      access_.toHost(host_.data(), data, bytes);
+      staged_ = data;
+    }
+    return comm_.send(peer, tag_, -1, host_.data(), bytes);
+  }
+  llvm::Error recv(int peer, void *data, size_t bytes) override {
+    staged_ = nullptr;
+    if (auto e = comm_.recv(peer, tag_, -1, host_.data(), bytes))
+      return e;
+    access_.toDevice(data, host_.data(), bytes);
+    return llvm::Error::success();
+  }
+
+private:
+  Comm &comm_;
+  int64_t tag_;
+  const DeviceAccess &access_;
+  std::vector<uint8_t> host_;
+  const void *staged_ = nullptr; // what host_ holds a copy of
+};
+
+} // namespace
+
+llvm::Error Comm::allReduceOrdered(void *data, size_t bytes, int64_t tag,
+                                   const DeviceAccess &access) {
+  if (size() <= 1)
+    return llvm::Error::success();
+  StagingLink link(*this, tag, access, bytes);
+  return allReduceOrderedOver(link, rank(), size(), data, bytes, access);
 }
 
 llvm::Expected<bool> Comm::anyTrue(bool mine, int64_t tag) {

@@ -60,7 +60,31 @@ struct DeviceAccess {
   // Rewords a failed wait for rank `peer`'s part (a CommTimeout) in the
   // caller's terms; empty: as the comm says it.
   std::function<llvm::Error(llvm::Error, int peer)> nameWait;
+  // Waits for the backend's work issued so far (Backend::synchronize): a
+  // link that reads or writes the memory by other means than the backend
+  // (NCCL on its own stream) starts after it. Empty: nothing to wait for.
+  std::function<void()> settle;
 };
+
+// Moves bytes between the memories of a group's ranks, each end in its
+// backend's memory: host staging over a Comm's send/recv by default, or
+// straight from device memory (NCCL). recv returns once the bytes are in.
+class DeviceLink {
+public:
+  virtual ~DeviceLink() = default;
+  virtual llvm::Error send(int peer, const void *data, size_t bytes) = 0;
+  virtual llvm::Error recv(int peer, void *data, size_t bytes) = 0;
+};
+
+// The ordered sum of Comm::allReduceOrdered over `link`, this being rank
+// `rank` of `size`: rank 0 takes rank 1's part, then rank 2's, ..., into
+// access.scratch and adds each (access.addInto) onto its own, then sends
+// the sum to every rank, which takes it in place. The operations and their
+// order are the same whatever carries the bytes, so every link gives the
+// same bits. Failed waits are reworded by access.nameWait.
+llvm::Error allReduceOrderedOver(DeviceLink &link, int rank, int size,
+                                 void *data, size_t bytes,
+                                 const DeviceAccess &access);
 
 class Comm {
 public:
@@ -94,9 +118,9 @@ public:
 
   // Sums `bytes` at `data` (in the memory `access` reaches) over the group
   // in rank order, rank 0's + rank 1's + ..., and leaves the sum on every
-  // rank: the same bits whatever the timing. The default gathers to rank 0
-  // with send/recv under `tag`, adds there with access.addInto and sends
-  // the sum back.
+  // rank: the same bits whatever the timing. The default is
+  // allReduceOrderedOver a link that stages through host memory and this
+  // comm's send/recv under `tag`.
   virtual llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t tag,
                                        const DeviceAccess &access);
   // True on every rank when `mine` is true on any; blocks until every

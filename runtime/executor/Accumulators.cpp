@@ -90,7 +90,8 @@ llvm::Error StageExecutor::allReduceAccums() {
               peer == 0 ? "the sum of '" + a.name + "' over the replicas"
                         : "its sum of '" + a.name + "' to add",
               tag);
-        }};
+        },
+        [&] { backend_.synchronize(); }};
     if (auto e = dp.allReduceOrdered(persistent_[s], bytes, tag, access))
       return wrap(std::move(e), where());
   }

@@ -90,3 +90,69 @@ TEST(CommCollectives, AnyTrueIsTrueOnEveryRankWhenOneSaysSo) {
           << "rank " << r << ", true on " << truthful;
   }
 }
+
+namespace {
+
+// A link that moves the bytes straight from the buffers it is given, as
+// NCCL reads device memory, with no staging copy: here over a comm's
+// send/recv, the buffers being host memory.
+class DirectLink final : public DeviceLink {
+public:
+  explicit DirectLink(Comm &comm) : comm_(comm) {}
+  llvm::Error send(int peer, const void *data, size_t bytes) override {
+    return comm_.send(peer, 11, -1, data, bytes);
+  }
+  llvm::Error recv(int peer, void *data, size_t bytes) override {
+    return comm_.recv(peer, 11, -1, data, bytes);
+  }
+
+private:
+  Comm &comm_;
+};
+
+} // namespace
+
+// allReduceOrderedOver any link gives the default's bits: the order of the
+// additions is the function's, not the link's; and the backend's work is
+// waited for (settle) before the link touches the memory.
+TEST(CommCollectives, AnyLinkGivesTheOrderedSumsBits) {
+  constexpr int kRanks = 3;
+  auto comms = createInProcessComms(kRanks, 10.0);
+  std::vector<std::vector<float>> data(kRanks);
+  std::vector<std::string> errors(kRanks);
+  std::vector<int> settles(kRanks, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      data[r] = valuesOf(r);
+      std::vector<float> scratch(data[r].size());
+      DeviceAccess access{
+          nullptr, nullptr, // a direct link copies nothing to or from a host
+          [&](void *acc, const void *other) {
+            auto *a = static_cast<float *>(acc);
+            auto *o = static_cast<const float *>(other);
+            for (size_t i = 0; i < scratch.size(); ++i)
+              a[i] += o[i];
+            return llvm::Error::success();
+          },
+          scratch.data(), nullptr, [&] { ++settles[r]; }};
+      DirectLink link(*comms[r]);
+      if (auto e = allReduceOrderedOver(link, r, kRanks, data[r].data(),
+                                        data[r].size() * sizeof(float), access))
+        errors[r] = llvm::toString(std::move(e));
+    });
+  for (auto &t : threads)
+    t.join();
+  std::vector<float> expected = valuesOf(0);
+  for (int r = 1; r < kRanks; ++r)
+    for (size_t i = 0; i < expected.size(); ++i)
+      expected[i] += valuesOf(r)[i];
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(errors[r], "") << r;
+    EXPECT_EQ(std::memcmp(data[r].data(), expected.data(),
+                          expected.size() * sizeof(float)),
+              0)
+        << "rank " << r;
+    EXPECT_GT(settles[r], 0) << "rank " << r << " never waited for its backend";
+  }
+}
