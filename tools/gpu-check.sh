@@ -340,6 +340,18 @@ run)
         echo "exit $?"
         grep -E -A30 '^cuda steps of device' "$logs/gpt2-steps.log"
         rm -f "$work/gpt2-profiled.cplan"
+        echo "-- attention as exported (--fused-attention=off: the scores"
+        echo "   through cuBLAS and row kernels), 6 steps"
+        T 120 "$g/bin/cleavec" "$g/gpt2/gpt2.onnx" --microbatch-size $pbatch \
+          --microbatches 1 --precision bf16 --lr 1e-4 --weights embed \
+          --fused-attention=off -o "$work/gpt2-unfused.cplan" \
+          >"$logs/gpt2-unfused-cleavec.log" 2>&1
+        echo "cleavec exit $?"
+        T 120 "$g/bin/cleave-run" "$work/gpt2-unfused.cplan" --device $dev \
+          --steps 6 --data "$g/gpt2/data" >"$logs/gpt2-unfused.log" 2>&1
+        echo "cleave-run exit $?"
+        grep -E '^step +6/|^done|error' "$logs/gpt2-unfused.log"
+        rm -f "$work/gpt2-unfused.cplan"
       else
         echo "skipped: no profile from the GPT-2 part, or no GPT-2 model in the bundle"
       fi
