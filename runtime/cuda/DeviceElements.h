@@ -58,11 +58,26 @@ struct Indexer {
   int64_t strides[kMaxRank] = {};
   int64_t base = 0;
 
+  // The same offsets as the plain loop (c = i % dims[d], i /= dims[d]),
+  // without its divisions where they are not needed: an index below the
+  // dimension is its own coordinate, and one that fits 32 bits is divided
+  // in 32 bits (a GPU divides 64-bit integers in software, and a thread
+  // that walks a bias gradient's rows spent its time there).
   CLEAVE_HD int64_t operator()(int64_t i) const {
     int64_t off = base;
     for (int d = rank - 1; d >= 0; --d) {
-      int64_t c = i % dims[d];
-      i /= dims[d];
+      int64_t c;
+      if (i < dims[d]) {
+        c = i;
+        i = 0;
+      } else if (((uint64_t(i) | uint64_t(dims[d])) >> 32) == 0) {
+        uint32_t u = uint32_t(i), n = uint32_t(dims[d]);
+        c = int64_t(u % n);
+        i = int64_t(u / n);
+      } else {
+        c = i % dims[d];
+        i /= dims[d];
+      }
       off += c * strides[d];
     }
     return off;

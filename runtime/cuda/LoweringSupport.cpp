@@ -33,14 +33,28 @@ std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
   return s;
 }
 
-// An indexer over `dims` with the given strides and base.
+// An indexer over `dims` with the given strides and base, in the fewest
+// dimensions that give the same offsets: dimensions of size 1 dropped, and
+// a dimension merged into the one inside it where its stride continues
+// that one's (a contiguous tensor is one dimension). The offsets of every
+// index are the same (both wrap at the product of the dimensions); the
+// device divides less.
 Indexer indexer(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides,
                 int64_t base) {
   Indexer ix;
-  ix.rank = int(dims.size());
   for (size_t d = 0; d < dims.size(); ++d) {
-    ix.dims[d] = dims[d];
-    ix.strides[d] = strides[d];
+    if (dims[d] == 1)
+      continue;
+    if (ix.rank > 0 && dims[d] != 0 &&
+        ix.strides[ix.rank - 1] == strides[d] * dims[d] &&
+        ix.dims[ix.rank - 1] != 0) {
+      ix.dims[ix.rank - 1] *= dims[d];
+      ix.strides[ix.rank - 1] = strides[d];
+      continue;
+    }
+    ix.dims[ix.rank] = dims[d];
+    ix.strides[ix.rank] = strides[d];
+    ++ix.rank;
   }
   ix.base = base;
   return ix;
