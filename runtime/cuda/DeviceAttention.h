@@ -80,8 +80,6 @@ namespace cleave::runtime::cuda {
 
 constexpr int kAttnTile = 64;     // keys per online-softmax step
 constexpr int kMaxHeadDim = 256;  // D bound of the per-row local arrays
-// (f32 rows of D <= 64 or <= 128 keep arrays of that size: a GPU thread's
-// local memory is 4x or 2x smaller; the arithmetic is the same)
 
 // The element types of attention's floating-point operands.
 enum class AttnElem : uint8_t { F32, BF16, F64 };
@@ -268,14 +266,14 @@ template <class T> CLEAVE_HD T attnMax(T a, T b) {
 
 // --- forward ---------------------------------------------------------------
 
-template <class T, int kD>
+template <class T>
 CLEAVE_HD void attentionForwardRowAs(const AttentionStep &s, int64_t row) {
   const AttentionOperands &a = s.in;
   const int64_t dim = a.headDim, i = row % a.queryLen,
                 h = row / a.queryLen % a.queryHeads,
                 b = row / (a.queryLen * a.queryHeads),
                 kvh = h / (a.queryHeads / a.kvHeads);
-  T q[kD], acc[kD];
+  T q[kMaxHeadDim], acc[kMaxHeadDim];
   for (int64_t d = 0; d < dim; ++d) {
     q[d] = attnRead<T>(a.q.data, a.q.elem, a.q.at(b, h, i, d));
     acc[d] = 0;
@@ -336,13 +334,9 @@ CLEAVE_HD bool attentionWide(const AttentionOperands &a) {
 // O and L of query row `row` (row-major over b, h, i).
 CLEAVE_HD void attentionForwardRow(const AttentionStep &s, int64_t row) {
   if (attentionWide(s.in))
-    attentionForwardRowAs<double, kMaxHeadDim>(s, row);
-  else if (s.in.headDim <= 64)
-    attentionForwardRowAs<float, 64>(s, row);
-  else if (s.in.headDim <= 128)
-    attentionForwardRowAs<float, 128>(s, row);
+    attentionForwardRowAs<double>(s, row);
   else
-    attentionForwardRowAs<float, kMaxHeadDim>(s, row);
+    attentionForwardRowAs<float>(s, row);
 }
 
 // --- backward ----------------------------------------------------------------
@@ -367,7 +361,7 @@ CLEAVE_HD T attnScoreGrad(T p, T dpv, double delta) {
   return p * T(double(dpv) - delta);
 }
 
-template <class T, int kD>
+template <class T>
 CLEAVE_HD void attentionGradQRowAs(const AttentionGradStep &s, int64_t row) {
   const AttentionOperands &a = s.in;
   const int64_t dim = a.headDim, i = row % a.queryLen,
@@ -375,7 +369,7 @@ CLEAVE_HD void attentionGradQRowAs(const AttentionGradStep &s, int64_t row) {
                 b = row / (a.queryLen * a.queryHeads),
                 kvh = h / (a.queryHeads / a.kvHeads);
   const T lse = attnRead<T>(s.lse, s.lseElem, row);
-  T q[kD], dout[kD], acc[kD];
+  T q[kMaxHeadDim], dout[kMaxHeadDim], acc[kMaxHeadDim];
   for (int64_t d = 0; d < dim; ++d) {
     q[d] = attnRead<T>(a.q.data, a.q.elem, a.q.at(b, h, i, d));
     dout[d] = attnRead<T>(s.dOut.data, s.dOut.elem, s.dOut.at(b, h, i, d));
@@ -399,14 +393,14 @@ CLEAVE_HD void attentionGradQRowAs(const AttentionGradStep &s, int64_t row) {
     attnWrite(s.dq.data, s.dq.elem, s.dq.at(b, h, i, d), acc[d] * T(a.scale));
 }
 
-template <class T, int kD>
+template <class T>
 CLEAVE_HD void attentionGradKVRowAs(const AttentionGradStep &s, int64_t row) {
   const AttentionOperands &a = s.in;
   const int64_t dim = a.headDim, j = row % a.keyLen,
                 kvh = row / a.keyLen % a.kvHeads,
                 b = row / (a.keyLen * a.kvHeads),
                 group = a.queryHeads / a.kvHeads;
-  T k[kD], v[kD], accK[kD], accV[kD];
+  T k[kMaxHeadDim], v[kMaxHeadDim], accK[kMaxHeadDim], accV[kMaxHeadDim];
   for (int64_t d = 0; d < dim; ++d) {
     k[d] = attnRead<T>(a.k.data, a.k.elem, a.k.at(b, kvh, j, d));
     v[d] = attnRead<T>(a.v.data, a.v.elem, a.v.at(b, kvh, j, d));
@@ -445,26 +439,18 @@ CLEAVE_HD void attentionGradKVRowAs(const AttentionGradStep &s, int64_t row) {
 // dQ of query row `row` (row-major over b, h, i); needs every Delta.
 CLEAVE_HD void attentionGradQRow(const AttentionGradStep &s, int64_t row) {
   if (attentionWide(s.in))
-    attentionGradQRowAs<double, kMaxHeadDim>(s, row);
-  else if (s.in.headDim <= 64)
-    attentionGradQRowAs<float, 64>(s, row);
-  else if (s.in.headDim <= 128)
-    attentionGradQRowAs<float, 128>(s, row);
+    attentionGradQRowAs<double>(s, row);
   else
-    attentionGradQRowAs<float, kMaxHeadDim>(s, row);
+    attentionGradQRowAs<float>(s, row);
 }
 
 // dK and dV of kv row `row` (row-major over b, kv head, j); needs every
 // Delta.
 CLEAVE_HD void attentionGradKVRow(const AttentionGradStep &s, int64_t row) {
   if (attentionWide(s.in))
-    attentionGradKVRowAs<double, kMaxHeadDim>(s, row);
-  else if (s.in.headDim <= 64)
-    attentionGradKVRowAs<float, 64>(s, row);
-  else if (s.in.headDim <= 128)
-    attentionGradKVRowAs<float, 128>(s, row);
+    attentionGradKVRowAs<double>(s, row);
   else
-    attentionGradKVRowAs<float, kMaxHeadDim>(s, row);
+    attentionGradKVRowAs<float>(s, row);
 }
 
 // --- host drivers -----------------------------------------------------------
