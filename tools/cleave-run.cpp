@@ -137,9 +137,10 @@ training:
                          any machine, with the same bits; nccl (--device
                          cuda) carries them over NCCL between stages on
                          different GPUs (under mpirun the channels' ids go
-                         over MPI), through host staging for now, and the
-                         data-parallel sums too (compiled, not yet run on a
-                         GPU; docs/design/nccl.md)
+                         over MPI), through host staging for now; the
+                         data-parallel sums stay on the threads' or MPI's
+                         comm (compiled, not yet run on two GPUs;
+                         docs/design/nccl.md)
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1; at most 4 x the cores, see
                          --allow-large)
