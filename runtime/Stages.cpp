@@ -179,10 +179,37 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
   }
   for (int s = 0; s < p; ++s)
     run->groups.push_back(createInProcessComms(d, options.commTimeoutSeconds));
+#ifdef CLEAVE_HAVE_CUDA
+  if (options.comm == "nccl" && d > 1) {
+    // Each stage's replicas sum over NCCL where they are on distinct GPUs.
+    auto count = cudaDeviceCount();
+    if (!count)
+      return fail("--comm=nccl: " + llvm::toString(count.takeError()));
+    for (int s = 0; s < p; ++s) {
+      std::vector<Comm *> controls;
+      std::vector<int> devices;
+      for (int r = 0; r < d; ++r) {
+        controls.push_back(run->groups[s][r].get());
+        devices.push_back((r * p + s) % *count);
+      }
+      auto g = cuda::createNcclGroupComms(controls, devices);
+      if (!g)
+        return fail("--comm=nccl: " + llvm::toString(g.takeError()));
+      run->ncclGroups.push_back(std::move(*g));
+    }
+  }
+#endif
+  auto groupOf = [&](int s, int r) -> Comm * {
+    if (d <= 1)
+      return nullptr;
+    if (!run->ncclGroups.empty() && run->ncclGroups[s][r])
+      return run->ncclGroups[s][r].get();
+    return run->groups[s][r].get();
+  };
   for (int r = 0; r < d; ++r)
     for (int s = 0; s < p; ++s) {
       auto st = createLocalStage(plan, r, s, options, *run->pipes[r][s],
-                                 d > 1 ? run->groups[s][r].get() : nullptr);
+                                 groupOf(s, r));
       if (!st)
         return st.takeError();
       run->stages.push_back(std::move(*st));

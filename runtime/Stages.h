@@ -81,6 +81,9 @@ createRankPipes(const Plan &plan, int replica, const std::vector<int> &stages,
 struct ThreadedPipeline {
   std::vector<std::vector<std::unique_ptr<Comm>>> pipes;  // [replica][stage]
   std::vector<std::vector<std::unique_ptr<Comm>>> groups; // [stage][replica]
+  // --comm nccl with replicas on distinct GPUs: the groups' sums over NCCL
+  // (cuda::createNcclGroupComms), null where a group stays on its comm.
+  std::vector<std::vector<std::unique_ptr<Comm>>> ncclGroups;
   std::vector<LocalStage> stages;
 
   // The stages as a Trainer takes them (runtime/Trainer.h).

@@ -15,6 +15,10 @@
 #ifdef CLEAVE_HAVE_MPI
 #include "runtime/comm/MpiPlan.h"
 #include "runtime/comm/StageComm.h"
+#ifdef CLEAVE_HAVE_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Nccl.h"
+#endif
 #endif
 #include "support/TextFormat.h"
 #include "tools/MeasuredTimeline.h"
@@ -138,9 +142,10 @@ training:
                          cuda) carries them over NCCL between stages on
                          different GPUs (under mpirun the channels' ids go
                          over MPI), through host staging for now; the
-                         data-parallel sums stay on the threads' or MPI's
-                         comm (compiled, not yet run on two GPUs;
-                         docs/design/nccl.md)
+                         data-parallel sums too, from device memory, where
+                         a stage's replicas are on distinct GPUs (in rank
+                         order: the bits of the host path; compiled, not
+                         yet run on two GPUs; docs/design/nccl.md)
   --threads=N            kernel threads per stage (default: cores / stages,
                          at least 1; at most 4 x the cores, see
                          --allow-large)
@@ -776,6 +781,31 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
       return rc;
     channelPipes = std::move(*pipes);
   }
+  // --comm nccl: each stage's replica group sums over NCCL where its
+  // processes' GPUs differ (a collective of the group, stage by stage).
+  std::vector<std::unique_ptr<runtime::Comm>> ncclGroups(rp.groups.size());
+#ifdef CLEAVE_HAVE_CUDA
+  if (opt.stage.comm == "nccl") {
+    llvm::Error err = llvm::Error::success();
+    auto count = runtime::cudaDeviceCount();
+    if (!count)
+      err = count.takeError();
+    for (size_t k = 0; k < rp.groups.size() && !err; ++k) {
+      if (!rp.groups[k])
+        continue;
+      int device = (rp.replica * int(plan.stages.size()) + rp.stages[k]) %
+                   *count;
+      auto g = runtime::cuda::createNcclGroupComm(*rp.groups[k], device);
+      if (g)
+        ncclGroups[k] = std::move(*g);
+      else
+        err = g.takeError();
+    }
+    if (int rc = agreed(err ? prefixed("--comm=nccl: ", std::move(err))
+                            : llvm::Error::success()))
+      return rc;
+  }
+#endif
   std::vector<runtime::LocalStage> locals;
   llvm::Error made = llvm::Error::success();
   for (size_t k = 0; k < rp.stages.size() && !made; ++k) {
@@ -788,7 +818,9 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
       pipe = views.back().get();
     }
     runtime::Comm *group =
-        k < rp.groups.size() ? rp.groups[k].get() : nullptr;
+        k < ncclGroups.size() && ncclGroups[k] ? ncclGroups[k].get()
+        : k < rp.groups.size()                 ? rp.groups[k].get()
+                                               : nullptr;
     auto st = runtime::createLocalStage(plan, rp.replica, rp.stages[k],
                                         opt.stage, *pipe, group);
     if (st)

@@ -620,3 +620,229 @@ createNcclRankTransports(const Plan &plan, const std::vector<int> &stages,
 }
 
 } // namespace cleave::runtime::cuda
+
+namespace cleave::runtime::cuda {
+namespace {
+
+// Moves a sum's parts between replicas over their group's communicator,
+// on the group's stream, each call waiting until its bytes are moved.
+class NcclLink final : public DeviceLink {
+public:
+  NcclLink(const NcclCommunicator &comm, cudaStream_t stream, int device,
+           Comm &control)
+      : comm_(comm), stream_(stream), device_(device), control_(control) {}
+
+  llvm::Error send(int peer, const void *data, size_t bytes) override {
+    cudaSetDevice(device_);
+    auto c = static_cast<ncclComm_t>(comm_.handle());
+    if (ncclResult_t r = nccl().send(data, bytes, ncclUint8, peer, c, stream_))
+      return ncclCallFail("ncclSend", r, c);
+    return wait("a sum's part to replica", peer);
+  }
+  llvm::Error recv(int peer, void *data, size_t bytes) override {
+    cudaSetDevice(device_);
+    auto c = static_cast<ncclComm_t>(comm_.handle());
+    if (ncclResult_t r = nccl().recv(data, bytes, ncclUint8, peer, c, stream_))
+      return ncclCallFail("ncclRecv", r, c);
+    return wait("a sum's part from replica", peer);
+  }
+
+private:
+  // Polls the stream, NCCL's async error, the control comm's abort and
+  // its timeout.
+  llvm::Error wait(const char *what, int peer) {
+    auto start = std::chrono::steady_clock::now();
+    double timeout = control_.timeout();
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess)
+        return llvm::Error::success();
+      if (q != cudaErrorNotReady)
+        return ncclFail(llvm::formatv("NCCL: {0} {1}: {2}", what, peer,
+                                      cudaGetErrorString(q)));
+      if (auto e = comm_.asyncError())
+        return e;
+      if (control_.aborted())
+        return ncclFail(llvm::formatv("NCCL: {0} {1}: the group failed",
+                                      what, peer));
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      if (timeout > 0 && waited > timeout)
+        return llvm::make_error<CommTimeout>(
+            llvm::formatv("no {0} {1} over NCCL {2}", what, peer,
+                          withinTimeout(timeout))
+                .str(),
+            timeout);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  const NcclCommunicator &comm_;
+  cudaStream_t stream_;
+  int device_;
+  Comm &control_;
+};
+
+class NcclGroupComm final : public Comm {
+public:
+  NcclGroupComm(Comm &control, std::unique_ptr<NcclCommunicator> comm,
+                int device, cudaStream_t stream)
+      : control_(control), comm_(std::move(comm)), device_(device),
+        stream_(stream) {}
+  ~NcclGroupComm() override {
+    cudaSetDevice(device_);
+    comm_.reset(); // aborts what is in flight
+    if (stream_)
+      cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return control_.rank(); }
+  int size() const override { return control_.size(); }
+  llvm::Error send(int peer, int64_t tag, int microbatch, const void *data,
+                   size_t bytes) override {
+    return control_.send(peer, tag, microbatch, data, bytes);
+  }
+  llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
+                   size_t bytes) override {
+    return control_.recv(peer, tag, microbatch, data, bytes);
+  }
+  bool poll(int peer, int64_t tag, int microbatch) override {
+    return control_.poll(peer, tag, microbatch);
+  }
+  void abort(const std::string &why) override { control_.abort(why); }
+  bool aborted() const override { return control_.aborted(); }
+  llvm::Error barrier() override { return control_.barrier(); }
+  void setTimeout(double seconds) override { control_.setTimeout(seconds); }
+  double timeout() const override { return control_.timeout(); }
+  llvm::Expected<bool> anyTrue(bool mine, int64_t tag) override {
+    return control_.anyTrue(mine, tag);
+  }
+
+  llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t,
+                               const DeviceAccess &access) override {
+    NcclLink link(*comm_, stream_, device_, control_);
+    return allReduceOrderedOver(link, rank(), size(), data, bytes, access);
+  }
+
+private:
+  Comm &control_;
+  std::unique_ptr<NcclCommunicator> comm_;
+  int device_;
+  cudaStream_t stream_;
+};
+
+llvm::Expected<cudaStream_t> groupStream(int device) {
+  cudaSetDevice(device);
+  cudaStream_t s = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))
+    return ncclFail(llvm::Twine("NCCL: cudaStreamCreate: ") +
+                    cudaGetErrorString(e));
+  return s;
+}
+
+bool allDistinct(std::vector<std::string> places) {
+  std::sort(places.begin(), places.end());
+  return std::adjacent_find(places.begin(), places.end()) == places.end();
+}
+
+} // namespace
+
+llvm::Expected<std::vector<std::unique_ptr<Comm>>>
+createNcclGroupComms(const std::vector<Comm *> &controls,
+                     const std::vector<int> &devices) {
+  std::vector<std::unique_ptr<Comm>> out(controls.size());
+  std::vector<std::string> places;
+  for (int d : devices)
+    places.push_back(std::to_string(d));
+  if (controls.size() < 2 || !allDistinct(places))
+    return std::move(out); // nulls: the group stays on its control comms
+  const NcclLib &l = nccl();
+  if (!l.error.empty())
+    return ncclFail(l.error);
+  if (auto n = visibleGpus(); !n)
+    return n.takeError();
+  auto id = newNcclId();
+  if (!id)
+    return id.takeError();
+  ncclUniqueId raw;
+  std::memcpy(raw.internal, id->bytes.data(), sizeof(raw.internal));
+  int n = int(controls.size());
+  std::vector<ncclComm_t> comms(controls.size(), nullptr);
+  if (ncclResult_t r = l.groupStart())
+    return ncclCallFail("ncclGroupStart", r, nullptr);
+  for (int i = 0; i < n; ++i) {
+    cudaSetDevice(devices[size_t(i)]);
+    if (ncclResult_t r = l.commInitRank(&comms[size_t(i)], n, raw, i)) {
+      l.groupEnd();
+      return ncclCallFail("ncclCommInitRank", r, nullptr);
+    }
+  }
+  if (ncclResult_t r = l.groupEnd())
+    return ncclCallFail("ncclGroupEnd (opening a replica group)", r, nullptr);
+  for (int i = 0; i < n; ++i) {
+    auto comm = NcclCommunicator::adopt(comms[size_t(i)], i, n);
+    auto stream = groupStream(devices[size_t(i)]);
+    if (!stream)
+      return stream.takeError();
+    out[size_t(i)] = std::make_unique<NcclGroupComm>(
+        *controls[size_t(i)], std::move(comm), devices[size_t(i)], *stream);
+  }
+  return std::move(out);
+}
+
+llvm::Expected<std::unique_ptr<Comm>> createNcclGroupComm(Comm &control,
+                                                          int device) {
+  // The bootstrap's messages on the control comm, before any training
+  // message (MPI's tags are non-negative).
+  constexpr int64_t kPlaceTag = 0, kIdTag = 1;
+  int n = control.size(), me = control.rank();
+  if (n < 2)
+    return nullptr;
+  // Rank 0 decides: every place distinct, and an id (whose first byte
+  // after the verdict says so) for all.
+  std::array<char, 1 + 128> verdict{};
+  std::array<char, 128> place = placeBytes(ncclPlace(device));
+  if (me == 0) {
+    std::vector<std::string> places{std::string(place.data())};
+    for (int r = 1; r < n; ++r) {
+      std::array<char, 128> p{};
+      if (auto e = control.recv(r, kPlaceTag, -1, p.data(), p.size()))
+        return std::move(e);
+      places.push_back(std::string(p.data()));
+    }
+    llvm::Expected<NcclId> id = NcclId{};
+    if (allDistinct(places)) {
+      id = newNcclId();
+      verdict[0] = id ? 1 : 2; // 2: rank 0 could not make one
+    }
+    if (id && verdict[0] == 1)
+      std::memcpy(verdict.data() + 1, id->bytes.data(), 128);
+    for (int r = 1; r < n; ++r)
+      if (auto e = control.send(r, kIdTag, -1, verdict.data(), verdict.size()))
+        return std::move(e);
+    if (!id)
+      return id.takeError();
+  } else {
+    if (auto e = control.send(0, kPlaceTag, -1, place.data(), place.size()))
+      return std::move(e);
+    if (auto e = control.recv(0, kIdTag, -1, verdict.data(), verdict.size()))
+      return std::move(e);
+    if (verdict[0] == 2)
+      return ncclFail("NCCL: the replica group's rank 0 could not make an id");
+  }
+  if (verdict[0] == 0)
+    return nullptr; // two members share a GPU: the sums stay on `control`
+  NcclId id;
+  std::memcpy(id.bytes.data(), verdict.data() + 1, 128);
+  auto comm = openNcclCommunicator(id, me, n, device);
+  if (!comm)
+    return comm.takeError();
+  auto stream = groupStream(device);
+  if (!stream)
+    return stream.takeError();
+  return std::make_unique<NcclGroupComm>(control, std::move(*comm), device,
+                                         *stream);
+}
+
+} // namespace cleave::runtime::cuda

@@ -139,3 +139,32 @@ createNcclRankTransports(const Plan &plan, const std::vector<int> &stages,
                          double timeoutSeconds);
 
 } // namespace cleave::runtime::cuda
+
+namespace cleave::runtime::cuda {
+
+// The data-parallel sums over NCCL: a Comm that is `control` (a replica
+// group of the threads or of MPI) in everything but allReduceOrdered, which
+// moves each part straight between the replicas' device memories with
+// ncclSend/ncclRecv on a stream of its own (allReduceOrderedOver: rank 0
+// adds the parts in rank order, the bits of the host path), waiting with
+// NCCL's async error, the control comm's abort and its timeout in view.
+// The data must be device memory of `device` (--device cuda).
+
+// Every member of one replica group run as threads of this process,
+// member r on CUDA device devices[r] over controls[r]: one communicator
+// opened from this thread in one ncclGroupStart/End. Null when two members
+// share a GPU (NCCL takes one rank per device): the group then stays on
+// its control comms. Fails in one line without a GPU.
+llvm::Expected<std::vector<std::unique_ptr<Comm>>>
+createNcclGroupComms(const std::vector<Comm *> &controls,
+                     const std::vector<int> &devices);
+
+// This process's member of a replica group under mpirun, on CUDA device
+// `device`: the group's rank 0 gathers every member's ncclPlace over
+// `control`, and when all differ makes the id and sends it to each; every
+// member then joins the communicator. Null on every member when two share
+// a GPU. A collective of the group's processes.
+llvm::Expected<std::unique_ptr<Comm>> createNcclGroupComm(Comm &control,
+                                                          int device);
+
+} // namespace cleave::runtime::cuda

@@ -180,4 +180,54 @@ TEST(Nccl, PlacesNameTheHostAndTheGpu) {
   EXPECT_EQ(p.substr(p.size() - 2), ":3");
   EXPECT_NE(ncclPlace(0), ncclPlace(1));
 }
+
+// The data-parallel sums' bootstrap (createNcclGroupComm under mpirun,
+// threads standing for the processes; createNcclGroupComms for threads):
+// replicas sharing a GPU keep their sums on the control comm, with no GPU
+// needed; replicas on distinct GPUs get the group's rank-0 id and join a
+// communicator, which without a GPU fails in one line on every member.
+TEST(Nccl, ReplicaGroupsJoinOrStayOnTheirComm) {
+  auto gpus = runtime::cudaDeviceCount();
+  bool noGpu = !gpus;
+  if (!gpus)
+    llvm::consumeError(gpus.takeError());
+  constexpr int n = 3;
+  for (bool distinct : {false, true}) {
+    SCOPED_TRACE(distinct ? "distinct GPUs" : "one GPU");
+    auto comms = runtime::createInProcessComms(n, 30);
+    std::vector<std::string> errors(n);
+    std::vector<int> joined(n, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        auto g = createNcclGroupComm(*comms[r], distinct ? r : 0);
+        if (g)
+          joined[r] = *g ? 1 : 0;
+        else
+          errors[r] = llvm::toString(g.takeError());
+      });
+    for (auto &t : threads)
+      t.join();
+    for (int r = 0; r < n; ++r) {
+      if (!distinct) {
+        EXPECT_EQ(joined[r], 0) << "member " << r << ": " << errors[r];
+      } else if (noGpu) {
+        EXPECT_EQ(errors[r].rfind("NCCL needs a GPU: ", 0), 0u)
+            << "member " << r << ": " << errors[r];
+        EXPECT_EQ(errors[r].find('\n'), std::string::npos) << errors[r];
+      }
+    }
+  }
+  auto comms = runtime::createInProcessComms(2, 30);
+  std::vector<runtime::Comm *> controls{comms[0].get(), comms[1].get()};
+  auto shared = createNcclGroupComms(controls, {0, 0});
+  ASSERT_TRUE(bool(shared)) << llvm::toString(shared.takeError());
+  EXPECT_TRUE(!(*shared)[0] && !(*shared)[1]);
+  if (noGpu) {
+    auto apart = createNcclGroupComms(controls, {0, 1});
+    ASSERT_FALSE(bool(apart));
+    std::string why = llvm::toString(apart.takeError());
+    EXPECT_EQ(why.rfind("NCCL needs a GPU: ", 0), 0u) << why;
+  }
+}
 #endif
