@@ -9,8 +9,10 @@
 #       to carry to the GPU machine.
 #   tools/gpu-check.sh run [BUILD]      on the GPU machine, with that file
 #       carried: unpacks it, runs the checks, writes $OUT/summary.txt (or
-#       BUILD/gpu-check/summary.txt) and the logs beside it, and prints the
-#       summary.
+#       BUILD/gpu-check/summary.txt) and the logs beside it as logs.tar.gz,
+#       and prints the summary. GPU_CHECK_PARTS (default: every part) picks
+#       parts for a rerun: unit plans corpus batchw offload nccl gpt2
+#       profile.
 #   tools/gpu-check.sh dry-run [BUILD]  here, without a GPU: bundle and run
 #       at tiny sizes with --device cuda-emulated (the CUDA backend's
 #       arithmetic on the host) in place of cuda, and check that every part
@@ -87,6 +89,10 @@ bundle)
   for o in none all; do
     "$build/tools/cleavec" "$dir/gpu/offload/gpt-tiny.onnx"       --microbatch-size 4 --layer-depth 2 --stages 2 --microbatches 4       --schedule zb-h1 --offload $o -o "$dir/gpu/offload/$o.cplan" >/dev/null
   done
+  # Data-parallel sums over NCCL (two GPUs): 2 replicas of one stage.
+  "$build/tools/cleavec" "$dir/gpu/offload/gpt-tiny.onnx" \
+    --microbatch-size 2 --stages 1 --data-parallel 2 --microbatches 4 \
+    -o "$dir/gpu/offload/dp2.cplan" >/dev/null
   # The bar's benchmark: GPT-2-small, bf16, batch 8 x 1024, against PyTorch
   # (tests/bench/gpt2_small_gpu.py; its tiled weights compress to ~1 MB).
   py="$(torch_python)"
@@ -280,6 +286,16 @@ run)
         done
         cmp "$logs/comm-keyed.onnx" "$logs/comm-nccl.onnx" &&
           echo "nccl: same bits as keyed"
+        echo "-- 2 data-parallel replicas of one stage, one a GPU: the sums"
+        echo "   over NCCL against the host's"
+        for c in keyed nccl; do
+          T 120 "$g/bin/cleave-run" "$g/offload/dp2.cplan" --device cuda --steps 5 \
+            --comm $c --save "$logs/dp-$c.onnx" >"$logs/dp-$c.log" 2>&1
+          echo "--comm $c: exit $?"
+          grep -E '^done|error' "$logs/dp-$c.log" | head -n 2
+        done
+        cmp "$logs/dp-keyed.onnx" "$logs/dp-nccl.onnx" &&
+          echo "nccl data-parallel sums: same bits as keyed"
       else
         echo "skipped: $gpus GPU(s) visible"
       fi
