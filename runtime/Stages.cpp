@@ -52,6 +52,27 @@ createBackend(const std::string &device, int64_t threads, int index) {
 #endif
 }
 
+llvm::Expected<std::vector<int>> ncclStageGpus(const Plan &plan, int replica,
+                                               const std::vector<int> &stages,
+                                               const StageOptions &options) {
+  if (options.device != "cuda")
+    return fail("--comm=nccl carries messages between GPUs: it needs "
+                "--device cuda");
+#ifdef CLEAVE_HAVE_CUDA
+  auto count = cudaDeviceCount();
+  if (!count)
+    return fail("--comm=nccl: " + llvm::toString(count.takeError()));
+  std::vector<int> out;
+  for (int s : stages) // createBackend's index, over the GPUs visible
+    out.push_back((replica * int(plan.stages.size()) + s) % *count);
+  return out;
+#else
+  (void)plan, (void)replica, (void)stages;
+  return fail("--comm=nccl: this cleave-run was built without the CUDA "
+              "backend (no nvcc at build time)");
+#endif
+}
+
 llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
                                             int stage,
                                             const StageOptions &options,
@@ -99,29 +120,18 @@ createRankPipes(const Plan &plan, int replica, const std::vector<int> &stages,
     transports.push_back(createHostChannelTransport(
         std::make_unique<StageComm>(fifo, s, stageRank)));
   if (options.comm == "nccl") {
-    if (options.device != "cuda")
-      return fail("--comm=nccl carries messages between GPUs: it needs "
-                  "--device cuda");
+    auto devices = ncclStageGpus(plan, replica, stages, options);
+    if (!devices)
+      return devices.takeError();
 #ifdef CLEAVE_HAVE_CUDA
-    auto count = cudaDeviceCount();
-    if (!count)
-      return fail("--comm=nccl: " + llvm::toString(count.takeError()));
-    // The GPU createBackend gives each of them.
-    std::vector<int> devices;
-    for (int s : stages)
-      devices.push_back((replica * p + s) % *count);
-    auto nccl = cuda::createNcclRankTransports(plan, stages, devices,
+    auto nccl = cuda::createNcclRankTransports(plan, stages, *devices,
                                                stageRank, pipe,
                                                std::move(transports),
                                                options.commTimeoutSeconds);
     if (!nccl)
       return fail("--comm=nccl: " + llvm::toString(nccl.takeError()));
     transports = std::move(*nccl);
-#else
-    (void)replica;
-    return fail("--comm=nccl: this cleave-run was built without the CUDA "
-                "backend (no nvcc at build time)");
-#endif
+#endif // without CUDA, ncclStageGpus said so
   } else if (options.comm != "ordered") {
     return fail("--comm must be 'ordered' or 'nccl' for channels, not '" +
                 options.comm + "'");
@@ -138,6 +148,10 @@ llvm::Expected<std::unique_ptr<ThreadedPipeline>>
 createThreadedPipeline(const Plan &plan, const StageOptions &options) {
   int p = int(plan.stages.size()), d = plan.dataParallel;
   auto run = std::make_unique<ThreadedPipeline>();
+  std::vector<int> allStages;
+  for (int s = 0; s < p; ++s)
+    allStages.push_back(s);
+  std::vector<std::vector<int>> gpus; // --comm nccl: [replica][stage]
   for (int r = 0; r < d; ++r) {
     auto pipe = createInProcessComms(p, options.commTimeoutSeconds);
     if (options.comm == "ordered") {
@@ -149,28 +163,19 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
             plan, s, createHostChannelTransport(std::move(fifo[s])),
             std::move(pipe[s]));
     } else if (options.comm == "nccl") {
-      if (options.device != "cuda")
-        return fail("--comm=nccl carries messages between GPUs: it needs "
-                    "--device cuda");
+      auto devices = ncclStageGpus(plan, r, allStages, options);
+      if (!devices)
+        return devices.takeError();
+      gpus.push_back(*devices);
 #ifdef CLEAVE_HAVE_CUDA
-      // Stage s of replica r on the GPU createBackend gives it.
-      auto count = cudaDeviceCount();
-      if (!count)
-        return fail("--comm=nccl: " + llvm::toString(count.takeError()));
-      std::vector<int> devices;
-      for (int s = 0; s < p; ++s)
-        devices.push_back((r * p + s) % *count);
       auto transports = cuda::createNcclTransports(
-          plan, devices, options.commTimeoutSeconds);
+          plan, *devices, options.commTimeoutSeconds);
       if (!transports)
         return fail("--comm=nccl: " + llvm::toString(transports.takeError()));
       for (int s = 0; s < p; ++s)
         pipe[s] = createChannelComm(plan, s, std::move((*transports)[s]),
                                     std::move(pipe[s]));
-#else
-      return fail("--comm=nccl: this cleave-run was built without the CUDA "
-                  "backend (no nvcc at build time)");
-#endif
+#endif // without CUDA, ncclStageGpus said so
     } else if (options.comm != "keyed") {
       return fail("--comm must be 'keyed', 'ordered' or 'nccl', not '" +
                   options.comm + "'");
@@ -182,15 +187,12 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
 #ifdef CLEAVE_HAVE_CUDA
   if (options.comm == "nccl" && d > 1) {
     // Each stage's replicas sum over NCCL where they are on distinct GPUs.
-    auto count = cudaDeviceCount();
-    if (!count)
-      return fail("--comm=nccl: " + llvm::toString(count.takeError()));
     for (int s = 0; s < p; ++s) {
       std::vector<Comm *> controls;
       std::vector<int> devices;
       for (int r = 0; r < d; ++r) {
         controls.push_back(run->groups[s][r].get());
-        devices.push_back((r * p + s) % *count);
+        devices.push_back(gpus[r][s]);
       }
       auto g = cuda::createNcclGroupComms(controls, devices);
       if (!g)

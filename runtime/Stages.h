@@ -63,6 +63,13 @@ llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
                                             const StageOptions &options,
                                             Comm &pipe, Comm *group);
 
+// --comm nccl: the GPU of each of `stages` of replica `replica` (the one
+// createBackend gives it), or why there is none (the run needs --device
+// cuda and a GPU).
+llvm::Expected<std::vector<int>> ncclStageGpus(const Plan &plan, int replica,
+                                               const std::vector<int> &stages,
+                                               const StageOptions &options);
+
 // Under mpirun, with --comm ordered or nccl: the Comm each of this
 // process's `stages` (of replica `replica`) trains through. The plan's
 // messages go over channels (runtime/comm/ChannelComm.h): NCCL between

@@ -787,22 +787,21 @@ int runUnderMpi(tools::RunOptions opt, const tools::Flags &flags, int &argc,
 #ifdef CLEAVE_HAVE_CUDA
   if (opt.stage.comm == "nccl") {
     llvm::Error err = llvm::Error::success();
-    auto count = runtime::cudaDeviceCount();
-    if (!count)
-      err = count.takeError();
+    auto devices = runtime::ncclStageGpus(plan, rp.replica, rp.stages,
+                                          opt.stage);
+    if (!devices)
+      err = devices.takeError();
     for (size_t k = 0; k < rp.groups.size() && !err; ++k) {
       if (!rp.groups[k])
         continue;
-      int device = (rp.replica * int(plan.stages.size()) + rp.stages[k]) %
-                   *count;
-      auto g = runtime::cuda::createNcclGroupComm(*rp.groups[k], device);
+      auto g = runtime::cuda::createNcclGroupComm(*rp.groups[k],
+                                                  (*devices)[k]);
       if (g)
         ncclGroups[k] = std::move(*g);
       else
-        err = g.takeError();
+        err = prefixed("--comm=nccl: ", g.takeError());
     }
-    if (int rc = agreed(err ? prefixed("--comm=nccl: ", std::move(err))
-                            : llvm::Error::success()))
+    if (int rc = agreed(std::move(err)))
       return rc;
   }
 #endif

@@ -22,10 +22,7 @@
 #include "passes/Pass.h"
 #include "passes/Pipelines.h"
 #include "runtime/Kernel.h"
-#include "runtime/cuda/Lowering.h"
-#ifdef CLEAVE_HAVE_CUDA
-#include "runtime/cuda/CudaBackend.h"
-#endif
+#include "DeviceBackends.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -165,27 +162,15 @@ TEST_P(Corpus, UnfusedAttentionGradientsMatchFloat64) {
 // same bar as the CPU's. On a GPU, the device's own kernels (cuBLAS,
 // cuDNN) too.
 TEST_P(Corpus, CudaEmulatedGradientsMatchFloat64) {
-  static auto emulated = runtime::cuda::createCudaEmulatedBackend();
-  checkAgainstFloat64(GetParam(), true, emulated.get());
+  checkAgainstFloat64(GetParam(), true, &testsupport::cudaEmulated());
 }
 
 TEST_P(Corpus, CudaGradientsMatchFloat64) {
-#ifdef CLEAVE_HAVE_CUDA
-  static std::string why;
-  static std::unique_ptr<runtime::Backend> gpu = [] {
-    auto b = runtime::createCudaBackend(0);
-    if (!b) {
-      why = llvm::toString(b.takeError());
-      return std::unique_ptr<runtime::Backend>();
-    }
-    return std::move(*b);
-  }();
+  std::string why;
+  runtime::Backend *gpu = testsupport::cudaGpu(why);
   if (!gpu)
     GTEST_SKIP() << why;
-  checkAgainstFloat64(GetParam(), true, gpu.get());
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
+  checkAgainstFloat64(GetParam(), true, gpu);
 }
 
 // The test's name: the folder's, without its parent, '-' as '_'.

@@ -12,10 +12,7 @@
 #include "ir/Printer.h"
 #include "passes/Pass.h"
 #include "runtime/Kernel.h"
-#include "runtime/cuda/Lowering.h"
-#ifdef CLEAVE_HAVE_CUDA
-#include "runtime/cuda/CudaBackend.h"
-#endif
+#include "DeviceBackends.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -202,27 +199,15 @@ TEST_P(TrainingParity, Bf16GradientsMatchPyTorchBf16) {
 // bar: its lowering run on the host, and on a GPU its kernels (cuBLAS,
 // cuDNN), where one is visible.
 TEST_P(TrainingParity, CudaEmulatedBf16GradientsMatchPyTorchBf16) {
-  static auto emulated = runtime::cuda::createCudaEmulatedBackend();
-  bf16AgainstPyTorch(GetParam(), emulated.get());
+  bf16AgainstPyTorch(GetParam(), &testsupport::cudaEmulated());
 }
 
 TEST_P(TrainingParity, CudaBf16GradientsMatchPyTorchBf16) {
-#ifdef CLEAVE_HAVE_CUDA
-  static std::string why;
-  static std::unique_ptr<runtime::Backend> gpu = [] {
-    auto b = runtime::createCudaBackend(0);
-    if (!b) {
-      why = llvm::toString(b.takeError());
-      return std::unique_ptr<runtime::Backend>();
-    }
-    return std::move(*b);
-  }();
+  std::string why;
+  runtime::Backend *gpu = testsupport::cudaGpu(why);
   if (!gpu)
     GTEST_SKIP() << why;
-  bf16AgainstPyTorch(GetParam(), gpu.get());
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
+  bf16AgainstPyTorch(GetParam(), gpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TrainingParity,
