@@ -278,24 +278,21 @@ run)
       echo "   needs two GPUs: NCCL takes one rank per device)"
       gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
       if [ "$gpus" -ge 2 ]; then
-        for c in keyed nccl; do
-          T 120 "$g/bin/cleave-run" "$g/offload/none.cplan" --device cuda --steps 5 \
-            --comm $c --save "$logs/comm-$c.onnx" >"$logs/comm-$c.log" 2>&1
-          echo "--comm $c: exit $?"
-          grep -E '^done|error' "$logs/comm-$c.log" | head -n 2
-        done
-        cmp "$logs/comm-keyed.onnx" "$logs/comm-nccl.onnx" &&
-          echo "nccl: same bits as keyed"
+        # PLAN NAME: 5 steps with --comm keyed, then nccl; the same bits.
+        keyed_and_nccl() {
+          for c in keyed nccl; do
+            T 120 "$g/bin/cleave-run" "$1" --device cuda --steps 5 \
+              --comm $c --save "$logs/$2-$c.onnx" >"$logs/$2-$c.log" 2>&1
+            echo "--comm $c: exit $?"
+            grep -E '^done|error' "$logs/$2-$c.log" | head -n 2
+          done
+          cmp "$logs/$2-keyed.onnx" "$logs/$2-nccl.onnx" &&
+            echo "$2: nccl gives the same bits as keyed"
+        }
+        keyed_and_nccl "$g/offload/none.cplan" stages
         echo "-- 2 data-parallel replicas of one stage, one a GPU: the sums"
         echo "   over NCCL against the host's"
-        for c in keyed nccl; do
-          T 120 "$g/bin/cleave-run" "$g/offload/dp2.cplan" --device cuda --steps 5 \
-            --comm $c --save "$logs/dp-$c.onnx" >"$logs/dp-$c.log" 2>&1
-          echo "--comm $c: exit $?"
-          grep -E '^done|error' "$logs/dp-$c.log" | head -n 2
-        done
-        cmp "$logs/dp-keyed.onnx" "$logs/dp-nccl.onnx" &&
-          echo "nccl data-parallel sums: same bits as keyed"
+        keyed_and_nccl "$g/offload/dp2.cplan" replicas
       else
         echo "skipped: $gpus GPU(s) visible"
       fi

@@ -414,6 +414,19 @@ llvm::Error openEnds(const std::vector<NcclChannelEnd> &ends,
   return llvm::Error::success();
 }
 
+// Member `member` (0: the sending stage's) of channel `c`.
+NcclChannelEnd channelEnd(const NcclChannel &c, int member, bool overNccl,
+                          const NcclId &id) {
+  NcclChannelEnd e;
+  e.channel = c;
+  e.member = member;
+  e.stage = member == 0 ? c.fromStage : c.toStage;
+  e.peer = member == 0 ? c.toStage : c.fromStage;
+  e.overNccl = overNccl;
+  e.id = id;
+  return e;
+}
+
 // What the sending end of a channel tells the receiving one.
 struct Offer {
   std::array<char, 128> id;
@@ -458,15 +471,8 @@ createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
     if (!id)
       return id.takeError();
     for (int member = 0; member < 2; ++member) {
-      NcclChannelEnd e;
-      e.channel = c;
-      e.member = member;
-      e.stage = member == 0 ? c.fromStage : c.toStage;
-      e.peer = member == 0 ? c.toStage : c.fromStage;
-      e.overNccl = true;
-      e.id = *id;
-      ends.push_back(e);
-      devices.push_back(deviceOfStage[size_t(e.stage)]);
+      ends.push_back(channelEnd(c, member, true, *id));
+      devices.push_back(deviceOfStage[size_t(ends.back().stage)]);
     }
   }
   if (auto e = openEnds(ends, devices, byStage))
@@ -501,16 +507,7 @@ agreeNcclChannels(const Plan &plan, const std::vector<int> &stages,
   std::vector<NcclChannel> channels = ncclChannels(plan);
   // channel index -> this process's ends of it
   std::map<int, std::vector<NcclChannelEnd>> mine;
-  auto end = [](const NcclChannel &c, int member, bool over, const NcclId &id) {
-    NcclChannelEnd e;
-    e.channel = c;
-    e.member = member;
-    e.stage = member == 0 ? c.fromStage : c.toStage;
-    e.peer = member == 0 ? c.toStage : c.fromStage;
-    e.overNccl = over;
-    e.id = id;
-    return e;
-  };
+  auto end = channelEnd;
   // 1. The sending ends make the ids and offer them (sends never block).
   for (size_t c = 0; c < channels.size(); ++c) {
     const NcclChannel &ch = channels[c];

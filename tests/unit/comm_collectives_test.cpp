@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <thread>
 
 using namespace cleave::runtime;
@@ -18,6 +19,42 @@ namespace {
 std::vector<float> valuesOf(int rank) {
   return {rank == 0 ? 1e8f : 1.0f, 0.1f * float(rank + 1),
           rank == 2 ? -1e8f : 3.0f};
+}
+
+// Rank 0's values + rank 1's + ..., in that order.
+std::vector<float> rankOrderSum(int ranks) {
+  std::vector<float> sum = valuesOf(0);
+  for (int r = 1; r < ranks; ++r)
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] += valuesOf(r)[i];
+  return sum;
+}
+
+// A DeviceAccess's addInto over `n` floats of host memory, counting calls.
+std::function<llvm::Error(void *, const void *)> addFloats(size_t n,
+                                                           int &adds) {
+  return [n, &adds](void *acc, const void *other) {
+    auto *a = static_cast<float *>(acc);
+    auto *o = static_cast<const float *>(other);
+    for (size_t i = 0; i < n; ++i)
+      a[i] += o[i];
+    ++adds;
+    return llvm::Error::success();
+  };
+}
+
+// Every rank holds the rank-order sum, bit for bit, and said no error.
+void expectSumEverywhere(const std::vector<std::vector<float>> &data,
+                         const std::vector<std::string> &errors) {
+  std::vector<float> expected = rankOrderSum(int(data.size()));
+  for (size_t r = 0; r < data.size(); ++r) {
+    EXPECT_EQ(errors[r], "") << r;
+    ASSERT_EQ(data[r].size(), expected.size());
+    EXPECT_EQ(std::memcmp(data[r].data(), expected.data(),
+                          expected.size() * sizeof(float)),
+              0)
+        << "rank " << r;
+  }
 }
 
 } // namespace
@@ -37,15 +74,7 @@ TEST(CommCollectives, AllReduceOrderedSumsInRankOrderOnEveryRank) {
       DeviceAccess access{
           [](void *h, const void *d, size_t n) { std::memcpy(h, d, n); },
           [](void *d, const void *h, size_t n) { std::memcpy(d, h, n); },
-          [&](void *acc, const void *other) {
-            auto *a = static_cast<float *>(acc);
-            auto *o = static_cast<const float *>(other);
-            for (size_t i = 0; i < scratch.size(); ++i)
-              a[i] += o[i];
-            ++adds;
-            return llvm::Error::success();
-          },
-          scratch.data(), nullptr};
+          addFloats(scratch.size(), adds), scratch.data(), nullptr};
       if (auto e = comms[r]->allReduceOrdered(data[r].data(), bytes, 7,
                                               access))
         errors[r] = llvm::toString(std::move(e));
@@ -54,18 +83,8 @@ TEST(CommCollectives, AllReduceOrderedSumsInRankOrderOnEveryRank) {
     });
   for (auto &t : threads)
     t.join();
-  std::vector<float> expected = valuesOf(0);
-  for (int r = 1; r < kRanks; ++r)
-    for (size_t i = 0; i < expected.size(); ++i)
-      expected[i] += valuesOf(r)[i];
-  for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(errors[r], "") << r;
-    ASSERT_EQ(data[r].size(), expected.size());
-    EXPECT_EQ(std::memcmp(data[r].data(), expected.data(),
-                          expected.size() * sizeof(float)),
-              0)
-        << "rank " << r;
-  }
+  expectSumEverywhere(data, errors);
+  std::vector<float> expected = rankOrderSum(kRanks);
   // The order matters for these values: summed from the last rank down,
   // -1e8 + 3 + 3 rounds the threes away.
   float reversed = (valuesOf(2)[2] + valuesOf(1)[2]) + valuesOf(0)[2];
@@ -126,16 +145,11 @@ TEST(CommCollectives, AnyLinkGivesTheOrderedSumsBits) {
     threads.emplace_back([&, r] {
       data[r] = valuesOf(r);
       std::vector<float> scratch(data[r].size());
+      int adds = 0;
       DeviceAccess access{
           nullptr, nullptr, // a direct link copies nothing to or from a host
-          [&](void *acc, const void *other) {
-            auto *a = static_cast<float *>(acc);
-            auto *o = static_cast<const float *>(other);
-            for (size_t i = 0; i < scratch.size(); ++i)
-              a[i] += o[i];
-            return llvm::Error::success();
-          },
-          scratch.data(), nullptr, [&] { ++settles[r]; }};
+          addFloats(scratch.size(), adds), scratch.data(), nullptr,
+          [&] { ++settles[r]; }};
       DirectLink link(*comms[r]);
       if (auto e = allReduceOrderedOver(link, r, kRanks, data[r].data(),
                                         data[r].size() * sizeof(float), access))
@@ -143,16 +157,7 @@ TEST(CommCollectives, AnyLinkGivesTheOrderedSumsBits) {
     });
   for (auto &t : threads)
     t.join();
-  std::vector<float> expected = valuesOf(0);
-  for (int r = 1; r < kRanks; ++r)
-    for (size_t i = 0; i < expected.size(); ++i)
-      expected[i] += valuesOf(r)[i];
-  for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(errors[r], "") << r;
-    EXPECT_EQ(std::memcmp(data[r].data(), expected.data(),
-                          expected.size() * sizeof(float)),
-              0)
-        << "rank " << r;
+  expectSumEverywhere(data, errors);
+  for (int r = 0; r < kRanks; ++r)
     EXPECT_GT(settles[r], 0) << "rank " << r << " never waited for its backend";
-  }
 }
