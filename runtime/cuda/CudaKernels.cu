@@ -106,8 +106,17 @@ __global__ void channelMapKernel(ChannelMapStep m) {
 
 __global__ void reduceKernel(ReduceStep r) {
   for (int64_t o = firstIndex(); o < r.outputs; o += gridStride())
-    reduceElement(r.kind, r.in, r.inElem, r.base(o), r.reduced, r.count,
-                  r.out, r.outElem, o);
+    reduceElement(r, o);
+}
+
+__global__ void reducePartialKernel(ReduceStep r, int64_t n) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    reducePartial(r, i);
+}
+
+__global__ void reduceChunksKernel(ReduceStep r) {
+  for (int64_t o = firstIndex(); o < r.outputs; o += gridStride())
+    reduceChunks(r, o);
 }
 
 __global__ void columnKernel(ColumnStep c) {
@@ -219,7 +228,18 @@ int launchChannelMap(const ChannelMapStep &m, void *stream) {
 int launchReduce(const ReduceStep &r, void *stream) {
   if (r.outputs == 0)
     return 0;
-  reduceKernel<<<blocksFor(r.outputs), kThreads, 0, cudaStream_t(stream)>>>(r);
+  if (r.chunk == 0) {
+    reduceKernel<<<blocksFor(r.outputs), kThreads, 0, cudaStream_t(stream)>>>(
+        r);
+    return launched();
+  }
+  int64_t n = r.outputs * r.chunks();
+  reducePartialKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(r,
+                                                                          n);
+  if (int err = launched())
+    return err;
+  reduceChunksKernel<<<blocksFor(r.outputs), kThreads, 0,
+                       cudaStream_t(stream)>>>(r);
   return launched();
 }
 

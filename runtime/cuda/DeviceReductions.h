@@ -13,52 +13,61 @@ enum class ReduceKind : uint8_t { Sum, Mean, Max };
 // How many inputs a reduction's thread loads before it adds them (in order).
 constexpr int kReduceAhead = 8;
 
-// One output of a reduction (SumTo, ReduceSum/Mean/Max): the `count`
-// inputs at first + reduced(r), in increasing r, summed in double (as the
-// CPU does) or their maximum (-inf for none).
-CLEAVE_HD void reduceElement(ReduceKind kind, const void *in, Elem inElem,
-                             int64_t first, const Indexer &reduced,
-                             int64_t count, void *out, Elem outElem,
-                             int64_t o) {
-  // The loads of kReduceAhead inputs are issued before their sums, which
-  // stay in increasing r: a GPU thread waits for memory once per group
-  // instead of once per input (one thread walks thousands of rows of a
-  // bias gradient), and the bits are the sequential loop's.
+// The inputs r0 <= r < r1 of one output of a reduction (SumTo,
+// ReduceSum/Mean/Max), at first + reduced(r), in increasing r: their sum in
+// double (as the CPU sums), or their maximum (-inf for none; a NaN wins).
+// The loads of kReduceAhead inputs are issued before their sums, which
+// stay in order: a GPU thread waits for memory once a group instead of
+// once an input, and the bits are the plain loop's.
+CLEAVE_HD double reduceRange(ReduceKind kind, const void *in, Elem inElem,
+                             int64_t first, const Indexer &reduced, int64_t r0,
+                             int64_t r1) {
   constexpr int kAhead = kReduceAhead;
-  int64_t r = 0;
+  int64_t r = r0;
   if (kind == ReduceKind::Max) {
     float m = -INFINITY;
-    for (; r + kAhead <= count; r += kAhead) {
+    for (; r + kAhead <= r1; r += kAhead) {
       float v[kAhead];
       for (int u = 0; u < kAhead; ++u)
         v[u] = load(in, inElem, first + reduced(r + u));
       for (int u = 0; u < kAhead; ++u)
         m = v[u] > m || v[u] != v[u] ? v[u] : m;
     }
-    for (; r < count; ++r) {
+    for (; r < r1; ++r) {
       float v = load(in, inElem, first + reduced(r));
       m = v > m || v != v ? v : m;
     }
-    store(out, outElem, o, m);
-    return;
+    return m;
   }
   double acc = 0.0;
-  for (; r + kAhead <= count; r += kAhead) {
+  for (; r + kAhead <= r1; r += kAhead) {
     float v[kAhead];
     for (int u = 0; u < kAhead; ++u)
       v[u] = load(in, inElem, first + reduced(r + u));
     for (int u = 0; u < kAhead; ++u)
       acc += v[u];
   }
-  for (; r < count; ++r)
+  for (; r < r1; ++r)
     acc += load(in, inElem, first + reduced(r));
+  return acc;
+}
+
+// The output from its sum or maximum over `count` inputs.
+CLEAVE_HD void reduceStore(ReduceKind kind, double value, int64_t count,
+                           void *out, Elem outElem, int64_t o) {
   store(out, outElem, o,
-        float(kind == ReduceKind::Mean ? acc / double(count) : acc));
+        float(kind == ReduceKind::Mean ? value / double(count) : value));
 }
 
 // One thread per output element: out[at(o)] = sum over the reduced
-// coordinates r < count of in[base(o) + reduced(r)] (reduceElement):
-// SumTo and ReduceSum / ReduceMean / ReduceMax.
+// coordinates r < count of in[base(o) + reduced(r)]: SumTo and ReduceSum /
+// ReduceMean / ReduceMax. Where few outputs reduce many inputs (a bias
+// gradient: 768 outputs of 8192 rows) one thread an output leaves most of
+// a GPU idle, so the lowering may split the inputs into chunks of `chunk`
+// (chunkedReduction): a thread per (output, chunk) writes the chunk's sum
+// (or maximum) in double to partial[o * chunks + c], then a thread per
+// output adds its chunks in order. The order is fixed by the lowering, so
+// the bits do not depend on the launch, and the emulation gives the GPU's.
 struct ReduceStep {
   ReduceKind kind = ReduceKind::Sum;
   const void *in = nullptr;
@@ -69,7 +78,48 @@ struct ReduceStep {
   Indexer base;    // output element -> offset of its first input element
   Indexer reduced; // reduced coordinate -> offset from that first element
   int64_t count = 0;
+  int64_t chunk = 0;         // inputs a chunk; 0: one thread an output
+  double *partial = nullptr; // outputs x chunks, where chunk > 0
+
+  CLEAVE_HD int64_t chunks() const {
+    return chunk > 0 ? (count + chunk - 1) / chunk : 1;
+  }
 };
+
+// Output o in one thread (chunk 0).
+CLEAVE_HD void reduceElement(const ReduceStep &r, int64_t o) {
+  reduceStore(r.kind,
+              reduceRange(r.kind, r.in, r.inElem, r.base(o), r.reduced, 0,
+                          r.count),
+              r.count, r.out, r.outElem, o);
+}
+
+// Chunk i % chunks of output i / chunks, into partial[i].
+CLEAVE_HD void reducePartial(const ReduceStep &r, int64_t i) {
+  int64_t n = r.chunks(), o = i / n, c = i % n;
+  int64_t r0 = c * r.chunk, r1 = r0 + r.chunk < r.count ? r0 + r.chunk : r.count;
+  r.partial[i] = reduceRange(r.kind, r.in, r.inElem, r.base(o), r.reduced, r0, r1);
+}
+
+// Output o from its chunks, in order.
+CLEAVE_HD void reduceChunks(const ReduceStep &r, int64_t o) {
+  int64_t n = r.chunks();
+  const double *p = r.partial + o * n;
+  double v;
+  if (r.kind == ReduceKind::Max) {
+    float m = -INFINITY;
+    for (int64_t c = 0; c < n; ++c) {
+      float x = float(p[c]);
+      m = x > m || x != x ? x : m;
+    }
+    v = m;
+  } else {
+    v = 0.0;
+    for (int64_t c = 0; c < n; ++c)
+      v += p[c];
+  }
+  reduceStore(r.kind, v, r.count, r.out, r.outElem, o);
+}
 
 // --- row ops ---------------------------------------------------------------
 //

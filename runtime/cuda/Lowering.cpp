@@ -101,6 +101,27 @@ llvm::Expected<Steps> noScratch(const KernelCall &call, const Scratch &) {
   return F(call);
 }
 
+// A reduction whose few outputs each reduce many inputs (a bias gradient)
+// in chunks of kReduceChunk inputs, their partial results in the call's
+// scratch (ReduceStep): enough threads for a GPU, in a fixed order.
+constexpr int64_t kReduceChunk = 256, kChunkedOutputsBelow = 65536;
+template <llvm::Expected<Steps> (*F)(const KernelCall &)>
+llvm::Expected<Steps> chunkedReduction(const KernelCall &call,
+                                       const Scratch &scratch) {
+  auto steps = F(call);
+  if (!steps || steps->size() != 1)
+    return steps;
+  if (auto *r = std::get_if<ReduceStep>(&steps->front()))
+    if (r->outputs < kChunkedOutputsBelow && r->count >= 2 * kReduceChunk) {
+      r->chunk = kReduceChunk;
+      void *p = scratch(size_t(r->outputs * r->chunks()) * sizeof(double));
+      if (!p)
+        return fail(call, "no scratch memory");
+      r->partial = static_cast<double *>(p);
+    }
+  return steps;
+}
+
 llvm::Expected<Steps> lowerClipOrLeakyRelu(const KernelCall &call,
                                            const Scratch &) {
   const TensorRef &y = call.outputs[0];
@@ -345,9 +366,9 @@ const LoweringRule kLowerings[] = {
     {OpKind::SoftmaxCrossEntropyLoss, Types::Float, lowerRows},
     {OpKind::Dropout, Types::Float, lowerDropout},
     // Reductions.
-    {OpKind::ReduceMax, Types::Float, noScratch<lowerReduce>},
-    {OpKind::ReduceMean, Types::Float, noScratch<lowerReduce>},
-    {OpKind::ReduceSum, Types::Float, noScratch<lowerReduce>},
+    {OpKind::ReduceMax, Types::Float, chunkedReduction<lowerReduce>},
+    {OpKind::ReduceMean, Types::Float, chunkedReduction<lowerReduce>},
+    {OpKind::ReduceSum, Types::Float, chunkedReduction<lowerReduce>},
     // Data movement.
     {OpKind::Concat, Types::All, noScratch<lowerDataMovement>},
     {OpKind::Expand, Types::All, noScratch<lowerDataMovement>},
@@ -367,7 +388,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::GlobalAveragePool, Types::Float, noScratch<lowerPool>},
     // Gradients.
     {OpKind::UnaryGrad, Types::Float, lowerUnaryGrad},
-    {OpKind::SumTo, Types::Float, noScratch<lowerSumTo>},
+    {OpKind::SumTo, Types::Float, chunkedReduction<lowerSumTo>},
     {OpKind::MatMulGradA, Types::Float, noScratch<lowerMatMul>},
     {OpKind::MatMulGradB, Types::Float, noScratch<lowerMatMul>},
     {OpKind::GemmGradA, Types::Float, noScratch<lowerGemm>},
@@ -477,9 +498,15 @@ void runGemm(const GemmStep &s) {
 }
 
 void runReduce(const ReduceStep &r) {
+  if (r.chunk == 0) {
+    for (int64_t o = 0; o < r.outputs; ++o)
+      reduceElement(r, o);
+    return;
+  }
+  for (int64_t i = 0; i < r.outputs * r.chunks(); ++i)
+    reducePartial(r, i);
   for (int64_t o = 0; o < r.outputs; ++o)
-    reduceElement(r.kind, r.in, r.inElem, r.base(o), r.reduced, r.count,
-                  r.out, r.outElem, o);
+    reduceChunks(r, o);
 }
 
 } // namespace

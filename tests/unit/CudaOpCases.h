@@ -321,6 +321,18 @@ inline std::vector<Case> reductionCases() {
       {"reduce max", OpKind::ReduceMax,
        {{"axes", Ints{-1}}, {"keepdims", int64_t(0)}}, {f32({2, 3, 4})},
        {f32({2, 3})}},
+      // Few outputs of many inputs: in chunks (a partial last one), then
+      // the chunks in order (ReduceStep); a maximum is exact either way.
+      {"bias chunked", OpKind::SumTo, {{"shape", Ints{24}}},
+       {f32({3, 700, 24})}, {f32({24})}, 1e-6},
+      {"bias bf16 chunked", OpKind::SumTo, {{"shape", Ints{16}}},
+       {bf16({1030, 16})}, {bf16({16})}, 8e-3},
+      {"reduce max chunked", OpKind::ReduceMax,
+       {{"axes", Ints{0}}, {"keepdims", int64_t(0)}}, {f32({1500, 3})},
+       {f32({3})}},
+      {"reduce mean all chunked", OpKind::ReduceMean,
+       {{"axes", Ints{}}, {"keepdims", int64_t(0)}}, {f32({40, 30})},
+       {f32({})}, 1e-6},
   };
   return cases;
 }
