@@ -102,9 +102,8 @@ llvm::Expected<Steps> noScratch(const KernelCall &call, const Scratch &) {
 }
 
 // A reduction whose few outputs each reduce many inputs (a bias gradient)
-// in chunks of kReduceChunk inputs, their partial results in the call's
-// scratch (ReduceStep): enough threads for a GPU, in a fixed order.
-constexpr int64_t kReduceChunk = 256, kChunkedOutputsBelow = 65536;
+// in chunks (reduceChunk), their partial results in the call's scratch
+// (ReduceStep): enough threads for a GPU, in a fixed order.
 template <llvm::Expected<Steps> (*F)(const KernelCall &)>
 llvm::Expected<Steps> chunkedReduction(const KernelCall &call,
                                        const Scratch &scratch) {
@@ -112,8 +111,8 @@ llvm::Expected<Steps> chunkedReduction(const KernelCall &call,
   if (!steps || steps->size() != 1)
     return steps;
   if (auto *r = std::get_if<ReduceStep>(&steps->front()))
-    if (r->outputs < kChunkedOutputsBelow && r->count >= 2 * kReduceChunk) {
-      r->chunk = kReduceChunk;
+    if (int64_t chunk = reduceChunk(r->outputs, r->count)) {
+      r->chunk = chunk;
       void *p = scratch(size_t(r->outputs * r->chunks()) * sizeof(double));
       if (!p)
         return fail(call, "no scratch memory");

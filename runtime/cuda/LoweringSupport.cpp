@@ -4,6 +4,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+
 namespace cleave::runtime::cuda {
 
 using ir::DType;
@@ -62,6 +64,17 @@ Indexer indexer(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides,
 
 Indexer contiguous(llvm::ArrayRef<int64_t> shape) {
   return indexer(shape, stridesOf(shape));
+}
+
+int64_t reduceChunk(int64_t outputs, int64_t count) {
+  constexpr int64_t kMinChunk = 256, kOutputsBelow = 65536,
+                    kMaxPartials = int64_t(1) << 21;
+  if (outputs <= 0 || outputs >= kOutputsBelow)
+    return 0;
+  int64_t chunks = std::min(count / kMinChunk, kMaxPartials / outputs);
+  if (chunks < 2)
+    return 0;
+  return (count + chunks - 1) / chunks;
 }
 
 // Reads `in` broadcast (NumPy rules, aligned at the right) over `out`.

@@ -40,6 +40,13 @@ Indexer indexer(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides,
 
 Indexer contiguous(llvm::ArrayRef<int64_t> shape);
 
+// The inputs a chunk of a reduction of `outputs` outputs of `count` inputs
+// each (ReduceStep), or 0 for one thread an output: where there are fewer
+// than 65536 outputs, count / 256 chunks (so at least 256 inputs each, the
+// last one shorter), at most 2^21 partial results in all (16 MiB of
+// scratch), and at least two.
+int64_t reduceChunk(int64_t outputs, int64_t count);
+
 // Reads `in` broadcast (NumPy rules, aligned at the right) over `out`.
 Indexer broadcast(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> out);
 

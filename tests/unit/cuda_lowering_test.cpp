@@ -6,6 +6,7 @@
 // another order, libm against the device formulas).
 #include "CudaOpCases.h"
 #include "runtime/cuda/Lowering.h"
+#include "runtime/cuda/LoweringSupport.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -207,4 +208,20 @@ TEST(CudaLowering, CoversEveryCpuOp) {
   for (const std::string &m : missing)
     if (!notYet.count(m))
       std::printf("missing: %s\n", m.c_str());
+}
+
+// Reductions in chunks: a bias gradient's few outputs get many threads,
+// many outputs or few inputs keep one thread an output, and the partial
+// results stay within 2^21 however long the reduction.
+TEST(CudaLowering, ReductionChunksAreBounded) {
+  using runtime::cuda::reduceChunk;
+  EXPECT_EQ(reduceChunk(768, 8192), 256);      // 32 chunks an output
+  EXPECT_EQ(reduceChunk(24, 2100), 263);       // 8 chunks, the last shorter
+  EXPECT_EQ(reduceChunk(768, 500), 0);         // one chunk: no split
+  EXPECT_EQ(reduceChunk(65536, 1 << 20), 0);   // enough outputs already
+  int64_t chunk = reduceChunk(60000, int64_t(1) << 30);
+  ASSERT_GT(chunk, 0);
+  int64_t chunks = ((int64_t(1) << 30) + chunk - 1) / chunk;
+  EXPECT_LE(60000 * chunks, int64_t(1) << 21);
+  EXPECT_GE(chunks, 2);
 }
