@@ -313,6 +313,7 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
                                   what, i, v.name));
     }
   }
+  placeUpdatesInPlace();
 
   // The loss.
   if (sp.lossSlot >= 0) {
@@ -378,6 +379,43 @@ llvm::Error StageExecutor::checkActions() {
     if (!forwards[mb])
       return fail(llvm::formatv("microbatch {0} has no F action", mb));
   return llvm::Error::success();
+}
+
+
+// An optimizer writes each new parameter (and its moments) into the
+// state's own bytes when nothing after it in the Step program reads the
+// state's old value: the update's copy of every parameter (a pass over
+// all the model's bytes each step) is then no copy (copySlot skips a slot
+// onto itself). SGD and AdamW read element i of every operand before they
+// write element i of any result, on every backend, so a result may share
+// bytes with its operand; other writers (a Recv of a tied replica's value,
+// a step counter's Add) keep the copy.
+void StageExecutor::placeUpdatesInPlace() {
+  const StagePlan &sp = stage_;
+  int n = int(sp.slots.size());
+  stepAlias_.assign(n, -1);
+  const auto &prog = sp.programs[int(Phase::Step)];
+  std::vector<int> writer(n, -1), writes(n, 0), lastRead(n, -1);
+  for (size_t i = 0; i < prog.size(); ++i) {
+    for (int s : prog[i].inputs)
+      lastRead[s] = int(i);
+    for (int s : prog[i].outputs) {
+      writer[s] = int(i);
+      ++writes[s];
+    }
+  }
+  for (const StateUpdate &u : sp.stepUpdates) {
+    int w = writer[u.value];
+    if (w < 0 || writes[u.value] != 1 || writes[u.state] != 0)
+      continue;
+    const Instr &in = prog[size_t(w)];
+    if (in.kind != InstrKind::Kernel ||
+        (in.op != ir::OpKind::SGD && in.op != ir::OpKind::AdamW))
+      continue;
+    if (lastRead[u.state] > w || sp.slots[u.value].kind != SlotKind::StepTemp)
+      continue;
+    stepAlias_[u.value] = u.state;
+  }
 }
 
 } // namespace cleave::runtime

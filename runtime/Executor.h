@@ -309,6 +309,10 @@ private:
   // size), so that summing it is no copy. By Accum slot: it was so written
   // this step.
   std::vector<bool> intoAccum_, accumPreset_;
+  // By StepTemp slot: the State slot whose bytes an optimizer writes it
+  // into (placeUpdatesInPlace), or -1.
+  std::vector<int> stepAlias_;
+  void placeUpdatesInPlace();
   std::vector<double> losses_;
   std::pair<int64_t, int64_t> accuracy_{0, 0};
   llvm::Error recordAccuracy(void *frame);

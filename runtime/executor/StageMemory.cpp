@@ -14,6 +14,8 @@ void *StageExecutor::slotData(int slot, void *frame) const {
   case SlotKind::MicroTemp:
     return static_cast<char *>(frame) + s.offset;
   case SlotKind::StepTemp:
+    if (stepAlias_[slot] >= 0)
+      return persistent_[stepAlias_[slot]];
     return static_cast<char *>(stepFrame_) + s.offset;
   case SlotKind::HostTemp:
     return static_cast<char *>(hostFrames_.at(frame)) + s.offset;

@@ -427,6 +427,51 @@ TEST(ExecutorTest, TheSteadyStateAllocatesNothing) {
   EXPECT_EQ(b0.allocations + b1.allocations, after);
 }
 
+// A backend that counts the copies (Identity kernels) it runs.
+class CopyCountingBackend : public CountingBackend {
+public:
+  int copies = 0;
+  llvm::Error run(const KernelCall &call) override {
+    copies += call.op == OpKind::Identity;
+    return inner->run(call);
+  }
+};
+
+// The optimizer writes the new parameter into the parameter's own bytes
+// (no copy of every parameter after the step) unless a later instruction
+// of the Step program still reads the old value; either way w' is right.
+TEST(ExecutorTest, UpdatesWriteInPlaceUnlessTheOldValueIsReadAfter) {
+  for (bool readAfter : {false, true}) {
+    SCOPED_TRACE(readAfter ? "w read after the update" : "in place");
+    Plan plan = twoStagePlan(1, "F0 B0 S", "F0 BW0 S");
+    StagePlan &s1 = plan.stages[1];
+    if (readAfter) {
+      s1.slots.push_back(makeSlot("w.seen", SlotKind::StepTemp, {2}, 8));
+      s1.stepFrameBytes = 16;
+      s1.programs[int(Phase::Step)].push_back(
+          kernel(OpKind::Identity, {S1_w}, {int(s1.slots.size()) - 1}, {},
+                 "seen"));
+    }
+    auto comms = createInProcessComms(2, 30);
+    CountingBackend b0;
+    CopyCountingBackend b1;
+    auto e0 = StageExecutor::create(plan, 0, b0, *comms[0]);
+    auto e1 = StageExecutor::create(plan, 1, b1, *comms[1]);
+    ASSERT_TRUE(e0 && e1);
+    std::vector<StageExecutor *> raw = {e0->get(), e1->get()};
+    ASSERT_OK(runPipelineThreads(raw, 0, twoStageData));
+    // B's dy, W's dw and its copy into the accumulator (an Identity is a
+    // view, so it is not written there directly); then the update's copy
+    // and the Step program's own read when there is one.
+    EXPECT_EQ(b1.copies, readAfter ? 5 : 3);
+    // y_0 = {1, 2}: w' = w - 0.1 * {1, 2}.
+    std::vector<float> w = readFloats(**e1, "w");
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_FLOAT_EQ(w[0], 0.5f - 0.1f);
+    EXPECT_FLOAT_EQ(w[1], -1.0f - 0.2f);
+  }
+}
+
 TEST(ExecutorTest, LearningRateOverrideAndSlotAccess) {
   Plan plan = twoStagePlan(1, "F0 B0 S", "F0 BW0 S");
   Pipeline pipe;
