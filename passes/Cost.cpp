@@ -178,6 +178,11 @@ double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
                    op.kind() == ir::OpKind::FusedAttentionGrad;
   if (attention && !bf16 && device.attentionFlops > 0)
     peak = device.attentionFlops;
+  // Before the update the runtime reads every gradient once more: the
+  // non-finite check of --on-nan's default (runtime/executor/UpdateGuard).
+  if ((op.kind() == ir::OpKind::SGD || op.kind() == ir::OpKind::AdamW) &&
+      op.numOperands() > 1)
+    work.bytes += double(op.operand(1)->type().byteSize());
   return device.opOverhead + std::max(work.flops / peak,
                                       work.bytes / device.memBandwidth);
 }
@@ -315,10 +320,11 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
         overhead = entry->getNumber("overhead");
       }
       if (!kind || !overhead || *overhead < 0 ||
-          (*kind != "F" && *kind != "B" && *kind != "W" && *kind != "BW"))
+          (*kind != "F" && *kind != "B" && *kind != "W" && *kind != "BW" &&
+           *kind != "STEP"))
         return profileError(source,
                             "actions[" + llvm::Twine(i) +
-                                "] needs \"action\" (F, B, W or BW) and "
+                                "] needs \"action\" (F, B, W, BW or STEP) and "
                                 "\"overhead\" (seconds, >= 0)");
       profile.overheads_[*kind].push_back(*overhead);
     }

@@ -291,9 +291,11 @@ LayerChain buildLayerChain(const ir::Graph &g, const Layering &layering,
     bool copy = op.info().cost == ir::CostClass::HostCopy && overlapCopies;
     copiesOverlap = copiesOverlap || copy;
     LayerCost &c = copy ? copies[layer] : chain.layers[layer];
-    // Optimizer ops run once per step, not per microbatch: they are not
-    // part of a stage's F, B or W.
-    if (op.phase() == ir::Phase::Fwd)
+    // Optimizer ops run once per step, not per microbatch: they are the
+    // stage's update, not part of its F, B or W.
+    if (op.phase() == ir::Phase::Opt)
+      c.step += opTimes[i];
+    else if (op.phase() == ir::Phase::Fwd)
       c.f += opTimes[i];
     else if (op.phase() == ir::Phase::B)
       c.b += opTimes[i];
@@ -481,7 +483,7 @@ chooseStarts(const ir::Graph &g, const StageCostTable &table,
 // The executor's own time per F, B and W action, from a profile: added to
 // every stage's action times (zero for the other cost models).
 struct ActionOverhead {
-  double f = 0, b = 0, w = 0;
+  double f = 0, b = 0, w = 0, step = 0;
 };
 
 static void fillStages(PartitionResult &r, const StageCostTable &table,
@@ -505,6 +507,7 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
     st.f = table.f(first, end) + overhead.f;
     st.b = table.b(first, end) + overhead.b;
     st.w = table.w(first, end) + overhead.w;
+    st.step = table.step(first, end) + overhead.step;
     st.comm = table.commTime(first, end);
     st.sendBytes = table.sendBytes(first, end);
     st.recvBytes = table.recvBytes(first, end);
@@ -514,8 +517,9 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
     total += st.time();
     StageCost cost{st.f, st.b, st.w, st.activationBytes, st.sendBytes,
                    st.recvBytes, st.staticBytes};
+    cost.step = st.step;
     if (uniform)
-      cost.f = cost.b = cost.w = 1;
+      cost.f = cost.b = cost.w = 1, cost.step = 0;
     // A stage whose B has no work (an embedding of integer tokens alone)
     // still runs its B action: it receives the gradient and ends the
     // microbatch there. The schedules need positive times, so such an
@@ -585,6 +589,7 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
     if (overhead.b == 0)
       overhead.b = profile->actionOverhead("BW");
     overhead.w = profile->actionOverhead("W");
+    overhead.step = profile->actionOverhead("STEP");
   }
   fillStages(r, table, solver, *starts, uniform, link, overhead);
   for (const auto &[op, layer] : layering->layerOfOp)

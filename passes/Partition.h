@@ -38,6 +38,7 @@ namespace cleave::passes {
 // Per-microbatch time and static memory of one layer.
 struct LayerCost {
   double f = 0, b = 0, w = 0;
+  double step = 0; // the update, once per step (the optimizer's ops)
   int64_t paramBytes = 0;  // parameters alone (the report's param_bytes)
   int64_t staticBytes = 0; // parameters, gradients, optimizer state, buffers
 };
@@ -96,6 +97,7 @@ public:
   double f(int first, int end) const { return sum(fSum_, first, end); }
   double b(int first, int end) const { return sum(bSum_, first, end); }
   double w(int first, int end) const { return sum(wSum_, first, end); }
+  double step(int first, int end) const { return sum(stepSum_, first, end); }
   // F + B + W + receiving activations and gradients, per microbatch.
   double time(int first, int end) const;
   double commTime(int first, int end) const { return comm_[at(first, end)]; }
@@ -123,7 +125,7 @@ private:
                                 const LinkModel &link);
 
   int n_;
-  std::vector<double> fSum_, bSum_, wSum_;          // prefix sums
+  std::vector<double> fSum_, bSum_, wSum_, stepSum_; // prefix sums
   std::vector<int64_t> paramSum_, staticSum_;       // prefix sums
   std::vector<double> comm_;                        // n x n tables
   std::vector<int64_t> held_, recv_, send_, replica_;
@@ -184,6 +186,7 @@ struct StageReport {
   int64_t paramBytes = 0, staticBytes = 0, activationBytes = 0;
   int64_t heldMicrobatches = 0, peakBytes = 0;
   double f = 0, b = 0, w = 0, comm = 0;
+  double step = 0; // the update, once per step (not in time())
   int64_t sendBytes = 0, recvBytes = 0;
   double time() const { return f + b + w + comm; }
 };

@@ -17,6 +17,7 @@ StageCostTable::StageCostTable(const LayerChain &chain, const LinkModel &link)
   fSum_.assign(n_ + 1, 0);
   bSum_.assign(n_ + 1, 0);
   wSum_.assign(n_ + 1, 0);
+  stepSum_.assign(n_ + 1, 0);
   paramSum_.assign(n_ + 1, 0);
   staticSum_.assign(n_ + 1, 0);
   for (int i = 0; i < n_; ++i) {
@@ -24,6 +25,7 @@ StageCostTable::StageCostTable(const LayerChain &chain, const LinkModel &link)
     fSum_[i + 1] = fSum_[i] + c.f;
     bSum_[i + 1] = bSum_[i] + c.b;
     wSum_[i + 1] = wSum_[i] + c.w;
+    stepSum_[i + 1] = stepSum_[i] + c.step;
     paramSum_[i + 1] = paramSum_[i] + c.paramBytes;
     staticSum_[i + 1] = staticSum_[i] + c.staticBytes;
   }

@@ -18,6 +18,9 @@ struct StageCost {
   int64_t sendBytes = 0;          // sent downstream per microbatch (F)
   int64_t recvBytes = 0;          // received from upstream per microbatch
   int64_t staticBytes = 0;        // parameters, gradients, optimizer state
+  // The stage's update (its STEP action): the optimizer's ops, once per
+  // step after the stage's last backward action; 0 in the uniform model.
+  double step = 0;
 };
 
 struct PipelineCosts {

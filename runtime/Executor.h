@@ -164,8 +164,9 @@ public:
   const ProfileMap &profile() const { return profile_; }
   // Per action kind (F, B, W, BW; W batches not counted), what the actions
   // took beyond their kernels and their waits in recv, summed, and how many
-  // ran, while profiling.
-  const std::array<InstrProfile, 4> &actionOverhead() const {
+  // ran, while profiling; STEP: the update's own passes (the non-finite
+  // check, the state copies), without its kernels and votes.
+  const std::array<InstrProfile, 5> &actionOverhead() const {
     return actionOverhead_;
   }
   void clearProfile() {
@@ -367,7 +368,7 @@ private:
   void *reduceDevice_ = nullptr;      // ... in backend memory
   size_t reduceDeviceBytes_ = 0;
   ProfileMap profile_;
-  std::array<InstrProfile, 4> actionOverhead_{};
+  std::array<InstrProfile, 5> actionOverhead_{};
   double actionKernelSeconds_ = 0; // the current action's, while profiling
 };
 

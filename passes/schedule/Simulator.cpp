@@ -121,7 +121,7 @@ private:
     StageStats &stats = result_.stages[st];
     RankStats &rank = result_.ranks[r];
     double cost = computeCost(costs_, st, a.kind);
-    if (a.kind == ActionKind::Step)
+    if (a.kind == ActionKind::Step && cost <= 0)
       return;
     if (!started_[st]) {
       started_[st] = true;
@@ -322,6 +322,7 @@ double computeCost(const PipelineCosts &costs, int stage, ActionKind kind) {
   case ActionKind::B: return c.b;
   case ActionKind::W: return c.w;
   case ActionKind::BW: return c.b + c.w;
+  case ActionKind::Step: return c.step;
   default: return 0;
   }
 }

@@ -4,7 +4,8 @@
 //
 // Semantics: each rank runs its program (Schedule.h; one stage's list where
 // it has one stage) in order, one action at a time. F, B, W
-// and BW take the stage's cost (BW = B + W); STEP takes no time. A SEND is
+// and BW take the stage's cost (BW = B + W); STEP takes the stage's update
+// time (PipelineCosts.h: 0 in the uniform model). A SEND is
 // eager: the stage posts it and goes on, and the data arrives at its peer
 // after linkLatency + bytes / linkBytesPerUnit. A RECV blocks its stage
 // until the matching SEND (same direction, microbatch and pair of stages)
@@ -60,7 +61,8 @@ struct SimResult {
   std::vector<std::vector<Span>> spans; // [stage][action index]
 };
 
-// The cost of one compute action on `stage` (0 for SEND/RECV/STEP).
+// The cost of one compute action on `stage` (0 for SEND/RECV; STEP: the
+// stage's update).
 double computeCost(const PipelineCosts &costs, int stage, ActionKind kind);
 // How long a message from a SEND on `stage` takes to arrive (at another
 // rank; on the same rank it takes no time).

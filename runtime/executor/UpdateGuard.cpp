@@ -76,9 +76,14 @@ llvm::Error StageExecutor::beginUpdate() {
     if (auto e = allReduceAccums())
       return stepError(std::move(e));
   update_.voting = nonFinitePolicy_ != NonFinitePolicy::Ignore;
+  if (profiling_)
+    ++actionOverhead_[size_t(ActionKind::Step)].calls;
   if (!update_.voting)
     return llvm::Error::success();
+  auto checked = Clock::now();
   nonFiniteReport_ = describeNonFinite();
+  if (profiling_)
+    actionOverhead_[size_t(ActionKind::Step)].seconds += secondsSince(checked);
   update_.bad = nonFiniteReport_.empty() ? 0 : 1;
   if (nonFinitePolicy_ == NonFinitePolicy::StopAfter) {
     // Every other stage gets this stage's finding; the update goes ahead.
@@ -206,9 +211,12 @@ llvm::Expected<bool> StageExecutor::continueUpdate(bool wait) {
     if (e)
       return stepError(std::move(e));
   }
+  auto copied = Clock::now();
   for (const StateUpdate &u : stage_.stepUpdates)
     if (auto e = copySlot(u.state, nullptr, u.value, nullptr))
       return stepError(std::move(e));
+  if (profiling_)
+    actionOverhead_[size_t(ActionKind::Step)].seconds += secondsSince(copied);
   return finishUpdate();
 }
 

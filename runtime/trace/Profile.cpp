@@ -39,17 +39,17 @@ ProfileMap ProfileSteps::mean() const {
   return out;
 }
 
-std::array<double, 4> ProfileSteps::actionOverhead() const {
-  std::array<double, 4> out{};
+std::array<double, 5> ProfileSteps::actionOverhead() const {
+  std::array<double, 5> out{};
   for (size_t k = 0; k < out.size(); ++k)
     out[k] = meanOf(overhead_[k]);
   return out;
 }
 
-void appendActionOverheads(int stage, const std::array<double, 4> &overhead,
+void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
                            llvm::json::Array &ops) {
   for (ActionKind k : {ActionKind::F, ActionKind::B, ActionKind::W,
-                       ActionKind::BW})
+                       ActionKind::BW, ActionKind::Step})
     if (overhead[size_t(k)] > 0)
       ops.push_back(llvm::json::Object{{"stage", stage},
                                        {"action", actionKindName(k)},

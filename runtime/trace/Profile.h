@@ -30,18 +30,18 @@ public:
   // Takes the executor's figures of the step just run and clears them.
   void take(StageExecutor &ex);
   ProfileMap mean() const;
-  // Per action kind (F, B, W, BW): the seconds an action took beyond its
-  // kernels and waits, mean over the steps (0 where none ran).
-  std::array<double, 4> actionOverhead() const;
+  // Per action kind (F, B, W, BW, STEP): the seconds an action took beyond
+  // its kernels and waits, mean over the steps (0 where none ran).
+  std::array<double, 5> actionOverhead() const;
 
 private:
   std::map<std::pair<std::string, Phase>, std::vector<double>> seconds_;
-  std::array<std::vector<double>, 4> overhead_; // per step: mean per action
+  std::array<std::vector<double>, 5> overhead_; // per step: mean per action
 };
 
 // One stage's action overheads as entries of the same array
 // ({"stage", "action", "overhead"}); profileJson files them apart.
-void appendActionOverheads(int stage, const std::array<double, 4> &overhead,
+void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
                            llvm::json::Array &ops);
 
 // One stage's measured instructions as --profile entries, appended to

@@ -193,17 +193,19 @@ TEST(CostModel, ProfileActionOverheadIsTheMeanOverStages) {
   auto profile = OpProfile::parse(R"({"time_unit": "s", "ops": [],
     "actions": [{"stage": 0, "action": "F", "overhead": 1e-5},
                 {"stage": 1, "action": "F", "overhead": 3e-5},
-                {"stage": 1, "action": "W", "overhead": 2e-6}]})", "p.json");
+                {"stage": 1, "action": "W", "overhead": 2e-6},
+                {"stage": 0, "action": "STEP", "overhead": 4e-3}]})", "p.json");
   ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
   EXPECT_DOUBLE_EQ(profile->actionOverhead("F"), 2e-5);
   EXPECT_DOUBLE_EQ(profile->actionOverhead("W"), 2e-6);
   EXPECT_EQ(profile->actionOverhead("B"), 0);
+  EXPECT_DOUBLE_EQ(profile->actionOverhead("STEP"), 4e-3);
   auto bad = OpProfile::parse(R"({"ops": [], "actions": [{"action": "X",
                                             "overhead": 1}]})", "p.json");
   ASSERT_FALSE(bool(bad));
   EXPECT_EQ(llvm::toString(bad.takeError()),
-            "profile 'p.json': actions[0] needs \"action\" (F, B, W or BW) "
-            "and \"overhead\" (seconds, >= 0)");
+            "profile 'p.json': actions[0] needs \"action\" (F, B, W, BW or "
+            "STEP) and \"overhead\" (seconds, >= 0)");
 }
 
 TEST(CostModel, ProfileErrorsAreOneLine) {

@@ -58,6 +58,24 @@ TEST(ScheduleSimulator, LinkLatencyAndBandwidth) {
   EXPECT_DOUBLE_EQ(r.stages[0].bubble, 6.0 / 9); // busy 1 + 2 of 9
 }
 
+// A stage's update (its STEP action) takes the stage's step time after its
+// last backward action; the next step's F waits for it.
+TEST(ScheduleSimulator, StepTakesTheStagesUpdateTime) {
+  PipelineCosts costs = PipelineCosts::uniform(2);
+  Schedule s = make("1f1b", 2, 2, costs);
+  SimResult before = sim(s, costs);
+  costs.stages[0].step = 0.25;
+  costs.stages[1].step = 3;
+  SimResult r = sim(s, costs);
+  EXPECT_DOUBLE_EQ(r.stages[0].finish, before.stages[0].finish + 0.25);
+  EXPECT_DOUBLE_EQ(r.stages[1].finish, before.stages[1].finish + 3);
+  EXPECT_DOUBLE_EQ(r.stages[1].busy, before.stages[1].busy + 3);
+  EXPECT_DOUBLE_EQ(r.makespan,
+                   std::max(before.stages[0].finish + 0.25,
+                            before.stages[1].finish + 3));
+  EXPECT_GT(r.stepTime, before.stepTime);
+}
+
 TEST(ScheduleSimulator, PeakBytes) {
   PipelineCosts costs = PipelineCosts::uniform(4);
   for (StageCost &c : costs.stages) {
