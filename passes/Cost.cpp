@@ -169,20 +169,32 @@ double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
                                     : device.memBandwidth;
     return device.opOverhead + bytes / bw;
   }
+  bool attention = op.kind() == ir::OpKind::FusedAttention ||
+                   op.kind() == ir::OpKind::FusedAttentionGrad;
+  // Ops the device can time by their types: as timed. Not the fused
+  // attention, whose time depends on its mask's values (the tiles it
+  // hides); not the views and copies the runtime often does not run
+  // (codegen places a view on its operand's bytes), nor messages.
+  bool timeable = !attention && !op.info().has(ir::optrait::LayoutOnly) &&
+                  op.info().cost != ir::CostClass::Free &&
+                  op.info().cost != ir::CostClass::Comm;
+  // Before the update the runtime reads every gradient once more: the
+  // non-finite check of --on-nan's default (runtime/executor/UpdateGuard).
+  double checkBytes = 0;
+  if ((op.kind() == ir::OpKind::SGD || op.kind() == ir::OpKind::AdamW) &&
+      op.numOperands() > 1)
+    checkBytes = double(op.operand(1)->type().byteSize());
+  if (device.timeOp && timeable)
+    if (std::optional<double> t = device.timeOp(op))
+      return *t + checkBytes / device.memBandwidth;
   // Products with bf16 operands (--precision bf16) run at the bf16 peak.
   bool bf16 = op.numOperands() && op.operand(0)->type().dtype == ir::DType::BF16 &&
               isProduct(op);
   double peak = bf16 && device.peakFlops16 > 0 ? device.peakFlops16
                                                 : device.peakFlops;
-  bool attention = op.kind() == ir::OpKind::FusedAttention ||
-                   op.kind() == ir::OpKind::FusedAttentionGrad;
   if (attention && !bf16 && device.attentionFlops > 0)
     peak = device.attentionFlops;
-  // Before the update the runtime reads every gradient once more: the
-  // non-finite check of --on-nan's default (runtime/executor/UpdateGuard).
-  if ((op.kind() == ir::OpKind::SGD || op.kind() == ir::OpKind::AdamW) &&
-      op.numOperands() > 1)
-    work.bytes += double(op.operand(1)->type().byteSize());
+  work.bytes += checkBytes;
   return device.opOverhead + std::max(work.flops / peak,
                                       work.bytes / device.memBandwidth);
 }

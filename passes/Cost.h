@@ -20,6 +20,8 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,10 @@ struct DeviceProfile {
   // FLOP/s of the fused attention kernels (FusedAttention and its
   // gradient, counted as opWork counts them); 0: the f32 products' peak.
   double attentionFlops = 0;
+  // Times an op on the device itself, where the profile can: the tools'
+  // "host" runs the runtime's own kernel on operands of the op's types
+  // (tools/HostProfile.h). Seconds, or nullopt for the formulas.
+  std::function<std::optional<double>(const ir::Op &)> timeOp;
   bool canOffload() const { return hostBandwidth > 0; }
 };
 

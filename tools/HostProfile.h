@@ -18,8 +18,15 @@ namespace cleave::tools {
 // over as many threads, best of 5 runs each (about a second): peakFlops
 // (and peakFlops16: the CPU widens bf16), memBandwidth and the link (stages
 // on one host pass tensors by memcpy); overhead and latency are the `cpu`
-// profile's estimates.
+// profile's estimates. And timeOp: each distinct op the cost model asks
+// about, run with the runtime's own kernel on `threads` on operands of its
+// types, once per compile (HostProfile.cpp says which ops and the bounds);
+// CLEAVE_HOST_OP_TIMES=0 leaves every op to the formulas.
 passes::DeviceProfile measureHostProfile(int threads);
+
+// After planning with "host": a note on stderr of how many distinct ops
+// were timed and how long it took (nothing when none were).
+void noteHostOpTimes();
 
 // Makes `name` known to lookupDeviceProfile: for "host", measures this
 // machine with the threads one of `stagesOnHost` stages gets by default

@@ -66,10 +66,12 @@ const char kPlanningHelp[] = R"(pipeline (needs a training graph):
                          the device the analytic cost model times (its
                          FLOP rates and memory bandwidth); default host:
                          this machine's, measured when cleavec starts
-                         (under a second) with the threads each stage
-                         gets, or $CLEAVE_DEVICE_PROFILE if set; cpu:
-                         this machine kind's fixed figures, the same
-                         plan on every machine
+                         with the threads each stage gets, and each
+                         distinct op of the model run once with its own
+                         kernel from cold caches (a second or two; at most
+                         20 s, then the formulas), or $CLEAVE_DEVICE_PROFILE
+                         if set; cpu: this machine kind's fixed figures,
+                         the same plan on every machine
   --recompute=none|selective|full|auto
                          forward values the backward reads, made again in
                          the backward instead of held from the forward, on
@@ -225,6 +227,7 @@ llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
   if (auto e = passes::runPlanningPasses(
           m, passes::passNames(passes::planningPipeline()), quiet))
     return std::move(e);
+  noteHostOpTimes();
   const passes::PartitionResult *part = &*m.partition;
   const sched::Schedule *schedule = &*m.schedule;
   const sched::SimResult *sim = &*m.sim;

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """What cleavec predicts for a step without a profile, against what
 cleave-run measures, for the fixed `cpu` device profile and the measured
-`host` one (cleavec's default).
+`host` one (cleavec's default), with and without its per-op timing.
 
 Run (after building; any Python 3, it only drives the tools):
     python3 tests/bench/predicted_vs_measured.py [--build build]
-        [--rounds 3] [--steps 8] [--case NAME:MODEL:FLAGS ...]
+        [--rounds 3] [--steps 8] [--case NAME:MODEL:FLAGS[:DATA] ...]
 
 Per case and round, interleaved: cleavec MODEL FLAGS -o P.cplan with
-CLEAVE_DEVICE_PROFILE=cpu and =host (so `host` is measured anew each
-round, as a user's compile measures it), then cleave-run P.cplan --steps
-N; the run's stage table gives the measured mean step and the plan's
+CLEAVE_DEVICE_PROFILE=cpu, =host with CLEAVE_HOST_OP_TIMES=0 (`rates`:
+the measured GEMM rate and bandwidth only) and =host (each distinct op
+also timed with its kernel; so `host` is measured anew each round, as a
+user's compile measures it), then cleave-run P.cplan --steps N [--data
+DATA]; the run's stage table gives the measured mean step and the plan's
 prediction. Printed per case and profile: predicted ms, measured ms
 (median of the rounds, min..max) and measured / predicted.
 
@@ -40,15 +42,24 @@ DEFAULT_CASES = [
 ROW = re.compile(r"^\d+\s+[\d.]+\s+[\d.]+\s+\d+\s*/\s*\d+\s+([\d.]+)\s*/\s*([\d.]+)")
 
 
-def step(build, profile, model, flags, steps, work):
+PROFILES = ("cpu", "rates", "host")
+
+
+def step(build, profile, model, flags, data, steps, work):
     plan = os.path.join(work, profile + ".cplan")
-    env = dict(os.environ, CLEAVE_DEVICE_PROFILE=profile)
+    env = dict(os.environ, CLEAVE_DEVICE_PROFILE="host" if profile == "rates"
+               else profile)
+    if profile == "rates":
+        env["CLEAVE_HOST_OP_TIMES"] = "0"
     subprocess.run([os.path.join(build, "tools", "cleavec"), model, *flags,
                     "-o", plan], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    out = subprocess.run([os.path.join(build, "tools", "cleave-run"), plan,
-                          "--steps", str(steps), "--quiet"], env=env,
-                         check=True, capture_output=True, text=True).stdout
+    run = [os.path.join(build, "tools", "cleave-run"), plan,
+           "--steps", str(steps), "--quiet"]
+    if data:
+        run.append("--data=" + data)
+    out = subprocess.run(run, env=env, check=True, capture_output=True,
+                         text=True).stdout
     for line in out.splitlines():
         m = ROW.match(line)
         if m:
@@ -62,22 +73,23 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--case", action="append",
-                    help="NAME:MODEL:FLAGS (cleavec flags, space-separated)")
+                    help="NAME:MODEL:FLAGS[:DATA] (cleavec flags, "
+                    "space-separated; DATA: cleave-run's --data)")
     a = ap.parse_args()
-    cases = [c.split(":", 2) for c in (a.case or DEFAULT_CASES)]
+    cases = [(c.split(":", 3) + [""])[:4] for c in (a.case or DEFAULT_CASES)]
     got = {}  # (case, profile) -> [(measured, predicted)]
     with tempfile.TemporaryDirectory() as work:
         for r in range(a.rounds):
-            for name, model, flags in cases:
-                for profile in ("cpu", "host"):
+            for name, model, flags, data in cases:
+                for profile in PROFILES:
                     got.setdefault((name, profile), []).append(
-                        step(a.build, profile, model, flags.split(), a.steps,
-                             work))
+                        step(a.build, profile, model, flags.split(), data,
+                             a.steps, work))
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     print(f"{'case':<12} {'profile':<7} {'predicted ms':>13} "
           f"{'measured ms (min..max)':>28} {'meas/pred (min..max)':>24}")
-    for name, _, _ in cases:
-        for profile in ("cpu", "host"):
+    for name, *_ in cases:
+        for profile in PROFILES:
             runs = got[(name, profile)]
             meas = [m for m, _ in runs]
             ratio = [m / p for m, p in runs]

@@ -4,6 +4,7 @@
 #include "ir/Parser.h"
 #include "passes/Cost.h"
 #include "passes/Partition.h"
+#include "tools/HostProfile.h"
 
 #include <gtest/gtest.h>
 
@@ -254,3 +255,63 @@ TEST(CostModel, ByteSizes) {
 }
 
 } // namespace
+
+// `host` times each distinct op with the runtime's kernel and predicts
+// with that: a product, an elementwise op and the optimizer's (the last
+// with the non-finite check's read of its gradient on top). Views, ops
+// whose values decide their time (an index operand) and a device without
+// the timer keep the formulas.
+TEST(CostModel, HostTimesOpsWithTheirKernels) {
+  auto g = parse(R"(graph @timed {
+  input %x : f32[2,3,8,8]
+  input %ids : i64[4]
+  input %lr : f32[]
+  param %w : f32[5,3,3,3] = splat<0.5>
+  param %table : f32[10,4] = splat<0.5>
+  fwd %c = Conv(%x, %w) {dilations = [1, 1], pads = [1, 1, 1, 1], strides = [1, 1]} : f32[2,5,8,8] @"/conv/Conv"
+  fwd %c2 = Conv(%x, %w) {dilations = [1, 1], pads = [1, 1, 1, 1], strides = [1, 1]} : f32[2,5,8,8] @"/conv2/Conv"
+  fwd %r = Relu(%c) : f32[2,5,8,8] @"/relu"
+  fwd %f = Reshape(%r) {shape = [2, 320]} : f32[2,320] @"/flat"
+  fwd %e = Gather(%table, %ids) : f32[4,4] @"/emb"
+  opt %w2 = SGD(%w, %w, %lr) : f32[5,3,3,3] @"w"
+  output %c2
+  output %f
+  output %e
+  output %w2
+}
+)");
+  ASSERT_TRUE(g);
+  DeviceProfile host = tools::measureHostProfile(1);
+  ASSERT_TRUE(bool(host.timeOp));
+  DeviceProfile formulas = host;
+  formulas.timeOp = nullptr;
+  auto op = [&](llvm::StringRef result) -> const ir::Op & {
+    return *g->lookup(result)->definingOp();
+  };
+  int asked = 0;
+  DeviceProfile counting = host;
+  counting.timeOp = [&](const ir::Op &o) {
+    ++asked;
+    return host.timeOp(o);
+  };
+  for (llvm::StringRef timed : {"c", "r", "w2"}) {
+    std::optional<double> t = host.timeOp(op(timed));
+    ASSERT_TRUE(t.has_value()) << timed.str();
+    EXPECT_GT(*t, 0);
+    double expected = *t;
+    if (timed == "w2") // the check reads the gradient: 405 bytes more
+      expected += 5 * 3 * 3 * 3 * 4 / host.memBandwidth;
+    EXPECT_DOUBLE_EQ(predictOpTime(op(timed), host), expected) << timed.str();
+  }
+  // The same kind, attributes and types: timed once, the same answer.
+  EXPECT_EQ(host.timeOp(op("c")), host.timeOp(op("c2")));
+  // A view and a gather: the formulas, the timer not asked.
+  for (llvm::StringRef formula : {"f", "e"}) {
+    EXPECT_DOUBLE_EQ(predictOpTime(op(formula), counting),
+                     predictOpTime(op(formula), formulas))
+        << formula.str();
+  }
+  EXPECT_EQ(asked, 0); // both move data (cost class Free)
+  // Asked anyway, the timer leaves an op with an index operand alone.
+  EXPECT_FALSE(host.timeOp(op("e")).has_value());
+}
