@@ -157,7 +157,20 @@ OpWork opWork(const ir::Op &op) {
   return work;
 }
 
-double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
+double stepBytes(const ir::Graph &g) {
+  double bytes = 0;
+  for (const ir::Value *v : g.inputs())
+    bytes += double(v->type().byteSize());
+  for (const ir::Value *v : g.declared())
+    bytes += double(v->type().byteSize());
+  for (const auto &op : g.ops())
+    for (const ir::Value *v : op->results())
+      bytes += double(v->type().byteSize());
+  return bytes;
+}
+
+double predictOpTime(const ir::Op &op, const DeviceProfile &device,
+                     double stepBytes) {
   OpWork work = opWork(op);
   // An offload copy moves its operand once over the host link (on the
   // emulation, where host and device are one memory, at memory speed).
@@ -185,7 +198,7 @@ double predictOpTime(const ir::Op &op, const DeviceProfile &device) {
       op.numOperands() > 1)
     checkBytes = double(op.operand(1)->type().byteSize());
   if (device.timeOp && timeable)
-    if (std::optional<double> t = device.timeOp(op))
+    if (std::optional<double> t = device.timeOp(op, stepBytes))
       return *t + checkBytes / device.memBandwidth;
   // Products with bf16 operands (--precision bf16) run at the bf16 peak.
   bool bf16 = op.numOperands() && op.operand(0)->type().dtype == ir::DType::BF16 &&
@@ -426,8 +439,9 @@ predictOpTimes(const ir::Graph &g, const CostModelSpec &spec,
     return profiledOpTimes(g, *profile, spec.profilePath, device);
   }
   std::vector<double> times;
+  double bytes = device.timeOp ? stepBytes(g) : 0;
   for (const auto &op : g.ops())
-    times.push_back(predictOpTime(*op, device));
+    times.push_back(predictOpTime(*op, device, bytes));
   return times;
 }
 

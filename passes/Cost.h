@@ -55,8 +55,11 @@ struct DeviceProfile {
   double attentionFlops = 0;
   // Times an op on the device itself, where the profile can: the tools'
   // "host" runs the runtime's own kernel on operands of the op's types
-  // (tools/HostProfile.h). Seconds, or nullopt for the formulas.
-  std::function<std::optional<double>(const ir::Op &)> timeOp;
+  // (tools/HostProfile.h). `stepBytes`: every value, parameter and input
+  // of the op's step together (whether what the op reads is still in the
+  // caches). Seconds, or nullopt for the formulas.
+  std::function<std::optional<double>(const ir::Op &, double stepBytes)>
+      timeOp;
   bool canOffload() const { return hostBandwidth > 0; }
 };
 
@@ -71,8 +74,13 @@ llvm::Expected<DeviceProfile> lookupDeviceProfile(llvm::StringRef name);
 // registered before under that name).
 void registerDeviceProfile(const DeviceProfile &profile);
 
-// Predicted time of one op on a device, in seconds.
-double predictOpTime(const ir::Op &op, const DeviceProfile &device);
+// Predicted time of one op on a device, in seconds; `stepBytes` as
+// DeviceProfile::timeOp takes it (0: unknown, no larger than the op's).
+double predictOpTime(const ir::Op &op, const DeviceProfile &device,
+                     double stepBytes = 0);
+
+// Every value, parameter and input of a graph's step, in bytes.
+double stepBytes(const ir::Graph &g);
 
 enum class CostModelKind { Analytic, Uniform, Profile };
 

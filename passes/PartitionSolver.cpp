@@ -120,7 +120,9 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
       held_[cell] = h;
       recv_[cell] = r;
       send_[cell] = s;
-      comm_[cell] = c;
+      // A difference array of doubles leaves rounding (-3e-21) where the
+      // adds and subtractions cancel; a time is never below 0.
+      comm_[cell] = std::max(c, 0.0);
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <random>
 #include <string_view>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace cleave::tools {
@@ -139,8 +140,9 @@ std::string opKey(const ir::Op &op) {
 
 // Times ops on this machine with the runtime's own kernels, once per
 // distinct key (kind, attributes, types): operands of the op's types filled
-// with values in [-1, 1), one run to set up, then the median of 3 runs from
-// cold caches (evictCaches). An op over a quarter second by the
+// with values in [-1, 1), one run to set up, then the median of 3 runs (from
+// cold caches where its bytes outgrow L2: evictCaches). An op over a
+// quarter second by the
 // formulas, or any after 20 s of timing in one compile, is left to the
 // formulas; so is one with operands that are not floats or not of static
 // shapes (an index or a shape operand: its values matter), or with tensor
@@ -171,18 +173,19 @@ public:
     return note;
   }
 
-  std::optional<double> time(const ir::Op &op) {
-    std::string key = opKey(op);
+  std::optional<double> time(const ir::Op &op, double stepBytes) {
+    std::string key = opKey(op) + (op.phase() == ir::Phase::Fwd ? "" : " late") +
+                      (stepBytes > double(levelTwoBytes()) ? " big" : "");
     auto it = times_.find(key);
     if (it != times_.end())
       return it->second;
-    std::optional<double> t = measure(op);
+    std::optional<double> t = measure(op, stepBytes);
     times_.emplace(key, t);
     return t;
   }
 
 private:
-  std::optional<double> measure(const ir::Op &op) {
+  std::optional<double> measure(const ir::Op &op, double stepBytes) {
     if (spent_ > kBudgetSeconds ||
         passes::opWork(op).flops / peakFlops_ > kLongestSeconds) {
       ++untimed_;
@@ -244,10 +247,18 @@ private:
       }
       return std::chrono::duration<double>(Clock::now() - t0).count();
     };
+    double bytes = 0;
+    for (const ir::Value *v : op.operands())
+      bytes += double(v->type().byteSize());
+    for (const ir::Value *v : op.results())
+      bytes += double(v->type().byteSize());
+    double cache = double(levelTwoBytes());
+    bool cold = bytes > cache ||
+                (op.phase() != ir::Phase::Fwd && stepBytes > cache);
     std::vector<double> runs;
     if (once(false)) // sets up the library's kernels for these shapes
       for (int r = 0; r < kRuns; ++r)
-        if (std::optional<double> t = once(true))
+        if (std::optional<double> t = once(cold))
           runs.push_back(*t);
     spent_ += std::chrono::duration<double>(Clock::now() - start).count();
     ++timed_;
@@ -257,13 +268,20 @@ private:
     return runs[runs.size() / 2];
   }
 
-  // A training step's working set is far larger than the caches: an op's
-  // operands come from memory, mostly (the stash for B and W always). So
-  // each timed run starts with the caches' contents replaced by other
-  // bytes: ResNet-18's step (CIFAR size, 2 threads, Intel Xeon with 4 MiB
-  // of L2 and a shared L3) predicted 42 ms with warm caches, 48 ms with
-  // 16 MiB written between runs and 58 ms with 64 MiB, for a measured 59
-  // to 63 ms; BERT's (T 128) 140, 143 to 150 against 142 to 143.
+  // Where an op finds its operands in a training step: an op whose
+  // operands and results outgrow a core's L2 streams them from memory; a
+  // B, W or update op reads values made long before (the stash, the
+  // parameters), gone from the caches unless the whole step fits in L2.
+  // Those are timed from cold caches (each run after other bytes replaced
+  // the caches' contents), the rest warm (their operands just made).
+  // Measured on ResNet-18 (CIFAR size, 2 threads, Intel Xeon with 2 MiB
+  // of L2 a core and a shared L3; measured step 59 to 63 ms): every op
+  // warm 42 ms, every op cold 58 ms; the corpus's tiny GPT-2 (ops of
+  // kilobytes, step 1.5 ms) every op cold 2.8 ms.
+  static size_t levelTwoBytes() {
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? size_t(l2) : size_t(2) << 20;
+  }
   void evictCaches() {
     evict_.resize(kEvictBytes);
     for (size_t i = 0; i < evict_.size(); i += 64)
@@ -303,7 +321,9 @@ passes::DeviceProfile measureHostProfile(int threads) {
     return p;
   auto timer = std::make_shared<OpTimer>(threads, p.peakFlops);
   hostTimer() = timer;
-  p.timeOp = [timer](const ir::Op &op) { return timer->time(op); };
+  p.timeOp = [timer](const ir::Op &op, double stepBytes) {
+    return timer->time(op, stepBytes);
+  };
   return p;
 }
 

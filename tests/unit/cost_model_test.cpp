@@ -290,12 +290,12 @@ TEST(CostModel, HostTimesOpsWithTheirKernels) {
   };
   int asked = 0;
   DeviceProfile counting = host;
-  counting.timeOp = [&](const ir::Op &o) {
+  counting.timeOp = [&](const ir::Op &o, double bytes) {
     ++asked;
-    return host.timeOp(o);
+    return host.timeOp(o, bytes);
   };
   for (llvm::StringRef timed : {"c", "r", "w2"}) {
-    std::optional<double> t = host.timeOp(op(timed));
+    std::optional<double> t = host.timeOp(op(timed), 0);
     ASSERT_TRUE(t.has_value()) << timed.str();
     EXPECT_GT(*t, 0);
     double expected = *t;
@@ -304,7 +304,7 @@ TEST(CostModel, HostTimesOpsWithTheirKernels) {
     EXPECT_DOUBLE_EQ(predictOpTime(op(timed), host), expected) << timed.str();
   }
   // The same kind, attributes and types: timed once, the same answer.
-  EXPECT_EQ(host.timeOp(op("c")), host.timeOp(op("c2")));
+  EXPECT_EQ(host.timeOp(op("c"), 0), host.timeOp(op("c2"), 0));
   // A view and a gather: the formulas, the timer not asked.
   for (llvm::StringRef formula : {"f", "e"}) {
     EXPECT_DOUBLE_EQ(predictOpTime(op(formula), counting),
@@ -313,5 +313,5 @@ TEST(CostModel, HostTimesOpsWithTheirKernels) {
   }
   EXPECT_EQ(asked, 0); // both move data (cost class Free)
   // Asked anyway, the timer leaves an op with an index operand alone.
-  EXPECT_FALSE(host.timeOp(op("e")).has_value());
+  EXPECT_FALSE(host.timeOp(op("e"), 0).has_value());
 }
