@@ -1095,6 +1095,55 @@ TEST(CpuOptimizers, SgdFollowsPyTorchOverThreeSteps) {
   }
 }
 
+// f32 SGD runs eight elements at a time in vector lanes where the CPU has
+// AVX2: the same bits as the per-element formula in double, rounded once,
+// for every element (the lanes and the tail), in place (the executor
+// writes the new parameter into its own bytes) and not.
+TEST(CpuOptimizers, F32SgdLanesGiveTheFormulasBitsInPlaceOrNot) {
+  auto backend = runtime::createCpuBackend(2);
+  const int64_t n = 100003; // several blocks of the pool, an odd tail
+  std::vector<float> p0(n), g(n), v0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p0[i] = float(std::sin(0.001 * double(i)) * 3);
+    g[i] = float(std::cos(0.0007 * double(i) + 1));
+    v0[i] = float(std::sin(0.0003 * double(i) + 2));
+  }
+  float lr = 0.0375f;
+  for (bool momentum : {false, true})
+    for (bool inPlace : {false, true}) {
+      SCOPED_TRACE(std::string(momentum ? "momentum" : "plain") +
+                   (inPlace ? ", in place" : ""));
+      AttrMap attrs{{"momentum", momentum ? 0.9f : 0.0f},
+                    {"nesterov", int64_t(momentum)},
+                    {"weight_decay", 0.01f},
+                    {"grad_scale", 0.25f}};
+      std::vector<float> p = p0, v = v0, pNew(n), vNew(n);
+      std::vector<int64_t> shape{n}, scalar{};
+      std::vector<TensorRef> ins{{ir::DType::F32, shape, p.data()},
+                                 {ir::DType::F32, shape, g.data()},
+                                 {ir::DType::F32, scalar, &lr}};
+      float *pOut = inPlace ? p.data() : pNew.data();
+      float *vOut = inPlace ? v.data() : vNew.data();
+      std::vector<TensorRef> outs{{ir::DType::F32, shape, pOut}};
+      if (momentum) {
+        ins.push_back({ir::DType::F32, shape, v.data()});
+        outs.push_back({ir::DType::F32, shape, vOut});
+      }
+      runtime::KernelCall call{OpKind::SGD, attrs, ins, outs, 0};
+      ASSERT_FALSE(bool(backend->run(call)));
+      double mom = double(0.9f), decay = double(0.01f), scale = 0.25;
+      for (int64_t i = 0; i < n; ++i) {
+        double param = p0[i], d = g[i] * scale + decay * param;
+        if (momentum) {
+          double b = mom * v0[i] + d;
+          ASSERT_EQ(vOut[i], float(b)) << i;
+          d = d + mom * b;
+        }
+        ASSERT_EQ(pOut[i], float(param - double(lr) * d)) << i;
+      }
+    }
+}
+
 TEST(CpuOptimizers, AdamWFollowsPyTorchOverThreeSteps) {
   for (AttrMap attrs : {AttrMap{},
                         AttrMap{{"beta1", 0.8f}, {"beta2", 0.95f},
