@@ -949,6 +949,7 @@ Types gradient(const TypeQuery &q) {
   case OpKind::GemmGradA:
   case OpKind::GemmGradB:
   case OpKind::ConvGradData:
+  case OpKind::ConvTranspose:
   case OpKind::ConvGradFilter:
   case OpKind::GatherGrad:
   case OpKind::GatherElementsGrad:

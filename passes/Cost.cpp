@@ -95,6 +95,7 @@ static std::optional<double> productWork(const ir::Op &op) {
     return productFlops(elements(op.result()->type()),
                         perOutput(type(1).shape));
   case OpKind::ConvGradData:
+  case OpKind::ConvTranspose:
     return productFlops(elements(type(0)), perOutput(type(1).shape));
   case OpKind::ConvGradFilter:
     return productFlops(elements(type(1)), perOutput(op.getInts("shape")));

@@ -318,6 +318,19 @@ static llvm::Error ruleConv(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// ConvTranspose (ConvGradData's arithmetic as a forward op): Y =
+// Conv_W^T(X), so dX = Conv(dY, W) and dW = ConvGradFilter(dY, X), the
+// convolution's own filter gradient with dY as its input.
+static llvm::Error ruleConvTranspose(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"dilations", "group", "pads", "strides"});
+  if (c.needs[0])
+    c.dX[0] = c.b.emit(OpKind::Conv, {c.dY[0], c.in(1)}, attrs);
+  if (c.needs[1])
+    c.dX[1] = c.b.emit(OpKind::ConvGradFilter, {c.dY[0], c.in(0)},
+                       with(attrs, "shape", shapeOf(c.in(1))));
+  return llvm::Error::success();
+}
+
 static llvm::Error ruleLayerNorm(RuleContext &c) {
   AttrMap attrs = copyAttrs(c.op, {"axis", "epsilon"});
   emitPair(c, OpKind::LayerNormalizationGrad, {c.dY[0], c.in(0), c.in(1)},
@@ -686,6 +699,7 @@ Rule findRule(OpKind kind) {
   case OpKind::MatMul: return ruleMatMul;
   case OpKind::Gemm: return ruleGemm;
   case OpKind::Conv: return ruleConv;
+  case OpKind::ConvTranspose: return ruleConvTranspose;
   case OpKind::LayerNormalization: return ruleLayerNorm;
   case OpKind::RMSNormalization: return ruleRMSNorm;
   case OpKind::BatchNormalization: return ruleBatchNorm;

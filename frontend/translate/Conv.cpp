@@ -109,6 +109,138 @@ static llvm::Error translateConvOrPool(ImportContext &ctx,
   return ctx.emit(n, index, kind, std::move(*operands), std::move(attrs));
 }
 
+// ConvTranspose(X, W[, B]) is the input gradient of the convolution it
+// transposes: the IR's ConvTranspose(X, W) (ConvGradData's arithmetic) of
+// the shape that convolution would read (its `shape`), then the bias per
+// output channel. X is [N, C, D...], W
+// [C, M / group, K...], Y [N, M, O...] with O = stride (D - 1) +
+// output_padding + (K - 1) dilation + 1 - pad_begin - pad_end; with
+// output_shape the pads follow from it (ONNX's rule, SAME_UPPER putting
+// the odd one at the end, anything else at the start). Its gradients are
+// a Conv (dX, B work) and a ConvGradFilter (dW, W work).
+static llvm::Error translateConvTranspose(ImportContext &ctx,
+                                          const onnx::NodeProto &n,
+                                          int index) {
+  std::string where = describeNode(n, index);
+  std::vector<Value *> in;
+  for (int k = 0; k < n.input_size() && k < 3; ++k) {
+    if (n.input(k).empty())
+      continue;
+    auto v = ctx.operand(n, index, k);
+    if (!v)
+      return v.takeError();
+    in.push_back(*v);
+  }
+  if (in.size() < 2)
+    return importError("{0}: ConvTranspose needs X and W", where);
+  const TensorType &xt = in[0]->type(), &wt = in[1]->type();
+  size_t rank = xt.rank();
+  if (rank < 3 || wt.rank() != rank)
+    return importError("{0}: ConvTranspose needs X [N, C, D...] and W of the "
+                       "same rank, got {1} and {2}",
+                       where, shapeStr(xt.shape), shapeStr(wt.shape));
+  size_t sp = rank - 2;
+  int64_t group = attrInt(n, "group", 1);
+  if (group < 1 || wt.shape[0] != xt.shape[1] || xt.shape[1] % group)
+    return importError("{0}: W {1} does not fit X {2} in {3} group(s)", where,
+                       shapeStr(wt.shape), shapeStr(xt.shape), group);
+  std::vector<int64_t> kernel(wt.shape.begin() + 2, wt.shape.end());
+  if (auto ks = attrInts(n, "kernel_shape"); ks && *ks != kernel)
+    return importError("{0}: kernel_shape {1} disagrees with the weight's "
+                       "shape",
+                       where, shapeStr(*ks));
+  std::vector<int64_t> ones(sp, 1), zeros(sp, 0);
+  auto strides = attrInts(n, "strides").value_or(ones);
+  auto dil = attrInts(n, "dilations").value_or(ones);
+  auto outPad = attrInts(n, "output_padding").value_or(zeros);
+  auto pads = attrInts(n, "pads").value_or(std::vector<int64_t>(2 * sp, 0));
+  if (strides.size() != sp || dil.size() != sp || outPad.size() != sp ||
+      pads.size() != 2 * sp)
+    return importError("{0}: strides, dilations and output_padding need {1} "
+                       "entries and pads {2}",
+                       where, sp, 2 * sp);
+  std::string autoPad = attrString(n, "auto_pad", "NOTSET");
+  auto outShape = attrInts(n, "output_shape");
+  if (autoPad == "VALID")
+    pads.assign(2 * sp, 0);
+  else if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" &&
+           autoPad != "SAME_LOWER")
+    return importError("{0}: auto_pad '{1}' is not one of NOTSET, "
+                       "SAME_UPPER, SAME_LOWER, VALID",
+                       where, autoPad);
+  std::vector<int64_t> wanted;
+  if (outShape) { // the last sp entries; a full shape may lead with N, M
+    if (outShape->size() < sp)
+      return importError("{0}: output_shape {1} has fewer than {2} spatial "
+                         "dims",
+                         where, shapeStr(*outShape), sp);
+    wanted.assign(outShape->end() - sp, outShape->end());
+  } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    for (size_t i = 0; i < sp; ++i)
+      wanted.push_back(xt.shape[2 + i] * strides[i]);
+  }
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    int64_t total = strides[i] * (xt.shape[2 + i] - 1) + outPad[i] +
+                    (kernel[i] - 1) * dil[i] + 1 - wanted[i];
+    bool upper = autoPad == "SAME_UPPER";
+    if (total >= 0) {
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[sp + i] = upper ? total - total / 2 : total / 2;
+      continue;
+    }
+    // Larger than the transposed convolution makes: ONNX's rule puts the
+    // rows of zeros past the end (a negative end pad) unless SAME_UPPER.
+    // cleave takes them as output_padding does: fewer than the stride.
+    if (upper || -total + outPad[i] >= strides[i])
+      return importError("{0}: output_shape {1} is larger than the "
+                         "transposed convolution makes by more than its "
+                         "stride less one, at the end",
+                         where, shapeStr(wanted));
+    pads[i] = pads[sp + i] = 0;
+    outPad[i] += -total;
+  }
+  Shape yShape{xt.shape[0], wt.shape[1] * group};
+  for (size_t i = 0; i < sp; ++i) {
+    if (strides[i] < 1 || dil[i] < 1 || outPad[i] < 0 ||
+        (outPad[i] >= strides[i] && outPad[i] >= dil[i]))
+      return importError("{0}: strides and dilations must be at least 1 and "
+                         "output_padding below the stride or the dilation",
+                         where);
+    int64_t o = strides[i] * (xt.shape[2 + i] - 1) + outPad[i] +
+                (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[sp + i];
+    if (o < 1)
+      return importError("{0}: the pads leave no output", where);
+    yShape.push_back(o);
+  }
+  AttrMap attrs{{"dilations", Attribute(dil)},
+                {"group", Attribute(group)},
+                {"pads", Attribute(pads)},
+                {"shape", Attribute(std::vector<int64_t>(yShape.begin(), yShape.end()))},
+                {"strides", Attribute(strides)}};
+  auto y = ctx.append(n, index, OpKind::ConvTranspose, {in[0], in[1]},
+                      std::move(attrs));
+  if (!y)
+    return y.takeError();
+  Value *out = *y;
+  if (in.size() == 3) {
+    if (in[2]->type().shape != Shape{yShape[1]})
+      return importError("{0}: B {1} is not one value per output channel "
+                         "({2})",
+                         where, shapeStr(in[2]->type().shape), yShape[1]);
+    std::vector<int64_t> perChannel(rank - 1, 1);
+    perChannel[0] = yShape[1];
+    auto b = ctx.append(n, index, OpKind::Reshape, {in[2]},
+                        {{"shape", Attribute(perChannel)}});
+    if (!b)
+      return b.takeError();
+    auto sum = ctx.append(n, index, OpKind::Add, {out, *b}, {});
+    if (!sum)
+      return sum.takeError();
+    out = *sum;
+  }
+  return ctx.define(n, index, n.output(0), out);
+}
+
 std::vector<OpTranslation> convTranslations() {
   const auto op = TranslationKind::Op;
   return {
@@ -131,6 +263,13 @@ std::vector<OpTranslation> convTranslations() {
        op,
        {"auto_pad", "dilations"}},
       sameNamedOp("GlobalAveragePool"),
+      {"ConvTranspose",
+       kOpsetFirst,
+       kOpsetLast,
+       translateConvTranspose,
+       op,
+       {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+        "output_shape", "pads", "strides"}},
   };
 }
 

@@ -426,6 +426,8 @@ void registerConvPoolGradientKernels(KernelTable &t) {
   // The parts of ConvGrad(dY, X, W) -> dX, dW (addCombinedGradients runs
   // the combined op).
   t.add(ir::OpKind::ConvGradData, convGradDataKernel, kFloatTypes);
+  // ConvTranspose is ConvGradData's arithmetic as a forward op.
+  t.add(ir::OpKind::ConvTranspose, convGradDataKernel, kFloatTypes);
   t.add(ir::OpKind::ConvGradFilter, convGradFilterKernel, kFloatTypes);
   t.add(ir::OpKind::MaxPoolGrad, maxPoolGradKernel, kFloatTypes);
   t.add(ir::OpKind::AveragePoolGrad, averagePoolGradKernel, kFloatTypes);

@@ -312,6 +312,10 @@ public:
   }
 
   llvm::Error run(const KernelCall &call) override {
+    // ConvTranspose is ConvGradData's arithmetic as a forward op.
+    if (call.op == ir::OpKind::ConvTranspose)
+      return run(KernelCall{ir::OpKind::ConvGradData, call.attrs, call.inputs,
+                            call.outputs, call.seed});
     cudaSetDevice(device_);
     if (!pending_.empty())
       return fail(call, "an earlier " + pending_);

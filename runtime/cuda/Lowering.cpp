@@ -446,6 +446,8 @@ bool takes(Types types, DType dtype) {
 bool lowers(OpKind op, DType dtype) {
   if (!elemOf(dtype))
     return false;
+  if (op == OpKind::ConvTranspose) // ConvGradData's arithmetic, forward
+    op = OpKind::ConvGradData;
   if (const ir::GradientSplit *split = ir::gradientSplit(op))
     return lowers(split->data.kind, dtype) && lowers(split->weight.kind, dtype);
   const LoweringRule *rule = findLowering(op);
@@ -454,6 +456,10 @@ bool lowers(OpKind op, DType dtype) {
 
 llvm::Expected<Steps> lowerCall(const KernelCall &call,
                                 const Scratch &scratch) {
+  if (call.op == OpKind::ConvTranspose)
+    return lowerCall(KernelCall{OpKind::ConvGradData, call.attrs, call.inputs,
+                                call.outputs, call.seed},
+                     scratch);
   DType dt = call.inputs.empty() ? DType::F32 : call.inputs[0].dtype;
   if (!lowers(call.op, dt))
     return fail(call, llvm::formatv("no CUDA kernel for {0} inputs",

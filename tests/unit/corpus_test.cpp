@@ -190,7 +190,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "corpus/resnet18-legacy", "corpus/resnet18-dynamo",
                       "corpus/mobilenet_v2-legacy",
                       "corpus/mobilenet_v2-dynamo", "corpus/vit-legacy",
-                      "corpus/vit-dynamo"),
+                      "corpus/vit-dynamo", "corpus/unet-legacy",
+                      "corpus/unet-dynamo"),
     testName);
 
 INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,

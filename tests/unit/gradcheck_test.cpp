@@ -313,6 +313,36 @@ TEST(Gradcheck, Conv) {
   }
 }
 
+// ConvTranspose (ConvGradData's arithmetic, forward): X [2, 4, 3, 4], W
+// [4, 6 / group, 3, 2]; the result's spatial dims as ONNX gives them,
+// stride (D - 1) + output_padding + (K - 1) dilation + 1 - pads.
+TEST(Gradcheck, ConvTranspose) {
+  struct C {
+    int64_t group, stride, pad, dil, outPad;
+  };
+  for (C c : {C{1, 1, 0, 1, 0}, C{1, 2, 1, 1, 1}, C{2, 2, 0, 1, 0},
+              C{2, 1, 1, 2, 0}}) {
+    SCOPED_TRACE("group " + std::to_string(c.group) + " stride " +
+                 std::to_string(c.stride) + " pad " + std::to_string(c.pad) +
+                 " dilation " + std::to_string(c.dil) + " output_padding " +
+                 std::to_string(c.outPad));
+    auto out = [&](int64_t d, int64_t k) {
+      return c.stride * (d - 1) + c.outPad + (k - 1) * c.dil + 1 - 2 * c.pad;
+    };
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {2, 4, 3, 4});
+      Value *w = b.param("w", {4, 6 / c.group, 3, 2});
+      b.lossOf(b.op(
+          OpKind::ConvTranspose, {x, w},
+          {{"group", c.group},
+           {"strides", std::vector<int64_t>{c.stride, c.stride}},
+           {"pads", std::vector<int64_t>{c.pad, c.pad, c.pad, c.pad}},
+           {"dilations", std::vector<int64_t>{c.dil, c.dil}},
+           {"shape", std::vector<int64_t>{2, 6, out(3, 3), out(4, 2)}}}));
+    });
+  }
+}
+
 TEST(Gradcheck, LayerNormalization) {
   for (int64_t axis : {-1, 1})
     gradcheck([&](Builder &b) {

@@ -717,3 +717,58 @@ TEST(OnnxImportBuilt, ClipBoundsFromConstantNodes) {
   EXPECT_EQ(clip->getFloat("min"), -1.5f);
   EXPECT_FALSE(clip->hasAttr("max"));
 }
+
+// ConvTranspose: the IR's ConvTranspose of the shape ONNX gives (pads,
+// output_padding, strides, group; or output_shape with auto_pad's split of
+// the padding), the bias added per channel; bad attributes in one line.
+TEST(OnnxImportBuilt, ConvTransposeShapesAndErrors) {
+  struct Case {
+    std::vector<int64_t> strides, pads, outPad, outShape;
+    int64_t group;
+    std::string autoPad, want, error;
+  };
+  const Case cases[] = {
+      {{2, 2}, {1, 1, 1, 1}, {1, 1}, {}, 2, "", "f32[1,6,8,10]", ""},
+      {{2, 2}, {}, {}, {}, 1, "", "f32[1,6,9,11]", ""},
+      {{2, 2}, {}, {}, {8, 10}, 1, "SAME_UPPER", "f32[1,6,8,10]", ""},
+      {{2, 2}, {}, {2, 0}, {}, 1, "", "",
+       "output_padding below the stride or the dilation"},
+      {{1, 1}, {}, {}, {}, 3, "", "", "does not fit X"},
+      {{2, 2}, {}, {}, {20, 10}, 1, "", "", "larger than the transposed"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.want + c.error);
+    TempDir dir;
+    ModelBuilder m(17);
+    m.input("x", kFloat, {"1", "4", "4", "5"});
+    m.initFloats("w", {4, 6 / c.group, 3, 3},
+                 std::vector<float>(size_t(4 * (6 / c.group) * 9), 0.5f));
+    m.initFloats("b", {6}, std::vector<float>(6, 0.25f));
+    auto &n = m.node("ConvTranspose", {"x", "w", "b"}, {"y"});
+    ModelBuilder::attr(n, "strides", c.strides);
+    ModelBuilder::attr(n, "group", c.group);
+    if (!c.pads.empty())
+      ModelBuilder::attr(n, "pads", c.pads);
+    if (!c.outPad.empty())
+      ModelBuilder::attr(n, "output_padding", c.outPad);
+    if (!c.outShape.empty())
+      ModelBuilder::attr(n, "output_shape", c.outShape);
+    if (!c.autoPad.empty())
+      ModelBuilder::attr(n, "auto_pad", c.autoPad);
+    m.output("y", kFloat, 4);
+    if (!c.error.empty()) {
+      auto g = frontend::importOnnxFile(m.save(dir), {});
+      ASSERT_FALSE(bool(g));
+      std::string msg = llvm::toString(g.takeError());
+      EXPECT_NE(msg.find(c.error), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      continue;
+    }
+    auto g = importBuilt(m.save(dir));
+    ASSERT_TRUE(g);
+    const Op *t = onlyOp(*g, OpKind::ConvTranspose);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->result()->type().str(), c.want);
+    EXPECT_EQ(g->outputs()[0]->type().str(), c.want); // after the bias
+  }
+}

@@ -286,6 +286,69 @@ def make_vit():
     return m, image_sample, WithLoss
 
 
+def denoise_sample(gen, n):
+    x = torch.randn(n, 3, 16, 16, generator=gen)
+    target = torch.randn(n, 3, 16, 16, generator=gen)
+    return collections.OrderedDict([("x", x), ("target", target)])
+
+
+class MseWithLoss(nn.Module):
+    """WithLoss for an image-to-image model: the mean squared error to a
+    target image."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, target):
+        return F.mse_loss(self.m(x), target)
+
+
+class UNetBlock(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm1 = nn.GroupNorm(4, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.norm2 = nn.GroupNorm(4, cout)
+
+    def forward(self, x):
+        x = F.silu(self.norm1(self.conv1(x)))
+        return F.silu(self.norm2(self.conv2(x)))
+
+
+class UNet(nn.Module):
+    """A small U-Net of the kind diffusion and segmentation models use:
+    two levels down (average pooling), ConvTranspose2d up (a 2x2 stride-2
+    one, and a grouped 3x3 stride-2 one with padding and output_padding),
+    skip connections by concatenation, GroupNorm and SiLU, a residual to
+    the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.down1 = UNetBlock(3, 8)
+        self.down2 = UNetBlock(8, 16)
+        self.mid = UNetBlock(16, 16)
+        self.up2 = nn.ConvTranspose2d(16, 16, 3, stride=2, padding=1,
+                                      output_padding=1, groups=2)
+        self.dec2 = UNetBlock(32, 8)
+        self.up1 = nn.ConvTranspose2d(8, 8, 2, stride=2)
+        self.dec1 = UNetBlock(16, 8)
+        self.out = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x):
+        a = self.down1(x)
+        b = self.down2(F.avg_pool2d(a, 2))
+        m = self.mid(F.avg_pool2d(b, 2))
+        u = self.dec2(torch.cat([self.up2(m), b], 1))
+        u = self.dec1(torch.cat([self.up1(u), a], 1))
+        return x + self.out(u)
+
+
+def make_unet():
+    return UNet(), denoise_sample, MseWithLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -294,6 +357,7 @@ MODELS = collections.OrderedDict([
     ("resnet18", (make_resnet18, 4)),
     ("mobilenet_v2", (make_mobilenet_v2, 4)),
     ("vit", (make_vit, 2)),
+    ("unet", (make_unet, 2)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 
