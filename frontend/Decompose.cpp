@@ -303,4 +303,83 @@ llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, OpKind::Add, {*relu, *log}, {}, false);
 }
 
+// Reshape to `split`, Transpose by `perm`, Reshape to `out`: the data
+// movement of DepthToSpace and SpaceToDepth.
+static llvm::Error reshapeTransposeReshape(ImportContext &ctx,
+                                           const onnx::NodeProto &n,
+                                           int index, Value *x,
+                                           std::vector<int64_t> split,
+                                           std::vector<int64_t> perm,
+                                           std::vector<int64_t> out) {
+  auto a = ctx.append(n, index, OpKind::Reshape, {x},
+                      {{"shape", Attribute(std::move(split))}});
+  if (!a)
+    return a.takeError();
+  auto b = ctx.append(n, index, OpKind::Transpose, {*a},
+                      {{"perm", Attribute(std::move(perm))}});
+  if (!b)
+    return b.takeError();
+  auto c = ctx.append(n, index, OpKind::Reshape, {*b},
+                      {{"shape", Attribute(std::move(out))}});
+  if (!c)
+    return c.takeError();
+  return ctx.define(n, index, n.output(0), *c);
+}
+
+// X [N, C, H, W] and a blocksize that divides what it must.
+static llvm::Expected<std::pair<Value *, int64_t>>
+blockOperand(ImportContext &ctx, const onnx::NodeProto &n, int index,
+             bool depthToSpace) {
+  std::string where = describeNode(n, index);
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  const Shape &s = (*x)->type().shape;
+  int64_t b = attrInt(n, "blocksize", 0);
+  if (s.size() != 4 || b < 1)
+    return importError("{0}: {1} needs X [N, C, H, W] and a blocksize of at "
+                       "least 1",
+                       where, n.op_type());
+  if (depthToSpace ? s[1] % (b * b) != 0 : s[2] % b != 0 || s[3] % b != 0)
+    return importError("{0}: blocksize {1} does not divide {2} {3}", where, b,
+                       depthToSpace ? "the channels of" : "the height and "
+                                                          "width of",
+                       shapeStr(s));
+  return std::make_pair(*x, b);
+}
+
+llvm::Error decomposeDepthToSpace(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index) {
+  auto xb = blockOperand(ctx, n, index, true);
+  if (!xb)
+    return xb.takeError();
+  auto [x, b] = *xb;
+  const Shape &s = x->type().shape;
+  int64_t c = s[1] / (b * b);
+  std::string mode = attrString(n, "mode", "DCR");
+  std::vector<int64_t> out{s[0], c, s[2] * b, s[3] * b};
+  if (mode == "DCR")
+    return reshapeTransposeReshape(ctx, n, index, x,
+                                   {s[0], b, b, c, s[2], s[3]},
+                                   {0, 3, 4, 1, 5, 2}, out);
+  if (mode == "CRD")
+    return reshapeTransposeReshape(ctx, n, index, x,
+                                   {s[0], c, b, b, s[2], s[3]},
+                                   {0, 1, 4, 2, 5, 3}, out);
+  return importError("{0}: mode '{1}' is not DCR or CRD",
+                     describeNode(n, index), mode);
+}
+
+llvm::Error decomposeSpaceToDepth(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index) {
+  auto xb = blockOperand(ctx, n, index, false);
+  if (!xb)
+    return xb.takeError();
+  auto [x, b] = *xb;
+  const Shape &s = x->type().shape;
+  return reshapeTransposeReshape(
+      ctx, n, index, x, {s[0], s[1], s[2] / b, b, s[3] / b, b},
+      {0, 3, 5, 1, 2, 4}, {s[0], s[1] * b * b, s[2] / b, s[3] / b});
+}
+
 } // namespace cleave::frontend

@@ -39,6 +39,14 @@ llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
                               int index);
 
+// DepthToSpace (PixelShuffle) and SpaceToDepth (PixelUnshuffle) of
+// [N, C, H, W]: a Reshape to 6 dims, a Transpose and a Reshape (ONNX's own
+// definitions, DCR and CRD modes).
+llvm::Error decomposeDepthToSpace(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index);
+llvm::Error decomposeSpaceToDepth(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index);
+
 // Einsum of one or two operands with explicit letters: ReduceSum of the
 // letters only one side has, transposes and reshapes to [batch, m, k] and
 // [batch, k, n], a MatMul, and back (frontend/Einsum.cpp).

@@ -497,6 +497,9 @@ std::vector<OpTranslation> shapeTranslations() {
       {"GatherND", first, last, decomposeGatherND},
       {"SplitToSequence", first, last, decomposeSplitToSequence},
       {"SequenceAt", first, last, decomposeSequenceAt},
+      {"DepthToSpace", first, last, decomposeDepthToSpace, op,
+       {"blocksize", "mode"}},
+      {"SpaceToDepth", first, last, decomposeSpaceToDepth, op, {"blocksize"}},
   };
   for (const char *foldOnly :
        {"Shape", "Size", "ConstantOfShape", "Range", "Constant"})
