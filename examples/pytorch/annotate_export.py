@@ -22,7 +22,15 @@ as PyTorch does:
     print(annotate_export(wrapped, "model.onnx"))   # what it recorded
 
 Pass the module you exported: the names are its parameter paths, which are
-the initializer names. The keys are `cleave.frozen` (one parameter name a
+the initializer names.
+
+check_export() then runs the module and cleave's reading of the file on the
+same inputs and compares their losses: an exporter that leaves out part of
+what the module computes (the dynamo exporter drops cross_entropy's
+label_smoothing, for one) would otherwise train another loss in silence.
+
+    print(check_export(wrapped, "model.onnx", args))  # raises on a mismatch
+ The keys are `cleave.frozen` (one parameter name a
 line) and `cleave.padding_idx` (one `name index` a line, every name of a
 tied weight). A module with nothing to record gets empty lists, so the call
 is safe on every export; `--freeze REGEX` on cleavec holds parameters by
@@ -30,7 +38,11 @@ hand.
 """
 
 import os
+import shutil
+import subprocess
+import tempfile
 
+import numpy as np
 import onnx
 import torch
 
@@ -77,3 +89,78 @@ def annotate_export(module, path):
     onnx.save(model, tmp)
     os.replace(tmp, path)
     return {"frozen": frozen, "padding_idx": dict(padding)}
+
+
+class ExportMismatch(Exception):
+    """The export computes another loss than the module."""
+
+
+def _cleave_opt(path):
+    if path:
+        return path
+    for candidate in (os.environ.get("CLEAVE_OPT"), shutil.which("cleave-opt"),
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                   "..", "..", "build", "tools", "cleave-opt")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    raise FileNotFoundError("cleave-opt not found: pass cleave_opt=, set "
+                            "CLEAVE_OPT, or put build/tools on PATH")
+
+
+def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
+    """The loss `module(*args)` computes and the loss cleave computes from
+    the export at `path` on the same inputs (`cleave-opt PATH --run`), as
+    (module_loss, export_loss); ExportMismatch (one line) when they differ
+    by more than `rtol` of the module's. The module runs without gradients
+    and its buffers (BatchNorm statistics) are put back afterwards. A module
+    in train() with an active dropout (random masks on both sides) is
+    compared in eval() on both sides (`--module-mode=eval`): the same
+    function, without the randomness."""
+    dropout = module.training and any(
+        isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+        for m in module.modules())
+    modes = {m: m.training for m in module.modules()}
+    buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
+    try:
+        if dropout:
+            module.eval()
+        with torch.no_grad():
+            want = float(module(*args))
+    finally:
+        for m, training in modes.items():
+            m.training = training
+        with torch.no_grad():
+            for n, b in module.named_buffers():
+                b.copy_(buffers[n])
+    model = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    if len(names) != len(args):
+        raise ValueError("the export has %d inputs (%s), %d args given" % (
+            len(names), ", ".join(names), len(args)))
+    work = tempfile.mkdtemp(prefix="cleave-check-")
+    try:
+        os.makedirs(os.path.join(work, "in"))
+        for name, a in zip(names, args):
+            np.save(os.path.join(work, "in", name + ".npy"),
+                    a.detach().cpu().numpy())
+        out = os.path.join(work, "out")
+        run = subprocess.run([_cleave_opt(cleave_opt), path, "--run",
+                              "--inputs=" + os.path.join(work, "in"),
+                              "--outputs=" + out] +
+                             (["--module-mode=eval"] if dropout else []),
+                             capture_output=True, text=True)
+        if run.returncode:
+            raise ExportMismatch("cleave could not run the export: " +
+                                 (run.stderr.strip().splitlines() or ["?"])[-1])
+        loss_name = model.graph.output[0].name
+        got = float(np.load(os.path.join(out, loss_name + ".npy")))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not abs(got - want) <= rtol * max(abs(want), 1e-12):
+        raise ExportMismatch(
+            "the export computes loss %.8g where the module computes %.8g "
+            "(relative difference %.2e): the file does not compute what the "
+            "module does (an argument the exporter dropped?); cleave would "
+            "train the file's loss" % (got, want, abs(got - want) / max(abs(want), 1e-12)))
+    return want, got

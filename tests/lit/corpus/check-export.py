@@ -1,0 +1,49 @@
+"""check_export (examples/pytorch/annotate_export.py) on three small modules
+exported here: a correct export (BatchNorm in train(), its statistics put
+back), one with active dropout (compared in eval()), and one whose loss the
+dynamo exporter changes (cross_entropy's label_smoothing dropped), which
+must raise ExportMismatch. argv: examples folder, cleave-opt, scratch."""
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.join(sys.argv[1], "pytorch"))
+from annotate_export import ExportMismatch, check_export  # noqa: E402
+
+cleave_opt, work = sys.argv[2], sys.argv[3]
+
+
+class Net(nn.Module):
+    def __init__(self, dropout=0.0, smoothing=0.0):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 8, 3, padding=1)
+        self.bn = nn.BatchNorm1d(8)
+        self.drop = nn.Dropout(dropout)
+        self.fc = nn.Linear(8, 3)
+        self.smoothing = smoothing
+
+    def forward(self, x, y):
+        h = self.drop(F.relu(self.bn(self.conv(x)))).mean(-1)
+        return F.cross_entropy(self.fc(h), y, label_smoothing=self.smoothing)
+
+
+torch.manual_seed(0)
+args = (torch.randn(4, 2, 16), torch.tensor([0, 1, 2, 1]))
+for name, net in (("plain", Net()), ("dropout", Net(dropout=0.3)),
+                  ("smoothing", Net(smoothing=0.1))):
+    path = os.path.join(work, name + ".onnx")
+    torch.onnx.export(net, args, path, dynamo=True, optimize=False,
+                      verbose=False)
+    before = net.bn.running_mean.clone()
+    try:
+        got = check_export(net, path, args, cleave_opt=cleave_opt)
+        print("%s: agree %s, statistics kept %s, still training %s" % (
+            name, abs(got[0] - got[1]) <= 1e-4 * abs(got[0]),
+            torch.equal(before, net.bn.running_mean), net.training))
+    except ExportMismatch as e:
+        print("%s: mismatch: %s" % (name, str(e).split(":")[0]))
