@@ -382,4 +382,338 @@ llvm::Error decomposeSpaceToDepth(ImportContext &ctx, const onnx::NodeProto &n,
       {0, 3, 5, 1, 2, 4}, {s[0], s[1] * b * b, s[2] / b, s[3] / b});
 }
 
+llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
+                               int index) {
+  std::string where = describeNode(n, index);
+  const std::string &kind = n.op_type();
+  const int64_t gates = kind == "LSTM" ? 4 : kind == "GRU" ? 3 : 1;
+  auto input = [&](int k) -> llvm::Expected<Value *> {
+    if (k >= n.input_size() || n.input(k).empty())
+      return nullptr;
+    return ctx.operand(n, index, k);
+  };
+  auto x = input(0), w = input(1), r = input(2), b = input(3);
+  if (!x)
+    return x.takeError();
+  if (!w)
+    return w.takeError();
+  if (!r)
+    return r.takeError();
+  if (!b)
+    return b.takeError();
+  if (n.input_size() > 4 && !n.input(4).empty())
+    return importError("{0}: sequence_lens is not supported (every sequence "
+                       "runs its full length)",
+                       where);
+  auto h0 = input(5);
+  if (!h0)
+    return h0.takeError();
+  llvm::Expected<Value *> c0 = nullptr;
+  if (kind == "LSTM") {
+    c0 = input(6);
+    if (!c0)
+      return c0.takeError();
+    if (n.input_size() > 7 && !n.input(7).empty())
+      return importError("{0}: LSTM peepholes (input P) are not supported",
+                         where);
+    if (attrInt(n, "input_forget", 0))
+      return importError("{0}: LSTM input_forget is not supported", where);
+  }
+  std::string direction = attrString(n, "direction", "forward");
+  // The default activations, spelled out or not (the legacy exporter
+  // writes them), and no clip.
+  if (const onnx::AttributeProto *a = findAttr(n, "activations")) {
+    std::vector<std::string> want = kind == "LSTM"  ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
+                                    : kind == "GRU" ? std::vector<std::string>{"sigmoid", "tanh"}
+                                                    : std::vector<std::string>{"tanh"};
+    size_t per = want.size();
+    bool ok = a->strings_size() == int(per) ||
+              (direction == "bidirectional" && a->strings_size() == int(2 * per));
+    for (int i = 0; ok && i < a->strings_size(); ++i)
+      ok = llvm::StringRef(a->strings(i)).equals_insensitive(want[size_t(i) % per]);
+    if (!ok)
+      return importError("{0}: only the default activations of {1} are "
+                         "supported",
+                         where, kind);
+  }
+  if (findAttr(n, "activation_alpha") || findAttr(n, "activation_beta") ||
+      findAttr(n, "clip"))
+    return importError("{0}: activation_alpha, activation_beta and clip are "
+                       "not supported",
+                       where);
+  if (direction != "forward" && direction != "reverse" &&
+      direction != "bidirectional")
+    return importError("{0}: direction '{1}' is not forward, reverse or "
+                       "bidirectional",
+                       where, direction);
+  int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  int64_t layout = attrInt(n, "layout", 0);
+  int64_t hidden = attrInt(n, "hidden_size", 0);
+  bool linearBeforeReset = attrInt(n, "linear_before_reset", 0) != 0;
+  Graph &g = ctx.graph();
+  auto append = [&](OpKind k, std::vector<Value *> ops,
+                    AttrMap attrs = {}) -> llvm::Expected<Value *> {
+    return ctx.append(n, index, k, std::move(ops), std::move(attrs));
+  };
+  const Shape xs = (*x)->type().shape;
+  if (xs.size() != 3 || hidden < 1 || (layout != 0 && layout != 1))
+    return importError("{0}: {1} needs X of rank 3, hidden_size and layout 0 "
+                       "or 1",
+                       where, kind);
+  DType dt = (*x)->type().dtype;
+  int64_t steps = layout ? xs[1] : xs[0], batch = layout ? xs[0] : xs[1],
+          in = xs[2], gh = gates * hidden;
+  if ((*w)->type().shape != Shape{dirs, gh, in} ||
+      (*r)->type().shape != Shape{dirs, gh, hidden} ||
+      (*b && (*b)->type().shape != Shape{dirs, 2 * gh}))
+    return importError("{0}: W, R or B do not have the shapes {1} with "
+                       "hidden_size {2} and {3} direction(s) needs",
+                       where, kind, hidden, dirs);
+  Value *xt = *x;
+  if (layout) { // [B, T, I] -> [T, B, I]
+    auto t = append(OpKind::Transpose, {xt},
+                    {{"perm", Attribute(std::vector<int64_t>{1, 0, 2})}});
+    if (!t)
+      return t.takeError();
+    xt = *t;
+  }
+  auto slice = [&](Value *v, int64_t axis, int64_t from,
+                   int64_t to) -> llvm::Expected<Value *> {
+    return append(OpKind::Slice, {v},
+                  {{"axes", Attribute(std::vector<int64_t>{axis})},
+                   {"starts", Attribute(std::vector<int64_t>{from})},
+                   {"ends", Attribute(std::vector<int64_t>{to})},
+                   {"steps", Attribute(std::vector<int64_t>{1})}});
+  };
+  auto reshape = [&](Value *v, std::vector<int64_t> shape) {
+    return append(OpKind::Reshape, {v}, {{"shape", Attribute(std::move(shape))}});
+  };
+  // The direction's slice of a [dirs, a, b] tensor as [a, b].
+  auto ofDirection = [&](Value *v, int64_t d) -> llvm::Expected<Value *> {
+    auto s = slice(v, 0, d, d + 1);
+    if (!s)
+      return s.takeError();
+    const Shape &sh = (*s)->type().shape;
+    return reshape(*s, std::vector<int64_t>(sh.begin() + 1, sh.end()));
+  };
+  Value *one = g.addConst(ctx.freshName(n.output(0) + ".one"),
+                          TensorData::fromDoubles(dt, {}, {1.0}));
+  std::vector<Value *> ys, lastH, lastC;
+  for (int64_t d = 0; d < dirs; ++d) {
+    bool reverse = direction == "reverse" || d == 1;
+    auto wd = ofDirection(*w, d);
+    if (!wd)
+      return wd.takeError();
+    auto rd = ofDirection(*r, d);
+    if (!rd)
+      return rd.takeError();
+    auto wT = append(OpKind::Transpose, {*wd},
+                     {{"perm", Attribute(std::vector<int64_t>{1, 0})}});
+    if (!wT)
+      return wT.takeError();
+    auto rT = append(OpKind::Transpose, {*rd},
+                     {{"perm", Attribute(std::vector<int64_t>{1, 0})}});
+    if (!rT)
+      return rT.takeError();
+    // Every step's input part at once: [T, B, G·H], with W's bias.
+    auto xw = append(OpKind::MatMul, {xt, *wT});
+    if (!xw)
+      return xw.takeError();
+    Value *wb = nullptr, *rb = nullptr;
+    if (*b) {
+      auto bd = ofDirection(*b, d);
+      if (!bd)
+        return bd.takeError();
+      auto wbs = slice(*bd, 0, 0, gh);
+      if (!wbs)
+        return wbs.takeError();
+      auto rbs = slice(*bd, 0, gh, 2 * gh);
+      if (!rbs)
+        return rbs.takeError();
+      wb = *wbs, rb = *rbs;
+      auto sum = append(OpKind::Add, {*xw, wb});
+      if (!sum)
+        return sum.takeError();
+      *xw = *sum;
+    }
+    auto start = [&](llvm::Expected<Value *> &given,
+                     const char *what) -> llvm::Expected<Value *> {
+      if (*given)
+        return ofDirection(*given, d);
+      return g.addConst(ctx.freshName(n.output(0) + what),
+                        TensorData::splat(TensorType(dt, {batch, hidden}), 0.0));
+    };
+    auto h = start(h0, ".h0");
+    if (!h)
+      return h.takeError();
+    llvm::Expected<Value *> c = nullptr;
+    if (kind == "LSTM") {
+      c = start(c0, ".c0");
+      if (!c)
+        return c.takeError();
+    }
+    std::vector<Value *> hs(size_t(steps), nullptr);
+    for (int64_t i = 0; i < steps; ++i) {
+      int64_t t = reverse ? steps - 1 - i : i;
+      auto xs1 = slice(*xw, 0, t, t + 1);
+      if (!xs1)
+        return xs1.takeError();
+      auto xg = reshape(*xs1, {batch, gh});
+      if (!xg)
+        return xg.takeError();
+      auto hr = append(OpKind::MatMul, {*h, *rT});
+      if (!hr)
+        return hr.takeError();
+      if (rb) {
+        auto s = append(OpKind::Add, {*hr, rb});
+        if (!s)
+          return s.takeError();
+        *hr = *s;
+      }
+      auto gate = [&](Value *v, int64_t k) { return slice(v, 1, k * hidden, (k + 1) * hidden); };
+      auto act = [&](OpKind f, Value *a, Value *bv) -> llvm::Expected<Value *> {
+        auto s = append(OpKind::Add, {a, bv});
+        if (!s)
+          return s.takeError();
+        return append(f, {*s});
+      };
+      llvm::Expected<Value *> next = nullptr;
+      if (kind == "RNN") {
+        next = act(OpKind::Tanh, *xg, *hr);
+      } else if (kind == "GRU") { // gates z, r, h
+        auto xz = gate(*xg, 0), hz = gate(*hr, 0), xr = gate(*xg, 1),
+             hrr = gate(*hr, 1), xh = gate(*xg, 2);
+        for (auto *e : {&xz, &hz, &xr, &hrr, &xh})
+          if (!*e)
+            return e->takeError();
+        auto z = act(OpKind::Sigmoid, *xz, *hz);
+        if (!z)
+          return z.takeError();
+        auto rg = act(OpKind::Sigmoid, *xr, *hrr);
+        if (!rg)
+          return rg.takeError();
+        llvm::Expected<Value *> inner = nullptr;
+        if (linearBeforeReset) { // r ⊙ (H R_h^T + Rb_h)
+          auto hh = gate(*hr, 2);
+          if (!hh)
+            return hh.takeError();
+          inner = append(OpKind::Mul, {*rg, *hh});
+        } else { // (r ⊙ H) R_h^T + Rb_h
+          auto rh = append(OpKind::Mul, {*rg, *h});
+          if (!rh)
+            return rh.takeError();
+          auto rhT = slice(*rT, 1, 2 * hidden, 3 * hidden);
+          if (!rhT)
+            return rhT.takeError();
+          inner = append(OpKind::MatMul, {*rh, *rhT});
+          if (inner && rb) {
+            auto rbh = slice(rb, 0, 2 * hidden, 3 * hidden);
+            if (!rbh)
+              return rbh.takeError();
+            inner = append(OpKind::Add, {*inner, *rbh});
+          }
+        }
+        if (!inner)
+          return inner.takeError();
+        auto cand = act(OpKind::Tanh, *xh, *inner);
+        if (!cand)
+          return cand.takeError();
+        auto keep = append(OpKind::Sub, {one, *z});
+        if (!keep)
+          return keep.takeError();
+        auto a = append(OpKind::Mul, {*keep, *cand});
+        if (!a)
+          return a.takeError();
+        auto bz = append(OpKind::Mul, {*z, *h});
+        if (!bz)
+          return bz.takeError();
+        next = append(OpKind::Add, {*a, *bz});
+      } else { // LSTM: gates i, o, f, c
+        std::vector<Value *> gs;
+        for (int64_t k = 0; k < 4; ++k) {
+          auto xk = gate(*xg, k), hk = gate(*hr, k);
+          if (!xk)
+            return xk.takeError();
+          if (!hk)
+            return hk.takeError();
+          auto a = act(k == 3 ? OpKind::Tanh : OpKind::Sigmoid, *xk, *hk);
+          if (!a)
+            return a.takeError();
+          gs.push_back(*a);
+        }
+        auto fc = append(OpKind::Mul, {gs[2], *c});
+        if (!fc)
+          return fc.takeError();
+        auto ic = append(OpKind::Mul, {gs[0], gs[3]});
+        if (!ic)
+          return ic.takeError();
+        auto cNew = append(OpKind::Add, {*fc, *ic});
+        if (!cNew)
+          return cNew.takeError();
+        *c = *cNew;
+        auto tc = append(OpKind::Tanh, {*cNew});
+        if (!tc)
+          return tc.takeError();
+        next = append(OpKind::Mul, {gs[1], *tc});
+      }
+      if (!next)
+        return next.takeError();
+      *h = *next;
+      hs[size_t(t)] = *next;
+    }
+    // Y's [T, 1, B, H] of this direction, in time order.
+    std::vector<Value *> parts;
+    for (Value *v : hs) {
+      auto u = reshape(v, {1, 1, batch, hidden});
+      if (!u)
+        return u.takeError();
+      parts.push_back(*u);
+    }
+    auto y = append(OpKind::Concat, parts, {{"axis", Attribute(int64_t(0))}});
+    if (!y)
+      return y.takeError();
+    ys.push_back(*y);
+    lastH.push_back(*h);
+    if (kind == "LSTM")
+      lastC.push_back(*c);
+  }
+  // Y [T, D, B, H] (layout 1: [B, T, D, H]); Y_h, Y_c [D, B, H] ([B, D, H]).
+  auto stack = [&](std::vector<Value *> parts, int64_t axis,
+                   std::vector<int64_t> perm) -> llvm::Expected<Value *> {
+    llvm::Expected<Value *> v = parts[0];
+    if (parts.size() > 1)
+      v = append(OpKind::Concat, parts, {{"axis", Attribute(axis)}});
+    if (v && layout)
+      v = append(OpKind::Transpose, {*v}, {{"perm", Attribute(perm)}});
+    return v;
+  };
+  std::vector<Value *> hParts, cParts;
+  for (Value *v : lastH) {
+    auto u = reshape(v, {1, batch, hidden});
+    if (!u)
+      return u.takeError();
+    hParts.push_back(*u);
+  }
+  for (Value *v : lastC) {
+    auto u = reshape(v, {1, batch, hidden});
+    if (!u)
+      return u.takeError();
+    cParts.push_back(*u);
+  }
+  std::vector<std::pair<int, llvm::Expected<Value *>>> outs;
+  if (n.output_size() > 0 && !n.output(0).empty())
+    outs.emplace_back(0, stack(ys, 1, {2, 0, 1, 3}));
+  if (n.output_size() > 1 && !n.output(1).empty())
+    outs.emplace_back(1, stack(hParts, 0, {1, 0, 2}));
+  if (n.output_size() > 2 && !n.output(2).empty() && kind == "LSTM")
+    outs.emplace_back(2, stack(cParts, 0, {1, 0, 2}));
+  for (auto &[k, v] : outs) {
+    if (!v)
+      return v.takeError();
+    if (auto e = ctx.define(n, index, n.output(k), *v))
+      return e;
+  }
+  return llvm::Error::success();
+}
+
 } // namespace cleave::frontend

@@ -199,7 +199,7 @@ run)
       echo "   the CPU (compiled there from tests/models/corpus; losses)"
       models="gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy
         bert-dynamo resnet18-legacy resnet18-dynamo mobilenet_v2-legacy
-        mobilenet_v2-dynamo vit-legacy vit-dynamo unet-legacy unet-dynamo"
+        mobilenet_v2-dynamo vit-legacy vit-dynamo unet-legacy unet-dynamo rnn-legacy rnn-dynamo"
       stage_counts="1 2 4"
       csteps=5
       if [ "$dry" = 1 ]; then

@@ -500,6 +500,15 @@ std::vector<OpTranslation> shapeTranslations() {
       {"DepthToSpace", first, last, decomposeDepthToSpace, op,
        {"blocksize", "mode"}},
       {"SpaceToDepth", first, last, decomposeSpaceToDepth, op, {"blocksize"}},
+      {"RNN", first, last, decomposeRecurrent, op,
+       {"activation_alpha", "activation_beta", "activations", "clip",
+        "direction", "hidden_size", "layout"}},
+      {"GRU", first, last, decomposeRecurrent, op,
+       {"activation_alpha", "activation_beta", "activations", "clip",
+        "direction", "hidden_size", "layout", "linear_before_reset"}},
+      {"LSTM", first, last, decomposeRecurrent, op,
+       {"activation_alpha", "activation_beta", "activations", "clip",
+        "direction", "hidden_size", "input_forget", "layout"}},
   };
   for (const char *foldOnly :
        {"Shape", "Size", "ConstantOfShape", "Range", "Constant"})

@@ -772,3 +772,64 @@ TEST(OnnxImportBuilt, ConvTransposeShapesAndErrors) {
     EXPECT_EQ(g->outputs()[0]->type().str(), c.want); // after the bias
   }
 }
+
+// GRU is unrolled (frontend/Decompose.h); what it does not run is refused
+// in one line naming it: sequence_lens, another activation, clip.
+TEST(OnnxImportBuilt, RecurrentRefusalsNameWhatIsNotSupported) {
+  struct Case {
+    bool seqLens;
+    std::vector<std::string> activations;
+    bool clip;
+    std::string error;
+  };
+  const Case cases[] = {
+      {false, {}, false, ""},
+      {false, {"Sigmoid", "Tanh"}, false, ""},
+      {true, {}, false, "sequence_lens is not supported"},
+      {false, {"Sigmoid", "Relu"}, false, "only the default activations"},
+      {false, {}, true, "clip are not supported"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.error);
+    TempDir dir;
+    ModelBuilder m(17);
+    m.input("x", kFloat, {"5", "2", "3"});
+    m.initFloats("w", {1, 12, 3}, std::vector<float>(36, 0.1f));
+    m.initFloats("r", {1, 12, 4}, std::vector<float>(48, 0.1f));
+    m.initFloats("b", {1, 24}, std::vector<float>(24, 0.1f));
+    std::vector<std::string> ins{"x", "w", "r", "b"};
+    if (c.seqLens) {
+      m.initInts("lens", {2}, {5, 5});
+      ins.push_back("lens");
+    }
+    auto &n = m.node("GRU", ins, {"y", "yh"});
+    ModelBuilder::attr(n, "hidden_size", int64_t(4));
+    if (!c.activations.empty()) {
+      auto *a = n.add_attribute();
+      a->set_name("activations");
+      a->set_type(onnx::AttributeProto::STRINGS);
+      for (const std::string &s : c.activations)
+        a->add_strings(s);
+    }
+    if (c.clip) {
+      auto *a = n.add_attribute();
+      a->set_name("clip");
+      a->set_type(onnx::AttributeProto::FLOAT);
+      a->set_f(1.0f);
+    }
+    m.output("y", kFloat, 4);
+    m.output("yh", kFloat, 3);
+    if (c.error.empty()) {
+      auto g = importBuilt(m.save(dir));
+      ASSERT_TRUE(g);
+      EXPECT_EQ(g->outputs()[0]->type().str(), "f32[5,1,2,4]");
+      EXPECT_EQ(g->outputs()[1]->type().str(), "f32[1,2,4]");
+      continue;
+    }
+    auto g = frontend::importOnnxFile(m.save(dir), {});
+    ASSERT_FALSE(bool(g));
+    std::string msg = llvm::toString(g.takeError());
+    EXPECT_NE(msg.find(c.error), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}

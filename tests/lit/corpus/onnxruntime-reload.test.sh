@@ -5,7 +5,7 @@ set -e
 corpus=$1 out=$2 cleavec=$3 cleave_run=$4 cleave_opt=$5 python=$6 script=$7
 for m in gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy \
          bert-dynamo resnet18-legacy resnet18-dynamo mobilenet_v2-legacy \
-         mobilenet_v2-dynamo vit-legacy vit-dynamo unet-legacy unet-dynamo; do
+         mobilenet_v2-dynamo vit-legacy vit-dynamo unet-legacy unet-dynamo rnn-legacy rnn-dynamo; do
   "$cleavec" "$corpus/$m/model.onnx" --stages 2 --microbatches 4 \
     --schedule zb-h1 --lr 0.1 --momentum 0.9 -o "$out/$m.cplan" >/dev/null
   "$cleave_run" "$out/$m.cplan" --data "$corpus/$m/steps/data" --steps 3 \

@@ -7,7 +7,7 @@ cleavec=$3
 cleave_run=$4
 for m in gpt2-legacy gpt2-dynamo llama-legacy llama-dynamo bert-legacy \
          bert-dynamo resnet18-legacy resnet18-dynamo mobilenet_v2-legacy \
-         mobilenet_v2-dynamo vit-legacy vit-dynamo unet-legacy unet-dynamo; do
+         mobilenet_v2-dynamo vit-legacy vit-dynamo unet-legacy unet-dynamo rnn-legacy rnn-dynamo; do
   for p in 1 2 4; do
     schedule=zb-h1
     [ "$p" = 1 ] && schedule=1f1b

@@ -349,6 +349,35 @@ def make_unet():
     return UNet(), denoise_sample, MseWithLoss
 
 
+class RecurrentClassifier(nn.Module):
+    """A sequence classifier of recurrent layers: an embedding, a 2-layer
+    bidirectional LSTM (batch_first), a GRU over its outputs, and a linear
+    head on the GRU's mean output plus its last hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 12)
+        self.lstm = nn.LSTM(12, 10, num_layers=2, batch_first=True,
+                            bidirectional=True)
+        self.gru = nn.GRU(20, 8, batch_first=True)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        out, _ = self.lstm(self.emb(x))
+        seq, last = self.gru(out)
+        return self.head(seq.mean(1) + last[0])
+
+
+def token_class_sample(gen, n):
+    x = torch.randint(0, VOCAB, (n, SEQ), generator=gen, dtype=torch.int64)
+    labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
+    return collections.OrderedDict([("x", x), ("labels", labels)])
+
+
+def make_rnn():
+    return RecurrentClassifier(), token_class_sample, WithLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -358,6 +387,7 @@ MODELS = collections.OrderedDict([
     ("mobilenet_v2", (make_mobilenet_v2, 4)),
     ("vit", (make_vit, 2)),
     ("unet", (make_unet, 2)),
+    ("rnn", (make_rnn, 2)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 
