@@ -319,12 +319,17 @@ passes::DeviceProfile measureHostProfile(int threads) {
   if (const char *env = std::getenv("CLEAVE_HOST_OP_TIMES");
       env && std::string_view(env) == "0")
     return p;
-  auto timer = std::make_shared<OpTimer>(threads, p.peakFlops);
+  p.timeOp = hostOpTimer(threads, p.peakFlops);
+  return p;
+}
+
+std::function<std::optional<double>(const ir::Op &, double)>
+hostOpTimer(int threads, double peakFlops) {
+  auto timer = std::make_shared<OpTimer>(threads, peakFlops);
   hostTimer() = timer;
-  p.timeOp = [timer](const ir::Op &op, double stepBytes) {
+  return [timer](const ir::Op &op, double stepBytes) {
     return timer->time(op, stepBytes);
   };
-  return p;
 }
 
 void noteHostOpTimes() {

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -23,6 +24,12 @@ namespace cleave::tools {
 // types, once per compile (HostProfile.cpp says which ops and the bounds);
 // CLEAVE_HOST_OP_TIMES=0 leaves every op to the formulas.
 passes::DeviceProfile measureHostProfile(int threads);
+
+// The timer measureHostProfile puts in DeviceProfile::timeOp, alone (the
+// runtime's kernels on `threads`; `peakFlops` bounds which ops it times:
+// none the formulas put over a quarter second).
+std::function<std::optional<double>(const ir::Op &, double)>
+hostOpTimer(int threads, double peakFlops);
 
 // After planning with "host": a note on stderr of how many distinct ops
 // were timed and how long it took (nothing when none were).
