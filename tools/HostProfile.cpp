@@ -140,11 +140,10 @@ std::string opKey(const ir::Op &op) {
 
 // Times ops on this machine with the runtime's own kernels, once per
 // distinct key (kind, attributes, types): operands of the op's types filled
-// with values in [-1, 1), one run to set up, then the median of 3 runs (from
-// cold caches where its bytes outgrow L2: evictCaches). An op over a
-// quarter second by the
-// formulas, or any after 20 s of timing in one compile, is left to the
-// formulas; so is one with operands that are not floats or not of static
+// with values in [-1, 1), one run to set up, then the median of 3 runs
+// (from cold caches where levelTwoBytes says so: evictCaches). An op over a
+// quarter second by the formulas, or any after 20 s of timing in one
+// compile, is left to the formulas; so is one with operands that are not floats or not of static
 // shapes (an index or a shape operand: its values matter), or with tensor
 // or string-list attributes. The cost model asks only for the ops whose
 // time does not depend on their values (passes/Cost.cpp).
@@ -174,18 +173,20 @@ public:
   }
 
   std::optional<double> time(const ir::Op &op, double stepBytes) {
-    std::string key = opKey(op) + (op.phase() == ir::Phase::Fwd ? "" : " late") +
-                      (stepBytes > double(levelTwoBytes()) ? " big" : "");
+    double cache = double(levelTwoBytes());
+    bool cold = passes::opWork(op).bytes > cache ||
+                (op.phase() != ir::Phase::Fwd && stepBytes > cache);
+    std::string key = opKey(op) + (cold ? " cold" : " warm");
     auto it = times_.find(key);
     if (it != times_.end())
       return it->second;
-    std::optional<double> t = measure(op, stepBytes);
+    std::optional<double> t = measure(op, cold);
     times_.emplace(key, t);
     return t;
   }
 
 private:
-  std::optional<double> measure(const ir::Op &op, double stepBytes) {
+  std::optional<double> measure(const ir::Op &op, bool cold) {
     if (spent_ > kBudgetSeconds ||
         passes::opWork(op).flops / peakFlops_ > kLongestSeconds) {
       ++untimed_;
@@ -247,14 +248,6 @@ private:
       }
       return std::chrono::duration<double>(Clock::now() - t0).count();
     };
-    double bytes = 0;
-    for (const ir::Value *v : op.operands())
-      bytes += double(v->type().byteSize());
-    for (const ir::Value *v : op.results())
-      bytes += double(v->type().byteSize());
-    double cache = double(levelTwoBytes());
-    bool cold = bytes > cache ||
-                (op.phase() != ir::Phase::Fwd && stepBytes > cache);
     std::vector<double> runs;
     if (once(false)) // sets up the library's kernels for these shapes
       for (int r = 0; r < kRuns; ++r)
