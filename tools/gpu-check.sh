@@ -351,7 +351,13 @@ run)
         CLEAVE_CUDA_STEP_PROFILE=1 T 120 "$g/bin/cleave-run" "$work/gpt2-profiled.cplan" \
           --device $dev --steps 3 --data "$g/gpt2/data" >"$logs/gpt2-steps.log" 2>&1
         echo "exit $?"
-        grep -E -A30 '^cuda steps of device' "$logs/gpt2-steps.log"
+        grep -E -A62 '^cuda steps of device' "$logs/gpt2-steps.log"
+        echo "-- the GEMMs' bias without cuBLASLt's epilogue (CLEAVE_CUBLASLT=0:"
+        echo "   a copy of the bias under a cuBLAS GEMM), 6 steps"
+        CLEAVE_CUBLASLT=0 T 120 "$g/bin/cleave-run" "$work/gpt2-profiled.cplan" \
+          --device $dev --steps 6 --data "$g/gpt2/data" >"$logs/gpt2-no-lt.log" 2>&1
+        echo "cleave-run exit $?"
+        grep -E '^step +6/|^done|error' "$logs/gpt2-no-lt.log"
         rm -f "$work/gpt2-profiled.cplan"
         echo "-- attention as exported (--fused-attention=off: the scores"
         echo "   through cuBLAS and row kernels), 6 steps"

@@ -30,5 +30,9 @@ int launchAttention(const AttentionStep &s, void *stream);
 int launchAttentionGrad(const AttentionGradStep &s, void *stream);
 // One thread in all.
 int launchLoss(const LossStep &l, void *stream);
+// Sets *found (device memory) to 1 if any of `count` f32 (f64 where wide)
+// values at `data` is an infinity or a NaN; leaves it otherwise.
+int launchNonFinite(const void *data, int64_t count, bool wide, int *found,
+                    void *stream);
 
 } // namespace cleave::runtime::cuda

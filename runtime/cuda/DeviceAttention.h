@@ -76,6 +76,8 @@
 
 #include "runtime/cuda/DeviceElements.h"
 
+#include <vector>
+
 namespace cleave::runtime::cuda {
 
 constexpr int kAttnTile = 64;     // keys per online-softmax step
@@ -235,17 +237,106 @@ CLEAVE_HD bool attentionKeeps(const AttentionOperands &a, int64_t b, int64_t h,
     return true;
   return loadInt(a.keep.data, Elem::Bool, a.keep.at(b, h, i, j)) != 0;
 }
+// --- where a row step reads its tile -----------------------------------------
+//
+// A row's work is a walk over tiles of kAttnTile positions of the other
+// side: keys (K and V rows) for the forward and dQ, queries (Q and dO rows,
+// with their L and Delta) for dK and dV. The tile step functions below read
+// a tile through one of two views with the same interface: the operands in
+// memory (the per-row functions, attentionForwardRow and the others) or a
+// block's copy of the tile in T (the block steps: a block of kAttnBlockRows
+// rows, one a thread, loads each tile once for all of its rows; shared
+// memory on a GPU). Both give the same values, so a row's bits do not
+// depend on which view it read.
+//
+// D is the head size when it is fixed at compile time (a GPU kernel for the
+// common sizes, whose arrays then live in registers) and 0 for any size up
+// to kMaxHeadDim (the host, and the GPU's fallback).
 
-// sum_d local[d] * x[b, h, t, d], in increasing d. The score q_i . k_j is
+#if defined(__CUDA_ARCH__)
+#define CLEAVE_UNROLL _Pragma("unroll")
+#else
+#define CLEAVE_UNROLL
+#endif
+
+constexpr int kAttnBlockRows = 64; // rows (threads) of a block step
+
+template <int D> constexpr int attnArray() { return D > 0 ? D : kMaxHeadDim; }
+template <int D> CLEAVE_HD int attnDim(const AttentionOperands &a) {
+  return D > 0 ? D : int(a.headDim);
+}
+
+// Key rows j0 + t of K and V at (b, kv head).
+template <class T> struct AttnKeysInMemory {
+  const AttentionOperands *a;
+  int64_t b, kvh, j0;
+  CLEAVE_HD T k(int t, int d) const {
+    return attnRead<T>(a->k.data, a->k.elem, a->k.at(b, kvh, j0 + t, d));
+  }
+  CLEAVE_HD T v(int t, int d) const {
+    return attnRead<T>(a->v.data, a->v.elem, a->v.at(b, kvh, j0 + t, d));
+  }
+};
+
+// Query rows i0 + t of Q and dO at (b, query head), their L and Delta.
+template <class T> struct AttnQueriesInMemory {
+  const AttentionGradStep *s;
+  int64_t b, h, i0, row0; // row0: the query row index of i0
+  CLEAVE_HD T q(int t, int d) const {
+    const AttnInput &x = s->in.q;
+    return attnRead<T>(x.data, x.elem, x.at(b, h, i0 + t, d));
+  }
+  CLEAVE_HD T dout(int t, int d) const {
+    const AttnInput &x = s->dOut;
+    return attnRead<T>(x.data, x.elem, x.at(b, h, i0 + t, d));
+  }
+  CLEAVE_HD T lse(int t) const {
+    return attnRead<T>(s->lse, s->lseElem, row0 + t);
+  }
+  CLEAVE_HD double delta(int t) const { return s->delta[row0 + t]; }
+};
+
+// A block's copies: rows of `dim` values, one after the other.
+template <class T> struct AttnKeysInTile {
+  const T *kt, *vt;
+  int dim;
+  CLEAVE_HD T k(int t, int d) const { return kt[t * dim + d]; }
+  CLEAVE_HD T v(int t, int d) const { return vt[t * dim + d]; }
+};
+
+template <class T> struct AttnQueriesInTile {
+  const T *qt, *dot, *lset;
+  const double *deltat;
+  int dim;
+  CLEAVE_HD T q(int t, int d) const { return qt[t * dim + d]; }
+  CLEAVE_HD T dout(int t, int d) const { return dot[t * dim + d]; }
+  CLEAVE_HD T lse(int t) const { return lset[t]; }
+  CLEAVE_HD double delta(int t) const { return deltat[t]; }
+};
+
+// sum_d local[d] * x(d) in kAttnDotLanes interleaved partial sums (lane
+// d % kAttnDotLanes, each in increasing d), then the lanes pairwise: a GPU
+// thread's additions are independent chains of D / kAttnDotLanes instead
+// of one chain of D (one chain of 64 dependent adds per key was what held
+// the first tiled kernels back). The order is fixed by D alone, the same
+// for every D template argument and on the host. The score q_i . k_j is
 // this with either vector local, and the products commute exactly, so the
 // forward, dQ and dK/dV all compute the same score bits.
-template <class T>
-CLEAVE_HD T attnDot(const T *local, const AttnInput &x, int64_t b, int64_t h,
-                    int64_t t, int64_t dim) {
-  T acc = 0;
-  for (int64_t d = 0; d < dim; ++d)
-    acc += local[d] * attnRead<T>(x.data, x.elem, x.at(b, h, t, d));
-  return acc;
+constexpr int kAttnDotLanes = 8;
+
+template <int D, class T, class Local, class Row>
+CLEAVE_HD T attnDotOf(const Local &local, const Row &x, int dim) {
+  T part[kAttnDotLanes] = {};
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d)
+    part[d % kAttnDotLanes] += local(d) * x(d);
+  return ((part[0] + part[1]) + (part[2] + part[3])) +
+         ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+template <int D, class T, class Row>
+CLEAVE_HD T attnDot(const T *local, const Row &x, int dim) {
+  return attnDotOf<D, T>([&](int d) { return local[d]; }, x, dim);
 }
 
 // S_ij from the dot product q_i . k_j: scaled, plus the additive mask.
@@ -264,71 +355,112 @@ template <class T> CLEAVE_HD T attnMax(T a, T b) {
   return a > b || a != a ? a : b;
 }
 
-// --- forward ---------------------------------------------------------------
-
-template <class T>
-CLEAVE_HD void attentionForwardRowAs(const AttentionStep &s, int64_t row) {
-  const AttentionOperands &a = s.in;
-  const int64_t dim = a.headDim, i = row % a.queryLen,
-                h = row / a.queryLen % a.queryHeads,
-                b = row / (a.queryLen * a.queryHeads),
-                kvh = h / (a.queryHeads / a.kvHeads);
-  T q[kMaxHeadDim], acc[kMaxHeadDim];
-  for (int64_t d = 0; d < dim; ++d) {
-    q[d] = attnRead<T>(a.q.data, a.q.elem, a.q.at(b, h, i, d));
-    acc[d] = 0;
-  }
-  T m = T(-INFINITY); // running maximum of the scores seen
-  double l = 0;       // running sum of exp(S - m)
-  const int64_t end = attentionKeyEnd(a, i);
-  for (int64_t j0 = 0; j0 < end; j0 += kAttnTile) {
-    const int n = end - j0 < kAttnTile ? int(end - j0) : kAttnTile;
-    // The tile's scores first, so the maximum moves once a tile.
-    T score[kAttnTile];
-    T tileMax = T(-INFINITY);
-    for (int t = 0; t < n; ++t) {
-      const int64_t j = j0 + t;
-      score[t] = attentionKeeps(a, b, h, i, j)
-                     ? attnScore(a, attnDot(q, a.k, b, kvh, j, dim), b, h, i, j)
-                     : T(-INFINITY);
-      tileMax = attnMax(score[t], tileMax);
-    }
-    if (tileMax == T(-INFINITY))
-      continue; // every key of the tile hidden: nothing changes
-    const T mNew = attnMax(tileMax, m);
-    if (mNew != m) {
-      // exp(-inf) = 0 on the first visible tile, where acc and l are 0.
-      const T rescale = attnExp(m - mNew);
-      l *= double(rescale);
-      for (int64_t d = 0; d < dim; ++d)
-        acc[d] *= rescale;
-      m = mNew;
-    }
-    for (int t = 0; t < n; ++t) {
-      if (score[t] == T(-INFINITY))
-        continue; // hidden: its V is not read (a masked pad may hold NaN)
-      const int64_t j = j0 + t;
-      const T p = attnExp(score[t] - m);
-      l += double(p);
-      for (int64_t d = 0; d < dim; ++d)
-        acc[d] += p * attnRead<T>(a.v.data, a.v.elem, a.v.at(b, kvh, j, d));
-    }
-  }
-  if (l == 0) { // no key seen: the fully-masked rule
-    for (int64_t d = 0; d < dim; ++d)
-      attnWrite(s.out.data, s.out.elem, s.out.at(b, h, i, d), T(0));
-    attnWrite(s.lse, s.lseElem, row, double(-INFINITY));
-    return;
-  }
-  for (int64_t d = 0; d < dim; ++d)
-    attnWrite(s.out.data, s.out.elem, s.out.at(b, h, i, d),
-              T(double(acc[d]) / l));
-  attnWrite(s.lse, s.lseElem, row, double(m) + log(l));
-}
-
 CLEAVE_HD bool attentionWide(const AttentionOperands &a) {
   return a.q.elem == AttnElem::F64 || a.k.elem == AttnElem::F64 ||
          a.v.elem == AttnElem::F64;
+}
+
+// --- forward ---------------------------------------------------------------
+
+// A query row's state between tiles.
+template <class T, int D> struct AttnForwardRow {
+  int64_t row, b, h, i, kvh, end; // end: the keys [0, end) it may see
+  T q[attnArray<D>()], acc[attnArray<D>()];
+  T m;      // running maximum of the scores seen
+  double l; // running sum of exp(S - m)
+};
+
+template <class T, int D>
+CLEAVE_HD void attnForwardBegin(const AttentionStep &s, int64_t row,
+                                AttnForwardRow<T, D> &r) {
+  const AttentionOperands &a = s.in;
+  const int dim = attnDim<D>(a);
+  r.row = row;
+  r.i = row % a.queryLen;
+  r.h = row / a.queryLen % a.queryHeads;
+  r.b = row / (a.queryLen * a.queryHeads);
+  r.kvh = r.h / (a.queryHeads / a.kvHeads);
+  r.end = attentionKeyEnd(a, r.i);
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d) {
+    r.q[d] = attnRead<T>(a.q.data, a.q.elem, a.q.at(r.b, r.h, r.i, d));
+    r.acc[d] = 0;
+  }
+  r.m = T(-INFINITY);
+  r.l = 0;
+}
+
+// Keys j0 .. j0 + n - 1 (n <= kAttnTile, j0 a multiple of kAttnTile): the
+// tile's scores first (into score[t * scoreStride]), so the maximum moves
+// once a tile, then the values.
+template <class T, int D, class Keys>
+CLEAVE_HD void attnForwardTile(const AttentionOperands &a,
+                               AttnForwardRow<T, D> &r, int64_t j0, int n,
+                               const Keys &keys, T *score, int scoreStride) {
+  const int dim = attnDim<D>(a);
+  T tileMax = T(-INFINITY);
+  for (int t = 0; t < n; ++t) {
+    const int64_t j = j0 + t;
+    T sc = T(-INFINITY);
+    if (attentionKeeps(a, r.b, r.h, r.i, j))
+      sc = attnScore(
+          a, attnDot<D>(r.q, [&](int d) { return keys.k(t, d); }, dim), r.b,
+          r.h, r.i, j);
+    score[t * scoreStride] = sc;
+    tileMax = attnMax(sc, tileMax);
+  }
+  if (tileMax == T(-INFINITY))
+    return; // every key of the tile hidden: nothing changes
+  const T mNew = attnMax(tileMax, r.m);
+  if (mNew != r.m) {
+    // exp(-inf) = 0 on the first visible tile, where acc and l are 0.
+    const T rescale = attnExp(r.m - mNew);
+    r.l *= double(rescale);
+    CLEAVE_UNROLL
+    for (int d = 0; d < (D > 0 ? D : dim); ++d)
+      r.acc[d] *= rescale;
+    r.m = mNew;
+  }
+  for (int t = 0; t < n; ++t) {
+    const T sc = score[t * scoreStride];
+    if (sc == T(-INFINITY))
+      continue; // hidden: its V is not read (a masked pad may hold NaN)
+    const T p = attnExp(sc - r.m);
+    r.l += double(p);
+    CLEAVE_UNROLL
+    for (int d = 0; d < (D > 0 ? D : dim); ++d)
+      r.acc[d] += p * keys.v(t, d);
+  }
+}
+
+template <class T, int D>
+CLEAVE_HD void attnForwardEnd(const AttentionStep &s,
+                              const AttnForwardRow<T, D> &r) {
+  const int dim = attnDim<D>(s.in);
+  if (r.l == 0) { // no key seen: the fully-masked rule
+    for (int d = 0; d < dim; ++d)
+      attnWrite(s.out.data, s.out.elem, s.out.at(r.b, r.h, r.i, d), T(0));
+    attnWrite(s.lse, s.lseElem, r.row, double(-INFINITY));
+    return;
+  }
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d)
+    attnWrite(s.out.data, s.out.elem, s.out.at(r.b, r.h, r.i, d),
+              T(double(r.acc[d]) / r.l));
+  attnWrite(s.lse, s.lseElem, r.row, double(r.m) + log(r.l));
+}
+
+template <class T>
+CLEAVE_HD void attentionForwardRowAs(const AttentionStep &s, int64_t row) {
+  AttnForwardRow<T, 0> r;
+  attnForwardBegin(s, row, r);
+  T score[kAttnTile];
+  for (int64_t j0 = 0; j0 < r.end; j0 += kAttnTile) {
+    const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
+    attnForwardTile(s.in, r, j0, n, AttnKeysInMemory<T>{&s.in, r.b, r.kvh, j0},
+                    score, 1);
+  }
+  attnForwardEnd(s, r);
 }
 
 // O and L of query row `row` (row-major over b, h, i).
@@ -361,79 +493,184 @@ CLEAVE_HD T attnScoreGrad(T p, T dpv, double delta) {
   return p * T(double(dpv) - delta);
 }
 
-template <class T>
-CLEAVE_HD void attentionGradQRowAs(const AttentionGradStep &s, int64_t row) {
+// dQ: a query row's state between key tiles.
+template <class T, int D> struct AttnGradQRow {
+  int64_t row, b, h, i, kvh, end; // end 0 for a fully-masked row
+  T q[attnArray<D>()], dout[attnArray<D>()], acc[attnArray<D>()];
+  T lse;
+  double delta;
+};
+
+template <class T, int D>
+CLEAVE_HD void attnGradQBegin(const AttentionGradStep &s, int64_t row,
+                              AttnGradQRow<T, D> &r) {
   const AttentionOperands &a = s.in;
-  const int64_t dim = a.headDim, i = row % a.queryLen,
-                h = row / a.queryLen % a.queryHeads,
-                b = row / (a.queryLen * a.queryHeads),
-                kvh = h / (a.queryHeads / a.kvHeads);
-  const T lse = attnRead<T>(s.lse, s.lseElem, row);
-  T q[kMaxHeadDim], dout[kMaxHeadDim], acc[kMaxHeadDim];
-  for (int64_t d = 0; d < dim; ++d) {
-    q[d] = attnRead<T>(a.q.data, a.q.elem, a.q.at(b, h, i, d));
-    dout[d] = attnRead<T>(s.dOut.data, s.dOut.elem, s.dOut.at(b, h, i, d));
-    acc[d] = 0;
+  const int dim = attnDim<D>(a);
+  r.row = row;
+  r.i = row % a.queryLen;
+  r.h = row / a.queryLen % a.queryHeads;
+  r.b = row / (a.queryLen * a.queryHeads);
+  r.kvh = r.h / (a.queryHeads / a.kvHeads);
+  r.lse = attnRead<T>(s.lse, s.lseElem, row);
+  r.delta = s.delta[row];
+  // A fully-masked row (L = -inf) sees no key, so it adds nothing.
+  r.end = r.lse == T(-INFINITY) ? 0 : attentionKeyEnd(a, r.i);
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d) {
+    r.q[d] = attnRead<T>(a.q.data, a.q.elem, a.q.at(r.b, r.h, r.i, d));
+    r.dout[d] =
+        attnRead<T>(s.dOut.data, s.dOut.elem, s.dOut.at(r.b, r.h, r.i, d));
+    r.acc[d] = 0;
   }
-  const double delta = s.delta[row];
-  // A fully-masked row (L = -inf) sees no key, so the loop adds nothing.
-  const int64_t end = lse == T(-INFINITY) ? 0 : attentionKeyEnd(a, i);
-  for (int64_t j = 0; j < end; ++j) {
-    if (!attentionKeeps(a, b, h, i, j))
+}
+
+// Keys j0 .. j0 + n - 1, in increasing order.
+template <class T, int D, class Keys>
+CLEAVE_HD void attnGradQTile(const AttentionOperands &a, AttnGradQRow<T, D> &r,
+                             int64_t j0, int n, const Keys &keys) {
+  const int dim = attnDim<D>(a);
+  for (int t = 0; t < n; ++t) {
+    const int64_t j = j0 + t;
+    if (!attentionKeeps(a, r.b, r.h, r.i, j))
       continue;
-    const T sc = attnScore(a, attnDot(q, a.k, b, kvh, j, dim), b, h, i, j);
+    const T sc = attnScore(
+        a, attnDot<D>(r.q, [&](int d) { return keys.k(t, d); }, dim), r.b, r.h,
+        r.i, j);
     if (sc == T(-INFINITY))
       continue;
-    const T ds = attnScoreGrad(attnExp(sc - lse),
-                               attnDot(dout, a.v, b, kvh, j, dim), delta);
-    for (int64_t d = 0; d < dim; ++d)
-      acc[d] += ds * attnRead<T>(a.k.data, a.k.elem, a.k.at(b, kvh, j, d));
+    const T ds = attnScoreGrad(
+        attnExp(sc - r.lse),
+        attnDot<D>(r.dout, [&](int d) { return keys.v(t, d); }, dim), r.delta);
+    CLEAVE_UNROLL
+    for (int d = 0; d < (D > 0 ? D : dim); ++d)
+      r.acc[d] += ds * keys.k(t, d);
   }
-  for (int64_t d = 0; d < dim; ++d)
-    attnWrite(s.dq.data, s.dq.elem, s.dq.at(b, h, i, d), acc[d] * T(a.scale));
+}
+
+template <class T, int D>
+CLEAVE_HD void attnGradQEnd(const AttentionGradStep &s,
+                            const AttnGradQRow<T, D> &r) {
+  const int dim = attnDim<D>(s.in);
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d)
+    attnWrite(s.dq.data, s.dq.elem, s.dq.at(r.b, r.h, r.i, d),
+              r.acc[d] * T(s.in.scale));
+}
+
+// dK and dV: a kv row's state between query tiles. With SharedV, v_j is
+// not in the state but in the block's shared memory, `vs[d *
+// kAttnBlockRows]` (a GPU thread's four D-wide arrays do not fit its
+// registers: ptxas spilled 1.4 KiB a thread at D 64).
+template <class T, int D, bool SharedV = false> struct AttnGradKVRow {
+  int64_t row, b, kvh, j, begin; // begin: the first query that may see j
+  T k[attnArray<D>()], accK[attnArray<D>()], accV[attnArray<D>()];
+  T v[SharedV ? 1 : attnArray<D>()];
+  T *vs = nullptr; // SharedV: this row's column of the block's v
+
+  CLEAVE_HD T vAt(int d) const {
+    if constexpr (SharedV)
+      return vs[d * kAttnBlockRows];
+    else
+      return v[d];
+  }
+  CLEAVE_HD void setV(int d, T x) {
+    if constexpr (SharedV)
+      vs[d * kAttnBlockRows] = x;
+    else
+      v[d] = x;
+  }
+};
+
+template <class T, int D, bool SharedV>
+CLEAVE_HD void attnGradKVBegin(const AttentionGradStep &s, int64_t row,
+                               AttnGradKVRow<T, D, SharedV> &r) {
+  const AttentionOperands &a = s.in;
+  const int dim = attnDim<D>(a);
+  r.row = row;
+  r.j = row % a.keyLen;
+  r.kvh = row / a.keyLen % a.kvHeads;
+  r.b = row / (a.keyLen * a.kvHeads);
+  r.begin = attentionQueryBegin(a, r.j);
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d) {
+    r.k[d] = attnRead<T>(a.k.data, a.k.elem, a.k.at(r.b, r.kvh, r.j, d));
+    r.setV(d, attnRead<T>(a.v.data, a.v.elem, a.v.at(r.b, r.kvh, r.j, d)));
+    r.accK[d] = r.accV[d] = 0;
+  }
+}
+
+// Queries i0 .. i0 + n - 1 of query head h, in increasing order.
+template <class T, int D, bool SharedV, class Queries>
+CLEAVE_HD void attnGradKVTile(const AttentionOperands &a,
+                              AttnGradKVRow<T, D, SharedV> &r, int64_t h,
+                              int64_t i0, int n, const Queries &qs) {
+  const int dim = attnDim<D>(a);
+  for (int t = 0; t < n; ++t) {
+    const int64_t i = i0 + t;
+    if (i < r.begin || !attentionKeeps(a, r.b, h, i, r.j))
+      continue;
+    const T lse = qs.lse(t);
+    if (lse == T(-INFINITY))
+      continue; // a fully-masked row
+    const T sc = attnScore(
+        a, attnDot<D>(r.k, [&](int d) { return qs.q(t, d); }, dim), r.b, h, i,
+        r.j);
+    if (sc == T(-INFINITY))
+      continue;
+    const T p = attnExp(sc - lse);
+    const T ds = attnScoreGrad(
+        p,
+        attnDotOf<D, T>([&](int d) { return r.vAt(d); },
+                        [&](int d) { return qs.dout(t, d); }, dim),
+        qs.delta(t));
+    CLEAVE_UNROLL
+    for (int d = 0; d < (D > 0 ? D : dim); ++d) {
+      r.accV[d] += p * qs.dout(t, d);
+      r.accK[d] += ds * qs.q(t, d);
+    }
+  }
+}
+
+template <class T, int D, bool SharedV>
+CLEAVE_HD void attnGradKVEnd(const AttentionGradStep &s,
+                             const AttnGradKVRow<T, D, SharedV> &r) {
+  const int dim = attnDim<D>(s.in);
+  CLEAVE_UNROLL
+  for (int d = 0; d < (D > 0 ? D : dim); ++d) {
+    attnWrite(s.dk.data, s.dk.elem, s.dk.at(r.b, r.kvh, r.j, d),
+              r.accK[d] * T(s.in.scale));
+    attnWrite(s.dv.data, s.dv.elem, s.dv.at(r.b, r.kvh, r.j, d), r.accV[d]);
+  }
+}
+
+template <class T>
+CLEAVE_HD void attentionGradQRowAs(const AttentionGradStep &s, int64_t row) {
+  AttnGradQRow<T, 0> r;
+  attnGradQBegin(s, row, r);
+  for (int64_t j0 = 0; j0 < r.end; j0 += kAttnTile) {
+    const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
+    attnGradQTile(s.in, r, j0, n, AttnKeysInMemory<T>{&s.in, r.b, r.kvh, j0});
+  }
+  attnGradQEnd(s, r);
 }
 
 template <class T>
 CLEAVE_HD void attentionGradKVRowAs(const AttentionGradStep &s, int64_t row) {
   const AttentionOperands &a = s.in;
-  const int64_t dim = a.headDim, j = row % a.keyLen,
-                kvh = row / a.keyLen % a.kvHeads,
-                b = row / (a.keyLen * a.kvHeads),
-                group = a.queryHeads / a.kvHeads;
-  T k[kMaxHeadDim], v[kMaxHeadDim], accK[kMaxHeadDim], accV[kMaxHeadDim];
-  for (int64_t d = 0; d < dim; ++d) {
-    k[d] = attnRead<T>(a.k.data, a.k.elem, a.k.at(b, kvh, j, d));
-    v[d] = attnRead<T>(a.v.data, a.v.elem, a.v.at(b, kvh, j, d));
-    accK[d] = accV[d] = 0;
-  }
-  const int64_t begin = attentionQueryBegin(a, j);
+  AttnGradKVRow<T, 0> r;
+  attnGradKVBegin(s, row, r);
+  const int64_t group = a.queryHeads / a.kvHeads;
   for (int64_t g = 0; g < group; ++g) {
-    const int64_t h = kvh * group + g;
-    for (int64_t i = begin; i < a.queryLen; ++i) {
-      if (!attentionKeeps(a, b, h, i, j))
-        continue;
-      const int64_t qrow = (b * a.queryHeads + h) * a.queryLen + i;
-      const T lse = attnRead<T>(s.lse, s.lseElem, qrow);
-      if (lse == T(-INFINITY))
-        continue; // a fully-masked row
-      const T sc = attnScore(a, attnDot(k, a.q, b, h, i, dim), b, h, i, j);
-      if (sc == T(-INFINITY))
-        continue;
-      const T p = attnExp(sc - lse);
-      const T ds = attnScoreGrad(p, attnDot(v, s.dOut, b, h, i, dim),
-                                 s.delta[qrow]);
-      for (int64_t d = 0; d < dim; ++d) {
-        accV[d] += p * attnRead<T>(s.dOut.data, s.dOut.elem,
-                                   s.dOut.at(b, h, i, d));
-        accK[d] += ds * attnRead<T>(a.q.data, a.q.elem, a.q.at(b, h, i, d));
-      }
+    const int64_t h = r.kvh * group + g;
+    const int64_t row0 = (r.b * a.queryHeads + h) * a.queryLen;
+    for (int64_t i0 = r.begin; i0 < a.queryLen; i0 += kAttnTile) {
+      const int n =
+          a.queryLen - i0 < kAttnTile ? int(a.queryLen - i0) : kAttnTile;
+      attnGradKVTile(a, r, h, i0, n,
+                     AttnQueriesInMemory<T>{&s, r.b, h, i0, row0 + i0});
     }
   }
-  for (int64_t d = 0; d < dim; ++d) {
-    attnWrite(s.dk.data, s.dk.elem, s.dk.at(b, kvh, j, d),
-              accK[d] * T(a.scale));
-    attnWrite(s.dv.data, s.dv.elem, s.dv.at(b, kvh, j, d), accV[d]);
-  }
+  attnGradKVEnd(s, r);
 }
 
 // dQ of query row `row` (row-major over b, h, i); needs every Delta.
@@ -453,18 +690,301 @@ CLEAVE_HD void attentionGradKVRow(const AttentionGradStep &s, int64_t row) {
     attentionGradKVRowAs<float>(s, row);
 }
 
+// --- block steps -------------------------------------------------------------
+//
+// A block takes kAttnBlockRows consecutive rows of one (batch, head): query
+// rows for the forward and dQ, kv rows for dK and dV. Its threads, one a
+// row, load each tile of the other side once into the block's tiles (in T,
+// `dim` values a row), then each walks the tile as its row function would.
+// The tiles are visited in the row functions' order and a row reads the
+// same values from them, so a block's rows have the per-row functions' bits
+// (DeviceAttention tests: blocks against rows). The loops around these
+// functions are the GPU kernels (CudaKernels.cu, a __syncthreads() between
+// loading a tile and reading it, and before the next load) and the host
+// drivers below (each phase for every thread of the block in turn).
+
+// Rows [first, first + count) of one (b, head) of a block.
+struct AttnBlock {
+  int64_t b, head, first, count;
+};
+
+CLEAVE_HD int64_t attnBlockCount(int64_t batch, int64_t heads, int64_t len) {
+  return batch * heads * ((len + kAttnBlockRows - 1) / kAttnBlockRows);
+}
+
+CLEAVE_HD AttnBlock attnBlockAt(int64_t block, int64_t heads, int64_t len) {
+  const int64_t tiles = (len + kAttnBlockRows - 1) / kAttnBlockRows;
+  const int64_t bh = block / tiles;
+  AttnBlock k;
+  k.b = bh / heads;
+  k.head = bh % heads;
+  k.first = block % tiles * kAttnBlockRows;
+  k.count = len - k.first < kAttnBlockRows ? len - k.first : kAttnBlockRows;
+  return k;
+}
+
+// Copies rows [p0, p0 + n) of x at (b, head) into tile ([n][dim] in T);
+// thread `tid` of `threads` takes every threads-th value, so consecutive
+// threads read consecutive features.
+template <class T, int D>
+CLEAVE_HD void attnLoadTile(const AttnInput &x, int64_t b, int64_t head,
+                            int64_t p0, int n, int dim, T *tile, int tid,
+                            int threads) {
+  const int count = n * (D > 0 ? D : dim);
+  for (int e = tid; e < count; e += threads) {
+    const int t = e / (D > 0 ? D : dim), d = e % (D > 0 ? D : dim);
+    tile[e] = attnRead<T>(x.data, x.elem, x.at(b, head, p0 + t, d));
+  }
+}
+
+// Forward: a block of query rows over tiles of keys. Shared: K and V tiles
+// and the scores of the block's rows ([kAttnTile][kAttnBlockRows]).
+template <class T>
+CLEAVE_HD size_t attnForwardShared(int64_t dim) {
+  return size_t(2 * kAttnTile * dim + kAttnTile * kAttnBlockRows) * sizeof(T);
+}
+
+struct AttnForwardBlock {
+  AttnBlock rows;
+  int64_t kvh, keyEnd; // keyEnd: the keys any row of the block may see
+};
+
+CLEAVE_HD AttnForwardBlock attnForwardBlockAt(const AttentionOperands &a,
+                                              int64_t block) {
+  AttnForwardBlock k;
+  k.rows = attnBlockAt(block, a.queryHeads, a.queryLen);
+  k.kvh = k.rows.head / (a.queryHeads / a.kvHeads);
+  // The last row sees the most keys (the causal end grows with i).
+  k.keyEnd = attentionKeyEnd(a, k.rows.first + k.rows.count - 1);
+  return k;
+}
+
+CLEAVE_HD int64_t attnBlockRow(const AttentionOperands &a, const AttnBlock &k,
+                               int tid) {
+  return (k.b * a.queryHeads + k.head) * a.queryLen + k.first + tid;
+}
+
+template <class T, int D>
+CLEAVE_HD void attnForwardBlockLoad(const AttentionOperands &a,
+                                    const AttnForwardBlock &k, int64_t j0,
+                                    T *shared, int tid) {
+  const int dim = attnDim<D>(a);
+  const int n = k.keyEnd - j0 < kAttnTile ? int(k.keyEnd - j0) : kAttnTile;
+  attnLoadTile<T, D>(a.k, k.rows.b, k.kvh, j0, n, dim, shared, tid,
+                     kAttnBlockRows);
+  attnLoadTile<T, D>(a.v, k.rows.b, k.kvh, j0, n, dim,
+                     shared + kAttnTile * dim, tid, kAttnBlockRows);
+}
+
+template <class T, int D>
+CLEAVE_HD void attnForwardBlockTile(const AttentionOperands &a,
+                                    AttnForwardRow<T, D> &r, int64_t j0,
+                                    T *shared, int tid) {
+  if (j0 >= r.end)
+    return;
+  const int dim = attnDim<D>(a);
+  const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
+  attnForwardTile(a, r, j0, n,
+                  AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim},
+                  shared + 2 * kAttnTile * dim + tid, kAttnBlockRows);
+}
+
+// dQ: a block of query rows over tiles of keys. Shared: K and V tiles.
+template <class T>
+CLEAVE_HD size_t attnGradQShared(int64_t dim) {
+  return size_t(2 * kAttnTile * dim) * sizeof(T);
+}
+
+template <class T, int D>
+CLEAVE_HD void attnGradQBlockTile(const AttentionOperands &a,
+                                  AttnGradQRow<T, D> &r, int64_t j0,
+                                  const T *shared) {
+  if (j0 >= r.end)
+    return;
+  const int dim = attnDim<D>(a);
+  const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
+  attnGradQTile(a, r, j0, n,
+                AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim});
+}
+
+// dK and dV: a block of kv rows over tiles of queries, for each query head
+// of the kv head's group. Shared: Q and dO tiles, then L in T and Delta.
+template <class T>
+CLEAVE_HD size_t attnGradKVShared(int64_t dim, bool sharedV) {
+  return size_t(2 * kAttnTile * dim) * sizeof(T) +
+         size_t(kAttnTile) * (sizeof(T) + sizeof(double)) +
+         (sharedV ? size_t(kAttnBlockRows * dim) * sizeof(T) : 0);
+}
+
+struct AttnGradKVBlock {
+  AttnBlock rows;
+  int64_t queryBegin; // the first query any row of the block may be seen by
+};
+
+CLEAVE_HD AttnGradKVBlock attnGradKVBlockAt(const AttentionOperands &a,
+                                            int64_t block) {
+  AttnGradKVBlock k;
+  k.rows = attnBlockAt(block, a.kvHeads, a.keyLen);
+  k.queryBegin = attentionQueryBegin(a, k.rows.first);
+  return k;
+}
+
+CLEAVE_HD int64_t attnBlockKvRow(const AttentionOperands &a,
+                                 const AttnBlock &k, int tid) {
+  return (k.b * a.kvHeads + k.head) * a.keyLen + k.first + tid;
+}
+
+// Where the tiles of a dK/dV block are in its shared memory.
+template <class T> struct AttnKVShared {
+  T *q, *dout, *lse;
+  double *delta;
+  T *v; // the rows' v, [dim][kAttnBlockRows], where the rows keep it here
+  CLEAVE_HD AttnKVShared(void *shared, int dim) {
+    // Delta first: doubles need 8-byte alignment, which T's arrays after
+    // them keep.
+    delta = static_cast<double *>(shared);
+    q = reinterpret_cast<T *>(delta + kAttnTile);
+    dout = q + kAttnTile * dim;
+    lse = dout + kAttnTile * dim;
+    v = lse + kAttnTile;
+  }
+};
+
+template <class T, int D>
+CLEAVE_HD void attnGradKVBlockLoad(const AttentionGradStep &s,
+                                   const AttnGradKVBlock &k, int64_t h,
+                                   int64_t i0, void *shared, int tid) {
+  const AttentionOperands &a = s.in;
+  const int dim = attnDim<D>(a);
+  const int n = a.queryLen - i0 < kAttnTile ? int(a.queryLen - i0) : kAttnTile;
+  AttnKVShared<T> sh(shared, dim);
+  attnLoadTile<T, D>(a.q, k.rows.b, h, i0, n, dim, sh.q, tid, kAttnBlockRows);
+  attnLoadTile<T, D>(s.dOut, k.rows.b, h, i0, n, dim, sh.dout, tid,
+                     kAttnBlockRows);
+  const int64_t row0 = (k.rows.b * a.queryHeads + h) * a.queryLen + i0;
+  for (int t = tid; t < n; t += kAttnBlockRows) {
+    sh.lse[t] = attnRead<T>(s.lse, s.lseElem, row0 + t);
+    sh.delta[t] = s.delta[row0 + t];
+  }
+}
+
+// Where row `tid` of a block keeps v_j (SharedV).
+template <class T>
+CLEAVE_HD T *attnKVSharedV(void *shared, int dim, int tid) {
+  return AttnKVShared<T>(shared, dim).v + tid;
+}
+
+template <class T, int D, bool SharedV>
+CLEAVE_HD void attnGradKVBlockTile(const AttentionOperands &a,
+                                   AttnGradKVRow<T, D, SharedV> &r, int64_t h,
+                                   int64_t i0, void *shared) {
+  const int dim = attnDim<D>(a);
+  const int n = a.queryLen - i0 < kAttnTile ? int(a.queryLen - i0) : kAttnTile;
+  AttnKVShared<T> sh(shared, dim);
+  attnGradKVTile(a, r, h, i0, n,
+                 AttnQueriesInTile<T>{sh.q, sh.dout, sh.lse, sh.delta, dim});
+}
+
 // --- host drivers -----------------------------------------------------------
 //
-// The emulated backend's loops (host only): every row in increasing order.
-// Any other order, or any split over threads, gives the same bits, since a
-// row's result depends on the inputs alone.
+// The emulated backend's loops (host only): the block steps of the GPU
+// kernels, every block in increasing order and within a block each phase
+// for every thread in turn. Any other order, or any split over threads,
+// gives the same bits, since a row's result depends on the inputs alone.
+
+template <class T, int D = 0>
+void runAttentionForwardBlocksOnHost(const AttentionStep &s) {
+  const AttentionOperands &a = s.in;
+  std::vector<unsigned char> shared(attnForwardShared<T>(a.headDim));
+  T *tiles = reinterpret_cast<T *>(shared.data());
+  std::vector<AttnForwardRow<T, D>> rows(kAttnBlockRows);
+  for (int64_t blk = 0, n = attnBlockCount(a.batch, a.queryHeads, a.queryLen);
+       blk < n; ++blk) {
+    const AttnForwardBlock k = attnForwardBlockAt(a, blk);
+    for (int t = 0; t < k.rows.count; ++t)
+      attnForwardBegin(s, attnBlockRow(a, k.rows, t), rows[t]);
+    for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
+      for (int t = 0; t < kAttnBlockRows; ++t)
+        attnForwardBlockLoad<T, D>(a, k, j0, tiles, t);
+      for (int t = 0; t < k.rows.count; ++t)
+        attnForwardBlockTile<T, D>(a, rows[t], j0, tiles, t);
+    }
+    for (int t = 0; t < k.rows.count; ++t)
+      attnForwardEnd(s, rows[t]);
+  }
+}
+
+template <class T, int D = 0, bool SharedV = false>
+void runAttentionGradBlocksOnHost(const AttentionGradStep &s) {
+  const AttentionOperands &a = s.in;
+  std::vector<unsigned char> sharedQ(attnGradQShared<T>(a.headDim));
+  T *tiles = reinterpret_cast<T *>(sharedQ.data());
+  std::vector<AttnGradQRow<T, D>> qrows(kAttnBlockRows);
+  for (int64_t blk = 0, n = attnBlockCount(a.batch, a.queryHeads, a.queryLen);
+       blk < n; ++blk) {
+    // The forward's block geometry: the same rows and key range.
+    const AttnForwardBlock k = attnForwardBlockAt(a, blk);
+    for (int t = 0; t < k.rows.count; ++t)
+      attnGradQBegin(s, attnBlockRow(a, k.rows, t), qrows[t]);
+    for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
+      for (int t = 0; t < kAttnBlockRows; ++t)
+        attnForwardBlockLoad<T, D>(a, k, j0, tiles, t);
+      for (int t = 0; t < k.rows.count; ++t)
+        attnGradQBlockTile<T, D>(a, qrows[t], j0, tiles);
+    }
+    for (int t = 0; t < k.rows.count; ++t)
+      attnGradQEnd(s, qrows[t]);
+  }
+  std::vector<double> sharedKV(attnGradKVShared<T>(a.headDim, SharedV) /
+                                   sizeof(double) +
+                               1);
+  std::vector<AttnGradKVRow<T, D, SharedV>> kvrows(kAttnBlockRows);
+  const int64_t group = a.queryHeads / a.kvHeads;
+  for (int64_t blk = 0, n = attnBlockCount(a.batch, a.kvHeads, a.keyLen);
+       blk < n; ++blk) {
+    const AttnGradKVBlock k = attnGradKVBlockAt(a, blk);
+    for (int t = 0; t < k.rows.count; ++t) {
+      kvrows[t].vs = attnKVSharedV<T>(sharedKV.data(), int(a.headDim), t);
+      attnGradKVBegin(s, attnBlockKvRow(a, k.rows, t), kvrows[t]);
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = k.rows.head * group + g;
+      for (int64_t i0 = k.queryBegin; i0 < a.queryLen; i0 += kAttnTile) {
+        for (int t = 0; t < kAttnBlockRows; ++t)
+          attnGradKVBlockLoad<T, D>(s, k, h, i0, sharedKV.data(), t);
+        for (int t = 0; t < k.rows.count; ++t)
+          attnGradKVBlockTile<T, D>(a, kvrows[t], h, i0, sharedKV.data());
+      }
+    }
+    for (int t = 0; t < k.rows.count; ++t)
+      attnGradKVEnd(s, kvrows[t]);
+  }
+}
 
 inline void runAttentionForwardOnHost(const AttentionStep &s) {
+  if (attentionWide(s.in))
+    runAttentionForwardBlocksOnHost<double>(s);
+  else
+    runAttentionForwardBlocksOnHost<float>(s);
+}
+
+inline void runAttentionBackwardOnHost(const AttentionGradStep &s) {
+  for (int64_t r = 0, rows = attentionRows(s.in); r < rows; ++r)
+    attentionDeltaRow(s, r);
+  if (attentionWide(s.in))
+    runAttentionGradBlocksOnHost<double>(s);
+  else
+    runAttentionGradBlocksOnHost<float>(s);
+}
+
+// The per-row functions alone, every row in increasing order (the blocks'
+// reference in the tests).
+inline void runAttentionForwardRowsOnHost(const AttentionStep &s) {
   for (int64_t r = 0, rows = attentionRows(s.in); r < rows; ++r)
     attentionForwardRow(s, r);
 }
 
-inline void runAttentionBackwardOnHost(const AttentionGradStep &s) {
+inline void runAttentionBackwardRowsOnHost(const AttentionGradStep &s) {
   const int64_t rows = attentionRows(s.in), kvRows = attentionKvRows(s.in);
   for (int64_t r = 0; r < rows; ++r)
     attentionDeltaRow(s, r);

@@ -94,11 +94,14 @@ CLEAVE_HD void reduceElement(const ReduceStep &r, int64_t o) {
               r.count, r.out, r.outElem, o);
 }
 
-// Chunk i % chunks of output i / chunks, into partial[i].
+// Chunk i / outputs of output i % outputs, into partial[output * chunks +
+// chunk]: consecutive threads take consecutive outputs, whose inputs are
+// consecutive in a bias gradient (a sum over rows of columns).
 CLEAVE_HD void reducePartial(const ReduceStep &r, int64_t i) {
-  int64_t n = r.chunks(), o = i / n, c = i % n;
+  int64_t n = r.chunks(), o = i % r.outputs, c = i / r.outputs;
   int64_t r0 = c * r.chunk, r1 = r0 + r.chunk < r.count ? r0 + r.chunk : r.count;
-  r.partial[i] = reduceRange(r.kind, r.in, r.inElem, r.base(o), r.reduced, r0, r1);
+  r.partial[o * n + c] =
+      reduceRange(r.kind, r.in, r.inElem, r.base(o), r.reduced, r0, r1);
 }
 
 // Output o from its chunks, in order.
@@ -339,7 +342,10 @@ CLEAVE_HD void rowElement(const L &l, const RowStep &s, int64_t r) {
 
 // LayerNormalizationGradParams, one thread per column j of [rows, len]:
 // dScale[j] = sum over rows (increasing) of dY[r, j] * (X[r, j] - mean_r) *
-// invStd_r, with the statistics from a LayerNormStats row step.
+// invStd_r, with the statistics from a LayerNormStats row step. As a
+// ReduceStep, the lowering may split the rows into chunks (a GPT-2 layer's
+// 768 columns of 8192 rows): a thread per (column, chunk) into partial,
+// then a thread per column adds its chunks in order.
 struct ColumnStep {
   int64_t rows = 0, len = 0;
   const void *dy = nullptr, *x = nullptr;
@@ -347,17 +353,25 @@ struct ColumnStep {
   const double *stats = nullptr;
   void *out = nullptr;
   Elem outElem = Elem::F32;
+  int64_t chunk = 0;         // rows a chunk; 0: one thread a column
+  double *partial = nullptr; // len x chunks, where chunk > 0
+
+  CLEAVE_HD int64_t chunks() const {
+    return chunk > 0 ? (rows + chunk - 1) / chunk : 1;
+  }
 };
 
-CLEAVE_HD void columnElement(const ColumnStep &s, int64_t j) {
+// The column's sum over rows [r0, r1), in double.
+CLEAVE_HD double columnRange(const ColumnStep &s, int64_t j, int64_t r0,
+                             int64_t r1) {
   // Loads ahead of the sums, as reduceElement.
   constexpr int kAhead = kReduceAhead;
   auto term = [&](int64_t r, float dy, float x) {
     return double(dy) * ((double(x) - s.stats[2 * r]) * s.stats[2 * r + 1]);
   };
   double acc = 0;
-  int64_t r = 0;
-  for (; r + kAhead <= s.rows; r += kAhead) {
+  int64_t r = r0;
+  for (; r + kAhead <= r1; r += kAhead) {
     float dy[kAhead], x[kAhead];
     for (int u = 0; u < kAhead; ++u) {
       int64_t i = (r + u) * s.len + j;
@@ -367,10 +381,33 @@ CLEAVE_HD void columnElement(const ColumnStep &s, int64_t j) {
     for (int u = 0; u < kAhead; ++u)
       acc += term(r + u, dy[u], x[u]);
   }
-  for (; r < s.rows; ++r) {
+  for (; r < r1; ++r) {
     int64_t i = r * s.len + j;
     acc += term(r, load(s.dy, s.dyElem, i), load(s.x, s.xElem, i));
   }
+  return acc;
+}
+
+// Column j in one thread (chunk 0).
+CLEAVE_HD void columnElement(const ColumnStep &s, int64_t j) {
+  store(s.out, s.outElem, j, float(columnRange(s, j, 0, s.rows)));
+}
+
+// Chunk i / len of column i % len, into partial[column * chunks + chunk]:
+// consecutive threads take consecutive columns, so their loads are
+// consecutive.
+CLEAVE_HD void columnPartial(const ColumnStep &s, int64_t i) {
+  int64_t n = s.chunks(), j = i % s.len, c = i / s.len;
+  int64_t r0 = c * s.chunk, r1 = r0 + s.chunk < s.rows ? r0 + s.chunk : s.rows;
+  s.partial[j * n + c] = columnRange(s, j, r0, r1);
+}
+
+// Column j from its chunks, in order.
+CLEAVE_HD void columnChunks(const ColumnStep &s, int64_t j) {
+  int64_t n = s.chunks();
+  double acc = 0;
+  for (int64_t c = 0; c < n; ++c)
+    acc += s.partial[j * n + c];
   store(s.out, s.outElem, j, float(acc));
 }
 

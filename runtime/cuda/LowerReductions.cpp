@@ -221,10 +221,15 @@ llvm::Expected<Steps> lowerRows(const KernelCall &call,
     r->rms = call.op == OpKind::RMSNormalizationGradParams;
     if (call.outputs[0].numElements() != r->len)
       return fail(call, "dScale must have the normalized dims' size");
-    r->stats = doubles(scratch, 2 * r->rows);
     ColumnStep c;
     c.rows = r->rows;
     c.len = r->len;
+    // The call's one scratch block (a second request would reuse it): the
+    // rows' statistics, then the columns' partial sums where chunked.
+    c.chunk = reduceChunk(c.len, c.rows);
+    r->stats = doubles(scratch, 2 * r->rows + (c.chunk ? c.len * c.chunks() : 0));
+    if (c.chunk && r->stats)
+      c.partial = r->stats + 2 * r->rows;
     c.dy = x.data;
     c.dyElem = *elemOf(x.dtype);
     c.x = call.inputs[1].data;

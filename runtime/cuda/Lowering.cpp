@@ -529,8 +529,15 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
       for (int64_t i = 0; i < row->rows; ++i)
         rowElement(HostLanes{}, *row, i);
     } else if (auto *c = std::get_if<ColumnStep>(&step)) {
-      for (int64_t j = 0; j < c->len; ++j)
-        columnElement(*c, j);
+      if (c->chunk == 0) {
+        for (int64_t j = 0; j < c->len; ++j)
+          columnElement(*c, j);
+      } else {
+        for (int64_t i = 0, n = c->len * c->chunks(); i < n; ++i)
+          columnPartial(*c, i);
+        for (int64_t j = 0; j < c->len; ++j)
+          columnChunks(*c, j);
+      }
     } else if (auto *l = std::get_if<LossStep>(&step)) {
       lossStep(*l);
     } else if (auto *g = std::get_if<GatherStep>(&step)) {

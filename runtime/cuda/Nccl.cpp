@@ -797,9 +797,20 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclGroupComm(Comm &control,
   if (n < 2)
     return nullptr;
   // Rank 0 decides: every place distinct, and an id (whose first byte
-  // after the verdict says so) for all.
+  // after the verdict says so) for all. A member whose GPU is not there
+  // adds why to its place ("host:device|why"), and then no member of
+  // distinct places joins a communicator (the others would wait in
+  // ncclCommInitRank for it).
   std::array<char, 1 + 128> verdict{};
-  std::array<char, 128> place = placeBytes(ncclPlace(device));
+  std::string placeText = ncclPlace(device);
+  if (auto usable = visibleGpus(); !usable)
+    placeText += "|" + llvm::toString(usable.takeError());
+  else if (device < 0 || device >= *usable)
+    placeText += llvm::formatv("|NCCL: CUDA device {0} does not exist ({1} "
+                               "visible)",
+                               device, *usable)
+                     .str();
+  std::array<char, 128> place = placeBytes(placeText);
   if (me == 0) {
     std::vector<std::string> places{std::string(place.data())};
     for (int r = 1; r < n; ++r) {
@@ -808,8 +819,19 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclGroupComm(Comm &control,
         return std::move(e);
       places.push_back(std::string(p.data()));
     }
+    std::vector<std::string> where;
+    std::string why;
+    for (const std::string &p : places) {
+      size_t bar = p.find('|');
+      where.push_back(p.substr(0, bar));
+      if (bar != std::string::npos && why.empty())
+        why = p.substr(bar + 1);
+    }
     llvm::Expected<NcclId> id = NcclId{};
-    if (allDistinct(places)) {
+    if (allDistinct(where) && !why.empty()) {
+      verdict[0] = 3; // 3: a member's GPU is not there; why follows
+      std::memcpy(verdict.data() + 1, why.data(), std::min<size_t>(why.size(), 127));
+    } else if (allDistinct(where)) {
       id = newNcclId();
       verdict[0] = id ? 1 : 2; // 2: rank 0 could not make one
     }
@@ -820,6 +842,8 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclGroupComm(Comm &control,
         return std::move(e);
     if (!id)
       return id.takeError();
+    if (verdict[0] == 3)
+      return ncclFail(std::string(verdict.data() + 1, 127).c_str());
   } else {
     if (auto e = control.send(0, kPlaceTag, -1, place.data(), place.size()))
       return std::move(e);
@@ -827,6 +851,8 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclGroupComm(Comm &control,
       return std::move(e);
     if (verdict[0] == 2)
       return ncclFail("NCCL: the replica group's rank 0 could not make an id");
+    if (verdict[0] == 3)
+      return ncclFail(std::string(verdict.data() + 1, 127).c_str());
   }
   if (verdict[0] == 0)
     return nullptr; // two members share a GPU: the sums stay on `control`

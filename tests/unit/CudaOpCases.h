@@ -448,6 +448,13 @@ inline std::vector<Case> rowCases() {
        {f32({2, 3, 8}), f32({2, 3, 8}), f32({8})}, {f32({2, 3, 8})}, 1e-5},
       {"layer norm grad params", OpKind::LayerNormalizationGradParams, ln,
        {f32({2, 3, 8}), f32({2, 3, 8})}, {f32({8})}, 1e-5},
+      // Many rows of few columns: the rows in chunks (a partial last one),
+      // then each column's chunks in order (ColumnStep).
+      {"layer norm grad params chunked", OpKind::LayerNormalizationGradParams,
+       ln, {f32({3, 350, 8}), f32({3, 350, 8})}, {f32({8})}, 1e-5},
+      {"rms norm grad params bf16 chunked",
+       OpKind::RMSNormalizationGradParams, ln,
+       {bf16({1030, 16}), bf16({1030, 16})}, {bf16({16})}, 8e-3},
       {"rms norm", OpKind::RMSNormalization, ln, {f32({2, 3, 8}), f32({8})},
        {f32({2, 3, 8})}, 1e-5},
       {"rms norm two dims", OpKind::RMSNormalization, ln2,

@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
+#include <vector>
 
 using namespace cleave;
 using namespace cleave::cudatest;
@@ -68,5 +70,33 @@ TEST(CudaBackend, LacksWhatItLacks) {
   EXPECT_FALSE(gpu->supports(ir::OpKind::CumSum, ir::DType::F32));
   EXPECT_FALSE(gpu->supports(ir::OpKind::MatMul, ir::DType::I64));
   EXPECT_TRUE(gpu->supports(ir::OpKind::MatMul, ir::DType::BF16));
+}
+
+// The step's non-finite check runs on the GPU: a NaN or an infinity
+// anywhere in an f32 or f64 buffer is found, finite values pass (the
+// largest finite ones too).
+TEST(CudaBackend, NonFiniteCheckOnTheDevice) {
+  std::string why;
+  auto gpu = deviceOrSkipReason(why);
+  if (!gpu)
+    GTEST_SKIP() << why;
+  const int64_t n = 3'000'001; // several blocks' grid-stride loops
+  auto check = [&](auto fill, ir::DType dtype, int64_t at, auto bad) {
+    using T = decltype(fill);
+    std::vector<T> host(size_t(n), fill);
+    host.back() = std::numeric_limits<T>::max();
+    void *dev = gpu->allocate(host.size() * sizeof(T));
+    ASSERT_NE(dev, nullptr);
+    gpu->copyToDevice(dev, host.data(), host.size() * sizeof(T));
+    EXPECT_TRUE(gpu->allFinite(dtype, dev, n));
+    host[size_t(at)] = bad;
+    gpu->copyToDevice(dev, host.data(), host.size() * sizeof(T));
+    EXPECT_FALSE(gpu->allFinite(dtype, dev, n)) << "at " << at;
+    EXPECT_TRUE(gpu->allFinite(dtype, dev, at)) << "before " << at;
+    gpu->release(dev);
+  };
+  check(1.5f, ir::DType::F32, n - 1, std::numeric_limits<float>::quiet_NaN());
+  check(-2.0f, ir::DType::F32, 12345, -std::numeric_limits<float>::infinity());
+  check(0.25, ir::DType::F64, 777777, std::numeric_limits<double>::infinity());
 }
 #endif

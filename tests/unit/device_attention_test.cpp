@@ -710,3 +710,104 @@ TEST(DeviceAttention, RowOrderAndThreadsGiveIdenticalBits) {
   parallel(kvRows, [&](int64_t r) { attentionGradKVRow(threaded.bwd, r); });
   expectSame(threaded);
 }
+
+// The block steps (what the GPU kernels run: a block of rows loads each tile
+// once, and the head size fixed at compile time where it is 64 or 128) give
+// the per-row functions' bits, over the shapes where a block's rows see
+// different key ranges: causal both ways with Tq != Tk, lengths that are not
+// a multiple of a block, masks (a fully-masked row), grouped-query heads,
+// the sequence-major layout, bf16.
+TEST(DeviceAttention, BlocksGiveTheRowsBits) {
+  auto same = [](const Buffer &x, const Buffer &y) {
+    return x.bytes.size() == y.bytes.size() &&
+           std::memcmp(x.bytes.data(), y.bytes.data(), x.bytes.size()) == 0;
+  };
+  struct Case {
+    const char *name;
+    Config c;
+  };
+  std::vector<Case> cases;
+  for (int64_t dim : {64, 128, 40})
+    for (CausalAlign align : {CausalAlign::BottomRight, CausalAlign::TopLeft})
+      for (auto [tq, tk] :
+           {std::pair<int64_t, int64_t>{130, 130}, {70, 150}, {150, 70}}) {
+        Config c;
+        c.batch = 2;
+        c.queryHeads = 4;
+        c.kvHeads = 2;
+        c.queryLen = tq;
+        c.keyLen = tk;
+        c.headDim = dim;
+        c.causal = true;
+        c.align = align;
+        cases.push_back({"causal", c});
+      }
+  for (Mask mask : {Mask::BiasOverHeads, Mask::KeepWithMaskedRow}) {
+    Config c;
+    c.batch = 2;
+    c.queryHeads = 2;
+    c.queryLen = 90;
+    c.keyLen = 100;
+    c.headDim = 64;
+    c.mask = mask;
+    cases.push_back({"masked", c});
+  }
+  {
+    Config c;
+    c.queryHeads = 4;
+    c.kvHeads = 1;
+    c.queryLen = c.keyLen = 129;
+    c.headDim = 64;
+    c.causal = true;
+    c.seqMajor = true;
+    c.elem = AttnElem::BF16;
+    cases.push_back({"bf16 seq-major grouped", c});
+  }
+  {
+    Config c;
+    c.queryLen = c.keyLen = 70;
+    c.headDim = 64;
+    c.causal = true;
+    c.elem = AttnElem::F64;
+    cases.push_back({"f64", c});
+  }
+  for (const Case &k : cases) {
+    const Config &c = k.c;
+    SCOPED_TRACE(testing::Message()
+                 << k.name << " D " << c.headDim << " Tq " << c.queryLen
+                 << " Tk " << c.keyLen << " align " << int(c.align));
+    Problem p = makeProblem(c);
+    Fused rows, blocks, fixed;
+    prepare(p, rows);
+    prepare(p, blocks);
+    prepare(p, fixed);
+    runAttentionForwardRowsOnHost(rows.fwd);
+    runAttentionBackwardRowsOnHost(rows.bwd);
+    runAttentionForwardOnHost(blocks.fwd);
+    runAttentionBackwardOnHost(blocks.bwd);
+    auto check = [&](const Fused &f, const char *what) {
+      SCOPED_TRACE(what);
+      EXPECT_TRUE(same(f.o, rows.o));
+      EXPECT_TRUE(same(f.lse, rows.lse));
+      EXPECT_TRUE(same(f.dq, rows.dq));
+      EXPECT_TRUE(same(f.dk, rows.dk));
+      EXPECT_TRUE(same(f.dv, rows.dv));
+    };
+    check(blocks, "blocks");
+    if (c.elem == AttnElem::F64 || (c.headDim != 64 && c.headDim != 128))
+      continue;
+    // The GPU's kernels for D 64 and 128: the same steps with the head size
+    // a compile-time constant, v_j in the block's shared memory.
+    if (c.headDim == 64)
+      runAttentionForwardBlocksOnHost<float, 64>(fixed.fwd);
+    else
+      runAttentionForwardBlocksOnHost<float, 128>(fixed.fwd);
+    for (int64_t r = 0, n = attentionRows(fixed.bwd.in); r < n; ++r)
+      attentionDeltaRow(fixed.bwd, r);
+    if (c.headDim == 64)
+      runAttentionGradBlocksOnHost<float, 64, true>(fixed.bwd);
+    else
+      runAttentionGradBlocksOnHost<float, 128, true>(fixed.bwd);
+    check(fixed, "fixed head size");
+  }
+}
