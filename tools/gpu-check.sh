@@ -168,6 +168,14 @@ run)
       echo "exit $?"
       grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[cuda\]|^\[parity bf16 cuda\]' "$logs/unit-no-cudnn.log"
       grep -E -A4 'Failure$|error:' "$logs/unit-no-cudnn.log" | head -n 30
+      echo "-- the attention op cases again with four lanes a row"
+      echo "   (CLEAVE_CUDA_ATTENTION=lanes: the D 64 cases)"
+      CLEAVE_CUDA_ATTENTION=lanes T 120 "$g/bin/cleave-unit-tests" \
+        --gtest_filter='CudaBackend.ProductsThroughCublas' \
+        >"$logs/unit-lanes.log" 2>&1
+      echo "exit $?"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$logs/unit-lanes.log"
+      grep -E -A4 'Failure$|error:' "$logs/unit-lanes.log" | head -n 30
       took
       echo
     fi
@@ -352,12 +360,38 @@ run)
           --device $dev --steps 3 --data "$g/gpt2/data" >"$logs/gpt2-steps.log" 2>&1
         echo "exit $?"
         grep -E -A62 '^cuda steps of device' "$logs/gpt2-steps.log"
+        echo "-- attention with four lanes a row (CLEAVE_CUDA_ATTENTION=lanes)"
+        echo "   against the block steps: 3 steps each, the trained models"
+        echo "   compared byte for byte, then the lanes' device steps timed"
+        for v in blocks lanes; do
+          CLEAVE_CUDA_ATTENTION=$v T 120 "$g/bin/cleave-run" \
+            "$work/gpt2-profiled.cplan" --device $dev --steps 3 \
+            --data "$g/gpt2/data" --save "$work/gpt2-$v.onnx" \
+            >"$logs/gpt2-$v.log" 2>&1
+          echo "$v: exit $?: $(grep -E '^step +3/' "$logs/gpt2-$v.log")"
+        done
+        same=1
+        for f in "$work"/gpt2-blocks.onnx*; do
+          cmp -s "$f" "$work/gpt2-lanes${f#"$work"/gpt2-blocks}" || same=0
+        done
+        [ "$same" = 1 ] && echo "lanes: same bits as the block steps" ||
+          echo "lanes: the trained models DIFFER"
+        rm -f "$work"/gpt2-blocks.onnx* "$work"/gpt2-lanes.onnx*
+        CLEAVE_CUDA_ATTENTION=lanes CLEAVE_CUDA_STEP_PROFILE=1 T 120 \
+          "$g/bin/cleave-run" "$work/gpt2-profiled.cplan" --device $dev \
+          --steps 3 --data "$g/gpt2/data" >"$logs/gpt2-lanes-steps.log" 2>&1
+        grep -E -A6 '^cuda steps of device' "$logs/gpt2-lanes-steps.log"
         echo "-- the GEMMs' bias without cuBLASLt's epilogue (CLEAVE_CUBLASLT=0:"
         echo "   a copy of the bias under a cuBLAS GEMM), 6 steps"
         CLEAVE_CUBLASLT=0 T 120 "$g/bin/cleave-run" "$work/gpt2-profiled.cplan" \
           --device $dev --steps 6 --data "$g/gpt2/data" >"$logs/gpt2-no-lt.log" 2>&1
         echo "cleave-run exit $?"
         grep -E '^step +6/|^done|error' "$logs/gpt2-no-lt.log"
+        echo "-- the same, each device step timed, 3 steps: the 12 slowest"
+        CLEAVE_CUBLASLT=0 CLEAVE_CUDA_STEP_PROFILE=1 T 120 "$g/bin/cleave-run" \
+          "$work/gpt2-profiled.cplan" --device $dev --steps 3 \
+          --data "$g/gpt2/data" >"$logs/gpt2-no-lt-steps.log" 2>&1
+        grep -E -A14 '^cuda steps of device' "$logs/gpt2-no-lt-steps.log"
         rm -f "$work/gpt2-profiled.cplan"
         echo "-- attention as exported (--fused-attention=off: the scores"
         echo "   through cuBLAS and row kernels), 6 steps"

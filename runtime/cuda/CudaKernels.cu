@@ -7,6 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace cleave::runtime::cuda {
 namespace {
 
@@ -48,6 +51,56 @@ __global__ void mapKernel(MapArgs m) {
     mapElement(m, i);
 }
 
+// A Cast between f32 and bf16 over contiguous memory (mixed precision's
+// casts of weights, activations and gradients, a fifth of a GPT-2-small
+// step through mapKernel): four elements a thread, 16- and 8-byte accesses
+// where both ends are aligned, the rounding of load() and store().
+constexpr int kCastVector = 4;
+
+__global__ void castToBf16Kernel(const float *in, uint16_t *out, int64_t n,
+                                 bool vector) {
+  for (int64_t q = firstIndex(); q * kCastVector < n; q += gridStride()) {
+    const int64_t i = q * kCastVector;
+    if (vector && i + kCastVector <= n) {
+      float4 x = reinterpret_cast<const float4 *>(in)[q];
+      ushort4 y;
+      y.x = floatToBf16(x.x);
+      y.y = floatToBf16(x.y);
+      y.z = floatToBf16(x.z);
+      y.w = floatToBf16(x.w);
+      reinterpret_cast<ushort4 *>(out)[q] = y;
+    } else {
+      for (int64_t e = i; e < n && e < i + kCastVector; ++e)
+        out[e] = floatToBf16(in[e]);
+    }
+  }
+}
+
+__global__ void castToF32Kernel(const uint16_t *in, float *out, int64_t n,
+                                bool vector) {
+  for (int64_t q = firstIndex(); q * kCastVector < n; q += gridStride()) {
+    const int64_t i = q * kCastVector;
+    if (vector && i + kCastVector <= n) {
+      ushort4 x = reinterpret_cast<const ushort4 *>(in)[q];
+      reinterpret_cast<float4 *>(out)[q] =
+          make_float4(bf16ToFloat(x.x), bf16ToFloat(x.y), bf16ToFloat(x.z),
+                      bf16ToFloat(x.w));
+    } else {
+      for (int64_t e = i; e < n && e < i + kCastVector; ++e)
+        out[e] = bf16ToFloat(in[e]);
+    }
+  }
+}
+
+// Whether an indexer walks n elements one after the other from its base.
+bool walksInOrder(const Indexer &ix, int64_t n) {
+  return n <= 1 || (ix.rank == 1 && ix.dims[0] == n && ix.strides[0] == 1);
+}
+
+bool aligned(const void *p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 __global__ void gatherKernel(GatherStep g) {
   int64_t n = g.grad ? g.outer * g.inner : g.outer * g.n * g.inner;
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
@@ -75,9 +128,10 @@ __global__ void __launch_bounds__(kAttnBlockRows)
   if (active)
     attnForwardBegin(s, attnBlockRow(a, k.rows, tid), r);
   for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
-    attnForwardBlockLoad<T, D>(a, k, j0, tiles, tid);
-    __syncthreads();
-    if (active)
+    // The barrier that orders the loads before the reads also tells every
+    // thread whether any row sees a key of the tile.
+    if (__syncthreads_or(attnForwardBlockLoad<T, D>(a, k, j0, tiles, tid)) &&
+        active)
       attnForwardBlockTile<T, D>(a, r, j0, tiles, tid);
     __syncthreads();
   }
@@ -103,10 +157,9 @@ __global__ void __launch_bounds__(kAttnBlockRows)
   if (active)
     attnGradQBegin(s, attnBlockRow(a, k.rows, tid), r);
   for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
-    attnForwardBlockLoad<T, D>(a, k, j0, tiles, tid);
-    __syncthreads();
-    if (active)
-      attnGradQBlockTile<T, D>(a, r, j0, tiles);
+    if (__syncthreads_or(attnGradQBlockLoad<T, D>(a, k, j0, tiles, tid)) &&
+        active)
+      attnGradQBlockTile<T, D>(a, r, j0, tiles, tid);
     __syncthreads();
   }
   if (active)
@@ -131,15 +184,293 @@ __global__ void __launch_bounds__(kAttnBlockRows)
   for (int64_t g = 0; g < group; ++g) {
     const int64_t h = k.rows.head * group + g;
     for (int64_t i0 = k.queryBegin; i0 < a.queryLen; i0 += kAttnTile) {
-      attnGradKVBlockLoad<T, D>(s, k, h, i0, sharedMem, tid);
-      __syncthreads();
-      if (active)
-        attnGradKVBlockTile<T, D>(a, r, h, i0, sharedMem);
+      if (__syncthreads_or(
+              attnGradKVBlockLoad<T, D>(s, k, h, i0, sharedMem, tid)) &&
+          active)
+        attnGradKVBlockTile<T, D>(a, r, h, i0, sharedMem, tid);
       __syncthreads();
     }
   }
   if (active)
     attnGradKVEnd(s, r);
+}
+
+// --- four lanes a row (CLEAVE_CUDA_ATTENTION=lanes) -------------------------
+//
+// The block steps' arithmetic with each row's D values spread over four
+// threads (D / 4 registers a thread for each of the row's vectors, where
+// one thread a row needs D: 210 to 255 registers and spills at D 64, eight
+// warps an SM). Lane q of a row holds attnDot's partial sums 2q and 2q + 1
+// (the dims d with d % 8 in {2q, 2q + 1}) and the lanes add their sums by
+// shuffles in attnDot's tree, so every score, and every result, has the
+// block steps' bits. GPU only: the host has no lanes to run them on (the
+// block steps are what the emulation runs); CudaBackend tests run both.
+constexpr int kAttnLanes = 4;
+constexpr int kLaneThreads = kAttnBlockRows * kAttnLanes;
+static_assert(kAttnDotLanes == 2 * kAttnLanes, "two partial sums a lane");
+
+// The dim of a lane's j-th value.
+__device__ __forceinline__ int laneDim(int lane, int j) {
+  return (j >> 1) * kAttnDotLanes + lane * 2 + (j & 1);
+}
+
+// attnDot of a row's vector (local(j), the lane's j-th value) with x(d).
+template <int D, class Local, class Row>
+__device__ __forceinline__ float laneDot(const Local &local, const Row &x,
+                                         int lane, unsigned mask) {
+  float p0 = 0, p1 = 0;
+#pragma unroll
+  for (int j = 0; j < D / kAttnLanes; j += 2) {
+    p0 += local(j) * x(laneDim(lane, j));
+    p1 += local(j + 1) * x(laneDim(lane, j + 1));
+  }
+  float s = p0 + p1;
+  // Lane q's partner's sum: q + p (or p + q, the same bits) at each level.
+  s += __shfl_xor_sync(mask, s, 1);
+  s += __shfl_xor_sync(mask, s, 2);
+  return s;
+}
+
+__device__ __forceinline__ unsigned laneMask() {
+  return 0xfu << (threadIdx.x & 28);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kLaneThreads)
+    attentionLanesKernel(AttentionStep s) {
+  constexpr int J = D / kAttnLanes;
+  extern __shared__ double sharedMem[];
+  float *tiles = reinterpret_cast<float *>(sharedMem);
+  float *kt = tiles, *vt = tiles + kAttnTile * D,
+        *score = tiles + 2 * kAttnTile * D;
+  unsigned char *keep = attnForwardKeep(tiles, D);
+  const AttentionOperands &a = s.in;
+  const int tid = threadIdx.x, row = tid / kAttnLanes, lane = tid % kAttnLanes;
+  const unsigned mask = laneMask();
+  const AttnForwardBlock k = attnForwardBlockAt(a, blockIdx.x);
+  const bool active = row < k.rows.count;
+  const int64_t b = k.rows.b, h = k.rows.head, i = k.rows.first + row;
+  const int64_t end = active ? attentionKeyEnd(a, i) : 0;
+  float q[J], acc[J];
+  if (active)
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      q[j] = attnRead<float>(a.q.data, a.q.elem, a.q.at(b, h, i, laneDim(lane, j)));
+      acc[j] = 0;
+    }
+  float m = -INFINITY;
+  double l = 0;
+  for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
+    const bool any = __syncthreads_or(
+        attnKeyTileLoad<float, D>(a, k, j0, tiles, keep, tid, kLaneThreads));
+    if (any && active && j0 < end) {
+      const int n = end - j0 < kAttnTile ? int(end - j0) : kAttnTile;
+      float tileMax = -INFINITY;
+      for (int t = 0; t < n; ++t) {
+        float sc = -INFINITY;
+        if (!a.keep.data || keep[row * kAttnTile + t])
+          sc = attnScore(a,
+                         laneDot<D>([&](int j) { return q[j]; },
+                                    [&](int d) { return kt[t * D + d]; }, lane,
+                                    mask),
+                         b, h, i, j0 + t);
+        if (lane == 0)
+          score[t * kAttnBlockRows + row] = sc;
+        tileMax = attnMax(sc, tileMax);
+      }
+      if (tileMax != -INFINITY) {
+        const float mNew = attnMax(tileMax, m);
+        if (mNew != m) {
+          const float rescale = attnExp(m - mNew);
+          l *= double(rescale);
+#pragma unroll
+          for (int j = 0; j < J; ++j)
+            acc[j] *= rescale;
+          m = mNew;
+        }
+        __syncwarp(mask);
+        for (int t = 0; t < n; ++t) {
+          const float sc = score[t * kAttnBlockRows + row];
+          if (sc == -INFINITY)
+            continue;
+          const float p = attnExp(sc - m);
+          l += double(p);
+#pragma unroll
+          for (int j = 0; j < J; ++j)
+            acc[j] += p * vt[t * D + laneDim(lane, j)];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (!active)
+    return;
+  const int64_t r = attnBlockRow(a, k.rows, row);
+  if (l == 0) {
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+      attnWrite(s.out.data, s.out.elem, s.out.at(b, h, i, laneDim(lane, j)),
+                0.0f);
+    if (lane == 0)
+      attnWrite(s.lse, s.lseElem, r, double(-INFINITY));
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+    attnWrite(s.out.data, s.out.elem, s.out.at(b, h, i, laneDim(lane, j)),
+              float(double(acc[j]) / l));
+  if (lane == 0)
+    attnWrite(s.lse, s.lseElem, r, double(m) + log(l));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kLaneThreads)
+    attentionGradQLanesKernel(AttentionGradStep s) {
+  constexpr int J = D / kAttnLanes;
+  extern __shared__ double sharedMem[];
+  float *tiles = reinterpret_cast<float *>(sharedMem);
+  float *kt = tiles, *vt = tiles + kAttnTile * D;
+  unsigned char *keep = attnGradQKeep(tiles, D);
+  const AttentionOperands &a = s.in;
+  const int tid = threadIdx.x, row = tid / kAttnLanes, lane = tid % kAttnLanes;
+  const unsigned mask = laneMask();
+  const AttnForwardBlock k = attnForwardBlockAt(a, blockIdx.x);
+  const bool active = row < k.rows.count;
+  const int64_t b = k.rows.b, h = k.rows.head, i = k.rows.first + row;
+  const int64_t r = attnBlockRow(a, k.rows, row);
+  float q[J], dout[J], acc[J];
+  float lse = -INFINITY;
+  double delta = 0;
+  int64_t end = 0;
+  if (active) {
+    lse = attnRead<float>(s.lse, s.lseElem, r);
+    delta = s.delta[r];
+    end = lse == -INFINITY ? 0 : attentionKeyEnd(a, i);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int d = laneDim(lane, j);
+      q[j] = attnRead<float>(a.q.data, a.q.elem, a.q.at(b, h, i, d));
+      dout[j] = attnRead<float>(s.dOut.data, s.dOut.elem, s.dOut.at(b, h, i, d));
+      acc[j] = 0;
+    }
+  }
+  for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
+    const bool any = __syncthreads_or(
+        attnKeyTileLoad<float, D>(a, k, j0, tiles, keep, tid, kLaneThreads));
+    if (any && active && j0 < end) {
+      const int n = end - j0 < kAttnTile ? int(end - j0) : kAttnTile;
+      for (int t = 0; t < n; ++t) {
+        if (a.keep.data && !keep[row * kAttnTile + t])
+          continue;
+        const float sc = attnScore(
+            a,
+            laneDot<D>([&](int j) { return q[j]; },
+                       [&](int d) { return kt[t * D + d]; }, lane, mask),
+            b, h, i, j0 + t);
+        if (sc == -INFINITY)
+          continue;
+        const float ds = attnScoreGrad(
+            attnExp(sc - lse),
+            laneDot<D>([&](int j) { return dout[j]; },
+                       [&](int d) { return vt[t * D + d]; }, lane, mask),
+            delta);
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+          acc[j] += ds * kt[t * D + laneDim(lane, j)];
+      }
+    }
+    __syncthreads();
+  }
+  if (!active)
+    return;
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+    attnWrite(s.dq.data, s.dq.elem, s.dq.at(b, h, i, laneDim(lane, j)),
+              acc[j] * float(a.scale));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kLaneThreads)
+    attentionGradKVLanesKernel(AttentionGradStep s) {
+  constexpr int J = D / kAttnLanes;
+  extern __shared__ double sharedMem[];
+  const AttentionOperands &a = s.in;
+  AttnKVShared<float> sh(sharedMem, D);
+  const int tid = threadIdx.x, row = tid / kAttnLanes, lane = tid % kAttnLanes;
+  const unsigned mask = laneMask();
+  const AttnGradKVBlock k = attnGradKVBlockAt(a, blockIdx.x);
+  const bool active = row < k.rows.count;
+  const int64_t b = k.rows.b, kvh = k.rows.head, jk = k.rows.first + row;
+  const int64_t begin = active ? attentionQueryBegin(a, jk) : a.queryLen;
+  float kv[J], vv[J], accK[J], accV[J];
+  if (active)
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int d = laneDim(lane, j);
+      kv[j] = attnRead<float>(a.k.data, a.k.elem, a.k.at(b, kvh, jk, d));
+      vv[j] = attnRead<float>(a.v.data, a.v.elem, a.v.at(b, kvh, jk, d));
+      accK[j] = accV[j] = 0;
+    }
+  const int64_t group = a.queryHeads / a.kvHeads;
+  for (int64_t g = 0; g < group; ++g) {
+    const int64_t h = kvh * group + g;
+    for (int64_t i0 = k.queryBegin; i0 < a.queryLen; i0 += kAttnTile) {
+      const bool any = __syncthreads_or(attnGradKVBlockLoad<float, D>(
+          s, k, h, i0, sharedMem, tid, kLaneThreads));
+      if (any && active) {
+        const int n =
+            a.queryLen - i0 < kAttnTile ? int(a.queryLen - i0) : kAttnTile;
+        for (int t = 0; t < n; ++t) {
+          const int64_t i = i0 + t;
+          if (i < begin || (a.keep.data && !sh.keep[row * kAttnTile + t]))
+            continue;
+          const float lse = sh.lse[t];
+          if (lse == -INFINITY)
+            continue;
+          const float sc = attnScore(
+              a,
+              laneDot<D>([&](int j) { return kv[j]; },
+                         [&](int d) { return sh.q[t * D + d]; }, lane, mask),
+              b, h, i, jk);
+          if (sc == -INFINITY)
+            continue;
+          const float p = attnExp(sc - lse);
+          const float ds = attnScoreGrad(
+              p,
+              laneDot<D>([&](int j) { return vv[j]; },
+                         [&](int d) { return sh.dout[t * D + d]; }, lane,
+                         mask),
+              sh.delta[t]);
+#pragma unroll
+          for (int j = 0; j < J; ++j) {
+            const int d = laneDim(lane, j);
+            accV[j] += p * sh.dout[t * D + d];
+            accK[j] += ds * sh.q[t * D + d];
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (!active)
+    return;
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const int d = laneDim(lane, j);
+    attnWrite(s.dk.data, s.dk.elem, s.dk.at(b, kvh, jk, d),
+              accK[j] * float(a.scale));
+    attnWrite(s.dv.data, s.dv.elem, s.dv.at(b, kvh, jk, d), accV[j]);
+  }
+}
+
+// CLEAVE_CUDA_ATTENTION=lanes picks the kernels above where they apply
+// (f32 or bf16 operands, D 64 or 128); anything else keeps the block steps.
+bool attentionLanes(const AttentionOperands &a) {
+  static const bool wanted = [] {
+    const char *v = std::getenv("CLEAVE_CUDA_ATTENTION");
+    return v && std::string(v) == "lanes";
+  }();
+  return wanted && !attentionWide(a) && (a.headDim == 64 || a.headDim == 128);
 }
 
 // Launches kernel over `blocks` blocks of kAttnBlockRows threads with
@@ -264,6 +595,27 @@ int launched() { return int(cudaGetLastError()); }
 int launchMap(const MapArgs &m, void *stream) {
   if (m.n == 0)
     return 0;
+  const Elem from = m.in[0].elem, to = m.outElem;
+  if (m.op == MapOp::Cast && from != to &&
+      (from == Elem::F32 || from == Elem::BF16) &&
+      (to == Elem::F32 || to == Elem::BF16) && walksInOrder(m.in[0].at, m.n) &&
+      walksInOrder(m.outAt, m.n)) {
+    const int64_t quads = (m.n + kCastVector - 1) / kCastVector;
+    cudaStream_t st = cudaStream_t(stream);
+    if (from == Elem::F32) {
+      const float *in = static_cast<const float *>(m.in[0].data) + m.in[0].at.base;
+      uint16_t *out = static_cast<uint16_t *>(m.out) + m.outAt.base;
+      castToBf16Kernel<<<blocksFor(quads), kThreads, 0, st>>>(
+          in, out, m.n, aligned(in, 16) && aligned(out, 8));
+    } else {
+      const uint16_t *in =
+          static_cast<const uint16_t *>(m.in[0].data) + m.in[0].at.base;
+      float *out = static_cast<float *>(m.out) + m.outAt.base;
+      castToF32Kernel<<<blocksFor(quads), kThreads, 0, st>>>(
+          in, out, m.n, aligned(in, 8) && aligned(out, 16));
+    }
+    return launched();
+  }
   mapKernel<<<blocksFor(m.n), kThreads, 0, cudaStream_t(stream)>>>(m);
   return launched();
 }
@@ -273,6 +625,22 @@ int launchGather(const GatherStep &g, void *stream) {
   if (n == 0)
     return 0;
   gatherKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(g);
+  return launched();
+}
+
+// As launchAttentionBlocks, kLaneThreads threads a block.
+template <class Kernel, class Step>
+int launchAttentionLanes(Kernel kernel, const Step &s, int64_t blocks,
+                         size_t shared, cudaStream_t stream) {
+  if (blocks == 0)
+    return 0;
+  if (shared > 48 * 1024) {
+    cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    if (err != cudaSuccess)
+      return int(err);
+  }
+  kernel<<<unsigned(blocks), kLaneThreads, shared, stream>>>(s);
   return launched();
 }
 
@@ -287,6 +655,12 @@ int launchAttention(const AttentionStep &s, void *stream) {
     return launchAttentionBlocks(attentionKernel<double, 0>, s, blocks,
                                  attnForwardShared<double>(a.headDim), st);
   const size_t shared = attnForwardShared<float>(a.headDim);
+  if (attentionLanes(a))
+    return a.headDim == 64
+               ? launchAttentionLanes(attentionLanesKernel<64>, s, blocks,
+                                      shared, st)
+               : launchAttentionLanes(attentionLanesKernel<128>, s, blocks,
+                                      shared, st);
   if (a.headDim == 64)
     return launchAttentionBlocks(attentionKernel<float, 64>, s, blocks, shared,
                                  st);
@@ -321,6 +695,21 @@ int launchAttentionGrad(const AttentionGradStep &s, void *stream) {
                 attnGradQShared<double>(a.headDim),
                 attnGradKVShared<double>(a.headDim, false));
   const size_t qShared = attnGradQShared<float>(a.headDim);
+  if (attentionLanes(a)) {
+    const size_t kvShared = attnGradKVShared<float>(a.headDim, false);
+    if (a.headDim == 64) {
+      if (int err = launchAttentionLanes(attentionGradQLanesKernel<64>, s,
+                                         qBlocks, qShared, st))
+        return err;
+      return launchAttentionLanes(attentionGradKVLanesKernel<64>, s, kvBlocks,
+                                  kvShared, st);
+    }
+    if (int err = launchAttentionLanes(attentionGradQLanesKernel<128>, s,
+                                       qBlocks, qShared, st))
+      return err;
+    return launchAttentionLanes(attentionGradKVLanesKernel<128>, s, kvBlocks,
+                                kvShared, st);
+  }
   if (a.headDim == 64)
     return both(attentionGradQKernel<float, 64>,
                 attentionGradKVKernel<float, 64>, qShared,

@@ -270,6 +270,10 @@ template <int D> CLEAVE_HD int attnDim(const AttentionOperands &a) {
 template <class T> struct AttnKeysInMemory {
   const AttentionOperands *a;
   int64_t b, kvh, j0;
+  // Whether query row i of head h sees key j0 + t (the boolean mask).
+  CLEAVE_HD bool keeps(int64_t h, int64_t i, int t) const {
+    return attentionKeeps(*a, b, h, i, j0 + t);
+  }
   CLEAVE_HD T k(int t, int d) const {
     return attnRead<T>(a->k.data, a->k.elem, a->k.at(b, kvh, j0 + t, d));
   }
@@ -282,6 +286,10 @@ template <class T> struct AttnKeysInMemory {
 template <class T> struct AttnQueriesInMemory {
   const AttentionGradStep *s;
   int64_t b, h, i0, row0; // row0: the query row index of i0
+  // Whether query i0 + t sees key j (the boolean mask).
+  CLEAVE_HD bool keeps(int64_t j, int t) const {
+    return attentionKeeps(s->in, b, h, i0 + t, j);
+  }
   CLEAVE_HD T q(int t, int d) const {
     const AttnInput &x = s->in.q;
     return attnRead<T>(x.data, x.elem, x.at(b, h, i0 + t, d));
@@ -297,17 +305,32 @@ template <class T> struct AttnQueriesInMemory {
 };
 
 // A block's copies: rows of `dim` values, one after the other.
+// keep: the block's mask tile, [kAttnBlockRows][kAttnTile] bytes (row of
+// the block, key of the tile), or null where the attention has no boolean
+// mask; row: this thread's row of the block.
 template <class T> struct AttnKeysInTile {
   const T *kt, *vt;
   int dim;
+  const unsigned char *keep;
+  int row;
+  CLEAVE_HD bool keeps(int64_t, int64_t, int t) const {
+    return !keep || keep[row * kAttnTile + t] != 0;
+  }
   CLEAVE_HD T k(int t, int d) const { return kt[t * dim + d]; }
   CLEAVE_HD T v(int t, int d) const { return vt[t * dim + d]; }
 };
 
+// keep: the block's mask tile, [kAttnBlockRows][kAttnTile] bytes (kv row
+// of the block, query of the tile), or null; row: this thread's kv row.
 template <class T> struct AttnQueriesInTile {
   const T *qt, *dot, *lset;
   const double *deltat;
   int dim;
+  const unsigned char *keep;
+  int row;
+  CLEAVE_HD bool keeps(int64_t, int t) const {
+    return !keep || keep[row * kAttnTile + t] != 0;
+  }
   CLEAVE_HD T q(int t, int d) const { return qt[t * dim + d]; }
   CLEAVE_HD T dout(int t, int d) const { return dot[t * dim + d]; }
   CLEAVE_HD T lse(int t) const { return lset[t]; }
@@ -402,7 +425,7 @@ CLEAVE_HD void attnForwardTile(const AttentionOperands &a,
   for (int t = 0; t < n; ++t) {
     const int64_t j = j0 + t;
     T sc = T(-INFINITY);
-    if (attentionKeeps(a, r.b, r.h, r.i, j))
+    if (keys.keeps(r.h, r.i, t))
       sc = attnScore(
           a, attnDot<D>(r.q, [&](int d) { return keys.k(t, d); }, dim), r.b,
           r.h, r.i, j);
@@ -531,7 +554,7 @@ CLEAVE_HD void attnGradQTile(const AttentionOperands &a, AttnGradQRow<T, D> &r,
   const int dim = attnDim<D>(a);
   for (int t = 0; t < n; ++t) {
     const int64_t j = j0 + t;
-    if (!attentionKeeps(a, r.b, r.h, r.i, j))
+    if (!keys.keeps(r.h, r.i, t))
       continue;
     const T sc = attnScore(
         a, attnDot<D>(r.q, [&](int d) { return keys.k(t, d); }, dim), r.b, r.h,
@@ -607,7 +630,7 @@ CLEAVE_HD void attnGradKVTile(const AttentionOperands &a,
   const int dim = attnDim<D>(a);
   for (int t = 0; t < n; ++t) {
     const int64_t i = i0 + t;
-    if (i < r.begin || !attentionKeeps(a, r.b, h, i, r.j))
+    if (i < r.begin || !qs.keeps(r.j, t))
       continue;
     const T lse = qs.lse(t);
     if (lse == T(-INFINITY))
@@ -737,11 +760,42 @@ CLEAVE_HD void attnLoadTile(const AttnInput &x, int64_t b, int64_t head,
   }
 }
 
-// Forward: a block of query rows over tiles of keys. Shared: K and V tiles
-// and the scores of the block's rows ([kAttnTile][kAttnBlockRows]).
+// The boolean mask's tile of a block, [kAttnBlockRows][kAttnTile] bytes:
+// keep[r * kAttnTile + t] for row r of the block and position t of the
+// tile, 0 past either end. `rowIsQuery`: the block's rows are queries
+// (first + r) and the tile's positions keys (p0 + t), else the other way
+// round; consecutive threads read consecutive keys either way (the mask's
+// last axis). Returns whether any element this thread loaded is kept; a
+// tile no row of the block sees is skipped whole, which changes no bits
+// (the row functions skip every hidden key).
+CLEAVE_HD bool attnLoadKeep(const AttentionOperands &a, int64_t b,
+                            int64_t h, int64_t first, int count, int64_t p0,
+                            int n, bool rowIsQuery, unsigned char *keep,
+                            int tid, int threads) {
+  bool any = false;
+  for (int e = tid; e < kAttnBlockRows * kAttnTile; e += threads) {
+    // The fast index walks the keys.
+    const int r = rowIsQuery ? e / kAttnTile : e % kAttnBlockRows,
+              t = rowIsQuery ? e % kAttnTile : e / kAttnBlockRows;
+    bool kept = false;
+    if (r < count && t < n)
+      kept = rowIsQuery ? attentionKeeps(a, b, h, first + r, p0 + t)
+                        : attentionKeeps(a, b, h, p0 + t, first + r);
+    keep[r * kAttnTile + t] = kept ? 1 : 0;
+    any |= kept;
+  }
+  return any;
+}
+
+constexpr size_t kAttnKeepBytes = size_t(kAttnBlockRows) * kAttnTile;
+
+// Forward: a block of query rows over tiles of keys. Shared: K and V tiles,
+// the scores of the block's rows ([kAttnTile][kAttnBlockRows]), then the
+// mask's tile.
 template <class T>
 CLEAVE_HD size_t attnForwardShared(int64_t dim) {
-  return size_t(2 * kAttnTile * dim + kAttnTile * kAttnBlockRows) * sizeof(T);
+  return size_t(2 * kAttnTile * dim + kAttnTile * kAttnBlockRows) * sizeof(T) +
+         kAttnKeepBytes;
 }
 
 struct AttnForwardBlock {
@@ -764,16 +818,37 @@ CLEAVE_HD int64_t attnBlockRow(const AttentionOperands &a, const AttnBlock &k,
   return (k.b * a.queryHeads + k.head) * a.queryLen + k.first + tid;
 }
 
+// Loads the key tile at j0 (K and V into kv, [2][kAttnTile][dim]) and,
+// where there is a boolean mask, its tile for the block's rows into keep.
+// Returns what attnLoadKeep returns (true without a mask).
 template <class T, int D>
-CLEAVE_HD void attnForwardBlockLoad(const AttentionOperands &a,
-                                    const AttnForwardBlock &k, int64_t j0,
-                                    T *shared, int tid) {
+CLEAVE_HD bool attnKeyTileLoad(const AttentionOperands &a,
+                               const AttnForwardBlock &k, int64_t j0, T *kv,
+                               unsigned char *keep, int tid,
+                               int threads = kAttnBlockRows) {
   const int dim = attnDim<D>(a);
   const int n = k.keyEnd - j0 < kAttnTile ? int(k.keyEnd - j0) : kAttnTile;
-  attnLoadTile<T, D>(a.k, k.rows.b, k.kvh, j0, n, dim, shared, tid,
-                     kAttnBlockRows);
-  attnLoadTile<T, D>(a.v, k.rows.b, k.kvh, j0, n, dim,
-                     shared + kAttnTile * dim, tid, kAttnBlockRows);
+  attnLoadTile<T, D>(a.k, k.rows.b, k.kvh, j0, n, dim, kv, tid, threads);
+  attnLoadTile<T, D>(a.v, k.rows.b, k.kvh, j0, n, dim, kv + kAttnTile * dim,
+                     tid, threads);
+  if (!a.keep.data)
+    return true;
+  return attnLoadKeep(a, k.rows.b, k.rows.head, k.rows.first,
+                      int(k.rows.count), j0, n, true, keep, tid, threads);
+}
+
+template <class T> CLEAVE_HD unsigned char *attnForwardKeep(T *shared,
+                                                            int dim) {
+  return reinterpret_cast<unsigned char *>(shared + 2 * kAttnTile * dim +
+                                           kAttnTile * kAttnBlockRows);
+}
+
+template <class T, int D>
+CLEAVE_HD bool attnForwardBlockLoad(const AttentionOperands &a,
+                                    const AttnForwardBlock &k, int64_t j0,
+                                    T *shared, int tid) {
+  return attnKeyTileLoad<T, D>(a, k, j0, shared,
+                               attnForwardKeep(shared, attnDim<D>(a)), tid);
 }
 
 template <class T, int D>
@@ -784,27 +859,46 @@ CLEAVE_HD void attnForwardBlockTile(const AttentionOperands &a,
     return;
   const int dim = attnDim<D>(a);
   const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
-  attnForwardTile(a, r, j0, n,
-                  AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim},
-                  shared + 2 * kAttnTile * dim + tid, kAttnBlockRows);
+  attnForwardTile(
+      a, r, j0, n,
+      AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim,
+                        a.keep.data ? attnForwardKeep(shared, dim) : nullptr,
+                        tid},
+      shared + 2 * kAttnTile * dim + tid, kAttnBlockRows);
 }
 
-// dQ: a block of query rows over tiles of keys. Shared: K and V tiles.
+// dQ: a block of query rows over tiles of keys. Shared: K and V tiles, then
+// the mask's tile.
 template <class T>
 CLEAVE_HD size_t attnGradQShared(int64_t dim) {
-  return size_t(2 * kAttnTile * dim) * sizeof(T);
+  return size_t(2 * kAttnTile * dim) * sizeof(T) + kAttnKeepBytes;
+}
+
+template <class T> CLEAVE_HD unsigned char *attnGradQKeep(T *shared, int dim) {
+  return reinterpret_cast<unsigned char *>(shared + 2 * kAttnTile * dim);
+}
+
+template <class T, int D>
+CLEAVE_HD bool attnGradQBlockLoad(const AttentionOperands &a,
+                                  const AttnForwardBlock &k, int64_t j0,
+                                  T *shared, int tid) {
+  return attnKeyTileLoad<T, D>(a, k, j0, shared,
+                               attnGradQKeep(shared, attnDim<D>(a)), tid);
 }
 
 template <class T, int D>
 CLEAVE_HD void attnGradQBlockTile(const AttentionOperands &a,
                                   AttnGradQRow<T, D> &r, int64_t j0,
-                                  const T *shared) {
+                                  T *shared, int tid) {
   if (j0 >= r.end)
     return;
   const int dim = attnDim<D>(a);
   const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
-  attnGradQTile(a, r, j0, n,
-                AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim});
+  attnGradQTile(
+      a, r, j0, n,
+      AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim,
+                        a.keep.data ? attnGradQKeep(shared, dim) : nullptr,
+                        tid});
 }
 
 // dK and dV: a block of kv rows over tiles of queries, for each query head
@@ -812,7 +906,7 @@ CLEAVE_HD void attnGradQBlockTile(const AttentionOperands &a,
 template <class T>
 CLEAVE_HD size_t attnGradKVShared(int64_t dim, bool sharedV) {
   return size_t(2 * kAttnTile * dim) * sizeof(T) +
-         size_t(kAttnTile) * (sizeof(T) + sizeof(double)) +
+         size_t(kAttnTile) * (sizeof(T) + sizeof(double)) + kAttnKeepBytes +
          (sharedV ? size_t(kAttnBlockRows * dim) * sizeof(T) : 0);
 }
 
@@ -838,34 +932,40 @@ CLEAVE_HD int64_t attnBlockKvRow(const AttentionOperands &a,
 template <class T> struct AttnKVShared {
   T *q, *dout, *lse;
   double *delta;
+  unsigned char *keep; // the mask's tile
   T *v; // the rows' v, [dim][kAttnBlockRows], where the rows keep it here
   CLEAVE_HD AttnKVShared(void *shared, int dim) {
     // Delta first: doubles need 8-byte alignment, which T's arrays after
-    // them keep.
+    // them keep (the mask's tile is a multiple of 8 bytes).
     delta = static_cast<double *>(shared);
     q = reinterpret_cast<T *>(delta + kAttnTile);
     dout = q + kAttnTile * dim;
     lse = dout + kAttnTile * dim;
-    v = lse + kAttnTile;
+    keep = reinterpret_cast<unsigned char *>(lse + kAttnTile);
+    v = reinterpret_cast<T *>(keep + kAttnKeepBytes);
   }
 };
 
 template <class T, int D>
-CLEAVE_HD void attnGradKVBlockLoad(const AttentionGradStep &s,
+CLEAVE_HD bool attnGradKVBlockLoad(const AttentionGradStep &s,
                                    const AttnGradKVBlock &k, int64_t h,
-                                   int64_t i0, void *shared, int tid) {
+                                   int64_t i0, void *shared, int tid,
+                                   int threads = kAttnBlockRows) {
   const AttentionOperands &a = s.in;
   const int dim = attnDim<D>(a);
   const int n = a.queryLen - i0 < kAttnTile ? int(a.queryLen - i0) : kAttnTile;
   AttnKVShared<T> sh(shared, dim);
-  attnLoadTile<T, D>(a.q, k.rows.b, h, i0, n, dim, sh.q, tid, kAttnBlockRows);
-  attnLoadTile<T, D>(s.dOut, k.rows.b, h, i0, n, dim, sh.dout, tid,
-                     kAttnBlockRows);
+  attnLoadTile<T, D>(a.q, k.rows.b, h, i0, n, dim, sh.q, tid, threads);
+  attnLoadTile<T, D>(s.dOut, k.rows.b, h, i0, n, dim, sh.dout, tid, threads);
   const int64_t row0 = (k.rows.b * a.queryHeads + h) * a.queryLen + i0;
-  for (int t = tid; t < n; t += kAttnBlockRows) {
+  for (int t = tid; t < n; t += threads) {
     sh.lse[t] = attnRead<T>(s.lse, s.lseElem, row0 + t);
     sh.delta[t] = s.delta[row0 + t];
   }
+  if (!a.keep.data)
+    return true;
+  return attnLoadKeep(a, k.rows.b, h, k.rows.first, int(k.rows.count), i0, n,
+                      false, sh.keep, tid, threads);
 }
 
 // Where row `tid` of a block keeps v_j (SharedV).
@@ -877,12 +977,13 @@ CLEAVE_HD T *attnKVSharedV(void *shared, int dim, int tid) {
 template <class T, int D, bool SharedV>
 CLEAVE_HD void attnGradKVBlockTile(const AttentionOperands &a,
                                    AttnGradKVRow<T, D, SharedV> &r, int64_t h,
-                                   int64_t i0, void *shared) {
+                                   int64_t i0, void *shared, int tid) {
   const int dim = attnDim<D>(a);
   const int n = a.queryLen - i0 < kAttnTile ? int(a.queryLen - i0) : kAttnTile;
   AttnKVShared<T> sh(shared, dim);
   attnGradKVTile(a, r, h, i0, n,
-                 AttnQueriesInTile<T>{sh.q, sh.dout, sh.lse, sh.delta, dim});
+                 AttnQueriesInTile<T>{sh.q, sh.dout, sh.lse, sh.delta, dim,
+                                      a.keep.data ? sh.keep : nullptr, tid});
 }
 
 // --- host drivers -----------------------------------------------------------
@@ -904,8 +1005,11 @@ void runAttentionForwardBlocksOnHost(const AttentionStep &s) {
     for (int t = 0; t < k.rows.count; ++t)
       attnForwardBegin(s, attnBlockRow(a, k.rows, t), rows[t]);
     for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
+      bool any = false;
       for (int t = 0; t < kAttnBlockRows; ++t)
-        attnForwardBlockLoad<T, D>(a, k, j0, tiles, t);
+        any |= attnForwardBlockLoad<T, D>(a, k, j0, tiles, t);
+      if (!any)
+        continue; // no row of the block sees a key of the tile
       for (int t = 0; t < k.rows.count; ++t)
         attnForwardBlockTile<T, D>(a, rows[t], j0, tiles, t);
     }
@@ -927,10 +1031,13 @@ void runAttentionGradBlocksOnHost(const AttentionGradStep &s) {
     for (int t = 0; t < k.rows.count; ++t)
       attnGradQBegin(s, attnBlockRow(a, k.rows, t), qrows[t]);
     for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
+      bool any = false;
       for (int t = 0; t < kAttnBlockRows; ++t)
-        attnForwardBlockLoad<T, D>(a, k, j0, tiles, t);
+        any |= attnGradQBlockLoad<T, D>(a, k, j0, tiles, t);
+      if (!any)
+        continue;
       for (int t = 0; t < k.rows.count; ++t)
-        attnGradQBlockTile<T, D>(a, qrows[t], j0, tiles);
+        attnGradQBlockTile<T, D>(a, qrows[t], j0, tiles, t);
     }
     for (int t = 0; t < k.rows.count; ++t)
       attnGradQEnd(s, qrows[t]);
@@ -950,10 +1057,13 @@ void runAttentionGradBlocksOnHost(const AttentionGradStep &s) {
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = k.rows.head * group + g;
       for (int64_t i0 = k.queryBegin; i0 < a.queryLen; i0 += kAttnTile) {
+        bool any = false;
         for (int t = 0; t < kAttnBlockRows; ++t)
-          attnGradKVBlockLoad<T, D>(s, k, h, i0, sharedKV.data(), t);
+          any |= attnGradKVBlockLoad<T, D>(s, k, h, i0, sharedKV.data(), t);
+        if (!any)
+          continue;
         for (int t = 0; t < k.rows.count; ++t)
-          attnGradKVBlockTile<T, D>(a, kvrows[t], h, i0, sharedKV.data());
+          attnGradKVBlockTile<T, D>(a, kvrows[t], h, i0, sharedKV.data(), t);
       }
     }
     for (int t = 0; t < k.rows.count; ++t)

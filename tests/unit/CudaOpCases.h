@@ -196,6 +196,11 @@ inline std::vector<Case> elementwiseCases() {
        {f32({17})}, {bf16({17})}},
       {"cast bf16 f32", OpKind::Cast, {{"to", std::string("f32")}},
        {bf16({17})}, {f32({17})}},
+      // Long enough for the GPU's four-at-a-time cast and a partial tail.
+      {"cast f32 bf16 long", OpKind::Cast, {{"to", std::string("bf16")}},
+       {f32({3, 1027})}, {bf16({3, 1027})}},
+      {"cast bf16 f32 long", OpKind::Cast, {{"to", std::string("f32")}},
+       {bf16({1027, 3})}, {f32({1027, 3})}},
       {"cast i64 f32", OpKind::Cast, {{"to", std::string("f32")}}, {i64({6})},
        {f32({6})}},
       {"cast bool f32", OpKind::Cast, {{"to", std::string("f32")}},
@@ -415,6 +420,38 @@ inline std::vector<Case> productCases() {
                     bf16({1, 2, 70, 16}), f32({1, 2, 70}, Fill::Wide)},
                    {bf16({1, 2, 70, 16}), bf16({1, 2, 70, 16}),
                     bf16({1, 2, 70, 16})},
+                   8e-3});
+  // The head sizes the GPU's kernels fix at compile time (64 here), over
+  // more than two tiles of keys, with a boolean mask (a random one: each
+  // block step reads the mask's tile) and without. A small scale keeps the
+  // scores of 64-wide products of uniform [-2, 2] values near 1 (with the
+  // random L, larger ones make P = exp(S - L) huge and its sums cancel).
+  ir::AttrMap d64 = {{"scale", 0.02f}};
+  ir::AttrMap d64causal = {{"scale", 0.02f}, {"causal", int64_t(1)}};
+  cases.push_back({"fused attention d64 mask", OpKind::FusedAttention, d64,
+                   {f32({1, 2, 130, 64}), f32({1, 2, 130, 64}),
+                    f32({1, 2, 130, 64}), boolean({1, 1, 130, 130})},
+                   {f32({1, 2, 130, 64}), f32({1, 2, 130})}, 1e-5});
+  cases.push_back({"fused attention grad d64 mask", OpKind::FusedAttentionGrad,
+                   d64,
+                   {f32({1, 2, 130, 64}), f32({1, 2, 130, 64}),
+                    f32({1, 2, 130, 64}), f32({1, 2, 130, 64}),
+                    f32({1, 2, 130, 64}), f32({1, 2, 130}, Fill::Wide),
+                    boolean({1, 1, 130, 130})},
+                   {f32({1, 2, 130, 64}), f32({1, 2, 130, 64}),
+                    f32({1, 2, 130, 64})},
+                   1e-4});
+  cases.push_back({"fused attention d64 causal", OpKind::FusedAttention, d64causal,
+                   {bf16({2, 4, 100, 64}), bf16({2, 2, 100, 64}),
+                    bf16({2, 2, 100, 64})},
+                   {bf16({2, 4, 100, 64}), f32({2, 4, 100})}, 8e-3});
+  cases.push_back({"fused attention grad d64 causal",
+                   OpKind::FusedAttentionGrad, d64causal,
+                   {bf16({2, 4, 100, 64}), bf16({2, 4, 100, 64}),
+                    bf16({2, 2, 100, 64}), bf16({2, 2, 100, 64}),
+                    bf16({2, 4, 100, 64}), f32({2, 4, 100}, Fill::Wide)},
+                   {bf16({2, 4, 100, 64}), bf16({2, 2, 100, 64}),
+                    bf16({2, 2, 100, 64})},
                    8e-3});
   return cases;
 }

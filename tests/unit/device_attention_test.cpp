@@ -48,7 +48,10 @@ struct Buffer {
   const void *data() const { return bytes.data(); }
 };
 
-enum class Mask { None, BiasOverHeads, KeepWithMaskedRow };
+// KeepLowerTriangle: the causal rule as a boolean mask ([Tq, Tk], true
+// where j <= i: GPT-style models that keep a tril buffer), so whole tiles
+// are hidden.
+enum class Mask { None, BiasOverHeads, KeepWithMaskedRow, KeepLowerTriangle };
 
 struct Config {
   int64_t batch = 1, queryHeads = 2, kvHeads = 2, queryLen = 5, keyLen = 5,
@@ -156,6 +159,15 @@ Problem makeProblem(const Config &c) {
     p.biasStrides[1] = 0;
     p.biasStrides[2] = c.keyLen;
     p.biasStrides[3] = 1;
+  } else if (c.mask == Mask::KeepLowerTriangle) {
+    p.keep.assign(size_t(c.queryLen * c.keyLen), 0);
+    for (int64_t i = 0; i < c.queryLen; ++i)
+      for (int64_t j = 0; j <= i && j < c.keyLen; ++j)
+        p.keep[size_t(i * c.keyLen + j)] = 1;
+    p.keepStrides[0] = 0;
+    p.keepStrides[1] = 0;
+    p.keepStrides[2] = c.keyLen;
+    p.keepStrides[3] = 1;
   } else if (c.mask == Mask::KeepWithMaskedRow) {
     // [1, Hq, Tq, Tk], broadcast over the batch: a few keys hidden, and
     // row 2 of head 1 sees none.
@@ -742,12 +754,13 @@ TEST(DeviceAttention, BlocksGiveTheRowsBits) {
         c.align = align;
         cases.push_back({"causal", c});
       }
-  for (Mask mask : {Mask::BiasOverHeads, Mask::KeepWithMaskedRow}) {
+  for (Mask mask : {Mask::BiasOverHeads, Mask::KeepWithMaskedRow,
+                    Mask::KeepLowerTriangle}) {
     Config c;
     c.batch = 2;
     c.queryHeads = 2;
-    c.queryLen = 90;
-    c.keyLen = 100;
+    c.queryLen = 190; // lower triangle: the tiles above it skipped whole
+    c.keyLen = 200;
     c.headDim = 64;
     c.mask = mask;
     cases.push_back({"masked", c});
@@ -810,4 +823,24 @@ TEST(DeviceAttention, BlocksGiveTheRowsBits) {
       runAttentionGradBlocksOnHost<float, 128, true>(fixed.bwd);
     check(fixed, "fixed head size");
   }
+}
+
+// The causal rule spelled as a boolean mask (a tril buffer): the block steps
+// skip the tiles no row of a block sees, and the results are the
+// reference's, as with the causal flag.
+TEST(DeviceAttention, LowerTriangleMaskAsTheCausalRule) {
+  Config c;
+  c.queryHeads = 2;
+  c.queryLen = c.keyLen = 150;
+  c.headDim = 64;
+  c.mask = Mask::KeepLowerTriangle;
+  Results masked = checkAgainstReference(c);
+  c.mask = Mask::None;
+  c.causal = true;
+  c.align = CausalAlign::TopLeft;
+  Results flagged = checkAgainstReference(c);
+  EXPECT_EQ(masked.o, flagged.o);
+  EXPECT_EQ(masked.dq, flagged.dq);
+  EXPECT_EQ(masked.dk, flagged.dk);
+  EXPECT_EQ(masked.dv, flagged.dv);
 }
