@@ -115,55 +115,39 @@ __global__ void gatherKernel(GatherStep g) {
 // each tile of the other side into shared memory once for all of its rows
 // (DeviceAttention.h's block steps; the host drivers there run the same
 // phases in turn). Threads past the last row load and wait with the others.
-template <class T, int D>
+// The forward and dQ: a block of query rows over key tiles (Steps).
+template <class Steps, class T>
 __global__ void __launch_bounds__(kAttnBlockRows)
-    attentionKernel(AttentionStep s) {
+    attentionKeyTilesKernel(typename Steps::Step s) {
   extern __shared__ double sharedMem[];
   T *tiles = reinterpret_cast<T *>(sharedMem);
   const AttentionOperands &a = s.in;
   const int tid = threadIdx.x;
   const AttnForwardBlock k = attnForwardBlockAt(a, blockIdx.x);
   const bool active = tid < k.rows.count;
-  AttnForwardRow<T, D> r;
+  typename Steps::Row r;
   if (active)
-    attnForwardBegin(s, attnBlockRow(a, k.rows, tid), r);
+    Steps::begin(s, attnBlockRow(a, k.rows, tid), r);
   for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
     // The barrier that orders the loads before the reads also tells every
     // thread whether any row sees a key of the tile.
-    if (__syncthreads_or(attnForwardBlockLoad<T, D>(a, k, j0, tiles, tid)) &&
-        active)
-      attnForwardBlockTile<T, D>(a, r, j0, tiles, tid);
+    if (__syncthreads_or(Steps::load(s, k, j0, tiles, tid)) && active)
+      Steps::tile(s, r, j0, tiles, tid);
     __syncthreads();
   }
   if (active)
-    attnForwardEnd(s, r);
+    Steps::end(s, r);
 }
+
+template <class T, int D>
+constexpr auto attentionKernel = attentionKeyTilesKernel<AttnForwardSteps<T, D>, T>;
+template <class T, int D>
+constexpr auto attentionGradQKernel =
+    attentionKeyTilesKernel<AttnGradQSteps<T, D>, T>;
 
 __global__ void attentionDeltaKernel(AttentionGradStep s, int64_t rows) {
   for (int64_t i = firstIndex(); i < rows; i += gridStride())
     attentionDeltaRow(s, i);
-}
-
-template <class T, int D>
-__global__ void __launch_bounds__(kAttnBlockRows)
-    attentionGradQKernel(AttentionGradStep s) {
-  extern __shared__ double sharedMem[];
-  T *tiles = reinterpret_cast<T *>(sharedMem);
-  const AttentionOperands &a = s.in;
-  const int tid = threadIdx.x;
-  const AttnForwardBlock k = attnForwardBlockAt(a, blockIdx.x);
-  const bool active = tid < k.rows.count;
-  AttnGradQRow<T, D> r;
-  if (active)
-    attnGradQBegin(s, attnBlockRow(a, k.rows, tid), r);
-  for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
-    if (__syncthreads_or(attnGradQBlockLoad<T, D>(a, k, j0, tiles, tid)) &&
-        active)
-      attnGradQBlockTile<T, D>(a, r, j0, tiles, tid);
-    __syncthreads();
-  }
-  if (active)
-    attnGradQEnd(s, r);
 }
 
 // With the head size fixed, each row keeps v_j in shared memory (its
@@ -473,12 +457,12 @@ bool attentionLanes(const AttentionOperands &a) {
   return wanted && !attentionWide(a) && (a.headDim == 64 || a.headDim == 128);
 }
 
-// Launches kernel over `blocks` blocks of kAttnBlockRows threads with
-// `shared` bytes of dynamic shared memory (over 48 KiB needs the kernel's
-// opt-in, which fails past the device's limit).
+// Launches kernel over `blocks` blocks of `threads` threads with `shared`
+// bytes of dynamic shared memory (over 48 KiB needs the kernel's opt-in,
+// which fails past the device's limit).
 template <class Kernel, class Step>
-int launchAttentionBlocks(Kernel kernel, const Step &s, int64_t blocks,
-                          size_t shared, cudaStream_t stream) {
+int launchAttentionKernel(Kernel kernel, const Step &s, int64_t blocks,
+                          int threads, size_t shared, cudaStream_t stream) {
   if (blocks == 0)
     return 0;
   if (shared > 48 * 1024) {
@@ -487,8 +471,24 @@ int launchAttentionBlocks(Kernel kernel, const Step &s, int64_t blocks,
     if (err != cudaSuccess)
       return int(err);
   }
-  kernel<<<unsigned(blocks), kAttnBlockRows, shared, stream>>>(s);
+  kernel<<<unsigned(blocks), threads, shared, stream>>>(s);
   return launched();
+}
+
+// One thread a row (the block steps).
+template <class Kernel, class Step>
+int launchAttentionBlocks(Kernel kernel, const Step &s, int64_t blocks,
+                          size_t shared, cudaStream_t stream) {
+  return launchAttentionKernel(kernel, s, blocks, kAttnBlockRows, shared,
+                               stream);
+}
+
+// Four threads a row (the lanes kernels).
+template <class Kernel, class Step>
+int launchAttentionLanes(Kernel kernel, const Step &s, int64_t blocks,
+                         size_t shared, cudaStream_t stream) {
+  return launchAttentionKernel(kernel, s, blocks, kLaneThreads, shared,
+                               stream);
 }
 
 __global__ void padKernel(PadStep p) {
@@ -625,22 +625,6 @@ int launchGather(const GatherStep &g, void *stream) {
   if (n == 0)
     return 0;
   gatherKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(g);
-  return launched();
-}
-
-// As launchAttentionBlocks, kLaneThreads threads a block.
-template <class Kernel, class Step>
-int launchAttentionLanes(Kernel kernel, const Step &s, int64_t blocks,
-                         size_t shared, cudaStream_t stream) {
-  if (blocks == 0)
-    return 0;
-  if (shared > 48 * 1024) {
-    cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    if (err != cudaSuccess)
-      return int(err);
-  }
-  kernel<<<unsigned(blocks), kLaneThreads, shared, stream>>>(s);
   return launched();
 }
 

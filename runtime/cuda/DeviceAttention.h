@@ -843,30 +843,6 @@ template <class T> CLEAVE_HD unsigned char *attnForwardKeep(T *shared,
                                            kAttnTile * kAttnBlockRows);
 }
 
-template <class T, int D>
-CLEAVE_HD bool attnForwardBlockLoad(const AttentionOperands &a,
-                                    const AttnForwardBlock &k, int64_t j0,
-                                    T *shared, int tid) {
-  return attnKeyTileLoad<T, D>(a, k, j0, shared,
-                               attnForwardKeep(shared, attnDim<D>(a)), tid);
-}
-
-template <class T, int D>
-CLEAVE_HD void attnForwardBlockTile(const AttentionOperands &a,
-                                    AttnForwardRow<T, D> &r, int64_t j0,
-                                    T *shared, int tid) {
-  if (j0 >= r.end)
-    return;
-  const int dim = attnDim<D>(a);
-  const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
-  attnForwardTile(
-      a, r, j0, n,
-      AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim,
-                        a.keep.data ? attnForwardKeep(shared, dim) : nullptr,
-                        tid},
-      shared + 2 * kAttnTile * dim + tid, kAttnBlockRows);
-}
-
 // dQ: a block of query rows over tiles of keys. Shared: K and V tiles, then
 // the mask's tile.
 template <class T>
@@ -878,28 +854,80 @@ template <class T> CLEAVE_HD unsigned char *attnGradQKeep(T *shared, int dim) {
   return reinterpret_cast<unsigned char *>(shared + 2 * kAttnTile * dim);
 }
 
-template <class T, int D>
-CLEAVE_HD bool attnGradQBlockLoad(const AttentionOperands &a,
-                                  const AttnForwardBlock &k, int64_t j0,
-                                  T *shared, int tid) {
-  return attnKeyTileLoad<T, D>(a, k, j0, shared,
-                               attnGradQKeep(shared, attnDim<D>(a)), tid);
+// How many keys of the tile at j0 a row whose keys end at `end` walks (0:
+// none).
+CLEAVE_HD int attnRowTile(int64_t end, int64_t j0) {
+  return j0 >= end ? 0 : end - j0 < kAttnTile ? int(end - j0) : kAttnTile;
 }
 
-template <class T, int D>
-CLEAVE_HD void attnGradQBlockTile(const AttentionOperands &a,
-                                  AttnGradQRow<T, D> &r, int64_t j0,
-                                  T *shared, int tid) {
-  if (j0 >= r.end)
-    return;
-  const int dim = attnDim<D>(a);
-  const int n = r.end - j0 < kAttnTile ? int(r.end - j0) : kAttnTile;
-  attnGradQTile(
-      a, r, j0, n,
-      AttnKeysInTile<T>{shared, shared + kAttnTile * dim, dim,
-                        a.keep.data ? attnGradQKeep(shared, dim) : nullptr,
-                        tid});
+// The key tile at the start of `shared` as thread tid's row reads it.
+template <class T>
+CLEAVE_HD AttnKeysInTile<T> attnKeyTileView(const AttentionOperands &a,
+                                            const T *shared,
+                                            const unsigned char *keep, int dim,
+                                            int tid) {
+  return {shared, shared + kAttnTile * dim, dim, a.keep.data ? keep : nullptr,
+          tid};
 }
+
+// The forward and dQ as the same walk of a block of query rows over key
+// tiles (attnKeyTileWalk on the host, attentionKeyTilesKernel on a GPU):
+// what each does at a row's start, a tile's load, a tile and a row's end.
+template <class T, int D> struct AttnForwardSteps {
+  using Step = AttentionStep;
+  using Row = AttnForwardRow<T, D>;
+  static CLEAVE_HD size_t shared(int64_t dim) {
+    return attnForwardShared<T>(dim);
+  }
+  static CLEAVE_HD void begin(const Step &s, int64_t row, Row &r) {
+    attnForwardBegin(s, row, r);
+  }
+  static CLEAVE_HD bool load(const Step &s, const AttnForwardBlock &k,
+                             int64_t j0, T *shared, int tid) {
+    return attnKeyTileLoad<T, D>(
+        s.in, k, j0, shared, attnForwardKeep(shared, attnDim<D>(s.in)), tid);
+  }
+  // The scores go after the K and V tiles, [kAttnTile][kAttnBlockRows].
+  static CLEAVE_HD void tile(const Step &s, Row &r, int64_t j0, T *shared,
+                             int tid) {
+    const int dim = attnDim<D>(s.in);
+    if (int n = attnRowTile(r.end, j0))
+      attnForwardTile(s.in, r, j0, n,
+                      attnKeyTileView(s.in, shared,
+                                      attnForwardKeep(shared, dim), dim, tid),
+                      shared + 2 * kAttnTile * dim + tid, kAttnBlockRows);
+  }
+  static CLEAVE_HD void end(const Step &s, const Row &r) {
+    attnForwardEnd(s, r);
+  }
+};
+
+template <class T, int D> struct AttnGradQSteps {
+  using Step = AttentionGradStep;
+  using Row = AttnGradQRow<T, D>;
+  static CLEAVE_HD size_t shared(int64_t dim) {
+    return attnGradQShared<T>(dim);
+  }
+  static CLEAVE_HD void begin(const Step &s, int64_t row, Row &r) {
+    attnGradQBegin(s, row, r);
+  }
+  static CLEAVE_HD bool load(const Step &s, const AttnForwardBlock &k,
+                             int64_t j0, T *shared, int tid) {
+    return attnKeyTileLoad<T, D>(
+        s.in, k, j0, shared, attnGradQKeep(shared, attnDim<D>(s.in)), tid);
+  }
+  static CLEAVE_HD void tile(const Step &s, Row &r, int64_t j0, T *shared,
+                             int tid) {
+    const int dim = attnDim<D>(s.in);
+    if (int n = attnRowTile(r.end, j0))
+      attnGradQTile(s.in, r, j0, n,
+                    attnKeyTileView(s.in, shared, attnGradQKeep(shared, dim),
+                                    dim, tid));
+  }
+  static CLEAVE_HD void end(const Step &s, const Row &r) {
+    attnGradQEnd(s, r);
+  }
+};
 
 // dK and dV: a block of kv rows over tiles of queries, for each query head
 // of the kv head's group. Shared: Q and dO tiles, then L in T and Delta.
@@ -993,55 +1021,42 @@ CLEAVE_HD void attnGradKVBlockTile(const AttentionOperands &a,
 // for every thread in turn. Any other order, or any split over threads,
 // gives the same bits, since a row's result depends on the inputs alone.
 
-template <class T, int D = 0>
-void runAttentionForwardBlocksOnHost(const AttentionStep &s) {
+// Every block of query rows over its key tiles (the forward, dQ), each
+// phase for every thread of the block in turn.
+template <class Steps, class T>
+void attnKeyTileWalk(const typename Steps::Step &s) {
   const AttentionOperands &a = s.in;
-  std::vector<unsigned char> shared(attnForwardShared<T>(a.headDim));
+  std::vector<unsigned char> shared(Steps::shared(a.headDim));
   T *tiles = reinterpret_cast<T *>(shared.data());
-  std::vector<AttnForwardRow<T, D>> rows(kAttnBlockRows);
+  std::vector<typename Steps::Row> rows(kAttnBlockRows);
   for (int64_t blk = 0, n = attnBlockCount(a.batch, a.queryHeads, a.queryLen);
        blk < n; ++blk) {
     const AttnForwardBlock k = attnForwardBlockAt(a, blk);
     for (int t = 0; t < k.rows.count; ++t)
-      attnForwardBegin(s, attnBlockRow(a, k.rows, t), rows[t]);
+      Steps::begin(s, attnBlockRow(a, k.rows, t), rows[t]);
     for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
       bool any = false;
       for (int t = 0; t < kAttnBlockRows; ++t)
-        any |= attnForwardBlockLoad<T, D>(a, k, j0, tiles, t);
+        any |= Steps::load(s, k, j0, tiles, t);
       if (!any)
         continue; // no row of the block sees a key of the tile
       for (int t = 0; t < k.rows.count; ++t)
-        attnForwardBlockTile<T, D>(a, rows[t], j0, tiles, t);
+        Steps::tile(s, rows[t], j0, tiles, t);
     }
     for (int t = 0; t < k.rows.count; ++t)
-      attnForwardEnd(s, rows[t]);
+      Steps::end(s, rows[t]);
   }
+}
+
+template <class T, int D = 0>
+void runAttentionForwardBlocksOnHost(const AttentionStep &s) {
+  attnKeyTileWalk<AttnForwardSteps<T, D>, T>(s);
 }
 
 template <class T, int D = 0, bool SharedV = false>
 void runAttentionGradBlocksOnHost(const AttentionGradStep &s) {
   const AttentionOperands &a = s.in;
-  std::vector<unsigned char> sharedQ(attnGradQShared<T>(a.headDim));
-  T *tiles = reinterpret_cast<T *>(sharedQ.data());
-  std::vector<AttnGradQRow<T, D>> qrows(kAttnBlockRows);
-  for (int64_t blk = 0, n = attnBlockCount(a.batch, a.queryHeads, a.queryLen);
-       blk < n; ++blk) {
-    // The forward's block geometry: the same rows and key range.
-    const AttnForwardBlock k = attnForwardBlockAt(a, blk);
-    for (int t = 0; t < k.rows.count; ++t)
-      attnGradQBegin(s, attnBlockRow(a, k.rows, t), qrows[t]);
-    for (int64_t j0 = 0; j0 < k.keyEnd; j0 += kAttnTile) {
-      bool any = false;
-      for (int t = 0; t < kAttnBlockRows; ++t)
-        any |= attnGradQBlockLoad<T, D>(a, k, j0, tiles, t);
-      if (!any)
-        continue;
-      for (int t = 0; t < k.rows.count; ++t)
-        attnGradQBlockTile<T, D>(a, qrows[t], j0, tiles, t);
-    }
-    for (int t = 0; t < k.rows.count; ++t)
-      attnGradQEnd(s, qrows[t]);
-  }
+  attnKeyTileWalk<AttnGradQSteps<T, D>, T>(s);
   std::vector<double> sharedKV(attnGradKVShared<T>(a.headDim, SharedV) /
                                    sizeof(double) +
                                1);
