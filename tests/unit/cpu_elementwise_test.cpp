@@ -298,6 +298,19 @@ TEST(CpuElementwise, PowWithMixedExponentTypes) {
   EXPECT_EQ(eval(OpKind::Pow, {&base, &two}, DType::F32, {2, 2})
                 .values<float>(),
             (F{1, 4, 9, 16}));
+  // x^1 (the gradient of x^2 raises to 2 - 1) is x itself, every value,
+  // in f32 and in an i64 exponent's widened double.
+  const float inf = std::numeric_limits<float>::infinity();
+  Host odd = f32({6}, {-0.0f, 1e-40f, -3.5f, inf, -inf, 1.17549435e-38f});
+  Host one = f32({}, {1});
+  EXPECT_EQ(eval(OpKind::Pow, {&odd, &one}, DType::F32, {6}).values<float>(),
+            odd.values<float>());
+  Host oneI = i64({}, {1});
+  EXPECT_EQ(eval(OpKind::Pow, {&odd, &oneI}, DType::F32, {6}).values<float>(),
+            odd.values<float>());
+  Host nanBase = f32({1}, {std::nanf("")});
+  EXPECT_TRUE(std::isnan(
+      eval(OpKind::Pow, {&nanBase, &one}, DType::F32, {1}).values<float>()[0]));
   Host three = i64({}, {3});
   EXPECT_EQ(eval(OpKind::Pow, {&base, &three}, DType::F32, {2, 2})
                 .values<float>(),
