@@ -390,8 +390,33 @@ using Int16 [[gnu::vector_size(64)]] = int32_t;
 template <class VF> struct IntLanesOf;
 template <> struct IntLanesOf<Float8> { using type = Int8; };
 template <> struct IntLanesOf<Float16> { using type = Int16; };
+// exp(x): expShiftLanesT's arithmetic with no shift, so without its
+// two-sum (whose error term is exactly 0 then): the same bits for every x,
+// five operations a vector fewer.
 template <class VF> [[gnu::always_inline]] inline VF expLanesT(VF x) {
-  return expShiftLanesT<VF, typename IntLanesOf<VF>::type>(x, 0.0f);
+  using VI = typename IntLanesOf<VF>::type;
+  VF dc = x < -87.3f ? (VF{} + -87.3f) : x;
+  dc = dc > 88.7f ? (VF{} + 88.7f) : dc;
+  VF kf = dc * 1.44269504f;
+  VI k = __builtin_convertvector(kf + (kf < 0.0f ? -0.5f : 0.5f), VI);
+  VF kr = __builtin_convertvector(k, VF);
+  VF r = (x - kr * 0.693145752f) - kr * 1.42860677e-6f;
+  VF p = VF{} + 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  VI bits = (k + 127) << 23;
+  VF scale;
+  static_assert(sizeof(scale) == sizeof(bits));
+  std::memcpy(&scale, &bits, sizeof(scale));
+  VF y = p * scale;
+  y = x > 88.72f ? (VF{} + HUGE_VALF) : y;
+  y = x < -87.3f ? (VF{} + 0.0f) : y;
+  return x != x ? x : y;
 }
 
 // tanh(x): below 1/4 in magnitude its odd Taylor series to x^11, above
@@ -429,22 +454,16 @@ template <class VF>
   return x != x ? x : y;
 }
 
-// Phi(x) = (1 + erf(x / sqrt 2)) / 2, the normal CDF: for |x| / sqrt 2
-// below 1/2 erf's Taylor series to x^13; above, Numerical Recipes'
-// Chebyshev fit of erfc (as the double lanes), taken directly for x < 0
-// so the left tail keeps its relative accuracy instead of 1 - (1 - erfc).
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2, the normal CDF, from one tail:
+// Q = erfc(|x| / sqrt 2) / 2 by Numerical Recipes' Chebyshev fit of erfc
+// (relative error below 1.2e-7 for every |x|, as the double lanes), Q
+// itself for x < 0 (the left tail keeps its relative accuracy) and 1 - Q
+// above (Q <= 1/2 there, so 1 - Q is within a float's rounding). One
+// branch for every x: a Taylor series near 0 beside it cost a third more
+// and was no more accurate in float.
 template <class VF> [[gnu::always_inline]] inline VF phiLanesF(VF x) {
   VF u = x * 0.707106781f;
   VF z = u < 0.0f ? -u : u;
-  VF u2 = u * u;
-  VF s = VF{} + 1.0f / 9360;
-  s = s * u2 - 1.0f / 1320;
-  s = s * u2 + 1.0f / 216;
-  s = s * u2 - 1.0f / 42;
-  s = s * u2 + 1.0f / 10;
-  s = s * u2 - 1.0f / 3;
-  VF erfSmall = (s * u2 * u + u) * 1.12837917f; // 2 / sqrt(pi)
-  VF small = 0.5f + 0.5f * erfSmall;
   VF t = 1.0f / (1.0f + 0.5f * z);
   VF q = VF{} + 0.17087277f;
   q = q * t - 0.82215223f;
@@ -457,8 +476,7 @@ template <class VF> [[gnu::always_inline]] inline VF phiLanesF(VF x) {
   q = q * t + 1.00002368f;
   q = q * t - 1.26551223f;
   VF halfErfc = 0.5f * t * expLanesT(q - z * z);
-  VF large = u < 0.0f ? halfErfc : 1.0f - halfErfc;
-  VF y = z < 0.5f ? small : large;
+  VF y = u < 0.0f ? halfErfc : 1.0f - halfErfc;
   return x != x ? x : y;
 }
 
