@@ -302,19 +302,23 @@ llvm::Expected<std::vector<int64_t>>
 scatterNDOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
                  const TensorRef &idx);
 
-// The sum of f(i) for i in [0, n), in double, with four independent
-// accumulators so the additions pipeline (one running sum is a long
-// dependency chain: LayerNorm's rows of 256 ran at 3 ns an element); the
-// order is fixed, so the bits are too.
-template <typename F> double sum4(int64_t n, F &&f) {
-  double s[4] = {0, 0, 0, 0};
+// The sum of n terms in double: sixteen running sums (two vectors of eight
+// lanes, vec(i) giving terms i..i+7) over the first multiple of 16 terms,
+// one(i) for the rest, added in a fixed tree, so the bits depend on n
+// alone. Sixteen chains keep the adds pipelined (four running sums held
+// LayerNorm's rows to about a cycle a term at any vector width).
+template <typename V, typename S>
+[[gnu::always_inline]] inline double sumLanes16(int64_t n, V &&vec, S &&one) {
+  Double8 a = {}, b = {};
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int k = 0; k < 4; ++k)
-      s[k] += f(i + k);
+  for (; i + 16 <= n; i += 16) {
+    a += vec(i);
+    b += vec(i + 8);
+  }
+  double tail = 0;
   for (; i < n; ++i)
-    s[0] += f(i);
-  return (s[0] + s[1]) + (s[2] + s[3]);
+    tail += one(i);
+  return laneSum(a + b) + tail;
 }
 
 // One normalized row's statistics: its mean and 1 / sqrt(variance + eps).
@@ -324,23 +328,41 @@ struct RowStats {
 
 // LayerNormalization's row statistics (biased variance, two passes), the
 // one formula of the forward and gradient kernels, so the gradients see
-// the forward's bits and no thread count changes a bit.
+// the forward's bits and no thread count changes a bit. Inlined into the
+// kernels' row functions, which are built for AVX2 and AVX-512 too
+// (CLEAVE_VECTOR_CLONES): the same operations, more doubles a vector.
 template <typename T>
-RowStats layerNormRowStats(const T *x, int64_t size, double eps) {
-  double sum = sum4(size, [&](int64_t i) { return double(x[i]); });
+[[gnu::always_inline]] inline RowStats
+layerNormRowStats(const T *x, int64_t size, double eps) {
+  double sum = sumLanes16(
+      size, [&](int64_t i) { return loadDouble8(x + i); },
+      [&](int64_t i) { return double(x[i]); });
   double mean = size ? sum / double(size) : 0.0;
-  double sq = sum4(size, [&](int64_t i) {
-    double d = double(x[i]) - mean;
-    return d * d;
-  });
+  double sq = sumLanes16(
+      size,
+      [&](int64_t i) {
+        Double8 d = loadDouble8(x + i) - mean;
+        return d * d;
+      },
+      [&](int64_t i) {
+        double d = double(x[i]) - mean;
+        return d * d;
+      });
   return {mean, 1.0 / std::sqrt((size ? sq / double(size) : 0.0) + eps)};
 }
 
 // 1 / sqrt(mean(x[0..size)^2) + eps) of one RMSNormalization row (the
 // forward and gradient kernels' one formula, as above).
 template <typename T>
-double rmsRowInv(const T *x, int64_t size, double eps) {
-  double sq = sum4(size, [&](int64_t i) { return double(x[i]) * double(x[i]); });
+[[gnu::always_inline]] inline double rmsRowInv(const T *x, int64_t size,
+                                               double eps) {
+  double sq = sumLanes16(
+      size,
+      [&](int64_t i) {
+        Double8 v = loadDouble8(x + i);
+        return v * v;
+      },
+      [&](int64_t i) { return double(x[i]) * double(x[i]); });
   return 1.0 / std::sqrt((size ? sq / double(size) : 0.0) + eps);
 }
 

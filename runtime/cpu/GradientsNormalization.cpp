@@ -46,13 +46,17 @@ llvm::Expected<LayerNormDims> layerNormDims(const KernelCall &call,
 }
 
 // The forward kernel's row statistics (CpuKernels.h).
-template <typename T> Stats rowStats(const T *x, int64_t size, double eps) {
+template <typename T>
+[[gnu::always_inline]] inline Stats rowStats(const T *x, int64_t size,
+                                             double eps) {
   return layerNormRowStats(x, size, eps);
 }
 
 // RMSNormalization's row statistics in LayerNormalization's form: a mean
 // of 0 (x - 0.0 is exact, so x̂ = (x - mean) * inv has the bits of x * inv).
-template <typename T> Stats rmsRowStats(const T *x, int64_t size, double eps) {
+template <typename T>
+[[gnu::always_inline]] inline Stats rmsRowStats(const T *x, int64_t size,
+                                                double eps) {
   return Stats{0.0, rmsRowInv(x, size, eps)};
 }
 
@@ -60,6 +64,42 @@ template <typename T> Stats rmsRowStats(const T *x, int64_t size, double eps) {
 // dX = inv * (g - mean(g) - x̂ * mean(g * x̂)), g = dY * scale; RMS
 // (Centered false) has no mean(g) term (g - 0.0 is exact, so the bits are
 // those of the formula without it).
+// Rows [r0, r1) of dX; built for AVX2 and AVX-512 too (the same
+// operations, more doubles a vector: the baseline's SSE2 took two at a
+// time).
+template <typename T, Stats (*RowStats)(const T *, int64_t, double),
+          bool Centered>
+CLEAVE_VECTOR_CLONES void normGradDataRows(const T *x, const T *dy,
+                                           const double *scale, T *dx,
+                                           int64_t r0, int64_t r1,
+                                           int64_t size, double eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *xr = x + r * size, *dyr = dy + r * size;
+    Stats s = RowStats(xr, size, eps);
+    double sumG = 0.0;
+    if constexpr (Centered)
+      sumG = sumLanes16(
+          size,
+          [&](int64_t i) { return loadDouble8(dyr + i) * loadDouble8(scale + i); },
+          [&](int64_t i) { return dyr[i] * scale[i]; });
+    double sumGX = sumLanes16(
+        size,
+        [&](int64_t i) {
+          return loadDouble8(dyr + i) * loadDouble8(scale + i) *
+                 ((loadDouble8(xr + i) - s.mean) * s.inv);
+        },
+        [&](int64_t i) {
+          return dyr[i] * scale[i] * ((xr[i] - s.mean) * s.inv);
+        });
+    double meanG = sumG / double(size), meanGX = sumGX / double(size);
+    for (int64_t i = 0; i < size; ++i) {
+      double g = dyr[i] * scale[i];
+      double xh = (xr[i] - s.mean) * s.inv;
+      dx[r * size + i] = T(s.inv * (g - meanG - xh * meanGX));
+    }
+  }
+}
+
 template <typename T, Stats (*RowStats)(const T *, int64_t, double),
           bool Centered>
 llvm::Error normGradData(const KernelCall &call) {
@@ -78,24 +118,8 @@ llvm::Error normGradData(const KernelCall &call) {
   T *dx = dX.as<T>();
   parallelFor(dims->rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
               [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                  const T *xr = x + r * size, *dyr = dy + r * size;
-                  Stats s = RowStats(xr, size, eps);
-                  double sumG = Centered ? sum4(size, [&](int64_t i) {
-                    return dyr[i] * (*scale)[i];
-                  })
-                                         : 0.0;
-                  double sumGX = sum4(size, [&](int64_t i) {
-                    return dyr[i] * (*scale)[i] * ((xr[i] - s.mean) * s.inv);
-                  });
-                  double meanG = sumG / double(size),
-                         meanGX = sumGX / double(size);
-                  for (int64_t i = 0; i < size; ++i) {
-                    double g = dyr[i] * (*scale)[i];
-                    double xh = (xr[i] - s.mean) * s.inv;
-                    dx[r * size + i] = T(s.inv * (g - meanG - xh * meanGX));
-                  }
-                }
+                normGradDataRows<T, RowStats, Centered>(
+                    x, dy, scale->data(), dx, r0, r1, size, eps);
               });
   return llvm::Error::success();
 }
@@ -108,6 +132,28 @@ template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
 // dscale, dscale[j] = sum over rows of dY * x̂ with x̂ = (x - mean) * inv
 // (RMS: mean 0): row statistics first (RowStats), then threads take columns
 // and add the rows in order.
+// The statistics of rows [r0, r1), and acc[j - j0] += the sum over rows of
+// dY * x̂ for columns [j0, j1), rows in order; both built for AVX2 and
+// AVX-512 too (as normGradDataRows).
+template <typename T, Stats (*RowStats)(const T *, int64_t, double)>
+CLEAVE_VECTOR_CLONES void rowStatsOf(const T *x, Stats *stats, int64_t r0,
+                                     int64_t r1, int64_t size, double eps) {
+  for (int64_t r = r0; r < r1; ++r)
+    stats[r] = RowStats(x + r * size, size, eps);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void normalizedColumnSums(const T *x, const T *dy,
+                                               const Stats *stats,
+                                               int64_t rows, int64_t size,
+                                               int64_t j0, int64_t j1,
+                                               double *acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * size, *dyr = dy + r * size;
+    for (int64_t j = j0; j < j1; ++j)
+      acc[j - j0] += dyr[j] * ((xr[j] - stats[r].mean) * stats[r].inv);
+  }
+}
+
 template <typename T, Stats (*RowStats)(const T *, int64_t, double)>
 llvm::Error normGradParams(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
@@ -125,19 +171,14 @@ llvm::Error normGradParams(const KernelCall &call) {
   std::vector<Stats> stats(rows);
   parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
               [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r)
-                  stats[r] = RowStats(x + r * size, size, eps);
+                rowStatsOf<T, RowStats>(x, stats.data(), r0, r1, size, eps);
               });
   T *ds = dScale.as<T>();
   parallelFor(size, std::max<int64_t>(16, 8192 / std::max<int64_t>(1, rows)),
               [&](int64_t j0, int64_t j1) {
                 std::vector<double> acc(j1 - j0, 0.0);
-                for (int64_t r = 0; r < rows; ++r) {
-                  const T *xr = x + r * size, *dyr = dy + r * size;
-                  for (int64_t j = j0; j < j1; ++j)
-                    acc[j - j0] +=
-                        dyr[j] * ((xr[j] - stats[r].mean) * stats[r].inv);
-                }
+                normalizedColumnSums(x, dy, stats.data(), rows, size, j0, j1,
+                                     acc.data());
                 for (int64_t j = j0; j < j1; ++j)
                   ds[j] = T(acc[j - j0]);
               });

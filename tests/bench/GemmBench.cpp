@@ -51,6 +51,10 @@ const Shape kShapes[] = {
     {"qkv B 1024x256x768 (NT)", false, true, 1024, 256, 768},
     {"mlp-in W 256x1024x1024 (TN)", true, false, 256, 1024, 1024},
     {"mlp-out W 1024x256x1024 (TN)", true, false, 1024, 256, 1024},
+    // BERT's and ViT's separate query, key and value projections.
+    {"q fwd 1024x256x256", false, false, 1024, 256, 256},
+    {"q B 1024x256x256 (NT)", false, true, 1024, 256, 256},
+    {"q W 256x256x1024 (TN)", true, false, 256, 256, 1024},
     {"conv fold 64x1024x576", false, false, 64, 1024, 576},
     {"conv fold 256x64x2304", false, false, 256, 64, 2304},
     {"square 1024", false, false, 1024, 1024, 1024},
