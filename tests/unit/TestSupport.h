@@ -16,6 +16,17 @@
 
 namespace cleave::testsupport {
 
+// Whether this build runs under a sanitizer (the CI's ASan + UBSan and
+// ThreadSanitizer builds). Sweeps that repeat one property over hundreds of
+// variations (every byte of a file flipped, every operand offset) take a
+// sample there: the sanitizers look for memory errors and races, which the
+// sample exercises, and the release build runs the whole sweep.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // A fresh folder under the system temp dir, removed at scope exit.
 struct TempDir {
   llvm::SmallString<128> path;

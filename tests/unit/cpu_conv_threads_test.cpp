@@ -5,6 +5,7 @@
 // of their operands (they must not depend on the run either), and the
 // batch-folded path (ConvBatchFolded.h) agrees with the image-by-image one.
 #include "CpuKernelTesting.h"
+#include "TestSupport.h"
 
 #include "runtime/Kernel.h"
 
@@ -141,10 +142,14 @@ TEST(CpuConvThreads, BitsDoNotDependOnAddresses) {
     OpKind ops[3] = {OpKind::Conv, OpKind::ConvGradData,
                      OpKind::ConvGradFilter};
     // Which thread runs which chunk, and so which heap its scratch comes
-    // from, changes from call to call: several rounds.
-    for (int round = 0; round < 4; ++round)
-    for (size_t offset = 1; offset < 16; offset += 3)
-      for (int held = 0; held < 8; ++held) {
+    // from, changes from call to call: several rounds (under a sanitizer,
+    // one round of three offsets and two heaps: 178 s under TSan in full).
+    const int rounds = testsupport::kSanitized ? 1 : 4;
+    const size_t offsetStep = testsupport::kSanitized ? 6 : 3;
+    const int heldStep = testsupport::kSanitized ? 5 : 1;
+    for (int round = 0; round < rounds; ++round)
+    for (size_t offset = 1; offset < 16; offset += offsetStep)
+      for (int held = 0; held < 8; held += heldStep) {
       // Blocks in the size classes of the kernels' scratch, kept alive
       // across the call: its allocations come from other addresses.
       std::vector<std::unique_ptr<char[]>> blocks;

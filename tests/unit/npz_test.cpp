@@ -205,14 +205,16 @@ TEST(Npz, Truncated) {
 }
 
 // Flipping any byte either still reads (a timestamp, say) or gives one
-// error naming the file; data damage is caught by the CRC.
+// error naming the file; data damage is caught by the CRC. Under a
+// sanitizer every fifth byte (all of them took 31 s under TSan).
 TEST(Npz, Corrupted) {
+  const size_t step = testsupport::kSanitized ? 5 : 1;
   for (const char *name :
        {"arrays.npz", "arrays_compressed.npz", "zip64.npz"}) {
     std::string all = readBytes(fixture(name));
     testsupport::TempDir dir;
     std::string path = dir.file("bad.npz");
-    for (size_t at = 0; at < all.size(); ++at) {
+    for (size_t at = 0; at < all.size(); at += step) {
       std::string bad = all;
       bad[at] = char(bad[at] ^ 0x5a);
       writeBytes(path, bad);
