@@ -254,13 +254,15 @@ Types attention(const TypeQuery &q) {
   if (k.dtype != qt.dtype || v.dtype != qt.dtype)
     return err("Q, K and V must have one element type, got {0}, {1}, {2}",
                qt.str(), k.str(), v.str());
-  const bool seqMajor = q.getInt("seq_major") != 0;
-  const AttentionDims d = attentionDims(qt.shape, k.shape, seqMajor);
-  if (k.shape != v.shape || k.shape[0] != qt.shape[0] ||
+  const AttentionLayout layout = attentionLayout(q);
+  if (q.getInt("seq_major") != 0 && q.getInt("time_major") != 0)
+    return err("seq_major and time_major cannot both be set");
+  const AttentionDims d = attentionDims(qt.shape, k.shape, layout);
+  const int batchAxis = attentionAxes(layout).batch;
+  if (k.shape != v.shape || k.shape[size_t(batchAxis)] != d.batch ||
       k.shape[3] != qt.shape[3])
     return err("K and V must be {3} for Q {0}, got {1}, {2}", qt.str(),
-               k.str(), v.str(),
-               seqMajor ? "[B, Tk, Hkv, D]" : "[B, Hkv, Tk, D]");
+               k.str(), v.str(), attentionShapeName(layout, "Hkv", "Tk"));
   if (d.kvHeads < 1 || d.queryHeads % d.kvHeads != 0)
     return err("the query heads ({0}) must be a multiple of the key/value "
                "heads ({1})",

@@ -68,17 +68,61 @@ llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 using support::checkShape;
 using support::sliceLength;
 
-// The sizes of a FusedAttention's Q [B, Hq, Tq, D] and K [B, Hkv, Tk, D],
-// or with seq_major [B, Tq, Hq, D] and [B, Tk, Hkv, D] (the projections'
-// layout before the heads move forward).
+// Where a FusedAttention's Q, K, V and O keep their axes: [B, H, T, D]
+// (Heads); [B, T, H, D] with seq_major 1 (SeqMajor: the projections' layout
+// before the heads move forward); [T, B, H, D] with time_major 1
+// (TimeMajor: nn.MultiheadAttention's sequence-first layout). The mask and
+// L are [B, H, Tq, Tk] and [B, Hq, Tq] in every layout.
+enum class AttentionLayout { Heads, SeqMajor, TimeMajor };
+template <class WithAttrs>
+AttentionLayout attentionLayout(const WithAttrs &op) {
+  if (op.getInt("time_major") != 0)
+    return AttentionLayout::TimeMajor;
+  return op.getInt("seq_major") != 0 ? AttentionLayout::SeqMajor
+                                     : AttentionLayout::Heads;
+}
+// The positions of B, H and T among a rank-4 operand's axes (D is last).
+struct AttentionAxes {
+  int batch, heads, time;
+};
+inline AttentionAxes attentionAxes(AttentionLayout layout) {
+  switch (layout) {
+  case AttentionLayout::SeqMajor:
+    return {0, 2, 1};
+  case AttentionLayout::TimeMajor:
+    return {1, 2, 0};
+  case AttentionLayout::Heads:
+    break;
+  }
+  return {0, 1, 2};
+}
+// The layout's own order of [B, H, T, D] ("[B, Tk, Hkv, D]" for K with
+// seq_major), for messages.
+inline std::string attentionShapeName(AttentionLayout layout,
+                                      const std::string &heads,
+                                      const std::string &time) {
+  switch (layout) {
+  case AttentionLayout::SeqMajor:
+    return "[B, " + time + ", " + heads + ", D]";
+  case AttentionLayout::TimeMajor:
+    return "[" + time + ", B, " + heads + ", D]";
+  case AttentionLayout::Heads:
+    break;
+  }
+  return "[B, " + heads + ", " + time + ", D]";
+}
+
+// The sizes of a FusedAttention's Q and K in a layout.
 struct AttentionDims {
   int64_t batch = 0, queryHeads = 0, queryLen = 0, headDim = 0,
           kvHeads = 0, keyLen = 0;
 };
 inline AttentionDims attentionDims(llvm::ArrayRef<int64_t> q,
-                                   llvm::ArrayRef<int64_t> k, bool seqMajor) {
-  const int h = seqMajor ? 2 : 1, t = seqMajor ? 1 : 2;
-  return {q[0], q[size_t(h)], q[size_t(t)], q[3], k[size_t(h)], k[size_t(t)]};
+                                   llvm::ArrayRef<int64_t> k,
+                                   AttentionLayout layout) {
+  const AttentionAxes a = attentionAxes(layout);
+  return {q[size_t(a.batch)], q[size_t(a.heads)], q[size_t(a.time)], q[3],
+          k[size_t(a.heads)], k[size_t(a.time)]};
 }
 
 } // namespace cleave::ir

@@ -382,8 +382,9 @@ static llvm::Error ruleFusedAttention(RuleContext &c) {
   if (c.op.numOperands() == 4)
     ops.push_back(c.in(3));
   AttrMap attrs = copyAttrs(c.op, {"causal", "scale"});
-  if (c.op.hasAttr("seq_major")) // the layout of Q, K, V and their gradients
-    attrs.emplace("seq_major", c.op.attr("seq_major"));
+  for (const char *layout : {"seq_major", "time_major"}) // of Q, K, V, dQ...
+    if (c.op.hasAttr(layout))
+      attrs.emplace(layout, c.op.attr(layout));
   auto d = c.b.emitN(OpKind::FusedAttentionGrad, ops, std::move(attrs), 3);
   for (unsigned i = 0; i < 3; ++i)
     if (c.needs[i])

@@ -26,7 +26,11 @@
 // unrepeated. K is
 // found under Kt when Kt is a Transpose of the last two axes, or the
 // dynamo exporter's Reshape-Transpose-Reshape of them; otherwise a
-// Transpose of Kt is inserted.
+// Transpose of Kt is inserted. Where Q, K and V come from the projections'
+// [B, T, H, D] by Transposes and O goes back by one, the fused op reads
+// and writes that layout (seq_major); where they come from the
+// sequence-first [T, B, H, D] (nn.MultiheadAttention) and O goes back to
+// it, that one (time_major).
 //
 // Left unfused, so that training stays exact: scores, probabilities or
 // their intermediates used anywhere else (a model returning its attention
@@ -147,6 +151,58 @@ Op *seqMajorOutput(const ir::Graph &g, Value *o) {
     return nullptr;
   Op *user = o->uses().front().user;
   return isPerm(user, {0, 2, 1, 3}) && !g.isPinned(user->result()) ? user
+                                                                   : nullptr;
+}
+
+// `x` [B, H, T, D] as nn.MultiheadAttention moves its heads forward from
+// the sequence-first [T, B, H*D]: Reshape(Transpose {perm = [1, 0, 2]} of z
+// [T, B*H, D]) (`q.view(T, B*H, D).transpose(0, 1)`, then the heads split
+// off the batch), or one Transpose {perm = [1, 2, 0, 3]} of a [T, B, H, D]
+// value. That value, or z, whose bytes are already [T, B, H, D]; null
+// otherwise.
+Value *timeMajorSource(Value *x) {
+  Op *def = x->definingOp();
+  if (isPerm(def, {1, 2, 0, 3}))
+    return def->operand(0);
+  if (!def || def->kind() != OpKind::Reshape)
+    return nullptr;
+  Op *t = def->operand(0)->definingOp();
+  if (!isPerm(t, {1, 0, 2}))
+    return nullptr;
+  const ir::TensorType &z = t->operand(0)->type(), &xt = x->type();
+  if (z.rank() != 3 || xt.rank() != 4 ||
+      xt.shape[0] * xt.shape[1] != z.shape[1] || xt.shape[2] != z.shape[0] ||
+      xt.shape[3] != z.shape[2])
+    return nullptr;
+  return t->operand(0);
+}
+
+// The fused op's [T, B, H, D] operand for x from its timeMajorSource: the
+// source itself, or z viewed as [T, B, H, D] (a Reshape, which moves no
+// bytes).
+Value *timeMajorOperand(ir::Graph &g, Op *before, Value *x, Value *source) {
+  if (source->type().rank() == 4)
+    return source;
+  const ir::TensorType &xt = x->type();
+  std::vector<int64_t> shape{xt.shape[2], xt.shape[0], xt.shape[1],
+                             xt.shape[3]};
+  return g
+      .insertOpBefore(before, OpKind::Reshape, {source},
+                      {ir::TensorType(xt.dtype, ir::Shape(shape.begin(),
+                                                          shape.end()))},
+                      {g.uniqueName(x->name() + ".tbhd")}, {{"shape", shape}},
+                      before->loc())
+      ->result();
+}
+
+// The one reader of the attention's output `o` when it is the Transpose
+// {perm = [2, 0, 1, 3]} to [T, B, H, D] (nn.MultiheadAttention's way back
+// to sequence-first), so the fused op can write that layout itself.
+Op *timeMajorOutput(const ir::Graph &g, Value *o) {
+  if (o->uses().size() != 1 || g.isPinned(o))
+    return nullptr;
+  Op *user = o->uses().front().user;
+  return isPerm(user, {2, 0, 1, 3}) && !g.isPinned(user->result()) ? user
                                                                    : nullptr;
 }
 
@@ -396,10 +452,21 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
         seqK = t->operand(0); // K^T straight from [B, T, H, D]
     Op *seqOut = seqMajorOutput(g, root->result());
     const bool seqMajor = seqQ && seqK && seqV && seqOut;
+    // Q, K and V moved from [T, B, H, D] and O moved back: the fused op
+    // reads and writes that layout (time_major), the same way.
+    Op *timeOut = seqMajor ? nullptr : timeMajorOutput(g, root->result());
+    Value *timeQ = timeOut ? timeMajorSource(m->q) : nullptr,
+          *timeK = timeOut && m->k ? timeMajorSource(m->k) : nullptr,
+          *timeV = timeOut ? timeMajorSource(m->v) : nullptr;
+    const bool timeMajor = timeQ && timeK && timeV;
     if (seqMajor) {
       m->q = seqQ;
       m->k = seqK;
       m->v = seqV;
+    } else if (timeMajor) {
+      m->q = timeMajorOperand(g, root, m->q, timeQ);
+      m->k = timeMajorOperand(g, root, m->k, timeK);
+      m->v = timeMajorOperand(g, root, m->v, timeV);
     } else if (!m->k) {
       // K = Kt with its last two axes swapped; when Kt is itself another
       // Transpose (the exporters fold heads-first and k.transpose(-2, -1)
@@ -462,6 +529,8 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
     ir::AttrMap attrs{{"scale", float(m->scale)}, {"causal", int64_t(0)}};
     if (seqMajor)
       attrs.emplace("seq_major", int64_t(1));
+    if (timeMajor)
+      attrs.emplace("time_major", int64_t(1));
     std::vector<ir::TensorType> in;
     for (Value *v : operands)
       in.push_back(v->type());
@@ -470,7 +539,8 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
       llvm::consumeError(types.takeError());
       continue;
     }
-    Value *replacedValue = seqMajor ? seqOut->result() : root->result();
+    Op *layoutOut = seqMajor ? seqOut : timeMajor ? timeOut : nullptr;
+    Value *replacedValue = layoutOut ? layoutOut->result() : root->result();
     std::string name = replacedValue->name();
     Op *fused = g.insertOpBefore(
         root, OpKind::FusedAttention, operands, *types,
@@ -478,8 +548,8 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
         std::move(attrs), root->loc());
     g.replaceAllUsesWith(replacedValue, fused->result(0));
     replaced.insert(root);
-    if (seqMajor)
-      g.eraseOp(seqOut); // its only operand was the root's result
+    if (layoutOut)
+      g.eraseOp(layoutOut); // its only operand was the root's result
     g.eraseOp(root);
     g.rename(fused->result(0), name);
     changed = true;

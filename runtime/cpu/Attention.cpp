@@ -48,26 +48,32 @@ void fillStrides(Strided &s, llvm::ArrayRef<int64_t> shape) {
   }
 }
 
-// A tensor as an operand (AttnInput) or result (AttnOutput) of the steps;
-// `seqMajor`: a [B, T, H, D] tensor read as [B, H, T, D] (its T and H
-// strides swapped).
+using Layout = ir::AttentionLayout;
+
+// A tensor as an operand (AttnInput) or result (AttnOutput) of the steps,
+// read as [B, H, T, D] whatever its layout (ir::AttentionLayout): its
+// strides taken from the axes where the layout keeps B, H and T.
 template <class Operand>
-Operand operandOf(const TensorRef &t, bool seqMajor) {
+Operand operandOf(const TensorRef &t, Layout layout) {
   Operand x;
   x.data = t.data;
   x.elem = attnElem(t.dtype);
   fillStrides(x, t.shape);
-  if (seqMajor)
-    std::swap(x.strides[1], x.strides[2]);
+  const ir::AttentionAxes a = ir::attentionAxes(layout);
+  const int64_t stored[4] = {x.strides[0], x.strides[1], x.strides[2],
+                             x.strides[3]};
+  x.strides[0] = stored[a.batch];
+  x.strides[1] = stored[a.heads];
+  x.strides[2] = stored[a.time];
   return x;
 }
 
-dev::AttnInput input(const TensorRef &t, bool seqMajor = false) {
-  return operandOf<dev::AttnInput>(t, seqMajor);
+dev::AttnInput input(const TensorRef &t, Layout layout = Layout::Heads) {
+  return operandOf<dev::AttnInput>(t, layout);
 }
 
-dev::AttnOutput output(const TensorRef &t, bool seqMajor = false) {
-  return operandOf<dev::AttnOutput>(t, seqMajor);
+dev::AttnOutput output(const TensorRef &t, Layout layout = Layout::Heads) {
+  return operandOf<dev::AttnOutput>(t, layout);
 }
 
 // Q, K, V and the optional mask at `first` in the call's inputs.
@@ -76,8 +82,8 @@ llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
   const TensorRef &q = c.inputs[first], &k = c.inputs[first + 1];
   if (q.rank() != 4 || k.rank() != 4 || c.inputs[first + 2].rank() != 4)
     return kernelError(c, "Q, K and V must have rank 4");
-  const bool seqMajor = c.getInt("seq_major") != 0;
-  const ir::AttentionDims d = ir::attentionDims(q.shape, k.shape, seqMajor);
+  const Layout layout = ir::attentionLayout(c);
+  const ir::AttentionDims d = ir::attentionDims(q.shape, k.shape, layout);
   dev::AttentionOperands a;
   a.batch = d.batch;
   a.queryHeads = d.queryHeads;
@@ -88,9 +94,9 @@ llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
   a.scale = c.getFloat("scale");
   a.causal = c.getInt("causal") != 0;
   a.align = dev::CausalAlign::TopLeft;
-  a.q = input(q, seqMajor);
-  a.k = input(k, seqMajor);
-  a.v = input(c.inputs[first + 2], seqMajor);
+  a.q = input(q, layout);
+  a.k = input(k, layout);
+  a.v = input(c.inputs[first + 2], layout);
   if (c.inputs.size() > mask && c.inputs[mask].data) {
     const TensorRef &m = c.inputs[mask];
     if (m.dtype == ir::DType::Bool) { // true: the key is seen
@@ -113,10 +119,10 @@ llvm::Expected<dev::AttentionStep> attentionStep(const KernelCall &c) {
   auto a = operands(c, 0, 3);
   if (!a)
     return a.takeError();
-  const bool seqMajor = c.getInt("seq_major") != 0;
+  const Layout layout = ir::attentionLayout(c);
   dev::AttentionStep s;
   s.in = *a;
-  s.out = output(c.outputs[0], seqMajor);
+  s.out = output(c.outputs[0], layout);
   s.lse = c.outputs[1].data;
   s.lseElem = attnElem(c.outputs[1].dtype);
   return s;
@@ -128,17 +134,17 @@ llvm::Expected<dev::AttentionGradStep> attentionGradStep(const KernelCall &c,
   auto a = operands(c, 1, 6);
   if (!a)
     return a.takeError();
-  const bool seqMajor = c.getInt("seq_major") != 0;
+  const Layout layout = ir::attentionLayout(c);
   dev::AttentionGradStep s;
   s.in = *a;
-  s.dOut = input(c.inputs[0], seqMajor);
-  s.out = input(c.inputs[4], seqMajor);
+  s.dOut = input(c.inputs[0], layout);
+  s.out = input(c.inputs[4], layout);
   s.lse = c.inputs[5].data;
   s.lseElem = attnElem(c.inputs[5].dtype);
   s.delta = delta;
-  s.dq = output(c.outputs[0], seqMajor);
-  s.dk = output(c.outputs[1], seqMajor);
-  s.dv = output(c.outputs[2], seqMajor);
+  s.dq = output(c.outputs[0], layout);
+  s.dk = output(c.outputs[1], layout);
+  s.dv = output(c.outputs[2], layout);
   return s;
 }
 

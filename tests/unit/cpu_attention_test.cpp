@@ -175,48 +175,58 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
   EXPECT_EQ(added.lse.data[5], -INFINITY);
 }
 
-// seq_major: Q, K, V, O and the gradients as [B, T, H, D], read and written
-// in place, give the bits of the [B, H, T, D] op on transposed copies
-// (grouped-query heads, a mask, the causal rule; 1 and 2 threads).
-TEST(CpuAttention, SeqMajorGivesTheBitsOfTheTransposedOperands) {
+// seq_major and time_major: Q, K, V, O and the gradients as [B, T, H, D]
+// or [T, B, H, D], read and written in place, give the bits of the
+// [B, H, T, D] op on transposed copies (grouped-query heads, a mask, the
+// causal rule; 1 and 2 threads).
+TEST(CpuAttention, SeqAndTimeMajorGiveTheBitsOfTheTransposedOperands) {
   testsupport::cpu();
   const int64_t B = 2, Hq = 4, Hkv = 2, T = 150, D = 16;
-  Host<float> q = randomHost<float>({B, T, Hq, D}, 1, -2, 2),
-              k = randomHost<float>({B, T, Hkv, D}, 2, -2, 2),
-              v = randomHost<float>({B, T, Hkv, D}, 3),
-              dout = randomHost<float>({B, T, Hq, D}, 5),
-              mask = randomHost<float>({B, 1, T, T}, 4);
-  // [B, T, H, D] <-> [B, H, T, D]
-  auto swapped = [&](const Host<float> &x) {
-    const int64_t h = x.shape[2];
-    Host<float> y({B, h, T, D});
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < h; ++i)
-          for (int64_t d = 0; d < D; ++d)
-            y.data[size_t(((b * h + i) * T + t) * D + d)] =
-                x.data[size_t(((b * T + t) * h + i) * D + d)];
-    return y;
-  };
-  auto runWith = [&](Host<float> &qq, Host<float> &kk, Host<float> &vv,
-                     Host<float> &dd, bool seqMajor, int threads) {
-    ir::AttrMap attrs{{"scale", 0.25f}, {"causal", int64_t(1)}};
-    if (seqMajor)
-      attrs.emplace("seq_major", int64_t(1));
-    return forwardAndBackward(qq, kk, vv, dd, mask.ref(), {B, Hq, T}, attrs,
-                              threads);
-  };
-  Host<float> qt = swapped(q), kt = swapped(k), vt = swapped(v),
-              dt = swapped(dout);
-  Outputs<float> heads = runWith(qt, kt, vt, dt, false, 1);
-  for (int threads : {1, 2}) {
-    SCOPED_TRACE(threads);
-    Outputs<float> seq = runWith(q, k, v, dout, true, threads);
-    EXPECT_TRUE(same(heads.o, swapped(seq.o)));
-    EXPECT_TRUE(same(heads.lse, seq.lse));
-    EXPECT_TRUE(same(heads.dq, swapped(seq.dq)));
-    EXPECT_TRUE(same(heads.dk, swapped(seq.dk)));
-    EXPECT_TRUE(same(heads.dv, swapped(seq.dv)));
+  for (const char *layout : {"seq_major", "time_major"}) {
+    SCOPED_TRACE(layout);
+    const bool time = std::string(layout) == "time_major";
+    auto stored = [&](int64_t h) {
+      return time ? std::vector<int64_t>{T, B, h, D}
+                  : std::vector<int64_t>{B, T, h, D};
+    };
+    Host<float> q = randomHost<float>(stored(Hq), 1, -2, 2),
+                k = randomHost<float>(stored(Hkv), 2, -2, 2),
+                v = randomHost<float>(stored(Hkv), 3),
+                dout = randomHost<float>(stored(Hq), 5),
+                mask = randomHost<float>({B, 1, T, T}, 4);
+    // The layout's storage read as [B, H, T, D].
+    auto heads = [&](const Host<float> &x) {
+      const int64_t h = x.shape[2];
+      Host<float> y({B, h, T, D});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < h; ++i)
+            for (int64_t d = 0; d < D; ++d) {
+              int64_t row = time ? t * B + b : b * T + t;
+              y.data[size_t(((b * h + i) * T + t) * D + d)] =
+                  x.data[size_t((row * h + i) * D + d)];
+            }
+      return y;
+    };
+    auto runWith = [&](Host<float> &qq, Host<float> &kk, Host<float> &vv,
+                       Host<float> &dd, bool inLayout, int threads) {
+      ir::AttrMap attrs{{"scale", 0.25f}, {"causal", int64_t(1)}};
+      if (inLayout)
+        attrs.emplace(layout, int64_t(1));
+      return forwardAndBackward(qq, kk, vv, dd, mask.ref(), {B, Hq, T}, attrs,
+                                threads);
+    };
+    Host<float> qh = heads(q), kh = heads(k), vh = heads(v), dh = heads(dout);
+    Outputs<float> want = runWith(qh, kh, vh, dh, false, 1);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(threads);
+      Outputs<float> got = runWith(q, k, v, dout, true, threads);
+      EXPECT_TRUE(same(want.o, heads(got.o)));
+      EXPECT_TRUE(same(want.lse, got.lse));
+      EXPECT_TRUE(same(want.dq, heads(got.dq)));
+      EXPECT_TRUE(same(want.dk, heads(got.dk)));
+      EXPECT_TRUE(same(want.dv, heads(got.dv)));
+    }
   }
 }
 
