@@ -144,14 +144,16 @@ Value *seqMajorSource(Value *x) {
 }
 
 // The one reader of the attention's output `o` when it is the Transpose
-// {perm = [0, 2, 1, 3]} back to [B, T, H, D] (`.transpose(1, 2)` before
-// the heads are merged), so the fused op can write that layout itself.
-Op *seqMajorOutput(const ir::Graph &g, Value *o) {
+// `perm` out of [B, H, T, D] ({0, 2, 1, 3} back to [B, T, H, D], the
+// `.transpose(1, 2)` before the heads are merged; {2, 0, 1, 3} to
+// nn.MultiheadAttention's sequence-first [T, B, H, D]), so the fused op can
+// write that layout itself.
+Op *layoutOutput(const ir::Graph &g, Value *o,
+                 std::initializer_list<int64_t> perm) {
   if (o->uses().size() != 1 || g.isPinned(o))
     return nullptr;
   Op *user = o->uses().front().user;
-  return isPerm(user, {0, 2, 1, 3}) && !g.isPinned(user->result()) ? user
-                                                                   : nullptr;
+  return isPerm(user, perm) && !g.isPinned(user->result()) ? user : nullptr;
 }
 
 // `x` [B, H, T, D] as nn.MultiheadAttention moves its heads forward from
@@ -193,17 +195,6 @@ Value *timeMajorOperand(ir::Graph &g, Op *before, Value *x, Value *source) {
                       {g.uniqueName(x->name() + ".tbhd")}, {{"shape", shape}},
                       before->loc())
       ->result();
-}
-
-// The one reader of the attention's output `o` when it is the Transpose
-// {perm = [2, 0, 1, 3]} to [T, B, H, D] (nn.MultiheadAttention's way back
-// to sequence-first), so the fused op can write that layout itself.
-Op *timeMajorOutput(const ir::Graph &g, Value *o) {
-  if (o->uses().size() != 1 || g.isPinned(o))
-    return nullptr;
-  Op *user = o->uses().front().user;
-  return isPerm(user, {2, 0, 1, 3}) && !g.isPinned(user->result()) ? user
-                                                                   : nullptr;
 }
 
 // K [B, H, T, D] under Kt [B, H, D, T], when Kt only moves its last two
@@ -450,11 +441,12 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
       if (Op *t = interior(g, m->kt, OpKind::Transpose);
           t && t->getInts("perm") == std::vector<int64_t>{0, 2, 3, 1})
         seqK = t->operand(0); // K^T straight from [B, T, H, D]
-    Op *seqOut = seqMajorOutput(g, root->result());
+    Op *seqOut = layoutOutput(g, root->result(), {0, 2, 1, 3});
     const bool seqMajor = seqQ && seqK && seqV && seqOut;
     // Q, K and V moved from [T, B, H, D] and O moved back: the fused op
     // reads and writes that layout (time_major), the same way.
-    Op *timeOut = seqMajor ? nullptr : timeMajorOutput(g, root->result());
+    Op *timeOut =
+        seqMajor ? nullptr : layoutOutput(g, root->result(), {2, 0, 1, 3});
     Value *timeQ = timeOut ? timeMajorSource(m->q) : nullptr,
           *timeK = timeOut && m->k ? timeMajorSource(m->k) : nullptr,
           *timeV = timeOut ? timeMajorSource(m->v) : nullptr;

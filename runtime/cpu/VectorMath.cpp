@@ -346,22 +346,22 @@ CLEAVE_VECTOR_CLONES void geluGradArrayT(const T *dy, const T *x, int64_t n,
 using Float8 [[gnu::vector_size(32)]] = float;
 using Int8 [[gnu::vector_size(32)]] = int32_t;
 
-// exp(x - shift): x - shift = k ln2 + r, |r| <= ln2 / 2, e^r by its Taylor
-// polynomial to r^7 (relative error below 2e-8), 2^k in the exponent bits;
-// 0 below -87.3 (no subnormal results), +inf above 88.7, NaN stays NaN.
-// x - shift is taken exactly, as its float d plus the rounding error
-// (Knuth's two-sum), so a large x - shift loses nothing to its rounding.
+// The two halves of the lanes' exp of d: k = round(d / ln2) (d clamped to
+// where exp is finite and not subnormal), and then from the reduced
+// argument r = d - k ln2, |r| <= ln2 / 2, e^r by its Taylor polynomial to
+// r^7 (relative error below 2e-8) times 2^k in the exponent bits, with d's
+// edges (+inf above 88.72, 0 below -87.3: no subnormal results; NaN kept).
 template <class VF, class VI>
-[[gnu::always_inline]] inline VF expShiftLanesT(VF x, float shift) {
-  VF d = x - shift;
-  VF back = d - x;
-  VF err = (x - (d - back)) + (-shift - back);
+[[gnu::always_inline]] inline VI expExponentT(VF d, VF &kr) {
   VF dc = d < -87.3f ? (VF{} + -87.3f) : d;
   dc = dc > 88.7f ? (VF{} + 88.7f) : dc;
   VF kf = dc * 1.44269504f;
   VI k = __builtin_convertvector(kf + (kf < 0.0f ? -0.5f : 0.5f), VI);
-  VF kr = __builtin_convertvector(k, VF);
-  VF r = ((d - kr * 0.693145752f) - kr * 1.42860677e-6f) + err;
+  kr = __builtin_convertvector(k, VF);
+  return k;
+}
+template <class VF, class VI>
+[[gnu::always_inline]] inline VF expFinishT(VF d, VF r, VI k) {
   VF p = VF{} + 1.0f / 5040;
   p = p * r + 1.0f / 720;
   p = p * r + 1.0f / 120;
@@ -379,6 +379,20 @@ template <class VF, class VI>
   y = d < -87.3f ? (VF{} + 0.0f) : y;
   return d != d ? d : y;
 }
+
+// exp(x - shift), with x - shift taken exactly, as its float d plus the
+// rounding error (Knuth's two-sum), so a large x - shift loses nothing to
+// its rounding.
+template <class VF, class VI>
+[[gnu::always_inline]] inline VF expShiftLanesT(VF x, float shift) {
+  VF d = x - shift;
+  VF back = d - x;
+  VF err = (x - (d - back)) + (-shift - back);
+  VF kr;
+  VI k = expExponentT<VF, VI>(d, kr);
+  VF r = ((d - kr * 0.693145752f) - kr * 1.42860677e-6f) + err;
+  return expFinishT(d, r, k);
+}
 [[gnu::always_inline]] inline Float8 expShiftLanesF(Float8 x, float shift) {
   return expShiftLanesT<Float8, Int8>(x, shift);
 }
@@ -395,30 +409,10 @@ template <> struct IntLanesOf<Float16> { using type = Int16; };
 // five operations a vector fewer.
 template <class VF> [[gnu::always_inline]] inline VF expLanesT(VF x) {
   using VI = typename IntLanesOf<VF>::type;
-  VF dc = x < -87.3f ? (VF{} + -87.3f) : x;
-  dc = dc > 88.7f ? (VF{} + 88.7f) : dc;
-  VF kf = dc * 1.44269504f;
-  VI k = __builtin_convertvector(kf + (kf < 0.0f ? -0.5f : 0.5f), VI);
-  VF kr = __builtin_convertvector(k, VF);
-  VF r = (x - kr * 0.693145752f) - kr * 1.42860677e-6f;
-  VF p = VF{} + 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  VI bits = (k + 127) << 23;
-  VF scale;
-  static_assert(sizeof(scale) == sizeof(bits));
-  std::memcpy(&scale, &bits, sizeof(scale));
-  VF y = p * scale;
-  y = x > 88.72f ? (VF{} + HUGE_VALF) : y;
-  y = x < -87.3f ? (VF{} + 0.0f) : y;
-  return x != x ? x : y;
+  VF kr;
+  VI k = expExponentT<VF, VI>(x, kr);
+  return expFinishT(x, (x - kr * 0.693145752f) - kr * 1.42860677e-6f, k);
 }
-
 // tanh(x): below 1/4 in magnitude its odd Taylor series to x^11, above
 // 1 - 2 / (exp(2|x|) + 1), sign restored; +-1 from 9 on (where tanh rounds
 // to +-1 in float).
