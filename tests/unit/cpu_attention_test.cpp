@@ -178,10 +178,11 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
 // seq_major and time_major: Q, K, V, O and the gradients as [B, T, H, D]
 // or [T, B, H, D], read and written in place, give the bits of the
 // [B, H, T, D] op on transposed copies (grouped-query heads, a mask, the
-// causal rule; 1 and 2 threads).
+// causal rule; 1 and 2 threads; rows 1 KB (seq_major) and 4 KB
+// (time_major) apart).
 TEST(CpuAttention, SeqAndTimeMajorGiveTheBitsOfTheTransposedOperands) {
   testsupport::cpu();
-  const int64_t B = 2, Hq = 4, Hkv = 2, T = 150, D = 16;
+  const int64_t B = 4, Hq = 8, Hkv = 4, T = 150, D = 32;
   for (const char *layout : {"seq_major", "time_major"}) {
     SCOPED_TRACE(layout);
     const bool time = std::string(layout) == "time_major";
