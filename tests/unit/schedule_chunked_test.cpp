@@ -117,8 +117,9 @@ TEST(ChunkedSchedules, ZbVKeepsOneFOneBMemoryWithLessBubbleThanZbH1) {
       Made half = make("v-half", P, 2, M);
       EXPECT_LE(rankPeak(half.sim), std::min(P + 2, 2 * M)) << label("v-half", P, 2, M);
       Made base = make("1f1b", P, 1, M);
-      if (P > 2)
+      if (P > 2) {
         EXPECT_LT(half.sim.stepTime, base.sim.stepTime) << label("v-half", P, 2, M);
+      }
     }
 }
 
@@ -196,8 +197,9 @@ TEST(ChunkedSchedules, DualPipeVMatchesItsPublishedBubbleAndMemory) {
       EXPECT_EQ(leading, 2 * (P - 1) + 1) << at; // phase 2 starts with F 0
       Made v = make("zb-v", P, 2, M);
       EXPECT_LE(d.sim.stepTime, v.sim.stepTime + 1e-9) << at;
-      if (P == 8)
+      if (P == 8) {
         EXPECT_LT(d.sim.stepTime, v.sim.stepTime) << at;
+      }
     }
   PipelineCosts costs = chunkCosts(4, 2);
   auto few = makeSchedule("dualpipe-v", 8, 6, costs, HeldCap(), 2);
@@ -217,8 +219,9 @@ TEST(ChunkedSchedules, LocalMessagesTakeNoTime) {
   ASSERT_TRUE(bool(r));
   const auto &list = s->actions[1];
   for (size_t i = 0; i < list.size(); ++i)
-    if (list[i].kind == ActionKind::SendF) // stage 1 -> 2, both on rank 1
+    if (list[i].kind == ActionKind::SendF) { // stage 1 -> 2, both on rank 1
       EXPECT_DOUBLE_EQ(r->spans[1][i].end, r->spans[1][i].start);
+    }
 }
 
 TEST(ChunkedSchedules, RejectsBadRequests) {
