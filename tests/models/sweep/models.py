@@ -690,7 +690,68 @@ def torchvision_entries():
     ]
 
 
+class MhaTokenClassifier(nn.Module):
+    """Tokens through nn.TransformerEncoder (nn.MultiheadAttention inside),
+    mean-pooled to 5 classes: the encoder a user writes with torch.nn."""
+
+    def __init__(self, batch_first, norm_first, layers=2, d=32, heads=4):
+        super().__init__()
+        self.batch_first = batch_first
+        self.emb = nn.Embedding(50, d)
+        layer = nn.TransformerEncoderLayer(d, heads, 64, dropout=0.0,
+                                           batch_first=batch_first,
+                                           norm_first=norm_first, activation="gelu")
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 5)
+
+    def forward(self, x):
+        h = self.emb(x)
+        if not self.batch_first:
+            h = h.transpose(0, 1)
+        h = self.enc(h)
+        if not self.batch_first:
+            h = h.transpose(0, 1)
+        return self.head(h.mean(1))
+
+
+class MhaCrossAttention(nn.Module):
+    """One nn.MultiheadAttention called directly: the first 6 tokens attend
+    to all 12."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.emb = nn.Embedding(50, d)
+        self.mha = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.head = nn.Linear(d, 5)
+
+    def forward(self, x):
+        h = self.emb(x)
+        o, _ = self.mha(h[:, :6], h, h, need_weights=False)
+        return self.head(o.mean(1))
+
+
+def token_sample(gen, n):
+    return collections.OrderedDict([
+        ("x", torch.randint(0, 50, (n, 12), generator=gen)),
+        ("labels", torch.randint(0, 5, (n,), generator=gen, dtype=torch.int64))])
+
+
+def torch_nn_entries():
+    """Models written with torch.nn's attention modules (sequence-first
+    inside nn.MultiheadAttention, whichever layout the user picks)."""
+    def entry(name, make):
+        return Entry(name, "torch.nn", "torch.nn.MultiheadAttention",
+                     lambda: (make(), token_sample, WithLoss, 4))
+    return [
+        entry("mha_encoder_seq_first", lambda: MhaTokenClassifier(False, False)),
+        entry("mha_encoder_batch_first", lambda: MhaTokenClassifier(True, False)),
+        entry("mha_encoder_norm_first", lambda: MhaTokenClassifier(True, True)),
+        entry("mha_cross_attention", MhaCrossAttention),
+    ]
+
+
 def registry():
     """Every entry, torchvision first (the CNNs carry the BatchNorm and
-    convolution families), then transformers."""
-    return torchvision_entries() + transformers_entries()
+    convolution families), then transformers, then torch.nn's own attention
+    modules."""
+    return torchvision_entries() + transformers_entries() + torch_nn_entries()

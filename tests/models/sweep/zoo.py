@@ -477,7 +477,7 @@ def markdown(results, meta):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated registry names")
-    ap.add_argument("--family", default="", help="transformers or torchvision")
+    ap.add_argument("--family", default="", help="transformers, torchvision or torch.nn")
     ap.add_argument("--exporters", default="dynamo,legacy")
     ap.add_argument("--work", default="/tmp/cleave-zoo")
     ap.add_argument("--tools", default=os.path.join(ROOT, "build", "tools"))
@@ -493,9 +493,10 @@ def main():
     if args.list:
         for e in reg:
             print("%-28s %-12s %s" % (e.name, e.family, e.cls))
-        print("%d entries: %d transformers, %d torchvision" % (
+        print("%d entries: %d transformers, %d torchvision, %d torch.nn" % (
             len(reg), sum(e.family == "transformers" for e in reg),
-            sum(e.family == "torchvision" for e in reg)))
+            sum(e.family == "torchvision" for e in reg),
+            sum(e.family == "torch.nn" for e in reg)))
         return
     names = [n for n in args.only.split(",") if n]
     by_name = {e.name: e for e in reg}
