@@ -13,8 +13,9 @@ static const PassInfo kPasses[] = {
     {"dce", "remove ops and declared tensors that no output depends on",
      eliminateDeadCode},
     {"remove-identity",
-     "forward the operand of every Identity op, and of every Dropout that "
-     "drops nothing (inference mode or ratio 0, mask unused), to its users",
+     "forward the operand of every Identity op, of every Dropout that "
+     "drops nothing (inference mode or ratio 0, mask unused), and of every "
+     "view or Cast that leaves its operand's type as it is, to its users",
      removeIdentities},
     {"recognize-gelu",
      "replace GELU spelled out in elementwise ops (erf or tanh form) by one "

@@ -4,7 +4,9 @@
 namespace cleave::passes {
 
 static const PipelineStep kGraph[] = {
-    {"remove-identity", "exporters emit Identity copies that carry no work"},
+    {"remove-identity",
+     "exporters emit Identity copies and same-shape views that carry no "
+     "work"},
     {"recognize-gelu", "GELU exported as 5 to 8 elementwise ops: one Gelu"},
     {"recognize-rms-norm",
      "Llama's RMSNorm as 7 ops: one RMSNormalization"},
