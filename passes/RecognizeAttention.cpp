@@ -45,6 +45,7 @@
 #include "ir/OpInfo.h"
 #include "ir/TypeRules.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -135,13 +136,148 @@ bool isPerm(const Op *op, std::initializer_list<int64_t> perm) {
          op->getInts("perm") == std::vector<int64_t>(perm);
 }
 
-// `x` [B, H, T, D] as a Transpose {perm = [0, 2, 1, 3]} of a [B, T, H, D]
-// value (the projections' layout, `view(B, T, H, D).transpose(1, 2)`):
-// that value, which the fused op reads in place. Null otherwise.
-Value *seqMajorSource(Value *x) {
-  Op *def = x->definingOp();
-  return isPerm(def, {0, 2, 1, 3}) ? def->operand(0) : nullptr;
-}
+// Q, K or V [B, H, T, D] had in the projections' [B, T, H, D], which the
+// fused op then reads in place (seq_major). `x` is a Transpose {perm = [0,
+// 2, 1, 3]} of such a value (`view(B, T, H, D).transpose(1, 2)`), or is
+// made from such Transposes by a cone of ops that treat the heads and the
+// time axis alike: elementwise Neg, Add, Sub, Mul, Div, and Slice and
+// Concat (rotary embeddings: x * cos + rotate_half(x) * sin, rotate_half
+// slicing and concatenating the last axis). The cone is then made again on
+// the [B, T, H, D] values with those two axes swapped (a Slice's or
+// Concat's axis too), and an elementwise operand that is not in it (cos,
+// sin) is swapped by a Reshape, which it must allow: a size-1 head or time
+// axis. Every value the cone makes is read only inside it (x only once),
+// so the [B, H, T, D] cone and its Transposes die; the elementwise results
+// are the same bits in either layout.
+class SeqMajorCone {
+public:
+  explicit SeqMajorCone(ir::Graph &g) : g_(g) {}
+
+  // Whether `x` can be had in [B, T, H, D] without a Transpose.
+  bool reaches(Value *x) {
+    if (x->type().rank() != 4)
+      return false;
+    if (isLeaf(x->definingOp()))
+      return true;
+    if (x->uses().size() != 1 || g_.isPinned(x))
+      return false;
+    llvm::DenseSet<const Op *> cone;
+    if (!collect(x, cone))
+      return false;
+    for (const Op *op : cone) {
+      if (isLeaf(op) || op->result() == x)
+        continue;
+      if (g_.isPinned(op->result()))
+        return false;
+      for (const ir::Use &use : op->result()->uses())
+        if (!cone.count(use.user))
+          return false;
+    }
+    cone_.insert(cone.begin(), cone.end());
+    return true;
+  }
+
+  // `x` (one `reaches` accepted) in [B, T, H, D]; new ops go before `before`.
+  Value *make(Op *before, Value *x) {
+    Op *def = x->definingOp();
+    if (isLeaf(def))
+      return def->operand(0);
+    if (Value *done = made_.lookup(x))
+      return done;
+    std::vector<Value *> operands;
+    for (Value *o : def->operands())
+      operands.push_back(o->definingOp() && cone_.count(o->definingOp())
+                             ? make(before, o)
+                             : swappedView(before, o));
+    ir::AttrMap attrs = def->attrs();
+    if (def->kind() == OpKind::Slice) {
+      std::vector<int64_t> axes = def->getInts("axes");
+      for (int64_t &a : axes)
+        a = swapped(a);
+      attrs.insert_or_assign("axes", ir::Attribute(axes));
+    } else if (def->kind() == OpKind::Concat) {
+      attrs.insert_or_assign("axis", ir::Attribute(swapped(def->getInt("axis"))));
+    }
+    ir::TensorType t = x->type();
+    std::swap(t.shape[1], t.shape[2]);
+    Value *out = g_.insertOpBefore(before, def->kind(), operands, {t},
+                                   {g_.uniqueName(x->name() + ".bthd")},
+                                   std::move(attrs), def->loc())
+                     ->result();
+    made_[x] = out;
+    return out;
+  }
+
+private:
+  static bool isLeaf(const Op *op) { return isPerm(op, {0, 2, 1, 3}); }
+  static bool elementwise(OpKind k) {
+    return k == OpKind::Neg || k == OpKind::Add || k == OpKind::Sub ||
+           k == OpKind::Mul || k == OpKind::Div;
+  }
+  // A rank-4 axis with the heads and time swapped.
+  static int64_t swapped(int64_t axis) {
+    int64_t a = axis < 0 ? axis + 4 : axis;
+    return a == 1 ? 2 : a == 2 ? 1 : a;
+  }
+  // An operand's shape as broadcasting aligns it to rank 4.
+  static std::vector<int64_t> aligned(const ir::TensorType &t) {
+    std::vector<int64_t> s(4 - std::min<size_t>(4, t.rank()), 1);
+    s.insert(s.end(), t.shape.begin(), t.shape.end());
+    return s;
+  }
+  static bool swapsAsView(const ir::TensorType &t) {
+    if (t.rank() > 4 || t.numElements() < 0)
+      return false;
+    std::vector<int64_t> s = aligned(t);
+    return s[1] == 1 || s[2] == 1;
+  }
+  bool collect(Value *x, llvm::DenseSet<const Op *> &cone) {
+    Op *def = x->definingOp();
+    if (!def || x->type().rank() != 4 || def->numResults() != 1)
+      return false;
+    if (isLeaf(def) || cone.count(def)) {
+      cone.insert(def);
+      return true;
+    }
+    OpKind k = def->kind();
+    if (!elementwise(k) && k != OpKind::Slice && k != OpKind::Concat)
+      return false;
+    bool reached = false;
+    for (Value *o : def->operands()) {
+      llvm::DenseSet<const Op *> grown = cone;
+      if (collect(o, grown)) {
+        cone = std::move(grown);
+        reached = true;
+      } else if (!elementwise(k) || !swapsAsView(o->type())) {
+        return false;
+      }
+    }
+    if (reached)
+      cone.insert(def);
+    return reached;
+  }
+  // An elementwise operand outside the cone, viewed with the heads and
+  // time swapped (one of them has size 1).
+  Value *swappedView(Op *before, Value *o) {
+    if (Value *done = views_.lookup(o))
+      return done;
+    std::vector<int64_t> s = aligned(o->type());
+    std::swap(s[1], s[2]);
+    Value *view =
+        g_.insertOpBefore(before, OpKind::Reshape, {o},
+                          {ir::TensorType(o->type().dtype,
+                                          ir::Shape(s.begin(), s.end()))},
+                          {g_.uniqueName(o->name() + ".bthd")},
+                          {{"shape", s}}, before->loc())
+            ->result();
+    views_[o] = view;
+    return view;
+  }
+
+  ir::Graph &g_;
+  llvm::DenseSet<const Op *> cone_;
+  llvm::DenseMap<Value *, Value *> made_, views_;
+};
 
 // The one reader of the attention's output `o` when it is the Transpose
 // `perm` out of [B, H, T, D] ({0, 2, 1, 3} back to [B, T, H, D], the
@@ -426,6 +562,7 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
   llvm::DenseSet<const Op *> replaced;
   std::map<std::tuple<Value *, bool, double>, Value *> biases;
   std::map<Value *, Value *> negated; // Not(c), made once per condition
+  SeqMajorCone cones(g);
   for (Op *root : candidates) {
     if (replaced.count(root))
       continue;
@@ -435,14 +572,14 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
     // Q, K and V all moved from [B, T, H, D] and O moved back: the fused
     // op reads and writes that layout (seq_major) and the four Transposes,
     // forward and backward, are never run.
-    Value *seqQ = seqMajorSource(m->q), *seqV = seqMajorSource(m->v),
-          *seqK = m->k ? seqMajorSource(m->k) : nullptr;
+    Value *seqKt = nullptr; // K^T straight from [B, T, H, D]
     if (!m->k)
       if (Op *t = interior(g, m->kt, OpKind::Transpose);
           t && t->getInts("perm") == std::vector<int64_t>{0, 2, 3, 1})
-        seqK = t->operand(0); // K^T straight from [B, T, H, D]
+        seqKt = t->operand(0);
     Op *seqOut = layoutOutput(g, root->result(), {0, 2, 1, 3});
-    const bool seqMajor = seqQ && seqK && seqV && seqOut;
+    const bool seqMajor = seqOut && (seqKt || (m->k && cones.reaches(m->k))) &&
+                          cones.reaches(m->q) && cones.reaches(m->v);
     // Q, K and V moved from [T, B, H, D] and O moved back: the fused op
     // reads and writes that layout (time_major), the same way.
     Op *timeOut =
@@ -452,9 +589,9 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
           *timeV = timeOut ? timeMajorSource(m->v) : nullptr;
     const bool timeMajor = timeQ && timeK && timeV;
     if (seqMajor) {
-      m->q = seqQ;
-      m->k = seqK;
-      m->v = seqV;
+      m->q = cones.make(root, m->q);
+      m->k = seqKt ? seqKt : cones.make(root, m->k);
+      m->v = cones.make(root, m->v);
     } else if (timeMajor) {
       m->q = timeMajorOperand(g, root, m->q, timeQ);
       m->k = timeMajorOperand(g, root, m->k, timeK);
