@@ -140,9 +140,11 @@ bool isPerm(const Op *op, std::initializer_list<int64_t> perm) {
 // fused op then reads in place (seq_major). `x` is a Transpose {perm = [0,
 // 2, 1, 3]} of such a value (`view(B, T, H, D).transpose(1, 2)`), or is
 // made from such Transposes by a cone of ops that treat the heads and the
-// time axis alike: elementwise Neg, Add, Sub, Mul, Div, and Slice and
-// Concat (rotary embeddings: x * cos + rotate_half(x) * sin, rotate_half
-// slicing and concatenating the last axis). The cone is then made again on
+// time axis alike: elementwise Neg, Add, Sub, Mul, Div, Slice and Concat,
+// and Unsqueeze and Reshape of the axes after [B, H, T] (rotary
+// embeddings: x * cos + rotate_half(x) * sin, rotate_half slicing and
+// concatenating the last axis, or in the interleaved form stacking the
+// even and odd lanes on a new last axis and flattening it). The cone is then made again on
 // the [B, T, H, D] values with those two axes swapped (a Slice's or
 // Concat's axis too), and an elementwise operand that is not in it (cos,
 // sin) is swapped by a Reshape, which it must allow: a size-1 head or time
@@ -188,18 +190,24 @@ public:
     for (Value *o : def->operands())
       operands.push_back(o->definingOp() && cone_.count(o->definingOp())
                              ? make(before, o)
-                             : swappedView(before, o));
+                             : swappedView(before, o, x->type().rank()));
     ir::AttrMap attrs = def->attrs();
+    const int64_t rank = int64_t(x->type().rank());
+    ir::TensorType t = x->type();
+    std::swap(t.shape[1], t.shape[2]);
     if (def->kind() == OpKind::Slice) {
       std::vector<int64_t> axes = def->getInts("axes");
       for (int64_t &a : axes)
-        a = swapped(a);
+        a = swapped(a, rank);
       attrs.insert_or_assign("axes", ir::Attribute(axes));
     } else if (def->kind() == OpKind::Concat) {
-      attrs.insert_or_assign("axis", ir::Attribute(swapped(def->getInt("axis"))));
+      attrs.insert_or_assign("axis",
+                             ir::Attribute(swapped(def->getInt("axis"), rank)));
+    } else if (def->kind() == OpKind::Reshape) {
+      attrs.insert_or_assign(
+          "shape", ir::Attribute(std::vector<int64_t>(t.shape.begin(),
+                                                      t.shape.end())));
     }
-    ir::TensorType t = x->type();
-    std::swap(t.shape[1], t.shape[2]);
     Value *out = g_.insertOpBefore(before, def->kind(), operands, {t},
                                    {g_.uniqueName(x->name() + ".bthd")},
                                    std::move(attrs), def->loc())
@@ -214,33 +222,50 @@ private:
     return k == OpKind::Neg || k == OpKind::Add || k == OpKind::Sub ||
            k == OpKind::Mul || k == OpKind::Div;
   }
-  // A rank-4 axis with the heads and time swapped.
-  static int64_t swapped(int64_t axis) {
-    int64_t a = axis < 0 ? axis + 4 : axis;
+  // An axis of a rank `rank` value with the heads and time swapped.
+  static int64_t swapped(int64_t axis, int64_t rank) {
+    int64_t a = axis < 0 ? axis + rank : axis;
     return a == 1 ? 2 : a == 2 ? 1 : a;
   }
-  // An operand's shape as broadcasting aligns it to rank 4.
-  static std::vector<int64_t> aligned(const ir::TensorType &t) {
-    std::vector<int64_t> s(4 - std::min<size_t>(4, t.rank()), 1);
+  // An operand's shape as broadcasting aligns it to rank `rank`.
+  static std::vector<int64_t> aligned(const ir::TensorType &t, size_t rank) {
+    std::vector<int64_t> s(rank - std::min(rank, t.rank()), 1);
     s.insert(s.end(), t.shape.begin(), t.shape.end());
     return s;
   }
-  static bool swapsAsView(const ir::TensorType &t) {
-    if (t.rank() > 4 || t.numElements() < 0)
+  static bool swapsAsView(const ir::TensorType &t, size_t rank) {
+    if (t.rank() > rank || t.numElements() < 0)
       return false;
-    std::vector<int64_t> s = aligned(t);
+    std::vector<int64_t> s = aligned(t, rank);
     return s[1] == 1 || s[2] == 1;
+  }
+  // Ops that leave the first three axes ([B, H, T]) alone: an Unsqueeze
+  // after them, a Reshape of the axes after them (the interleaved rotary
+  // embeddings stack two halves on a new last axis and flatten it).
+  static bool keepsLeadingAxes(const Op *op) {
+    const ir::TensorType &in = op->operand(0)->type(),
+                         &out = op->result()->type();
+    if (op->kind() == OpKind::Unsqueeze) {
+      for (int64_t a : op->getInts("axes"))
+        if ((a < 0 ? a + int64_t(out.rank()) : a) < 3)
+          return false;
+      return true;
+    }
+    return op->kind() == OpKind::Reshape && in.rank() >= 4 &&
+           std::equal(in.shape.begin(), in.shape.begin() + 3,
+                      out.shape.begin());
   }
   bool collect(Value *x, llvm::DenseSet<const Op *> &cone) {
     Op *def = x->definingOp();
-    if (!def || x->type().rank() != 4 || def->numResults() != 1)
+    if (!def || x->type().rank() < 4 || def->numResults() != 1)
       return false;
     if (isLeaf(def) || cone.count(def)) {
       cone.insert(def);
       return true;
     }
     OpKind k = def->kind();
-    if (!elementwise(k) && k != OpKind::Slice && k != OpKind::Concat)
+    if (!elementwise(k) && k != OpKind::Slice && k != OpKind::Concat &&
+        !keepsLeadingAxes(def))
       return false;
     bool reached = false;
     for (Value *o : def->operands()) {
@@ -248,7 +273,8 @@ private:
       if (collect(o, grown)) {
         cone = std::move(grown);
         reached = true;
-      } else if (!elementwise(k) || !swapsAsView(o->type())) {
+      } else if (!elementwise(k) ||
+                 !swapsAsView(o->type(), x->type().rank())) {
         return false;
       }
     }
@@ -258,25 +284,26 @@ private:
   }
   // An elementwise operand outside the cone, viewed with the heads and
   // time swapped (one of them has size 1).
-  Value *swappedView(Op *before, Value *o) {
-    if (Value *done = views_.lookup(o))
-      return done;
-    std::vector<int64_t> s = aligned(o->type());
+  Value *swappedView(Op *before, Value *o, size_t rank) {
+    Value *&view = views_[{o, rank}];
+    if (view)
+      return view;
+    std::vector<int64_t> s = aligned(o->type(), rank);
     std::swap(s[1], s[2]);
-    Value *view =
+    view =
         g_.insertOpBefore(before, OpKind::Reshape, {o},
                           {ir::TensorType(o->type().dtype,
                                           ir::Shape(s.begin(), s.end()))},
                           {g_.uniqueName(o->name() + ".bthd")},
                           {{"shape", s}}, before->loc())
             ->result();
-    views_[o] = view;
     return view;
   }
 
   ir::Graph &g_;
   llvm::DenseSet<const Op *> cone_;
-  llvm::DenseMap<Value *, Value *> made_, views_;
+  llvm::DenseMap<Value *, Value *> made_;
+  std::map<std::pair<Value *, size_t>, Value *> views_;
 };
 
 // The one reader of the attention's output `o` when it is the Transpose
