@@ -196,10 +196,12 @@ SerialGemmScope::~SerialGemmScope() { serialGemm = previous_; }
 template <typename T>
 void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
                   const T *a, int64_t lda, const T *b, int64_t ldb, T beta,
-                  T *c, int64_t ldc) {
+                  T *c, int64_t ldc, const GemmBlockPrologue *prepare) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
+    if (prepare)
+      (*prepare)(0, m, 0, n);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
         c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
@@ -208,6 +210,8 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   // Blocks of at least this many multiply-adds are worth a thread.
   const int64_t minWork = int64_t(1) << 17;
   if (serialGemm || m * n * std::max<int64_t>(k, 1) < 2 * minWork) {
+    if (prepare)
+      (*prepare)(0, m, 0, n);
     gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
@@ -236,6 +240,8 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
     int64_t block = blockOf(m), blocks = (m + block - 1) / block;
     parallelTasks(blocks, [&](int64_t bi) {
       int64_t r0 = bi * block, r1 = std::min(m, r0 + block);
+      if (prepare)
+        (*prepare)(r0, r1, 0, n);
       gemm(ta, tb, r1 - r0, n, k, alpha, ta ? a + r0 : a + r0 * lda, lda, b,
            ldb, beta, c + r0 * ldc, ldc);
     });
@@ -243,6 +249,8 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
     int64_t block = blockOf(n), blocks = (n + block - 1) / block;
     parallelTasks(blocks, [&](int64_t bi) {
       int64_t c0 = bi * block, c1 = std::min(n, c0 + block);
+      if (prepare)
+        (*prepare)(0, m, c0, c1);
       gemm(ta, tb, m, c1 - c0, k, alpha, a, lda, tb ? b + c0 * ldb : b + c0,
            ldb, beta, c + c0, ldc);
     });
@@ -257,10 +265,11 @@ template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double,
                            double, double *, int64_t);
 template void parallelGemm<float>(bool, bool, int64_t, int64_t, int64_t, float,
                                   const float *, int64_t, const float *,
-                                  int64_t, float, float *, int64_t);
+                                  int64_t, float, float *, int64_t,
+                                  const GemmBlockPrologue *);
 template void parallelGemm<double>(bool, bool, int64_t, int64_t, int64_t,
                                    double, const double *, int64_t,
                                    const double *, int64_t, double, double *,
-                                   int64_t);
+                                   int64_t, const GemmBlockPrologue *);
 
 } // namespace cleave::runtime::cpu

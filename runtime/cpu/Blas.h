@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 
 namespace cleave::runtime::cpu {
@@ -59,10 +60,18 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T alpha,
 // (m or n 0) does nothing, and an empty sum (k 0) leaves beta * C, 0 for
 // beta 0, without calling OpenBLAS (which rejects a k-0 operand's leading
 // dimension).
+// `prepare`, when given, is called with each block of C (rows [r0, r1),
+// columns [c0, c1)) on the thread that then multiplies into it, right
+// before its BLAS call: Gemm writes its bias rows there, so that the
+// product reads them from the core's cache (a separate pass over all of C
+// first left it in memory, 2.9% of a BERT step).
+using GemmBlockPrologue =
+    std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
 template <typename T>
 void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                   T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,
-                  T beta, T *c, int64_t ldc);
+                  T beta, T *c, int64_t ldc,
+                  const GemmBlockPrologue *prepare = nullptr);
 
 // Below this many multiply-adds parallelGemm does not split a GEMM well
 // (it keeps one under 2^18 on one thread), so kernels that run many such

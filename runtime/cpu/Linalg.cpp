@@ -22,11 +22,13 @@ namespace {
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
           const T *a, int64_t lda, const T *b, int64_t ldb, double beta, T *c,
-          int64_t ldc) {
+          int64_t ldc, const GemmBlockPrologue *prepare = nullptr) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
     parallelGemm<T>(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), c,
-                    ldc);
+                    ldc, prepare);
   else {
+    if (prepare)
+      (*prepare)(0, m, 0, n);
     // Integers: exact when alpha is 1 and beta is 0 or 1 (MatMul always).
     bool exact = alpha == 1.0 && (beta == 0.0 || beta == 1.0);
     parallelFor(m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n * k)),
@@ -135,35 +137,37 @@ template <typename T> llvm::Error gemmOp(const KernelCall &call) {
   // Y starts as C broadcast to [M, N] (C is [], [N], [1,N], [M,1] or [M,N]);
   // without C, or with beta 0, it starts at zero and C is not read.
   bool useC = call.inputs.size() == 3 && beta != 0.0;
+  // C's block of Y, copied (not summed: no bits depend on the blocks) by
+  // the thread that multiplies into it, right before its product.
+  GemmBlockPrologue broadcastC;
   if (useC) {
     const TensorRef &C = call.inputs[2];
     int64_t cm = C.rank() == 2 ? C.shape[0] : 1;
     int64_t cn = C.rank() >= 1 ? C.shape.back() : 1;
     const T *c = C.as<T>();
-    // Rows of Y in parallel (a bias row is copied, not summed: no bits
-    // depend on the split).
-    parallelFor(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)),
-                [&](int64_t r0, int64_t r1) {
-                  for (int64_t i = r0; i < r1; ++i) {
-                    const T *ci = c + (cm == 1 ? 0 : i) * cn;
-                    T *yi = y + i * n;
-                    if (cn == 1)
-                      std::fill(yi, yi + n, ci[0]);
-                    else
-                      std::copy(ci, ci + n, yi);
-                  }
-                });
+    broadcastC = [=](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      for (int64_t i = r0; i < r1; ++i) {
+        const T *ci = c + (cm == 1 ? 0 : i) * cn;
+        T *yi = y + i * n;
+        if (cn == 1)
+          std::fill(yi + c0, yi + c1, ci[0]);
+        else
+          std::copy(ci + c0, ci + c1, yi + c0);
+      }
+    };
   }
   // Without C the product writes every element (BLAS's beta 0 reads
   // nothing of Y), so Y is not cleared first: that was a serial pass over
   // the output before every bias-free Gemm.
   if (k == 0) {
+    if (useC)
+      broadcastC(0, m, 0, n);
     for (int64_t i = 0; i < m * n; ++i)
       y[i] = useC ? T(beta * double(y[i])) : T(0);
     return llvm::Error::success();
   }
   gemm<T>(ta, tb, m, n, k, alpha, A.as<T>(), A.shape[1], B.as<T>(), B.shape[1],
-          useC ? beta : 0.0, y, n);
+          useC ? beta : 0.0, y, n, useC ? &broadcastC : nullptr);
   return llvm::Error::success();
 }
 

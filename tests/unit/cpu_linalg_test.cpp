@@ -204,6 +204,45 @@ TEST(CpuGemm, TransposesAndBroadcastBias) {
       }
 }
 
+// Products large enough to be split into blocks over the threads, by rows
+// (M >= N) and by columns: each block's share of C is written by the
+// thread that multiplies into it, right before its product. Every bias
+// form gives the reference's values and the same bits on 1 and 2 threads.
+TEST(CpuGemm, BlockedProductsWriteTheirBiasBlocks) {
+  testsupport::cpu(); // created first, so it does not reset the pools below
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (Shape s : {Shape{512, 256, 128}, Shape{96, 1024, 128}})
+    for (bool tb : {false, true})
+      for (Ints sc : {Ints{}, Ints{s.n}, Ints{s.m, 1}, Ints{s.m, s.n}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << s.m << " x " << s.n << " x " << s.k << " transB "
+                     << tb << " C " << ir::shapeStr(sc));
+        Ints sa{s.m, s.k}, sb = tb ? Ints{s.n, s.k} : Ints{s.k, s.n};
+        Host<float> a = randomHost<float>(sa, 40), b = randomHost<float>(sb, 41),
+                    c = randomHost<float>(sc, 42);
+        std::vector<Host<float>> ys;
+        for (int threads : {1, 2}) {
+          ys.emplace_back(Ints{s.m, s.n},
+                          std::vector<float>(size_t(s.m * s.n), 7.0f));
+          auto backend = runtime::createCpuBackend(threads);
+          std::vector<TensorRef> in{a.ref(), b.ref(), c.ref()},
+              out{ys.back().ref()};
+          ASSERT_FALSE(bool(backend->run(runtime::KernelCall{
+              ir::OpKind::Gemm, gemmAttrs(1.0f, 1.0f, 0, tb), in, out})));
+        }
+        std::vector<double> cd = c.asDouble();
+        expectClose(ys[0].data,
+                    referenceGemm(sa, a.asDouble(), sb, b.asDouble(), &sc, &cd,
+                                  1.0f, 1.0f, false, tb),
+                    1e-4);
+        EXPECT_EQ(std::memcmp(ys[0].data.data(), ys[1].data.data(),
+                              ys[0].data.size() * sizeof(float)),
+                  0);
+      }
+}
+
 TEST(CpuGemm, IntegerGemm) {
   checkGemm<int32_t>(true, false, {5}, 1.0f, 1.0f, 22);
   checkGemm<int64_t>(false, true, {3, 5}, 2.0f, 3.0f, 23);
