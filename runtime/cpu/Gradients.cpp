@@ -210,6 +210,20 @@ int64_t runOffset(llvm::ArrayRef<DimRun> runs, int64_t i) {
   return off;
 }
 
+// acc[j] += x[offsets[q] + j] for j in [0, n), rows q in [q0, q1) in
+// order, in double; built for AVX2 and AVX-512 too (the baseline's SSE2
+// added two doubles at a time: a bias gradient was 2% of a BERT step).
+template <typename T>
+CLEAVE_VECTOR_CLONES void addRowsToDoubles(const T *x, const int64_t *offsets,
+                                           int64_t q0, int64_t q1, int64_t n,
+                                           double *acc) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const T *src = x + offsets[q];
+    for (int64_t j = 0; j < n; ++j)
+      acc[j] += src[j];
+  }
+}
+
 // Each output element sums its inputs in row-major order of the reduced
 // dims. The innermost run is contiguous: when kept, a block of neighbouring
 // outputs accumulates whole input rows; when reduced, each output sums
@@ -264,11 +278,8 @@ template <typename T> llvm::Error sumTo(const KernelCall &call) {
         double *acc = partial.data() + piece * keptInner;
         std::fill(acc + j0, acc + j1, 0.0);
         int64_t q1 = std::min(reductions, (piece + 1) * kPieceRows);
-        for (int64_t q = piece * kPieceRows; q < q1; ++q) {
-          const T *src = x + reducedOff[q];
-          for (int64_t j = j0; j < j1; ++j)
-            acc[j] += src[j];
-        }
+        addRowsToDoubles(x + j0, reducedOff.data(), piece * kPieceRows, q1,
+                         j1 - j0, acc + j0);
       }
     });
     for (int64_t j = 0; j < keptInner; ++j) {
@@ -289,15 +300,15 @@ template <typename T> llvm::Error sumTo(const KernelCall &call) {
                           j1 = std::min(keptInner, j0 + block);
                   int64_t rowOff = runOffset(outerKept, row) + j0;
                   std::fill(acc, acc + (j1 - j0), 0.0);
-                  for (int64_t q = 0; q < reductions; ++q) {
-                    const T *src = x + rowOff + reducedOff[q];
-                    if (innerKept)
-                      for (int64_t j = 0; j < j1 - j0; ++j)
-                        acc[j] += src[j];
-                    else
+                  if (innerKept)
+                    addRowsToDoubles(x + rowOff, reducedOff.data(), 0,
+                                     reductions, j1 - j0, acc);
+                  else
+                    for (int64_t q = 0; q < reductions; ++q) {
+                      const T *src = x + rowOff + reducedOff[q];
                       for (int64_t t = 0; t < reducedInner; ++t)
                         acc[0] += src[t];
-                  }
+                    }
                   for (int64_t j = j0; j < j1; ++j)
                     y[row * keptInner + j] = T(acc[j - j0]);
                 }
