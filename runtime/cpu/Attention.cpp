@@ -187,6 +187,27 @@ const T *rowsOf(const dev::AttnInput &x, int64_t b, int64_t h, int64_t t0,
   return scratch;
 }
 
+// Row (b, h, t) of an output, value(d) for d in [0, n): stored straight
+// into the row when it is f32 or f64 with unit stride (the same rounding
+// as attnWrite's), else element by element through attnWrite.
+template <class F>
+void writeRow(const dev::AttnOutput &o, int64_t b, int64_t h, int64_t t,
+              int64_t n, F value) {
+  const int64_t base = o.at(b, h, t, 0);
+  if (o.strides[3] == 1 && o.elem == dev::AttnElem::F32) {
+    float *p = static_cast<float *>(o.data) + base;
+    for (int64_t d = 0; d < n; ++d)
+      p[d] = float(value(d));
+  } else if (o.strides[3] == 1 && o.elem == dev::AttnElem::F64) {
+    double *p = static_cast<double *>(o.data) + base;
+    for (int64_t d = 0; d < n; ++d)
+      p[d] = double(value(d));
+  } else {
+    for (int64_t d = 0; d < n; ++d)
+      dev::attnWrite(o.data, o.elem, base + d * o.strides[3], value(d));
+  }
+}
+
 // A task's buffers: converted operand tiles (when they are not read in
 // place), the tile's scores and score gradients, the accumulators. They
 // live in the thread's own store, made once and kept (a task runs to its
@@ -451,9 +472,10 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = i0 + r, row = (b * a.queryHeads + h) * a.queryLen + i;
     const T *acc = w.acc.data() + r * dim;
-    for (int64_t d = 0; d < dim; ++d)
-      dev::attnWrite(st.out.data, st.out.elem, st.out.at(b, h, i, d),
-                     l[r] == 0 ? T(0) : T(double(acc[d]) / l[r]));
+    const double lr = l[r];
+    writeRow(st.out, b, h, i, dim, [&](int64_t d) {
+      return lr == 0 ? T(0) : T(double(acc[d]) / lr);
+    });
     dev::attnWrite(st.lse, st.lseElem, row,
                    l[r] == 0 ? double(-INFINITY) : double(m[r]) + std::log(l[r]));
   }
@@ -535,20 +557,21 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
                 true, dq.data() + (g * a.queryLen + i0) * dim, dim);
       }
     }
-    for (int64_t t = 0; t < nc; ++t)
-      for (int64_t d = 0; d < dim; ++d) {
-        dev::attnWrite(st.dk.data, st.dk.elem, st.dk.at(b, kvh, j0 + t, d),
-                       accK[t * dim + d] * T(a.scale));
-        dev::attnWrite(st.dv.data, st.dv.elem, st.dv.at(b, kvh, j0 + t, d),
-                       accV[t * dim + d]);
-      }
+    const T scale = T(a.scale);
+    for (int64_t t = 0; t < nc; ++t) {
+      const T *rowK = accK + t * dim, *rowV = accV + t * dim;
+      writeRow(st.dk, b, kvh, j0 + t, dim,
+               [&](int64_t d) { return rowK[d] * scale; });
+      writeRow(st.dv, b, kvh, j0 + t, dim, [&](int64_t d) { return rowV[d]; });
+    }
   }
+  const T scale = T(a.scale);
   for (int64_t g = 0; g < group; ++g)
-    for (int64_t i = 0; i < a.queryLen; ++i)
-      for (int64_t d = 0; d < dim; ++d)
-        dev::attnWrite(st.dq.data, st.dq.elem,
-                       st.dq.at(b, kvh * group + g, i, d),
-                       dq[(g * a.queryLen + i) * dim + d] * T(a.scale));
+    for (int64_t i = 0; i < a.queryLen; ++i) {
+      const T *row = dq.data() + (g * a.queryLen + i) * dim;
+      writeRow(st.dq, b, kvh * group + g, i, dim,
+               [&](int64_t d) { return row[d] * scale; });
+    }
 }
 
 int64_t queryTasks(const dev::AttentionOperands &a) {
