@@ -270,7 +270,11 @@ private:
     bool reached = false;
     for (Value *o : def->operands()) {
       llvm::DenseSet<const Op *> grown = cone;
-      if (collect(o, grown)) {
+      // (An elementwise operand of lower rank than the result would be
+      // broadcast under a new leading axis, which moves [B, H, T] off
+      // axes 0 to 2.)
+      if ((!elementwise(k) || o->type().rank() == x->type().rank()) &&
+          collect(o, grown)) {
         cone = std::move(grown);
         reached = true;
       } else if (!elementwise(k) ||
