@@ -144,11 +144,11 @@ bool isPerm(const Op *op, std::initializer_list<int64_t> perm) {
 // and Unsqueeze and Reshape of the axes after [B, H, T] (rotary
 // embeddings: x * cos + rotate_half(x) * sin, rotate_half slicing and
 // concatenating the last axis, or in the interleaved form stacking the
-// even and odd lanes on a new last axis and flattening it). The cone is then made again on
-// the [B, T, H, D] values with those two axes swapped (a Slice's or
-// Concat's axis too), and an elementwise operand that is not in it (cos,
-// sin) is swapped by a Reshape, which it must allow: a size-1 head or time
-// axis. Every value the cone makes is read only inside it (x only once),
+// even and odd lanes on a new last axis and flattening it). The cone is
+// then made again on the [B, T, H, D] values with those two axes swapped
+// (a Slice's or Concat's axis too), and an elementwise operand that is not
+// in it (cos, sin) is swapped by a Reshape, which it must allow: a size-1
+// head or time axis. Every value the cone makes is read only inside it (x only once),
 // so the [B, H, T, D] cone and its Transposes die; the elementwise results
 // are the same bits in either layout.
 class SeqMajorCone {

@@ -12,6 +12,8 @@
 // that match patterns (recognize-attention's layouts).
 #include "passes/Pass.h"
 
+#include "ir/OpInfo.h"
+
 namespace cleave::passes {
 
 static bool keepsItsOperand(const ir::Op &op) {
@@ -19,11 +21,9 @@ static bool keepsItsOperand(const ir::Op &op) {
   if (op.numOperands() != 1 || op.numResults() != 1 ||
       !(op.operand(0)->type() == op.result()->type()))
     return false;
+  if (ir::opInfo(op.kind()).has(ir::optrait::LayoutOnly))
+    return true; // a reshape-like op to the operand's own shape
   switch (op.kind()) {
-  case OpKind::Reshape:
-  case OpKind::Flatten:
-  case OpKind::Squeeze:
-  case OpKind::Unsqueeze:
   case OpKind::Expand:
   case OpKind::Cast:
     return true;

@@ -239,9 +239,11 @@ private:
     for (const ir::Value *v : op.results())
       outs.push_back({v->type().dtype, v->type().shape, buffer(v->type())});
     runtime::KernelCall call{op.kind(), op.attrs(), ins, outs, 0};
-    if (referenceBest_ == 0) // on this backend's threads, warm
-      for (int r = 0; r < kReferenceRuns; ++r)
-        referenceBest_ = r == 0 ? reference() : std::min(referenceBest_, reference());
+    if (referenceBest_ == 0) { // on this backend's threads, warm
+      referenceBest_ = reference();
+      for (int r = 1; r < kReferenceRuns; ++r)
+        referenceBest_ = std::min(referenceBest_, reference());
+    }
     // Each run is scaled by how much slower than its best the reference
     // product ran right before it (never made faster than measured): a
     // shared machine's slow spell, which lasts far longer than an op,
@@ -251,6 +253,7 @@ private:
     auto once = [&](bool cold) -> std::optional<double> {
       double now = reference(); // the first wakes the pool's workers
       now = std::min(now, reference());
+      referenceBest_ = std::min(referenceBest_, now); // the best so far
       double slowdown = std::max(1.0, now / referenceBest_);
       if (cold)
         evictCaches();

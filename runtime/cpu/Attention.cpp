@@ -530,6 +530,7 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim, kvh = task % a.kvHeads,
                 b = task / a.kvHeads, group = a.queryHeads / a.kvHeads;
+  const T scale = T(a.scale);
   dq.assign(size_t(group * a.queryLen * dim), T(0));
   for (int64_t j0 = 0; j0 < a.keyLen; j0 += kKeys) {
     const int64_t nc = std::min(kKeys, a.keyLen - j0);
@@ -557,7 +558,6 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
                 true, dq.data() + (g * a.queryLen + i0) * dim, dim);
       }
     }
-    const T scale = T(a.scale);
     for (int64_t t = 0; t < nc; ++t) {
       const T *rowK = accK + t * dim, *rowV = accV + t * dim;
       writeRow(st.dk, b, kvh, j0 + t, dim,
@@ -565,7 +565,6 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
       writeRow(st.dv, b, kvh, j0 + t, dim, [&](int64_t d) { return rowV[d]; });
     }
   }
-  const T scale = T(a.scale);
   for (int64_t g = 0; g < group; ++g)
     for (int64_t i = 0; i < a.queryLen; ++i) {
       const T *row = dq.data() + (g * a.queryLen + i) * dim;
