@@ -17,6 +17,11 @@ static const PassInfo kPasses[] = {
      "drops nothing (inference mode or ratio 0, mask unused), and of every "
      "view or Cast that leaves its operand's type as it is, to its users",
      removeIdentities},
+    {"slice-packed-views",
+     "replace a Gather of one constant index read through Transposes and "
+     "reshapes (nn.MultiheadAttention's packed Q, K, V) by a Slice of the "
+     "value the views start from, one Split where the Slices tile it",
+     slicePackedViews},
     {"recognize-gelu",
      "replace GELU spelled out in elementwise ops (erf or tanh form) by one "
      "Gelu op",

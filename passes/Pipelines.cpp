@@ -7,6 +7,9 @@ static const PipelineStep kGraph[] = {
     {"remove-identity",
      "exporters emit Identity copies and same-shape views that carry no "
      "work"},
+    {"slice-packed-views",
+     "packed Q, K, V picked by Transpose and Gather: one Split, its "
+     "gradient one Concat"},
     {"recognize-gelu", "GELU exported as 5 to 8 elementwise ops: one Gelu"},
     {"recognize-rms-norm",
      "Llama's RMSNorm as 7 ops: one RMSNormalization"},
