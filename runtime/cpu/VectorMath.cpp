@@ -412,7 +412,7 @@ template <bool Fma = false, class VF, class VI>
 // exp(x - shift), with x - shift taken exactly, as its float d plus the
 // rounding error (Knuth's two-sum), so a large x - shift loses nothing to
 // its rounding.
-template <class VF, class VI>
+template <class VF, class VI, bool Fma = false>
 [[gnu::always_inline]] inline VF expShiftLanesT(VF x, float shift) {
   VF d = x - shift;
   VF back = d - x;
@@ -420,10 +420,11 @@ template <class VF, class VI>
   VF kr;
   VI k = expExponentT<VF, VI>(d, kr);
   VF r = ((d - kr * 0.693145752f) - kr * 1.42860677e-6f) + err;
-  return expFinishT(d, r, k);
+  return expFinishT<Fma>(d, r, k);
 }
+template <bool Fma = false>
 [[gnu::always_inline]] inline Float8 expShiftLanesF(Float8 x, float shift) {
-  return expShiftLanesT<Float8, Int8>(x, shift);
+  return expShiftLanesT<Float8, Int8, Fma>(x, shift);
 }
 
 // 16 float lanes (AVX-512 where the CPU has it) and the int lanes of each
@@ -727,8 +728,9 @@ CLEAVE_FLOAT_LANES(geluGradArray,
 // exp over f32 rows for softmax, cross-entropy and Exp: float lanes, the
 // sum of exps in double, in eight lanes (each float lane adds into its own
 // double lane) added in the same tree as the double version's.
+template <bool Fma>
 [[gnu::always_inline]] inline Float8 expRowLanes(Float8 x, float shift) {
-  return expShiftLanesF(x, shift);
+  return expShiftLanesF<Fma>(x, shift);
 }
 [[gnu::always_inline]] inline void addLanes(Double4 &lo, Double4 &hi,
                                             Float8 v) {
@@ -770,7 +772,7 @@ using Double8 [[gnu::vector_size(64)]] = double;
   hi = __builtin_shufflevector(acc, acc, 4, 5, 6, 7);
 }
 
-template <bool Wide>
+template <bool Wide, bool Fma>
 [[gnu::always_inline]] inline void
 sumExpShiftedLanes(const float *x, int64_t n, float shift, double *sum) {
   Double4 lo = {}, hi = {};
@@ -778,17 +780,17 @@ sumExpShiftedLanes(const float *x, int64_t n, float shift, double *sum) {
   if constexpr (Wide) {
     Double8 acc = {};
     for (; i + 16 <= n; i += 16)
-      addLanes(acc, expShiftLanesT<Float16, Int16>(load16(x + i), shift));
+      addLanes(acc, expShiftLanesT<Float16, Int16, Fma>(load16(x + i), shift));
     splitLanes(acc, lo, hi);
   }
   for (; i + 8 <= n; i += 8)
-    addLanes(lo, hi, expRowLanes(load8(x + i), shift));
+    addLanes(lo, hi, expRowLanes<Fma>(load8(x + i), shift));
   if (i < n) // the missing lanes add exp(-inf) = 0
     addLanes(lo, hi,
-             expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift));
+             expRowLanes<Fma>(loadPartial8Fill(x + i, n - i, -INFINITY), shift));
   *sum = laneTree(lo, hi);
 }
-template <bool Wide>
+template <bool Wide, bool Fma>
 [[gnu::always_inline]] inline void expShiftedLanes(const float *x, int64_t n,
                                                    float shift, float scale,
                                                    float *out) {
@@ -796,14 +798,14 @@ template <bool Wide>
   if constexpr (Wide)
     for (; i + 16 <= n; i += 16)
       store16(out + i,
-              expShiftLanesT<Float16, Int16>(load16(x + i), shift) * scale);
+              expShiftLanesT<Float16, Int16, Fma>(load16(x + i), shift) * scale);
   for (; i + 8 <= n; i += 8)
-    store8(out + i, expRowLanes(load8(x + i), shift) * scale);
+    store8(out + i, expRowLanes<Fma>(load8(x + i), shift) * scale);
   if (i < n)
     storePartial8(out + i, n - i,
-                  expRowLanes(loadPartial8(x + i, n - i), shift) * scale);
+                  expRowLanes<Fma>(loadPartial8(x + i, n - i), shift) * scale);
 }
-template <bool Wide>
+template <bool Wide, bool Fma>
 [[gnu::always_inline]] inline void expShiftedSumLanes(const float *x, int64_t n,
                                                       float shift, float *out,
                                                       double *sum) {
@@ -812,19 +814,19 @@ template <bool Wide>
   if constexpr (Wide) {
     Double8 acc = {};
     for (; i + 16 <= n; i += 16) {
-      Float16 e = expShiftLanesT<Float16, Int16>(load16(x + i), shift);
+      Float16 e = expShiftLanesT<Float16, Int16, Fma>(load16(x + i), shift);
       store16(out + i, e);
       addLanes(acc, e);
     }
     splitLanes(acc, lo, hi);
   }
   for (; i + 8 <= n; i += 8) {
-    Float8 e = expRowLanes(load8(x + i), shift);
+    Float8 e = expRowLanes<Fma>(load8(x + i), shift);
     store8(out + i, e);
     addLanes(lo, hi, e);
   }
   if (i < n) {
-    Float8 e = expRowLanes(loadPartial8Fill(x + i, n - i, -INFINITY), shift);
+    Float8 e = expRowLanes<Fma>(loadPartial8Fill(x + i, n - i, -INFINITY), shift);
     storePartial8(out + i, n - i, e);
     addLanes(lo, hi, e);
   }
@@ -863,17 +865,17 @@ CLEAVE_FLOAT_LANES(rowMax, (const float *x, int64_t n, float *out), (x, n, out),
 CLEAVE_FLOAT_LANES(sumExpShifted,
                    (const float *x, int64_t n, float shift, double *sum),
                    (x, n, shift, sum),
-                   sumExpShiftedLanes<kWide>(x, n, shift, sum))
+                   sumExpShiftedLanes<kWide, kFma>(x, n, shift, sum))
 CLEAVE_FLOAT_LANES(expShifted,
                    (const float *x, int64_t n, float shift, float scale,
                     float *out),
                    (x, n, shift, scale, out),
-                   expShiftedLanes<kWide>(x, n, shift, scale, out))
+                   expShiftedLanes<kWide, kFma>(x, n, shift, scale, out))
 CLEAVE_FLOAT_LANES(expShiftedSum,
                    (const float *x, int64_t n, float shift, float *out,
                     double *sum),
                    (x, n, shift, out, sum),
-                   expShiftedSumLanes<kWide>(x, n, shift, out, sum))
+                   expShiftedSumLanes<kWide, kFma>(x, n, shift, out, sum))
 #undef CLEAVE_FLOAT_LANES
 
 } // namespace

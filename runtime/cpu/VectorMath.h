@@ -18,7 +18,9 @@
 // expShiftedSum, sumExpShifted) and rowMax take 16 lanes at a time where
 // the CPU has AVX-512, with the same operations lane for lane as the 8
 // lanes elsewhere, so the same bits (on a 128-key attention tile, exp and
-// sum 13 us against 22 us, docs/benchmarks.md).
+// sum 13 us against 22 us, docs/benchmarks.md). The f32 functions'
+// polynomial multiply-adds are fused where the CPU has FMA (AVX2 or
+// AVX-512 alike, so those two give the same bits; VectorMath.cpp).
 #pragma once
 
 #include <cstdint>
