@@ -26,6 +26,8 @@ namespace {
 
 namespace dev = cleave::runtime::cuda;
 using cpu::kernelError;
+using cpu::loadDouble8;
+using cpu::sumLanes16;
 using cpu::parallelFor;
 using cpu::parallelTasks;
 using cpu::expShifted;
@@ -487,6 +489,19 @@ template <class T> struct GradTile {
   int64_t ldq, ldo, ldk, ldv;
 };
 
+// ds[t] = attnScoreGrad(p[t], ds[t], delta), in the CPU's widest lanes
+// (the expression's conversions and roundings element by element, so the
+// same bits at any width; GCC built it for SSE2 alone).
+CLEAVE_VECTOR_CLONES void scoreGradRow(const float *p, float *ds, int64_t n,
+                                       double delta) {
+  for (int64_t t = 0; t < n; ++t)
+    ds[t] = p[t] * float(double(ds[t]) - delta);
+}
+void scoreGradRow(const double *p, double *ds, int64_t n, double delta) {
+  for (int64_t t = 0; t < n; ++t)
+    ds[t] = dev::attnScoreGrad(p[t], ds[t], delta);
+}
+
 // P (in s) and dS (in dp) of rows [i0, i0 + nr) at (b, h) against keys
 // [j0, j0 + nc): the scores recomputed, P = exp(S - L), dP = dO V^T,
 // dS = P (dP - Delta).
@@ -512,8 +527,7 @@ void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
       continue;
     }
     expShifted(p, nc, double(lse), 1.0, p); // hidden keys' -inf: 0
-    for (int64_t t = 0; t < nc; ++t)
-      ds[t] = dev::attnScoreGrad(p[t], ds[t], delta);
+    scoreGradRow(p, ds, nc, delta);
   }
 }
 
@@ -588,13 +602,40 @@ template <class T> void forward(const dev::AttentionStep &s) {
   });
 }
 
+// Delta_i = dO_i . O_i in double (each f32 product exact), in sumLanes16's
+// order: eight lanes a vector where the device code (attentionDeltaRow)
+// adds in sequence, so the two agree to rounding.
+CLEAVE_VECTOR_CLONES double dotInDouble(const float *a, const float *b,
+                                        int64_t n) {
+  return sumLanes16(
+      n, [&](int64_t i) { return loadDouble8(a + i) * loadDouble8(b + i); },
+      [&](int64_t i) { return double(a[i]) * double(b[i]); });
+}
+
+void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end) {
+  const dev::AttentionOperands &a = s.in;
+  const bool rows32 = s.dOut.elem == dev::AttnElem::F32 &&
+                      s.out.elem == dev::AttnElem::F32 &&
+                      (a.headDim == 1 || (s.dOut.strides[3] == 1 &&
+                                          s.out.strides[3] == 1));
+  for (int64_t row = first; row < end; ++row) {
+    if (!rows32) {
+      dev::attentionDeltaRow(s, row);
+      continue;
+    }
+    const int64_t i = row % a.queryLen, h = row / a.queryLen % a.queryHeads,
+                  b = row / (a.queryLen * a.queryHeads);
+    s.delta[row] = dotInDouble(
+        static_cast<const float *>(s.dOut.data) + s.dOut.at(b, h, i, 0),
+        static_cast<const float *>(s.out.data) + s.out.at(b, h, i, 0),
+        a.headDim);
+  }
+}
+
 template <class T> void backward(const dev::AttentionGradStep &s) {
   const int64_t rows = dev::attentionRows(s.in);
   parallelFor(rows, std::max<int64_t>(1, (1 << 14) / s.in.headDim),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r)
-                  dev::attentionDeltaRow(s, r);
-              });
+              [&](int64_t b, int64_t e) { deltaRows(s, b, e); });
   const HiddenTiles hidden(s.in);
   parallelTasks(s.in.batch * s.in.kvHeads, [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
