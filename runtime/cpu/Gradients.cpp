@@ -624,39 +624,75 @@ llvm::Error scatterNDGradUpdates(const KernelCall &call) {
 
 // --- SliceGrad ------------------------------------------------------------
 
-// dX = zeros(shape) with dY written where Slice read from: the slice is a
-// strided view of dX (start offset, per-dim strides, negative for negative
-// steps), walked with an odometer per thread's range of dY.
+// dX = zeros(shape) with dY written where Slice read from, one pass over
+// dX a row (its last axis) at a time, rows split over the threads: a row
+// the slice did not read is zeroed; a row it read gets its dY row (one copy
+// when the last axis is not stepped) and zeros around it. (A fill of all
+// of dX on one thread, then a scatter element by element, took 3.2 ms of a
+// GPT-2 step at T 1024 for the logits' shift.)
 template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &dX = call.outputs[0];
   auto view = sliceView(call, dX.shape);
   if (!view)
     return view.takeError();
-  int64_t rank = dX.rank(), start = view->start;
-  const std::vector<int64_t> &lengths = view->lengths,
-                             &strides = view->strides;
+  const int64_t rank = dX.rank();
+  const std::vector<int64_t> &lengths = view->lengths;
   if (llvm::ArrayRef<int64_t>(lengths) != dY.shape)
     return kernelError(call, "gradient {0} does not match the slice {1} of {2}",
                        ir::shapeStr(dY.shape), ir::shapeStr(lengths),
                        ir::shapeStr(dX.shape));
   const T *dy = dY.as<T>();
   T *dx = dX.as<T>();
-  std::fill(dx, dx + dX.numElements(), T(0));
-  parallelFor(dY.numElements(), kGrain, [&](int64_t b, int64_t e) {
-    std::vector<int64_t> pos(rank);
-    int64_t off = start, rest = b;
-    for (int64_t d = rank; d-- > 0;) {
-      pos[d] = rest % lengths[d];
-      rest /= lengths[d];
-      off += pos[d] * strides[d];
+  if (rank == 0) {
+    dx[0] = dy[0];
+    return llvm::Error::success();
+  }
+  // Per axis, the first index the slice read and its step.
+  std::vector<int64_t> first(rank, 0), step(rank, 1);
+  const auto &starts = call.getInts("starts"), &ends = call.getInts("ends"),
+             &axes = call.getInts("axes"), &steps = call.getInts("steps");
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    support::sliceLength(dX.shape[a], starts[i], ends[i], steps[i], &first[a]);
+    step[a] = steps[i];
+  }
+  const int64_t cols = dX.shape[rank - 1], rows = dX.numElements() /
+                                                  std::max<int64_t>(1, cols);
+  const int64_t len = lengths[rank - 1], c0 = first[rank - 1],
+                cstep = step[rank - 1];
+  const std::vector<int64_t> dyStrides = stridesOf(lengths);
+  parallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)),
+              [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> pos(rank - 1);
+    for (int64_t d = rank - 1, rest = r0; d-- > 0;) {
+      pos[d] = rest % dX.shape[d];
+      rest /= dX.shape[d];
     }
-    for (int64_t i = b; i < e; ++i) {
-      dx[off] = dy[i];
-      for (int64_t d = rank; d-- > 0;) {
-        off += strides[d];
-        if (++pos[d] < lengths[d])
+    for (int64_t r = r0; r < r1; ++r) {
+      T *out = dx + r * cols;
+      // The dY row this row of dX received, if any.
+      int64_t at = 0;
+      bool read = len > 0;
+      for (int64_t d = 0; d + 1 < rank && read; ++d) {
+        const int64_t diff = pos[d] - first[d];
+        const int64_t k = diff / step[d];
+        read = diff % step[d] == 0 && k >= 0 && k < lengths[d];
+        at += k * dyStrides[d];
+      }
+      if (!read) {
+        std::fill_n(out, cols, T(0));
+      } else if (cstep == 1) {
+        std::fill_n(out, c0, T(0));
+        std::copy_n(dy + at, len, out + c0);
+        std::fill(out + c0 + len, out + cols, T(0));
+      } else {
+        std::fill_n(out, cols, T(0));
+        for (int64_t k = 0; k < len; ++k)
+          out[c0 + k * cstep] = dy[at + k];
+      }
+      for (int64_t d = rank - 1; d-- > 0;) {
+        if (++pos[d] < dX.shape[d])
           break;
-        off -= pos[d] * strides[d];
         pos[d] = 0;
       }
     }

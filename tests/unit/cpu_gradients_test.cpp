@@ -746,6 +746,8 @@ TEST(CpuGradients, SliceGradMatchesFiniteDifferences) {
       {{4, -1}, {0, -100}, {0, 2}, {-2, -1}},
       {{0, 5, 1}, {100, 0, 3}, {-3, -2, -1}, {3, -2, 1}},
       {{2}, {2}, {1}, {1}}, // empty
+      {{0}, {6}, {1}, {2}}, // every other row of the last axis, whole
+      {{-1, 1}, {-6, 3}, {1, 2}, {-2, 1}}, // rows backwards, a run of columns
   };
   for (const Case &c : cases) {
     SCOPED_TRACE("starts " + ir::shapeStr(c.starts) + " steps " +
