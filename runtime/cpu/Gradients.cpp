@@ -371,6 +371,22 @@ std::vector<int64_t> readLabels(const TensorRef &L) {
   return labels;
 }
 
+// The largest of a contiguous row (NaN where one is NaN: the exps and
+// their sum are NaN then either way), and the row times a scale in T.
+double rowMaxOf(const float *x, int64_t n) { return rowMax(x, n); }
+double rowMaxOf(const double *x, int64_t n) {
+  double max = -INFINITY;
+  for (int64_t j = 0; j < n; ++j)
+    max = std::max(max, x[j]);
+  return max;
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void scaleRow(T *x, int64_t n, double scale) {
+  const T s = T(scale);
+  for (int64_t j = 0; j < n; ++j)
+    x[j] *= s;
+}
+
 // (dL, scores [N, C, d...], labels [N, d...][, weights [C]]). Per position
 // not ignored: dS = (softmax(S) - onehot(label)) * w[label] * dL (dL per
 // position for reduction "none", else the scalar), divided by the summed
@@ -426,14 +442,22 @@ template <typename T> llvm::Error softmaxCrossEntropyGrad(const KernelCall &call
     double coef = loadDouble(dL, reduction == "none" ? l : 0) *
                   weights[labels[l]] / divisor;
     double max = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < len; ++j)
-      max = std::max(max, double(s[base + j * step]));
-    if (step == 1) { // classes contiguous: exp in vector lanes
-      sum = sumExpShifted(s + base, len, max);
-      expShifted(s + base, len, max, coef / sum, ds + base);
+    if (step == 1) { // classes contiguous: max and exp in vector lanes
+      // The exps once, then scaled by coef / sum rounded as expShifted
+      // rounds its scale: expShifted's bits with half its exps.
+      max = rowMaxOf(s + base, len);
+      if constexpr (std::is_same_v<T, float>) {
+        sum = expShiftedSum(s + base, len, max, ds + base);
+        scaleRow(ds + base, len, coef / sum);
+      } else {
+        sum = sumExpShifted(s + base, len, max);
+        expShifted(s + base, len, max, coef / sum, ds + base);
+      }
       ds[base + labels[l]] = T(ds[base + labels[l]] - coef);
       return;
     }
+    for (int64_t j = 0; j < len; ++j)
+      max = std::max(max, double(s[base + j * step]));
     for (int64_t j = 0; j < len; ++j)
       sum += std::exp(double(s[base + j * step]) - max);
     for (int64_t j = 0; j < len; ++j) {

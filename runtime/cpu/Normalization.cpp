@@ -345,8 +345,13 @@ template <typename T> llvm::Error softmaxCrossEntropy(const KernelCall &call) {
                   int64_t base = (l / inner) * classes * inner + l % inner;
                   const T *sl = s + base;
                   double max = -std::numeric_limits<double>::infinity();
-                  for (int64_t j = 0; j < classes; ++j)
-                    max = std::max(max, double(sl[j * inner]));
+                  if constexpr (std::is_same_v<T, float>) {
+                    if (inner == 1) // exact, NaN where one is NaN (the
+                      max = rowMax(sl, classes); // loss is NaN either way)
+                  }
+                  if (inner != 1 || !std::is_same_v<T, float>)
+                    for (int64_t j = 0; j < classes; ++j)
+                      max = std::max(max, double(sl[j * inner]));
                   double sum = 0;
                   if (inner == 1) // contiguous classes: exp in vector lanes
                     sum = sumExpShifted(sl, classes, max);
