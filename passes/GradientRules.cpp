@@ -156,6 +156,10 @@ static llvm::Error ruleGelu(RuleContext &c) {
   return unaryRule(c, tanhForm ? "gelu_tanh" : "gelu", {});
 }
 
+static llvm::Error ruleSilu(RuleContext &c) {
+  return unaryRule(c, "silu", {});
+}
+
 static llvm::Error ruleHardSigmoid(RuleContext &c) {
   return unaryRule(c, "hard_sigmoid", copyAttrs(c.op, {"alpha", "beta"}));
 }
@@ -679,6 +683,7 @@ Rule findRule(OpKind kind) {
   case OpKind::Reciprocal: return ruleReciprocal;
   case OpKind::Relu: return ruleRelu;
   case OpKind::Sigmoid: return ruleSigmoid;
+  case OpKind::Silu: return ruleSilu;
   case OpKind::Sqrt: return ruleSqrt;
   case OpKind::Tanh: return ruleTanh;
   case OpKind::LeakyRelu: return ruleLeakyRelu;

@@ -82,6 +82,7 @@ const PassInfo *lookupPass(std::string_view name);
 llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> slicePackedViews(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> recognizeSilu(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeGelu(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeRmsNorm(ir::Graph &g, const PassContext &);

@@ -26,6 +26,9 @@ static const PassInfo kPasses[] = {
      "replace GELU spelled out in elementwise ops (erf or tanh form) by one "
      "Gelu op",
      recognizeGelu},
+    {"recognize-silu",
+     "replace Mul(x, Sigmoid(x)) (SiLU as exported) by one Silu op",
+     recognizeSilu},
     {"recognize-rms-norm",
      "replace RMS norm spelled out in elementwise ops and a ReduceMean by "
      "one RMSNormalization op",

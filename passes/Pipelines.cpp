@@ -11,6 +11,7 @@ static const PipelineStep kGraph[] = {
      "packed Q, K, V picked by Transpose and Gather: one Split, its "
      "gradient one Concat"},
     {"recognize-gelu", "GELU exported as 5 to 8 elementwise ops: one Gelu"},
+    {"recognize-silu", "SiLU exported as Mul(x, Sigmoid(x)): one Silu"},
     {"recognize-rms-norm",
      "Llama's RMSNorm as 7 ops: one RMSNormalization"},
     {"recognize-attention",

@@ -673,6 +673,17 @@ void registerElementwiseKernels(KernelTable &t) {
       return e / (C(1) + e);
     });
   }, floats);
+  // x * sigmoid(x), the bits of Sigmoid then Mul (VectorMath.h).
+  t.add(OpKind::Silu, [](KC c) -> E {
+    if (vectorMath(c, [](auto *x, int64_t n, auto *y) { siluArray(x, n, y); }))
+      return llvm::Error::success();
+    return unary<FloatTypes>(c, [](auto x) {
+      using C = decltype(x);
+      C s = x >= 0 ? C(1) / (C(1) + std::exp(-x))
+                   : std::exp(x) / (C(1) + std::exp(x));
+      return C(x * s);
+    });
+  }, floats);
   t.add(OpKind::Sin, [](KC c) -> E {
     return unary<FloatTypes>(c, [](auto x) { return std::sin(x); });
   }, floats);

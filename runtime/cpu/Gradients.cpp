@@ -63,6 +63,11 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
           call, [](const T *dy, const T *x, int64_t n, T *dx) {
             sigmoidGradArray(dy, x, n, dx);
           });
+    if (fn == "silu")
+      return mapGradientArrays<T>(
+          call, [](const T *dy, const T *x, int64_t n, T *dx) {
+            siluGradArray(dy, x, n, dx);
+          });
     // Gelu in f64 keeps libm's erf and tanh below, as its forward does.
     bool gelu = fn == "gelu" || fn == "gelu_tanh";
     if (gelu && std::is_same_v<T, float>) {
@@ -159,6 +164,11 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
     return mapGradient<T>(call, [](T dy, T x) {
       T s = T(1) / (T(1) + std::exp(-x));
       return T(dy * s * (T(1) - s));
+    });
+  if (fn == "silu")
+    return mapGradient<T>(call, [](T dy, T x) {
+      T s = T(1) / (T(1) + std::exp(-x));
+      return T(dy * s * (T(1) + x * (T(1) - s)));
     });
   if (fn == "sqrt")
     return mapGradient<T>(call,

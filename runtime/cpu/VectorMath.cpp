@@ -288,6 +288,17 @@ struct SigmoidFn {
     return s * (1.0 - s);
   }
 };
+// SiLU, x sigmoid(x); its derivative as PyTorch's silu_backward writes it,
+// s (1 + x (1 - s)).
+struct SiluFn {
+  [[gnu::always_inline]] static Double4 value(Double4 v) {
+    return v * sigmoidLanes(v);
+  }
+  [[gnu::always_inline]] static Double4 derivative(Double4 v) {
+    Double4 s = sigmoidLanes(v);
+    return s * (1.0 + v * (1.0 - s));
+  }
+};
 template <bool TanhForm> struct GeluFn {
   [[gnu::always_inline]] static Double4 value(Double4 v) {
     return geluLanes<TanhForm>(v);
@@ -314,6 +325,15 @@ template <typename T>
 CLEAVE_VECTOR_CLONES void sigmoidGradArrayT(const T *dy, const T *x, int64_t n,
                                             T *out) {
   mapGradLanes<SigmoidFn>(dy, x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void siluArrayT(const T *x, int64_t n, T *out) {
+  mapLanes<SiluFn>(x, n, out);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void siluGradArrayT(const T *dy, const T *x, int64_t n,
+                                         T *out) {
+  mapGradLanes<SiluFn>(dy, x, n, out);
 }
 template <typename T>
 CLEAVE_VECTOR_CLONES void geluArrayT(const T *x, int64_t n, bool tanhForm,
@@ -642,6 +662,17 @@ template <bool Fma> struct SigmoidFnF {
     return sigmoidDerivativeLanesF<Fma>(v);
   }
 };
+// x sigmoid(x) (the sigmoid lanes' value times x: the bits of Sigmoid then
+// Mul) and PyTorch's derivative s (1 + x (1 - s)).
+template <bool Fma> struct SiluFnF {
+  template <class VF> [[gnu::always_inline]] static VF value(VF v) {
+    return v * sigmoidLanesF<Fma>(v);
+  }
+  template <class VF> [[gnu::always_inline]] static VF derivative(VF v) {
+    VF s = sigmoidLanesF<Fma>(v);
+    return s * mulAdd<Fma>(v, 1.0f - s, 1.0f);
+  }
+};
 template <bool TanhForm, bool Fma> struct GeluFnF {
   template <class VF> [[gnu::always_inline]] static VF value(VF v) {
     return geluLanesF<TanhForm, Fma>(v);
@@ -712,6 +743,12 @@ CLEAVE_FLOAT_LANES(sigmoidGradArray,
                    (const float *dy, const float *x, int64_t n, float *out),
                    (dy, x, n, out),
                    mapGradLanesF<SigmoidFnF<kFma>, kWide>(dy, x, n, out))
+CLEAVE_FLOAT_LANES(siluArray, (const float *x, int64_t n, float *out),
+                   (x, n, out), mapLanesF<SiluFnF<kFma>, kWide>(x, n, out))
+CLEAVE_FLOAT_LANES(siluGradArray,
+                   (const float *dy, const float *x, int64_t n, float *out),
+                   (dy, x, n, out),
+                   mapGradLanesF<SiluFnF<kFma>, kWide>(dy, x, n, out))
 CLEAVE_FLOAT_LANES(geluArray,
                    (const float *x, int64_t n, bool tanhForm, float *out),
                    (x, n, tanhForm, out),
@@ -924,6 +961,18 @@ void sigmoidArray(const float *x, int64_t n, float *out) {
 }
 void sigmoidGradArray(const float *dy, const float *x, int64_t n, float *out) {
   sigmoidGradArrayF(dy, x, n, out);
+}
+void siluArray(const float *x, int64_t n, float *out) {
+  siluArrayF(x, n, out);
+}
+void siluGradArray(const float *dy, const float *x, int64_t n, float *out) {
+  siluGradArrayF(dy, x, n, out);
+}
+void siluArray(const double *x, int64_t n, double *out) {
+  siluArrayT(x, n, out);
+}
+void siluGradArray(const double *dy, const double *x, int64_t n, double *out) {
+  siluGradArrayT(dy, x, n, out);
 }
 void geluArray(const float *x, int64_t n, bool tanhForm, float *out) {
   geluArrayF(x, n, tanhForm, out);

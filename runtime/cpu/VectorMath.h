@@ -67,6 +67,13 @@ void sigmoidGradArray(const float *dy, const float *x, int64_t n, float *out);
 void sigmoidGradArray(const double *dy, const double *x, int64_t n,
                       double *out);
 
+// out[i] = x[i] sigmoid(x[i]) (SiLU) and dy[i] * s (1 + x[i] (1 - s)),
+// s = sigmoid(x[i]) (PyTorch's silu_backward).
+void siluArray(const float *x, int64_t n, float *out);
+void siluArray(const double *x, int64_t n, double *out);
+void siluGradArray(const float *dy, const float *x, int64_t n, float *out);
+void siluGradArray(const double *dy, const double *x, int64_t n, double *out);
+
 // out[i] = gelu(x[i]) and dy[i] * gelu'(x[i]); the erf form, or the tanh
 // approximation when tanhForm (Gelu-20's approximate = "tanh").
 void geluArray(const float *x, int64_t n, bool tanhForm, float *out);

@@ -129,7 +129,7 @@ enum class MapOp : uint8_t {
   Zero, // writes 0 (the part of a SliceGrad no slice covers)
   Fill, // writes p0
   // one operand
-  Relu, Neg, Abs, Exp, Log, Sqrt, Tanh, Erf, Sigmoid, Reciprocal,
+  Relu, Neg, Abs, Exp, Log, Sqrt, Tanh, Erf, Sigmoid, Silu, Reciprocal,
   Scale,     // a * p0
   Clip,      // min(max(a, p0), p1), NaN stays NaN
   LeakyRelu, // a < 0 ? a * p0 : a
@@ -155,7 +155,7 @@ enum class MapOp : uint8_t {
   // input x (runtime/cpu/Gradients.cpp); a mask selects dy or 0, so an
   // infinite dy where the mask is off gives 0
   AbsGrad, ClipGrad, ErfGrad, ExpGrad, LeakyReluGrad, LogGrad,
-  ReciprocalGrad, ReluGrad, SigmoidGrad, SqrtGrad, TanhGrad,
+  ReciprocalGrad, ReluGrad, SigmoidGrad, SiluGrad, SqrtGrad, TanhGrad,
   GeluGrad, // p0 as Gelu's
   SinGrad, CosGrad,
   HardSigmoidGrad,      // p0 alpha, p1 beta
@@ -205,6 +205,7 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Tanh: return tanhf(a);
   case MapOp::Erf: return erff(a);
   case MapOp::Sigmoid: return sigmoid(a);
+  case MapOp::Silu: return a * sigmoid(a);
   case MapOp::Reciprocal: return 1.0f / a;
   case MapOp::Scale: return a * p0;
   case MapOp::Clip: {
@@ -262,6 +263,10 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::SigmoidGrad: {
     float s = 1.0f / (1.0f + expf(-b));
     return a * s * (1.0f - s);
+  }
+  case MapOp::SiluGrad: { // PyTorch's silu_backward
+    float s = sigmoid(b);
+    return a * s * (1.0f + b * (1.0f - s));
   }
   case MapOp::SqrtGrad: return a / (2.0f * sqrtf(b));
   case MapOp::TanhGrad: {

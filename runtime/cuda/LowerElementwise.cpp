@@ -24,6 +24,7 @@ std::optional<MapOp> unaryMap(OpKind k) {
   case OpKind::Tanh: return MapOp::Tanh;
   case OpKind::Erf: return MapOp::Erf;
   case OpKind::Sigmoid: return MapOp::Sigmoid;
+  case OpKind::Silu: return MapOp::Silu;
   case OpKind::Reciprocal: return MapOp::Reciprocal;
   case OpKind::Sin: return MapOp::Sin;
   case OpKind::Cos: return MapOp::Cos;
@@ -68,6 +69,7 @@ std::optional<MapOp> unaryGradMap(llvm::StringRef fn) {
       .Case("reciprocal", MapOp::ReciprocalGrad)
       .Case("relu", MapOp::ReluGrad)
       .Case("sigmoid", MapOp::SigmoidGrad)
+      .Case("silu", MapOp::SiluGrad)
       .Case("sqrt", MapOp::SqrtGrad)
       .Case("tanh", MapOp::TanhGrad)
       .Case("sin", MapOp::SinGrad)

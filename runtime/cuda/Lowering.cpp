@@ -322,6 +322,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::Reciprocal, Types::Float, lowerUnary},
     {OpKind::Relu, Types::IntFloat, lowerUnary},
     {OpKind::Sigmoid, Types::Float, lowerUnary},
+    {OpKind::Silu, Types::Float, lowerUnary},
     {OpKind::Sqrt, Types::Float, lowerUnary},
     {OpKind::Tanh, Types::Float, lowerUnary},
     {OpKind::Sin, Types::Float, lowerUnary},

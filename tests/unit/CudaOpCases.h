@@ -247,12 +247,13 @@ inline std::vector<Case> elementwiseCases() {
                    {f32({4, 5})}});
   cases.push_back({"hard swish", OpKind::HardSwish, {}, {wide({4, 5})},
                    {f32({4, 5})}});
+  cases.push_back({"silu", OpKind::Silu, {}, {wide({4, 5})}, {f32({4, 5})}});
   cases.push_back({"greater or equal", OpKind::GreaterOrEqual, {},
                    {f32({3, 4}, Fill::Ties), f32({4}, Fill::Ties)},
                    {boolean({3, 4})}});
   cases.push_back({"less or equal i64", OpKind::LessOrEqual, {},
                    {i64({3, 4}), i64({4})}, {boolean({3, 4})}});
-  for (const char *fn : {"sin", "cos", "hard_swish"})
+  for (const char *fn : {"sin", "cos", "hard_swish", "silu"})
     cases.push_back({std::string("unary grad ") + fn, OpKind::UnaryGrad,
                      {{"fn", std::string(fn)}}, {f32({4, 5}), wide({4, 5})},
                      {f32({4, 5})}, 1e-6});

@@ -632,3 +632,35 @@ TEST(CpuElementwise, HardSigmoidAndHardSwish) {
 }
 
 } // namespace
+
+namespace {
+
+// Silu (made by recognize-silu from Mul(x, Sigmoid(x))) gives the bits of
+// the Sigmoid then the Mul it replaces, at every length (the 16-, 8-lane
+// and partial tails) and in the tails of the range (exp's edges, NaN).
+TEST(CpuElementwise, SiluIsTheBitsOfSigmoidThenMul) {
+  for (int64_t n : {1, 7, 8, 15, 16, 33, 64, 100}) {
+    std::vector<float> xs(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      xs[size_t(i)] = float(-40.0 + 80.0 * double(i * 37 % n) / double(n)) +
+                     0.013f * float(i);
+    if (n > 3) {
+      xs[0] = 90.0f;
+      xs[1] = -90.0f;
+      xs[2] = std::nanf("");
+    }
+    Host x = f32({n}, xs);
+    auto s = eval(OpKind::Sigmoid, {&x}, DType::F32, {n}).values<float>();
+    Host sig = f32({n}, s);
+    auto product = eval(OpKind::Mul, {&x, &sig}, DType::F32, {n}).values<float>();
+    auto silu = eval(OpKind::Silu, {&x}, DType::F32, {n}).values<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(product[size_t(i)]))
+        EXPECT_TRUE(std::isnan(silu[size_t(i)])) << i;
+      else
+        EXPECT_EQ(silu[size_t(i)], product[size_t(i)]) << "n " << n << " x " << xs[size_t(i)];
+    }
+  }
+}
+
+} // namespace

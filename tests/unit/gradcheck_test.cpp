@@ -178,6 +178,7 @@ TEST(Gradcheck, Unary) {
       {OpKind::Exp, -1, 1, {}},        {OpKind::Log, 0.5, 2, {}},
       {OpKind::Reciprocal, 0.5, 2, {}}, {OpKind::Relu, -1, 1, {}},
       {OpKind::Sigmoid, -2, 2, {}},    {OpKind::Sqrt, 0.5, 2, {}},
+      {OpKind::Silu, -4, 4, {}},
       {OpKind::Tanh, -2, 2, {}},       {OpKind::Neg, -1, 1, {}},
       {OpKind::Identity, -1, 1, {}},
       {OpKind::Sin, -2, 2, {}},        {OpKind::Cos, -2, 2, {}},
