@@ -34,10 +34,13 @@ LOSS_RTOL = 1e-3
 # moves ResNet-50's 3-step loss by 2e-3).
 F64_RTOL = 1e-8
 F64_LOSS_RTOL = 1e-4
-# cleavec's graph pipeline (tools/cleavec.cpp kPipeline, less the bf16-only
+# cleavec's graph pipeline (passes/Pipelines.cpp, less the bf16-only
 # mixed-precision) and its training passes up to the 2BP check: the graph
-# whose outputs are the loss and every grad.<param>.
-GRAD_PASSES = ("remove-identity,recognize-gelu,recognize-rms-norm,matmul-to-gemm,"
+# whose outputs are the loss and every grad.<param>. (`cleavec
+# --dump-ir-after=bogus` lists the pipeline; keep the two the same, or the
+# gradients checked are not the ones cleavec trains with.)
+GRAD_PASSES = ("remove-identity,slice-packed-views,recognize-gelu,recognize-silu,"
+               "recognize-rms-norm,recognize-attention,matmul-to-gemm,"
                "dce,autodiff,split-backward,verify-2bp")
 THREADS = (1, 2, 4)
 COLUMNS = ("exported", "imported", "grads", "stages", "threads", "loss")
