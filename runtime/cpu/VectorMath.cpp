@@ -308,32 +308,16 @@ template <bool TanhForm> struct GeluFn {
   }
 };
 
-template <typename T>
-CLEAVE_VECTOR_CLONES void tanhArrayT(const T *x, int64_t n, T *out) {
-  mapLanes<TanhFn>(x, n, out);
+// out = Fn::value(x) and out = dy * Fn::derivative(x) over arrays, for the
+// activations without parameters (Tanh, Sigmoid, Silu).
+template <class Fn, typename T>
+CLEAVE_VECTOR_CLONES void activationArrayT(const T *x, int64_t n, T *out) {
+  mapLanes<Fn>(x, n, out);
 }
-template <typename T>
-CLEAVE_VECTOR_CLONES void tanhGradArrayT(const T *dy, const T *x, int64_t n,
-                                         T *out) {
-  mapGradLanes<TanhFn>(dy, x, n, out);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void sigmoidArrayT(const T *x, int64_t n, T *out) {
-  mapLanes<SigmoidFn>(x, n, out);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void sigmoidGradArrayT(const T *dy, const T *x, int64_t n,
-                                            T *out) {
-  mapGradLanes<SigmoidFn>(dy, x, n, out);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void siluArrayT(const T *x, int64_t n, T *out) {
-  mapLanes<SiluFn>(x, n, out);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void siluGradArrayT(const T *dy, const T *x, int64_t n,
-                                         T *out) {
-  mapGradLanes<SiluFn>(dy, x, n, out);
+template <class Fn, typename T>
+CLEAVE_VECTOR_CLONES void activationGradArrayT(const T *dy, const T *x,
+                                               int64_t n, T *out) {
+  mapGradLanes<Fn>(dy, x, n, out);
 }
 template <typename T>
 CLEAVE_VECTOR_CLONES void geluArrayT(const T *x, int64_t n, bool tanhForm,
@@ -731,24 +715,18 @@ bool cpuHasAvx512() { return false; }
       NAME##Base ARGS;                                                         \
   }
 
-CLEAVE_FLOAT_LANES(tanhArray, (const float *x, int64_t n, float *out),
-                   (x, n, out), mapLanesF<TanhFnF<kFma>, kWide>(x, n, out))
-CLEAVE_FLOAT_LANES(tanhGradArray,
-                   (const float *dy, const float *x, int64_t n, float *out),
-                   (dy, x, n, out),
-                   mapGradLanesF<TanhFnF<kFma>, kWide>(dy, x, n, out))
-CLEAVE_FLOAT_LANES(sigmoidArray, (const float *x, int64_t n, float *out),
-                   (x, n, out), mapLanesF<SigmoidFnF<kFma>, kWide>(x, n, out))
-CLEAVE_FLOAT_LANES(sigmoidGradArray,
-                   (const float *dy, const float *x, int64_t n, float *out),
-                   (dy, x, n, out),
-                   mapGradLanesF<SigmoidFnF<kFma>, kWide>(dy, x, n, out))
-CLEAVE_FLOAT_LANES(siluArray, (const float *x, int64_t n, float *out),
-                   (x, n, out), mapLanesF<SiluFnF<kFma>, kWide>(x, n, out))
-CLEAVE_FLOAT_LANES(siluGradArray,
-                   (const float *dy, const float *x, int64_t n, float *out),
-                   (dy, x, n, out),
-                   mapGradLanesF<SiluFnF<kFma>, kWide>(dy, x, n, out))
+// NAME##ArrayF and NAME##GradArrayF of an activation without parameters.
+#define CLEAVE_FLOAT_ACTIVATION(NAME, FN)                                      \
+  CLEAVE_FLOAT_LANES(NAME##Array, (const float *x, int64_t n, float *out),     \
+                     (x, n, out), mapLanesF<FN<kFma>, kWide>(x, n, out))       \
+  CLEAVE_FLOAT_LANES(                                                          \
+      NAME##GradArray,                                                         \
+      (const float *dy, const float *x, int64_t n, float *out),                \
+      (dy, x, n, out), mapGradLanesF<FN<kFma>, kWide>(dy, x, n, out))
+CLEAVE_FLOAT_ACTIVATION(tanh, TanhFnF)
+CLEAVE_FLOAT_ACTIVATION(sigmoid, SigmoidFnF)
+CLEAVE_FLOAT_ACTIVATION(silu, SiluFnF)
+#undef CLEAVE_FLOAT_ACTIVATION
 CLEAVE_FLOAT_LANES(geluArray,
                    (const float *x, int64_t n, bool tanhForm, float *out),
                    (x, n, tanhForm, out),
@@ -969,10 +947,10 @@ void siluGradArray(const float *dy, const float *x, int64_t n, float *out) {
   siluGradArrayF(dy, x, n, out);
 }
 void siluArray(const double *x, int64_t n, double *out) {
-  siluArrayT(x, n, out);
+  activationArrayT<SiluFn>(x, n, out);
 }
 void siluGradArray(const double *dy, const double *x, int64_t n, double *out) {
-  siluGradArrayT(dy, x, n, out);
+  activationGradArrayT<SiluFn>(dy, x, n, out);
 }
 void geluArray(const float *x, int64_t n, bool tanhForm, float *out) {
   geluArrayF(x, n, tanhForm, out);
@@ -982,17 +960,17 @@ void geluGradArray(const float *dy, const float *x, int64_t n, bool tanhForm,
   geluGradArrayF(dy, x, n, tanhForm, out);
 }
 void tanhArray(const double *x, int64_t n, double *out) {
-  tanhArrayT(x, n, out);
+  activationArrayT<TanhFn>(x, n, out);
 }
 void tanhGradArray(const double *dy, const double *x, int64_t n, double *out) {
-  tanhGradArrayT(dy, x, n, out);
+  activationGradArrayT<TanhFn>(dy, x, n, out);
 }
 void sigmoidArray(const double *x, int64_t n, double *out) {
-  sigmoidArrayT(x, n, out);
+  activationArrayT<SigmoidFn>(x, n, out);
 }
 void sigmoidGradArray(const double *dy, const double *x, int64_t n,
                       double *out) {
-  sigmoidGradArrayT(dy, x, n, out);
+  activationGradArrayT<SigmoidFn>(dy, x, n, out);
 }
 void geluArray(const double *x, int64_t n, bool tanhForm, double *out) {
   geluArrayT(x, n, tanhForm, out);
