@@ -247,7 +247,8 @@ inline std::vector<Case> elementwiseCases() {
                    {f32({4, 5})}});
   cases.push_back({"hard swish", OpKind::HardSwish, {}, {wide({4, 5})},
                    {f32({4, 5})}});
-  cases.push_back({"silu", OpKind::Silu, {}, {wide({4, 5})}, {f32({4, 5})}});
+  cases.push_back({"silu", OpKind::Silu, {}, {wide({4, 5})}, {f32({4, 5})},
+                   1e-6});
   cases.push_back({"greater or equal", OpKind::GreaterOrEqual, {},
                    {f32({3, 4}, Fill::Ties), f32({4}, Fill::Ties)},
                    {boolean({3, 4})}});
