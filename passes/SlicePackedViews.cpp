@@ -155,8 +155,8 @@ std::optional<Block> readGather(const ir::Graph &g, Op *gather) {
     if (g.isPinned(source))
       break;
   }
-  if (chain.empty())
-    return std::nullopt;
+  if (chain.empty() || source->type().numElements() == 0)
+    return std::nullopt; // (an empty value has no block to slice)
   View v = contiguous(source->type().shape);
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     std::optional<View> next =

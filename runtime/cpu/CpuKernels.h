@@ -284,6 +284,8 @@ broadcastDoubles(const KernelCall &call, const TensorRef &t,
 struct SliceView {
   int64_t start = 0;
   std::vector<int64_t> lengths, strides;
+  // Per axis: the first index read and the step (0 and 1 where not sliced).
+  std::vector<int64_t> first, steps;
 };
 llvm::Expected<SliceView> sliceView(const KernelCall &call,
                                     llvm::ArrayRef<int64_t> shape);

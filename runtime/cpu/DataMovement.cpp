@@ -563,7 +563,9 @@ llvm::Expected<SliceView> sliceView(const KernelCall &call,
              &axes = call.getInts("axes"), &steps = call.getInts("steps");
   int64_t rank = shape.size();
   std::vector<int64_t> strides = stridesOf(shape);
-  SliceView v{0, std::vector<int64_t>(shape.begin(), shape.end()), strides};
+  SliceView v{0, std::vector<int64_t>(shape.begin(), shape.end()), strides,
+              std::vector<int64_t>(size_t(rank), 0),
+              std::vector<int64_t>(size_t(rank), 1)};
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
     if (a < 0 || a >= rank || steps[i] == 0)
@@ -573,6 +575,8 @@ llvm::Expected<SliceView> sliceView(const KernelCall &call,
         support::sliceLength(shape[a], starts[i], ends[i], steps[i], &first);
     v.start += first * strides[a];
     v.strides[a] = strides[a] * steps[i];
+    v.first[a] = first;
+    v.steps[a] = steps[i];
   }
   return v;
 }

@@ -381,15 +381,7 @@ std::vector<int64_t> readLabels(const TensorRef &L) {
   return labels;
 }
 
-// The largest of a contiguous row (NaN where one is NaN: the exps and
-// their sum are NaN then either way), and the row times a scale in T.
-double rowMaxOf(const float *x, int64_t n) { return rowMax(x, n); }
-double rowMaxOf(const double *x, int64_t n) {
-  double max = -INFINITY;
-  for (int64_t j = 0; j < n; ++j)
-    max = std::max(max, x[j]);
-  return max;
-}
+// The row times a scale in T.
 template <typename T>
 CLEAVE_VECTOR_CLONES void scaleRow(T *x, int64_t n, double scale) {
   const T s = T(scale);
@@ -455,7 +447,7 @@ template <typename T> llvm::Error softmaxCrossEntropyGrad(const KernelCall &call
     if (step == 1) { // classes contiguous: max and exp in vector lanes
       // The exps once, then scaled by coef / sum rounded as expShifted
       // rounds its scale: expShifted's bits with half its exps.
-      max = rowMaxOf(s + base, len);
+      max = rowMax(s + base, len); // NaN where one is: the exps are then
       if constexpr (std::is_same_v<T, float>) {
         sum = expShiftedSum(s + base, len, max, ds + base);
         scaleRow(ds + base, len, coef / sum);
@@ -681,15 +673,7 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
     dx[0] = dy[0];
     return llvm::Error::success();
   }
-  // Per axis, the first index the slice read and its step.
-  std::vector<int64_t> first(rank, 0), step(rank, 1);
-  const auto &starts = call.getInts("starts"), &ends = call.getInts("ends"),
-             &axes = call.getInts("axes"), &steps = call.getInts("steps");
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
-    support::sliceLength(dX.shape[a], starts[i], ends[i], steps[i], &first[a]);
-    step[a] = steps[i];
-  }
+  const std::vector<int64_t> &first = view->first, &step = view->steps;
   const int64_t cols = dX.shape[rank - 1], rows = dX.numElements() /
                                                   std::max<int64_t>(1, cols);
   const int64_t len = lengths[rank - 1], c0 = first[rank - 1],

@@ -345,11 +345,9 @@ template <typename T> llvm::Error softmaxCrossEntropy(const KernelCall &call) {
                   int64_t base = (l / inner) * classes * inner + l % inner;
                   const T *sl = s + base;
                   double max = -std::numeric_limits<double>::infinity();
-                  if constexpr (std::is_same_v<T, float>) {
-                    if (inner == 1) // exact, NaN where one is NaN (the
-                      max = rowMax(sl, classes); // loss is NaN either way)
-                  }
-                  if (inner != 1 || !std::is_same_v<T, float>)
+                  if (inner == 1) // exact; NaN where one is (the loss is
+                    max = rowMax(sl, classes); // NaN either way)
+                  else
                     for (int64_t j = 0; j < classes; ++j)
                       max = std::max(max, double(sl[j * inner]));
                   double sum = 0;

@@ -921,6 +921,15 @@ float rowMax(const float *x, int64_t n) {
   rowMaxF(x, n, &m);
   return m;
 }
+double rowMax(const double *x, int64_t n) {
+  double m = -INFINITY;
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan = nan || x[i] != x[i];
+  }
+  return nan ? NAN : m;
+}
 void erfArray(const float *x, int64_t n, float *out) { erfArrayT(x, n, out); }
 void erfArray(const double *x, int64_t n, double *out) { erfArrayT(x, n, out); }
 void erfGradArray(const float *dy, const float *x, int64_t n, float *out) {

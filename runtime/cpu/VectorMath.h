@@ -45,6 +45,7 @@ double expShiftedSum(const float *x, int64_t n, double shift, float *out);
 
 // The largest of x[0, n): NaN if any element is NaN, -inf if n is 0.
 float rowMax(const float *x, int64_t n);
+double rowMax(const double *x, int64_t n);
 
 // out[i] = erf(x[i]).
 void erfArray(const float *x, int64_t n, float *out);

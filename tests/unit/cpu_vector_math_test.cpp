@@ -282,7 +282,7 @@ TEST(VectorMath, FloatExpRowsSameBitsAtEveryWidth) {
 }
 
 TEST(VectorMath, RowMax) {
-  EXPECT_EQ(rowMax(nullptr, 0), -INFINITY);
+  EXPECT_EQ(rowMax(static_cast<const float *>(nullptr), 0), -INFINITY);
   std::vector<float> x;
   for (int i = 0; i < 41; ++i)
     x.push_back(float(-i * 0.25));
