@@ -220,9 +220,13 @@ llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
   auto var = append(OpKind::ReduceMean, {*squares}, overPlane);
   if (!var)
     return var.takeError();
+  float epsilon = attrFloat(n, "epsilon", 1e-5f);
   Value *eps = g.addConst(
       ctx.freshName(n.output(0) + ".epsilon"),
-      TensorData::fromDoubles(xt.dtype, {}, {attrFloat(n, "epsilon", 1e-5f)}));
+      TensorData::fromDoubles(xt.dtype, {},
+                              {xt.dtype == DType::F64
+                                   ? ir::decimalWidened(epsilon)
+                                   : double(epsilon)}));
   auto shifted = append(OpKind::Add, {*var, eps}, {});
   if (!shifted)
     return shifted.takeError();

@@ -59,4 +59,13 @@ private:
 
 using AttrMap = std::map<std::string, Attribute, std::less<>>;
 
+// A float attribute's value for arithmetic on float64 data. ONNX and the
+// plan hold every float attribute in float32, while the producer wrote a
+// decimal (PyTorch's eps=1e-5 is stored as 9.99999974737875e-06, 2.5e-8 off;
+// `--momentum 0.9` as 0.899999976); a float64 graph means the decimal. The
+// float's shortest round-trip decimal is that decimal for any value written
+// with up to 7 significant digits, and otherwise within half a float ulp of
+// the float, as the float itself is.
+double decimalWidened(float f);
+
 } // namespace cleave::ir

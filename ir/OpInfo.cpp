@@ -11,10 +11,22 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
 namespace cleave::ir {
+
+double decimalWidened(float f) {
+  if (!std::isfinite(f))
+    return f;
+  char text[32];
+  auto [end, ec] = std::to_chars(text, text + sizeof(text) - 1, f);
+  if (ec != std::errc())
+    return f;
+  *end = 0;
+  return std::strtod(text, nullptr);
+}
 
 std::string_view attrKindName(AttrKind k) {
   switch (k) {

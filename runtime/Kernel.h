@@ -54,6 +54,12 @@ struct KernelCall {
   bool hasAttr(std::string_view name) const { return attrs.count(name); }
   int64_t getInt(std::string_view n) const { return attr(n).getInt(); }
   float getFloat(std::string_view n) const { return attr(n).getFloat(); }
+  // A float attribute for arithmetic on data of type T: on float64 data the
+  // decimal the producer wrote (ir::decimalWidened), else the float.
+  template <typename T> double getFloatFor(std::string_view n) const {
+    float f = getFloat(n);
+    return std::is_same_v<T, double> ? ir::decimalWidened(f) : double(f);
+  }
   const std::string &getString(std::string_view n) const {
     return attr(n).getString();
   }

@@ -630,8 +630,11 @@ void registerElementwiseKernels(KernelTable &t) {
   }, numeric);
   t.add(OpKind::LeakyRelu, [](KC c) -> E {
     float alpha = c.getFloat("alpha");
-    return unary<FloatTypes>(c, [alpha](auto x) {
-      return x < 0 ? x * decltype(x)(alpha) : x;
+    double alpha64 = ir::decimalWidened(alpha);
+    return unary<FloatTypes>(c, [alpha, alpha64](auto x) {
+      using C = decltype(x);
+      C a = std::is_same_v<C, double> ? C(alpha64) : C(alpha);
+      return x < 0 ? x * a : x;
     });
   }, floats);
   t.add(OpKind::Exp, [](KC c) -> E {

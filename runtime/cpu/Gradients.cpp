@@ -150,7 +150,7 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
       return x < T(3) ? T(dy * (x / T(3) + T(0.5))) : dy;
     });
   if (fn == "leaky_relu") {
-    T alpha = T(call.getFloat("alpha"));
+    T alpha = T(call.getFloatFor<T>("alpha"));
     return mapGradient<T>(call,
                           [=](T dy, T x) { return x > 0 ? dy : T(dy * alpha); });
   }

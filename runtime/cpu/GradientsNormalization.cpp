@@ -113,7 +113,7 @@ llvm::Error normGradData(const KernelCall &call) {
   if (!scale)
     return scale.takeError();
   int64_t size = dims->size;
-  double eps = call.getFloat("epsilon");
+  double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dx = dX.as<T>();
   parallelFor(dims->rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
@@ -166,7 +166,7 @@ llvm::Error normGradParams(const KernelCall &call) {
     return kernelError(call, "dscale {0} does not match the normalized shape "
                              "of X {1}",
                        ir::shapeStr(dScale.shape), ir::shapeStr(X.shape));
-  double eps = call.getFloat("epsilon");
+  double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>(), *dy = dY.as<T>();
   std::vector<Stats> stats(rows);
   parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
@@ -338,7 +338,7 @@ template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
                       runMean = readDoubles(meanRef),
                       runVar = readDoubles(varRef);
   bool training = call.getInt("training_mode");
-  double eps = call.getFloat("epsilon");
+  double eps = call.getFloatFor<T>("epsilon");
   double count = double(d->n * d->spatial);
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dx = dX.as<T>();
@@ -389,7 +389,7 @@ template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
   std::vector<double> runMean = readDoubles(meanRef),
                       runVar = readDoubles(varRef);
   bool training = call.getInt("training_mode");
-  double eps = call.getFloat("epsilon");
+  double eps = call.getFloatFor<T>("epsilon");
   std::vector<ChannelSums> sums = channelSums(
       X.as<T>(), dY.as<T>(), *d, training, runMean, runVar, eps);
   for (int64_t ch = 0; ch < d->c; ++ch)

@@ -118,7 +118,7 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
   if (!biasOr)
     return biasOr.takeError();
   const std::vector<double> &scale = *scaleOr, &bias = *biasOr;
-  double eps = call.getFloat("epsilon");
+  double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
   // Mean and InvStdDev are always f32, shaped [rows..., 1, ...].
@@ -164,7 +164,7 @@ template <typename T> llvm::Error rmsNorm(const KernelCall &call) {
   if (!scaleOr)
     return scaleOr.takeError();
   const std::vector<double> &scale = *scaleOr;
-  double eps = call.getFloat("epsilon");
+  double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
   parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
@@ -256,7 +256,8 @@ template <typename T> llvm::Error batchNorm(const KernelCall &call) {
                       mean = readDoubles(call.inputs[3]),
                       var = readDoubles(call.inputs[4]);
   bool training = call.getInt("training_mode");
-  double eps = call.getFloat("epsilon"), momentum = call.getFloat("momentum");
+  double eps = call.getFloatFor<T>("epsilon"),
+         momentum = call.getFloatFor<T>("momentum");
   const T *x = X.as<T>();
   T *y = call.outputs[0].as<T>();
 

@@ -80,6 +80,15 @@ int64_t sgdLanes(const float *p, const float *grad, const float *v,
                       momentum, nesterov);
 }
 
+// optimizer.lr is a float32 scalar; on float64 parameters it stands for the
+// decimal the schedule wrote (ir::decimalWidened), as the attributes do.
+template <typename T> double lrFor(const TensorRef &t) {
+  double v = scalarAsDouble(t);
+  return std::is_same_v<T, double> && t.dtype == ir::DType::F32
+             ? ir::decimalWidened(float(v))
+             : v;
+}
+
 // SGD(param, grad, lr[, velocity]) -> param'[, velocity']:
 //   g = grad * grad_scale + weight_decay * param
 //   with velocity: v' = momentum * v + g; g = nesterov ? g + momentum * v'
@@ -87,14 +96,14 @@ int64_t sgdLanes(const float *p, const float *grad, const float *v,
 //   param' = param - lr * g
 template <typename T> llvm::Error sgd(const KernelCall &call) {
   bool hasVelocity = call.inputs.size() == 4;
-  double momentum = call.getFloat("momentum");
+  double momentum = call.getFloatFor<T>("momentum");
   if (momentum != 0 && !hasVelocity)
     return kernelError(call, "momentum {0} needs a velocity operand", momentum);
   if (auto e = checkScalars(call, {2}))
     return e;
   double scale = call.getFloat("grad_scale"),
-         decay = call.getFloat("weight_decay"),
-         lr = scalarAsDouble(call.inputs[2]);
+         decay = call.getFloatFor<T>("weight_decay"),
+         lr = lrFor<T>(call.inputs[2]);
   bool nesterov = call.getInt("nesterov");
   const T *p = call.inputs[0].as<T>(), *grad = call.inputs[1].as<T>();
   const T *v = hasVelocity ? call.inputs[3].as<T>() : nullptr;
@@ -128,9 +137,11 @@ template <typename T> llvm::Error adamW(const KernelCall &call) {
   if (auto e = checkScalars(call, {2, 3}))
     return e;
   double scale = call.getFloat("grad_scale"),
-         decay = call.getFloat("weight_decay"), beta1 = call.getFloat("beta1"),
-         beta2 = call.getFloat("beta2"), eps = call.getFloat("epsilon");
-  double lr = scalarAsDouble(call.inputs[2]),
+         decay = call.getFloatFor<T>("weight_decay"),
+         beta1 = call.getFloatFor<T>("beta1"),
+         beta2 = call.getFloatFor<T>("beta2"),
+         eps = call.getFloatFor<T>("epsilon");
+  double lr = lrFor<T>(call.inputs[2]),
          t = scalarAsDouble(call.inputs[3]) + 1;
   double stepSize = lr / (1 - std::pow(beta1, t));
   double correction2Sqrt = std::sqrt(1 - std::pow(beta2, t));

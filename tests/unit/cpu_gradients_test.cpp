@@ -1054,20 +1054,22 @@ TEST(CpuGradients, BadOperandsAreKernelErrors) {
 // --- Optimizers ---------------------------------------------------------------
 
 TEST(CpuOptimizers, SgdFollowsPyTorchOverThreeSteps) {
+  // Float64 parameters: torch.optim.SGD with the hyperparameters as written
+  // (the attributes hold them in float32).
   struct Case {
-    float momentum;
+    double momentum;
     int64_t nesterov;
-    float decay, scale;
+    double decay, scale;
   };
-  for (Case c : {Case{0, 0, 0, 1}, Case{0, 0, 0.1f, 0.5f}, Case{0.9f, 0, 0, 1},
-                 Case{0.9f, 1, 0.01f, 0.25f}}) {
+  for (Case c : {Case{0, 0, 0, 1}, Case{0, 0, 0.1, 0.5}, Case{0.9, 0, 0, 1},
+                 Case{0.9, 1, 0.01, 0.25}}) {
     SCOPED_TRACE("momentum " + std::to_string(c.momentum) + " nesterov " +
                  std::to_string(c.nesterov) + " decay " +
                  std::to_string(c.decay));
-    AttrMap attrs{{"momentum", c.momentum},
+    AttrMap attrs{{"momentum", float(c.momentum)},
                   {"nesterov", c.nesterov},
-                  {"weight_decay", c.decay},
-                  {"grad_scale", c.scale}};
+                  {"weight_decay", float(c.decay)},
+                  {"grad_scale", float(c.scale)}};
     bool velocity = c.momentum != 0;
     Tensor p = randomHost<double>({10}, 82), v({10}), lr({}, {0.1});
     Values refP = p.data, buf(10);
@@ -1151,9 +1153,10 @@ TEST(CpuOptimizers, AdamWFollowsPyTorchOverThreeSteps) {
                         AttrMap{{"beta1", 0.8f}, {"beta2", 0.95f},
                                 {"epsilon", 1e-6f}, {"weight_decay", 0.1f},
                                 {"grad_scale", 0.5f}}}) {
+    // Float64 parameters: the decimals the attributes were written as.
     auto get = [&](const char *name) {
-      return double(ir::attrOrDefault(ir::opInfo(OpKind::AdamW), attrs, name)
-                        .getFloat());
+      return ir::decimalWidened(
+          ir::attrOrDefault(ir::opInfo(OpKind::AdamW), attrs, name).getFloat());
     };
     double beta1 = get("beta1"), beta2 = get("beta2"), eps = get("epsilon"),
            decay = get("weight_decay"), scale = get("grad_scale"), lr = 0.01;

@@ -105,7 +105,9 @@ void checkLayerNorm(int64_t axis, Ints scaleShape, bool withBias) {
       mu += x.data[r * size + i] / double(size);
     for (int64_t i = 0; i < size; ++i)
       var += std::pow(x.data[r * size + i] - mu, 2) / double(size);
-    double is = 1 / std::sqrt(var + double(1e-3f));
+    // Float64 data: the decimal epsilon was written as.
+    double is = 1 / std::sqrt(
+        var + (std::is_same_v<T, double> ? 1e-3 : double(1e-3f)));
     for (int64_t i = 0; i < size; ++i) {
       // Scale and bias broadcast over the trailing dims of the norm shape.
       int64_t si = i % numElements(scaleShape);
@@ -154,7 +156,8 @@ template <typename T> void checkRMSNorm(int64_t axis, Ints scaleShape) {
     double ms = 0;
     for (int64_t i = 0; i < size; ++i)
       ms += std::pow(double(x.data[r * size + i]), 2) / double(size);
-    double is = 1 / std::sqrt(ms + double(1e-3f));
+    double is = 1 / std::sqrt(
+        ms + (std::is_same_v<T, double> ? 1e-3 : double(1e-3f)));
     for (int64_t i = 0; i < size; ++i) {
       int64_t si = i % numElements(scaleShape); // trailing broadcast
       want[r * size + i] = x.data[r * size + i] * is * scale.data[si];
@@ -236,7 +239,8 @@ TEST(CpuBatchNorm, TrainingUsesBatchStatisticsAndUpdatesRunningOnes) {
                {x.ref(), scale.ref(), bias.ref(), mean.ref(), var.ref()},
                {y.ref(), runMean.ref(), runVar.ref()})));
   std::vector<double> want(x.data.size()), wantMean, wantVar;
-  double mom = double(0.8f), eps = double(1e-2f);
+  // Float64 data: the decimals the attributes were written as.
+  double mom = 0.8, eps = 1e-2;
   for (int64_t c = 0; c < 2; ++c) {
     std::vector<int64_t> at;
     for (int64_t n = 0; n < 3; ++n)
@@ -263,6 +267,50 @@ TEST(CpuBatchNorm, TrainingUsesBatchStatisticsAndUpdatesRunningOnes) {
       ir::OpKind::BatchNormalization, attrs,
       {x.ref(), scale.ref(), bias.ref(), mean.ref(), var.ref()}, {y1.ref()})));
   EXPECT_EQ(y1.data, y.data);
+}
+
+// ONNX holds epsilon in float32 (1e-5 as 9.99999974737875e-06). Over two
+// values a channel (a 1x1 map at batch 2) the output's distance from +-1
+// is proportional to epsilon, so its float32 rounding shows at 2.5e-8 and
+// training amplifies it (regnet_hf's float64 loss was 2e-2 from PyTorch
+// float64's after 3 steps). Float64 data gets the decimal, float32 data the
+// float, as PyTorch's kernels of each type use it.
+TEST(CpuBatchNorm, EpsilonIsTheWrittenDecimalOnDoubles) {
+  EXPECT_EQ(ir::decimalWidened(1e-5f), 1e-5);
+  EXPECT_EQ(ir::decimalWidened(0.9f), 0.9);
+  EXPECT_EQ(ir::decimalWidened(0.01f), 0.01);
+  EXPECT_EQ(ir::decimalWidened(0.0078125f), 0.0078125);
+  EXPECT_EQ(ir::decimalWidened(0.0f), 0.0);
+  EXPECT_TRUE(std::isinf(ir::decimalWidened(INFINITY)));
+  // No short decimal: within half a float ulp of the float.
+  float odd = 1.0f / 3.0f;
+  EXPECT_EQ(float(ir::decimalWidened(odd)), odd);
+  EXPECT_LE(std::abs(ir::decimalWidened(odd) - double(odd)),
+            0.5 * (double(std::nextafter(odd, 1.0f)) - double(odd)));
+
+  ir::AttrMap attrs{{"epsilon", 1e-5f}, {"training_mode", int64_t(1)}};
+  Host<double> x({2, 1, 1, 1}, {0.3, 0.3 + 2e-3}), scale({1}, {1}),
+      bias({1}, {0}), mean({1}, {0}), var({1}, {1}), y({2, 1, 1, 1});
+  ASSERT_FALSE(
+      bool(run(ir::OpKind::BatchNormalization, attrs,
+               {x.ref(), scale.ref(), bias.ref(), mean.ref(), var.ref()},
+               {y.ref()})));
+  double half = (x.data[1] - x.data[0]) / 2;
+  double written = half / std::sqrt(half * half + 1e-5),
+         stored = half / std::sqrt(half * half + double(1e-5f));
+  EXPECT_GT(std::abs(written - stored), 1e-9); // the case tells them apart
+  EXPECT_NEAR(y.data[1], written, 1e-14);
+  EXPECT_NEAR(y.data[0], -written, 1e-14);
+
+  Host<float> xf({2, 1, 1, 1}, {0.25f, 0.25f + 0x1p-9f}), scalef({1}, {1}),
+      biasf({1}, {0}), meanf({1}, {0}), varf({1}, {1}), yf({2, 1, 1, 1});
+  ASSERT_FALSE(
+      bool(run(ir::OpKind::BatchNormalization, attrs,
+               {xf.ref(), scalef.ref(), biasf.ref(), meanf.ref(), varf.ref()},
+               {yf.ref()})));
+  double halff = (double(xf.data[1]) - double(xf.data[0])) / 2;
+  EXPECT_NEAR(yf.data[1], halff / std::sqrt(halff * halff + double(1e-5f)),
+              2e-6);
 }
 
 TEST(CpuBatchNorm, ParametersMayBeAnotherFloatType) {
