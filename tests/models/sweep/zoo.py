@@ -72,8 +72,6 @@ STEPS = 3
 MICROBATCHES = 4
 LR = 0.01
 MOMENTUM = 0.9
-F64_LR = 2.0 ** -7       # the float64 recheck's: exact in float32
-F64_MOMENTUM = 0.875
 
 
 # --------------------------------------------------------------------------
@@ -356,16 +354,10 @@ def float64_recheck(exporter, wrapped, inputs, data, batch, refs, folder, tools,
                 save(os.path.join(s2, "reference64", "grad.%s.npy" % init), g64[pname].numpy())
         recheck_grads(folder, tools, rec)
     if loss_failed:
-        # cleave holds the optimizer's hyperparameters in float32 (0.01 is
-        # 0.01 * (1 - 2.2e-8) there, which the chaotic networks amplify to
-        # 1e-3 in 3 steps): the float64 steps use a learning rate and a
-        # momentum that float32 holds exactly.
-        _, _, after64 = multi_step(wrapped, data, inputs, batch, torch.float64,
-                                   lr=F64_LR, momentum=F64_MOMENTUM)
-        save(os.path.join(f64, "steps", "loss_after64.npy"), np.float64(after64))
-        with open(os.path.join(f64, "steps", "hyper.txt"), "w") as f:
-            f.write("lr %r\nmomentum %r\nmicrobatches %d\nsteps %d\nbatch %d\n" % (
-                F64_LR, F64_MOMENTUM, MICROBATCHES, STEPS, batch))
+        # The same hyperparameters as the float32 steps: cleave holds them
+        # in float32 and applies the decimal they were written as to float64
+        # parameters (ir::decimalWidened), as PyTorch float64 does.
+        save(os.path.join(f64, "steps", "loss_after64.npy"), np.float64(refs["after64"]))
         recheck_loss(folder, tools, rec)
 
 
