@@ -261,31 +261,42 @@ double expAndSum(double *x, int64_t n, double shift) {
   return sum;
 }
 
-// Whether no row of [i0, i0 + nr) sees any key of [j0, j0 + nc): the
-// causal rule, the boolean mask or a -inf mask hides all of the tile (a
-// causal mask exported as an additive bias, as transformers' models pass
-// it). Such a tile adds nothing forward or backward, and is skipped.
-bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
-                int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
+// What the masks leave of the tile of rows [i0, i0 + nr) and keys
+// [j0, j0 + nc): nothing (Hidden: the causal rule, the boolean mask or a
+// -inf mask hides all of it, as a causal mask exported as an additive bias
+// does; such a tile adds nothing forward or backward, and is skipped), or
+// every key the causal rule lets each row see (Open: a boolean mask true
+// on all of them, as a causal-and-padding mask is below the diagonal
+// wherever there is no padding; its scores need no select), or a mix.
+enum class TileView : uint8_t { Mixed, Hidden, Open };
+
+TileView tileView(const dev::AttentionOperands &a, int64_t b, int64_t h,
+                  int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
   if (dev::attentionKeyEnd(a, i0 + nr - 1) <= j0)
-    return true;
+    return TileView::Hidden;
   if (!a.bias.data && !a.keep.data)
-    return false;
+    return TileView::Mixed;
   if (!a.bias.data && a.keep.strides[3] == 1) {
     // A boolean mask contiguous along the keys: a row hides the tile when
-    // its visible part holds no true (non-zero) byte.
+    // its visible part holds no true (non-zero) byte, and leaves it open
+    // when that part holds no false one.
+    bool anySeen = false, allKept = true;
     for (int64_t r = 0; r < nr; ++r) {
       const int64_t i = i0 + r;
       const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
       const auto *row =
           static_cast<const uint8_t *>(a.keep.data) + a.keep.at(b, h, i, j0);
-      uint8_t any = 0; // an OR in vector lanes, no early exit
-      for (int64_t t = 0; t < end - j0; ++t)
+      // An OR and a minimum in vector lanes, no early exit.
+      uint8_t any = 0, least = 1;
+      for (int64_t t = 0; t < end - j0; ++t) {
         any |= row[t];
-      if (any)
-        return false;
+        least = std::min(least, row[t]);
+      }
+      anySeen |= any != 0;
+      allKept &= least != 0;
     }
-    return true;
+    return !anySeen ? TileView::Hidden
+                    : allKept ? TileView::Open : TileView::Mixed;
   }
   if (!a.keep.data && a.bias.elem == dev::AttnElem::F32 &&
       a.bias.strides[3] == 1) {
@@ -298,9 +309,9 @@ bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
           cpu::rowMax(static_cast<const float *>(a.bias.data) +
                           a.bias.at(b, h, i, j0),
                       end - j0) != -INFINITY)
-        return false;
+        return TileView::Mixed;
     }
-    return true;
+    return TileView::Hidden;
   }
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = i0 + r;
@@ -311,13 +322,13 @@ bool tileHidden(const dev::AttentionOperands &a, int64_t b, int64_t h,
       if (!a.bias.data ||
           dev::attnRead<double>(a.bias.data, a.bias.elem,
                                 a.bias.at(b, h, i, j)) != -INFINITY)
-        return false;
+        return TileView::Mixed;
     }
   }
-  return true;
+  return TileView::Hidden;
 }
 
-// tileHidden of every (query block, key tile) pair, worked out once per
+// tileView of every (query block, key tile) pair, worked out once per
 // call (a mask broadcast over the heads once for all of them).
 class HiddenTiles {
 public:
@@ -327,43 +338,44 @@ public:
     perHead_ = (a.bias.data && a.bias.strides[1] != 0) ||
                (a.keep.data && a.keep.strides[1] != 0);
     const int64_t heads = perHead_ ? a.queryHeads : 1;
-    hidden_.assign(size_t(a.batch * heads * qBlocks_ * kTiles_), 0);
+    hidden_.assign(size_t(a.batch * heads * qBlocks_ * kTiles_),
+                   TileView::Mixed);
     parallelFor(int64_t(hidden_.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t n = b; n < e; ++n) {
         const int64_t kt = n % kTiles_, qb = n / kTiles_ % qBlocks_,
                       h = n / (kTiles_ * qBlocks_) % heads,
                       bb = n / (kTiles_ * qBlocks_ * heads);
         const int64_t i0 = qb * kRows, j0 = kt * kKeys;
-        hidden_[size_t(n)] = tileHidden(a_, bb, h, i0,
-                                        std::min(kRows, a_.queryLen - i0), j0,
-                                        std::min(kKeys, a_.keyLen - j0));
+        hidden_[size_t(n)] = tileView(a_, bb, h, i0,
+                                      std::min(kRows, a_.queryLen - i0), j0,
+                                      std::min(kKeys, a_.keyLen - j0));
       }
     });
   }
   // Rows from i0 (a multiple of kRows), keys from j0 (of kKeys).
-  bool operator()(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
+  TileView operator()(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
     const int64_t heads = perHead_ ? a_.queryHeads : 1;
     const int64_t n =
         ((b * heads + (perHead_ ? h : 0)) * qBlocks_ + i0 / kRows) * kTiles_ +
         j0 / kKeys;
-    return hidden_[size_t(n)] != 0;
+    return hidden_[size_t(n)];
   }
 
 private:
   const dev::AttentionOperands &a_;
   int64_t qBlocks_, kTiles_;
   bool perHead_ = false;
-  std::vector<uint8_t> hidden_;
+  std::vector<TileView> hidden_;
 };
 
 // The scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) from the
 // scaled product in `s` (ld kKeys): the mask added, hidden keys -inf (the
-// causal rule, the boolean mask); with `rowMax`, each row's largest score
-// (NaN wins).
+// causal rule, the boolean mask, which an Open tile need not read); with
+// `rowMax`, each row's largest score (NaN wins).
 template <class T>
 void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
                   int64_t i0, int64_t nr, int64_t j0, int64_t nc, T *s,
-                  T *rowMax) {
+                  T *rowMax, TileView view) {
   const dev::AttnElem native =
       std::is_same_v<T, double> ? dev::AttnElem::F64 : dev::AttnElem::F32;
   // A mask row already in T and contiguous along the keys is added in one
@@ -386,7 +398,9 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
         row[t] += dev::attnRead<T>(a.bias.data, a.bias.elem,
                                    a.bias.at(b, h, i, j0 + t));
     }
-    if (a.keep.data && a.keep.strides[3] == 1) {
+    if (view == TileView::Open) {
+      // Every key the causal rule lets the row see is kept.
+    } else if (a.keep.data && a.keep.strides[3] == 1) {
       // Contiguous bytes along the keys: a select in vector lanes.
       const auto *keep =
           static_cast<const uint8_t *>(a.keep.data) + a.keep.at(b, h, i, j0);
@@ -440,13 +454,14 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
   const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
     const int64_t nc = std::min(kKeys, end - j0);
-    if (hidden(b, h, i0, j0))
+    const TileView view = hidden(b, h, i0, j0);
+    if (view == TileView::Hidden)
       continue;
     const T *k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), ldk);
     product(false, true, nr, nc, dim, q, ldq, k, ldk, false, w.s.data(),
             kKeys, T(a.scale));
     T rowMax[kRows];
-    finishScores(a, b, h, i0, nr, j0, nc, w.s.data(), rowMax);
+    finishScores(a, b, h, i0, nr, j0, nc, w.s.data(), rowMax, view);
     // Each row's online softmax: the tile's maximum, the rescaling of the
     // running sum and accumulator, the tile's probabilities (in s).
     for (int64_t r = 0; r < nr; ++r) {
@@ -508,12 +523,13 @@ void scoreGradRow(const double *p, double *ds, int64_t n, double delta) {
 template <class T>
 void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
                    int64_t i0, int64_t nr, int64_t j0, int64_t nc,
-                   const GradTile<T> &x, Tiles<T> &w) {
+                   const GradTile<T> &x, Tiles<T> &w, TileView view) {
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim;
   product(false, true, nr, nc, dim, x.q, x.ldq, x.k, x.ldk, false, w.s.data(),
           kKeys, T(a.scale));
-  finishScores(a, b, h, i0, nr, j0, nc, w.s.data(), static_cast<T *>(nullptr));
+  finishScores(a, b, h, i0, nr, j0, nc, w.s.data(), static_cast<T *>(nullptr),
+               view);
   product(false, true, nr, nc, dim, x.dout, x.ldo, x.v, x.ldv, false,
           w.dp.data(), kKeys);
   for (int64_t r = 0; r < nr; ++r) {
@@ -559,11 +575,12 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
       const int64_t h = kvh * group + g;
       for (int64_t i0 = begin - begin % kRows; i0 < a.queryLen; i0 += kRows) {
         const int64_t nr = std::min(kRows, a.queryLen - i0);
-        if (hidden(b, h, i0, j0))
+        const TileView view = hidden(b, h, i0, j0);
+        if (view == TileView::Hidden)
           continue;
         x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
         x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
-        scoreGradTile(st, b, h, i0, nr, j0, nc, x, w);
+        scoreGradTile(st, b, h, i0, nr, j0, nc, x, w, view);
         product(true, false, nc, dim, nr, w.s.data(), kKeys, x.dout, x.ldo,
                 true, accV, dim);
         product(true, false, nc, dim, nr, w.dp.data(), kKeys, x.q, x.ldq,

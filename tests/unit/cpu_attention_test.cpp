@@ -175,6 +175,52 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
   EXPECT_EQ(added.lse.data[5], -INFINITY);
 }
 
+// A causal-and-padding boolean mask, as transformers' GPT-2 exports it
+// (causal 0, the mask a runtime value): the tiles below the diagonal where
+// no key is padding are all true, and the kernels skip their select (an
+// Open tile). The bits are those of the additive 0 / -inf mask (never
+// skipped) and, without padding, of the causal rule with no mask at all;
+// forward and backward, on 1 and 2 threads, with tiles of every kind.
+TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
+  testsupport::cpu();
+  const int64_t B = 2, Hq = 2, Hkv = 1, T = 300, D = 16;
+  Host<float> q = randomHost<float>({B, Hq, T, D}, 11, -2, 2),
+              k = randomHost<float>({B, Hkv, T, D}, 12, -2, 2),
+              v = randomHost<float>({B, Hkv, T, D}, 13),
+              dout = randomHost<float>({B, Hq, T, D}, 15), bias({B, 1, T, T});
+  Host<uint8_t> keep({B, 1, T, T}), tril({B, 1, T, T});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        // The second sample's last 20 keys are padding.
+        bool seen = j <= i && !(b == 1 && j >= T - 20);
+        size_t at = size_t(((b * T) + i) * T + j);
+        keep.data[at] = seen ? 1 : 0;
+        tril.data[at] = j <= i ? 1 : 0;
+        bias.data[at] = seen ? 0.0f : -INFINITY;
+      }
+  ir::AttrMap attrs{{"scale", 0.25f}};
+  auto runWith = [&](TensorRef mask, const ir::AttrMap &a, int threads) {
+    return forwardAndBackward(q, k, v, dout, mask, {B, Hq, T}, a, threads);
+  };
+  auto expectSame = [&](const Outputs<float> &x, const Outputs<float> &y) {
+    EXPECT_TRUE(same(x.o, y.o));
+    EXPECT_TRUE(same(x.lse, y.lse));
+    EXPECT_TRUE(same(x.dq, y.dq));
+    EXPECT_TRUE(same(x.dk, y.dk));
+    EXPECT_TRUE(same(x.dv, y.dv));
+  };
+  Outputs<float> added = runWith(bias.ref(), attrs, 1);
+  ir::AttrMap causal{{"scale", 0.25f}, {"causal", int64_t(1)}};
+  Outputs<float> rule = runWith(TensorRef(), causal, 1);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    expectSame(added, runWith(keep.ref(), attrs, threads));
+    // Without padding every tile is open or hidden: the causal rule's bits.
+    expectSame(rule, runWith(tril.ref(), attrs, threads));
+  }
+}
+
 // seq_major and time_major: Q, K, V, O and the gradients as [B, T, H, D]
 // or [T, B, H, D], read and written in place, give the bits of the
 // [B, H, T, D] op on transposed copies (grouped-query heads, a mask, the
