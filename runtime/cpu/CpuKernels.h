@@ -162,6 +162,41 @@ using Float8 [[gnu::vector_size(32)]] = float;
   std::memcpy(&v, p, sizeof(v));
   return __builtin_convertvector(v, Double8);
 }
+// Row kernels built twice instead of as CLEAVE_VECTOR_CLONES where a loop
+// widens floats to doubles: GCC builds a Float8-to-Double8 conversion into
+// 512 bits from two 256-bit ones, an extract and an insert (four
+// shuffle-port operations where vcvtps2pd zmm, ymm is one), and a clone
+// cannot know which instruction set it is built for. The kernel's loop is
+// a template on Wide; its AVX-512 build (CLEAVE_WIDE_TARGET, Wide true)
+// runs where the CPU has AVX-512F (cpuHasAvx512F), the clones of its other
+// build elsewhere. Both builds do the same operations in the same order:
+// the same bits.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLEAVE_WIDE_TARGET __attribute__((target("avx512f")))
+#else
+#define CLEAVE_WIDE_TARGET
+#endif
+bool cpuHasAvx512F();
+
+// loadDouble8, in a Wide build as one instruction.
+template <bool Wide>
+[[gnu::always_inline]] inline Double8 loadDouble8W(const float *p) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (Wide) {
+    Float8 v;
+    std::memcpy(&v, p, sizeof(v));
+    Double8 d;
+    asm("vcvtps2pd %t1, %g0" : "=v"(d) : "v"(v));
+    return d;
+  }
+#endif
+  return loadDouble8(p);
+}
+template <bool Wide>
+[[gnu::always_inline]] inline Double8 loadDouble8W(const double *p) {
+  return loadDouble8(p);
+}
+
 // The lanes summed in a fixed tree.
 [[gnu::always_inline]] inline double laneSum(Double8 v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
@@ -333,17 +368,17 @@ struct RowStats {
 // the forward's bits and no thread count changes a bit. Inlined into the
 // kernels' row functions, which are built for AVX2 and AVX-512 too
 // (CLEAVE_VECTOR_CLONES): the same operations, more doubles a vector.
-template <typename T>
+template <typename T, bool Wide = false>
 [[gnu::always_inline]] inline RowStats
 layerNormRowStats(const T *x, int64_t size, double eps) {
   double sum = sumLanes16(
-      size, [&](int64_t i) { return loadDouble8(x + i); },
+      size, [&](int64_t i) { return loadDouble8W<Wide>(x + i); },
       [&](int64_t i) { return double(x[i]); });
   double mean = size ? sum / double(size) : 0.0;
   double sq = sumLanes16(
       size,
       [&](int64_t i) {
-        Double8 d = loadDouble8(x + i) - mean;
+        Double8 d = loadDouble8W<Wide>(x + i) - mean;
         return d * d;
       },
       [&](int64_t i) {
@@ -355,13 +390,13 @@ layerNormRowStats(const T *x, int64_t size, double eps) {
 
 // 1 / sqrt(mean(x[0..size)^2) + eps) of one RMSNormalization row (the
 // forward and gradient kernels' one formula, as above).
-template <typename T>
+template <typename T, bool Wide = false>
 [[gnu::always_inline]] inline double rmsRowInv(const T *x, int64_t size,
                                                double eps) {
   double sq = sumLanes16(
       size,
       [&](int64_t i) {
-        Double8 v = loadDouble8(x + i);
+        Double8 v = loadDouble8W<Wide>(x + i);
         return v * v;
       },
       [&](int64_t i) { return double(x[i]) * double(x[i]); });

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -45,63 +46,85 @@ llvm::Expected<LayerNormDims> layerNormDims(const KernelCall &call,
                        elementCount(X.shape.drop_front(axis))};
 }
 
-// The forward kernel's row statistics (CpuKernels.h).
-template <typename T>
-[[gnu::always_inline]] inline Stats rowStats(const T *x, int64_t size,
-                                             double eps) {
-  return layerNormRowStats(x, size, eps);
-}
-
-// RMSNormalization's row statistics in LayerNormalization's form: a mean
-// of 0 (x - 0.0 is exact, so x̂ = (x - mean) * inv has the bits of x * inv).
-template <typename T>
-[[gnu::always_inline]] inline Stats rmsRowStats(const T *x, int64_t size,
-                                                double eps) {
-  return Stats{0.0, rmsRowInv(x, size, eps)};
+// The forward kernels' row statistics (CpuKernels.h): LayerNormalization's
+// (Centered), or RMSNormalization's in LayerNormalization's form, a mean of
+// 0 (x - 0.0 is exact, so x̂ = (x - mean) * inv has the bits of x * inv).
+template <typename T, bool Centered, bool Wide>
+[[gnu::always_inline]] inline Stats statsOf(const T *x, int64_t size,
+                                            double eps) {
+  if constexpr (Centered)
+    return layerNormRowStats<T, Wide>(x, size, eps);
+  else
+    return Stats{0.0, rmsRowInv<T, Wide>(x, size, eps)};
 }
 
 // LayerNormalizationGradData and RMSNormalizationGradData(dY, X, scale) ->
 // dX = inv * (g - mean(g) - x̂ * mean(g * x̂)), g = dY * scale; RMS
 // (Centered false) has no mean(g) term (g - 0.0 is exact, so the bits are
 // those of the formula without it).
-// Rows [r0, r1) of dX; built for AVX2 and AVX-512 too (the same
-// operations, more doubles a vector: the baseline's SSE2 took two at a
-// time).
-template <typename T, Stats (*RowStats)(const T *, int64_t, double),
-          bool Centered>
-CLEAVE_VECTOR_CLONES void normGradDataRows(const T *x, const T *dy,
-                                           const double *scale, T *dx,
-                                           int64_t r0, int64_t r1,
-                                           int64_t size, double eps) {
+// Rows [r0, r1) of dX; built for AVX-512 (Wide) and as
+// CLEAVE_VECTOR_CLONES for the others (CpuKernels.h, CLEAVE_WIDE_TARGET),
+// eight doubles a vector.
+template <typename T, bool Centered, bool Wide>
+[[gnu::always_inline]] inline void
+normGradDataRowsLanes(const T *x, const T *dy, const double *scale, T *dx,
+                      int64_t r0, int64_t r1, int64_t size, double eps) {
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * size, *dyr = dy + r * size;
-    Stats s = RowStats(xr, size, eps);
+    T *dxr = dx + r * size;
+    Stats s = statsOf<T, Centered, Wide>(xr, size, eps);
     double sumG = 0.0;
     if constexpr (Centered)
       sumG = sumLanes16(
           size,
-          [&](int64_t i) { return loadDouble8(dyr + i) * loadDouble8(scale + i); },
+          [&](int64_t i) {
+            return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
+          },
           [&](int64_t i) { return dyr[i] * scale[i]; });
     double sumGX = sumLanes16(
         size,
         [&](int64_t i) {
-          return loadDouble8(dyr + i) * loadDouble8(scale + i) *
-                 ((loadDouble8(xr + i) - s.mean) * s.inv);
+          return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i) *
+                 ((loadDouble8W<Wide>(xr + i) - s.mean) * s.inv);
         },
         [&](int64_t i) {
           return dyr[i] * scale[i] * ((xr[i] - s.mean) * s.inv);
         });
     double meanG = sumG / double(size), meanGX = sumGX / double(size);
-    for (int64_t i = 0; i < size; ++i) {
+    int64_t i = 0;
+    if constexpr (std::is_same_v<T, float>)
+      for (; i + 8 <= size; i += 8) {
+        Double8 g = loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
+        Double8 xh = (loadDouble8W<Wide>(xr + i) - s.mean) * s.inv;
+        Float8 f =
+            __builtin_convertvector(s.inv * (g - meanG - xh * meanGX), Float8);
+        std::memcpy(dxr + i, &f, sizeof(f));
+      }
+    for (; i < size; ++i) {
       double g = dyr[i] * scale[i];
       double xh = (xr[i] - s.mean) * s.inv;
-      dx[r * size + i] = T(s.inv * (g - meanG - xh * meanGX));
+      dxr[i] = T(s.inv * (g - meanG - xh * meanGX));
     }
   }
 }
+template <typename T, bool Centered>
+CLEAVE_WIDE_TARGET void normGradDataRowsWide(const T *x, const T *dy,
+                                             const double *scale, T *dx,
+                                             int64_t r0, int64_t r1,
+                                             int64_t size, double eps) {
+  normGradDataRowsLanes<T, Centered, true>(x, dy, scale, dx, r0, r1, size,
+                                           eps);
+}
+template <typename T, bool Centered>
+CLEAVE_VECTOR_CLONES void normGradDataRowsNarrow(const T *x, const T *dy,
+                                                 const double *scale, T *dx,
+                                                 int64_t r0, int64_t r1,
+                                                 int64_t size, double eps) {
+  normGradDataRowsLanes<T, Centered, false>(x, dy, scale, dx, r0, r1, size,
+                                            eps);
+}
 
-template <typename T, Stats (*RowStats)(const T *, int64_t, double),
-          bool Centered>
+template <typename T, bool Centered>
 llvm::Error normGradData(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &scaleRef = call.inputs[2], &dX = call.outputs[0];
@@ -116,45 +139,84 @@ llvm::Error normGradData(const KernelCall &call) {
   double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dx = dX.as<T>();
+  const bool wide = cpuHasAvx512F();
   parallelFor(dims->rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
               [&](int64_t r0, int64_t r1) {
-                normGradDataRows<T, RowStats, Centered>(
-                    x, dy, scale->data(), dx, r0, r1, size, eps);
+                if (wide)
+                  normGradDataRowsWide<T, Centered>(x, dy, scale->data(), dx,
+                                                    r0, r1, size, eps);
+                else
+                  normGradDataRowsNarrow<T, Centered>(x, dy, scale->data(), dx,
+                                                      r0, r1, size, eps);
               });
   return llvm::Error::success();
 }
 
 template <typename T> llvm::Error layerNormGradData(const KernelCall &call) {
-  return normGradData<T, rowStats<T>, true>(call);
+  return normGradData<T, true>(call);
 }
 
 // LayerNormalizationGradParams and RMSNormalizationGradParams(dY, X) ->
 // dscale, dscale[j] = sum over rows of dY * x̂ with x̂ = (x - mean) * inv
-// (RMS: mean 0): row statistics first (RowStats), then threads take columns
-// and add the rows in order.
+// (RMS: mean 0): row statistics first, then threads take columns and add
+// the rows in order.
 // The statistics of rows [r0, r1), and acc[j - j0] += the sum over rows of
-// dY * x̂ for columns [j0, j1), rows in order; both built for AVX2 and
-// AVX-512 too (as normGradDataRows).
-template <typename T, Stats (*RowStats)(const T *, int64_t, double)>
-CLEAVE_VECTOR_CLONES void rowStatsOf(const T *x, Stats *stats, int64_t r0,
-                                     int64_t r1, int64_t size, double eps) {
+// dY * x̂ for columns [j0, j1), rows in order; both built as
+// normGradDataRows.
+template <typename T, bool Centered, bool Wide>
+[[gnu::always_inline]] inline void rowStatsOfLanes(const T *x, Stats *stats,
+                                                   int64_t r0, int64_t r1,
+                                                   int64_t size, double eps) {
   for (int64_t r = r0; r < r1; ++r)
-    stats[r] = RowStats(x + r * size, size, eps);
+    stats[r] = statsOf<T, Centered, Wide>(x + r * size, size, eps);
 }
-template <typename T>
-CLEAVE_VECTOR_CLONES void normalizedColumnSums(const T *x, const T *dy,
-                                               const Stats *stats,
-                                               int64_t rows, int64_t size,
-                                               int64_t j0, int64_t j1,
-                                               double *acc) {
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline void
+normalizedColumnSumsLanes(const T *x, const T *dy, const Stats *stats,
+                          int64_t rows, int64_t size, int64_t j0, int64_t j1,
+                          double *acc) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * size, *dyr = dy + r * size;
-    for (int64_t j = j0; j < j1; ++j)
-      acc[j - j0] += dyr[j] * ((xr[j] - stats[r].mean) * stats[r].inv);
+    const double mean = stats[r].mean, inv = stats[r].inv;
+    int64_t j = j0;
+    if constexpr (std::is_same_v<T, float>)
+      for (; j + 8 <= j1; j += 8) {
+        Double8 a = loadDouble8(acc + (j - j0)) +
+                    loadDouble8W<Wide>(dyr + j) *
+                        ((loadDouble8W<Wide>(xr + j) - mean) * inv);
+        std::memcpy(acc + (j - j0), &a, sizeof(a));
+      }
+    for (; j < j1; ++j)
+      acc[j - j0] += dyr[j] * ((xr[j] - mean) * inv);
   }
 }
+template <typename T, bool Centered>
+CLEAVE_WIDE_TARGET void rowStatsOfWide(const T *x, Stats *stats, int64_t r0,
+                                       int64_t r1, int64_t size, double eps) {
+  rowStatsOfLanes<T, Centered, true>(x, stats, r0, r1, size, eps);
+}
+template <typename T, bool Centered>
+CLEAVE_VECTOR_CLONES void rowStatsOfNarrow(const T *x, Stats *stats,
+                                           int64_t r0, int64_t r1,
+                                           int64_t size, double eps) {
+  rowStatsOfLanes<T, Centered, false>(x, stats, r0, r1, size, eps);
+}
+template <typename T>
+CLEAVE_WIDE_TARGET void
+normalizedColumnSumsWide(const T *x, const T *dy, const Stats *stats,
+                         int64_t rows, int64_t size, int64_t j0, int64_t j1,
+                         double *acc) {
+  normalizedColumnSumsLanes<T, true>(x, dy, stats, rows, size, j0, j1, acc);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void
+normalizedColumnSumsNarrow(const T *x, const T *dy, const Stats *stats,
+                           int64_t rows, int64_t size, int64_t j0, int64_t j1,
+                           double *acc) {
+  normalizedColumnSumsLanes<T, false>(x, dy, stats, rows, size, j0, j1, acc);
+}
 
-template <typename T, Stats (*RowStats)(const T *, int64_t, double)>
+template <typename T, bool Centered>
 llvm::Error normGradParams(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &dScale = call.outputs[0];
@@ -168,17 +230,27 @@ llvm::Error normGradParams(const KernelCall &call) {
                        ir::shapeStr(dScale.shape), ir::shapeStr(X.shape));
   double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>(), *dy = dY.as<T>();
+  const bool wide = cpuHasAvx512F();
   std::vector<Stats> stats(rows);
   parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, size)),
               [&](int64_t r0, int64_t r1) {
-                rowStatsOf<T, RowStats>(x, stats.data(), r0, r1, size, eps);
+                if (wide)
+                  rowStatsOfWide<T, Centered>(x, stats.data(), r0, r1, size,
+                                              eps);
+                else
+                  rowStatsOfNarrow<T, Centered>(x, stats.data(), r0, r1, size,
+                                                eps);
               });
   T *ds = dScale.as<T>();
   parallelFor(size, std::max<int64_t>(16, 8192 / std::max<int64_t>(1, rows)),
               [&](int64_t j0, int64_t j1) {
                 std::vector<double> acc(j1 - j0, 0.0);
-                normalizedColumnSums(x, dy, stats.data(), rows, size, j0, j1,
-                                     acc.data());
+                if (wide)
+                  normalizedColumnSumsWide(x, dy, stats.data(), rows, size, j0,
+                                           j1, acc.data());
+                else
+                  normalizedColumnSumsNarrow(x, dy, stats.data(), rows, size,
+                                             j0, j1, acc.data());
                 for (int64_t j = j0; j < j1; ++j)
                   ds[j] = T(acc[j - j0]);
               });
@@ -186,7 +258,7 @@ llvm::Error normGradParams(const KernelCall &call) {
 }
 
 template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
-  return normGradParams<T, rowStats<T>>(call);
+  return normGradParams<T, true>(call);
 }
 
 // --- RMSNormalization -------------------------------------------------------
@@ -198,14 +270,14 @@ template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
 
 // RMSNormalizationGradData(dY, X, scale) -> dX.
 template <typename T> llvm::Error rmsNormGradData(const KernelCall &call) {
-  return normGradData<T, rmsRowStats<T>, false>(call);
+  return normGradData<T, false>(call);
 }
 
 // RMSNormalizationGradParams(dY, X) -> dscale: the LayerNormalization
 // kernel with a row mean of 0 (x - 0.0 is exact, so the bits are those of
 // dY * (x * inv)).
 template <typename T> llvm::Error rmsNormGradParams(const KernelCall &call) {
-  return normGradParams<T, rmsRowStats<T>>(call);
+  return normGradParams<T, false>(call);
 }
 
 // --- BatchNormalization -----------------------------------------------------

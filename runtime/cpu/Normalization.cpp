@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -81,26 +82,74 @@ template <typename T, bool Log> llvm::Error softmax(const KernelCall &call) {
 
 // --- LayerNormalization ---------------------------------------------------
 
-// Rows [r0, r1) of y = (x - mean) * inv * scale + bias, in double; built
-// for AVX2 and AVX-512 too (the same operations, four or eight doubles a
-// vector where the baseline's SSE2 has two).
-template <typename T>
-CLEAVE_VECTOR_CLONES void layerNormRows(const T *x, T *y, int64_t r0,
-                                        int64_t r1, int64_t size, double eps,
-                                        const double *scale,
-                                        const double *bias, float *meanOut,
-                                        float *invOut) {
+// Row i's y = (x - mean) * inv * scale + bias (RMS: x * inv * scale, with
+// mean 0 and bias null), in double, eight elements a vector where T is
+// float (the per-element expression's operations in its order, so the
+// tail's bits are the vector's).
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline void normalizeRow(const T *xr, T *yr,
+                                                int64_t size, double mean,
+                                                double inv, const double *scale,
+                                                const double *bias) {
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 8 <= size; i += 8) {
+      Double8 v = (loadDouble8W<Wide>(xr + i) - mean) * inv *
+                  loadDouble8(scale + i);
+      if (bias)
+        v += loadDouble8(bias + i);
+      Float8 f = __builtin_convertvector(v, Float8);
+      std::memcpy(yr + i, &f, sizeof(f));
+    }
+  for (; i < size; ++i) {
+    double v = (xr[i] - mean) * inv * scale[i];
+    yr[i] = T(bias ? v + bias[i] : v);
+  }
+}
+
+// Rows [r0, r1) of the LayerNormalization forward; built for AVX-512
+// (Wide) and as CLEAVE_VECTOR_CLONES for the others (CpuKernels.h,
+// CLEAVE_WIDE_TARGET).
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline void
+layerNormRowsLanes(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
+                   double eps, const double *scale, const double *bias,
+                   float *meanOut, float *invOut) {
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * size;
-    T *yr = y + r * size;
-    auto [mean, inv] = layerNormRowStats(xr, size, eps);
-    for (int64_t i = 0; i < size; ++i)
-      yr[i] = T((xr[i] - mean) * inv * scale[i] + bias[i]);
+    auto [mean, inv] = layerNormRowStats<T, Wide>(xr, size, eps);
+    normalizeRow<T, Wide>(xr, y + r * size, size, mean, inv, scale, bias);
     if (meanOut)
       meanOut[r] = float(mean);
     if (invOut)
       invOut[r] = float(inv);
   }
+}
+template <typename T>
+CLEAVE_WIDE_TARGET void layerNormRowsWide(const T *x, T *y, int64_t r0,
+                                          int64_t r1, int64_t size, double eps,
+                                          const double *scale,
+                                          const double *bias, float *meanOut,
+                                          float *invOut) {
+  layerNormRowsLanes<T, true>(x, y, r0, r1, size, eps, scale, bias, meanOut,
+                              invOut);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void
+layerNormRowsNarrow(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
+                    double eps, const double *scale, const double *bias,
+                    float *meanOut, float *invOut) {
+  layerNormRowsLanes<T, false>(x, y, r0, r1, size, eps, scale, bias, meanOut,
+                               invOut);
+}
+template <typename T>
+void layerNormRows(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
+                   double eps, const double *scale, const double *bias,
+                   float *meanOut, float *invOut) {
+  if (cpuHasAvx512F())
+    layerNormRowsWide(x, y, r0, r1, size, eps, scale, bias, meanOut, invOut);
+  else
+    layerNormRowsNarrow(x, y, r0, r1, size, eps, scale, bias, meanOut, invOut);
 }
 
 template <typename T> llvm::Error layerNorm(const KernelCall &call) {
@@ -137,17 +186,37 @@ template <typename T> llvm::Error layerNorm(const KernelCall &call) {
 // --- RMSNormalization -----------------------------------------------------
 
 // Rows [r0, r1) of y = x * inv * scale (built as layerNormRows).
-template <typename T>
-CLEAVE_VECTOR_CLONES void rmsNormRows(const T *x, T *y, int64_t r0,
-                                      int64_t r1, int64_t size, double eps,
-                                      const double *scale) {
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline void rmsNormRowsLanes(const T *x, T *y,
+                                                    int64_t r0, int64_t r1,
+                                                    int64_t size, double eps,
+                                                    const double *scale) {
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * size;
-    T *yr = y + r * size;
-    double inv = rmsRowInv(xr, size, eps);
-    for (int64_t i = 0; i < size; ++i)
-      yr[i] = T(double(xr[i]) * inv * scale[i]);
+    // x - 0.0 is exact: the bits of double(x) * inv * scale.
+    normalizeRow<T, Wide>(xr, y + r * size, size, 0.0,
+                          rmsRowInv<T, Wide>(xr, size, eps), scale, nullptr);
   }
+}
+template <typename T>
+CLEAVE_WIDE_TARGET void rmsNormRowsWide(const T *x, T *y, int64_t r0,
+                                        int64_t r1, int64_t size, double eps,
+                                        const double *scale) {
+  rmsNormRowsLanes<T, true>(x, y, r0, r1, size, eps, scale);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void rmsNormRowsNarrow(const T *x, T *y, int64_t r0,
+                                            int64_t r1, int64_t size,
+                                            double eps, const double *scale) {
+  rmsNormRowsLanes<T, false>(x, y, r0, r1, size, eps, scale);
+}
+template <typename T>
+void rmsNormRows(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
+                 double eps, const double *scale) {
+  if (cpuHasAvx512F())
+    rmsNormRowsWide(x, y, r0, r1, size, eps, scale);
+  else
+    rmsNormRowsNarrow(x, y, r0, r1, size, eps, scale);
 }
 
 // y = x * inv * scale, inv = 1 / sqrt(mean(x^2) + epsilon) over the row

@@ -909,6 +909,15 @@ CLEAVE_FLOAT_LANES(expShiftedSum,
 
 } // namespace
 
+bool cpuHasAvx512F() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
 double sumExpShifted(const float *x, int64_t n, double shift) {
   double sum;
   sumExpShiftedF(x, n, float(shift), &sum);
