@@ -313,16 +313,16 @@ struct RowSums {
   double mean = 0, m2 = 0, dy = 0, dyCentered = 0;
 };
 
-template <typename T>
-CLEAVE_VECTOR_CLONES RowSums gradientRowSums(const T *x, const T *dy,
-                                             int64_t n) {
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline RowSums gradientRowSums(const T *x, const T *dy,
+                                                      int64_t n) {
   if (n == 0)
     return {};
   double k = double(x[0]);
   Double8 s = {}, sq = {}, g = {}, gd = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    Double8 d = loadDouble8(x + i) - k, v = loadDouble8(dy + i);
+    Double8 d = loadDouble8W<Wide>(x + i) - k, v = loadDouble8W<Wide>(dy + i);
     s += d;
     sq += d * d;
     g += v;
@@ -345,6 +345,31 @@ CLEAVE_VECTOR_CLONES RowSums gradientRowSums(const T *x, const T *dy,
   return out;
 }
 
+// gradientRowSums of rows [r0, r1), built as normGradDataRows.
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline void gradientRowSumsLanes(const T *x,
+                                                        const T *dy, int64_t r0,
+                                                        int64_t r1,
+                                                        int64_t spatial,
+                                                        RowSums *rows) {
+  for (int64_t r = r0; r < r1; ++r)
+    rows[r] = gradientRowSums<T, Wide>(x + r * spatial, dy + r * spatial,
+                                       spatial);
+}
+template <typename T>
+CLEAVE_WIDE_TARGET void gradientRowSumsWide(const T *x, const T *dy,
+                                            int64_t r0, int64_t r1,
+                                            int64_t spatial, RowSums *rows) {
+  gradientRowSumsLanes<T, true>(x, dy, r0, r1, spatial, rows);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void gradientRowSumsNarrow(const T *x, const T *dy,
+                                                int64_t r0, int64_t r1,
+                                                int64_t spatial,
+                                                RowSums *rows) {
+  gradientRowSumsLanes<T, false>(x, dy, r0, r1, spatial, rows);
+}
+
 // Per channel: the statistics x̂ uses (the batch's in training mode, the
 // given running ones otherwise) and the sums of dY and dY * (x - mean).
 struct ChannelSums {
@@ -361,12 +386,14 @@ channelSums(const T *x, const T *dy, const BatchNormDims &d, bool training,
             const std::vector<double> &runMean,
             const std::vector<double> &runVar, double eps) {
   std::vector<RowSums> rows(d.n * d.c);
+  const bool wide = cpuHasAvx512F();
   parallelFor(d.n * d.c,
               std::max<int64_t>(1, 8192 / std::max<int64_t>(1, d.spatial)),
               [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r)
-                  rows[r] = gradientRowSums(x + r * d.spatial,
-                                            dy + r * d.spatial, d.spatial);
+                if (wide)
+                  gradientRowSumsWide(x, dy, r0, r1, d.spatial, rows.data());
+                else
+                  gradientRowSumsNarrow(x, dy, r0, r1, d.spatial, rows.data());
               });
   std::vector<ChannelSums> out(d.c);
   double count = double(d.n * d.spatial);

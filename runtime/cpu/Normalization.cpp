@@ -261,15 +261,15 @@ template <typename T> llvm::Error rmsNorm(const KernelCall &call) {
 struct RowMoments {
   double mean = 0, m2 = 0;
 };
-template <typename T>
-CLEAVE_VECTOR_CLONES RowMoments rowMoments(const T *p, int64_t n) {
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline RowMoments rowMoments(const T *p, int64_t n) {
   if (n == 0)
     return {};
   double k = double(p[0]);
   Double8 s = {}, sq = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    Double8 d = loadDouble8(p + i) - k;
+    Double8 d = loadDouble8W<Wide>(p + i) - k;
     s += d;
     sq += d * d;
   }
@@ -283,6 +283,30 @@ CLEAVE_VECTOR_CLONES RowMoments rowMoments(const T *p, int64_t n) {
   return {k + sum / double(n), std::max(0.0, squares - sum * sum / double(n))};
 }
 
+// rowMoments of rows [r0, r1), built as layerNormRows.
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline void
+rowMomentsLanes(const T *x, int64_t r0, int64_t r1, int64_t spatial,
+                double *rowMean, double *rowM2) {
+  for (int64_t r = r0; r < r1; ++r) {
+    RowMoments mo = rowMoments<T, Wide>(x + r * spatial, spatial);
+    rowMean[r] = mo.mean;
+    rowM2[r] = mo.m2;
+  }
+}
+template <typename T>
+CLEAVE_WIDE_TARGET void rowMomentsWide(const T *x, int64_t r0, int64_t r1,
+                                       int64_t spatial, double *rowMean,
+                                       double *rowM2) {
+  rowMomentsLanes<T, true>(x, r0, r1, spatial, rowMean, rowM2);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES void rowMomentsNarrow(const T *x, int64_t r0, int64_t r1,
+                                           int64_t spatial, double *rowMean,
+                                           double *rowM2) {
+  rowMomentsLanes<T, false>(x, r0, r1, spatial, rowMean, rowM2);
+}
+
 // Batch mean and population variance per channel of x [n, c, spatial].
 // Every (image, channel) row gets its own mean and squared deviations about
 // it (rowMoments, one pass), and the rows
@@ -294,13 +318,15 @@ template <typename T>
 void batchMoments(const T *x, int64_t n, int64_t c, int64_t spatial,
                   std::vector<double> &mean, std::vector<double> &var) {
   std::vector<double> rowMean(n * c), rowM2(n * c);
+  const bool wide = cpuHasAvx512F();
   parallelFor(n * c, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, spatial)),
               [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                  RowMoments mo = rowMoments(x + r * spatial, spatial);
-                  rowMean[r] = mo.mean;
-                  rowM2[r] = mo.m2;
-                }
+                if (wide)
+                  rowMomentsWide(x, r0, r1, spatial, rowMean.data(),
+                                 rowM2.data());
+                else
+                  rowMomentsNarrow(x, r0, r1, spatial, rowMean.data(),
+                                   rowM2.data());
               });
   for (int64_t ch = 0; ch < c; ++ch) {
     double mu = 0, m2 = 0;
