@@ -426,6 +426,25 @@ channelSums(const T *x, const T *dy, const BatchNormDims &d, bool training,
 }
 
 // BatchNormalizationGradData(dY, X, scale, mean, var) -> dX.
+// Rows [r0, r1) of dX = a * dY + (q * (x - m) + r), the row's channel's
+// coefficients; in T, built for the CPU's vector width (a lambda's loop is
+// the baseline's SSE2).
+template <typename T>
+CLEAVE_VECTOR_CLONES void batchNormGradRows(const T *x, const T *dy, T *dx,
+                                            int64_t r0, int64_t r1, int64_t c,
+                                            int64_t spatial, const T *a,
+                                            const T *q, const T *r,
+                                            const T *m) {
+  for (int64_t row = r0; row < r1; ++row) {
+    int64_t ch = row % c;
+    const T *xs = x + row * spatial, *gs = dy + row * spatial;
+    T *out = dx + row * spatial;
+    T ar = a[ch], qr = q[ch], rr = r[ch], mr = m[ch];
+    for (int64_t k = 0; k < spatial; ++k)
+      out[k] = ar * gs[k] + (qr * (xs[k] - mr) + rr);
+  }
+}
+
 template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &scaleRef = call.inputs[2], &meanRef = call.inputs[3],
@@ -464,14 +483,8 @@ template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
   parallelFor(d->n * d->c,
               std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d->spatial)),
               [&](int64_t r0, int64_t r1) {
-                for (int64_t row = r0; row < r1; ++row) {
-                  int64_t ch = row % d->c;
-                  const T *xs = x + row * d->spatial, *gs = dy + row * d->spatial;
-                  T *out = dx + row * d->spatial;
-                  T ar = a[ch], qr = q[ch], rr = r[ch], mr = m[ch];
-                  for (int64_t k = 0; k < d->spatial; ++k)
-                    out[k] = ar * gs[k] + (qr * (xs[k] - mr) + rr);
-                }
+                batchNormGradRows(x, dy, dx, r0, r1, d->c, d->spatial,
+                                  a.data(), q.data(), r.data(), m.data());
               });
   return llvm::Error::success();
 }

@@ -342,6 +342,23 @@ void batchMoments(const T *x, int64_t n, int64_t c, int64_t spatial,
   }
 }
 
+// Rows [r0, r1) of y = x * a + shift, a and shift the row's channel's; in
+// T, built for the CPU's vector width (a lambda's loop is the baseline's
+// SSE2).
+template <typename T>
+CLEAVE_VECTOR_CLONES void batchNormApplyRows(const T *x, T *y, int64_t r0,
+                                             int64_t r1, int64_t c,
+                                             int64_t spatial, const T *a,
+                                             const T *shift) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *p = x + r * spatial;
+    T *q = y + r * spatial;
+    T ar = a[r % c], br = shift[r % c];
+    for (int64_t s = 0; s < spatial; ++s)
+      q[s] = p[s] * ar + br;
+  }
+}
+
 template <typename T> llvm::Error batchNorm(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
   int64_t n = X.shape[0], c = X.shape[1],
@@ -370,13 +387,8 @@ template <typename T> llvm::Error batchNorm(const KernelCall &call) {
   parallelFor(n * c,
               std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial)),
               [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                  const T *p = x + r * spatial;
-                  T *q = y + r * spatial;
-                  T ar = a[r % c], br = shift[r % c];
-                  for (int64_t s = 0; s < spatial; ++s)
-                    q[s] = p[s] * ar + br;
-                }
+                batchNormApplyRows(x, y, r0, r1, c, spatial, a.data(),
+                                   shift.data());
               });
   // n / (n - 1) over the n values a channel's statistics saw.
   int64_t count = n * spatial;
