@@ -178,10 +178,12 @@ using Float8 [[gnu::vector_size(32)]] = float;
 #endif
 bool cpuHasAvx512F();
 
-// loadDouble8, in a Wide build as one instruction.
+// loadDouble8, in a Wide build as one instruction (GCC's workaround: Clang
+// picks that instruction itself, and refuses a 512-bit asm operand in a
+// function not built for AVX-512).
 template <bool Wide>
 [[gnu::always_inline]] inline Double8 loadDouble8W(const float *p) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   if constexpr (Wide) {
     Float8 v;
     std::memcpy(&v, p, sizeof(v));

@@ -361,7 +361,14 @@ using Int8 [[gnu::vector_size(32)]] = int32_t;
 // (the reason the runtime builds with -ffp-contract=off).
 template <bool Fma, class VF>
 [[gnu::always_inline]] inline VF mulAdd(VF a, VF b, VF c) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__clang__)
+  // Clang refuses a 512-bit asm operand outside an AVX-512 function; its
+  // contraction fuses in the builds with FMA (and rounds twice elsewhere).
+  if constexpr (Fma) {
+#pragma clang fp contract(fast)
+    return a * b + c;
+  }
+#elif defined(__x86_64__) && defined(__GNUC__)
   // As an instruction: the intrinsics' target checks would refuse the
   // templates these are inlined through (no target of their own).
   if constexpr (Fma) {
@@ -780,7 +787,7 @@ using Double8 [[gnu::vector_size(64)]] = double;
 // an extract and an insert: four shuffle-port operations where one does,
 // and 40% of the row exps' samples under perf).
 [[gnu::always_inline]] inline void addLanes(Double8 &acc, Float16 v) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   Double8 lo, hi;
   Float8 upper;
   asm("vcvtps2pd %t1, %g0" : "=v"(lo) : "v"(v));
