@@ -579,6 +579,51 @@ std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
   return m;
 }
 
+// Whether `v` is a constant mask that is the causal rule of Tq x Tk scores
+// exactly: key j kept (true, or an additive 0) iff j <= i, hidden (false,
+// -inf) otherwise, the same for every leading index (those dims 1).
+// transformers builds its causal mask from constants: it folds to one.
+bool isCausalConstant(const Value *v, int64_t tq, int64_t tk) {
+  const ir::TensorType &t = v->type();
+  if (v->kind() != ir::ValueKind::Const || !v->data() || t.rank() < 2 ||
+      t.shape[t.rank() - 2] != tq || t.shape[t.rank() - 1] != tk || tq < 1 ||
+      tk < 1 || t.numElements() != tq * tk)
+    return false;
+  const bool boolean = t.dtype == ir::DType::Bool;
+  if (!boolean && !ir::isFloat(t.dtype))
+    return false;
+  if (llvm::Error e = v->data()->load()) {
+    llvm::consumeError(std::move(e));
+    return false;
+  }
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t j = 0; j < tk; ++j) {
+      double x = v->data()->getDouble(i * tk + j);
+      bool kept = boolean ? x != 0 : x == 0;
+      bool hidden = boolean ? x == 0 : x == -INFINITY;
+      if (!(j <= i ? kept : hidden))
+        return false;
+    }
+  return true;
+}
+
+// The causal rule out of a boolean mask: a constant that is the rule
+// (the mask is then none), or And(rule, rest) in either order (rest, such
+// as the padding of a batch, stays the mask). Nothing when neither.
+std::optional<Value *> withoutCausalRule(const ir::Graph &g, Value *mask,
+                                         int64_t tq, int64_t tk) {
+  if (isCausalConstant(mask, tq, tk))
+    return static_cast<Value *>(nullptr);
+  Op *def = mask->definingOp();
+  if (!def || def->kind() != OpKind::And)
+    return std::nullopt;
+  for (unsigned side = 0; side < 2; ++side)
+    if (isCausalConstant(def->operand(side), tq, tk))
+      return def->operand(1 - side);
+  (void)g;
+  return std::nullopt;
+}
+
 } // namespace
 
 llvm::Expected<bool> recognizeAttention(ir::Graph &g,
@@ -683,10 +728,24 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
       }
       m->mask = bias;
     }
+    // A mask that is (or includes) the causal rule as a constant: the
+    // causal attribute instead, so the kernels skip the hidden tiles by
+    // their indices, the cost model counts the scores a row sees, and only
+    // the rest of the mask (padding) is read. The same scores.
+    int64_t causal = 0;
+    if (m->mask) {
+      // P of O = MatMul(P, V): [B, Hq, Tq, Tk] whatever the layout.
+      const ir::Shape &ps = root->operand(0)->type().shape;
+      if (auto rest = withoutCausalRule(g, m->mask, ps[ps.size() - 2],
+                                        ps[ps.size() - 1])) {
+        causal = 1;
+        m->mask = *rest;
+      }
+    }
     std::vector<Value *> operands{m->q, m->k, m->v};
     if (m->mask)
       operands.push_back(m->mask);
-    ir::AttrMap attrs{{"scale", float(m->scale)}, {"causal", int64_t(0)}};
+    ir::AttrMap attrs{{"scale", float(m->scale)}, {"causal", causal}};
     if (seqMajor)
       attrs.emplace("seq_major", int64_t(1));
     if (timeMajor)
