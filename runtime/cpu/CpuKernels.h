@@ -178,6 +178,20 @@ using Float8 [[gnu::vector_size(32)]] = float;
 #endif
 bool cpuHasAvx512F();
 
+// The two builds of a row kernel whose loop is NAME##Lanes<TARGS..., Wide>:
+// NAME##Wide (CLEAVE_WIDE_TARGET, Wide true) and NAME##Narrow
+// (CLEAVE_VECTOR_CLONES, Wide false). TPARAMS and TARGS in parentheses.
+#define CLEAVE_UNPAREN(...) __VA_ARGS__
+#define CLEAVE_WIDE_BUILDS(NAME, TPARAMS, TARGS, PARAMS, ARGS)                \
+  template <CLEAVE_UNPAREN TPARAMS>                                            \
+  CLEAVE_WIDE_TARGET void NAME##Wide PARAMS {                                  \
+    NAME##Lanes<CLEAVE_UNPAREN TARGS, true> ARGS;                              \
+  }                                                                            \
+  template <CLEAVE_UNPAREN TPARAMS>                                            \
+  CLEAVE_VECTOR_CLONES void NAME##Narrow PARAMS {                              \
+    NAME##Lanes<CLEAVE_UNPAREN TARGS, false> ARGS;                             \
+  }
+
 // loadDouble8, in a Wide build as one instruction (GCC's workaround: Clang
 // picks that instruction itself, and refuses a 512-bit asm operand in a
 // function not built for AVX-512).

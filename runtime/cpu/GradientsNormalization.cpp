@@ -107,22 +107,11 @@ normGradDataRowsLanes(const T *x, const T *dy, const double *scale, T *dx,
     }
   }
 }
-template <typename T, bool Centered>
-CLEAVE_WIDE_TARGET void normGradDataRowsWide(const T *x, const T *dy,
-                                             const double *scale, T *dx,
-                                             int64_t r0, int64_t r1,
-                                             int64_t size, double eps) {
-  normGradDataRowsLanes<T, Centered, true>(x, dy, scale, dx, r0, r1, size,
-                                           eps);
-}
-template <typename T, bool Centered>
-CLEAVE_VECTOR_CLONES void normGradDataRowsNarrow(const T *x, const T *dy,
-                                                 const double *scale, T *dx,
-                                                 int64_t r0, int64_t r1,
-                                                 int64_t size, double eps) {
-  normGradDataRowsLanes<T, Centered, false>(x, dy, scale, dx, r0, r1, size,
-                                            eps);
-}
+CLEAVE_WIDE_BUILDS(normGradDataRows, (typename T, bool Centered),
+                   (T, Centered),
+                   (const T *x, const T *dy, const double *scale, T *dx,
+                    int64_t r0, int64_t r1, int64_t size, double eps),
+                   (x, dy, scale, dx, r0, r1, size, eps))
 
 template <typename T, bool Centered>
 llvm::Error normGradData(const KernelCall &call) {
@@ -190,31 +179,14 @@ normalizedColumnSumsLanes(const T *x, const T *dy, const Stats *stats,
       acc[j - j0] += dyr[j] * ((xr[j] - mean) * inv);
   }
 }
-template <typename T, bool Centered>
-CLEAVE_WIDE_TARGET void rowStatsOfWide(const T *x, Stats *stats, int64_t r0,
-                                       int64_t r1, int64_t size, double eps) {
-  rowStatsOfLanes<T, Centered, true>(x, stats, r0, r1, size, eps);
-}
-template <typename T, bool Centered>
-CLEAVE_VECTOR_CLONES void rowStatsOfNarrow(const T *x, Stats *stats,
-                                           int64_t r0, int64_t r1,
-                                           int64_t size, double eps) {
-  rowStatsOfLanes<T, Centered, false>(x, stats, r0, r1, size, eps);
-}
-template <typename T>
-CLEAVE_WIDE_TARGET void
-normalizedColumnSumsWide(const T *x, const T *dy, const Stats *stats,
-                         int64_t rows, int64_t size, int64_t j0, int64_t j1,
-                         double *acc) {
-  normalizedColumnSumsLanes<T, true>(x, dy, stats, rows, size, j0, j1, acc);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void
-normalizedColumnSumsNarrow(const T *x, const T *dy, const Stats *stats,
-                           int64_t rows, int64_t size, int64_t j0, int64_t j1,
-                           double *acc) {
-  normalizedColumnSumsLanes<T, false>(x, dy, stats, rows, size, j0, j1, acc);
-}
+CLEAVE_WIDE_BUILDS(rowStatsOf, (typename T, bool Centered), (T, Centered),
+                   (const T *x, Stats *stats, int64_t r0, int64_t r1,
+                    int64_t size, double eps),
+                   (x, stats, r0, r1, size, eps))
+CLEAVE_WIDE_BUILDS(normalizedColumnSums, (typename T), (T),
+                   (const T *x, const T *dy, const Stats *stats, int64_t rows,
+                    int64_t size, int64_t j0, int64_t j1, double *acc),
+                   (x, dy, stats, rows, size, j0, j1, acc))
 
 template <typename T, bool Centered>
 llvm::Error normGradParams(const KernelCall &call) {
@@ -356,19 +328,10 @@ template <typename T, bool Wide>
     rows[r] = gradientRowSums<T, Wide>(x + r * spatial, dy + r * spatial,
                                        spatial);
 }
-template <typename T>
-CLEAVE_WIDE_TARGET void gradientRowSumsWide(const T *x, const T *dy,
-                                            int64_t r0, int64_t r1,
-                                            int64_t spatial, RowSums *rows) {
-  gradientRowSumsLanes<T, true>(x, dy, r0, r1, spatial, rows);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void gradientRowSumsNarrow(const T *x, const T *dy,
-                                                int64_t r0, int64_t r1,
-                                                int64_t spatial,
-                                                RowSums *rows) {
-  gradientRowSumsLanes<T, false>(x, dy, r0, r1, spatial, rows);
-}
+CLEAVE_WIDE_BUILDS(gradientRowSums, (typename T), (T),
+                   (const T *x, const T *dy, int64_t r0, int64_t r1,
+                    int64_t spatial, RowSums *rows),
+                   (x, dy, r0, r1, spatial, rows))
 
 // Per channel: the statistics x̂ uses (the batch's in training mode, the
 // given running ones otherwise) and the sums of dY and dY * (x - mean).

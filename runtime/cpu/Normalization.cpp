@@ -125,23 +125,11 @@ layerNormRowsLanes(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
       invOut[r] = float(inv);
   }
 }
-template <typename T>
-CLEAVE_WIDE_TARGET void layerNormRowsWide(const T *x, T *y, int64_t r0,
-                                          int64_t r1, int64_t size, double eps,
-                                          const double *scale,
-                                          const double *bias, float *meanOut,
-                                          float *invOut) {
-  layerNormRowsLanes<T, true>(x, y, r0, r1, size, eps, scale, bias, meanOut,
-                              invOut);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void
-layerNormRowsNarrow(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
+CLEAVE_WIDE_BUILDS(layerNormRows, (typename T), (T),
+                   (const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
                     double eps, const double *scale, const double *bias,
-                    float *meanOut, float *invOut) {
-  layerNormRowsLanes<T, false>(x, y, r0, r1, size, eps, scale, bias, meanOut,
-                               invOut);
-}
+                    float *meanOut, float *invOut),
+                   (x, y, r0, r1, size, eps, scale, bias, meanOut, invOut))
 template <typename T>
 void layerNormRows(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
                    double eps, const double *scale, const double *bias,
@@ -198,18 +186,11 @@ template <typename T, bool Wide>
                           rmsRowInv<T, Wide>(xr, size, eps), scale, nullptr);
   }
 }
-template <typename T>
-CLEAVE_WIDE_TARGET void rmsNormRowsWide(const T *x, T *y, int64_t r0,
-                                        int64_t r1, int64_t size, double eps,
-                                        const double *scale) {
-  rmsNormRowsLanes<T, true>(x, y, r0, r1, size, eps, scale);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void rmsNormRowsNarrow(const T *x, T *y, int64_t r0,
-                                            int64_t r1, int64_t size,
-                                            double eps, const double *scale) {
-  rmsNormRowsLanes<T, false>(x, y, r0, r1, size, eps, scale);
-}
+CLEAVE_WIDE_BUILDS(rmsNormRows, (typename T), (T),
+                   (const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
+                    double eps, const double *scale),
+                   (x, y, r0, r1, size, eps, scale))
+
 template <typename T>
 void rmsNormRows(const T *x, T *y, int64_t r0, int64_t r1, int64_t size,
                  double eps, const double *scale) {
@@ -294,18 +275,10 @@ rowMomentsLanes(const T *x, int64_t r0, int64_t r1, int64_t spatial,
     rowM2[r] = mo.m2;
   }
 }
-template <typename T>
-CLEAVE_WIDE_TARGET void rowMomentsWide(const T *x, int64_t r0, int64_t r1,
-                                       int64_t spatial, double *rowMean,
-                                       double *rowM2) {
-  rowMomentsLanes<T, true>(x, r0, r1, spatial, rowMean, rowM2);
-}
-template <typename T>
-CLEAVE_VECTOR_CLONES void rowMomentsNarrow(const T *x, int64_t r0, int64_t r1,
-                                           int64_t spatial, double *rowMean,
-                                           double *rowM2) {
-  rowMomentsLanes<T, false>(x, r0, r1, spatial, rowMean, rowM2);
-}
+CLEAVE_WIDE_BUILDS(rowMoments, (typename T), (T),
+                   (const T *x, int64_t r0, int64_t r1, int64_t spatial,
+                    double *rowMean, double *rowM2),
+                   (x, r0, r1, spatial, rowMean, rowM2))
 
 // Batch mean and population variance per channel of x [n, c, spatial].
 // Every (image, channel) row gets its own mean and squared deviations about

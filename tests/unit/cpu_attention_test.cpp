@@ -54,6 +54,16 @@ template <typename T> bool same(const Host<T> &a, const Host<T> &b) {
                      a.data.size() * sizeof(T)) == 0;
 }
 
+// O, L, dQ, dK and dV bit for bit.
+template <typename T>
+void expectSameOutputs(const Outputs<T> &a, const Outputs<T> &b) {
+  EXPECT_TRUE(same(a.o, b.o));
+  EXPECT_TRUE(same(a.lse, b.lse));
+  EXPECT_TRUE(same(a.dq, b.dq));
+  EXPECT_TRUE(same(a.dk, b.dk));
+  EXPECT_TRUE(same(a.dv, b.dv));
+}
+
 // FusedAttention then FusedAttentionGrad on a backend of `threads` threads:
 // O, L (`lse` shaped [B, Hq, Tq]), dQ, dK, dV.
 Outputs<float> forwardAndBackward(Host<float> &q, Host<float> &k,
@@ -80,12 +90,7 @@ template <typename T> void expectSameOnThreads() {
   Outputs<T> one = runOn<T>(1);
   for (int threads : {2, 3}) {
     SCOPED_TRACE(threads);
-    Outputs<T> many = runOn<T>(threads);
-    EXPECT_TRUE(same(one.o, many.o));
-    EXPECT_TRUE(same(one.lse, many.lse));
-    EXPECT_TRUE(same(one.dq, many.dq));
-    EXPECT_TRUE(same(one.dk, many.dk));
-    EXPECT_TRUE(same(one.dv, many.dv));
+    expectSameOutputs(one, runOn<T>(threads));
   }
 }
 
@@ -163,12 +168,7 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
   Outputs<float> added = runWith(bias.ref(), 1);
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
-    Outputs<float> kept = runWith(keep.ref(), threads);
-    EXPECT_TRUE(same(added.o, kept.o));
-    EXPECT_TRUE(same(added.lse, kept.lse));
-    EXPECT_TRUE(same(added.dq, kept.dq));
-    EXPECT_TRUE(same(added.dk, kept.dk));
-    EXPECT_TRUE(same(added.dv, kept.dv));
+    expectSameOutputs(added, runWith(keep.ref(), threads));
   }
   // A row that sees no key: O 0, L -inf.
   EXPECT_EQ(added.o.data[size_t(5 * D)], 0.0f);
@@ -203,21 +203,14 @@ TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
   auto runWith = [&](TensorRef mask, const ir::AttrMap &a, int threads) {
     return forwardAndBackward(q, k, v, dout, mask, {B, Hq, T}, a, threads);
   };
-  auto expectSame = [&](const Outputs<float> &x, const Outputs<float> &y) {
-    EXPECT_TRUE(same(x.o, y.o));
-    EXPECT_TRUE(same(x.lse, y.lse));
-    EXPECT_TRUE(same(x.dq, y.dq));
-    EXPECT_TRUE(same(x.dk, y.dk));
-    EXPECT_TRUE(same(x.dv, y.dv));
-  };
   Outputs<float> added = runWith(bias.ref(), attrs, 1);
   ir::AttrMap causal{{"scale", 0.25f}, {"causal", int64_t(1)}};
   Outputs<float> rule = runWith(TensorRef(), causal, 1);
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
-    expectSame(added, runWith(keep.ref(), attrs, threads));
+    expectSameOutputs(added, runWith(keep.ref(), attrs, threads));
     // Without padding every tile is open or hidden: the causal rule's bits.
-    expectSame(rule, runWith(tril.ref(), attrs, threads));
+    expectSameOutputs(rule, runWith(tril.ref(), attrs, threads));
   }
 }
 
