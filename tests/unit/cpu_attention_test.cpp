@@ -175,10 +175,11 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
   EXPECT_EQ(added.lse.data[5], -INFINITY);
 }
 
-// A causal-and-padding boolean mask, as transformers' GPT-2 exports it
-// (causal 0, the mask a runtime value): the tiles below the diagonal where
-// no key is padding are all true, and the kernels skip their select (an
-// Open tile). The bits are those of the additive 0 / -inf mask (never
+// A causal-and-padding boolean mask the kernels get as a runtime value
+// (causal 0: a triangle recognize-attention cannot prove, such as
+// nanoGPT's buffer tested through Equal): the tiles below the diagonal
+// where no key is padding are all true, and the kernels skip their select
+// (an Open tile; so do a padding mask's tiles under causal 1). The bits are those of the additive 0 / -inf mask (never
 // skipped) and, without padding, of the causal rule with no mask at all;
 // forward and backward, on 1 and 2 threads, with tiles of every kind.
 TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
