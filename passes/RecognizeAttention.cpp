@@ -610,8 +610,8 @@ bool isCausalConstant(const Value *v, int64_t tq, int64_t tk) {
 // The causal rule out of a boolean mask: a constant that is the rule
 // (the mask is then none), or And(rule, rest) in either order (rest, such
 // as the padding of a batch, stays the mask). Nothing when neither.
-std::optional<Value *> withoutCausalRule(const ir::Graph &g, Value *mask,
-                                         int64_t tq, int64_t tk) {
+std::optional<Value *> withoutCausalRule(Value *mask, int64_t tq,
+                                         int64_t tk) {
   if (isCausalConstant(mask, tq, tk))
     return static_cast<Value *>(nullptr);
   Op *def = mask->definingOp();
@@ -620,7 +620,6 @@ std::optional<Value *> withoutCausalRule(const ir::Graph &g, Value *mask,
   for (unsigned side = 0; side < 2; ++side)
     if (isCausalConstant(def->operand(side), tq, tk))
       return def->operand(1 - side);
-  (void)g;
   return std::nullopt;
 }
 
@@ -736,7 +735,7 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
     if (m->mask) {
       // P of O = MatMul(P, V): [B, Hq, Tq, Tk] whatever the layout.
       const ir::Shape &ps = root->operand(0)->type().shape;
-      if (auto rest = withoutCausalRule(g, m->mask, ps[ps.size() - 2],
+      if (auto rest = withoutCausalRule(m->mask, ps[ps.size() - 2],
                                         ps[ps.size() - 1])) {
         causal = 1;
         m->mask = *rest;
