@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -133,6 +134,18 @@ TEST(CpuAttention, OneQueryRowAndOneKey) {
   }
 }
 
+// Q, K, V and dO of the mask tests (2 samples, 2 query heads on 1 kv head,
+// T 300 so the tiles of 128 end short, D 16), from four seeds.
+constexpr int64_t B = 2, Hq = 2, Hkv = 1, T = 300, D = 16;
+struct MaskedCase {
+  Host<float> q, k, v, dout;
+  explicit MaskedCase(std::array<unsigned, 4> seeds)
+      : q(randomHost<float>({B, Hq, T, D}, seeds[0], -2, 2)),
+        k(randomHost<float>({B, Hkv, T, D}, seeds[1], -2, 2)),
+        v(randomHost<float>({B, Hkv, T, D}, seeds[2])),
+        dout(randomHost<float>({B, Hq, T, D}, seeds[3])) {}
+};
+
 // A boolean mask (true: the key is seen, what recognize-attention passes
 // for masked_fill with -inf and for an additive Where(c, 0, -inf)) gives
 // the bits of the additive mask with 0 and -inf, forward and backward, on
@@ -140,12 +153,9 @@ TEST(CpuAttention, OneQueryRowAndOneKey) {
 // 128 x 128 tile hidden, keys hidden at random.
 TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
   testsupport::cpu();
-  const int64_t B = 2, Hq = 2, Hkv = 1, T = 300, D = 16;
-  Host<float> q = randomHost<float>({B, Hq, T, D}, 1, -2, 2),
-              k = randomHost<float>({B, Hkv, T, D}, 2, -2, 2),
-              v = randomHost<float>({B, Hkv, T, D}, 3),
-              dout = randomHost<float>({B, Hq, T, D}, 5),
-              bias({B, 1, T, T});
+  MaskedCase c({1, 2, 3, 5});
+  auto &[q, k, v, dout] = c;
+  Host<float> bias({B, 1, T, T});
   Host<uint8_t> keep({B, 1, T, T});
   std::mt19937 rng(7);
   for (int64_t b = 0; b < B; ++b)
@@ -184,11 +194,9 @@ TEST(CpuAttention, BooleanMaskGivesTheBitsOfTheInfinityMask) {
 // forward and backward, on 1 and 2 threads, with tiles of every kind.
 TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
   testsupport::cpu();
-  const int64_t B = 2, Hq = 2, Hkv = 1, T = 300, D = 16;
-  Host<float> q = randomHost<float>({B, Hq, T, D}, 11, -2, 2),
-              k = randomHost<float>({B, Hkv, T, D}, 12, -2, 2),
-              v = randomHost<float>({B, Hkv, T, D}, 13),
-              dout = randomHost<float>({B, Hq, T, D}, 15), bias({B, 1, T, T});
+  MaskedCase c({11, 12, 13, 15});
+  auto &[q, k, v, dout] = c;
+  Host<float> bias({B, 1, T, T});
   Host<uint8_t> keep({B, 1, T, T}), tril({B, 1, T, T});
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < T; ++i)
