@@ -21,7 +21,7 @@ uint64_t kernelSeed(int64_t step, int microbatch, uint64_t seedSalt) {
 StageExecutor::StageExecutor(const StagePlan &sp, int microbatches,
                              Backend &backend, Comm &comm)
     : stage_(sp), microbatches_(microbatches), backend_(backend), comm_(comm),
-      hostMemory_(backend.name() == "cpu") {}
+      hostMemory_(hostMemory(backend)) {}
 
 StageExecutor::~StageExecutor() {
   for (void *p : persistent_)
@@ -57,6 +57,10 @@ StageExecutor::create(const Plan &plan, int stage, Backend &backend,
                               stage, plan.microbatches));
   std::unique_ptr<StageExecutor> ex(new StageExecutor(
       plan.stages[stage], plan.microbatches, backend, comm));
+  // A device backend's messages go straight from its memory where the
+  // comm can carry them so (NCCL's channels); the rest are staged.
+  if (!ex->hostMemory_)
+    comm.bindBackend(backend);
   if (auto e = ex->prepare(plan))
     return wrap(std::move(e), "stage " + llvm::Twine(stage));
   return ex;

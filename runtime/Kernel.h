@@ -104,6 +104,10 @@ public:
   // stream): what moves its memory by other means (NCCL on a stream of its
   // own) starts after it. Nothing to wait for on the CPU.
   virtual void synchronize() {}
+  // The CUDA stream the backend's work runs on (a cudaStream_t), for a
+  // transport that orders its own copies against that work (NCCL's
+  // channels, runtime/cuda/Nccl.h); null where there is none.
+  virtual void *stream() { return nullptr; }
 
   // True if the backend has a kernel for `op` with inputs of `dtype` (the
   // element type of the first input).
@@ -125,6 +129,12 @@ public:
   virtual double sumOfSquares(ir::DType dtype, const void *data, int64_t count,
                               double scale);
 };
+
+// Whether a backend's memory is host memory: messages and inputs are then
+// read and written in place, and otherwise staged through host buffers
+// (the emulated CUDA backend counts as a device, so that its runs check
+// the staging).
+inline bool hostMemory(const Backend &b) { return b.name() == "cpu"; }
 
 inline constexpr int64_t kSquaresBlock = 4096;
 // One block's (or any range's) sum of (x * scale)^2, in order.

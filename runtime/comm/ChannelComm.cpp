@@ -1,6 +1,7 @@
 // A Comm over order-matched channels (runtime/comm/ChannelComm.h).
 #include "runtime/comm/ChannelComm.h"
 
+#include "runtime/Kernel.h"
 #include "runtime/comm/MessageOrder.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -24,18 +25,58 @@ public:
   explicit HostChannelTransport(std::unique_ptr<Comm> fifo)
       : fifo_(std::move(fifo)) {}
   llvm::Error send(int to, const void *data, size_t bytes) override {
+    if (device_) { // the backend's memory: through a host buffer
+      staging_.resize(bytes);
+      device_->copyToHost(staging_.data(), data, bytes);
+      data = staging_.data();
+    }
     return fifo_->send(to, kTag, 0, data, bytes);
   }
   llvm::Error recv(int from, void *data, size_t bytes) override {
-    return fifo_->recv(from, kTag, 0, data, bytes);
+    if (!device_)
+      return fifo_->recv(from, kTag, 0, data, bytes);
+    staging_.resize(bytes);
+    if (auto e = fifo_->recv(from, kTag, 0, staging_.data(), bytes))
+      return e;
+    device_->copyToDevice(data, staging_.data(), bytes);
+    return llvm::Error::success();
   }
   bool ready(int from, size_t) override { return fifo_->poll(from, kTag, 0); }
   void abort(const std::string &why) override { fifo_->abort(why); }
   void setTimeout(double seconds) override { fifo_->setTimeout(seconds); }
 
+  void bindBackend(Backend &b) override {
+    bound_ = true;
+    device_ = hostMemory(b) ? nullptr : &b;
+  }
+  bool direct(int) const override { return bound_; }
+  llvm::Expected<uint64_t> hold(int from, size_t bytes) override {
+    std::vector<uint8_t> held(bytes);
+    if (auto e = fifo_->recv(from, kTag, 0, held.data(), bytes))
+      return std::move(e);
+    held_.emplace(++lastHeld_, std::move(held));
+    return lastHeld_;
+  }
+  llvm::Error take(uint64_t id, void *data, size_t bytes) override {
+    auto it = held_.find(id);
+    if (it == held_.end() || it->second.size() != bytes)
+      return fail("no held message of that size"); // a ChannelComm bug
+    if (device_)
+      device_->copyToDevice(data, it->second.data(), bytes);
+    else if (bytes)
+      std::memcpy(data, it->second.data(), bytes);
+    held_.erase(it);
+    return llvm::Error::success();
+  }
+
 private:
   static constexpr int64_t kTag = 0;
   std::unique_ptr<Comm> fifo_;
+  bool bound_ = false;
+  Backend *device_ = nullptr; // bound to a backend whose memory is not the host's
+  std::vector<uint8_t> staging_;
+  std::map<uint64_t, std::vector<uint8_t>> held_;
+  uint64_t lastHeld_ = 0;
 };
 
 struct Key {
@@ -49,13 +90,21 @@ struct Key {
   }
 };
 
+// A message taken off a channel before the receiver asks for it: its
+// bytes in host memory, or, on a direct channel, the transport's hold.
+struct Held {
+  std::vector<uint8_t> bytes;
+  uint64_t hold = 0;
+  size_t size = 0;
+};
+
 // What one peer sends this stage in one step, in order, and where the
 // receiving end stands in it.
 struct Inbound {
   std::vector<PairMessage> order;
   std::set<int64_t> tags;
   size_t next = 0; // the position of the next message on the channel
-  std::map<Key, std::deque<std::vector<uint8_t>>> staged;
+  std::map<Key, std::deque<Held>> staged;
 };
 
 class ChannelComm final : public Comm {
@@ -101,12 +150,14 @@ public:
     for (;;) {
       auto st = in->staged.find(want);
       if (st != in->staged.end() && !st->second.empty()) {
-        std::vector<uint8_t> &held = st->second.front();
-        if (held.size() != bytes)
-          return fail(sizeMismatch(peer, tag, microbatch, held.size(), bytes));
-        if (bytes)
-          std::memcpy(data, held.data(), bytes);
+        Held held = std::move(st->second.front());
         st->second.pop_front();
+        if (held.size != bytes)
+          return fail(sizeMismatch(peer, tag, microbatch, held.size, bytes));
+        if (transport_->direct(peer))
+          return transport_->take(held.hold, data, bytes);
+        if (bytes)
+          std::memcpy(data, held.bytes.data(), bytes);
         return llvm::Error::success();
       }
       const PairMessage &m = in->order[in->next];
@@ -166,6 +217,19 @@ public:
   llvm::Expected<bool> anyTrue(bool mine, int64_t tag) override {
     return control_->anyTrue(mine, tag);
   }
+  void bindBackend(Backend &b) override { transport_->bindBackend(b); }
+  bool direct(int peer, int64_t tag, bool send) const override {
+    if (send) {
+      auto it = outboundTags_.find(peer);
+      if (it == outboundTags_.end() || !it->second.count(tag))
+        return false;
+    } else {
+      auto it = inbound_.find(peer);
+      if (it == inbound_.end() || !it->second.tags.count(tag))
+        return false;
+    }
+    return transport_->direct(peer);
+  }
 
 private:
   // The channel from `peer` when the plan sends `tag` over it.
@@ -179,9 +243,18 @@ private:
   // than the one asked for, into a staging buffer until it is asked for.
   llvm::Error holdNext(Inbound &in, int peer) {
     const PairMessage &m = in.order[in.next];
-    std::vector<uint8_t> held(size_t(m.bytes));
-    if (auto e = transport_->recv(peer, held.data(), held.size()))
-      return e;
+    Held held;
+    held.size = size_t(m.bytes);
+    if (transport_->direct(peer)) {
+      auto h = transport_->hold(peer, held.size);
+      if (!h)
+        return h.takeError();
+      held.hold = *h;
+    } else {
+      held.bytes.resize(held.size);
+      if (auto e = transport_->recv(peer, held.bytes.data(), held.size))
+        return e;
+    }
     in.staged[Key{m.tag, m.microbatch}].push_back(std::move(held));
     advance(in);
     return llvm::Error::success();
@@ -205,6 +278,14 @@ private:
 };
 
 } // namespace
+
+llvm::Expected<uint64_t> ChannelTransport::hold(int, size_t) {
+  return fail("this channel transport carries no message directly");
+}
+
+llvm::Error ChannelTransport::take(uint64_t, void *, size_t) {
+  return fail("this channel transport carries no message directly");
+}
 
 std::unique_ptr<ChannelTransport>
 createHostChannelTransport(std::unique_ptr<Comm> fifo) {

@@ -44,11 +44,29 @@ public:
   virtual void abort(const std::string &why) = 0;
   // The longest a recv waits (0: forever).
   virtual void setTimeout(double seconds) = 0;
+
+  // Messages straight from a backend's memory (Comm::bindBackend and
+  // Comm::direct, whose ordering promises these keep): after bindBackend,
+  // direct(peer) says whether send and recv with `peer` take the
+  // backend's memory. hold receives the channel's next message from
+  // `from` into memory of the transport's own, for one the receiver needs
+  // later, and take writes a held message into the backend's memory and
+  // frees it. The defaults carry nothing directly.
+  virtual void bindBackend(Backend &) {}
+  virtual bool direct(int peer) const {
+    (void)peer;
+    return false;
+  }
+  virtual llvm::Expected<uint64_t> hold(int from, size_t bytes);
+  virtual llvm::Error take(uint64_t held, void *data, size_t bytes);
 };
 
 // The host transport over `fifo` (its rank the stage): each channel is one
 // key of the host comm (one tag, microbatch 0), whose mailbox is FIFO per
-// key.
+// key. Bound to a backend it is direct with every peer: it stages a
+// device backend's messages through host memory itself (copyToHost and
+// copyToDevice, which finish before they return), so the executor hands
+// it the backend's memory as it would NCCL's.
 std::unique_ptr<ChannelTransport>
 createHostChannelTransport(std::unique_ptr<Comm> fifo);
 

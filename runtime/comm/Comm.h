@@ -22,7 +22,9 @@
 //    sets it (600 s by default, as PyTorch's NCCL watchdog).
 //
 // Buffers passed to send/recv are host memory (the executor stages through
-// host memory where a backend's memory is not host-addressable).
+// host memory where a backend's memory is not host-addressable), except
+// for the messages a comm says it carries straight from the backend's
+// memory (bindBackend, direct: NCCL's channels).
 //
 // Collectives (allReduceOrdered, anyTrue) are part of the interface: the
 // defaults here build them from send/recv in a fixed order, which the
@@ -46,6 +48,8 @@
 #include <vector>
 
 namespace cleave::runtime {
+
+class Backend;
 
 // How a collective reaches a buffer in a backend's memory: copies to and
 // from host memory, an addition done where the data lives (the backend's
@@ -126,6 +130,21 @@ public:
   // True on every rank when `mine` is true on any; blocks until every
   // rank's answer is in. The default gathers to rank 0 and sends back.
   virtual llvm::Expected<bool> anyTrue(bool mine, int64_t tag);
+
+  // Messages straight from a backend's memory. The stage's executor binds
+  // its backend once, before any message, where that memory is not host
+  // memory; afterwards direct(peer, tag, send) says whether send (true) or
+  // recv of that message takes the backend's memory itself instead of a
+  // host buffer. Such a send reads the bytes after the backend's work
+  // issued so far and never makes later work wait for the peer; such a
+  // recv leaves the bytes ready for the backend's work issued after it
+  // and writes them only after the work issued before it. The default
+  // carries nothing directly.
+  virtual void bindBackend(Backend &) {}
+  virtual bool direct(int peer, int64_t tag, bool send) const {
+    (void)peer, (void)tag, (void)send;
+    return false;
+  }
 };
 
 // A wait that ran past the timeout. Its message is complete as it stands

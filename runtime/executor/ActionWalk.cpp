@@ -101,7 +101,7 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
   case InstrKind::Send: {
     const Slot &sl = stage_.slots[in.inputs[0]];
     void *p = slotData(in.inputs[0], frame);
-    if (!hostMemory_) {
+    if (!hostMemory_ && !comm_.direct(in.peer, in.tag, true)) {
       staging_.resize(size_t(sl.bytes));
       backend_.copyToHost(staging_.data(), p, size_t(sl.bytes));
       p = staging_.data();
@@ -113,7 +113,8 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
     const Slot &sl = stage_.slots[in.outputs[0]];
     void *dst = slotData(in.outputs[0], frame);
     void *p = dst;
-    if (!hostMemory_) {
+    bool staged = !hostMemory_ && !comm_.direct(in.peer, in.tag, false);
+    if (staged) {
       staging_.resize(size_t(sl.bytes));
       p = staging_.data();
     }
@@ -129,7 +130,7 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
       return wrap(nameTimeout(std::move(e), "stage " + std::to_string(in.peer),
                               messageText(phase, sl.name, microbatch), in.tag),
                   where);
-    if (!hostMemory_)
+    if (staged)
       backend_.copyToDevice(dst, p, size_t(sl.bytes));
     return llvm::Error::success();
   }
