@@ -282,6 +282,16 @@ run)
       echo
     fi
     if want nccl; then
+      echo "== order-matched channels on one GPU (--comm ordered against keyed:"
+      echo "   the messages taken straight from device memory, held ones too)"
+      for c in keyed ordered; do
+        T 90 "$g/bin/cleave-run" "$g/offload/none.cplan" --device $dev --steps 3 \
+          --comm $c --save "$logs/channels-$c.onnx" >"$logs/channels-$c.log" 2>&1
+        echo "--comm $c: exit $?"
+        grep -E '^done|error' "$logs/channels-$c.log" | head -n 2
+      done
+      cmp "$logs/channels-keyed.onnx" "$logs/channels-ordered.onnx" &&
+        echo "channels: ordered gives the same bits as keyed"
       echo "== NCCL between stages on different GPUs (--comm nccl against keyed;"
       echo "   needs two GPUs: NCCL takes one rank per device)"
       gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"

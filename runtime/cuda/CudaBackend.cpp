@@ -275,6 +275,7 @@ public:
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
     noteError("a copy to the host", cudaStreamSynchronize(stream_));
   }
+  void *stream() override { return stream_; }
   void synchronize() override {
     cudaSetDevice(device_);
     noteError("the stage's stream", cudaStreamSynchronize(stream_));

@@ -1,6 +1,7 @@
 // NCCL's library, bootstrap and channels (runtime/cuda/Nccl.h).
 #include "runtime/cuda/Nccl.h"
 
+#include "runtime/Kernel.h"
 #include "runtime/comm/MessageOrder.h"
 #include "runtime/cuda/RuntimeLibrary.h"
 
@@ -196,8 +197,12 @@ namespace {
 struct ChannelEnd {
   std::unique_ptr<NcclCommunicator> comm;
   cudaStream_t stream = nullptr;
+  // Direct: marks the compute stream's work so far for the channel's
+  // stream to wait on.
+  cudaEvent_t computeMark = nullptr;
   struct InFlight {
     void *buffer;
+    size_t size; // the buffer's, at least the message's
     cudaEvent_t done;
   };
   std::vector<InFlight> sending;
@@ -207,8 +212,22 @@ struct ChannelEnd {
   size_t postedBytes = 0;
 };
 
+llvm::Error cudaFail(const char *what, cudaError_t e) {
+  return ncclFail(llvm::Twine("NCCL: ") + what + ": " + cudaGetErrorString(e));
+}
+
 // Stages on different GPUs over NCCL; stages on the same GPU (NCCL takes
 // one rank per device in a communicator) over the host transport.
+//
+// Bound to a CUDA backend (bindBackend: its stream), messages come
+// straight from device memory: a send copies the value into a buffer of
+// the channel's on the compute stream, in its order, and the channel's
+// stream sends it once that copy is done (so the compute never waits for
+// the peer to take a message, and the slot may be overwritten at once); a
+// receive posts its ncclRecv after the compute so far (the buffer's last
+// reader), waits on the host as before (timeouts, NCCL's errors, abort)
+// and copies the message into the slot on the compute stream. Without a
+// bound stream, messages are host buffers (the executor stages them).
 class NcclTransport final : public ChannelTransport {
 public:
   NcclTransport(int device, double timeout,
@@ -225,28 +244,60 @@ public:
         if (end.recvBuffer)
           cudaFree(end.recvBuffer);
         end.comm.reset(); // aborts what is in flight
+        if (end.computeMark)
+          cudaEventDestroy(end.computeMark);
         if (end.stream)
           cudaStreamDestroy(end.stream);
       }
+    for (auto &[id, h] : holds_)
+      if (!h.local) {
+        cudaEventDestroy(h.ready);
+        cudaFree(h.buffer);
+      }
+    for (auto &[size, buffer] : pool_)
+      cudaFree(buffer);
   }
 
   std::map<int, ChannelEnd> out_, in_; // by peer stage
 
+  void bindBackend(Backend &b) override {
+    compute_ = static_cast<cudaStream_t>(b.stream());
+    local_->bindBackend(b);
+  }
+  bool direct(int peer) const override {
+    if (!out_.count(peer) && !in_.count(peer))
+      return local_->direct(peer);
+    return compute_ != nullptr;
+  }
+
   llvm::Error send(int to, const void *data, size_t bytes) override {
-    if (!out_.count(to))
-      return local_->send(to, data, bytes);
     auto it = out_.find(to);
     if (it == out_.end())
-      return ncclFail(llvm::formatv("NCCL: no channel to stage {0}", to));
+      return local_->send(to, data, bytes);
     ChannelEnd &end = it->second;
     cudaSetDevice(device_);
     reapSends(end);
-    ChannelEnd::InFlight f{nullptr, nullptr};
-    if (cudaMalloc(&f.buffer, bytes ? bytes : 1) != cudaSuccess)
-      return ncclFail(llvm::formatv("NCCL: cannot allocate {0} bytes to send",
-                                    bytes));
-    cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming);
-    cudaMemcpyAsync(f.buffer, data, bytes, cudaMemcpyHostToDevice, end.stream);
+    ChannelEnd::InFlight f{nullptr, 0, nullptr};
+    if (auto e = buffer(bytes, f.buffer, f.size))
+      return e;
+    if (cudaError_t c =
+            cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming)) {
+      pool_.emplace(f.size, f.buffer);
+      return cudaFail("an event for a send", c);
+    }
+    cudaError_t c;
+    if (compute_) {
+      c = cudaMemcpyAsync(f.buffer, data, bytes, cudaMemcpyDeviceToDevice,
+                          compute_);
+      if (!c)
+        if (auto e = afterCompute(end))
+          return e;
+    } else {
+      c = cudaMemcpyAsync(f.buffer, data, bytes, cudaMemcpyHostToDevice,
+                          end.stream);
+    }
+    if (c)
+      return cudaFail("copying a message to send", c);
     auto comm = static_cast<ncclComm_t>(end.comm->handle());
     if (ncclResult_t r = nccl().send(f.buffer, bytes, ncclUint8, 1, comm,
                                      end.stream))
@@ -257,49 +308,75 @@ public:
   }
 
   llvm::Error recv(int from, void *data, size_t bytes) override {
-    if (!in_.count(from))
-      return local_->recv(from, data, bytes);
     auto it = in_.find(from);
     if (it == in_.end())
-      return ncclFail(llvm::formatv("NCCL: no channel from stage {0}", from));
+      return local_->recv(from, data, bytes);
     ChannelEnd &end = it->second;
     cudaSetDevice(device_);
-    if (!end.recvPosted)
-      if (auto e = post(end, bytes))
-        return e;
-    if (end.postedBytes != bytes)
-      return ncclFail(llvm::formatv("NCCL: a {0}-byte message from stage {1} "
-                                    "taken as {2} bytes",
-                                    end.postedBytes, from, bytes));
-    // Wait for it, watching NCCL's own errors and the timeout.
-    auto start = std::chrono::steady_clock::now();
-    for (;;) {
-      cudaError_t q = cudaStreamQuery(end.stream);
-      if (q == cudaSuccess)
-        break;
-      if (q != cudaErrorNotReady)
-        return ncclFail(llvm::Twine("NCCL: a receive from stage ") +
-                        llvm::Twine(from) + ": " + cudaGetErrorString(q));
-      if (auto e = end.comm->asyncError())
-        return e;
-      if (aborted_)
-        return ncclFail("NCCL: aborted: " + why_);
-      double waited = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-      if (timeout_ > 0 && waited > timeout_)
-        return llvm::make_error<CommTimeout>(
-            llvm::formatv("no message from stage {0} over NCCL {1}", from,
-                          withinTimeout(timeout_))
-                .str(),
-            timeout_);
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (auto e = arrive(end, from, bytes))
+      return e;
+    cudaError_t c =
+        compute_ ? cudaMemcpyAsync(data, end.recvBuffer, bytes,
+                                   cudaMemcpyDeviceToDevice, compute_)
+                 : cudaMemcpy(data, end.recvBuffer, bytes,
+                              cudaMemcpyDeviceToHost);
+    if (c)
+      return cudaFail("copying a received message", c);
+    return llvm::Error::success();
+  }
+
+  llvm::Expected<uint64_t> hold(int from, size_t bytes) override {
+    auto it = in_.find(from);
+    if (it == in_.end()) {
+      auto h = local_->hold(from, bytes);
+      if (!h)
+        return h.takeError();
+      holds_[++lastHold_] = Hold{true, *h, nullptr, 0, nullptr};
+      return lastHold_;
     }
-    end.recvPosted = false;
-    if (cudaError_t c = cudaMemcpy(data, end.recvBuffer, bytes,
-                                   cudaMemcpyDeviceToHost))
-      return ncclFail(llvm::Twine("NCCL: copying a received message: ") +
-                      cudaGetErrorString(c));
+    ChannelEnd &end = it->second;
+    cudaSetDevice(device_);
+    if (auto e = arrive(end, from, bytes))
+      return std::move(e);
+    Hold h{false, 0, nullptr, 0, nullptr};
+    if (auto e = buffer(bytes, h.buffer, h.size))
+      return std::move(e);
+    // The buffer's last reader (a take's copy, on the compute stream) goes
+    // first; the channel's next receive comes after this copy.
+    if (auto e = afterCompute(end))
+      return std::move(e);
+    cudaError_t c = cudaMemcpyAsync(h.buffer, end.recvBuffer, bytes,
+                                    cudaMemcpyDeviceToDevice, end.stream);
+    if (!c)
+      c = cudaEventCreateWithFlags(&h.ready, cudaEventDisableTiming);
+    if (!c)
+      c = cudaEventRecord(h.ready, end.stream);
+    if (c) {
+      pool_.emplace(h.size, h.buffer);
+      return cudaFail("holding a message", c);
+    }
+    holds_[++lastHold_] = h;
+    return lastHold_;
+  }
+
+  llvm::Error take(uint64_t id, void *data, size_t bytes) override {
+    auto it = holds_.find(id);
+    if (it == holds_.end())
+      return ncclFail("NCCL: no such held message");
+    Hold h = it->second;
+    holds_.erase(it);
+    if (h.local)
+      return local_->take(h.held, data, bytes);
+    cudaSetDevice(device_);
+    cudaError_t c = cudaStreamWaitEvent(compute_, h.ready, 0);
+    if (!c)
+      c = cudaMemcpyAsync(data, h.buffer, bytes, cudaMemcpyDeviceToDevice,
+                          compute_);
+    cudaEventDestroy(h.ready);
+    // Its next writer orders itself after the compute stream's work.
+    pool_.emplace(h.size, h.buffer);
+    if (c)
+      return cudaFail("taking a held message", c);
     return llvm::Error::success();
   }
 
@@ -332,7 +409,86 @@ public:
   }
 
 private:
-  // Queues the channel's next ncclRecv into its staging buffer.
+  // A message taken off a channel before it is asked for.
+  struct Hold {
+    bool local; // held by the host transport, as `held`
+    uint64_t held;
+    void *buffer; // else a device buffer of `size` bytes, ready at `ready`
+    size_t size;
+    cudaEvent_t ready;
+  };
+
+  // Direct: the channel's stream waits for the compute stream's work
+  // issued so far.
+  llvm::Error afterCompute(ChannelEnd &end) {
+    if (!compute_)
+      return llvm::Error::success();
+    cudaError_t c = cudaSuccess;
+    if (!end.computeMark)
+      c = cudaEventCreateWithFlags(&end.computeMark, cudaEventDisableTiming);
+    if (!c)
+      c = cudaEventRecord(end.computeMark, compute_);
+    if (!c)
+      c = cudaStreamWaitEvent(end.stream, end.computeMark, 0);
+    if (c)
+      return cudaFail("ordering a message after the compute", c);
+    return llvm::Error::success();
+  }
+  // A device buffer of at least `bytes` bytes from the pool (one no
+  // message uses any more), or a new one.
+  llvm::Error buffer(size_t bytes, void *&out, size_t &size) {
+    auto it = pool_.lower_bound(bytes);
+    if (it != pool_.end() && it->first <= 2 * bytes + 4096) {
+      out = it->second;
+      size = it->first;
+      pool_.erase(it);
+      return llvm::Error::success();
+    }
+    size = bytes ? bytes : 1;
+    if (cudaMalloc(&out, size) != cudaSuccess)
+      return ncclFail(llvm::formatv("NCCL: cannot allocate {0} bytes for a "
+                                    "message",
+                                    bytes));
+    return llvm::Error::success();
+  }
+  // Posts the channel's next receive if ready() has not, and waits for it
+  // on the host, watching NCCL's own errors, the abort and the timeout.
+  llvm::Error arrive(ChannelEnd &end, int from, size_t bytes) {
+    if (!end.recvPosted)
+      if (auto e = post(end, bytes))
+        return e;
+    if (end.postedBytes != bytes)
+      return ncclFail(llvm::formatv("NCCL: a {0}-byte message from stage {1} "
+                                    "taken as {2} bytes",
+                                    end.postedBytes, from, bytes));
+    auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(end.stream);
+      if (q == cudaSuccess)
+        break;
+      if (q != cudaErrorNotReady)
+        return ncclFail(llvm::Twine("NCCL: a receive from stage ") +
+                        llvm::Twine(from) + ": " + cudaGetErrorString(q));
+      if (auto e = end.comm->asyncError())
+        return e;
+      if (aborted_)
+        return ncclFail("NCCL: aborted: " + why_);
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      if (timeout_ > 0 && waited > timeout_)
+        return llvm::make_error<CommTimeout>(
+            llvm::formatv("no message from stage {0} over NCCL {1}", from,
+                          withinTimeout(timeout_))
+                .str(),
+            timeout_);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    end.recvPosted = false;
+    return llvm::Error::success();
+  }
+  // Queues the channel's next ncclRecv into its staging buffer, after the
+  // compute stream's copy of the last message out of it (direct).
   llvm::Error post(ChannelEnd &end, size_t bytes) {
     if (bytes > end.recvBytes) {
       if (end.recvBuffer)
@@ -345,6 +501,8 @@ private:
                                       bytes));
       end.recvBytes = bytes;
     }
+    if (auto e = afterCompute(end))
+      return e;
     auto comm = static_cast<ncclComm_t>(end.comm->handle());
     if (ncclResult_t r = nccl().recv(end.recvBuffer, bytes, ncclUint8, 0,
                                      comm, end.stream))
@@ -353,13 +511,13 @@ private:
     end.postedBytes = bytes;
     return llvm::Error::success();
   }
-  // Frees the staging buffers of sends that are done.
+  // Returns the buffers of sends that are done to the pool.
   void reapSends(ChannelEnd &end) {
     auto keep = end.sending.begin();
     for (auto &f : end.sending) {
       if (cudaEventQuery(f.done) == cudaSuccess) {
         cudaEventDestroy(f.done);
-        cudaFree(f.buffer);
+        pool_.emplace(f.size, f.buffer);
       } else {
         *keep++ = f;
       }
@@ -372,6 +530,10 @@ private:
   std::unique_ptr<ChannelTransport> local_;
   bool aborted_ = false;
   std::string why_;
+  cudaStream_t compute_ = nullptr; // the bound backend's stream
+  std::multimap<size_t, void *> pool_;
+  std::map<uint64_t, Hold> holds_;
+  uint64_t lastHold_ = 0;
 };
 
 } // namespace

@@ -90,11 +90,14 @@ std::vector<NcclChannel> ncclChannels(const Plan &plan);
 // ncclCommInitAll does), and a stream per channel end. Element s is stage
 // s's transport. Stages on the same GPU (NCCL takes one rank per device
 // in a communicator) exchange through the host transport instead.
-// Messages are host buffers (the executor stages a device
-// backend's messages through host memory): a send copies into a device
-// staging buffer and queues ncclSend on the channel's stream without
-// waiting; a recv queues ncclRecv and waits for it, polling NCCL's async
-// error and the timeout. Fails in one line without a GPU.
+// Bound to the stage's CUDA backend (ChannelTransport::bindBackend),
+// messages come straight from device memory: a send copies the slot into a
+// channel buffer on the compute stream and queues ncclSend on the
+// channel's stream after that copy, without waiting; a recv queues
+// ncclRecv after the compute so far, waits for it on the host, polling
+// NCCL's async error and the timeout, and copies it into the slot on the
+// compute stream (docs/design/nccl.md, "The data path"). Unbound, messages
+// are host buffers. Fails in one line without a GPU.
 llvm::Expected<std::vector<std::unique_ptr<ChannelTransport>>>
 createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
                      double timeoutSeconds);
