@@ -87,6 +87,18 @@ double Backend::sumOfSquares(ir::DType dtype, const void *data, int64_t count,
   return sumOfSquaresOnHost(dtype, host.data(), count, scale);
 }
 
+llvm::Expected<Backend::Parcel> Backend::pack(const void *, size_t) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "the " + std::string(name()) +
+                                     " backend has no parcels");
+}
+
+llvm::Error Backend::unpack(void *, const Parcel &) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "the " + std::string(name()) +
+                                     " backend has no parcels");
+}
+
 void *Backend::allocateHost(size_t bytes) {
   return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
 }

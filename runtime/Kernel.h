@@ -109,6 +109,26 @@ public:
   // channels, runtime/cuda/Nccl.h); null where there is none.
   virtual void *stream() { return nullptr; }
 
+  // Messages between the stages of one process without host copies
+  // (runtime/comm/ParcelComm.h). pack copies `bytes` of this backend's
+  // memory at `src` into a parcel of its own after the work issued so far,
+  // and never waits; unpack copies a parcel (packed by this backend or
+  // another of its kind in the process) into `dst` before the work issued
+  // after it, and hands the parcel back to its owner (takeBack), which
+  // reuses it once `done` (an event of the unpacking backend's; null: at
+  // once) has passed. Backends whose memory is the host's read messages in
+  // place and have none (parcels() false; pack and unpack fail).
+  struct Parcel {
+    Backend *owner = nullptr;
+    void *data = nullptr;
+    size_t bytes = 0;
+    void *token = nullptr; // the owner's
+  };
+  virtual bool parcels() const { return false; }
+  virtual llvm::Expected<Parcel> pack(const void *src, size_t bytes);
+  virtual llvm::Error unpack(void *dst, const Parcel &parcel);
+  virtual void takeBack(void *token, void *done) { (void)token, (void)done; }
+
   // True if the backend has a kernel for `op` with inputs of `dtype` (the
   // element type of the first input).
   virtual bool supports(ir::OpKind op, ir::DType dtype) const = 0;

@@ -1,6 +1,7 @@
 #include "runtime/Stages.h"
 
 #include "runtime/comm/ChannelComm.h"
+#include "runtime/comm/ParcelComm.h"
 #include "runtime/comm/StageComm.h"
 #include "runtime/cuda/Lowering.h"
 #ifdef CLEAVE_HAVE_CUDA
@@ -179,6 +180,11 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
     } else if (options.comm != "keyed") {
       return fail("--comm must be 'keyed', 'ordered' or 'nccl', not '" +
                   options.comm + "'");
+    } else if (options.device != "cpu") {
+      // One process: a device backend's messages go as parcels, device to
+      // device (runtime/comm/ParcelComm.h).
+      for (int s = 0; s < p; ++s)
+        pipe[s] = createParcelComm(plan, s, std::move(pipe[s]));
     }
     run->pipes.push_back(std::move(pipe));
   }

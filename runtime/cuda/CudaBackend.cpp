@@ -25,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 namespace cleave::runtime {
@@ -241,6 +243,12 @@ public:
     for (cudaEvent_t ev : {computeMark_, copyMark_})
       if (ev)
         cudaEventDestroy(ev);
+    for (auto &b : parcels_) {
+      cudaFree(b->data);
+      cudaEventDestroy(b->ready);
+      if (b->done)
+        cudaEventDestroy(b->done);
+    }
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -276,6 +284,88 @@ public:
     noteError("a copy to the host", cudaStreamSynchronize(stream_));
   }
   void *stream() override { return stream_; }
+
+  // Parcels between stages of this process (runtime/comm/ParcelComm.h):
+  // device buffers of this backend's, each with the event its copy-in
+  // records, and, once handed back, the receiver's event after its
+  // copy-out, which the next copy-in waits for on this stream. Nothing
+  // here waits on the host.
+  bool parcels() const override { return true; }
+  llvm::Expected<Parcel> pack(const void *src, size_t bytes) override {
+    cudaSetDevice(device_);
+    ParcelBuffer *b = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(parcelMutex_);
+      for (auto it = freeParcels_.begin(); it != freeParcels_.end(); ++it)
+        if ((*it)->size >= bytes && (*it)->size <= 2 * bytes + 4096) {
+          b = *it;
+          freeParcels_.erase(it);
+          break;
+        }
+    }
+    if (!b) {
+      auto fresh = std::make_unique<ParcelBuffer>();
+      fresh->size = bytes ? bytes : 1;
+      if (cudaError_t e = cudaMalloc(&fresh->data, fresh->size))
+        return cudaFail(llvm::formatv("cannot allocate {0} bytes for a "
+                                      "message",
+                                      bytes),
+                        e);
+      if (cudaError_t e = cudaEventCreateWithFlags(&fresh->ready,
+                                                   cudaEventDisableTiming)) {
+        cudaFree(fresh->data);
+        return cudaFail("cudaEventCreate (a message)", e);
+      }
+      b = fresh.get();
+      std::lock_guard<std::mutex> lock(parcelMutex_);
+      parcels_.push_back(std::move(fresh));
+    }
+    cudaError_t e = cudaSuccess;
+    if (b->done) { // its last reader's copy
+      e = cudaStreamWaitEvent(stream_, b->done, 0);
+      cudaEventDestroy(b->done);
+      b->done = nullptr;
+    }
+    if (!e)
+      e = cudaMemcpyAsync(b->data, src, bytes, cudaMemcpyDeviceToDevice,
+                          stream_);
+    if (!e)
+      e = cudaEventRecord(b->ready, stream_);
+    if (e) {
+      takeBack(b, nullptr);
+      return cudaFail("packing a message", e);
+    }
+    return Parcel{this, b->data, bytes, b};
+  }
+  llvm::Error unpack(void *dst, const Parcel &p) override {
+    cudaSetDevice(device_);
+    // The owner is a CUDA backend of this process (the run's stages share
+    // --device); its buffer may be on another GPU (a copy between GPUs).
+    auto *b = static_cast<ParcelBuffer *>(p.token);
+    cudaEvent_t done = nullptr;
+    cudaError_t e = cudaStreamWaitEvent(stream_, b->ready, 0);
+    if (!e)
+      e = cudaMemcpyAsync(dst, p.data, p.bytes, cudaMemcpyDefault, stream_);
+    if (!e)
+      e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (!e)
+      e = cudaEventRecord(done, stream_);
+    if (e) {
+      if (done)
+        cudaEventDestroy(done);
+      synchronize(); // nothing of ours reads it any more
+      p.owner->takeBack(p.token, nullptr);
+      return cudaFail("unpacking a message", e);
+    }
+    p.owner->takeBack(p.token, done);
+    return llvm::Error::success();
+  }
+  void takeBack(void *token, void *done) override {
+    auto *b = static_cast<ParcelBuffer *>(token);
+    std::lock_guard<std::mutex> lock(parcelMutex_);
+    b->done = static_cast<cudaEvent_t>(done);
+    freeParcels_.push_back(b);
+  }
   void synchronize() override {
     cudaSetDevice(device_);
     noteError("the stage's stream", cudaStreamSynchronize(stream_));
@@ -728,6 +818,15 @@ private:
   cublasHandle_t blas_ = nullptr;
   cudnnHandle_t dnn_ = nullptr; // null: convolutions as im2col and GEMMs
   cublasLtHandle_t lt_ = nullptr; // null: a Gemm's bias as a copy
+  struct ParcelBuffer {
+    void *data = nullptr;
+    size_t size = 0;
+    cudaEvent_t ready = nullptr; // after the copy in
+    cudaEvent_t done = nullptr;  // the receiver's, after the copy out
+  };
+  std::mutex parcelMutex_; // takeBack comes from the receiving stage's thread
+  std::vector<std::unique_ptr<ParcelBuffer>> parcels_;
+  std::vector<ParcelBuffer *> freeParcels_;
 };
 
 } // namespace

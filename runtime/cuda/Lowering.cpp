@@ -13,6 +13,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 namespace cleave::runtime::cuda {
@@ -599,6 +600,38 @@ public:
   // Its memory stands for the device's, so offloaded copies go to a
   // separate host arena, by memcpy, done when the call returns.
   bool offloads() const override { return true; }
+  // Parcels as the CUDA backend's, done when the call returns: a pool of
+  // buffers the receiver hands back.
+  bool parcels() const override { return true; }
+  llvm::Expected<Parcel> pack(const void *src, size_t bytes) override {
+    std::vector<uint8_t> *buf = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(parcelMutex_);
+      for (auto it = freeParcels_.begin(); it != freeParcels_.end(); ++it)
+        if ((*it)->size() == bytes) {
+          buf = *it;
+          freeParcels_.erase(it);
+          break;
+        }
+      if (!buf) {
+        parcels_.push_back(std::make_unique<std::vector<uint8_t>>(bytes));
+        buf = parcels_.back().get();
+      }
+    }
+    if (bytes)
+      std::memcpy(buf->data(), src, bytes);
+    return Parcel{this, buf->data(), bytes, buf};
+  }
+  llvm::Error unpack(void *dst, const Parcel &p) override {
+    if (p.bytes)
+      std::memcpy(dst, p.data, p.bytes);
+    p.owner->takeBack(p.token, nullptr);
+    return llvm::Error::success();
+  }
+  void takeBack(void *token, void *) override {
+    std::lock_guard<std::mutex> lock(parcelMutex_);
+    freeParcels_.push_back(static_cast<std::vector<uint8_t> *>(token));
+  }
   llvm::Error run(const KernelCall &call) override {
     auto steps = lowerCall(call, [this](size_t bytes) {
       if (scratch_.size() < bytes)
@@ -613,6 +646,9 @@ public:
 
 private:
   std::vector<uint8_t> scratch_;
+  std::mutex parcelMutex_; // takeBack comes from the receiving stage's thread
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> parcels_;
+  std::vector<std::vector<uint8_t> *> freeParcels_;
 };
 
 } // namespace

@@ -1,0 +1,29 @@
+// Messages between stages that run as threads of one process on device
+// backends, without host copies (docs/design/nccl.md, "Stages in one
+// process").
+//
+// The executor stages a device backend's messages through host memory
+// unless its comm takes them directly (Comm::bindBackend, Comm::direct).
+// ParcelComm does so for the plan's own messages (the Send and Recv
+// instructions of the stage's programs): a send packs the slot into a
+// parcel of the sending backend's (Backend::pack: a device-to-device copy
+// after the work issued so far, which never waits), and the parcel's
+// descriptor travels through `inner`, the in-process comm, keyed as the
+// message; a receive takes the descriptor and unpacks the parcel into the
+// slot (Backend::unpack: a copy before the work issued after it, across
+// GPUs where the stages' differ), which hands it back to its owner. The
+// rest (the executor's vote and norms, collectives, barriers) passes to
+// `inner` unchanged. Only for comms whose ends share one address space.
+#pragma once
+
+#include "runtime/Plan.h"
+#include "runtime/comm/Comm.h"
+
+#include <memory>
+
+namespace cleave::runtime {
+
+std::unique_ptr<Comm> createParcelComm(const Plan &plan, int stage,
+                                       std::unique_ptr<Comm> inner);
+
+} // namespace cleave::runtime
