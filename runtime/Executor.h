@@ -37,6 +37,7 @@
 #include "runtime/Kernel.h"
 #include "runtime/Plan.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Error.h"
 
 #include <array>
@@ -254,6 +255,15 @@ public:
   // The plan decides (cleavec --batch-w, StagePlan::wBatch); on asks for
   // it on a plan compiled without (planWBatch on this stage's copy).
   void setBatchW(bool on);
+  // Graphs (cleave-run --cuda-graphs): each run of two or more kernel
+  // instructions of an F, B or W program (no message, offload copy or
+  // random draw among them) is recorded by the backend as a graph the
+  // second time it runs with the same tensors, and launched as one after.
+  // Refused (one line) where the backend has no graphs.
+  llvm::Error setGraphs(bool on);
+  // Graph launches and recordings since the executor was made.
+  int64_t graphLaunches() const { return graphLaunches_; }
+  int64_t graphsRecorded() const { return graphsRecorded_; }
   // W products that ran batched, and the per-microbatch products they
   // replaced, since the executor was made.
   int64_t batchedProducts() const { return batchedProducts_; }
@@ -274,6 +284,17 @@ private:
                          void *frame);
   llvm::Error runInstr(const Instr &in, size_t index, Phase phase,
                        int64_t step, int microbatch, void *frame);
+  // A kernel instruction's tensors as it runs now (the first microbatch's
+  // value of an accumulated slot nothing else reads goes straight into the
+  // accumulator, which this decides and notes); false: nothing to run (a
+  // reshape on its operand's bytes).
+  bool kernelTensors(const Instr &in, int microbatch, void *frame,
+                     llvm::SmallVectorImpl<TensorRef> &ins,
+                     llvm::SmallVectorImpl<TensorRef> &outs);
+  std::string instrWhere(const Instr &in, size_t index, Phase phase) const;
+  bool graphable(const Instr &in) const;
+  llvm::Error runGraphed(Phase phase, size_t first, size_t end, int64_t step,
+                         int microbatch, void *frame);
   llvm::Error copySlot(int dst, void *dstFrame, int src, void *srcFrame);
   llvm::Error accumulate(Phase phase, int microbatch, void *frame);
   llvm::Error accumulateSlot(int slot, int microbatch, void *frame);
@@ -356,6 +377,18 @@ private:
 
   StageStats stats_;
   bool profiling_ = false;
+  // Graphs: per (phase, first instruction), the tensors of each run seen
+  // and its graph's state.
+  struct GraphRun {
+    std::vector<void *> tensors;
+    int seen = 0;       // plain runs with these tensors
+    int failed = 0;     // recordings the backend could not keep
+    uint64_t id = 0;    // the backend's graph, once recorded (0: none)
+  };
+  bool graphs_ = false;
+  std::map<std::pair<int, size_t>, std::vector<GraphRun>> graphRuns_;
+  uint64_t nextGraph_ = 1;
+  int64_t graphLaunches_ = 0, graphsRecorded_ = 0;
   Comm *dataParallel_ = nullptr;
   NonFinitePolicy nonFinitePolicy_ = NonFinitePolicy::Ignore;
   bool stepSkipped_ = false;

@@ -125,6 +125,26 @@ public:
     void *token = nullptr; // the owner's
   };
   virtual bool parcels() const { return false; }
+
+  // Graphs of kernels (cleave-run --cuda-graphs, the executor's runs of
+  // kernel instructions, docs/design/cuda.md): between beginGraph and
+  // endGraph, run() records the calls' work instead of doing it; endGraph
+  // keeps it as graph `id` and returns true, or keeps nothing and returns
+  // false where the backend could not record it all (the executor then
+  // runs the calls as usual). launchGraph runs graph `id` after the work
+  // issued so far, or returns false where the backend no longer has it (it
+  // may drop its graphs, as when its scratch memory moves). graphs()
+  // false: no graphs (the default).
+  virtual bool graphs() const { return false; }
+  virtual void beginGraph() {}
+  virtual bool endGraph(uint64_t id) {
+    (void)id;
+    return false;
+  }
+  virtual llvm::Expected<bool> launchGraph(uint64_t id) {
+    (void)id;
+    return false;
+  }
   virtual llvm::Expected<Parcel> pack(const void *src, size_t bytes);
   virtual llvm::Error unpack(void *dst, const Parcel &parcel);
   virtual void takeBack(void *token, void *done) { (void)token, (void)done; }

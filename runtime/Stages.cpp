@@ -101,6 +101,8 @@ llvm::Expected<LocalStage> createLocalStage(const Plan &plan, int replica,
   }
   out.executor->setNonFinitePolicy(options.nonFinite);
   out.executor->setBatchW(options.batchW);
+  if (auto e = out.executor->setGraphs(options.graphs))
+    return std::move(e);
   // The plan's shape decides whether it can clip: the same line from
   // every stage.
   if (auto e = out.executor->setClipGradNorm(options.clipGradNorm))

@@ -23,6 +23,9 @@ struct StageOptions {
   StageExecutor::NonFinitePolicy nonFinite =
       StageExecutor::NonFinitePolicy::Stop;
   bool batchW = false;
+  // Runs of kernels recorded and launched as graphs (--cuda-graphs;
+  // StageExecutor::setGraphs).
+  bool graphs = false;
   // Gradient clipping by global norm (StageExecutor::setClipGradNorm);
   // 0: off.
   double clipGradNorm = 0;

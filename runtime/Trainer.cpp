@@ -669,9 +669,11 @@ llvm::Expected<TrainSummary> Trainer::summary() {
       busy += b;
     mine.insert(mine.end(), {double(st->replica), double(st->stage), busy,
                              double(s.peakBytes), s.stepSeconds,
-                             double(s.hostPeakBytes)});
+                             double(s.hostPeakBytes),
+                             double(st->executor->graphsRecorded()),
+                             double(st->executor->graphLaunches())});
   }
-  constexpr size_t kFigures = 6;
+  constexpr size_t kFigures = 8;
   mine.resize(kFigures * most, -1);
   auto all = driver_.allGather(mine);
   if (!all)
@@ -683,9 +685,9 @@ llvm::Expected<TrainSummary> Trainer::summary() {
       continue;
     size_t s = size_t((*all)[i + 1]);
     if (s < out.stages.size())
-      out.stages[s] = StageFigures{(*all)[i + 2], (*all)[i + 4],
-                                   int64_t((*all)[i + 3]),
-                                   int64_t((*all)[i + 5])};
+      out.stages[s] = StageFigures{(*all)[i + 2],          (*all)[i + 4],
+                                   int64_t((*all)[i + 3]), int64_t((*all)[i + 5]),
+                                   int64_t((*all)[i + 6]), int64_t((*all)[i + 7])};
   }
   return out;
 }

@@ -91,6 +91,8 @@ struct StageFigures {
   double stepSeconds = 0; // the last step
   int64_t peakBytes = 0;
   int64_t hostPeakBytes = 0; // offloaded activations in host memory
+  // --cuda-graphs: graphs recorded and launched since the start.
+  int64_t graphsRecorded = 0, graphLaunches = 0;
 };
 
 struct TrainSummary {

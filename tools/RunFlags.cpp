@@ -40,6 +40,7 @@ std::vector<Flags::Spec> runFlagSpecs() {
           {"save", true, false},
           {"profile", true, false},
           {"batch-w", false, false},
+          {"cuda-graphs", false, false},
           {"trace", true, false},
           {"timeline", true, false},
           {"checkpoint-dir", true, false},
@@ -207,10 +208,14 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
   opt.trusted = std::move(*trusted);
   opt.stage.device = flags.get("device").value_or("cpu");
   opt.stage.batchW = flags.has("batch-w");
+  opt.stage.graphs = flags.has("cuda-graphs");
   if (opt.stage.device != "cpu" && opt.stage.device != "cuda" &&
       opt.stage.device != "cuda-emulated")
     return usage("--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
                  opt.stage.device + "'");
+  if (opt.stage.graphs && opt.stage.device == "cpu")
+    return usage("--cuda-graphs records CUDA kernels: it needs --device cuda "
+                 "(or cuda-emulated, which checks the recording on the host)");
   return parseCheckpointEvery(flags, opt.checkpointEvery);
 }
 

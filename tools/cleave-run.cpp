@@ -162,6 +162,14 @@ training:
                          cuda-emulated: the CUDA backend's kernels run one
                          element at a time on the host, for checking them
                          without a GPU; slow (docs/design/cuda.md)
+  --cuda-graphs          with --device cuda: each run of kernels between
+                         messages in an F, B or W program (no offload copy
+                         or random draw among them) is recorded as a CUDA
+                         Graph the second time it runs with the same
+                         tensors and launched as one after (fewer launches);
+                         a run CUDA cannot record runs as usual. The same
+                         kernels in the same order: the same bits. Off by
+                         default: not yet measured on a GPU
 
 output:
   --checkpoint-dir=DIR   write DIR/checkpoint.bin (every parameter, buffer and
@@ -304,6 +312,20 @@ void printHostPeaks(const runtime::TrainSummary &sum) {
   llvm::outs().flush();
 }
 
+// --cuda-graphs: how many runs of kernels became graphs, and launches.
+void printGraphs(const runtime::TrainSummary &sum) {
+  std::string line;
+  for (size_t s = 0; s < sum.stages.size(); ++s)
+    if (const auto &f = sum.stages[s]; f.graphsRecorded || f.graphLaunches)
+      line += llvm::formatv("{0}stage {1} {2} recorded, {3} launched",
+                            line.empty() ? "" : "; ", s, f.graphsRecorded,
+                            f.graphLaunches)
+                  .str();
+  if (!line.empty())
+    llvm::outs() << "graphs: " << line << "\n";
+  llvm::outs().flush();
+}
+
 void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
                   int64_t stepsRun, bool overlapped) {
   llvm::outs() << llvm::formatv(
@@ -339,6 +361,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
           1e3 * sum.meanStepSeconds, 1e3 * predicted);
     }
     printHostPeaks(sum);
+    printGraphs(sum);
     return;
   }
   llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
@@ -352,6 +375,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
         1e3 * sum.meanStepSeconds, 1e3 * predicted);
   }
   printHostPeaks(sum);
+  printGraphs(sum);
 }
 
 // What a resume that has no step left to run says after "resumed from DIR

@@ -37,6 +37,9 @@ struct Cublas {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) setStream = nullptr;
+  // Optional (graphs): a workspace of the caller's, so that no product
+  // allocates during a capture.
+  decltype(&cublasSetWorkspace_v2) setWorkspace = nullptr;
   // The C entry point (the header adds a C++ overload of the same name).
   cublasStatus_t (*gemmStridedBatchedEx)(
       cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
@@ -55,6 +58,8 @@ const Cublas &cublas() {
     l.bind(c.setStream, "cublasSetStream_v2");
     l.bind(c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
     c.error = l.error;
+    c.setWorkspace = reinterpret_cast<decltype(c.setWorkspace)>(
+        l.find("cublasSetWorkspace_v2"));
     return c;
   }();
   return lib;
@@ -226,6 +231,9 @@ public:
 
   ~CudaBackend() override {
     printStepProfile();
+    dropGraphs();
+    if (blasWorkspace_)
+      cudaFree(blasWorkspace_);
     if (scratch_)
       cudaFree(scratch_);
     if (nonFiniteFlag_)
@@ -290,6 +298,67 @@ public:
   // records, and, once handed back, the receiver's event after its
   // copy-out, which the next copy-in waits for on this stream. Nothing
   // here waits on the host.
+  // Graphs (--cuda-graphs): stream capture of the calls between
+  // beginGraph and endGraph on this thread (cudaStreamCaptureModeThreadLocal:
+  // the other stages' threads may allocate meanwhile), instantiated and
+  // kept by id. A capture that meets a call it cannot record (a host
+  // synchronisation, the scratch growing) is dropped, and the executor
+  // runs the calls as usual; when the scratch memory moves, every graph
+  // holding the old one is dropped (launchGraph says false).
+  bool graphs() const override { return true; }
+  void beginGraph() override {
+    cudaSetDevice(device_);
+    if (!blasWorkspace_ && cublas().setWorkspace) {
+      // cuBLAS's own workspace, set before any capture so that no product
+      // allocates inside one.
+      if (cudaMalloc(&blasWorkspace_, kBlasWorkspace) == cudaSuccess)
+        cublas().setWorkspace(blas_, blasWorkspace_, kBlasWorkspace);
+      else
+        blasWorkspace_ = nullptr;
+    }
+    capturing_ = cudaStreamBeginCapture(stream_,
+                                        cudaStreamCaptureModeThreadLocal) ==
+                 cudaSuccess;
+    captureSpoiled_ = !capturing_;
+  }
+  bool endGraph(uint64_t id) override {
+    cudaSetDevice(device_);
+    if (!capturing_) {
+      cudaGetLastError();
+      return false;
+    }
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (!e && graph && !captureSpoiled_)
+      e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph)
+      cudaGraphDestroy(graph);
+    if (e || !exec || captureSpoiled_) {
+      if (exec)
+        cudaGraphExecDestroy(exec);
+      cudaGetLastError(); // the failed capture's error is not the run's
+      return false;
+    }
+    graphs_[id] = exec;
+    return true;
+  }
+  llvm::Expected<bool> launchGraph(uint64_t id) override {
+    auto it = graphs_.find(id);
+    if (it == graphs_.end())
+      return false;
+    cudaSetDevice(device_);
+    if (cudaError_t e = cudaGraphLaunch(it->second, stream_))
+      return cudaFail("cudaGraphLaunch", e);
+    return true;
+  }
+  void dropGraphs() {
+    for (auto &[id, exec] : graphs_)
+      cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
   bool parcels() const override { return true; }
   llvm::Expected<Parcel> pack(const void *src, size_t bytes) override {
     cudaSetDevice(device_);
@@ -543,7 +612,14 @@ private:
   // Scratch for a call's steps: one device buffer, grown (never shrunk)
   // when a call needs more; after the first step of training it stays.
   void *scratch(size_t bytes) {
+    if (bytes > scratchBytes_ && capturing_) {
+      // No synchronisation or free inside a capture: this one is spoiled
+      // (its work never runs), and the plain run that follows grows it.
+      captureSpoiled_ = true;
+      return scratch_;
+    }
     if (bytes > scratchBytes_) {
+      dropGraphs(); // they hold the old buffer
       if (scratch_) {
         cudaStreamSynchronize(stream_);
         cudaFree(scratch_);
@@ -818,6 +894,10 @@ private:
   cublasHandle_t blas_ = nullptr;
   cudnnHandle_t dnn_ = nullptr; // null: convolutions as im2col and GEMMs
   cublasLtHandle_t lt_ = nullptr; // null: a Gemm's bias as a copy
+  bool capturing_ = false, captureSpoiled_ = false;
+  std::map<uint64_t, cudaGraphExec_t> graphs_;
+  static constexpr size_t kBlasWorkspace = size_t(32) << 20;
+  void *blasWorkspace_ = nullptr;
   struct ParcelBuffer {
     void *data = nullptr;
     size_t size = 0;

@@ -13,6 +13,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -632,7 +633,53 @@ public:
     std::lock_guard<std::mutex> lock(parcelMutex_);
     freeParcels_.push_back(static_cast<std::vector<uint8_t> *>(token));
   }
+  // Graphs as the CUDA backend's: while recording, calls are kept, not
+  // run; a launch runs them in order.
+  bool graphs() const override { return true; }
+  void beginGraph() override {
+    recording_ = true;
+    recorded_.clear();
+  }
+  bool endGraph(uint64_t id) override {
+    recording_ = false;
+    graphs_[id] = std::move(recorded_);
+    recorded_.clear();
+    return true;
+  }
+  llvm::Expected<bool> launchGraph(uint64_t id) override {
+    auto it = graphs_.find(id);
+    if (it == graphs_.end())
+      return false;
+    for (const Recorded &r : it->second)
+      if (auto e = runNow(KernelCall{r.op, *r.attrs, r.ins, r.outs, r.seed}))
+        return std::move(e);
+    return true;
+  }
+
   llvm::Error run(const KernelCall &call) override {
+    if (!recording_)
+      return runNow(call);
+    recorded_.push_back(Recorded{call.op, &call.attrs,
+                                 {call.inputs.begin(), call.inputs.end()},
+                                 {call.outputs.begin(), call.outputs.end()},
+                                 call.seed});
+    return llvm::Error::success();
+  }
+
+private:
+  // The tensors' shapes and the attributes are the plan's, which outlive
+  // the graphs (the executor's).
+  struct Recorded {
+    OpKind op;
+    const ir::AttrMap *attrs;
+    std::vector<TensorRef> ins, outs;
+    uint64_t seed;
+  };
+  bool recording_ = false;
+  std::vector<Recorded> recorded_;
+  std::map<uint64_t, std::vector<Recorded>> graphs_;
+
+  llvm::Error runNow(const KernelCall &call) {
     auto steps = lowerCall(call, [this](size_t bytes) {
       if (scratch_.size() < bytes)
         scratch_.resize(bytes);

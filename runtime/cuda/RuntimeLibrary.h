@@ -35,6 +35,11 @@ public:
       error = std::string(what_) + " lacks " + name;
   }
 
+  // An entry point that may be missing (null then; `error` untouched).
+  void *find(const char *name) const {
+    return handle_ ? dlsym(handle_, name) : nullptr;
+  }
+
   std::string error; // empty: every entry point bound
 
 private:

@@ -32,27 +32,60 @@ std::string StageExecutor::instrKey(const Instr &in) const {
   return key;
 }
 
+std::string StageExecutor::instrWhere(const Instr &in, size_t index,
+                                      Phase phase) const {
+  std::string w = llvm::formatv("{0} instr {1}", phaseName(phase), index);
+  if (in.kind == InstrKind::Kernel)
+    w += " (" + std::string(ir::opInfo(in.op).name) +
+         (in.loc.empty() ? "" : " '" + in.loc + "'") + ")";
+  else
+    w += in.kind == InstrKind::Send ? " (send" : " (recv";
+  if (in.kind != InstrKind::Kernel)
+    w += llvm::formatv(" '{0}' {1} stage {2}, tag {3})",
+                       stage_.slots[in.kind == InstrKind::Send ? in.inputs[0]
+                                                               : in.outputs[0]]
+                           .name,
+                       in.kind == InstrKind::Send ? "to" : "from", in.peer,
+                       in.tag)
+             .str();
+  return w;
+}
+
+bool StageExecutor::kernelTensors(const Instr &in, int microbatch,
+                                  void *frame,
+                                  llvm::SmallVectorImpl<TensorRef> &ins,
+                                  llvm::SmallVectorImpl<TensorRef> &outs) {
+  // A reshape-like op whose result codegen placed on its operand's bytes
+  // (Plan.h) has nothing to do.
+  if (ir::opInfo(in.op).has(ir::optrait::LayoutOnly) &&
+      in.inputs.size() == 1 && in.outputs.size() == 1 &&
+      slotData(in.inputs[0], frame) == slotData(in.outputs[0], frame))
+    return false;
+  for (int s : in.inputs) {
+    const Slot &sl = stage_.slots[s];
+    ins.push_back({sl.dtype, sl.shape, slotData(s, frame)});
+  }
+  for (int s : in.outputs) {
+    const Slot &sl = stage_.slots[s];
+    void *p = slotData(s, frame);
+    // The first microbatch's value of an accumulated slot nothing else
+    // reads goes straight into the accumulator (accumulateSlot); a W
+    // batch runs its microbatches' kernels before summing any, so only
+    // microbatch 0's may.
+    if (intoAccum_[s] && microbatch == 0 && accumCount_[sl.accum] == 0 &&
+        !(size_t(s) < wSummed_.size() && wSummed_[size_t(s)])) {
+      p = persistent_[sl.accum];
+      accumPreset_[sl.accum] = true;
+    }
+    outs.push_back({sl.dtype, sl.shape, p});
+  }
+  return true;
+}
+
 llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
                                     int64_t step, int microbatch,
                                     void *frame) {
-  auto where = [&] {
-    std::string w = llvm::formatv("{0} instr {1}", phaseName(phase), index);
-    if (in.kind == InstrKind::Kernel)
-      w += " (" + std::string(ir::opInfo(in.op).name) +
-           (in.loc.empty() ? "" : " '" + in.loc + "'") + ")";
-    else
-      w += in.kind == InstrKind::Send ? " (send" : " (recv";
-    if (in.kind != InstrKind::Kernel)
-      w += llvm::formatv(" '{0}' {1} stage {2}, tag {3})",
-                         stage_.slots[in.kind == InstrKind::Send
-                                          ? in.inputs[0]
-                                          : in.outputs[0]]
-                             .name,
-                         in.kind == InstrKind::Send ? "to" : "from", in.peer,
-                         in.tag)
-               .str();
-    return w;
-  };
+  auto where = [&] { return instrWhere(in, index, phase); };
   if (in.waitCopies)
     backend_.waitForCopies();
   switch (in.kind) {
@@ -69,31 +102,9 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
         backend_.fetch(dst, src, bytes);
       return llvm::Error::success();
     }
-    // A reshape-like op whose result codegen placed on its operand's bytes
-    // (Plan.h) has nothing to do.
-    if (ir::opInfo(in.op).has(ir::optrait::LayoutOnly) &&
-        in.inputs.size() == 1 && in.outputs.size() == 1 &&
-        slotData(in.inputs[0], frame) == slotData(in.outputs[0], frame))
-      return llvm::Error::success();
     llvm::SmallVector<TensorRef, 6> ins, outs;
-    for (int s : in.inputs) {
-      const Slot &sl = stage_.slots[s];
-      ins.push_back({sl.dtype, sl.shape, slotData(s, frame)});
-    }
-    for (int s : in.outputs) {
-      const Slot &sl = stage_.slots[s];
-      void *p = slotData(s, frame);
-      // The first microbatch's value of an accumulated slot nothing else
-      // reads goes straight into the accumulator (accumulateSlot); a W
-      // batch runs its microbatches' kernels before summing any, so only
-      // microbatch 0's may.
-      if (intoAccum_[s] && microbatch == 0 && accumCount_[sl.accum] == 0 &&
-          !(size_t(s) < wSummed_.size() && wSummed_[size_t(s)])) {
-        p = persistent_[sl.accum];
-        accumPreset_[sl.accum] = true;
-      }
-      outs.push_back({sl.dtype, sl.shape, p});
-    }
+    if (!kernelTensors(in, microbatch, frame, ins, outs))
+      return llvm::Error::success();
     KernelCall call{in.op, in.attrs, ins, outs,
                     kernelSeed(step, microbatch, in.seedSalt)};
     return wrap(backend_.run(call), where);
@@ -138,10 +149,122 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
   return llvm::Error::success();
 }
 
+llvm::Error StageExecutor::setGraphs(bool on) {
+  if (on && !backend_.graphs())
+    return fail("--cuda-graphs: the " + std::string(backend_.name()) +
+                " backend has no graphs (run with --device cuda)");
+  graphs_ = on;
+  return llvm::Error::success();
+}
+
+// What a graph may hold: kernels whose work is the same whenever their
+// tensors are (no message, offload copy, wait for copies, or random draw:
+// Dropout is the one op whose kernels read the call's seed, which changes
+// every step).
+bool StageExecutor::graphable(const Instr &in) const {
+  return in.kind == InstrKind::Kernel && in.op != ir::OpKind::Offload &&
+         in.op != ir::OpKind::Fetch && in.op != ir::OpKind::Dropout &&
+         !in.waitCopies;
+}
+
+// Instructions [first, end) of a program, all graphable: run as usual the
+// first time their tensors are these, recorded as a graph the second time
+// (the first run grew the backend's scratch memory), launched after.
+llvm::Error StageExecutor::runGraphed(Phase phase, size_t first, size_t end,
+                                      int64_t step, int microbatch,
+                                      void *frame) {
+  const auto &prog = stage_.programs[int(phase)];
+  struct Call {
+    size_t index;
+    llvm::SmallVector<TensorRef, 6> ins, outs;
+  };
+  std::vector<Call> calls;
+  std::vector<void *> tensors;
+  for (size_t i = first; i < end; ++i) {
+    Call c{i, {}, {}};
+    if (!kernelTensors(prog[i], microbatch, frame, c.ins, c.outs))
+      continue;
+    for (const auto *list : {&c.ins, &c.outs})
+      for (const TensorRef &t : *list)
+        tensors.push_back(t.data);
+    tensors.push_back(nullptr); // between calls
+    calls.push_back(std::move(c));
+  }
+  auto runAll = [&]() -> llvm::Error {
+    for (const Call &c : calls) {
+      const Instr &in = prog[c.index];
+      KernelCall call{in.op, in.attrs, c.ins, c.outs,
+                      kernelSeed(step, microbatch, in.seedSalt)};
+      if (auto e = backend_.run(call))
+        return wrap(std::move(e),
+                    [&] { return instrWhere(in, c.index, phase); });
+    }
+    return llvm::Error::success();
+  };
+  auto &runs = graphRuns_[{int(phase), first}];
+  GraphRun *g = nullptr;
+  for (GraphRun &r : runs)
+    if (r.tensors == tensors)
+      g = &r;
+  if (!g) {
+    runs.push_back(GraphRun{tensors, 0, 0, 0});
+    g = &runs.back();
+  }
+  if (g->id) {
+    auto launched = backend_.launchGraph(g->id);
+    if (!launched)
+      return wrap(launched.takeError(), [&] {
+        return instrWhere(prog[first], first, phase) + " (a graph)";
+      });
+    if (*launched) {
+      ++graphLaunches_;
+      return llvm::Error::success();
+    }
+    g->id = 0; // the backend dropped it: run, and record it again
+    g->seen = 0;
+  }
+  if (g->seen < 1 || g->failed >= 2) {
+    ++g->seen;
+    return runAll();
+  }
+  backend_.beginGraph();
+  llvm::Error e = runAll();
+  uint64_t id = nextGraph_++;
+  bool kept = backend_.endGraph(id);
+  if (e || !kept) {
+    // Nothing of it ran: the calls run as usual, and say what is wrong if
+    // anything is (a spoiled capture fails its later launches too).
+    llvm::consumeError(std::move(e));
+    ++g->failed;
+    return runAll();
+  }
+  g->id = id;
+  ++graphsRecorded_;
+  auto launched = backend_.launchGraph(id);
+  if (!launched)
+    return launched.takeError();
+  if (!*launched)
+    return runAll();
+  ++graphLaunches_;
+  return llvm::Error::success();
+}
+
 llvm::Error StageExecutor::runProgram(Phase phase, int64_t step,
                                       int microbatch, void *frame) {
   const auto &prog = stage_.programs[int(phase)];
+  bool graphs = graphs_ && phase != Phase::Step && !profiling_;
   for (size_t i = 0; i < prog.size(); ++i) {
+    if (graphs && graphable(prog[i])) {
+      size_t end = i + 1;
+      while (end < prog.size() && graphable(prog[end]))
+        ++end;
+      if (end - i >= 2) {
+        if (auto e = runGraphed(phase, i, end, step, microbatch, frame))
+          return e;
+        i = end - 1;
+        continue;
+      }
+    }
     // Profiles time kernels only: a message's time is mostly waiting for
     // the other stage, which the cost model's link and schedule account for.
     if (!profiling_ || prog[i].kind != InstrKind::Kernel) {
