@@ -12,7 +12,7 @@
 #       BUILD/gpu-check/summary.txt) and the logs beside it as logs.tar.gz,
 #       and prints the summary. GPU_CHECK_PARTS (default: every part) picks
 #       parts for a rerun: unit plans corpus batchw offload nccl gpt2
-#       profile.
+#       graphs profile.
 #   tools/gpu-check.sh dry-run [BUILD]  here, without a GPU: bundle and run
 #       at tiny sizes with --device cuda-emulated (the CUDA backend's
 #       arithmetic on the host) in place of cuda, and check that every part
@@ -134,7 +134,7 @@ run)
   # one part, not the run. GPU_CHECK_PARTS picks parts for a rerun.
   logs="$work/logs"
   mkdir -p "$logs"
-  parts="${GPU_CHECK_PARTS:-unit plans corpus batchw offload nccl gpt2 profile}"
+  parts="${GPU_CHECK_PARTS:-unit plans corpus batchw offload nccl gpt2 graphs profile}"
   want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
   T() { timeout -k 5 "$@"; }
   t0=$SECONDS
@@ -347,6 +347,39 @@ run)
       took
       echo
     fi
+    if want graphs; then
+      echo "== CUDA Graphs (--cuda-graphs) against plain launches: the same"
+      echo "   bits (gpt-tiny, 2 stages on the GPU), and GPT-2-small's median step"
+      for v in plain graphs; do
+        flag=""
+        [ $v = graphs ] && flag=--cuda-graphs
+        T 90 "$g/bin/cleave-run" "$g/offload/none.cplan" --device $dev --steps 5 \
+          $flag --save "$logs/graphs-$v.onnx" >"$logs/graphs-$v.log" 2>&1
+        echo "$v: exit $?"
+        grep -E '^done|^graphs|error' "$logs/graphs-$v.log" | head -n 3
+      done
+      cmp "$logs/graphs-plain.onnx" "$logs/graphs-graphs.onnx" &&
+        echo "graphs: the same bits as plain launches"
+      if [ -f "$g/gpt2/gpt2-bf16.cplan" ]; then
+        gsteps=13
+        [ "$dry" = 1 ] && gsteps=4
+        for v in plain graphs; do
+          flag=""
+          [ $v = graphs ] && flag=--cuda-graphs
+          T 180 "$g/bin/cleave-run" "$g/gpt2/gpt2-bf16.cplan" --device $dev \
+            --steps $gsteps --data "$g/gpt2/data" $flag \
+            >"$logs/gpt2-$v.log" 2>&1
+          echo "GPT-2 $v: exit $?, median step ms of steps 4-$gsteps:"
+          grep -E '^step ' "$logs/gpt2-$v.log" | tail -n $((gsteps - 3)) |
+            sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
+            sed -n "$(( (gsteps - 2) / 2 ))p" | tr '\n' ' '
+          echo
+          grep -E '^graphs|error' "$logs/gpt2-$v.log" | head -n 2
+        done
+      fi
+      took
+      echo
+    fi
     if want profile; then
       echo "== the measured profile fed back: GPT-2-small compiled again with"
       echo "   --cost-model profile: (the GPT-2 part's --profile), predicted"
@@ -447,6 +480,8 @@ dry-run)
   need '^--offload none: exit 0$' "the kept plan ran"
   need '^--offload all: exit 0$' "the offloading plan ran"
   need '^offload: same bits as keeping$' "offload's bits"
+  need '^channels: ordered gives the same bits as keyed$' "the channels' bits"
+  need '^graphs: the same bits as plain launches$' "the graphs' bits"
   if grep -q 'skipped: the bundle has no GPT-2 plan' "$summary"; then
     echo "dry run: the GPT-2 part was skipped (no PyTorch here)"
   else
