@@ -61,9 +61,73 @@ StageExecutor::create(const Plan &plan, int stage, Backend &backend,
   // comm can carry them so (NCCL's channels); the rest are staged.
   if (!ex->hostMemory_)
     comm.bindBackend(backend);
+  // CLEAVE_GEMM_GELU=0 keeps the pairs apart (for comparisons).
+  const char *fuse = std::getenv("CLEAVE_GEMM_GELU");
+  if (backend.fusesGemmGelu() && !(fuse && std::string(fuse) == "0"))
+    ex->fuseGemmGelu();
   if (auto e = ex->prepare(plan))
     return wrap(std::move(e), "stage " + llvm::Twine(stage));
   return ex;
+}
+
+// A Gemm with a bias (three inputs) followed at once by a tanh Gelu of its
+// result becomes one call that writes both (Backend::fusesGemmGelu). The
+// Gelu's output is then written at the Gemm, earlier than the memory plan
+// placed it: safe unless its bytes overlap one of the Gemm's inputs, which
+// may die at the Gemm (the only values live at the Gemm and not at the
+// Gelu); those pairs stay apart.
+void StageExecutor::fuseGemmGelu() {
+  // Which frame a slot's bytes are in (inputs share the microbatch's);
+  // -1: a buffer of its own.
+  auto frameOf = [](SlotKind k) {
+    switch (k) {
+    case SlotKind::Input:
+    case SlotKind::MicroTemp:
+      return 0;
+    case SlotKind::StepTemp:
+      return 1;
+    case SlotKind::HostTemp:
+      return 2;
+    default:
+      return -1;
+    }
+  };
+  auto overlaps = [&](int a, int b) {
+    const Slot &x = stage_.slots[size_t(a)], &y = stage_.slots[size_t(b)];
+    if (a == b)
+      return true;
+    int f = frameOf(x.kind);
+    return f >= 0 && f == frameOf(y.kind) && x.offset < y.offset + y.bytes &&
+           y.offset < x.offset + x.bytes;
+  };
+  for (Phase phase : {Phase::F, Phase::B, Phase::W}) {
+    auto &prog = stage_.programs[int(phase)];
+    for (size_t i = 0; i + 1 < prog.size(); ++i) {
+      Instr &gemm = prog[i];
+      const Instr &gelu = prog[i + 1];
+      if (gemm.kind != InstrKind::Kernel || gemm.op != ir::OpKind::Gemm ||
+          gemm.inputs.size() != 3 || gemm.outputs.size() != 1 ||
+          gelu.kind != InstrKind::Kernel || gelu.op != ir::OpKind::Gelu ||
+          gelu.inputs.size() != 1 || gelu.outputs.size() != 1 ||
+          gelu.inputs[0] != gemm.outputs[0])
+        continue;
+      auto approx = gelu.attrs.find("approximate");
+      if (approx == gelu.attrs.end() ||
+          approx->second.getString() != "tanh")
+        continue;
+      int y = gelu.outputs[0];
+      if (stage_.slots[size_t(y)].dtype !=
+              stage_.slots[size_t(gemm.outputs[0])].dtype ||
+          std::any_of(gemm.inputs.begin(), gemm.inputs.end(),
+                      [&](int in) { return overlaps(in, y); }))
+        continue;
+      gemm.outputs.push_back(y);
+      gemm.attrs.insert_or_assign(kGeluEpilogueAttr, ir::Attribute(int64_t(1)));
+      gemm.waitCopies = gemm.waitCopies || gelu.waitCopies;
+      prog.erase(prog.begin() + std::ptrdiff_t(i) + 1);
+      ++fusedEpilogues_;
+    }
+  }
 }
 
 llvm::Error StageExecutor::prepare(const Plan &plan) {

@@ -263,6 +263,8 @@ public:
   llvm::Error setGraphs(bool on);
   // Graph launches and recordings since the executor was made.
   int64_t graphLaunches() const { return graphLaunches_; }
+  // Gemm + Gelu pairs run as one call (Backend::fusesGemmGelu).
+  int fusedEpilogues() const { return fusedEpilogues_; }
   int64_t graphsRecorded() const { return graphsRecorded_; }
   // W products that ran batched, and the per-microbatch products they
   // replaced, since the executor was made.
@@ -275,6 +277,8 @@ private:
   StageExecutor(const StagePlan &sp, int microbatches, Backend &backend,
                 Comm &comm);
   llvm::Error prepare(const Plan &plan);
+  // Backend::fusesGemmGelu: the pairs rewritten in this stage's programs.
+  void fuseGemmGelu();
   llvm::Error checkActions();
 
   void *slotData(int slot, void *frame) const;
@@ -389,6 +393,7 @@ private:
   std::map<std::pair<int, size_t>, std::vector<GraphRun>> graphRuns_;
   uint64_t nextGraph_ = 1;
   int64_t graphLaunches_ = 0, graphsRecorded_ = 0;
+  int fusedEpilogues_ = 0;
   Comm *dataParallel_ = nullptr;
   NonFinitePolicy nonFinitePolicy_ = NonFinitePolicy::Ignore;
   bool stepSkipped_ = false;

@@ -136,6 +136,13 @@ public:
   // may drop its graphs, as when its scratch memory moves). graphs()
   // false: no graphs (the default).
   virtual bool graphs() const { return false; }
+
+  // A Gemm with a bias whose result only a tanh Gelu right after it reads
+  // first, as one call (cuBLASLt's GELU_AUX_BIAS epilogue): the executor
+  // gives the Gemm the Gelu's output as a second output and the attribute
+  // kGeluEpilogueAttr, and drops the Gelu (StageExecutor::create). The
+  // first output keeps the Gemm's result (the Gelu's gradient reads it).
+  virtual bool fusesGemmGelu() const { return false; }
   virtual void beginGraph() {}
   virtual bool endGraph(uint64_t id) {
     (void)id;
@@ -175,6 +182,10 @@ public:
 // (the emulated CUDA backend counts as a device, so that its runs check
 // the staging).
 inline bool hostMemory(const Backend &b) { return b.name() == "cpu"; }
+
+// The attribute of a Gemm that also applies a tanh Gelu to its result
+// into its second output (Backend::fusesGemmGelu).
+inline constexpr const char *kGeluEpilogueAttr = "gelu_epilogue";
 
 inline constexpr int64_t kSquaresBlock = 4096;
 // One block's (or any range's) sum of (x * scale)^2, in order.

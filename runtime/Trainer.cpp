@@ -671,9 +671,10 @@ llvm::Expected<TrainSummary> Trainer::summary() {
                              double(s.peakBytes), s.stepSeconds,
                              double(s.hostPeakBytes),
                              double(st->executor->graphsRecorded()),
-                             double(st->executor->graphLaunches())});
+                             double(st->executor->graphLaunches()),
+                             double(st->executor->fusedEpilogues())});
   }
-  constexpr size_t kFigures = 8;
+  constexpr size_t kFigures = 9;
   mine.resize(kFigures * most, -1);
   auto all = driver_.allGather(mine);
   if (!all)
@@ -687,7 +688,8 @@ llvm::Expected<TrainSummary> Trainer::summary() {
     if (s < out.stages.size())
       out.stages[s] = StageFigures{(*all)[i + 2],          (*all)[i + 4],
                                    int64_t((*all)[i + 3]), int64_t((*all)[i + 5]),
-                                   int64_t((*all)[i + 6]), int64_t((*all)[i + 7])};
+                                   int64_t((*all)[i + 6]), int64_t((*all)[i + 7]),
+                                   int64_t((*all)[i + 8])};
   }
   return out;
 }

@@ -93,6 +93,8 @@ struct StageFigures {
   int64_t hostPeakBytes = 0; // offloaded activations in host memory
   // --cuda-graphs: graphs recorded and launched since the start.
   int64_t graphsRecorded = 0, graphLaunches = 0;
+  // Gemm + Gelu pairs run as one call (Backend::fusesGemmGelu).
+  int64_t fusedEpilogues = 0;
 };
 
 struct TrainSummary {

@@ -312,7 +312,8 @@ void printHostPeaks(const runtime::TrainSummary &sum) {
   llvm::outs().flush();
 }
 
-// --cuda-graphs: how many runs of kernels became graphs, and launches.
+// --cuda-graphs: how many runs of kernels became graphs, and launches;
+// on a device backend, the Gemm + Gelu pairs run as one call.
 void printGraphs(const runtime::TrainSummary &sum) {
   std::string line;
   for (size_t s = 0; s < sum.stages.size(); ++s)
@@ -323,6 +324,13 @@ void printGraphs(const runtime::TrainSummary &sum) {
                   .str();
   if (!line.empty())
     llvm::outs() << "graphs: " << line << "\n";
+  std::string fused;
+  for (size_t s = 0; s < sum.stages.size(); ++s)
+    if (int64_t n = sum.stages[s].fusedEpilogues)
+      fused += llvm::formatv("{0}stage {1} {2}", fused.empty() ? "" : ", ", s, n)
+                   .str();
+  if (!fused.empty())
+    llvm::outs() << "Gemm + Gelu as one call: " << fused << "\n";
   llvm::outs().flush();
 }
 

@@ -305,6 +305,10 @@ public:
   // synchronisation, the scratch growing) is dropped, and the executor
   // runs the calls as usual; when the scratch memory moves, every graph
   // holding the old one is dropped (launchGraph says false).
+  // Gemm + tanh Gelu as one cuBLASLt call where it takes them, else the
+  // two ops' steps in a row (run).
+  bool fusesGemmGelu() const override { return true; }
+
   bool graphs() const override { return true; }
   void beginGraph() override {
     cudaSetDevice(device_);
@@ -516,24 +520,42 @@ public:
         return timed(call, "cudnn", [&] { return convolve(call, *shape); });
       llvm::consumeError(shape.takeError()); // im2col and GEMMs below
     }
-    auto steps = cuda::lowerCall(call, [this](size_t bytes) {
-      return scratch(bytes);
-    });
-    if (!steps)
-      return steps.takeError();
+    auto lower = [this](const KernelCall &c) {
+      return cuda::lowerCall(c, [this](size_t bytes) { return scratch(bytes); });
+    };
     // Gemm(A, B, C) with C a bias vector lowers to the bias copied into Y
     // and a GEMM onto it (beta 1): one cuBLASLt product with the bias
-    // epilogue instead.
+    // epilogue instead; with the Gelu epilogue (fusesGemmGelu: a second
+    // output), GELU_AUX_BIAS, which writes the Gelu into output 1 and the
+    // product and bias into output 0 (its aux matrix).
+    bool gelu = call.op == ir::OpKind::Gemm && call.outputs.size() == 2 &&
+                call.hasAttr(kGeluEpilogueAttr);
     if (lt_ && call.op == ir::OpKind::Gemm && call.inputs.size() == 3 &&
-        call.inputs[2].data && steps->size() == 2 &&
-        call.getFloat("beta") == 1.0f)
-      if (const auto *g = std::get_if<cuda::GemmStep>(&(*steps)[1]))
-        if (const TensorRef &c = call.inputs[2];
-            g->batch == 1 && g->beta == 1.0f && c.dtype == call.outputs[0].dtype &&
-            c.numElements() == g->n &&
-            (c.rank() == 1 || (c.rank() == 2 && c.shape[0] == 1)))
-          return timed(call, "cublaslt-bias",
-                       [&] { return gemmWithBias(call, *g, c.data); });
+        call.inputs[2].data && call.getFloat("beta") == 1.0f) {
+      KernelCall product{call.op, call.attrs, call.inputs,
+                         call.outputs.slice(0, 1), call.seed};
+      auto steps = lower(product);
+      if (!steps)
+        return steps.takeError();
+      if (steps->size() == 2)
+        if (const auto *g = std::get_if<cuda::GemmStep>(&(*steps)[1]))
+          if (const TensorRef &c = call.inputs[2];
+              g->batch == 1 && g->beta == 1.0f &&
+              c.dtype == call.outputs[0].dtype && c.numElements() == g->n &&
+              (c.rank() == 1 || (c.rank() == 2 && c.shape[0] == 1))) {
+            void *geluOut = gelu ? call.outputs[1].data : nullptr;
+            llvm::Error e = timed(call, gelu ? "cublaslt-bias-gelu" : "cublaslt-bias",
+                                  [&] { return gemmWithBias(call, *g, c.data, geluOut); });
+            if (!e || !gelu)
+              return e;
+            // cuBLASLt found no GELU_AUX_BIAS algorithm for this product:
+            // the steps below.
+            llvm::consumeError(std::move(e));
+          }
+    }
+    auto steps = lower(call);
+    if (!steps)
+      return steps.takeError();
     for (const cuda::DeviceStep &step : *steps)
       if (auto e = timed(call, stepName(step),
                          [&] { return launch(call, step); }))
@@ -706,8 +728,11 @@ private:
   // cuBLASLt (the column-major swap of cublasArgs: the bias runs along the
   // rows of cuBLAS's D, which is the epilogue's broadcast). No split-K
   // reduction scheme, so the sums are in one fixed order.
+  // One cuBLASLt product with the bias epilogue into s.C; with `geluOut`,
+  // GELU_AUX_BIAS: the tanh Gelu into geluOut (D) and the product and
+  // bias into s.C (the aux matrix, same layout).
   llvm::Error gemmWithBias(const KernelCall &call, const cuda::GemmStep &s,
-                           const void *bias) {
+                           const void *bias, void *geluOut = nullptr) {
     const CublasLt &l = cublasLt();
     cuda::CublasGemm g = cuda::cublasArgs(s);
     cudaDataType ab = s.ab == cuda::Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -732,7 +757,8 @@ private:
     return done(st, what);
     cublasOperation_t ta = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi =
+        geluOut ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
     CLEAVE_LT(l.descCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
               "a product descriptor");
     CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
@@ -747,6 +773,20 @@ private:
     CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &cd,
                         sizeof cd),
               "the bias type");
+    if (geluOut) {
+      void *aux = s.C;
+      int64_t auxLd = g.ldc;
+      CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                          &aux, sizeof aux),
+                "the Gelu's input");
+      CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd,
+                          sizeof auxLd),
+                "the Gelu input's stride");
+      CLEAVE_LT(l.descSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                          &cd, sizeof cd),
+                "the Gelu input's type");
+    }
+    void *d = geluOut ? geluOut : s.C;
     CLEAVE_LT(l.layoutCreate(&la, ab, g.transa ? g.k : g.m,
                              g.transa ? g.m : g.k, g.lda),
               "A's layout");
@@ -773,8 +813,8 @@ private:
     if (best.workspaceSize && !ws)
       return done(CUBLAS_STATUS_ALLOC_FAILED, "the workspace");
     float alpha = s.alpha, beta = 0.0f;
-    CLEAVE_LT(l.matmul(lt_, desc, &alpha, g.A, la, g.B, lb, &beta, s.C, ld,
-                       s.C, ld, &best.algo, ws, best.workspaceSize, stream_),
+    CLEAVE_LT(l.matmul(lt_, desc, &alpha, g.A, la, g.B, lb, &beta, d, ld, d,
+                       ld, &best.algo, ws, best.workspaceSize, stream_),
               "the product");
 #undef CLEAVE_LT
     return done(CUBLAS_STATUS_SUCCESS, "");

@@ -463,6 +463,26 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
     return lowerCall(KernelCall{OpKind::ConvGradData, call.attrs, call.inputs,
                                 call.outputs, call.seed},
                      scratch);
+  // A Gemm with the Gelu epilogue (Backend::fusesGemmGelu): the Gemm's
+  // steps into output 0, then the tanh Gelu's from it into output 1.
+  if (call.op == OpKind::Gemm && call.outputs.size() == 2 &&
+      call.hasAttr(kGeluEpilogueAttr)) {
+    auto steps = lowerCall(KernelCall{OpKind::Gemm, call.attrs, call.inputs,
+                                      call.outputs.slice(0, 1), call.seed},
+                           scratch);
+    if (!steps)
+      return steps.takeError();
+    static const ir::AttrMap tanh{
+        {"approximate", ir::Attribute(std::string("tanh"))}};
+    auto gelu = lowerCall(KernelCall{OpKind::Gelu, tanh,
+                                     call.outputs.slice(0, 1),
+                                     call.outputs.slice(1, 1), call.seed},
+                          scratch);
+    if (!gelu)
+      return gelu.takeError();
+    steps->insert(steps->end(), gelu->begin(), gelu->end());
+    return steps;
+  }
   DType dt = call.inputs.empty() ? DType::F32 : call.inputs[0].dtype;
   if (!lowers(call.op, dt))
     return fail(call, llvm::formatv("no CUDA kernel for {0} inputs",
@@ -601,6 +621,9 @@ public:
   // Its memory stands for the device's, so offloaded copies go to a
   // separate host arena, by memcpy, done when the call returns.
   bool offloads() const override { return true; }
+  // Gemm + Gelu as the CUDA backend lowers them where cuBLASLt does not
+  // take them: the two ops' steps one after the other (the same bits).
+  bool fusesGemmGelu() const override { return true; }
   // Parcels as the CUDA backend's, done when the call returns: a pool of
   // buffers the receiver hands back.
   bool parcels() const override { return true; }
