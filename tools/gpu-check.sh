@@ -89,6 +89,12 @@ bundle)
   for o in none all; do
     "$build/tools/cleavec" "$dir/gpu/offload/gpt-tiny.onnx"       --microbatch-size 4 --layer-depth 2 --stages 2 --microbatches 4       --schedule zb-h1 --offload $o -o "$dir/gpu/offload/$o.cplan" >/dev/null
   done
+  # The GELU epilogue: a Gemm with a bias and a tanh Gelu (f32: a bf16
+  # plan casts between them, which keeps them apart).
+  cp "$root/tests/models/gemm_gelu.onnx" "$dir/gpu/offload/"
+  "$build/tools/cleavec" "$dir/gpu/offload/gemm_gelu.onnx" \
+    --microbatch-size 64 --microbatches 2 -o "$dir/gpu/offload/gemm-gelu-f32.cplan" \
+    >/dev/null
   # Data-parallel sums over NCCL (two GPUs): 2 replicas of one stage.
   "$build/tools/cleavec" "$dir/gpu/offload/gpt-tiny.onnx" \
     --microbatch-size 2 --stages 1 --data-parallel 2 --microbatches 4 \
@@ -360,6 +366,19 @@ run)
       done
       cmp "$logs/graphs-plain.onnx" "$logs/graphs-graphs.onnx" &&
         echo "graphs: the same bits as plain launches"
+      echo "-- the GELU epilogue (cuBLASLt GELU_AUX_BIAS) against the Gemm and"
+      echo "   the tanh Gelu kept apart (CLEAVE_GEMM_GELU=0): 5 steps' losses"
+      for p in f32; do
+        for f in 1 0; do
+          CLEAVE_GEMM_GELU=$f T 60 "$g/bin/cleave-run" \
+            "$g/offload/gemm-gelu-$p.cplan" --device $dev --steps 5 \
+            >"$logs/gemm-gelu-$p-$f.log" 2>&1
+          echo "$p CLEAVE_GEMM_GELU=$f: exit $?"
+          grep -E '^Gemm \+ Gelu|error' "$logs/gemm-gelu-$p-$f.log" | head -n 2
+        done
+        python3 "$g/compare_losses.py" "$logs/gemm-gelu-$p-1.log" \
+          "$logs/gemm-gelu-$p-0.log" 1e-3
+      done
       if [ -f "$g/gpt2/gpt2-bf16.cplan" ]; then
         gsteps=13
         [ "$dry" = 1 ] && gsteps=4
