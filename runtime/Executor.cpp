@@ -104,12 +104,30 @@ void StageExecutor::fuseGemmGelu() {
     auto &prog = stage_.programs[int(phase)];
     for (size_t i = 0; i + 1 < prog.size(); ++i) {
       Instr &gemm = prog[i];
-      const Instr &gelu = prog[i + 1];
       if (gemm.kind != InstrKind::Kernel || gemm.op != ir::OpKind::Gemm ||
-          gemm.inputs.size() != 3 || gemm.outputs.size() != 1 ||
-          gelu.kind != InstrKind::Kernel || gelu.op != ir::OpKind::Gelu ||
+          gemm.inputs.size() != 3 || gemm.outputs.size() != 1)
+        continue;
+      // A reshape of the product on its own bytes may come between (the
+      // Gelu of a [B, T, F] activation after a [B*T, F] Gemm).
+      size_t g = i + 1;
+      int x = gemm.outputs[0];
+      if (const Instr &r = prog[g];
+          r.kind == InstrKind::Kernel &&
+          ir::opInfo(r.op).has(ir::optrait::LayoutOnly) &&
+          r.inputs.size() == 1 && r.outputs.size() == 1 &&
+          r.inputs[0] == x && !r.waitCopies && g + 1 < prog.size()) {
+        const Slot &a = stage_.slots[size_t(x)],
+                   &b = stage_.slots[size_t(r.outputs[0])];
+        if (frameOf(a.kind) >= 0 && frameOf(a.kind) == frameOf(b.kind) &&
+            a.offset == b.offset) {
+          x = r.outputs[0];
+          ++g;
+        }
+      }
+      const Instr &gelu = prog[g];
+      if (gelu.kind != InstrKind::Kernel || gelu.op != ir::OpKind::Gelu ||
           gelu.inputs.size() != 1 || gelu.outputs.size() != 1 ||
-          gelu.inputs[0] != gemm.outputs[0])
+          gelu.inputs[0] != x)
         continue;
       auto approx = gelu.attrs.find("approximate");
       if (approx == gelu.attrs.end() ||
@@ -124,7 +142,7 @@ void StageExecutor::fuseGemmGelu() {
       gemm.outputs.push_back(y);
       gemm.attrs.insert_or_assign(kGeluEpilogueAttr, ir::Attribute(int64_t(1)));
       gemm.waitCopies = gemm.waitCopies || gelu.waitCopies;
-      prog.erase(prog.begin() + std::ptrdiff_t(i) + 1);
+      prog.erase(prog.begin() + std::ptrdiff_t(g));
       ++fusedEpilogues_;
     }
   }

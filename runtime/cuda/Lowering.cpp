@@ -474,9 +474,12 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
       return steps.takeError();
     static const ir::AttrMap tanh{
         {"approximate", ir::Attribute(std::string("tanh"))}};
+    // The Gelu's output in the product's shape: the same elements in the
+    // same order (a reshape may have come between them).
+    TensorRef y{call.outputs[1].dtype, call.outputs[0].shape,
+                call.outputs[1].data};
     auto gelu = lowerCall(KernelCall{OpKind::Gelu, tanh,
-                                     call.outputs.slice(0, 1),
-                                     call.outputs.slice(1, 1), call.seed},
+                                     call.outputs.slice(0, 1), y, call.seed},
                           scratch);
     if (!gelu)
       return gelu.takeError();
