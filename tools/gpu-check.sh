@@ -145,6 +145,13 @@ run)
   T() { timeout -k 5 "$@"; }
   t0=$SECONDS
   took() { echo "($((SECONDS - t0)) s since the start)"; }
+  # LOG STEPS: the median step ms of steps 4 to STEPS in a cleave-run log.
+  median_step() {
+    grep -E '^step ' "$1" | tail -n $(($2 - 3)) |
+      sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
+      sed -n "$(( ($2 - 2) / 2 ))p" | tr '\n' ' '
+    echo
+  }
   libpath="$g/libs"
   for d in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib; do
     [ -d "$d" ] && libpath="$libpath:$d"
@@ -288,31 +295,25 @@ run)
       echo
     fi
     if want nccl; then
+      # PLAN NAME COMM DEVICE STEPS: --comm keyed, then COMM; the same bits.
+      keyed_and() {
+        for c in keyed $3; do
+          T 120 "$g/bin/cleave-run" "$1" --device $4 --steps $5 \
+            --comm $c --save "$logs/$2-$c.onnx" >"$logs/$2-$c.log" 2>&1
+          echo "--comm $c: exit $?"
+          grep -E '^done|error' "$logs/$2-$c.log" | head -n 2
+        done
+        cmp "$logs/$2-keyed.onnx" "$logs/$2-$3.onnx" &&
+          echo "$2: $3 gives the same bits as keyed"
+      }
       echo "== order-matched channels on one GPU (--comm ordered against keyed:"
       echo "   the messages taken straight from device memory, held ones too)"
-      for c in keyed ordered; do
-        T 90 "$g/bin/cleave-run" "$g/offload/none.cplan" --device $dev --steps 3 \
-          --comm $c --save "$logs/channels-$c.onnx" >"$logs/channels-$c.log" 2>&1
-        echo "--comm $c: exit $?"
-        grep -E '^done|error' "$logs/channels-$c.log" | head -n 2
-      done
-      cmp "$logs/channels-keyed.onnx" "$logs/channels-ordered.onnx" &&
-        echo "channels: ordered gives the same bits as keyed"
+      keyed_and "$g/offload/none.cplan" channels ordered $dev 3
       echo "== NCCL between stages on different GPUs (--comm nccl against keyed;"
       echo "   needs two GPUs: NCCL takes one rank per device)"
       gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
       if [ "$gpus" -ge 2 ]; then
-        # PLAN NAME: 5 steps with --comm keyed, then nccl; the same bits.
-        keyed_and_nccl() {
-          for c in keyed nccl; do
-            T 120 "$g/bin/cleave-run" "$1" --device cuda --steps 5 \
-              --comm $c --save "$logs/$2-$c.onnx" >"$logs/$2-$c.log" 2>&1
-            echo "--comm $c: exit $?"
-            grep -E '^done|error' "$logs/$2-$c.log" | head -n 2
-          done
-          cmp "$logs/$2-keyed.onnx" "$logs/$2-nccl.onnx" &&
-            echo "$2: nccl gives the same bits as keyed"
-        }
+        keyed_and_nccl() { keyed_and "$1" "$2" nccl cuda 5; }
         keyed_and_nccl "$g/offload/none.cplan" stages
         echo "-- 2 data-parallel replicas of one stage, one a GPU: the sums"
         echo "   over NCCL against the host's"
@@ -336,10 +337,7 @@ run)
           --data "$g/gpt2/data" --profile "$logs/gpt2-profile.json" \
           >"$logs/gpt2-cleave.log" 2>&1
         echo "cleave exit $?: median step ms of steps 4-$gsteps:"
-        grep -E '^step ' "$logs/gpt2-cleave.log" | tail -n $((gsteps - 3)) |
-          sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
-          sed -n "$(( (gsteps - 2) / 2 ))p" | tr '\n' ' '
-        echo
+        median_step "$logs/gpt2-cleave.log" $gsteps
         grep -E "^step +(1|$gsteps)/|error|the step took" "$logs/gpt2-cleave.log"
         py=python3
         [ "$dry" = 1 ] && py="$(torch_python)"
@@ -389,10 +387,7 @@ run)
             --steps $gsteps --data "$g/gpt2/data" $flag \
             >"$logs/gpt2-$v.log" 2>&1
           echo "GPT-2 $v: exit $?, median step ms of steps 4-$gsteps:"
-          grep -E '^step ' "$logs/gpt2-$v.log" | tail -n $((gsteps - 3)) |
-            sed -E 's/.* ([0-9.]+) ms .*/\1/' | sort -g |
-            sed -n "$(( (gsteps - 2) / 2 ))p" | tr '\n' ' '
-          echo
+          median_step "$logs/gpt2-$v.log" $gsteps
           grep -E '^graphs|error' "$logs/gpt2-$v.log" | head -n 2
         done
       fi

@@ -107,13 +107,15 @@ struct Inbound {
   std::map<Key, std::deque<Held>> staged;
 };
 
-class ChannelComm final : public Comm {
+// The control comm is the forwarded one: everything but the plan's
+// messages on channels goes there.
+class ChannelComm final : public ForwardingComm {
 public:
   ChannelComm(const Plan &plan, int stage,
               std::unique_ptr<ChannelTransport> transport,
               std::unique_ptr<Comm> control)
-      : stage_(stage), transport_(std::move(transport)),
-        control_(std::move(control)) {
+      : ForwardingComm(std::move(control)), stage_(stage),
+        transport_(std::move(transport)) {
     RankPairOrder o = rankPairOrder(plan, Channel::StagePair, false);
     int n = o.ranks;
     for (int from = 0; from < n; ++from) {
@@ -130,14 +132,11 @@ public:
         outboundTags_[to].insert(m.tag);
   }
 
-  int rank() const override { return control_->rank(); }
-  int size() const override { return control_->size(); }
-
   llvm::Error send(int peer, int64_t tag, int microbatch, const void *data,
                    size_t bytes) override {
     auto it = outboundTags_.find(peer);
     if (it == outboundTags_.end() || !it->second.count(tag))
-      return control_->send(peer, tag, microbatch, data, bytes);
+      return inner_->send(peer, tag, microbatch, data, bytes);
     return transport_->send(peer, data, bytes);
   }
 
@@ -145,7 +144,7 @@ public:
                    size_t bytes) override {
     Inbound *in = channel(peer, tag);
     if (!in)
-      return control_->recv(peer, tag, microbatch, data, bytes);
+      return inner_->recv(peer, tag, microbatch, data, bytes);
     Key want{tag, microbatch};
     for (;;) {
       auto st = in->staged.find(want);
@@ -179,13 +178,13 @@ public:
   bool poll(int peer, int64_t tag, int microbatch) override {
     Inbound *in = channel(peer, tag);
     if (!in)
-      return control_->poll(peer, tag, microbatch);
+      return inner_->poll(peer, tag, microbatch);
     Key want{tag, microbatch};
     for (;;) {
       auto st = in->staged.find(want);
       if (st != in->staged.end() && !st->second.empty())
         return true;
-      if (control_->aborted())
+      if (inner_->aborted())
         return true; // recv fails at once
       const PairMessage &m = in->order[in->next];
       if (!transport_->ready(peer, size_t(m.bytes)))
@@ -200,22 +199,12 @@ public:
   }
 
   void abort(const std::string &why) override {
-    control_->abort(why);
+    inner_->abort(why);
     transport_->abort(why);
   }
-  bool aborted() const override { return control_->aborted(); }
-  llvm::Error barrier() override { return control_->barrier(); }
   void setTimeout(double seconds) override {
-    control_->setTimeout(seconds);
+    inner_->setTimeout(seconds);
     transport_->setTimeout(seconds);
-  }
-  double timeout() const override { return control_->timeout(); }
-  llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t tag,
-                               const DeviceAccess &access) override {
-    return control_->allReduceOrdered(data, bytes, tag, access);
-  }
-  llvm::Expected<bool> anyTrue(bool mine, int64_t tag) override {
-    return control_->anyTrue(mine, tag);
   }
   void bindBackend(Backend &b) override { transport_->bindBackend(b); }
   bool direct(int peer, int64_t tag, bool send) const override {
@@ -272,7 +261,6 @@ private:
 
   int stage_;
   std::unique_ptr<ChannelTransport> transport_;
-  std::unique_ptr<Comm> control_;
   std::map<int, Inbound> inbound_;
   std::map<int, std::set<int64_t>> outboundTags_;
 };

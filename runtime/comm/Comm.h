@@ -147,6 +147,47 @@ public:
   }
 };
 
+// A Comm that passes everything to `inner`: the base of the comms that
+// change how some messages travel (ChannelComm, ParcelComm), which
+// override what they change.
+class ForwardingComm : public Comm {
+public:
+  explicit ForwardingComm(std::unique_ptr<Comm> inner)
+      : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  llvm::Error send(int peer, int64_t tag, int microbatch, const void *data,
+                   size_t bytes) override {
+    return inner_->send(peer, tag, microbatch, data, bytes);
+  }
+  llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
+                   size_t bytes) override {
+    return inner_->recv(peer, tag, microbatch, data, bytes);
+  }
+  bool poll(int peer, int64_t tag, int microbatch) override {
+    return inner_->poll(peer, tag, microbatch);
+  }
+  void abort(const std::string &why) override { inner_->abort(why); }
+  bool aborted() const override { return inner_->aborted(); }
+  llvm::Error barrier() override { return inner_->barrier(); }
+  void setTimeout(double seconds) override { inner_->setTimeout(seconds); }
+  double timeout() const override { return inner_->timeout(); }
+  llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t tag,
+                               const DeviceAccess &access) override {
+    return inner_->allReduceOrdered(data, bytes, tag, access);
+  }
+  llvm::Expected<bool> anyTrue(bool mine, int64_t tag) override {
+    return inner_->anyTrue(mine, tag);
+  }
+  void bindBackend(Backend &b) override { inner_->bindBackend(b); }
+  bool direct(int peer, int64_t tag, bool send) const override {
+    return inner_->direct(peer, tag, send);
+  }
+
+protected:
+  std::unique_ptr<Comm> inner_;
+};
+
 // A wait that ran past the timeout. Its message is complete as it stands
 // ("no message from rank 0 (tag 7, microbatch 3) within 3 s
 // (--comm-timeout)"): the executor replaces it with one naming the stage,

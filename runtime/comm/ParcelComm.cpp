@@ -11,10 +11,10 @@
 namespace cleave::runtime {
 namespace {
 
-class ParcelComm final : public Comm {
+class ParcelComm final : public ForwardingComm {
 public:
   ParcelComm(const Plan &plan, int stage, std::unique_ptr<Comm> inner)
-      : stage_(stage), inner_(std::move(inner)) {
+      : ForwardingComm(std::move(inner)), stage_(stage) {
     for (const auto &program : plan.stages.at(size_t(stage)).programs)
       for (const Instr &in : program) {
         if (in.kind == InstrKind::Send)
@@ -23,13 +23,8 @@ public:
           recvTags_[in.peer].insert(in.tag);
       }
   }
-  ~ParcelComm() override {
-    // A run that failed may leave parcels unsent or untaken: they stay
-    // their owners', freed with them.
-  }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
+  // A run that failed may leave parcels unsent or untaken: they stay their
+  // owners', freed with them.
 
   void bindBackend(Backend &b) override {
     if (b.parcels())
@@ -70,25 +65,9 @@ public:
     }
     return backend_->unpack(data, p);
   }
-  bool poll(int peer, int64_t tag, int microbatch) override {
-    return inner_->poll(peer, tag, microbatch);
-  }
-  void abort(const std::string &why) override { inner_->abort(why); }
-  bool aborted() const override { return inner_->aborted(); }
-  llvm::Error barrier() override { return inner_->barrier(); }
-  void setTimeout(double seconds) override { inner_->setTimeout(seconds); }
-  double timeout() const override { return inner_->timeout(); }
-  llvm::Error allReduceOrdered(void *data, size_t bytes, int64_t tag,
-                               const DeviceAccess &access) override {
-    return inner_->allReduceOrdered(data, bytes, tag, access);
-  }
-  llvm::Expected<bool> anyTrue(bool mine, int64_t tag) override {
-    return inner_->anyTrue(mine, tag);
-  }
 
 private:
   int stage_;
-  std::unique_ptr<Comm> inner_;
   Backend *backend_ = nullptr;
   std::map<int, std::set<int64_t>> sendTags_, recvTags_; // by peer
 };
