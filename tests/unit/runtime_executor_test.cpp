@@ -13,6 +13,7 @@
 #include "support/Checksum.h"
 #include "runtime/comm/Comm.h"
 #include "runtime/Executor.h"
+#include "runtime/cuda/Lowering.h"
 
 #include <gtest/gtest.h>
 
@@ -756,6 +757,68 @@ TEST(ExecutorTest, SeedsDependOnStepMicrobatchAndSalt) {
   EXPECT_NE(s, kernelSeed(3, 2, 42));
   EXPECT_NE(s, kernelSeed(3, -1, 42));
   EXPECT_NE(s, kernelSeed(3, 1, 43));
+}
+
+// Backend::fusesGemmGelu: a Gemm with a bias and the tanh Gelu of its
+// result become one call on a backend that fuses them (the emulated CUDA
+// one here), with the bits of the pair apart; a Gelu whose output bytes
+// overlap one of the Gemm's inputs (which may die at the Gemm, so the
+// memory plan may put the Gelu's output there) stays apart.
+Plan gemmGeluPlan(int64_t yOffset) {
+  Plan p;
+  p.microbatches = 1;
+  p.stages.resize(1);
+  StagePlan &s = p.stages[0];
+  s.slots = {makeSlot("x", SlotKind::Input, {2, 3}, 0),
+             makeSlot("w", SlotKind::Const, {3, 4}),
+             makeSlot("b", SlotKind::Const, {4}),
+             makeSlot("h", SlotKind::MicroTemp, {2, 4}, 24),
+             makeSlot("y", SlotKind::MicroTemp, {2, 4}, yOffset),
+             makeSlot("y.acc", SlotKind::Accum, {2, 4})};
+  s.slots[4].accum = 5; // readable after the step
+  s.slots[1].blob = addBlob(p, {0.5f, -1.0f, 0.25f, 2.0f, 1.5f, 0.75f, -0.5f,
+                                1.0f, -2.0f, 0.125f, 0.5f, -1.5f});
+  s.slots[2].blob = addBlob(p, {0.1f, -0.2f, 0.3f, -0.4f});
+  s.frameBytes = std::max<int64_t>(56, yOffset + 32);
+  ir::AttrMap tanh{{"approximate", ir::Attribute(std::string("tanh"))}};
+  s.programs[int(Phase::F)] = {kernel(OpKind::Gemm, {0, 1, 2}, {3}),
+                               kernel(OpKind::Gelu, {3}, {4}, tanh)};
+  s.actions = parseActions("F0 S");
+  return p;
+}
+
+TEST(ExecutorTest, GemmAndTanhGeluAsOneCallWhereTheBytesAllow) {
+  auto data = [](int, const std::string &, void *dst, size_t bytes) {
+    const float x[6] = {1.0f, -0.5f, 2.0f, 0.25f, -1.0f, 0.75f};
+    std::memcpy(dst, x, std::min(bytes, sizeof x));
+    return llvm::Error::success();
+  };
+  auto run = [&](int64_t yOffset, int *fused) {
+    Plan plan = gemmGeluPlan(yOffset);
+    auto backend = cuda::createCudaEmulatedBackend();
+    auto comms = createInProcessComms(1);
+    auto ex = StageExecutor::create(plan, 0, *backend, *comms[0]);
+    EXPECT_TRUE(bool(ex));
+    if (!ex) {
+      llvm::consumeError(ex.takeError());
+      return std::vector<float>{};
+    }
+    *fused = (*ex)->fusedEpilogues();
+    EXPECT_FALSE(bool((*ex)->runStep(0, data)));
+    return readFloats(**ex, "y.acc");
+  };
+  int fused = -1, apart = -1;
+  std::vector<float> one = run(56, &fused);
+  std::vector<float> two = run(0, &apart); // y over x: kept apart
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(apart, 0);
+  ASSERT_EQ(one.size(), 8u);
+  EXPECT_EQ(one, two);
+  // The tanh Gelu of the product and bias, as the CPU computes it.
+  float h0 = 1.0f * 0.5f + -0.5f * 1.5f + 2.0f * -2.0f + 0.1f;
+  float g0 = 0.5f * h0 *
+             (1.0f + std::tanh(0.7978845608f * (h0 + 0.044715f * h0 * h0 * h0)));
+  EXPECT_NEAR(one[0], g0, 1e-5f);
 }
 
 } // namespace
