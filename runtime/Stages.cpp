@@ -163,7 +163,8 @@ createThreadedPipeline(const Plan &plan, const StageOptions &options) {
       auto fifo = createInProcessComms(p, options.commTimeoutSeconds);
       for (int s = 0; s < p; ++s)
         pipe[s] = createChannelComm(
-            plan, s, createHostChannelTransport(std::move(fifo[s])),
+            plan, s,
+            createHostChannelTransport(std::move(fifo[s]), /*oneProcess=*/true),
             std::move(pipe[s]));
     } else if (options.comm == "nccl") {
       auto devices = ncclStageGpus(plan, r, allStages, options);

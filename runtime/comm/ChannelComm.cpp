@@ -22,9 +22,16 @@ llvm::Error fail(const llvm::Twine &msg) {
 
 class HostChannelTransport final : public ChannelTransport {
 public:
-  explicit HostChannelTransport(std::unique_ptr<Comm> fifo)
-      : fifo_(std::move(fifo)) {}
+  HostChannelTransport(std::unique_ptr<Comm> fifo, bool oneProcess)
+      : fifo_(std::move(fifo)), oneProcess_(oneProcess) {}
   llvm::Error send(int to, const void *data, size_t bytes) override {
+    if (parcels_) { // device to device; the descriptor on the FIFO
+      auto p = device_->pack(data, bytes);
+      if (!p)
+        return p.takeError();
+      Backend::Parcel parcel = *p;
+      return fifo_->send(to, kTag, 0, &parcel, sizeof parcel);
+    }
     if (device_) { // the backend's memory: through a host buffer
       staging_.resize(bytes);
       device_->copyToHost(staging_.data(), data, bytes);
@@ -35,6 +42,12 @@ public:
   llvm::Error recv(int from, void *data, size_t bytes) override {
     if (!device_)
       return fifo_->recv(from, kTag, 0, data, bytes);
+    if (parcels_) {
+      Backend::Parcel p;
+      if (auto e = fifo_->recv(from, kTag, 0, &p, sizeof p))
+        return e;
+      return unpack(data, bytes, p);
+    }
     staging_.resize(bytes);
     if (auto e = fifo_->recv(from, kTag, 0, staging_.data(), bytes))
       return e;
@@ -48,32 +61,53 @@ public:
   void bindBackend(Backend &b) override {
     bound_ = true;
     device_ = hostMemory(b) ? nullptr : &b;
+    parcels_ = device_ && oneProcess_ && b.parcels();
   }
   bool direct(int) const override { return bound_; }
   llvm::Expected<uint64_t> hold(int from, size_t bytes) override {
-    std::vector<uint8_t> held(bytes);
-    if (auto e = fifo_->recv(from, kTag, 0, held.data(), bytes))
+    // A parcel's descriptor, or the bytes.
+    std::vector<uint8_t> held(parcels_ ? sizeof(Backend::Parcel) : bytes);
+    if (auto e = fifo_->recv(from, kTag, 0, held.data(), held.size()))
       return std::move(e);
     held_.emplace(++lastHeld_, std::move(held));
     return lastHeld_;
   }
   llvm::Error take(uint64_t id, void *data, size_t bytes) override {
     auto it = held_.find(id);
-    if (it == held_.end() || it->second.size() != bytes)
-      return fail("no held message of that size"); // a ChannelComm bug
-    if (device_)
-      device_->copyToDevice(data, it->second.data(), bytes);
-    else if (bytes)
-      std::memcpy(data, it->second.data(), bytes);
+    if (it == held_.end())
+      return fail("no such held message"); // a ChannelComm bug
+    std::vector<uint8_t> held = std::move(it->second);
     held_.erase(it);
+    if (parcels_) {
+      Backend::Parcel p;
+      std::memcpy(&p, held.data(), sizeof p);
+      return unpack(data, bytes, p);
+    }
+    if (held.size() != bytes)
+      return fail("a held message of another size"); // a ChannelComm bug
+    if (device_)
+      device_->copyToDevice(data, held.data(), bytes);
+    else if (bytes)
+      std::memcpy(data, held.data(), bytes);
     return llvm::Error::success();
   }
 
 private:
+  llvm::Error unpack(void *data, size_t bytes, const Backend::Parcel &p) {
+    if (p.bytes != bytes) {
+      p.owner->takeBack(p.token, nullptr);
+      return fail(llvm::formatv("a {0}-byte message taken as {1} bytes",
+                                p.bytes, bytes));
+    }
+    return device_->unpack(data, p);
+  }
+
   static constexpr int64_t kTag = 0;
   std::unique_ptr<Comm> fifo_;
+  bool oneProcess_; // both ends of every channel in this process
   bool bound_ = false;
   Backend *device_ = nullptr; // bound to a backend whose memory is not the host's
+  bool parcels_ = false;      // ... and whose parcels this process shares
   std::vector<uint8_t> staging_;
   std::map<uint64_t, std::vector<uint8_t>> held_;
   uint64_t lastHeld_ = 0;
@@ -276,8 +310,8 @@ llvm::Error ChannelTransport::take(uint64_t, void *, size_t) {
 }
 
 std::unique_ptr<ChannelTransport>
-createHostChannelTransport(std::unique_ptr<Comm> fifo) {
-  return std::make_unique<HostChannelTransport>(std::move(fifo));
+createHostChannelTransport(std::unique_ptr<Comm> fifo, bool oneProcess) {
+  return std::make_unique<HostChannelTransport>(std::move(fifo), oneProcess);
 }
 
 std::unique_ptr<Comm> createChannelComm(const Plan &plan, int stage,

@@ -63,12 +63,16 @@ public:
 
 // The host transport over `fifo` (its rank the stage): each channel is one
 // key of the host comm (one tag, microbatch 0), whose mailbox is FIFO per
-// key. Bound to a backend it is direct with every peer: it stages a
-// device backend's messages through host memory itself (copyToHost and
-// copyToDevice, which finish before they return), so the executor hands
-// it the backend's memory as it would NCCL's.
+// key. Bound to a backend it is direct with every peer, so the executor
+// hands it the backend's memory as it would NCCL's: with `oneProcess`
+// (every stage a thread of this process) and a backend that has parcels,
+// messages go device to device as parcels whose descriptors take the FIFO
+// (Backend::pack, runtime/comm/ParcelComm.h); otherwise it stages a device
+// backend's messages through host memory itself (copyToHost and
+// copyToDevice, which finish before they return).
 std::unique_ptr<ChannelTransport>
-createHostChannelTransport(std::unique_ptr<Comm> fifo);
+createHostChannelTransport(std::unique_ptr<Comm> fifo,
+                           bool oneProcess = false);
 
 // Stage `stage`'s Comm over `transport`, with `control` for the rest.
 std::unique_ptr<Comm> createChannelComm(const Plan &plan, int stage,

@@ -620,7 +620,8 @@ createNcclTransports(const Plan &plan, const std::vector<int> &deviceOfStage,
   for (int s = 0; s < stages; ++s) {
     t.push_back(std::make_unique<NcclTransport>(
         deviceOfStage[size_t(s)], timeoutSeconds,
-        createHostChannelTransport(std::move(fifo[size_t(s)]))));
+        createHostChannelTransport(std::move(fifo[size_t(s)]),
+                                   /*oneProcess=*/true)));
     byStage[s] = t.back().get();
   }
   // Both members of every channel between GPUs, from this thread.
