@@ -167,9 +167,10 @@ training:
                          or random draw among them) is recorded as a CUDA
                          Graph the second time it runs with the same
                          tensors and launched as one after (fewer launches);
-                         a run CUDA cannot record runs as usual. The same
+                         a run CUDA cannot record runs as usual (and every
+                         run while --profile times each kernel). The same
                          kernels in the same order: the same bits. Off by
-                         default: not yet measured on a GPU
+                         default: not yet run on a GPU
 
 output:
   --checkpoint-dir=DIR   write DIR/checkpoint.bin (every parameter, buffer and
