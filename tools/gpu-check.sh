@@ -309,6 +309,16 @@ run)
       echo "== order-matched channels on one GPU (--comm ordered against keyed:"
       echo "   the messages taken straight from device memory, held ones too)"
       keyed_and "$g/offload/none.cplan" channels ordered $dev 3
+      echo "== parcels (the stages' messages device to device) against staging"
+      echo "   through host memory (CLEAVE_PARCELS=0): the same bits"
+      for v in 1 0; do
+        CLEAVE_PARCELS=$v T 90 "$g/bin/cleave-run" "$g/offload/none.cplan" \
+          --device $dev --steps 3 --save "$logs/parcels-$v.onnx" \
+          >"$logs/parcels-$v.log" 2>&1
+        echo "CLEAVE_PARCELS=$v: exit $?"
+      done
+      cmp "$logs/parcels-1.onnx" "$logs/parcels-0.onnx" &&
+        echo "parcels: the same bits as staging through the host"
       echo "== NCCL between stages on different GPUs (--comm nccl against keyed;"
       echo "   needs two GPUs: NCCL takes one rank per device)"
       gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
@@ -495,6 +505,7 @@ dry-run)
   need '^--offload all: exit 0$' "the offloading plan ran"
   need '^offload: same bits as keeping$' "offload's bits"
   need '^channels: ordered gives the same bits as keyed$' "the channels' bits"
+  need '^parcels: the same bits as staging through the host$' "the parcels' bits"
   need '^graphs: the same bits as plain launches$' "the graphs' bits"
   if grep -q 'skipped: the bundle has no GPT-2 plan' "$summary"; then
     echo "dry run: the GPT-2 part was skipped (no PyTorch here)"

@@ -3,6 +3,7 @@
 
 #include "runtime/Kernel.h"
 #include "runtime/comm/MessageOrder.h"
+#include "runtime/comm/ParcelComm.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -61,7 +62,7 @@ public:
   void bindBackend(Backend &b) override {
     bound_ = true;
     device_ = hostMemory(b) ? nullptr : &b;
-    parcels_ = device_ && oneProcess_ && b.parcels();
+    parcels_ = device_ && oneProcess_ && b.parcels() && parcelsEnabled();
   }
   bool direct(int) const override { return bound_; }
   llvm::Expected<uint64_t> hold(int from, size_t bytes) override {

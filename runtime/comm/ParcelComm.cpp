@@ -5,6 +5,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -27,7 +28,7 @@ public:
   // owners', freed with them.
 
   void bindBackend(Backend &b) override {
-    if (b.parcels())
+    if (b.parcels() && parcelsEnabled())
       backend_ = &b;
   }
   bool direct(int peer, int64_t tag, bool send) const override {
@@ -73,6 +74,14 @@ private:
 };
 
 } // namespace
+
+bool parcelsEnabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("CLEAVE_PARCELS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
 
 std::unique_ptr<Comm> createParcelComm(const Plan &plan, int stage,
                                        std::unique_ptr<Comm> inner) {

@@ -26,4 +26,8 @@ namespace cleave::runtime {
 std::unique_ptr<Comm> createParcelComm(const Plan &plan, int stage,
                                        std::unique_ptr<Comm> inner);
 
+// False when CLEAVE_PARCELS=0: messages then stage through host memory as
+// before parcels (a fallback for a GPU run that finds them at fault).
+bool parcelsEnabled();
+
 } // namespace cleave::runtime

@@ -41,6 +41,11 @@ both "zb-h1 data-parallel" "$out/dp.cplan"
 # stages them, held messages included), as NCCL's do on a GPU.
 both "1f1b 2 device" "$out/1f1b-2.cplan" --device cuda-emulated
 both "zb-v 4 device" "$out/zb-v-4.cplan" --device cuda-emulated
+# CLEAVE_PARCELS=0: staged through host memory, the same bits.
+CLEAVE_PARCELS=0 "$cleave_run" "$out/1f1b-2.cplan" --trust-dir "$trust" \
+  --steps 2 --device cuda-emulated --save "$out/staged.onnx" > /dev/null
+cmp "$out/staged.onnx" "$out/1f1b 2 device-keyed.onnx"
+echo "staged device: same bits"
 # A tied embedding on two stages: its gradient's message (the step
 # program's) rides the channel between them; ZB-V puts both on one rank.
 trust=$tied_trust
