@@ -26,13 +26,8 @@ public:
   HostChannelTransport(std::unique_ptr<Comm> fifo, bool oneProcess)
       : fifo_(std::move(fifo)), oneProcess_(oneProcess) {}
   llvm::Error send(int to, const void *data, size_t bytes) override {
-    if (parcels_) { // device to device; the descriptor on the FIFO
-      auto p = device_->pack(data, bytes);
-      if (!p)
-        return p.takeError();
-      Backend::Parcel parcel = *p;
-      return fifo_->send(to, kTag, 0, &parcel, sizeof parcel);
-    }
+    if (parcels_) // device to device; the descriptor on the FIFO
+      return sendParcel(*device_, *fifo_, to, kTag, 0, data, bytes);
     if (device_) { // the backend's memory: through a host buffer
       staging_.resize(bytes);
       device_->copyToHost(staging_.data(), data, bytes);
@@ -95,12 +90,11 @@ public:
 
 private:
   llvm::Error unpack(void *data, size_t bytes, const Backend::Parcel &p) {
-    if (p.bytes != bytes) {
-      p.owner->takeBack(p.token, nullptr);
-      return fail(llvm::formatv("a {0}-byte message taken as {1} bytes",
-                                p.bytes, bytes));
-    }
-    return device_->unpack(data, p);
+    return unpackParcel(*device_, p, data, bytes, [&](size_t sent) {
+      return llvm::formatv("a {0}-byte message taken as {1} bytes", sent,
+                           bytes)
+          .str();
+    });
   }
 
   static constexpr int64_t kTag = 0;

@@ -43,11 +43,7 @@ public:
                    size_t bytes) override {
     if (!direct(peer, tag, true))
       return inner_->send(peer, tag, microbatch, data, bytes);
-    auto parcel = backend_->pack(data, bytes);
-    if (!parcel)
-      return parcel.takeError();
-    Backend::Parcel p = *parcel;
-    return inner_->send(peer, tag, microbatch, &p, sizeof p);
+    return sendParcel(*backend_, *inner_, peer, tag, microbatch, data, bytes);
   }
   llvm::Error recv(int peer, int64_t tag, int microbatch, void *data,
                    size_t bytes) override {
@@ -56,15 +52,12 @@ public:
     Backend::Parcel p;
     if (auto e = inner_->recv(peer, tag, microbatch, &p, sizeof p))
       return e;
-    if (p.bytes != bytes) {
-      p.owner->takeBack(p.token, nullptr);
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          llvm::formatv("stage {0} receives {1} bytes from stage {2} (tag "
-                        "{3}, microbatch {4}), which it sent as {5}",
-                        stage_, bytes, peer, tag, microbatch, p.bytes));
-    }
-    return backend_->unpack(data, p);
+    return unpackParcel(*backend_, p, data, bytes, [&](size_t sent) {
+      return llvm::formatv("stage {0} receives {1} bytes from stage {2} (tag "
+                           "{3}, microbatch {4}), which it sent as {5}",
+                           stage_, bytes, peer, tag, microbatch, sent)
+          .str();
+    });
   }
 
 private:
@@ -74,6 +67,26 @@ private:
 };
 
 } // namespace
+
+llvm::Error sendParcel(Backend &sender, Comm &comm, int peer, int64_t tag,
+                       int microbatch, const void *data, size_t bytes) {
+  auto parcel = sender.pack(data, bytes);
+  if (!parcel)
+    return parcel.takeError();
+  Backend::Parcel p = *parcel;
+  return comm.send(peer, tag, microbatch, &p, sizeof p);
+}
+
+llvm::Error unpackParcel(Backend &receiver, const Backend::Parcel &parcel,
+                         void *data, size_t bytes,
+                         llvm::function_ref<std::string(size_t)> mismatch) {
+  if (parcel.bytes != bytes) {
+    parcel.owner->takeBack(parcel.token, nullptr);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   mismatch(parcel.bytes));
+  }
+  return receiver.unpack(data, parcel);
+}
 
 bool parcelsEnabled() {
   static const bool on = [] {

@@ -16,15 +16,31 @@
 // `inner` unchanged. Only for comms whose ends share one address space.
 #pragma once
 
+#include "runtime/Kernel.h"
 #include "runtime/Plan.h"
 #include "runtime/comm/Comm.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <memory>
+#include <string>
 
 namespace cleave::runtime {
 
 std::unique_ptr<Comm> createParcelComm(const Plan &plan, int stage,
                                        std::unique_ptr<Comm> inner);
+
+// The parcel protocol over one key of `comm` (ParcelComm's, and the
+// threaded channels' host transport's): sendParcel packs `bytes` at `data`
+// (the sender's memory) and sends the parcel's descriptor; unpackParcel
+// unpacks a received descriptor into `data` on `receiver`, or, where the
+// receiver expects another size, hands the parcel back and fails with
+// `mismatch(sent)`.
+llvm::Error sendParcel(Backend &sender, Comm &comm, int peer, int64_t tag,
+                       int microbatch, const void *data, size_t bytes);
+llvm::Error unpackParcel(Backend &receiver, const Backend::Parcel &parcel,
+                         void *data, size_t bytes,
+                         llvm::function_ref<std::string(size_t)> mismatch);
 
 // False when CLEAVE_PARCELS=0: messages then stage through host memory as
 // before parcels (a fallback for a GPU run that finds them at fault).
