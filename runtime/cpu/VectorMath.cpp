@@ -370,13 +370,16 @@ template <bool Fma, class VF>
   }
 #elif defined(__x86_64__) && defined(__GNUC__)
   // As an instruction: the intrinsics' target checks would refuse the
-  // templates these are inlined through (no target of their own).
+  // templates these are inlined through (no target of their own). The
+  // 213 form overwrites a, the running value of a Horner step, and may
+  // take c (a constant, mostly) from memory: the 231 form overwrote c and
+  // cost a register copy of the constant before every step.
   if constexpr (Fma) {
     if constexpr (sizeof(VF) == 64)
-      asm("vfmadd231ps %2, %1, %0" : "+v"(c) : "v"(a), "v"(b));
+      asm("vfmadd213ps %2, %1, %0" : "+v"(a) : "v"(b), "vm"(c));
     else
-      asm("vfmadd231ps %2, %1, %0" : "+x"(c) : "x"(a), "x"(b));
-    return c;
+      asm("vfmadd213ps %2, %1, %0" : "+x"(a) : "x"(b), "xm"(c));
+    return a;
   }
 #endif
   return a * b + c;
@@ -480,7 +483,8 @@ template <bool Fma, class VF>
 template <bool Fma, class VF>
 [[gnu::always_inline]] inline VF sigmoidLanesF(VF x) {
   VF e = expLanesT<Fma>(x < 0.0f ? x : -x);
-  VF y = x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
+  // One division for both signs: e / (1 + e) below 0, 1 / (1 + e) above.
+  VF y = (x < 0.0f ? e : (VF{} + 1.0f)) / (1.0f + e);
   return x != x ? x : y;
 }
 // sigmoid'(x) = s (1 - s) = e / (1 + e)^2 with e = exp(-|x|): no 1 - s
@@ -493,29 +497,71 @@ template <bool Fma, class VF>
   return x != x ? x : y;
 }
 
+// exp(d) for d below ln2 / 2 (and NaN): expLanesT's arithmetic without
+// the edges such a d cannot reach (the upper clamp, +inf above 88.72, the
+// NaN select: a NaN d gives NaN through the polynomial), so the same bits
+// for every such d in about two thirds of the operations; k = round(d /
+// ln2) <= 0 there, so rounding half away from zero is d / ln2 - 1/2
+// truncated.
+template <bool Fma = false, class VF>
+[[gnu::always_inline]] inline VF expNonPositiveLanesT(VF d) {
+  using VI = typename IntLanesOf<VF>::type;
+  VF dc = d < -87.3f ? (VF{} + -87.3f) : d;
+  VI k = __builtin_convertvector(dc * 1.44269504f - 0.5f, VI);
+  VF kr = __builtin_convertvector(k, VF);
+  VF r = (d - kr * 0.693145752f) - kr * 1.42860677e-6f;
+  VF p = VF{} + 1.0f / 5040;
+  p = mulAdd<Fma>(p, r, 1.0f / 720);
+  p = mulAdd<Fma>(p, r, 1.0f / 120);
+  p = mulAdd<Fma>(p, r, 1.0f / 24);
+  p = mulAdd<Fma>(p, r, 1.0f / 6);
+  p = mulAdd<Fma>(p, r, 0.5f);
+  p = mulAdd<Fma>(p, r, 1.0f);
+  p = mulAdd<Fma>(p, r, 1.0f);
+  VI bits = (k + 127) << 23;
+  VF scale;
+  static_assert(sizeof(scale) == sizeof(bits));
+  std::memcpy(&scale, &bits, sizeof(scale));
+  VF y = p * scale;
+  return d < -87.3f ? (VF{} + 0.0f) : y;
+}
+
+// |x|: the sign bit cleared (one instruction; x < 0 ? -x : x took three).
+template <class VF> [[gnu::always_inline]] inline VF absLanes(VF x) {
+  using VI = typename IntLanesOf<VF>::type;
+  VI bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  bits &= 0x7fffffff;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
 // Phi(x) = (1 + erf(x / sqrt 2)) / 2, the normal CDF, from one tail:
 // Q = erfc(|x| / sqrt 2) / 2 by Numerical Recipes' Chebyshev fit of erfc
 // (relative error below 1.2e-7 for every |x|, as the double lanes), Q
 // itself for x < 0 (the left tail keeps its relative accuracy) and 1 - Q
 // above (Q <= 1/2 there, so 1 - Q is within a float's rounding). One
 // branch for every x: a Taylor series near 0 beside it cost a third more
-// and was no more accurate in float.
+// and was no more accurate in float. The fit's t = 1 / (1 + z / 2) is
+// taken as h = t / 2 = 1 / (2 + z) with the coefficients scaled by 2^i:
+// scaling by powers of two is exact, so every step rounds as the fit's
+// own would, and erfc / 2 = h exp(-z^2 + q) needs no halving.
 template <bool Fma, class VF>
 [[gnu::always_inline]] inline VF phiLanesF(VF x) {
   VF u = x * 0.707106781f;
-  VF z = u < 0.0f ? -u : u;
-  VF t = 1.0f / mulAdd<Fma>(z, VF{} + 0.5f, 1.0f);
-  VF q = VF{} + 0.17087277f;
-  q = mulAdd<Fma>(q, t, -0.82215223f);
-  q = mulAdd<Fma>(q, t, 1.48851587f);
-  q = mulAdd<Fma>(q, t, -1.13520398f);
-  q = mulAdd<Fma>(q, t, 0.27886807f);
-  q = mulAdd<Fma>(q, t, -0.18628806f);
-  q = mulAdd<Fma>(q, t, 0.09678418f);
-  q = mulAdd<Fma>(q, t, 0.37409196f);
-  q = mulAdd<Fma>(q, t, 1.00002368f);
-  q = mulAdd<Fma>(q, t, -1.26551223f);
-  VF halfErfc = 0.5f * t * expLanesT<Fma>(mulAdd<Fma>(-z, z, q));
+  VF z = absLanes(u);
+  VF h = 1.0f / (z + 2.0f);
+  VF q = VF{} + 0.17087277f * 512;
+  q = mulAdd<Fma>(q, h, -0.82215223f * 256);
+  q = mulAdd<Fma>(q, h, 1.48851587f * 128);
+  q = mulAdd<Fma>(q, h, -1.13520398f * 64);
+  q = mulAdd<Fma>(q, h, 0.27886807f * 32);
+  q = mulAdd<Fma>(q, h, -0.18628806f * 16);
+  q = mulAdd<Fma>(q, h, 0.09678418f * 8);
+  q = mulAdd<Fma>(q, h, 0.37409196f * 4);
+  q = mulAdd<Fma>(q, h, 1.00002368f * 2);
+  q = mulAdd<Fma>(q, h, -1.26551223f);
+  VF halfErfc = h * expNonPositiveLanesT<Fma>(mulAdd<Fma>(-z, z, q));
   VF y = u < 0.0f ? halfErfc : 1.0f - halfErfc;
   return x != x ? x : y;
 }
@@ -542,7 +588,8 @@ template <bool TanhForm, bool Fma, class VF>
     return mulAdd<Fma>(x * sigmoidDerivativeLanesF<Fma>(twoU), twoDu,
                        sigmoidLanesF<Fma>(twoU));
   } else {
-    return mulAdd<Fma>(x * 0.398942280f, expLanesT<Fma>(-0.5f * (x * x)),
+    return mulAdd<Fma>(x * 0.398942280f,
+                       expNonPositiveLanesT<Fma>(-0.5f * (x * x)),
                        phiLanesF<Fma>(x));
   }
 }
