@@ -3,6 +3,7 @@
 // come from its cost class in ir/Ops.def; only products (matrix products,
 // convolutions and their gradient parts) have formulas of their own here.
 #include "passes/Cost.h"
+
 #include "ir/TypeRules.h"
 #include "support/FileIO.h"
 #include "support/JsonDepth.h"
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <map>
 
 namespace cleave::passes {
@@ -354,7 +356,44 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
                                 "\"overhead\" (seconds, >= 0)");
       profile.overheads_[*kind].push_back(*overhead);
     }
+  if (const llvm::json::Array *messages = top->getArray("messages"))
+    for (size_t i = 0; i < messages->size(); ++i) {
+      const llvm::json::Object *entry = (*messages)[i].getAsObject();
+      llvm::Optional<int64_t> stage, waited;
+      llvm::Optional<double> latency;
+      if (entry) {
+        stage = entry->getInteger("stage");
+        latency = entry->getNumber("latency");
+        waited = entry->getInteger("waited");
+      }
+      if (!stage || *stage < 0 || !latency || *latency < 0 ||
+          !std::isfinite(*latency) || !waited || *waited < 1)
+        return profileError(source,
+                            "messages[" + llvm::Twine(i) +
+                                "] needs \"stage\" (>= 0), \"latency\" "
+                                "(seconds, >= 0) and \"waited\" (>= 1)");
+      profile.messages_[int(*stage)] = {*latency, *waited};
+    }
   return profile;
+}
+
+std::optional<double> OpProfile::messageLatency() const {
+  double seconds = 0;
+  int64_t waited = 0;
+  for (const auto &[stage, m] : messages_) {
+    seconds += m.latency * double(m.waited);
+    waited += m.waited;
+  }
+  if (waited == 0)
+    return std::nullopt;
+  return seconds / double(waited);
+}
+
+std::optional<double> OpProfile::messageLatency(int stage) const {
+  auto it = messages_.find(stage);
+  if (it == messages_.end())
+    return std::nullopt;
+  return it->second.latency;
 }
 
 double OpProfile::actionOverhead(llvm::StringRef kind) const {

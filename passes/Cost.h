@@ -21,6 +21,7 @@
 #include "llvm/Support/Error.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -108,10 +109,25 @@ public:
   // "actions"; 0 if it has none): the executor's own time per action.
   double actionOverhead(llvm::StringRef kind) const;
 
+  // How long a message took to reach a stage that was already waiting for
+  // it (from the send to the receiver running again): the profile's
+  // "messages", when the run's comm timed them (stages of one process).
+  // Beside a busy process a woken stage can wait milliseconds for a core;
+  // the simulator adds these to the messages. Per receiving stage, and over
+  // all of them (weighted by the receives that waited); nothing where the
+  // profile has none.
+  std::optional<double> messageLatency() const;
+  std::optional<double> messageLatency(int stage) const;
+
 private:
   static std::string key(llvm::StringRef loc, ir::Phase phase);
   llvm::StringMap<double> times_;
   llvm::StringMap<std::vector<double>> overheads_; // by action kind
+  struct Messages {
+    double latency = 0;
+    int64_t waited = 0;
+  };
+  std::map<int, Messages> messages_; // by receiving stage
 };
 
 // The predicted time of every op of `g`, in program order, in seconds:

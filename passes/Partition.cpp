@@ -484,6 +484,9 @@ chooseStarts(const ir::Graph &g, const StageCostTable &table,
 // every stage's action times (zero for the other cost models).
 struct ActionOverhead {
   double f = 0, b = 0, w = 0, step = 0;
+  // The measured delay of a message to each stage (StageCost::recvLatency),
+  // by stage; empty without a profile that timed its messages.
+  std::vector<double> recvLatency;
 };
 
 static void fillStages(PartitionResult &r, const StageCostTable &table,
@@ -527,6 +530,8 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
     constexpr double kLeastActionTime = 1e-9;
     cost.f = std::max(cost.f, kLeastActionTime);
     cost.b = std::max(cost.b, kLeastActionTime);
+    if (!uniform && size_t(s) < overhead.recvLatency.size())
+      cost.recvLatency = overhead.recvLatency[size_t(s)];
     r.costs.stages.push_back(cost);
     r.stages.push_back(st);
   }
@@ -554,9 +559,26 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
       return times.takeError();
     opTimes = std::move(*times);
   }
+  // A profile's own figures: the executor's time per action, and the
+  // latency its messages met (both measured on the machine that will run).
+  std::optional<OpProfile> profile;
+  if (opts.costModel.kind == CostModelKind::Profile) {
+    auto loaded = OpProfile::load(opts.costModel.profilePath);
+    if (!loaded)
+      return loaded.takeError();
+    profile = std::move(*loaded);
+  }
+  // Messages the profile timed: their measured delay replaces the device's
+  // link latency (it holds the hand-off), per receiving stage where the
+  // profile has that stage, else the mean over those it has; the split is
+  // chosen with the mean.
+  const bool timedMessages = profile && profile->messageLatency();
   LinkModel link;
-  if (!uniform)
+  if (!uniform) {
     link = {device->linkLatency, device->linkBandwidth};
+    if (timedMessages)
+      link.latency = *profile->messageLatency();
+  }
   LayerChain chain =
       buildLayerChain(g, *layering, opTimes, device->canOffload());
   StageCostTable table(chain, link);
@@ -579,10 +601,7 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   r.memCap = opts.memCap;
   r.microbatches = opts.microbatches;
   ActionOverhead overhead;
-  if (opts.costModel.kind == CostModelKind::Profile) {
-    auto profile = OpProfile::load(opts.costModel.profilePath);
-    if (!profile)
-      return profile.takeError();
+  if (profile) {
     overhead.f = profile->actionOverhead("F");
     // A profile of a schedule without 2BP has BW actions only.
     overhead.b = profile->actionOverhead("B");
@@ -590,6 +609,12 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
       overhead.b = profile->actionOverhead("BW");
     overhead.w = profile->actionOverhead("W");
     overhead.step = profile->actionOverhead("STEP");
+    if (timedMessages) {
+      for (int st = 0; st < solver.stages; ++st)
+        overhead.recvLatency.push_back(
+            profile->messageLatency(st).value_or(*profile->messageLatency()));
+      link.latency = 0;
+    }
   }
   fillStages(r, table, solver, *starts, uniform, link, overhead);
   for (const auto &[op, layer] : layering->layerOfOp)

@@ -21,6 +21,11 @@ struct StageCost {
   // The stage's update (its STEP action): the optimizer's ops, once per
   // step after the stage's last backward action; 0 in the uniform model.
   double step = 0;
+  // What a message to this stage takes beyond the link (latency and
+  // bytes) before the stage runs with it: measured by a profile (how long
+  // a waiting stage took to run again after its message was sent; on a
+  // shared core, the wait for the core), else 0.
+  double recvLatency = 0;
 };
 
 struct PipelineCosts {

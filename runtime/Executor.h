@@ -162,6 +162,7 @@ public:
   // sends and recvs are not, their time is mostly waiting for the other
   // stage). profile() accumulates until clearProfile().
   void setProfiling(bool on) { profiling_ = on; }
+  bool profiling() const { return profiling_; }
   const ProfileMap &profile() const { return profile_; }
   // Per action kind (F, B, W, BW; W batches not counted), what the actions
   // took beyond their kernels and their waits in recv, summed, and how many

@@ -701,6 +701,8 @@ llvm::Expected<std::string> Trainer::profileJson() {
       appendProfileOps(plan_, profiles_[i].mean(), ops);
       appendActionOverheads(stages_[i]->stage, profiles_[i].actionOverhead(),
                             ops);
+      appendMessageDelays(stages_[i]->stage, profiles_[i].messageDelays(),
+                          ops);
     }
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -107,6 +107,8 @@ private:
         bool local = a.peer >= 0 && a.peer < s_.stages &&
                      rankOfStage(s_, a.peer) == int(r);
         span.end = span.start + (local ? 0 : transferTime(costs_, st, a.kind));
+        if (!local && a.peer >= 0 && a.peer < int(costs_.stages.size()))
+          span.end += costs_.stages[size_t(a.peer)].recvLatency;
         putMessage(MessageKey{a.kind, a.microbatch, st, a.peer}, span.end);
       } else {
         runCompute(r, st, a, span);

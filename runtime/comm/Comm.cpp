@@ -15,6 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 namespace cleave::runtime {
 
@@ -144,7 +145,13 @@ struct Group {
   const int size;
   std::mutex mu;
   std::condition_variable cv;
-  std::map<Key, std::deque<std::vector<uint8_t>>> mailbox;
+  // Each message's bytes and when its send put it here.
+  struct Message {
+    std::vector<uint8_t> bytes;
+    std::chrono::steady_clock::time_point sent;
+  };
+  std::map<Key, std::deque<Message>> mailbox;
+  std::vector<MessageDelays> delays = std::vector<MessageDelays>(size_t(size));
   bool aborted = false;
   std::string why;
   int barrierArrived = 0;
@@ -173,7 +180,8 @@ public:
       if (g_->aborted)
         return fail(what("send to", peer, tag, microbatch) +
                     ": aborted: " + g_->why);
-      g_->mailbox[{rank_, peer, tag, microbatch}].push_back(std::move(copy));
+      g_->mailbox[{rank_, peer, tag, microbatch}].push_back(
+          {std::move(copy), std::chrono::steady_clock::now()});
     }
     g_->cv.notify_all();
     return llvm::Error::success();
@@ -195,6 +203,7 @@ public:
         auto it = g_->mailbox.find(key);
         return it != g_->mailbox.end() && !it->second.empty();
       };
+      const bool waited = !ready();
       if (!waitFor(lock, ready))
         return llvm::make_error<CommTimeout>(
             llvm::formatv("rank {0}: no message from rank {1} (tag {2}, "
@@ -207,7 +216,16 @@ public:
         return fail(what("recv from", peer, tag, microbatch) +
                     ": aborted: " + g_->why);
       auto it = g_->mailbox.find(key);
-      msg = std::move(it->second.front());
+      MessageDelays &d = g_->delays[size_t(rank_)];
+      ++d.received;
+      if (waited) {
+        ++d.waited;
+        d.seconds += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() -
+                         it->second.front().sent)
+                         .count();
+      }
+      msg = std::move(it->second.front().bytes);
       it->second.pop_front();
       if (it->second.empty())
         g_->mailbox.erase(it);
@@ -269,6 +287,11 @@ public:
 
   void setTimeout(double seconds) override { timeout_ = seconds; }
   double timeout() const override { return timeout_; }
+
+  MessageDelays takeMessageDelays() override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    return std::exchange(g_->delays[size_t(rank_)], MessageDelays{});
+  }
 
   bool poll(int peer, int64_t tag, int microbatch) override {
     std::lock_guard<std::mutex> lock(g_->mu);

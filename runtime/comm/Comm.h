@@ -90,6 +90,16 @@ llvm::Error allReduceOrderedOver(DeviceLink &link, int rank, int size,
                                  void *data, size_t bytes,
                                  const DeviceAccess &access);
 
+// How long this rank's receives waited for messages that were not there
+// yet, from the send to the receiver running again: the delay a stage that
+// waits for its peer sees beyond the peer's work (a hand-off; beside a busy
+// process, the wait for a core after the wake-up). `seconds` sums the
+// delays of the `waited` receives among `received`.
+struct MessageDelays {
+  double seconds = 0;
+  int64_t waited = 0, received = 0;
+};
+
 class Comm {
 public:
   virtual ~Comm() = default;
@@ -145,6 +155,11 @@ public:
     (void)peer, (void)tag, (void)send;
     return false;
   }
+
+  // The delays of this rank's receives since the last call (--profile);
+  // nothing where the comm cannot time them (the in-process comm does: its
+  // ranks share one clock and one mailbox).
+  virtual MessageDelays takeMessageDelays() { return {}; }
 };
 
 // A Comm that passes everything to `inner`: the base of the comms that
@@ -182,6 +197,9 @@ public:
   void bindBackend(Backend &b) override { inner_->bindBackend(b); }
   bool direct(int peer, int64_t tag, bool send) const override {
     return inner_->direct(peer, tag, send);
+  }
+  MessageDelays takeMessageDelays() override {
+    return inner_->takeMessageDelays();
   }
 
 protected:

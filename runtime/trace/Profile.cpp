@@ -29,6 +29,13 @@ void ProfileSteps::take(StageExecutor &ex) {
     if (o.calls > 0)
       overhead_[k].push_back(o.seconds / double(o.calls));
   }
+  // Taken every step, so a step that was not profiled leaves none behind.
+  MessageDelays d = ex.comm().takeMessageDelays();
+  if (ex.profiling()) {
+    delays_.seconds += d.seconds;
+    delays_.waited += d.waited;
+    delays_.received += d.received;
+  }
   ex.clearProfile();
 }
 
@@ -56,6 +63,17 @@ void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
                                        {"overhead", overhead[size_t(k)]}});
 }
 
+void appendMessageDelays(int stage, const MessageDelays &delays,
+                         llvm::json::Array &ops) {
+  if (delays.waited == 0)
+    return;
+  ops.push_back(llvm::json::Object{
+      {"stage", stage},
+      {"message_latency", delays.seconds / double(delays.waited)},
+      {"waited", delays.waited},
+      {"received", delays.received}});
+}
+
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
                       llvm::json::Array &ops) {
   for (const auto &[key, prof] : profile) {
@@ -73,9 +91,17 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
 }
 
 std::string profileJson(llvm::json::Array entries) {
-  llvm::json::Array ops, actions;
+  llvm::json::Array ops, actions, messages;
   for (llvm::json::Value &e : entries) {
-    const llvm::json::Object *o = e.getAsObject();
+    llvm::json::Object *o = e.getAsObject();
+    if (o && o->get("message_latency")) {
+      llvm::json::Object m{{"stage", *o->get("stage")},
+                           {"latency", *o->get("message_latency")},
+                           {"waited", *o->get("waited")},
+                           {"received", *o->get("received")}};
+      messages.push_back(std::move(m));
+      continue;
+    }
     (o && o->get("action") ? actions : ops).push_back(std::move(e));
   }
   std::string text;
@@ -84,7 +110,8 @@ std::string profileJson(llvm::json::Array entries) {
                       llvm::json::Value(llvm::json::Object{
                           {"time_unit", "s"},
                           {"ops", std::move(ops)},
-                          {"actions", std::move(actions)}}));
+                          {"actions", std::move(actions)},
+                          {"messages", std::move(messages)}}));
   os.flush();
   return text;
 }

@@ -33,16 +33,28 @@ public:
   // Per action kind (F, B, W, BW, STEP): the seconds an action took beyond
   // its kernels and waits, mean over the steps (0 where none ran).
   std::array<double, 5> actionOverhead() const;
+  // The delays of the receives of the profiled steps that waited for their
+  // message (Comm::takeMessageDelays, summed; none where the comm cannot
+  // time them). With several stages on a rank the comm's figures are the
+  // rank's, and the first of its stages to take them holds them.
+  const MessageDelays &messageDelays() const { return delays_; }
 
 private:
   std::map<std::pair<std::string, Phase>, std::vector<double>> seconds_;
   std::array<std::vector<double>, 5> overhead_; // per step: mean per action
+  MessageDelays delays_;
 };
 
 // One stage's action overheads as entries of the same array
 // ({"stage", "action", "overhead"}); profileJson files them apart.
 void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
                            llvm::json::Array &ops);
+
+// One stage's message delays as an entry of the same array ({"stage",
+// "message_latency": the mean delay of the receives that waited, "waited",
+// "received"}); nothing when none waited. profileJson files them apart.
+void appendMessageDelays(int stage, const MessageDelays &delays,
+                         llvm::json::Array &ops);
 
 // One stage's measured instructions as --profile entries, appended to
 // `ops`: per-microbatch seconds, except the optimizer step's.

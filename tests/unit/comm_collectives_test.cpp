@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -160,4 +161,47 @@ TEST(CommCollectives, AnyLinkGivesTheOrderedSumsBits) {
   expectSumEverywhere(data, errors);
   for (int r = 0; r < kRanks; ++r)
     EXPECT_GT(settles[r], 0) << "rank " << r << " never waited for its backend";
+}
+
+// The in-process comm times its receives: a receive that waited counts the
+// time from its message's send to the receiver running again; one whose
+// message was already there counts as received only; taking the figures
+// clears them.
+TEST(CommDelays, InProcessReceivesThatWaitedAreTimedFromTheSend) {
+  auto comms = createInProcessComms(2, /*timeout=*/10);
+  int value = 7, got = 0;
+  ASSERT_FALSE(bool(comms[0]->send(1, 3, 0, &value, sizeof value)));
+  ASSERT_FALSE(bool(comms[1]->recv(0, 3, 0, &got, sizeof got))); // there
+  MessageDelays ready = comms[1]->takeMessageDelays();
+  EXPECT_EQ(ready.received, 1);
+  EXPECT_EQ(ready.waited, 0);
+  EXPECT_EQ(ready.seconds, 0);
+
+  // The receiver is waiting before the send (it has had 100 ms to start;
+  // tried again where a loaded machine started it later): the wait is what
+  // is timed, and it starts at the send, not at the receive's call.
+  MessageDelays waited;
+  double bound = 0;
+  for (int attempt = 0; attempt < 3 && waited.waited == 0; ++attempt) {
+    std::thread receiver([&] {
+      int in = 0;
+      EXPECT_FALSE(bool(comms[1]->recv(0, 4, attempt, &in, sizeof in)));
+      EXPECT_EQ(in, 9);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto sent = std::chrono::steady_clock::now();
+    int nine = 9;
+    ASSERT_FALSE(bool(comms[0]->send(1, 4, attempt, &nine, sizeof nine)));
+    receiver.join();
+    bound = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          sent)
+                .count();
+    waited = comms[1]->takeMessageDelays();
+    EXPECT_EQ(waited.received, 1);
+  }
+  EXPECT_EQ(waited.waited, 1);
+  EXPECT_GE(waited.seconds, 0);
+  EXPECT_LE(waited.seconds, bound); // not the 100 ms the receive waited
+  EXPECT_EQ(comms[1]->takeMessageDelays().received, 0);
+  EXPECT_EQ(comms[0]->takeMessageDelays().received, 0); // rank 0's own
 }

@@ -209,6 +209,30 @@ TEST(CostModel, ProfileActionOverheadIsTheMeanOverStages) {
             "STEP) and \"overhead\" (seconds, >= 0)");
 }
 
+// The delay of the messages a stage waited for (cleave-run --profile's
+// "messages"): per receiving stage, and the mean over all the receives that
+// waited.
+TEST(CostModel, ProfileMessageLatencyPerStageAndOverAll) {
+  auto profile = OpProfile::parse(R"({"time_unit": "s", "ops": [],
+    "messages": [{"stage": 0, "latency": 1e-4, "waited": 30, "received": 80},
+                 {"stage": 1, "latency": 1e-3, "waited": 10, "received": 80}]})",
+                                  "p.json");
+  ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
+  EXPECT_DOUBLE_EQ(*profile->messageLatency(0), 1e-4);
+  EXPECT_DOUBLE_EQ(*profile->messageLatency(1), 1e-3);
+  EXPECT_FALSE(profile->messageLatency(2));
+  EXPECT_DOUBLE_EQ(*profile->messageLatency(), (30 * 1e-4 + 10 * 1e-3) / 40);
+  auto none = OpProfile::parse(R"({"ops": []})", "p.json");
+  ASSERT_TRUE(bool(none));
+  EXPECT_FALSE(none->messageLatency());
+  auto bad = OpProfile::parse(R"({"ops": [], "messages": [{"stage": 0,
+                                   "latency": -1, "waited": 3}]})", "p.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "profile 'p.json': messages[0] needs \"stage\" (>= 0), "
+            "\"latency\" (seconds, >= 0) and \"waited\" (>= 1)");
+}
+
 TEST(CostModel, ProfileErrorsAreOneLine) {
   auto bad = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "X",
                                             "time": 1}]})", "p.json");

@@ -712,8 +712,20 @@ TEST(Trace, ChromeTraceAndProfileText) {
   prof[{"", runtime::Phase::B}] = {9, 1}; // no loc: not profiled
   llvm::json::Array ops;
   runtime::appendProfileOps(plan, prof, ops);
+  // Message delays: the mean over the receives that waited, filed apart;
+  // a stage none of whose receives waited has no entry.
+  runtime::appendMessageDelays(1, {0.03, 3, 10}, ops);
+  runtime::appendMessageDelays(0, {0, 0, 10}, ops);
   auto p = llvm::json::parse(runtime::profileJson(std::move(ops)));
   ASSERT_TRUE(bool(p));
+  const llvm::json::Array *messages = p->getAsObject()->getArray("messages");
+  ASSERT_TRUE(messages);
+  ASSERT_EQ(messages->size(), 1u);
+  const llvm::json::Object *m = (*messages)[0].getAsObject();
+  EXPECT_EQ(*m->getInteger("stage"), 1);
+  EXPECT_DOUBLE_EQ(*m->getNumber("latency"), 0.01);
+  EXPECT_EQ(*m->getInteger("waited"), 3);
+  EXPECT_EQ(*m->getInteger("received"), 10);
   EXPECT_EQ(p->getAsObject()->getString("time_unit"), llvm::StringRef("s"));
   const llvm::json::Array *list = p->getAsObject()->getArray("ops");
   ASSERT_EQ(list->size(), 2u);

@@ -58,6 +58,24 @@ TEST(ScheduleSimulator, LinkLatencyAndBandwidth) {
   EXPECT_DOUBLE_EQ(r.stages[0].bubble, 6.0 / 9); // busy 1 + 2 of 9
 }
 
+// A message to a stage arrives its recvLatency (a profile's measured delay
+// of that stage's waiting receives) after the link delivers it, on top of
+// the link's latency.
+TEST(ScheduleSimulator, ReceivingStagesLatency) {
+  PipelineCosts costs = PipelineCosts::uniform(2);
+  costs.linkLatency = 0.5;
+  costs.stages[1].recvLatency = 0.25; // the activations: 0.75 to arrive
+  costs.stages[0].recvLatency = 1;    // the gradient: 1.5
+  Schedule s = make("1f1b", 2, 1, costs);
+  SimResult r = sim(s, costs);
+  // Stage 0: F0 [0,1]; stage 1: F0 [1.75,2.75], BW0 [2.75,4.75]; stage 0:
+  // BW0 from 6.25 to 8.25.
+  EXPECT_DOUBLE_EQ(r.stages[1].start, 1.75);
+  EXPECT_DOUBLE_EQ(r.stages[1].finish, 4.75);
+  EXPECT_DOUBLE_EQ(r.stages[0].finish, 8.25);
+  EXPECT_DOUBLE_EQ(r.stepTime, 8.25);
+}
+
 // A stage's update (its STEP action) takes the stage's step time after its
 // last backward action; the next step's F waits for it.
 TEST(ScheduleSimulator, StepTakesTheStagesUpdateTime) {
