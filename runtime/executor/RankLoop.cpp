@@ -107,27 +107,33 @@ llvm::Error runRankStep(const RankWork &work, int64_t step) {
 llvm::Error runRankThreads(const std::vector<RankWork> &ranks, int64_t step) {
   std::mutex mu;
   std::optional<std::string> first;
+  auto run = [&](size_t i) {
+    llvm::Error e = runRankStep(ranks[i], step);
+    if (!e)
+      return;
+    std::string msg = llvm::toString(std::move(e));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first)
+        first = msg;
+    }
+    // Wake every stage blocked on a message that will not come.
+    for (const RankWork &r : ranks)
+      for (StageExecutor *other : r.stages) {
+        other->comm().abort(msg);
+        if (other->dataParallel())
+          other->dataParallel()->abort(msg);
+      }
+  };
+  // The first rank runs on the calling thread, which holds a core already:
+  // a new thread has to be given one, and beside a busy process that took
+  // a millisecond or more at the start of every step.
   std::vector<std::thread> threads;
   threads.reserve(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i)
-    threads.emplace_back([&, i] {
-      llvm::Error e = runRankStep(ranks[i], step);
-      if (!e)
-        return;
-      std::string msg = llvm::toString(std::move(e));
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first)
-          first = msg;
-      }
-      // Wake every stage blocked on a message that will not come.
-      for (const RankWork &r : ranks)
-        for (StageExecutor *other : r.stages) {
-          other->comm().abort(msg);
-          if (other->dataParallel())
-            other->dataParallel()->abort(msg);
-        }
-    });
+  for (size_t i = 1; i < ranks.size(); ++i)
+    threads.emplace_back(run, i);
+  if (!ranks.empty())
+    run(0);
   for (std::thread &t : threads)
     t.join();
   if (first)
