@@ -403,8 +403,10 @@ template <class VF, class VI>
   kr = __builtin_convertvector(k, VF);
   return k;
 }
+// e^r 2^k: the polynomial of the reduced argument, scaled in the exponent
+// bits.
 template <bool Fma = false, class VF, class VI>
-[[gnu::always_inline]] inline VF expFinishT(VF d, VF r, VI k) {
+[[gnu::always_inline]] inline VF expScaledT(VF r, VI k) {
   VF p = VF{} + 1.0f / 5040;
   p = mulAdd<Fma>(p, r, 1.0f / 720);
   p = mulAdd<Fma>(p, r, 1.0f / 120);
@@ -417,7 +419,11 @@ template <bool Fma = false, class VF, class VI>
   VF scale;
   static_assert(sizeof(scale) == sizeof(bits));
   std::memcpy(&scale, &bits, sizeof(scale));
-  VF y = p * scale;
+  return p * scale;
+}
+template <bool Fma = false, class VF, class VI>
+[[gnu::always_inline]] inline VF expFinishT(VF d, VF r, VI k) {
+  VF y = expScaledT<Fma>(r, k);
   y = d > 88.72f ? (VF{} + HUGE_VALF) : y;
   y = d < -87.3f ? (VF{} + 0.0f) : y;
   return d != d ? d : y;
@@ -510,19 +516,7 @@ template <bool Fma = false, class VF>
   VI k = __builtin_convertvector(dc * 1.44269504f - 0.5f, VI);
   VF kr = __builtin_convertvector(k, VF);
   VF r = (d - kr * 0.693145752f) - kr * 1.42860677e-6f;
-  VF p = VF{} + 1.0f / 5040;
-  p = mulAdd<Fma>(p, r, 1.0f / 720);
-  p = mulAdd<Fma>(p, r, 1.0f / 120);
-  p = mulAdd<Fma>(p, r, 1.0f / 24);
-  p = mulAdd<Fma>(p, r, 1.0f / 6);
-  p = mulAdd<Fma>(p, r, 0.5f);
-  p = mulAdd<Fma>(p, r, 1.0f);
-  p = mulAdd<Fma>(p, r, 1.0f);
-  VI bits = (k + 127) << 23;
-  VF scale;
-  static_assert(sizeof(scale) == sizeof(bits));
-  std::memcpy(&scale, &bits, sizeof(scale));
-  VF y = p * scale;
+  VF y = expScaledT<Fma>(r, k);
   return d < -87.3f ? (VF{} + 0.0f) : y;
 }
 
