@@ -1,8 +1,10 @@
 // The in-process Comm group (runtime/Comm.h): one mailbox shared by all
 // ranks, keyed by (source, destination, tag, microbatch), each key a FIFO
-// queue of byte copies. One mutex guards the mailbox, the abort flag and the
-// barrier; one condition variable wakes waiters on any change (the groups
-// are small, a pipeline's stages, so waking everyone is cheap).
+// queue of byte copies stamped with their send's time (a receive that
+// waits counts the time from the send to its return: takeMessageDelays).
+// One mutex guards the mailbox, the abort flag and the barrier; one
+// condition variable wakes waiters on any change (the groups are small, a
+// pipeline's stages, so waking everyone is cheap).
 #include "runtime/comm/Comm.h"
 
 #include "llvm/Support/FormatVariadic.h"
