@@ -386,7 +386,7 @@ private:
   double transfer(int from, int to, ActionKind send) const {
     return place_.rankOf[from] == place_.rankOf[to]
                ? 0
-               : transferTime(costs_, from, send);
+               : transferTime(costs_, from, to, send);
   }
 
   // When the inputs of F(mb) / B(mb) on stage s are there (kNever: not yet

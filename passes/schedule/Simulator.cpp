@@ -106,9 +106,8 @@ private:
         span.start = made ? *made : clock_[r];
         bool local = a.peer >= 0 && a.peer < s_.stages &&
                      rankOfStage(s_, a.peer) == int(r);
-        span.end = span.start + (local ? 0 : transferTime(costs_, st, a.kind));
-        if (!local && a.peer >= 0 && a.peer < int(costs_.stages.size()))
-          span.end += costs_.stages[size_t(a.peer)].recvLatency;
+        span.end =
+            span.start + (local ? 0 : transferTime(costs_, st, a.peer, a.kind));
         putMessage(MessageKey{a.kind, a.microbatch, st, a.peer}, span.end);
       } else {
         runCompute(r, st, a, span);
@@ -329,12 +328,16 @@ double computeCost(const PipelineCosts &costs, int stage, ActionKind kind) {
   }
 }
 
-double transferTime(const PipelineCosts &costs, int stage, ActionKind send) {
-  const StageCost &c = costs.stages[stage];
+double transferTime(const PipelineCosts &costs, int from, int to,
+                    ActionKind send) {
+  const StageCost &c = costs.stages[from];
   // A gradient sent upstream has the size of this stage's input.
   int64_t bytes = send == ActionKind::SendF ? c.sendBytes : c.recvBytes;
   double wire = costs.linkBytesPerUnit > 0 ? bytes / costs.linkBytesPerUnit : 0;
-  return costs.linkLatency + wire;
+  double arrive = to >= 0 && size_t(to) < costs.stages.size()
+                      ? costs.stages[size_t(to)].recvLatency
+                      : 0;
+  return costs.linkLatency + wire + arrive;
 }
 
 llvm::Expected<SimResult> simulate(const Schedule &s,

@@ -64,9 +64,11 @@ struct SimResult {
 // The cost of one compute action on `stage` (0 for SEND/RECV; STEP: the
 // stage's update).
 double computeCost(const PipelineCosts &costs, int stage, ActionKind kind);
-// How long a message from a SEND on `stage` takes to arrive (at another
-// rank; on the same rank it takes no time).
-double transferTime(const PipelineCosts &costs, int stage, ActionKind send);
+// How long a message from a SEND on stage `from` takes to reach stage `to`
+// on another rank (on the same rank it takes no time): the link's latency
+// and bytes, and the receiving stage's recvLatency.
+double transferTime(const PipelineCosts &costs, int from, int to,
+                    ActionKind send);
 
 // Fails (one line) on a deadlock or a RECV whose SEND never comes; the
 // costs must have one entry per stage.

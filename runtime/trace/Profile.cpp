@@ -69,7 +69,7 @@ void appendMessageDelays(int stage, const MessageDelays &delays,
     return;
   ops.push_back(llvm::json::Object{
       {"stage", stage},
-      {"message_latency", delays.seconds / double(delays.waited)},
+      {"latency", delays.seconds / double(delays.waited)},
       {"waited", delays.waited},
       {"received", delays.received}});
 }
@@ -93,16 +93,11 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
 std::string profileJson(llvm::json::Array entries) {
   llvm::json::Array ops, actions, messages;
   for (llvm::json::Value &e : entries) {
-    llvm::json::Object *o = e.getAsObject();
-    if (o && o->get("message_latency")) {
-      llvm::json::Object m{{"stage", *o->get("stage")},
-                           {"latency", *o->get("message_latency")},
-                           {"waited", *o->get("waited")},
-                           {"received", *o->get("received")}};
-      messages.push_back(std::move(m));
-      continue;
-    }
-    (o && o->get("action") ? actions : ops).push_back(std::move(e));
+    const llvm::json::Object *o = e.getAsObject();
+    (o && o->get("latency")  ? messages
+     : o && o->get("action") ? actions
+                             : ops)
+        .push_back(std::move(e));
   }
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -51,8 +51,9 @@ void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
                            llvm::json::Array &ops);
 
 // One stage's message delays as an entry of the same array ({"stage",
-// "message_latency": the mean delay of the receives that waited, "waited",
-// "received"}); nothing when none waited. profileJson files them apart.
+// "latency": the mean delay of the receives that waited, "waited",
+// "received"}, the form of the file's "messages"); nothing when none
+// waited. profileJson files them apart.
 void appendMessageDelays(int stage, const MessageDelays &delays,
                          llvm::json::Array &ops);
 
