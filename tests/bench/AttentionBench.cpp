@@ -155,7 +155,8 @@ int main(int argc, char **argv) {
   auto backend = runtime::createCpuBackend(threads);
   const Case cases[] = {{2, 4, 512, 64, true},  {2, 4, 1024, 64, true},
                         {1, 4, 2048, 64, true}, {2, 4, 1024, 64, false},
-                        {8, 4, 128, 64, true}};
+                        {8, 4, 128, 64, true},  {8, 4, 128, 64, false},
+                        {16, 4, 65, 64, false}};
   for (const Case &c : cases)
     runCase(c);
   return 0;

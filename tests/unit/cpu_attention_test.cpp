@@ -227,7 +227,8 @@ TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
 // or [T, B, H, D], read and written in place, give the bits of the
 // [B, H, T, D] op on transposed copies (grouped-query heads, a mask, the
 // causal rule; 1 and 2 threads; rows 1 KB (seq_major) and 4 KB
-// (time_major) apart).
+// (time_major) apart: time_major's Q and dO rows, a page apart, are copied
+// into the tiles, its K and V rows, 2 KB apart, read in place).
 TEST(CpuAttention, SeqAndTimeMajorGiveTheBitsOfTheTransposedOperands) {
   testsupport::cpu();
   const int64_t B = 4, Hq = 8, Hkv = 4, T = 150, D = 32;
