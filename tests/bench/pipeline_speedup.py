@@ -105,6 +105,7 @@ class Bench:
                f"--steps={steps}", f"--profile={profile}"]
         if self.args.overlap:
             cmd += ["--overlap-steps", "--on-nan=off"]
+        cmd += self.args.run_flag
         out = run(cmd)
         ms = [float(m.group(2)) for m in re.finditer(
             r"^step\s+(\d+)/\d+\s+loss \S+\s+\d+ samples/s\s+(\S+) ms", out, re.M)
@@ -161,6 +162,9 @@ def main():
     ap.add_argument("--keep", help="folder to keep the plans and the profiles in")
     ap.add_argument("--neighbour", type=int, default=0,
                     help="CPU-bound busy processes running alongside (default 0)")
+    ap.add_argument("--run-flag", action="append", default=[], metavar="FLAG",
+                    help="one more cleave-run flag for every run (repeatable), "
+                         "e.g. --run-flag=--pin-threads=off")
     args = ap.parse_args()
     neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                   for _ in range(args.neighbour)]
@@ -186,6 +190,7 @@ def measure(args):
           f"rank, {args.steps} steps per run, median (min..max) of {args.rounds} rounds; "
           "each run's simulation is fed that run's own --profile"
           + (f"; {args.neighbour} busy neighbour process(es)" if args.neighbour else "")
+          + (f"; cleave-run {' '.join(args.run_flag)}" if args.run_flag else "")
           + f"; CLEAVE_GEMM={os.environ.get('CLEAVE_GEMM', 'auto')}")
     base = bench.schedules[0]
     w = max(len(s) for s in bench.schedules)
