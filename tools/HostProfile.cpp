@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -141,7 +142,8 @@ std::string opKey(const ir::Op &op) {
 // Times ops on this machine with the runtime's own kernels, once per
 // distinct key (kind, attributes, types): operands of the op's types filled
 // with values in [-1, 1), one run to set up, then the median of 3 runs
-// (from cold caches where levelTwoBytes says so: evictCaches), each scaled
+// (from cold caches where time() says so: evictCaches; else each right
+// after an untimed run of the op, its operands in the caches), each scaled
 // by the slowdown of a reference product run just before it. An op over a
 // quarter second by the formulas, or any after 20 s of timing in one
 // compile, is left to the formulas; so is one with operands that are not floats or not of static
@@ -174,9 +176,9 @@ public:
   }
 
   std::optional<double> time(const ir::Op &op, double stepBytes) {
-    double cache = double(levelTwoBytes());
-    bool cold = passes::opWork(op).bytes > cache ||
-                (op.phase() != ir::Phase::Fwd && stepBytes > cache);
+    bool cold = passes::opWork(op).bytes > double(levelTwoBytes()) ||
+                (op.phase() != ir::Phase::Fwd &&
+                 stepBytes > double(lastLevelBytes()));
     std::string key = opKey(op) + (cold ? " cold" : " warm");
     auto it = times_.find(key);
     if (it != times_.end())
@@ -255,8 +257,12 @@ private:
       now = std::min(now, reference());
       referenceBest_ = std::min(referenceBest_, now); // the best so far
       double slowdown = std::max(1.0, now / referenceBest_);
-      if (cold)
+      if (cold) {
         evictCaches();
+      } else if (llvm::Error e = backend->run(call)) {
+        llvm::consumeError(std::move(e)); // operands back in the caches
+        return std::nullopt;
+      }
       auto t0 = Clock::now();
       if (llvm::Error e = backend->run(call)) {
         llvm::consumeError(std::move(e));
@@ -281,16 +287,47 @@ private:
   // Where an op finds its operands in a training step: an op whose
   // operands and results outgrow a core's L2 streams them from memory; a
   // B, W or update op reads values made long before (the stash, the
-  // parameters), gone from the caches unless the whole step fits in L2.
-  // Those are timed from cold caches (each run after other bytes replaced
-  // the caches' contents), the rest warm (their operands just made).
-  // Measured on ResNet-18 (CIFAR size, 2 threads, Intel Xeon with 2 MiB
-  // of L2 a core and a shared L3; measured step 59 to 63 ms): every op
-  // warm 42 ms, every op cold 58 ms; the corpus's tiny GPT-2 (ops of
-  // kilobytes, step 1.5 ms) every op cold 2.8 ms.
+  // parameters), gone from the caches unless the whole step fits in the
+  // last level (L3). Those are timed from cold caches (each run after
+  // other bytes replaced the caches' contents), the rest warm (their
+  // operands just made). Measured on ResNet-18 (CIFAR size, 2 threads,
+  // Intel Xeon with 2 MiB of L2 a core and a shared L3; measured step 59
+  // to 63 ms): every op warm 42 ms, every op cold 58 ms; the corpus's tiny
+  // GPT-2 (ops of kilobytes, step 1.5 ms) every op cold 2.8 ms. On an AMD
+  // EPYC with 1 MiB of L2 that GPT-2's 1.2 MB step was past L2, and its
+  // B and W ops, timed cold, came out 3 to 7 times their measured time.
   static size_t levelTwoBytes() {
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return l2 > 0 ? size_t(l2) : size_t(2) << 20;
+  }
+  // The largest cache a core reads through, as the kernel's cache
+  // topology lists it for CPU 0 (/sys/devices/system/cpu/cpu0/cache); L2
+  // where that cannot be read. (sysconf's L3 is not it: in a virtual
+  // machine on a 2-core AMD EPYC it said 384 MiB, the host's sum, where
+  // the topology says 32 MiB.)
+  static size_t lastLevelBytes() {
+    static const size_t bytes = [] {
+      size_t best = 0;
+      int bestLevel = 0;
+      for (int i = 0; i < 8; ++i) {
+        std::string dir =
+            "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
+        std::ifstream levelFile(dir + "/level"), sizeFile(dir + "/size");
+        int level = 0;
+        std::string size;
+        if (!(levelFile >> level) || !(sizeFile >> size) || size.empty())
+          continue;
+        char unit = size.back();
+        size_t n = size_t(std::strtoull(size.c_str(), nullptr, 10));
+        n *= unit == 'K' ? size_t(1) << 10 : unit == 'M' ? size_t(1) << 20 : 1;
+        if (level > bestLevel || (level == bestLevel && n > best)) {
+          bestLevel = level;
+          best = n;
+        }
+      }
+      return std::max(best, levelTwoBytes());
+    }();
+    return bytes;
   }
   void evictCaches() {
     evict_.resize(kEvictBytes);
