@@ -104,7 +104,7 @@ public:
 private:
   int addSlot(const Value *v, SlotKind kind);
   llvm::Error addDeclared();
-  void planFrames();
+  llvm::Error planFrames();
   void placeCopyWaits();
   void recordAccuracy();
 
@@ -236,7 +236,8 @@ llvm::Expected<runtime::StagePlan> StageLowering::run() {
       stage_.lossSlot = slotOf_.lookup(loss);
       recordAccuracy();
     }
-  planFrames();
+  if (auto e = planFrames())
+    return std::move(e);
   return std::move(stage_);
 }
 
@@ -278,7 +279,7 @@ void StageLowering::recordAccuracy() {
 // its ops by phase, so the planner's lifetimes are the executor's. A value
 // that shares its operand's buffer has its offset, and the executor skips
 // the op that made it.
-void StageLowering::planFrames() {
+llvm::Error StageLowering::planFrames() {
   const Value *loss = g_.lookup(info_.lossName);
   passes::StageFrames frames = passes::planStageFrames(g_, loss);
   for (const auto &[v, offset] : frames.offset)
@@ -288,7 +289,19 @@ void StageLowering::planFrames() {
   stage_.frameBytes = frames.micro.size;
   stage_.stepFrameBytes = frames.step.size;
   stage_.hostFrameBytes = frames.host.size;
+  // The updates the planner left out of the step frame must be the ones
+  // the executor writes into their states, or two values would share
+  // bytes.
+  std::vector<int> alias = runtime::stepUpdatesInPlace(stage_);
+  for (const Value *v : frames.inPlace)
+    if (alias[size_t(slotOf_.lookup(v))] < 0)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "internal error: stage %d: the memory plan writes '%s' into its "
+          "state's bytes, which the executor would not",
+          stage_.index, v->name().c_str());
   placeCopyWaits();
+  return llvm::Error::success();
 }
 
 // Offload copies run beside the compute where the backend has a copy queue

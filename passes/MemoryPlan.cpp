@@ -92,6 +92,31 @@ int programOf(ir::Phase p) {
   return 3;
 }
 
+llvm::DenseSet<const ir::Value *> updatedInPlace(const ir::Graph &g) {
+  // The step's ops in program order (codegen's step program).
+  llvm::DenseMap<const ir::Op *, int> position;
+  for (const auto &op : g.ops())
+    if (op->phase() == ir::Phase::Opt)
+      position[op.get()] = int(position.size());
+  llvm::DenseSet<const ir::Value *> out;
+  for (const ir::StateUpdate &u : g.updates()) {
+    const ir::Op *op = u.value->definingOp();
+    if (!op || op->phase() != ir::Phase::Opt ||
+        (op->kind() != ir::OpKind::SGD && op->kind() != ir::OpKind::AdamW) ||
+        u.state->definingOp())
+      continue;
+    int at = position.lookup(op);
+    bool readAfter = false;
+    for (const ir::Use &use : u.state->uses())
+      if (use.user->phase() == ir::Phase::Opt &&
+          position.lookup(use.user) > at)
+        readAfter = true;
+    if (!readAfter)
+      out.insert(u.value);
+  }
+  return out;
+}
+
 StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
   std::vector<FrameValue> vals;
   llvm::DenseMap<const ir::Value *, int> index;
@@ -185,12 +210,24 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
       vals[src].to = std::max(vals[src].to, vals[dst].to);
     }
 
+  // Updates written into their state (a value another shares the buffer
+  // of keeps its place: the sharer's bytes are in the frame).
+  llvm::DenseSet<const ir::Value *> inPlace = updatedInPlace(g);
+  for (size_t i = 0; i < vals.size(); ++i)
+    if (vals[i].root != int(i))
+      inPlace.erase(vals[root(int(i))].value);
   std::vector<Lifetime> micro, step, host;
   std::vector<int> microOf, stepOf, hostOf;
+  StageFrames out;
   for (size_t i = 0; i < vals.size(); ++i) {
     const FrameValue &fv = vals[i];
     if (fv.root != int(i))
       continue;
+    if (fv.kind == FrameKind::Step && inPlace.count(fv.value)) {
+      out.inPlace.insert(fv.value);
+      out.offset[fv.value] = 0;
+      continue;
+    }
     int64_t bytes = fv.value->type().byteSize();
     if (fv.kind == FrameKind::Input) {
       micro.push_back({-1, std::max<int64_t>(fv.to, 0), bytes});
@@ -201,7 +238,6 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
       (m ? microOf : h ? hostOf : stepOf).push_back(int(i));
     }
   }
-  StageFrames out;
   out.micro = placeLifetimes(micro);
   out.step = placeLifetimes(step);
   out.host = placeLifetimes(host);

@@ -184,12 +184,15 @@ struct FrameSweep {
 static void fillFrameTables(const ir::Graph &g, const Layering &layering,
                             LayerChain &chain) {
   SweepValues vals;
+  // Updates written into their states' bytes take no step-frame room
+  // (MemoryPlan.h's updatedInPlace, as the plan lays the frame out).
+  const llvm::DenseSet<const ir::Value *> inPlace = updatedInPlace(g);
   auto add = [&](const ir::Value *v, int layer, int phase) {
     vals.id[v] = int(vals.bytes.size());
     // An offloaded copy is in host memory: it weighs nothing on the device.
     bool host = v->definingOp() &&
                 v->definingOp()->kind() == ir::OpKind::Offload;
-    vals.bytes.push_back(host ? 0 : v->type().byteSize());
+    vals.bytes.push_back(host || inPlace.count(v) ? 0 : v->type().byteSize());
     vals.defLayer.push_back(layer);
     vals.defPhase.push_back(phase);
     bool opt = false;

@@ -164,6 +164,9 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
   normTag_ = voteTag_ + 1;
   indexClipping(plan);
   std::vector<int> feeders(n, 0); // by Accum slot: MicroTemps summed into it
+  // Updates written into their state's bytes have no place in the step
+  // frame (Plan.h).
+  const std::vector<int> inPlace = stepUpdatesInPlace(sp);
 
   // Slots: sizes, placement, initial data.
   for (int s = 0; s < n; ++s) {
@@ -195,6 +198,8 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
       int64_t frame = sl.kind == SlotKind::StepTemp   ? sp.stepFrameBytes
                       : sl.kind == SlotKind::HostTemp ? sp.hostFrameBytes
                                                       : sp.frameBytes;
+      if (sl.kind == SlotKind::StepTemp && inPlace[size_t(s)] >= 0)
+        break;
       if (sl.offset < 0 || sl.offset + sl.bytes > frame)
         return fail(llvm::formatv("{0} ({1}): bytes [{2}, {3}) outside its "
                                   "{4}-byte frame",
@@ -469,39 +474,13 @@ llvm::Error StageExecutor::checkActions() {
 
 
 // An optimizer writes each new parameter (and its moments) into the
-// state's own bytes when nothing after it in the Step program reads the
-// state's old value: the update's copy of every parameter (a pass over
-// all the model's bytes each step) is then no copy (copySlot skips a slot
-// onto itself). SGD and AdamW read element i of every operand before they
-// write element i of any result, on every backend, so a result may share
-// bytes with its operand; other writers (a Recv of a tied replica's value,
-// a step counter's Add) keep the copy.
+// state's own bytes where stepUpdatesInPlace (Plan.h) allows it: the
+// update's copy of every parameter (a pass over all the model's bytes each
+// step) is then no copy (copySlot skips a slot onto itself), and the step
+// frame has no room for those values. Other writers (a Recv of a tied
+// replica's value, a step counter's Add) keep the copy.
 void StageExecutor::placeUpdatesInPlace() {
-  const StagePlan &sp = stage_;
-  int n = int(sp.slots.size());
-  stepAlias_.assign(n, -1);
-  const auto &prog = sp.programs[int(Phase::Step)];
-  std::vector<int> writer(n, -1), writes(n, 0), lastRead(n, -1);
-  for (size_t i = 0; i < prog.size(); ++i) {
-    for (int s : prog[i].inputs)
-      lastRead[s] = int(i);
-    for (int s : prog[i].outputs) {
-      writer[s] = int(i);
-      ++writes[s];
-    }
-  }
-  for (const StateUpdate &u : sp.stepUpdates) {
-    int w = writer[u.value];
-    if (w < 0 || writes[u.value] != 1 || writes[u.state] != 0)
-      continue;
-    const Instr &in = prog[size_t(w)];
-    if (in.kind != InstrKind::Kernel ||
-        (in.op != ir::OpKind::SGD && in.op != ir::OpKind::AdamW))
-      continue;
-    if (lastRead[u.state] > w || sp.slots[u.value].kind != SlotKind::StepTemp)
-      continue;
-    stepAlias_[u.value] = u.state;
-  }
+  stepAlias_ = stepUpdatesInPlace(stage_);
 }
 
 } // namespace cleave::runtime

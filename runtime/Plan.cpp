@@ -65,4 +65,39 @@ uint64_t fnv1a64(const void *data, size_t bytes) {
   return support::fnv1a64(data, bytes, support::kFnv1a64Basis);
 }
 
+std::vector<int> stepUpdatesInPlace(const StagePlan &sp) {
+  int n = int(sp.slots.size());
+  std::vector<int> alias(size_t(n), -1);
+  const auto &prog = sp.programs[int(Phase::Step)];
+  std::vector<int> writer(size_t(n), -1), writes(size_t(n), 0),
+      lastRead(size_t(n), -1);
+  auto valid = [&](int s) { return s >= 0 && s < n; };
+  for (size_t i = 0; i < prog.size(); ++i) {
+    for (int s : prog[i].inputs)
+      if (valid(s))
+        lastRead[size_t(s)] = int(i);
+    for (int s : prog[i].outputs)
+      if (valid(s)) {
+        writer[size_t(s)] = int(i);
+        ++writes[size_t(s)];
+      }
+  }
+  for (const StateUpdate &u : sp.stepUpdates) {
+    if (!valid(u.value) || !valid(u.state))
+      continue;
+    int w = writer[size_t(u.value)];
+    if (w < 0 || writes[size_t(u.value)] != 1 || writes[size_t(u.state)] != 0)
+      continue;
+    const Instr &in = prog[size_t(w)];
+    if (in.kind != InstrKind::Kernel ||
+        (in.op != ir::OpKind::SGD && in.op != ir::OpKind::AdamW))
+      continue;
+    if (lastRead[size_t(u.state)] > w ||
+        sp.slots[size_t(u.value)].kind != SlotKind::StepTemp)
+      continue;
+    alias[size_t(u.value)] = u.state;
+  }
+  return alias;
+}
+
 } // namespace cleave::runtime

@@ -164,6 +164,17 @@ struct StagePlan {
 // cleavec --batch-w; cleave-run --batch-w for a plan compiled without.
 void planWBatch(StagePlan &stage);
 
+// The step's state updates that write the new value into the state's own
+// bytes: for each slot, the state slot whose bytes it takes, or -1. An
+// update qualifies when its value is a StepTemp slot written once in the
+// step program, by an SGD or AdamW kernel (each reads element i of every
+// operand before it writes element i of any result, on every backend), and
+// no step instruction writes the state or reads it after that kernel.
+// Such a value takes no room in the step frame (passes/MemoryPlan.cpp
+// plans it out; codegen checks the two agree), and the update copies
+// nothing.
+std::vector<int> stepUpdatesInPlace(const StagePlan &stage);
+
 // A parameter's or constant's initial value, in one of three forms: the
 // plan holds its bytes (`bytes`: written into the .cplan); it refers to
 // `size` bytes at `offset` of weightFiles[file] (cleavec

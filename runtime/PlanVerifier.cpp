@@ -162,8 +162,18 @@ llvm::Error verifyUpdates(const StagePlan &s, const char *what,
 // (codegen packs them), so no header field alone can ask for memory.
 llvm::Error verifyMemory(const StagePlan &s) {
   int64_t frameExtent = 0, stepExtent = 0; // where the slots end
+  // Updates written into their state's bytes need no room in the step
+  // frame (Plan.h's stepUpdatesInPlace): their offsets are not checked
+  // against it. Plans from before 2026-12-05 still lay them out in it, so
+  // they count towards what the frame may hold.
+  const std::vector<int> inPlace = stepUpdatesInPlace(s);
   for (int i = 0; i < int(s.slots.size()); ++i) {
     const Slot &sl = s.slots[size_t(i)];
+    if (sl.kind == SlotKind::StepTemp && inPlace[size_t(i)] >= 0) {
+      if (sl.offset >= 0)
+        stepExtent = std::max(stepExtent, sl.offset + (sl.bytes + 63) / 64 * 64);
+      continue;
+    }
     auto bad = [&](const llvm::Twine &msg) {
       return invalid(
           llvm::formatv("stage {0} slot {1} '{2}': ", s.index, i, sl.name) +
@@ -477,6 +487,7 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
     if (s.frameBytes < 0 || s.stepFrameBytes < 0 || s.hostFrameBytes < 0)
       return invalid(llvm::formatv("stage {0}: negative frame size", si));
     int nslots = int(s.slots.size());
+    const std::vector<int> inPlace = stepUpdatesInPlace(s);
     for (int i = 0; i < nslots; ++i) {
       const Slot &sl = s.slots[i];
       auto bad = [&](const llvm::Twine &msg) {
@@ -490,8 +501,9 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
       if (!bytes || *bytes != sl.bytes)
         return bad(llvm::formatv("{0} bytes for {1}", sl.bytes,
                                  typeText(sl.dtype, sl.shape)));
-      if (sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp ||
-          sl.kind == SlotKind::HostTemp) {
+      if ((sl.kind == SlotKind::MicroTemp || sl.kind == SlotKind::StepTemp ||
+           sl.kind == SlotKind::HostTemp) &&
+          !(sl.kind == SlotKind::StepTemp && inPlace[size_t(i)] >= 0)) {
         int64_t frame = sl.kind == SlotKind::MicroTemp ? s.frameBytes
                         : sl.kind == SlotKind::HostTemp ? s.hostFrameBytes
                                                         : s.stepFrameBytes;

@@ -214,6 +214,47 @@ TEST(PlanningPasses, PlanMemoryPeaksAreThePlansPeaks) {
   }
 }
 
+// The step's updates that the executor writes into their states' bytes
+// take no room in the step frame: an SGD update and all three results of an
+// AdamW; not an update whose state a later step op still reads (the old
+// %t after its SGD), which keeps its place.
+TEST(PlanningPasses, UpdatesWrittenInPlaceLeaveTheStepFrame) {
+  auto g = ir::parseGraph(R"(graph @updates {
+  input %g : f32[64]
+  buffer %lr : f32[] = splat<0.1>
+  buffer %step : f32[] = splat<1.0>
+  param %a : f32[64] = splat<0.5>
+  param %b : f32[64] = splat<0.5>
+  param %t : f32[64] = splat<0.5>
+  buffer %b.m : f32[64] = splat<0.0>
+  buffer %b.v : f32[64] = splat<0.0>
+  opt %a.next = SGD(%a, %g, %lr) {grad_scale = 1.0, weight_decay = 0.0} : f32[64] @"optimizer/a"
+  opt %b.next, %b.m.next, %b.v.next = AdamW(%b, %g, %lr, %step, %b.m, %b.v) {beta1 = 0.9, beta2 = 0.999, epsilon = 1e-08, grad_scale = 1.0, weight_decay = 0.0} : f32[64], f32[64], f32[64] @"optimizer/b"
+  opt %t.next = SGD(%t, %g, %lr) {grad_scale = 1.0, weight_decay = 0.0} : f32[64] @"optimizer/t"
+  opt %t.old = Mul(%t, %g) : f32[64] @"after"
+  update %a = %a.next
+  update %b = %b.next
+  update %b.m = %b.m.next
+  update %b.v = %b.v.next
+  update %t = %t.next
+  output %t.old
+})",
+                          "test");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  auto value = [&](llvm::StringRef name) { return (*g)->lookup(name); };
+  llvm::DenseSet<const ir::Value *> inPlace = updatedInPlace(**g);
+  for (llvm::StringRef v : {"a.next", "b.next", "b.m.next", "b.v.next"})
+    EXPECT_TRUE(inPlace.count(value(v))) << v.str();
+  EXPECT_FALSE(inPlace.count(value("t.next")));
+  StageFrames frames = planStageFrames(**g, nullptr);
+  EXPECT_EQ(frames.inPlace.size(), 4u);
+  // %t.next and %t.old, 256 bytes each and both live at the end, are laid
+  // out; the rest is written into the states.
+  EXPECT_EQ(frames.step.size, 512);
+  for (llvm::StringRef v : {"a.next", "b.next", "b.v.next"})
+    EXPECT_EQ(frames.offset.lookup(value(v)), 0) << v.str();
+}
+
 } // namespace
 
 // The pass manager's verifier catches a planning pass that breaks the
