@@ -92,8 +92,10 @@ std::vector<int> stepUpdatesInPlace(const StagePlan &sp) {
     if (in.kind != InstrKind::Kernel ||
         (in.op != ir::OpKind::SGD && in.op != ir::OpKind::AdamW))
       continue;
-    if (lastRead[size_t(u.state)] > w ||
-        sp.slots[size_t(u.value)].kind != SlotKind::StepTemp)
+    const Slot &value = sp.slots[size_t(u.value)],
+               &state = sp.slots[size_t(u.state)];
+    if (lastRead[size_t(u.state)] > w || value.kind != SlotKind::StepTemp ||
+        value.dtype != state.dtype || value.bytes != state.bytes)
       continue;
     alias[size_t(u.value)] = u.state;
   }

@@ -134,6 +134,36 @@ TEST(PlanCheck, MemoryIsBoundedByTheFile) {
   }, "a state or constant slot without its blob");
 }
 
+// SGD writes each new parameter into the parameter's own bytes
+// (runtime::stepUpdatesInPlace), so the step frame has no room for them;
+// an update the executor would not write in place (here its value written
+// a second time in the step) must have its room, or the plan is refused.
+TEST(PlanCheck, UpdatesWrittenInPlaceNeedNoRoomElseTheyAreRefused) {
+  const runtime::StagePlan &s = gptPlan().stages[0];
+  std::vector<int> alias = runtime::stepUpdatesInPlace(s);
+  ASSERT_FALSE(s.stepUpdates.empty());
+  int64_t updateBytes = 0;
+  for (const runtime::StateUpdate &u : s.stepUpdates) {
+    EXPECT_EQ(alias[size_t(u.value)], u.state) << s.slots[u.value].name;
+    updateBytes += s.slots[size_t(u.value)].bytes;
+  }
+  EXPECT_LT(s.stepFrameBytes, updateBytes);
+  // (An update larger than what the frame holds for other values.)
+  expectRefused("an SGD update written twice", [](Plan &p) {
+    for (runtime::StagePlan &st : p.stages) {
+      auto &step = st.programs[int(runtime::Phase::Step)];
+      for (const Instr &in : step)
+        if (in.kind == InstrKind::Kernel && in.op == ir::OpKind::SGD &&
+            st.slots[size_t(in.outputs[0])].bytes > st.stepFrameBytes) {
+          Instr again = in;
+          step.push_back(again);
+          return true;
+        }
+    }
+    return false;
+  }, "outside its frame");
+}
+
 TEST(PlanCheck, ASchedulethatCannotCompleteIsRefused) {
   expectRefused("a Send's tag changed", [](Plan &p) {
     Instr *in = firstOf(p, 0, runtime::Phase::F, InstrKind::Send);
