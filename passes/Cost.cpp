@@ -3,6 +3,7 @@
 // come from its cost class in ir/Ops.def; only products (matrix products,
 // convolutions and their gradient parts) have formulas of their own here.
 #include "passes/Cost.h"
+#include "passes/MemoryPlan.h"
 
 #include "ir/TypeRules.h"
 #include "support/FileIO.h"
@@ -174,14 +175,12 @@ double stepBytes(const ir::Graph &g) {
 
 double predictOpTime(const ir::Op &op, const DeviceProfile &device,
                      double stepBytes) {
-  // A reshape-like op's result shares its operand's bytes wherever both
-  // live in one frame (MemoryPlan.cpp), and the executor then skips it:
-  // nothing to run, not even a dispatch. (Counted at the profile's op
-  // overhead, the 56 Reshapes of the corpus's tiny GPT-2 made up half of
-  // its predicted forward: 62 us a stage against 25 measured.)
-  if (op.info().has(ir::optrait::LayoutOnly) && op.numOperands() == 1 &&
-      op.numResults() == 1 &&
-      op.operand(0)->type().byteSize() == op.result(0)->type().byteSize())
+  // A view (MemoryPlan.h's isViewOp) shares its operand's bytes wherever
+  // both live in one frame, and the executor then skips it: nothing to
+  // run, not even a dispatch. (Counted at the profile's op overhead, the 56
+  // Reshapes of the corpus's tiny GPT-2 made up half of its predicted
+  // forward: 62 us a stage against 25 measured.)
+  if (isViewOp(op))
     return 0;
   OpWork work = opWork(op);
   // An offload copy moves its operand once over the host link (on the

@@ -92,6 +92,12 @@ int programOf(ir::Phase p) {
   return 3;
 }
 
+bool isViewOp(const ir::Op &op) {
+  return ir::opInfo(op.kind()).has(ir::optrait::LayoutOnly) &&
+         op.numOperands() == 1 && op.numResults() == 1 &&
+         op.operand(0)->type().byteSize() == op.result(0)->type().byteSize();
+}
+
 llvm::DenseSet<const ir::Value *> updatedInPlace(const ir::Graph &g) {
   // The step's ops in program order (codegen's step program).
   llvm::DenseMap<const ir::Op *, int> position;
@@ -190,9 +196,7 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
   };
   for (int p = 0; p < 4; ++p)
     for (const ir::Op *op : programs[p]) {
-      if (!ir::opInfo(op->kind()).has(ir::optrait::LayoutOnly) ||
-          op->numOperands() != 1 || op->numResults() != 1 ||
-          summedByStep(p, op->operand(0)))
+      if (!isViewOp(*op) || summedByStep(p, op->operand(0)))
         continue;
       auto in = index.find(op->operand(0));
       if (in == index.end())

@@ -72,6 +72,12 @@ struct StageFrames {
 
 StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss);
 
+// A reshape-like op (LayoutOnly: Reshape, Flatten, Squeeze, Unsqueeze,
+// Identity) of one operand whose result has the operand's bytes: the plan
+// places the result on the operand's buffer where both live in one frame,
+// and the executor then skips the op.
+bool isViewOp(const ir::Op &op);
+
 // The state updates whose new value the executor writes into the state's
 // own bytes, as runtime::stepUpdatesInPlace (runtime/Plan.h) finds them in
 // the plan codegen makes of `g`: made by an SGD or AdamW op of the step,

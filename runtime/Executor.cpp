@@ -166,7 +166,7 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
   std::vector<int> feeders(n, 0); // by Accum slot: MicroTemps summed into it
   // Updates written into their state's bytes have no place in the step
   // frame (Plan.h).
-  const std::vector<int> inPlace = stepUpdatesInPlace(sp);
+  placeUpdatesInPlace();
 
   // Slots: sizes, placement, initial data.
   for (int s = 0; s < n; ++s) {
@@ -198,7 +198,7 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
       int64_t frame = sl.kind == SlotKind::StepTemp   ? sp.stepFrameBytes
                       : sl.kind == SlotKind::HostTemp ? sp.hostFrameBytes
                                                       : sp.frameBytes;
-      if (sl.kind == SlotKind::StepTemp && inPlace[size_t(s)] >= 0)
+      if (sl.kind == SlotKind::StepTemp && stepAlias_[size_t(s)] >= 0)
         break;
       if (sl.offset < 0 || sl.offset + sl.bytes > frame)
         return fail(llvm::formatv("{0} ({1}): bytes [{2}, {3}) outside its "
@@ -404,8 +404,6 @@ llvm::Error StageExecutor::prepare(const Plan &plan) {
                                   what, i, v.name));
     }
   }
-  placeUpdatesInPlace();
-
   // The loss.
   if (sp.lossSlot >= 0) {
     if (sp.lossSlot >= n)

@@ -167,9 +167,10 @@ void planWBatch(StagePlan &stage);
 // The step's state updates that write the new value into the state's own
 // bytes: for each slot, the state slot whose bytes it takes, or -1. An
 // update qualifies when its value is a StepTemp slot of the state's type
-// and size, written once in the step program, by an SGD or AdamW kernel (each reads element i of every
-// operand before it writes element i of any result, on every backend), and
-// no step instruction writes the state or reads it after that kernel.
+// and size, written once in the step program, by an SGD or AdamW kernel
+// (each reads element i of every operand before it writes element i of
+// any result, on every backend), and no step instruction writes the state
+// or reads it after that kernel.
 // Such a value takes no room in the step frame (passes/MemoryPlan.cpp
 // plans it out; codegen checks the two agree), and the update copies
 // nothing.

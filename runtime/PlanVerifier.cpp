@@ -171,7 +171,8 @@ llvm::Error verifyMemory(const StagePlan &s) {
     const Slot &sl = s.slots[size_t(i)];
     if (sl.kind == SlotKind::StepTemp && inPlace[size_t(i)] >= 0) {
       if (sl.offset >= 0)
-        stepExtent = std::max(stepExtent, sl.offset + (sl.bytes + 63) / 64 * 64);
+        stepExtent =
+            std::max(stepExtent, sl.offset + (sl.bytes + 63) / 64 * 64);
       continue;
     }
     auto bad = [&](const llvm::Twine &msg) {

@@ -55,9 +55,10 @@ double gemmFlops() {
 // One message from a stage's thread to another's that waits for it, in
 // the runtime's in-process comm: half the median round trip of 200
 // ping-pongs of 64 bytes between two threads, each receive waiting (the
-// hand-off and the receiver's wake-up). On a 2-core AMD EPYC, quiet:
-// 12 to 20 us, where the fixed profile says 5; the corpus's tiny GPT-2 on
-// 2 stages measured 18 to 21 us a waited receive (cleave-run --profile).
+// hand-off and the receiver's wake-up). On a 2-core AMD EPYC: 3 to 17 us
+// between compiles, where the fixed profile says 5; the corpus's tiny
+// GPT-2 on 2 stages measured 18 to 21 us a waited receive (cleave-run
+// --profile).
 double handOffLatency() {
   auto comms = runtime::createInProcessComms(2, /*timeoutSeconds=*/10);
   constexpr int kRounds = 200;
