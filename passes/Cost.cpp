@@ -386,6 +386,41 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
                                 "(seconds, >= 0) and \"waited\" (>= 1)");
       profile.messages_[int(*stage)] = {*latency, *waited};
     }
+  if (const llvm::json::Value *coresValue = top->get("cores")) {
+    const llvm::json::Object *cores = coresValue->getAsObject();
+    llvm::Optional<int64_t> count = cores ? cores->getInteger("cores") : llvm::None;
+    if (!count || *count < 1)
+      return profileError(source, "cores needs \"cores\" (>= 1)");
+    Sharing sharing;
+    sharing.cores = int(std::min<int64_t>(*count, 1 << 20));
+    if (const llvm::json::Value *other = cores->get("other_cores")) {
+      llvm::Optional<double> v = other->getAsNumber();
+      if (!v || !std::isfinite(*v) || *v < 0)
+        return profileError(source, "cores.other_cores must be a number >= 0");
+      sharing.otherCores = *v;
+    }
+    if (const llvm::json::Value *waits = cores->get("core_wait")) {
+      const llvm::json::Array *list = waits->getAsArray();
+      if (!list)
+        return profileError(source, "cores.core_wait must be an array");
+      for (size_t i = 0; i < list->size(); ++i) {
+        const llvm::json::Object *entry = (*list)[i].getAsObject();
+        llvm::Optional<int64_t> stage;
+        llvm::Optional<double> wait;
+        if (entry) {
+          stage = entry->getInteger("stage");
+          wait = entry->getNumber("seconds");
+        }
+        if (!stage || *stage < 0 || !wait || !std::isfinite(*wait) || *wait < 0)
+          return profileError(source,
+                              "cores.core_wait[" + llvm::Twine(i) +
+                                  "] needs \"stage\" (>= 0) and \"seconds\" "
+                                  "(>= 0)");
+        sharing.coreWait[int(*stage)] = *wait;
+      }
+    }
+    profile.sharing_ = std::move(sharing);
+  }
   return profile;
 }
 

@@ -119,6 +119,17 @@ public:
   std::optional<double> messageLatency() const;
   std::optional<double> messageLatency(int stage) const;
 
+  // How much of the machine the profiled run had (the profile's "cores",
+  // runtime/trace/Profile.h): the cores it could use, the cores other
+  // processes kept busy on average (unknown in a run of several
+  // processes), and per stage its rank's wait for a core a step.
+  struct Sharing {
+    int cores = 0;
+    std::optional<double> otherCores;
+    std::map<int, double> coreWait; // by stage, seconds a step
+  };
+  const std::optional<Sharing> &sharing() const { return sharing_; }
+
 private:
   static std::string key(llvm::StringRef loc, ir::Phase phase);
   llvm::StringMap<double> times_;
@@ -128,6 +139,7 @@ private:
     int64_t waited = 0;
   };
   std::map<int, Messages> messages_; // by receiving stage
+  std::optional<Sharing> sharing_;
 };
 
 // The predicted time of every op of `g`, in program order, in seconds:

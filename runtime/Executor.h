@@ -79,6 +79,11 @@ struct StageStats {
   std::array<double, 5> busySeconds{};
   double recvWaitSeconds = 0; // of those, blocked in Comm::recv
   double stepSeconds = 0;     // the whole last runStep
+  // In the last step, the time the thread running this stage's rank was
+  // ready but had no core (support/CpuShare.h; 0 on the rank's other
+  // stages, and where the kernel does not keep the figure). Kernel pool
+  // threads' waits are not in it.
+  double coreWaitSeconds = 0;
   // What ran in the last runStep, in seconds of the steady clock (comparable
   // across stages of one process): each action, and each wait in a recv
   // longer than a microsecond (name "RECV", microbatch of the message).
@@ -157,6 +162,8 @@ public:
   const std::vector<double> &lastLosses() const { return losses_; }
 
   const StageStats &stats() const { return stats_; }
+  // runRankStep's reading of its thread's core wait over the step.
+  void setCoreWait(double seconds) { stats_.coreWaitSeconds = seconds; }
 
   // Per-kernel timing (off by default; on, every kernel call is timed;
   // sends and recvs are not, their time is mostly waiting for the other

@@ -1,6 +1,7 @@
 #include "runtime/Trainer.h"
 
 #include "runtime/Checkpoint.h"
+#include "support/CpuShare.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -43,7 +44,7 @@ Trainer::Trainer(const Plan &plan, std::vector<LocalStage *> stages,
                  Driver &driver, StepData data, TrainOptions options)
     : plan_(plan), stages_(std::move(stages)), driver_(driver),
       data_(std::move(data)), options_(std::move(options)),
-      profiles_(stages_.size()) {}
+      profiles_(stages_.size()), coreWaitSum_(stages_.size(), 0) {}
 
 std::string Trainer::where(const LocalStage &st) const {
   return (plan_.dataParallel > 1
@@ -274,7 +275,9 @@ llvm::Expected<bool> Trainer::reportStep(int64_t step, const StepResult &result,
 
 llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   start_ = std::chrono::steady_clock::now();
+  std::optional<support::CpuUse> useAtStart = support::cpuUseNow();
   stepSum_ = 0;
+  std::fill(coreWaitSum_.begin(), coreWaitSum_.end(), 0);
   int64_t steps = options_.steps;
   std::vector<size_t> everyStage(stages_.size());
   for (size_t i = 0; i < everyStage.size(); ++i)
@@ -326,6 +329,9 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
       if (options_.profile)
         for (size_t i = 0; i < stages_.size(); ++i)
           profiles_[i].take(*stages_[i]->executor);
+      if (warmStep(step, firstStep_, steps))
+        for (size_t i = 0; i < stages_.size(); ++i)
+          coreWaitSum_[i] += stages_[i]->executor->stats().coreWaitSeconds;
       StepReport report;
       auto ok = reportStep(step, snapshot(everyStage), std::nullopt, report);
       if (!ok)
@@ -339,6 +345,10 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
                          .count();
   summary_.meanStepSeconds =
       stepSum_ / double(std::max<int64_t>(steps - firstStep_ - 1, 1));
+  summary_.cores = support::usableCores();
+  if (driver_.size() == 1 && useAtStart)
+    if (std::optional<support::CpuUse> now = support::cpuUseNow())
+      summary_.otherCores = support::otherCoresBusy(*useAtStart, *now);
   return llvm::Error::success();
 }
 
@@ -441,6 +451,10 @@ llvm::Error Trainer::runOverlapped(
         if (options_.profile)
           for (size_t i : locals)
             profiles_[i].take(*stages_[i]->executor);
+        // Each rank thread adds to its own stages' sums only.
+        if (warmStep(step, firstStep_, options_.steps))
+          for (size_t i : locals)
+            coreWaitSum_[i] += stages_[i]->executor->stats().coreWaitSeconds;
         StepResult mine = snapshot(locals);
         auto now = std::chrono::steady_clock::now();
         if (deferred) {
@@ -662,7 +676,7 @@ llvm::Expected<TrainSummary> Trainer::summary() {
     most = std::max(most, stagesOfRank(plan_, r).size());
   most = std::max(most, stages_.size());
   std::vector<double> mine;
-  for (LocalStage *st : stages_) {
+  for (LocalStage *const &st : stages_) {
     const StageStats &s = st->executor->stats();
     double busy = -s.recvWaitSeconds;
     for (double b : s.busySeconds)
@@ -672,9 +686,11 @@ llvm::Expected<TrainSummary> Trainer::summary() {
                              double(s.hostPeakBytes),
                              double(st->executor->graphsRecorded()),
                              double(st->executor->graphLaunches()),
-                             double(st->executor->fusedEpilogues())});
+                             double(st->executor->fusedEpilogues()),
+                             coreWaitSum_[size_t(&st - stages_.data())] /
+                                 double(countedSteps())});
   }
-  constexpr size_t kFigures = 9;
+  constexpr size_t kFigures = 10;
   mine.resize(kFigures * most, -1);
   auto all = driver_.allGather(mine);
   if (!all)
@@ -689,7 +705,7 @@ llvm::Expected<TrainSummary> Trainer::summary() {
       out.stages[s] = StageFigures{(*all)[i + 2],          (*all)[i + 4],
                                    int64_t((*all)[i + 3]), int64_t((*all)[i + 5]),
                                    int64_t((*all)[i + 6]), int64_t((*all)[i + 7]),
-                                   int64_t((*all)[i + 8])};
+                                   int64_t((*all)[i + 8]), (*all)[i + 9]};
   }
   return out;
 }
@@ -703,6 +719,8 @@ llvm::Expected<std::string> Trainer::profileJson() {
                             ops);
       appendMessageDelays(stages_[i]->stage, profiles_[i].messageDelays(),
                           ops);
+      appendCoreWait(stages_[i]->stage,
+                     coreWaitSum_[i] / double(countedSteps()), ops);
     }
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -726,7 +744,8 @@ llvm::Expected<std::string> Trainer::profileJson() {
         for (llvm::json::Value &op : *a)
           merged.push_back(std::move(op));
     }
-    out = runtime::profileJson(std::move(merged));
+    out = runtime::profileJson(std::move(merged), summary_.cores,
+                               summary_.otherCores);
   }
   if (auto e = agree(driver_, std::move(err)))
     return std::move(e);

@@ -95,12 +95,21 @@ struct StageFigures {
   int64_t graphsRecorded = 0, graphLaunches = 0;
   // Gemm + Gelu pairs run as one call (Backend::fusesGemmGelu).
   int64_t fusedEpilogues = 0;
+  // Its rank's thread ready without a core, per step: the mean over the
+  // steps meanStepSeconds counts (StageStats::coreWaitSeconds).
+  double coreWaitSeconds = 0;
 };
 
 struct TrainSummary {
   double firstLoss = NAN, lastLoss = NAN;
   double seconds = 0;         // run() from start to end
   double meanStepSeconds = 0; // over the steps after the first
+  // The cores other processes kept busy during run(), on average
+  // (support::otherCoresBusy), of `cores` this process may run on; unset
+  // in a run of several processes (each one's CPU is the others') and
+  // where the kernel does not tell.
+  std::optional<double> otherCores;
+  int cores = 0;
   std::vector<StageFigures> stages; // replica 0's, by stage
 };
 
@@ -208,6 +217,11 @@ private:
   TrainSummary summary_;
   std::chrono::steady_clock::time_point start_;
   double stepSum_ = 0;
+  std::vector<double> coreWaitSum_; // by local stage, over the counted steps
+  // The steps the summary's means count: all but the run's first.
+  int64_t countedSteps() const {
+    return std::max<int64_t>(options_.steps - firstStep_ - 1, 1);
+  }
 };
 
 } // namespace cleave::runtime

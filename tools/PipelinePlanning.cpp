@@ -218,6 +218,43 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   return req;
 }
 
+namespace {
+
+// A profile measured while other work held the cores times that sharing
+// (support/CpuShare.h): one note saying so, so that a plan made from it on
+// a busy machine is not mistaken for one of a quiet machine.
+void noteProfileSharing(llvm::StringRef costModel) {
+  if (!costModel.consume_front("profile:"))
+    return;
+  auto profile = passes::OpProfile::load(costModel.str());
+  if (!profile) { // the planning passes reported it already
+    llvm::consumeError(profile.takeError());
+    return;
+  }
+  const auto &sharing = profile->sharing();
+  if (!sharing)
+    return;
+  double waited = 0;
+  for (const auto &[stage, w] : sharing->coreWait)
+    waited = std::max(waited, w);
+  bool others = sharing->otherCores && *sharing->otherCores >= 0.25;
+  if (!others && !(!sharing->otherCores && waited >= 1e-4))
+    return;
+  std::string what =
+      others ? llvm::formatv("other processes kept {0:F2} of its {1} core(s) "
+                             "busy",
+                             *sharing->otherCores, sharing->cores)
+                   .str()
+             : std::string("its ranks waited for a core");
+  llvm::errs() << llvm::formatv(
+      "note: {0} was measured while {1} (a rank waited up to {2:F3} ms a "
+      "step for a core): its op times and this plan's predictions hold that "
+      "sharing\n",
+      costModel, what, 1e3 * waited);
+}
+
+} // namespace
+
 llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
                                             const PlanningRequest &req,
                                             const passes::PipelineOptions &opts) {
@@ -228,6 +265,7 @@ llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
           m, passes::passNames(passes::planningPipeline()), quiet))
     return std::move(e);
   noteHostOpTimes();
+  noteProfileSharing(req.costModel);
   const passes::PartitionResult *part = &*m.partition;
   const sched::Schedule *schedule = &*m.schedule;
   const sched::SimResult *sim = &*m.sim;

@@ -201,9 +201,12 @@ output:
   --profile=FILE.json    measured per-op times (kernels only, not waits): each
                          op's mean over the steps after the first (the
                          delays of a shared core included), in the format
-                         `cleavec --cost-model profile:FILE` reads (a step
+                         `cleavec --cost-model profile:FILE` reads, with
+                         how much of the machine the run had (a step
                          more than 20% off the plan's prediction says so
-                         after the summary, and suggests this)
+                         after the summary, and suggests this; on cores
+                         other processes kept busy, a "cores shared" line
+                         says how much, and each rank's wait for a core)
   --trust-dir=DIR        also read the files the plan names (its weight
                          files; its source model, for --save) inside DIR
                          (repeatable). Without it they must lie inside the
@@ -335,6 +338,39 @@ void printGraphs(const runtime::TrainSummary &sum) {
   llvm::outs().flush();
 }
 
+// Whether other work on the machine slowed the run: other processes kept a
+// quarter of a core or more busy, or a rank waited for a core for 2% of
+// the step or more.
+bool coresShared(const runtime::TrainSummary &sum) {
+  double waited = 0;
+  for (const runtime::StageFigures &f : sum.stages)
+    waited = std::max(waited, f.coreWaitSeconds);
+  return sum.otherCores.value_or(0) >= 0.25 ||
+         (sum.meanStepSeconds > 0 && waited >= 0.02 * sum.meanStepSeconds);
+}
+
+// One line when the cores were shared: what other processes used, and how
+// long each rank waited for a core a step (support/CpuShare.h).
+void printCoreSharing(const runtime::TrainSummary &sum) {
+  if (!coresShared(sum))
+    return;
+  std::string line = "cores shared: ";
+  if (sum.otherCores)
+    line += llvm::formatv("other processes kept {0:F2} of the {1} core(s) "
+                          "busy; ",
+                          *sum.otherCores, sum.cores)
+                .str();
+  std::string waits;
+  for (size_t s = 0; s < sum.stages.size(); ++s)
+    if (double w = sum.stages[s].coreWaitSeconds; w > 0)
+      waits += llvm::formatv("{0}stage {1} {2:F3} ms", waits.empty() ? "" : ", ",
+                             s, 1e3 * w)
+                   .str();
+  line += waits.empty() ? std::string("no wait for a core measured")
+                        : "waits for a core a step: " + waits;
+  llvm::outs() << line << "\n";
+}
+
 void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
                   int64_t stepsRun, bool overlapped) {
   llvm::outs() << llvm::formatv(
@@ -371,6 +407,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
     }
     printHostPeaks(sum);
     printGraphs(sum);
+    printCoreSharing(sum);
     return;
   }
   llvm::outs() << "stage  busy %  bubble %  peak bytes (measured / planned)  "
@@ -385,6 +422,7 @@ void printSummary(const runtime::Plan &plan, const runtime::TrainSummary &sum,
   }
   printHostPeaks(sum);
   printGraphs(sum);
+  printCoreSharing(sum);
 }
 
 // What a resume that has no step left to run says after "resumed from DIR
@@ -426,6 +464,16 @@ void printProfileHint(const runtime::Plan &plan,
                             "FILE.json and compile again with cleavec "
                             "--cost-model profile:FILE.json for a plan that "
                             "fits this machine"));
+  // Other work held the cores: how much of the difference that was.
+  if (measured > predicted && coresShared(sum)) {
+    double waited = 0;
+    for (const runtime::StageFigures &f : sum.stages)
+      waited = std::max(waited, f.coreWaitSeconds);
+    llvm::outs() << llvm::formatv(
+        "the cores were shared (above): a rank waited up to {0:F3} ms of the "
+        "step for a core; the prediction is for cores the run has to itself\n",
+        1e3 * waited);
+  }
 }
 
 // Writes `text` to `path` on rank 0; every process learns the outcome.

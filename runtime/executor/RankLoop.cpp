@@ -1,6 +1,7 @@
 // The executor's rank loop (runtime/Executor.h): a rank's stages driven
 // through a step, and one thread per rank in one process.
 #include "runtime/ExecutorSupport.h"
+#include "support/CpuShare.h"
 
 namespace cleave::runtime {
 
@@ -27,9 +28,8 @@ llvm::Error stageFailed(const StageExecutor &ex, llvm::Error e) {
                             llvm::toString(std::move(e))));
 }
 
-} // namespace
-
-llvm::Error runRankStep(const RankWork &work, int64_t step) {
+// One step of the rank's stages on this thread.
+llvm::Error runRankStepOn(const RankWork &work, int64_t step) {
   const auto &stages = work.stages;
   if (stages.size() == 1) {
     if (auto e = stages[0]->runStep(step, work.data[0]))
@@ -102,6 +102,19 @@ llvm::Error runRankStep(const RankWork &work, int64_t step) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error runRankStep(const RankWork &work, int64_t step) {
+  // The thread's wait for a core over the step, kept on the rank's first
+  // stage: what a shared machine adds to the planned step.
+  std::optional<double> waitedBefore = support::threadCoreWaitSeconds();
+  llvm::Error e = runRankStepOn(work, step);
+  if (!e && waitedBefore && !work.stages.empty())
+    if (std::optional<double> waited = support::threadCoreWaitSeconds())
+      work.stages[0]->setCoreWait(std::max(0.0, *waited - *waitedBefore));
+  return e;
 }
 
 llvm::Error runRankThreads(const std::vector<RankWork> &ranks, int64_t step) {

@@ -90,23 +90,39 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
   }
 }
 
-std::string profileJson(llvm::json::Array entries) {
-  llvm::json::Array ops, actions, messages;
+void appendCoreWait(int stage, double seconds, llvm::json::Array &ops) {
+  ops.push_back(llvm::json::Object{{"stage", stage}, {"core_wait", seconds}});
+}
+
+std::string profileJson(llvm::json::Array entries, int cores,
+                        std::optional<double> otherCores) {
+  llvm::json::Array ops, actions, messages, waits;
   for (llvm::json::Value &e : entries) {
     const llvm::json::Object *o = e.getAsObject();
+    if (o && o->get("core_wait")) {
+      waits.push_back(llvm::json::Object{
+          {"stage", *o->getInteger("stage")},
+          {"seconds", *o->getNumber("core_wait")}});
+      continue;
+    }
     (o && o->get("latency")  ? messages
      : o && o->get("action") ? actions
                              : ops)
         .push_back(std::move(e));
   }
+  llvm::json::Object top{{"time_unit", "s"},
+                         {"ops", std::move(ops)},
+                         {"actions", std::move(actions)},
+                         {"messages", std::move(messages)}};
+  if (cores > 0) {
+    llvm::json::Object c{{"cores", cores}, {"core_wait", std::move(waits)}};
+    if (otherCores)
+      c["other_cores"] = *otherCores;
+    top["cores"] = std::move(c);
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
-  os << llvm::formatv("{0:2}\n",
-                      llvm::json::Value(llvm::json::Object{
-                          {"time_unit", "s"},
-                          {"ops", std::move(ops)},
-                          {"actions", std::move(actions)},
-                          {"messages", std::move(messages)}}));
+  os << llvm::formatv("{0:2}\n", llvm::json::Value(std::move(top)));
   os.flush();
   return text;
 }

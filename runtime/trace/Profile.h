@@ -9,6 +9,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,19 @@ void appendMessageDelays(int stage, const MessageDelays &delays,
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
                       llvm::json::Array &ops);
 
-// The --profile file's text from its entries: "ops" (per-op times) and
+// One stage's rank's wait for a core a step (StageFigures::coreWaitSeconds)
+// as an entry of the same array ({"stage", "core_wait"}); profileJson files
+// it under "cores".
+void appendCoreWait(int stage, double seconds, llvm::json::Array &ops);
+
+// The --profile file's text from its entries: "ops" (per-op times),
 // "actions" (each stage's per-action overhead, which cleavec
-// --cost-model profile: adds to every action's time).
-std::string profileJson(llvm::json::Array ops);
+// --cost-model profile: adds to every action's time), "messages", and
+// "cores": how much of the machine the run had ({"cores": usable,
+// "other_cores": busy with other processes on average, where known,
+// "core_wait": [{"stage", "seconds"}]}), which cleavec reports, so that a
+// plan made from a profile of a shared machine says so.
+std::string profileJson(llvm::json::Array ops, int cores = 0,
+                        std::optional<double> otherCores = std::nullopt);
 
 } // namespace cleave::runtime

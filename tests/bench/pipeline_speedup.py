@@ -31,7 +31,9 @@ stage on a 2-core machine):
      same plan, from the same run, and simulates the order that ran.
   Per round: measured/simulated per schedule, and measured speedup over
   1f1b divided by simulated speedup. Printed: the median over rounds (and
-  min..max).
+  min..max), and how much of the machine the runs had (each profile's
+  "cores": the worst rank's wait for a core a step, the cores other
+  processes kept busy).
 With --overlap: steps overlap (cleave-run --overlap-steps --on-nan=off) and
 "simulated" is the schedule's steady state, cleavec's "step time"; zb-h2
 joins the one-stage-per-rank list.
@@ -47,6 +49,7 @@ The bar: measured speedup / simulated speedup >= 0.9 for zb-h1 and
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -70,6 +73,7 @@ class Bench:
     def __init__(self, args, out_dir):
         self.args, self.dir = args, out_dir
         self.tools = os.path.join(args.build, "tools")
+        self.waits, self.others = [], []  # per run: worst rank's core wait ms, other cores
         self.schedules = CHUNKED if args.chunks > 1 else SCHEDULES
         if args.overlap and args.chunks == 1:
             self.schedules = SCHEDULES + ["zb-h2"]
@@ -110,6 +114,12 @@ class Bench:
         ms = [float(m.group(2)) for m in re.finditer(
             r"^step\s+(\d+)/\d+\s+loss \S+\s+\d+ samples/s\s+(\S+) ms", out, re.M)
               if int(m.group(1)) > 1]
+        # How much of the machine the run had (the profile's "cores").
+        cores = json.load(open(profile)).get("cores", {})
+        self.waits.append(max((w["seconds"] for w in cores.get("core_wait", [])),
+                              default=0) * 1000)
+        if "other_cores" in cores:
+            self.others.append(cores["other_cores"])
         return statistics.median(ms)
 
     def split(self):
@@ -192,6 +202,11 @@ def measure(args):
           + (f"; {args.neighbour} busy neighbour process(es)" if args.neighbour else "")
           + (f"; cleave-run {' '.join(args.run_flag)}" if args.run_flag else "")
           + f"; CLEAVE_GEMM={os.environ.get('CLEAVE_GEMM', 'auto')}")
+    if bench.waits:
+        print("cores: a rank's wait for a core, ms a step (worst rank, per run): "
+              + spread(bench.waits, "{:.3f}")
+              + ("; other processes busy, cores: " + spread(bench.others)
+                 if bench.others else ""))
     base = bench.schedules[0]
     w = max(len(s) for s in bench.schedules)
     print(f"\n{'schedule':{w}} {'measured ms':>21} {'simulated ms':>21} {'meas/sim':>18} "

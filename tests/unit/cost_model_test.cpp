@@ -256,6 +256,39 @@ TEST(CostModel, ProfileMessageLatencyPerStageAndOverAll) {
             "\"latency\" (seconds, >= 0) and \"waited\" (>= 1)");
 }
 
+// How much of the machine the profiled run had ("cores", written by
+// cleave-run --profile): read back for cleavec's note; optional, and
+// checked like the rest of the file.
+TEST(CostModel, ProfileKeepsHowTheCoresWereShared) {
+  auto profile = OpProfile::parse(R"({"ops": [], "cores": {"cores": 2,
+    "other_cores": 0.91, "core_wait": [{"stage": 0, "seconds": 0.0029},
+                                       {"stage": 1, "seconds": 0.0039}]}})",
+                                  "p.json");
+  ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
+  ASSERT_TRUE(profile->sharing().has_value());
+  EXPECT_EQ(profile->sharing()->cores, 2);
+  EXPECT_DOUBLE_EQ(*profile->sharing()->otherCores, 0.91);
+  EXPECT_DOUBLE_EQ(profile->sharing()->coreWait.at(1), 0.0039);
+  // A run of several processes knows no other processes' share.
+  auto mpi = OpProfile::parse(R"({"ops": [], "cores": {"cores": 8,
+    "core_wait": []}})", "p.json");
+  ASSERT_TRUE(bool(mpi));
+  EXPECT_FALSE(mpi->sharing()->otherCores.has_value());
+  auto none = OpProfile::parse(R"({"ops": []})", "p.json");
+  ASSERT_TRUE(bool(none));
+  EXPECT_FALSE(none->sharing().has_value());
+  auto bad = OpProfile::parse(R"({"ops": [], "cores": {"cores": 2,
+    "core_wait": [{"stage": 0, "seconds": -1}]}})", "p.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "profile 'p.json': cores.core_wait[0] needs \"stage\" (>= 0) and "
+            "\"seconds\" (>= 0)");
+  auto noCores = OpProfile::parse(R"({"ops": [], "cores": {}})", "p.json");
+  ASSERT_FALSE(bool(noCores));
+  EXPECT_EQ(llvm::toString(noCores.takeError()),
+            "profile 'p.json': cores needs \"cores\" (>= 1)");
+}
+
 TEST(CostModel, ProfileErrorsAreOneLine) {
   auto bad = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "X",
                                             "time": 1}]})", "p.json");

@@ -10,6 +10,7 @@
 #include "runtime/data/DataSource.h"
 #include "runtime/data/NumpyFiles.h"
 #include "support/Checksum.h"
+#include "support/CpuShare.h"
 
 #include "TestPlans.h"
 #include "TestSupport.h"
@@ -28,6 +29,7 @@
 #include <fstream>
 #include <cstring>
 #include <functional>
+#include <sched.h>
 
 using namespace cleave;
 using testsupport::TempDir;
@@ -1007,3 +1009,39 @@ TEST(CommTimeout, AStageWithoutItsStepActionEndsTheRun) {
 }
 
 } // namespace
+
+TEST(Trainer, CountsTheWaitOfRanksSharingOneCore) {
+  // Both ranks' threads on one core: while one computes, the other is
+  // often ready and waits for the core; the summary keeps each rank's wait
+  // per step (StageFigures::coreWaitSeconds), never more than a step.
+  if (!support::threadCoreWaitSeconds())
+    GTEST_SKIP() << "the kernel keeps no run-queue delay (schedstat)";
+  auto plan = mlpPlan();
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  cpu_set_t saved, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &saved))
+    ++first;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0); // new threads inherit it
+  runtime::TrainOptions to;
+  to.steps = 30;
+  ThreadedRun run(*plan, runtime::StageOptions(), to);
+  ASSERT_EQ(run.error, "");
+  llvm::Error e = run.trainer->run([](const runtime::StepReport &) {});
+  sched_setaffinity(0, sizeof saved, &saved);
+  ASSERT_EQ(errorText(std::move(e)), "");
+  auto sum = run.trainer->summary();
+  ASSERT_TRUE(bool(sum)) << llvm::toString(sum.takeError());
+  ASSERT_EQ(sum->stages.size(), 2u);
+  double waited = 0;
+  for (const runtime::StageFigures &f : sum->stages) {
+    EXPECT_GE(f.coreWaitSeconds, 0);
+    EXPECT_LE(f.coreWaitSeconds, sum->meanStepSeconds);
+    waited += f.coreWaitSeconds;
+  }
+  EXPECT_GT(waited, 0);
+  EXPECT_GE(sum->cores, 1);
+}
