@@ -354,10 +354,12 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
     for (size_t i = 0; i < actions->size(); ++i) {
       const llvm::json::Object *entry = (*actions)[i].getAsObject();
       llvm::Optional<llvm::StringRef> kind;
-      llvm::Optional<double> overhead;
+      llvm::Optional<double> overhead, coreWait = 0.0;
       if (entry) {
         kind = entry->getString("action");
         overhead = entry->getNumber("overhead");
+        if (entry->get("core_wait"))
+          coreWait = entry->getNumber("core_wait");
       }
       if (!kind || !overhead || *overhead < 0 ||
           (*kind != "F" && *kind != "B" && *kind != "W" && *kind != "BW" &&
@@ -366,17 +368,25 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
                             "actions[" + llvm::Twine(i) +
                                 "] needs \"action\" (F, B, W, BW or STEP) and "
                                 "\"overhead\" (seconds, >= 0)");
+      if (!coreWait || !std::isfinite(*coreWait) || *coreWait < 0 ||
+          *coreWait > *overhead)
+        return profileError(source, "actions[" + llvm::Twine(i) +
+                                        "]: \"core_wait\" must be seconds "
+                                        "from 0 to its \"overhead\"");
       profile.overheads_[*kind].push_back(*overhead);
+      profile.overheadCoreWaits_[*kind].push_back(*coreWait);
     }
   if (const llvm::json::Array *messages = top->getArray("messages"))
     for (size_t i = 0; i < messages->size(); ++i) {
       const llvm::json::Object *entry = (*messages)[i].getAsObject();
       llvm::Optional<int64_t> stage, waited;
-      llvm::Optional<double> latency;
+      llvm::Optional<double> latency, coreWait = 0.0;
       if (entry) {
         stage = entry->getInteger("stage");
         latency = entry->getNumber("latency");
         waited = entry->getInteger("waited");
+        if (entry->get("core_wait"))
+          coreWait = entry->getNumber("core_wait");
       }
       if (!stage || *stage < 0 || !latency || *latency < 0 ||
           !std::isfinite(*latency) || !waited || *waited < 1)
@@ -384,7 +394,12 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
                             "messages[" + llvm::Twine(i) +
                                 "] needs \"stage\" (>= 0), \"latency\" "
                                 "(seconds, >= 0) and \"waited\" (>= 1)");
-      profile.messages_[int(*stage)] = {*latency, *waited};
+      if (!coreWait || !std::isfinite(*coreWait) || *coreWait < 0 ||
+          *coreWait > *latency)
+        return profileError(source, "messages[" + llvm::Twine(i) +
+                                        "]: \"core_wait\" must be seconds "
+                                        "from 0 to its \"latency\"");
+      profile.messages_[int(*stage)] = {*latency, *waited, *coreWait};
     }
   if (const llvm::json::Value *coresValue = top->get("cores")) {
     const llvm::json::Object *cores = coresValue->getAsObject();
@@ -424,11 +439,11 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
   return profile;
 }
 
-std::optional<double> OpProfile::messageLatency() const {
+std::optional<double> OpProfile::messageLatency(bool lessCoreWait) const {
   double seconds = 0;
   int64_t waited = 0;
   for (const auto &[stage, m] : messages_) {
-    seconds += m.latency * double(m.waited);
+    seconds += (m.latency - (lessCoreWait ? m.coreWait : 0)) * double(m.waited);
     waited += m.waited;
   }
   if (waited == 0)
@@ -436,21 +451,29 @@ std::optional<double> OpProfile::messageLatency() const {
   return seconds / double(waited);
 }
 
-std::optional<double> OpProfile::messageLatency(int stage) const {
+std::optional<double> OpProfile::messageLatency(int stage,
+                                               bool lessCoreWait) const {
   auto it = messages_.find(stage);
   if (it == messages_.end())
     return std::nullopt;
-  return it->second.latency;
+  return it->second.latency - (lessCoreWait ? it->second.coreWait : 0);
 }
 
-double OpProfile::actionOverhead(llvm::StringRef kind) const {
-  auto it = overheads_.find(kind);
-  if (it == overheads_.end() || it->second.empty())
+static double meanOfList(const llvm::StringMap<std::vector<double>> &map,
+                         llvm::StringRef kind) {
+  auto it = map.find(kind);
+  if (it == map.end() || it->second.empty())
     return 0;
   double sum = 0;
   for (double v : it->second)
     sum += v;
   return sum / double(it->second.size());
+}
+
+double OpProfile::actionOverhead(llvm::StringRef kind, bool lessCoreWait) const {
+  double o = meanOfList(overheads_, kind);
+  return lessCoreWait ? std::max(0.0, o - meanOfList(overheadCoreWaits_, kind))
+                      : o;
 }
 
 llvm::Expected<OpProfile> OpProfile::load(const std::string &path) {

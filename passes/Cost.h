@@ -107,7 +107,9 @@ public:
   // What one action of `kind` ("F", "B", "W", "BW") took beyond its
   // kernels and waits, the mean over the profiled stages (the profile's
   // "actions"; 0 if it has none): the executor's own time per action.
-  double actionOverhead(llvm::StringRef kind) const;
+  // `lessCoreWait`: without the part its thread waited for a core (the
+  // entry's "core_wait"), for a simulation that shares cores itself.
+  double actionOverhead(llvm::StringRef kind, bool lessCoreWait = false) const;
 
   // How long a message took to reach a stage that was already waiting for
   // it (from the send to the receiver running again): the profile's
@@ -116,8 +118,10 @@ public:
   // the simulator adds these to the messages. Per receiving stage, and over
   // all of them (weighted by the receives that waited); nothing where the
   // profile has none.
-  std::optional<double> messageLatency() const;
-  std::optional<double> messageLatency(int stage) const;
+  // `lessCoreWait`: without the receiver's wait for a core after the
+  // message came ("core_wait").
+  std::optional<double> messageLatency(bool lessCoreWait = false) const;
+  std::optional<double> messageLatency(int stage, bool lessCoreWait = false) const;
 
   // How much of the machine the profiled run had (the profile's "cores",
   // runtime/trace/Profile.h): the cores it could use, the cores other
@@ -134,9 +138,11 @@ private:
   static std::string key(llvm::StringRef loc, ir::Phase phase);
   llvm::StringMap<double> times_;
   llvm::StringMap<std::vector<double>> overheads_; // by action kind
+  llvm::StringMap<std::vector<double>> overheadCoreWaits_; // of those
   struct Messages {
     double latency = 0;
     int64_t waited = 0;
+    double coreWait = 0; // of latency
   };
   std::map<int, Messages> messages_; // by receiving stage
   std::optional<Sharing> sharing_;

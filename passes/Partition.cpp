@@ -571,6 +571,17 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
       return loaded.takeError();
     profile = std::move(*loaded);
   }
+  // A profile measured while other processes kept cores busy: its ranks
+  // had the rest (the simulator's shared cores; docs/design/runtime.md,
+  // "Sharing the cores"), and the waits for a core it measured in its
+  // actions and messages are left to the simulation, which makes them.
+  // Below a quarter of a core it is noise.
+  double sharedCores = 0;
+  if (profile && profile->sharing() && profile->sharing()->otherCores &&
+      *profile->sharing()->otherCores >= 0.25)
+    sharedCores = std::max(0.25, double(profile->sharing()->cores) -
+                                     *profile->sharing()->otherCores);
+  const bool lessCoreWait = sharedCores > 0;
   // Messages the profile timed: their measured delay replaces the device's
   // link latency (it holds the hand-off), per receiving stage where the
   // profile has that stage, else the mean over those it has; the split is
@@ -580,7 +591,7 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   if (!uniform) {
     link = {device->linkLatency, device->linkBandwidth};
     if (timedMessages)
-      link.latency = *profile->messageLatency();
+      link.latency = *profile->messageLatency(lessCoreWait);
   }
   LayerChain chain =
       buildLayerChain(g, *layering, opTimes, device->canOffload());
@@ -605,21 +616,23 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   r.microbatches = opts.microbatches;
   ActionOverhead overhead;
   if (profile) {
-    overhead.f = profile->actionOverhead("F");
+    overhead.f = profile->actionOverhead("F", lessCoreWait);
     // A profile of a schedule without 2BP has BW actions only.
-    overhead.b = profile->actionOverhead("B");
+    overhead.b = profile->actionOverhead("B", lessCoreWait);
     if (overhead.b == 0)
-      overhead.b = profile->actionOverhead("BW");
-    overhead.w = profile->actionOverhead("W");
-    overhead.step = profile->actionOverhead("STEP");
+      overhead.b = profile->actionOverhead("BW", lessCoreWait);
+    overhead.w = profile->actionOverhead("W", lessCoreWait);
+    overhead.step = profile->actionOverhead("STEP", lessCoreWait);
     if (timedMessages) {
       for (int st = 0; st < solver.stages; ++st)
         overhead.recvLatency.push_back(
-            profile->messageLatency(st).value_or(*profile->messageLatency()));
+            profile->messageLatency(st, lessCoreWait)
+                .value_or(*profile->messageLatency(lessCoreWait)));
       link.latency = 0;
     }
   }
   fillStages(r, table, solver, *starts, uniform, link, overhead);
+  r.costs.sharedCores = sharedCores;
   for (const auto &[op, layer] : layering->layerOfOp)
     r.stageOfOp[op] = r.stageOfLayer[layer];
   r.layering = std::move(*layering);

@@ -41,6 +41,12 @@ struct PipelineCosts {
   // input and weight gradients together: the textbook 1F1B and GPipe,
   // whose bubble formulas the uniform model keeps.
   bool bwSendsAfterB = false;
+  // The cores the ranks share, where they share fewer cores than there are
+  // ranks: the machine's less what other processes kept busy while the
+  // profile was measured (OpProfile::Sharing). 0: each rank has its own.
+  // Shared, k ranks computing at once each run at min(1, sharedCores / k)
+  // of their speed (the simulator's processor sharing).
+  double sharedCores = 0;
 
   // Uniform model: P stages, F = B = W = 1, free communication.
   static PipelineCosts uniform(int stages) {

@@ -178,9 +178,20 @@ public:
   const std::array<InstrProfile, 5> &actionOverhead() const {
     return actionOverhead_;
   }
+  // Of those overheads, summed per kind, the time the thread was ready
+  // without a core (support/CpuShare.h: on a shared machine, mostly after
+  // it woke the stage it sent to); and the same wait inside its receives,
+  // after their message came. A simulation of shared cores makes these
+  // waits itself (docs/design/runtime.md, "Sharing the cores").
+  const std::array<double, 5> &actionCoreWait() const {
+    return actionCoreWait_;
+  }
+  double recvCoreWait() const { return recvCoreWait_; }
   void clearProfile() {
     profile_.clear();
     actionOverhead_ = {};
+    actionCoreWait_ = {};
+    recvCoreWait_ = 0;
   }
 
   // A State, Const or Accum slot's current bytes (trained parameters,
@@ -415,6 +426,8 @@ private:
   size_t reduceDeviceBytes_ = 0;
   ProfileMap profile_;
   std::array<InstrProfile, 5> actionOverhead_{};
+  std::array<double, 5> actionCoreWait_{};
+  double recvCoreWait_ = 0;
   double actionKernelSeconds_ = 0; // the current action's, while profiling
 };
 

@@ -715,8 +715,9 @@ llvm::Expected<std::string> Trainer::profileJson() {
   for (size_t i = 0; i < stages_.size(); ++i) // replica 0: one entry per op
     if (stages_[i]->replica == 0) {
       appendProfileOps(plan_, profiles_[i].mean(), ops);
+      std::array<double, 5> coreWait = profiles_[i].actionCoreWait();
       appendActionOverheads(stages_[i]->stage, profiles_[i].actionOverhead(),
-                            ops);
+                            ops, &coreWait);
       appendMessageDelays(stages_[i]->stage, profiles_[i].messageDelays(),
                           ops);
       appendCoreWait(stages_[i]->stage,

@@ -240,17 +240,20 @@ void noteProfileSharing(llvm::StringRef costModel) {
   bool others = sharing->otherCores && *sharing->otherCores >= 0.25;
   if (!others && !(!sharing->otherCores && waited >= 1e-4))
     return;
-  std::string what =
-      others ? llvm::formatv("other processes kept {0:F2} of its {1} core(s) "
-                             "busy",
-                             *sharing->otherCores, sharing->cores)
-                   .str()
-             : std::string("its ranks waited for a core");
-  llvm::errs() << llvm::formatv(
-      "note: {0} was measured while {1} (a rank waited up to {2:F3} ms a "
-      "step for a core): its op times and this plan's predictions hold that "
-      "sharing\n",
-      costModel, what, 1e3 * waited);
+  if (others)
+    llvm::errs() << llvm::formatv(
+        "note: {0} was measured while other processes kept {1:F2} of its {2} "
+        "core(s) busy (a rank waited up to {3:F3} ms a step for a core): the "
+        "simulation shares the {4:F2} core(s) they left between the ranks, "
+        "as then\n",
+        costModel, *sharing->otherCores, sharing->cores, 1e3 * waited,
+        std::max(0.25, double(sharing->cores) - *sharing->otherCores));
+  else
+    llvm::errs() << llvm::formatv(
+        "note: {0} was measured while its ranks waited for a core (up to "
+        "{1:F3} ms a step): its op times and this plan's predictions hold "
+        "that sharing\n",
+        costModel, 1e3 * waited);
 }
 
 } // namespace

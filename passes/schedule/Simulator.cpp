@@ -1,8 +1,10 @@
 #include "passes/schedule/Simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -78,7 +80,192 @@ public:
     return std::move(result_);
   }
 
+  // The ranks share `cores` (< ranks) cores: the same actions in the same
+  // order, but time advances for all ranks together, and while k of them
+  // compute each runs at min(1, cores / k) of its speed.
+  llvm::Expected<SimResult> runShared(double cores) {
+    size_t n = programs_.size();
+    computing_.assign(n, Work{});
+    recvSince_.assign(n, -1);
+    double t = 0;
+    while (true) {
+      bool progress = true;
+      while (progress) {
+        progress = false;
+        for (size_t r = 0; r < n; ++r)
+          if (!computing_[r].active)
+            progress |= proceed(r, t);
+      }
+      size_t busy = 0;
+      for (const Work &w : computing_)
+        busy += w.active;
+      // The next message one of the blocked ranks waits for.
+      std::optional<double> arrival;
+      for (size_t r = 0; r < n; ++r)
+        if (!computing_[r].active && cursor_[r] < programs_[r].size()) {
+          const Action &a = actionAt(r);
+          int st = programs_[r][cursor_[r]].stage;
+          if (std::optional<double> at = peekMessage(keyOfRecv(st, a)))
+            if (*at > t)
+              arrival = arrival ? std::min(*arrival, *at) : *at;
+        }
+      if (busy == 0) {
+        if (!arrival)
+          break; // done, or stalled: run() below tells which
+        t = *arrival;
+        continue;
+      }
+      double rate = std::min(1.0, cores / double(busy));
+      double dt = arrival ? *arrival - t : INFINITY;
+      for (const Work &w : computing_)
+        if (w.active)
+          dt = std::min(dt, (w.remaining - std::max(0.0, w.sendAt)) / rate);
+      t += dt;
+      for (size_t r = 0; r < n; ++r) {
+        Work &w = computing_[r];
+        if (!w.active)
+          continue;
+        w.remaining -= dt * rate;
+        const double eps = 1e-12 * std::max(1.0, t);
+        if (w.sendAt > 0 && w.remaining <= w.sendAt + eps) {
+          setMade(ActionKind::SendB, w.stage, w.microbatch, t);
+          w.sendAt = -1;
+          w.sent = true;
+          postEarly(r, t);
+        }
+        if (w.remaining <= eps)
+          finishShared(r, t);
+      }
+    }
+    for (size_t r = 0; r < n; ++r)
+      if (cursor_[r] < programs_[r].size())
+        return explainStall(r);
+    summarize();
+    return std::move(result_);
+  }
+
 private:
+  // A compute action under way on a rank of a shared run.
+  struct Work {
+    bool active = false;
+    double remaining = 0; // of its cost, at full speed
+    double sendAt = -1;   // BW: the remaining work at which its B part ends
+    int stage = 0, microbatch = 0;
+    bool sent = false;    // its B part's gradient is made (sendAt passed)
+  };
+  std::vector<Work> computing_; // by rank
+  std::vector<double> recvSince_; // by rank: when it began waiting, or -1
+  std::set<std::pair<int, size_t>> posted_; // SENDs posted by postEarly
+
+  // Runs rank `r`'s messages at time `t` until it blocks or starts a
+  // compute action; true if it moved.
+  bool proceed(size_t r, double t) {
+    bool moved = false;
+    const auto &prog = programs_[r];
+    while (cursor_[r] < prog.size()) {
+      int st = prog[cursor_[r]].stage;
+      const Action &a = actionAt(r);
+      Span &span = result_.spans[st][prog[cursor_[r]].index];
+      if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) {
+        std::optional<double> at = peekMessage(keyOfRecv(st, a));
+        if (!at || *at > t) {
+          if (recvSince_[r] < 0)
+            recvSince_[r] = t;
+          return moved;
+        }
+        takeMessage(keyOfRecv(st, a));
+        span.start = recvSince_[r] >= 0 ? recvSince_[r] : t;
+        span.end = t;
+        recvSince_[r] = -1;
+      } else if (isSend(a.kind)) {
+        if (!posted_.count({st, prog[cursor_[r]].index}))
+          post(r, st, a, span, t);
+      } else {
+        double cost = computeCost(costs_, st, a.kind);
+        if (a.kind == ActionKind::Step && cost <= 0) {
+          span.start = t;
+          ++cursor_[r];
+          moved = true;
+          continue;
+        }
+        span.start = t;
+        if (!started_[st]) {
+          started_[st] = true;
+          result_.stages[st].start = t;
+        }
+        if (!rankStarted_[r]) {
+          rankStarted_[r] = true;
+          result_.ranks[r].start = t;
+        }
+        const StageCost &c = costs_.stages[st];
+        Work &w = computing_[r];
+        w = Work{true, cost, -1, st, a.microbatch, false};
+        if (a.kind == ActionKind::BW && costs_.bwSendsAfterB && c.w > 0)
+          w.sendAt = c.w;
+        if (cost <= 0)
+          finishShared(r, t);
+        return true;
+      }
+      ++cursor_[r];
+      moved = true;
+    }
+    return moved;
+  }
+
+  // Posts rank `r`'s SEND `a` of `st` at time `t` (or when its value was
+  // made, if earlier).
+  void post(size_t r, int st, const Action &a, Span &span, double t) {
+    std::optional<double> made = madeAt(a.kind, st, a.microbatch);
+    span.start = made ? std::min(*made, t) : t;
+    bool local = a.peer >= 0 && a.peer < s_.stages &&
+                 rankOfStage(s_, a.peer) == int(r);
+    span.end =
+        span.start + (local ? 0 : transferTime(costs_, st, a.peer, a.kind));
+    putMessage(MessageKey{a.kind, a.microbatch, st, a.peer}, span.end);
+  }
+
+  // A BW's input gradient exists before the action ends: its SEND, among
+  // the sends that follow the BW in the rank's program, leaves now, as the
+  // runtime sends it (a later rank may be waiting for it meanwhile).
+  void postEarly(size_t r, double t) {
+    const auto &prog = programs_[r];
+    const Work &w = computing_[r];
+    for (size_t k = cursor_[r] + 1; k < prog.size(); ++k) {
+      const Action &a = s_.actions[prog[k].stage][prog[k].index];
+      if (!isSend(a.kind))
+        return;
+      if (a.kind == ActionKind::SendB && prog[k].stage == w.stage &&
+          a.microbatch == w.microbatch) {
+        post(r, prog[k].stage, a, result_.spans[prog[k].stage][prog[k].index], t);
+        posted_.insert({prog[k].stage, prog[k].index});
+        return;
+      }
+    }
+  }
+
+  // Rank `r`'s compute action ends at `t`.
+  void finishShared(size_t r, double t) {
+    Work &w = computing_[r];
+    w.active = false;
+    const RankAction &ra = programs_[r][cursor_[r]];
+    const Action &a = s_.actions[ra.stage][ra.index];
+    Span &span = result_.spans[ra.stage][ra.index];
+    int st = ra.stage;
+    if (a.kind == ActionKind::F)
+      setMade(ActionKind::SendF, st, a.microbatch, t);
+    else if (a.kind == ActionKind::B || (a.kind == ActionKind::BW && !w.sent))
+      setMade(ActionKind::SendB, st, a.microbatch, t);
+    span.end = t;
+    StageStats &stats = result_.stages[st];
+    RankStats &rank = result_.ranks[r];
+    stats.busy += t - span.start;
+    stats.finish = t;
+    rank.busy += t - span.start;
+    rank.finish = t;
+    holdOrRelease(r, st, a.kind);
+    ++cursor_[r];
+  }
+
   const Action &actionAt(size_t r) const {
     const RankAction &ra = programs_[r][cursor_[r]];
     return s_.actions[ra.stage][ra.index];
@@ -146,7 +333,15 @@ private:
     stats.finish = clock_[r];
     rank.busy += cost;
     rank.finish = clock_[r];
-    if (a.kind == ActionKind::F) {
+    holdOrRelease(r, st, a.kind);
+  }
+
+  // An F adds a microbatch of activations to its stage, a W or BW frees it.
+  void holdOrRelease(size_t r, int st, ActionKind kind) {
+    StageStats &stats = result_.stages[st];
+    RankStats &rank = result_.ranks[r];
+    const StageCost &c = costs_.stages[st];
+    if (kind == ActionKind::F) {
       stats.peakActivationMicrobatches =
           std::max(stats.peakActivationMicrobatches, ++held_[st]);
       heldBytes_[r] += c.activationBytes;
@@ -154,7 +349,7 @@ private:
           std::max(rank.peakActivationMicrobatches, ++heldCount_[r]);
       rank.peakBytes = std::max(rank.peakBytes, heldBytes_[r]);
     }
-    if (a.kind == ActionKind::W || a.kind == ActionKind::BW) {
+    if (kind == ActionKind::W || kind == ActionKind::BW) {
       --held_[st];
       heldBytes_[r] -= c.activationBytes;
       --heldCount_[r];
@@ -281,6 +476,17 @@ private:
     }
     inFlight_[k].push_back(arrival);
   }
+  // The arrival of the first message under `k`, left in place.
+  std::optional<double> peekMessage(const MessageKey &k) const {
+    size_t i = flatIndex(k.kind, k.from, k.microbatch);
+    if (i != SIZE_MAX && i < flight_.size() && flight_[i].full &&
+        flight_[i].to == k.to)
+      return flight_[i].time;
+    auto it = inFlight_.find(k);
+    if (it == inFlight_.end() || it->second.empty())
+      return std::nullopt;
+    return it->second.front();
+  }
   // The first message under `k`, taken; none yet: nullopt.
   std::optional<double> takeMessage(const MessageKey &k) {
     size_t i = flatIndex(k.kind, k.from, k.microbatch);
@@ -347,6 +553,8 @@ llvm::Expected<SimResult> simulate(const Schedule &s,
                     " stages, the schedule " + std::to_string(s.stages));
   if (auto e = checkPlacement(s))
     return e;
+  if (costs.sharedCores > 0 && costs.sharedCores < double(rankCount(s)))
+    return StepSimulator(s, costs).runShared(costs.sharedCores);
   return StepSimulator(s, costs).run();
 }
 

@@ -98,6 +98,9 @@ llvm::Error allReduceOrderedOver(DeviceLink &link, int rank, int size,
 struct MessageDelays {
   double seconds = 0;
   int64_t waited = 0, received = 0;
+  // Of `seconds`, the receiving thread's wait for a core after its message
+  // came (StageExecutor::recvCoreWait; filled by ProfileSteps, not Comm).
+  double coreWait = 0;
 };
 
 class Comm {

@@ -2,6 +2,7 @@
 // program, the actions of a step in the schedule's order, W batching, and
 // the loss and accuracy a step records.
 #include "runtime/ExecutorSupport.h"
+#include "support/CpuShare.h"
 
 namespace cleave::runtime {
 
@@ -129,10 +130,15 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
       staging_.resize(size_t(sl.bytes));
       p = staging_.data();
     }
+    double coreBefore =
+        profiling_ ? support::threadCoreWaitSeconds().value_or(0) : 0;
     auto t0 = Clock::now();
     llvm::Error e =
         comm_.recv(in.peer, in.tag, microbatch, p, size_t(sl.bytes));
     double waited = secondsSince(t0);
+    if (profiling_)
+      recvCoreWait_ += std::max(
+          0.0, support::threadCoreWaitSeconds().value_or(0) - coreBefore);
     stats_.recvWaitSeconds += waited;
     if (waited > 1e-6)
       stats_.spans.push_back({"RECV", microbatch, clockSeconds(t0),
@@ -419,6 +425,9 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
     }
     actionKernelSeconds_ = 0;
     double waitedBefore = stats_.recvWaitSeconds;
+    double coreBefore =
+        profiling_ ? support::threadCoreWaitSeconds().value_or(0) : 0;
+    double recvCoreBefore = recvCoreWait_;
     llvm::Error e = [&]() -> llvm::Error {
       int mb = a.microbatch;
       void *frame;
@@ -465,9 +474,15 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
       // What the action took beyond its kernels and its waits: frames,
       // inputs, gradient sums, message copies, the loop itself.
       InstrProfile &o = actionOverhead_[size_t(a.kind)];
-      o.seconds += std::max(0.0, took - actionKernelSeconds_ -
-                                     (stats_.recvWaitSeconds - waitedBefore));
+      double overhead = std::max(0.0, took - actionKernelSeconds_ -
+                                          (stats_.recvWaitSeconds - waitedBefore));
+      o.seconds += overhead;
       ++o.calls;
+      // The wait for a core outside the receives (the kernels, timed whole,
+      // were seen to lose next to none of it: they run between wake-ups).
+      double core = support::threadCoreWaitSeconds().value_or(0) - coreBefore -
+                    (recvCoreWait_ - recvCoreBefore);
+      actionCoreWait_[size_t(a.kind)] += std::clamp(core, 0.0, overhead);
     }
     if (e)
       return wrap(std::move(e), [&] { return describeAction(a); });

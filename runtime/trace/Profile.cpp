@@ -26,8 +26,10 @@ void ProfileSteps::take(StageExecutor &ex) {
     seconds_[key].push_back(prof.seconds);
   for (size_t k = 0; k < overhead_.size(); ++k) {
     const InstrProfile &o = ex.actionOverhead()[k];
-    if (o.calls > 0)
+    if (o.calls > 0) {
       overhead_[k].push_back(o.seconds / double(o.calls));
+      coreWait_[k].push_back(ex.actionCoreWait()[k] / double(o.calls));
+    }
   }
   // Taken every step, so a step that was not profiled leaves none behind.
   MessageDelays d = ex.comm().takeMessageDelays();
@@ -35,6 +37,7 @@ void ProfileSteps::take(StageExecutor &ex) {
     delays_.seconds += d.seconds;
     delays_.waited += d.waited;
     delays_.received += d.received;
+    delays_.coreWait += ex.recvCoreWait();
   }
   ex.clearProfile();
 }
@@ -46,6 +49,13 @@ ProfileMap ProfileSteps::mean() const {
   return out;
 }
 
+std::array<double, 5> ProfileSteps::actionCoreWait() const {
+  std::array<double, 5> out{};
+  for (size_t k = 0; k < out.size(); ++k)
+    out[k] = meanOf(coreWait_[k]);
+  return out;
+}
+
 std::array<double, 5> ProfileSteps::actionOverhead() const {
   std::array<double, 5> out{};
   for (size_t k = 0; k < out.size(); ++k)
@@ -54,13 +64,18 @@ std::array<double, 5> ProfileSteps::actionOverhead() const {
 }
 
 void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
-                           llvm::json::Array &ops) {
+                           llvm::json::Array &ops,
+                           const std::array<double, 5> *coreWait) {
   for (ActionKind k : {ActionKind::F, ActionKind::B, ActionKind::W,
                        ActionKind::BW, ActionKind::Step})
-    if (overhead[size_t(k)] > 0)
-      ops.push_back(llvm::json::Object{{"stage", stage},
-                                       {"action", actionKindName(k)},
-                                       {"overhead", overhead[size_t(k)]}});
+    if (overhead[size_t(k)] > 0) {
+      llvm::json::Object entry{{"stage", stage},
+                               {"action", actionKindName(k)},
+                               {"overhead", overhead[size_t(k)]}};
+      if (coreWait)
+        entry["core_wait"] = std::min((*coreWait)[size_t(k)], overhead[size_t(k)]);
+      ops.push_back(std::move(entry));
+    }
 }
 
 void appendMessageDelays(int stage, const MessageDelays &delays,
@@ -71,7 +86,9 @@ void appendMessageDelays(int stage, const MessageDelays &delays,
       {"stage", stage},
       {"latency", delays.seconds / double(delays.waited)},
       {"waited", delays.waited},
-      {"received", delays.received}});
+      {"received", delays.received},
+      {"core_wait", std::min(delays.coreWait, delays.seconds) /
+                        double(delays.waited)}});
 }
 
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
@@ -91,7 +108,8 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
 }
 
 void appendCoreWait(int stage, double seconds, llvm::json::Array &ops) {
-  ops.push_back(llvm::json::Object{{"stage", stage}, {"core_wait", seconds}});
+  ops.push_back(
+      llvm::json::Object{{"stage", stage}, {"step_core_wait", seconds}});
 }
 
 std::string profileJson(llvm::json::Array entries, int cores,
@@ -99,10 +117,10 @@ std::string profileJson(llvm::json::Array entries, int cores,
   llvm::json::Array ops, actions, messages, waits;
   for (llvm::json::Value &e : entries) {
     const llvm::json::Object *o = e.getAsObject();
-    if (o && o->get("core_wait")) {
+    if (o && o->get("step_core_wait")) {
       waits.push_back(llvm::json::Object{
           {"stage", *o->getInteger("stage")},
-          {"seconds", *o->getNumber("core_wait")}});
+          {"seconds", *o->getNumber("step_core_wait")}});
       continue;
     }
     (o && o->get("latency")  ? messages

@@ -34,6 +34,8 @@ public:
   // Per action kind (F, B, W, BW, STEP): the seconds an action took beyond
   // its kernels and waits, mean over the steps (0 where none ran).
   std::array<double, 5> actionOverhead() const;
+  // Of each, the mean wait for a core (StageExecutor::actionCoreWait).
+  std::array<double, 5> actionCoreWait() const;
   // The delays of the receives of the profiled steps that waited for their
   // message (Comm::takeMessageDelays, summed; none where the comm cannot
   // time them). With several stages on a rank the comm's figures are the
@@ -43,17 +45,22 @@ public:
 private:
   std::map<std::pair<std::string, Phase>, std::vector<double>> seconds_;
   std::array<std::vector<double>, 5> overhead_; // per step: mean per action
+  std::array<std::vector<double>, 5> coreWait_; // of that, waiting for a core
   MessageDelays delays_;
 };
 
 // One stage's action overheads as entries of the same array
 // ({"stage", "action", "overhead"}); profileJson files them apart.
+// With `coreWait`, each entry also has "core_wait": the part of the
+// overhead its thread waited for a core.
 void appendActionOverheads(int stage, const std::array<double, 5> &overhead,
-                           llvm::json::Array &ops);
+                           llvm::json::Array &ops,
+                           const std::array<double, 5> *coreWait = nullptr);
 
 // One stage's message delays as an entry of the same array ({"stage",
 // "latency": the mean delay of the receives that waited, "waited",
-// "received"}, the form of the file's "messages"); nothing when none
+// "received", "core_wait": of the latency, the mean wait for a core after
+// the message came}, the form of the file's "messages"); nothing when none
 // waited. profileJson files them apart.
 void appendMessageDelays(int stage, const MessageDelays &delays,
                          llvm::json::Array &ops);
@@ -64,8 +71,8 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
                       llvm::json::Array &ops);
 
 // One stage's rank's wait for a core a step (StageFigures::coreWaitSeconds)
-// as an entry of the same array ({"stage", "core_wait"}); profileJson files
-// it under "cores".
+// as an entry of the same array ({"stage", "step_core_wait"}); profileJson
+// files it under "cores".
 void appendCoreWait(int stage, double seconds, llvm::json::Array &ops);
 
 // The --profile file's text from its entries: "ops" (per-op times),

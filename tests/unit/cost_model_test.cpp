@@ -289,6 +289,33 @@ TEST(CostModel, ProfileKeepsHowTheCoresWereShared) {
             "profile 'p.json': cores needs \"cores\" (>= 1)");
 }
 
+// The part of an action's overhead and of a message's latency that the
+// thread spent ready without a core ("core_wait"): left out on request,
+// for a simulation of shared cores, which makes those waits itself.
+TEST(CostModel, ProfileCoreWaitsComeOffOnRequest) {
+  auto profile = OpProfile::parse(R"({"ops": [],
+    "actions": [{"stage": 1, "action": "B", "overhead": 6e-4, "core_wait": 5e-4},
+                {"stage": 0, "action": "F", "overhead": 2e-5}],
+    "messages": [{"stage": 0, "latency": 3e-4, "waited": 10, "core_wait": 2.5e-4},
+                 {"stage": 1, "latency": 1e-4, "waited": 30}]})",
+                                  "p.json");
+  ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
+  EXPECT_DOUBLE_EQ(profile->actionOverhead("B"), 6e-4);
+  EXPECT_NEAR(profile->actionOverhead("B", true), 1e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(profile->actionOverhead("F", true), 2e-5); // none given
+  EXPECT_DOUBLE_EQ(*profile->messageLatency(0), 3e-4);
+  EXPECT_NEAR(*profile->messageLatency(0, true), 5e-5, 1e-15);
+  EXPECT_DOUBLE_EQ(*profile->messageLatency(1, true), 1e-4);
+  EXPECT_NEAR(*profile->messageLatency(true), (10 * 5e-5 + 30 * 1e-4) / 40,
+              1e-15);
+  auto bad = OpProfile::parse(R"({"ops": [], "actions": [{"stage": 0,
+    "action": "B", "overhead": 1e-4, "core_wait": 2e-4}]})", "p.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "profile 'p.json': actions[0]: \"core_wait\" must be seconds from "
+            "0 to its \"overhead\"");
+}
+
 TEST(CostModel, ProfileErrorsAreOneLine) {
   auto bad = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "X",
                                             "time": 1}]})", "p.json");

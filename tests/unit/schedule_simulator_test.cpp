@@ -94,6 +94,65 @@ TEST(ScheduleSimulator, StepTakesTheStagesUpdateTime) {
   EXPECT_GT(r.stepTime, before.stepTime);
 }
 
+// Ranks sharing fewer cores than there are of them (a busy machine:
+// PipelineCosts::sharedCores): while k compute, each runs at
+// min(1, cores / k) of its speed. With one core and free messages the core
+// never idles while work is left, so the step is all the work, whatever the
+// schedule; with as many cores as ranks nothing changes.
+TEST(ScheduleSimulator, RanksSharingCores) {
+  PipelineCosts costs = PipelineCosts::uniform(2);
+  costs.stages[0] = StageCost{1, 2, 0.5};
+  costs.stages[1] = StageCost{1.5, 1, 0.75};
+  costs.stages[0].step = 0.25;
+  costs.bwSendsAfterB = true;
+  double work = 4 * (1 + 2 + 0.5 + 1.5 + 1 + 0.75) + 0.25;
+  for (const char *name : {"1f1b", "zb-h1", "gpipe"}) {
+    SCOPED_TRACE(name);
+    Schedule s = make(name, 2, 4, costs);
+    SimResult own = sim(s, costs);
+    PipelineCosts shared = costs;
+    shared.sharedCores = 2;
+    SimResult two = sim(s, shared);
+    EXPECT_DOUBLE_EQ(two.makespan, own.makespan);
+    shared.sharedCores = 1;
+    SimResult one = sim(s, shared);
+    EXPECT_NEAR(one.makespan, work, 1e-9);
+    EXPECT_GT(one.makespan, own.makespan);
+    // Each stage computes for its work at least; busy counts the time its
+    // actions took, slowed.
+    EXPECT_GE(one.stages[0].busy, 4 * 3.5 + 0.25 - 1e-9);
+    EXPECT_GE(one.stages[1].busy, 4 * 3.25 - 1e-9);
+    // In between, between the two.
+    shared.sharedCores = 1.5;
+    SimResult between = sim(s, shared);
+    EXPECT_GT(between.makespan, own.makespan);
+    EXPECT_LT(between.makespan, one.makespan);
+    EXPECT_EQ(between.stages[0].peakActivationMicrobatches,
+              own.stages[0].peakActivationMicrobatches);
+  }
+}
+
+// One microbatch, one core shared by two stages: stage 0's F runs alone
+// at full speed, then stage 1's F and BW alone, then stage 0's BW: nothing
+// overlaps, so the times are the plain sums, message latency included.
+TEST(ScheduleSimulator, SharedCoreTimesByHand) {
+  PipelineCosts costs = PipelineCosts::uniform(2);
+  costs.linkLatency = 0.5;
+  costs.sharedCores = 1;
+  costs.bwSendsAfterB = true;
+  Schedule s = make("1f1b", 2, 1, costs);
+  SimResult r = sim(s, costs);
+  // F0 [0,1]; the activations arrive at 1.5: stage 1 F0 [1.5,2.5], BW0
+  // [2.5,4.5] with its B part done at 3.5; the gradient arrives at 4 while
+  // stage 1's W runs, so both compute at half speed from 4: stage 1 has
+  // 0.5 of W left (done at 5), stage 0's BW has done 0.5 of 2 by then and
+  // finishes the rest alone at 6.5.
+  EXPECT_DOUBLE_EQ(r.stages[1].start, 1.5);
+  EXPECT_NEAR(r.stages[1].finish, 5, 1e-12);
+  EXPECT_NEAR(r.stages[0].finish, 6.5, 1e-12);
+  EXPECT_NEAR(r.stepTime, 6.5, 1e-12);
+}
+
 TEST(ScheduleSimulator, PeakBytes) {
   PipelineCosts costs = PipelineCosts::uniform(4);
   for (StageCost &c : costs.stages) {
