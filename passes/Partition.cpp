@@ -562,6 +562,15 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
       return times.takeError();
     opTimes = std::move(*times);
   }
+  std::map<std::pair<std::string, ir::Phase>, double> byLocation;
+  {
+    size_t i = 0;
+    for (const auto &op : g.ops()) {
+      if (i < opTimes.size() && !op->loc().empty())
+        byLocation[{op->loc(), op->phase()}] += opTimes[i];
+      ++i;
+    }
+  }
   // A profile's own figures: the executor's time per action, and the
   // latency its messages met (both measured on the machine that will run).
   std::optional<OpProfile> profile;
@@ -632,6 +641,7 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
     }
   }
   fillStages(r, table, solver, *starts, uniform, link, overhead);
+  r.opTimes = std::move(byLocation);
   r.costs.sharedCores = sharedCores;
   for (const auto &[op, layer] : layering->layerOfOp)
     r.stageOfOp[op] = r.stageOfLayer[layer];

@@ -27,6 +27,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -202,6 +203,11 @@ struct PartitionResult {
   double imbalance = 1;      // slowest stage time / mean stage time
   std::optional<int64_t> memCap;
   int64_t microbatches = 1;
+  // The cost model's time of each located op of the whole graph, summed by
+  // (location, phase), as --profile keys them: seconds a microbatch (a step
+  // for the optimizer's). Empty in the uniform model. cleavec
+  // --emit=op-times writes them in the --profile format.
+  std::map<std::pair<std::string, ir::Phase>, double> opTimes;
 };
 
 // Assigns every op of the training graph `g` to a stage.

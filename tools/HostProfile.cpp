@@ -52,6 +52,27 @@ double gemmFlops() {
   return 2.0 * n * n * n / bestSeconds(5, product);
 }
 
+// The ops whose integer operands are indices or labels (any zero is one).
+bool indexesWithIntegers(ir::OpKind kind) {
+  switch (kind) {
+  case ir::OpKind::Gather:
+  case ir::OpKind::GatherGrad:
+  case ir::OpKind::GatherElements:
+  case ir::OpKind::GatherElementsGrad:
+  case ir::OpKind::ScatterND:
+  case ir::OpKind::ScatterNDGradData:
+  case ir::OpKind::ScatterNDGradUpdates:
+  case ir::OpKind::ScatterElements:
+  case ir::OpKind::ScatterElementsGradData:
+  case ir::OpKind::ScatterElementsGradUpdates:
+  case ir::OpKind::SoftmaxCrossEntropyLoss:
+  case ir::OpKind::SoftmaxCrossEntropyLossGrad:
+    return true;
+  default:
+    return false;
+  }
+}
+
 // One message from a stage's thread to another's that waits for it, in
 // the runtime's in-process comm: half the median round trip of 200
 // ping-pongs of 64 bytes between two threads, each receive waiting (the
@@ -245,8 +266,12 @@ private:
       ++untimed_;
       return std::nullopt;
     }
+    // Integer operands only where they are indices or labels, which zeros
+    // keep in range (elsewhere an integer is a size, a shape or a count,
+    // and zero would not be the op's); booleans anywhere.
     for (const ir::Value *v : op.operands())
-      if (!ir::isFloat(v->type().dtype) || v->type().numElements() < 0)
+      if (v->type().numElements() < 0 ||
+          (ir::isInteger(v->type().dtype) && !indexesWithIntegers(op.kind())))
         return std::nullopt;
     for (const ir::Value *v : op.results())
       if (v->type().numElements() < 0)
@@ -282,6 +307,18 @@ private:
           else
             static_cast<double *>(p)[i] = f;
         }
+      } else if (t.dtype == ir::DType::Bool) {
+        // A square mask as the causal triangle (a boolean attention mask
+        // usually is one, and the attention skips the tiles it hides: all
+        // false would time nothing), anything else all true.
+        auto *b = static_cast<uint8_t *>(p);
+        int64_t n = t.shape.size() >= 2 ? t.shape.back() : 0;
+        bool square = n > 0 && t.shape[t.shape.size() - 2] == n;
+        for (int64_t i = 0; i < t.numElements(); ++i)
+          b[i] = !square || i % n <= (i / n) % n;
+      } else if (ir::isInteger(t.dtype)) {
+        // Indices and labels: 0 is in range of every table and class.
+        std::memset(p, 0, size_t(t.byteSize()));
       } else { // 16-bit floats: 0x3400, finite as either (f16 1/4)
         std::vector<uint16_t> small(size_t(t.numElements()), 0x3400);
         std::memcpy(p, small.data(), small.size() * 2);

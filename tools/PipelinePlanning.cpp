@@ -215,6 +215,7 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
       return usage("--timeline needs a .json or .svg file, not '" + t + "'");
   req.report = flags.get("report");
   req.emitCsv = flags.get("emit").value_or("") == "schedule-csv";
+  req.emitOpTimes = flags.get("emit").value_or("") == "op-times";
   return req;
 }
 
@@ -287,6 +288,18 @@ llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
   llvm::raw_string_ostream text(out.text);
   if (req.emitCsv) {
     text << sched::scheduleToCsv(*schedule);
+  } else if (req.emitOpTimes) {
+    // The cost model's op times in the --profile format, to set beside a
+    // measured one op by op.
+    llvm::json::Array ops;
+    for (const auto &[key, seconds] : part->opTimes)
+      ops.push_back(llvm::json::Object{
+          {"loc", key.first},
+          {"phase", std::string(ir::phaseName(key.second))},
+          {"time", seconds}});
+    text << llvm::formatv("{0:2}\n", llvm::json::Value(llvm::json::Object{
+                                          {"time_unit", "s"},
+                                          {"ops", std::move(ops)}}));
   } else {
     text << passes::planningSummary(m);
   }

@@ -33,6 +33,7 @@ struct PlanningRequest : passes::PlanningOptions {
   std::vector<std::string> timelines; // .json or .svg paths
   std::optional<std::string> report;
   bool emitCsv = false; // --emit=schedule-csv
+  bool emitOpTimes = false; // --emit=op-times
   // --devices: the layout (stages x data-parallel replicas) is chosen by
   // chooseLayout (tools/Compile.h) before planning.
   std::optional<int> devices;

@@ -42,12 +42,15 @@ into pipeline stages (one graph per stage with explicit Send and Recv ops:
 step by simulation. -o FILE.cplan writes the plan cleave-run trains.
 
 output:
-  --emit=summary|ir|schedule-csv
+  --emit=summary|ir|schedule-csv|op-times
                          what to print (default: summary): inputs, counts
                          of parameters, ops and training work, and with
                          --stages the stage table and the schedule's
                          figures; or the whole graph as cleave IR text
-                         (.cir); or the schedule in PyTorch's notation
+                         (.cir); or the schedule in PyTorch's notation;
+                         or the cost model's time of every op in the
+                         format of cleave-run --profile, to set beside
+                         one measured (both keyed by location and phase)
   --verbose              the summary in full: every output of the graph
                          (a training graph's gradients and updated state)
                          and every op kind's count
@@ -245,9 +248,11 @@ static int toolMain(int argc, char **argv) {
                           std::to_string(flags.positional().size()),
                 tools::kUsage);
   std::string emit = flags.get("emit").value_or("summary");
-  if (emit != "summary" && emit != "ir" && emit != "schedule-csv")
+  if (emit != "summary" && emit != "ir" && emit != "schedule-csv" &&
+      emit != "op-times")
     return fail(kTool,
-                "--emit must be 'summary', 'ir' or 'schedule-csv', not '" +
+                "--emit must be 'summary', 'ir', 'schedule-csv' or 'op-times', "
+                "not '" +
                     emit + "'",
                 tools::kUsage);
   std::optional<tools::PlanningRequest> planning;
@@ -278,7 +283,8 @@ static int toolMain(int argc, char **argv) {
   if (planOut && emit != "summary")
     return fail(kTool, "-o FILE.cplan writes a plan; it does not go with --emit",
                 tools::kUsage);
-  if (tools::wantsPlanning(flags) || emit == "schedule-csv" || planOut) {
+  if (tools::wantsPlanning(flags) || emit == "schedule-csv" ||
+      emit == "op-times" || planOut) {
     auto req = tools::readPlanningFlags(flags);
     if (!req)
       return fail(kTool, llvm::toString(req.takeError()), tools::kUsage);
@@ -406,7 +412,7 @@ static int toolMain(int argc, char **argv) {
       return writePlan(*compiled, copts, flags, weights,
                        layoutText.empty() ? out : out + "\n" + layoutText,
                        planning->memCap);
-    if (emit == "schedule-csv") {
+    if (emit == "schedule-csv" || emit == "op-times") {
       out = plan.text;
     } else if (emit == "ir") {
       out.clear();

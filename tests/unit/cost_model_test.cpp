@@ -380,14 +380,20 @@ TEST(CostModel, HostTimesOpsWithTheirKernels) {
   fwd %r = Relu(%c) : f32[2,5,8,8] @"/relu"
   fwd %f = Reshape(%r) {shape = [2, 320]} : f32[2,320] @"/flat"
   fwd %e = Gather(%table, %ids) : f32[4,4] @"/emb"
+  input %sizes : i64[2]
+  fwd %t = Tile(%table, %sizes) : f32[20,4] @"/tile"
   input %q : f32[1,2,8,4]
   input %mask : f32[1,1,8,8]
   fwd %o, %l = FusedAttention(%q, %q, %q, %mask) {causal = 0, scale = 0.5} : f32[1,2,8,4], f32[1,2,8] @"/attn"
+  input %keep : bool[1,1,8,8]
+  fwd %ob, %lb = FusedAttention(%q, %q, %q, %keep) {causal = 0, scale = 0.5} : f32[1,2,8,4], f32[1,2,8] @"/attn_bool"
   opt %w2 = SGD(%w, %w, %lr) : f32[5,3,3,3] @"w"
   output %c2
   output %f
   output %e
+  output %t
   output %o
+  output %ob
   output %w2
 }
 )");
@@ -421,16 +427,20 @@ TEST(CostModel, HostTimesOpsWithTheirKernels) {
   }
   // The same kind, attributes and types: timed once, the same answer.
   EXPECT_EQ(host.timeOp(op("c"), 0), host.timeOp(op("c2"), 0));
-  // A view and a gather: the formulas (the view: nothing), the timer not
-  // asked.
-  for (llvm::StringRef formula : {"f", "e"}) {
-    EXPECT_DOUBLE_EQ(predictOpTime(op(formula), counting),
-                     predictOpTime(op(formula), formulas))
-        << formula.str();
-  }
+  // A view: nothing, the timer not asked.
   EXPECT_EQ(predictOpTime(op("f"), counting), 0.0);
-  EXPECT_GT(predictOpTime(op("e"), counting), 0.0);
-  EXPECT_EQ(asked, 0); // both move data (cost class Free)
-  // Asked anyway, the timer leaves an op with an index operand alone.
-  EXPECT_FALSE(host.timeOp(op("e"), 0).has_value());
+  EXPECT_EQ(asked, 0);
+  // A copy that indexes (a gather: cost class Free, an i64 operand) is
+  // timed, its indices zeros (in range of any table); so is the attention
+  // with a boolean mask (a causal triangle: the tiles it hides skipped).
+  for (llvm::StringRef timed : {"e", "ob"}) {
+    std::optional<double> t = host.timeOp(op(timed), 0);
+    ASSERT_TRUE(t.has_value()) << timed.str();
+    EXPECT_DOUBLE_EQ(predictOpTime(op(timed), host), *t) << timed.str();
+  }
+  // An integer operand that is a count (Tile's repeats) is not an index: a
+  // zero there is not what the op will get, so the formula stays.
+  EXPECT_FALSE(host.timeOp(op("t"), 0).has_value());
+  EXPECT_DOUBLE_EQ(predictOpTime(op("t"), host),
+                   predictOpTime(op("t"), formulas));
 }
