@@ -101,7 +101,9 @@ public:
                                          llvm::StringRef source);
   static llvm::Expected<OpProfile> load(const std::string &path);
 
-  // The time of the ops at `loc` in `phase`, if the profile has one.
+  // The time of the ops at `loc` in `phase`, if the profile has one;
+  // where sharesCores(), without the part they waited for a core (the
+  // entry's "core_wait"), which the simulation of shared cores makes.
   std::optional<double> time(llvm::StringRef loc, ir::Phase phase) const;
 
   // What one action of `kind` ("F", "B", "W", "BW") took beyond its
@@ -119,7 +121,8 @@ public:
   // all of them (weighted by the receives that waited); nothing where the
   // profile has none.
   // `lessCoreWait`: without the receiver's wait for a core after the
-  // message came ("core_wait").
+  // message came ("core_wait"). Per stage: nothing where under a tenth of
+  // the stage's receives waited (a mean of a few samples).
   std::optional<double> messageLatency(bool lessCoreWait = false) const;
   std::optional<double> messageLatency(int stage, bool lessCoreWait = false) const;
 
@@ -133,16 +136,24 @@ public:
     std::map<int, double> coreWait; // by stage, seconds a step
   };
   const std::optional<Sharing> &sharing() const { return sharing_; }
+  // Whether other processes kept a quarter of a core or more busy while
+  // the profile was measured: then its ranks are simulated on the cores
+  // left (coresLeft(): the cores less theirs, at least a quarter), and its
+  // times, overheads and delays are taken without their waits for a core.
+  bool sharesCores() const;
+  double coresLeft() const;
 
 private:
   static std::string key(llvm::StringRef loc, ir::Phase phase);
   llvm::StringMap<double> times_;
+  llvm::StringMap<double> opCoreWaits_; // of times_
   llvm::StringMap<std::vector<double>> overheads_; // by action kind
   llvm::StringMap<std::vector<double>> overheadCoreWaits_; // of those
   struct Messages {
     double latency = 0;
     int64_t waited = 0;
     double coreWait = 0; // of latency
+    int64_t received = 0; // receives in all, waited or not
   };
   std::map<int, Messages> messages_; // by receiving stage
   std::optional<Sharing> sharing_;

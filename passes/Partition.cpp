@@ -583,13 +583,9 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   // A profile measured while other processes kept cores busy: its ranks
   // had the rest (the simulator's shared cores; docs/design/runtime.md,
   // "Sharing the cores"), and the waits for a core it measured in its
-  // actions and messages are left to the simulation, which makes them.
-  // Below a quarter of a core it is noise.
-  double sharedCores = 0;
-  if (profile && profile->sharing() && profile->sharing()->otherCores &&
-      *profile->sharing()->otherCores >= 0.25)
-    sharedCores = std::max(0.25, double(profile->sharing()->cores) -
-                                     *profile->sharing()->otherCores);
+  // ops, actions and messages are left to the simulation, which makes
+  // them (OpProfile::sharesCores: below a quarter of a core it is noise).
+  double sharedCores = profile ? profile->coresLeft() : 0;
   const bool lessCoreWait = sharedCores > 0;
   // Messages the profile timed: their measured delay replaces the device's
   // link latency (it holds the hand-off), per receiving stage where the

@@ -187,11 +187,18 @@ public:
     return actionCoreWait_;
   }
   double recvCoreWait() const { return recvCoreWait_; }
+  // The wait for a core inside the kernels of each phase (F, B, W), summed:
+  // a long kernel loses its core to a time slice elsewhere (the phase's
+  // program's wait less its receives' and sends').
+  double kernelCoreWait(Phase p) const {
+    return p == Phase::Step ? 0 : kernelCoreWait_[size_t(p)];
+  }
   void clearProfile() {
     profile_.clear();
     actionOverhead_ = {};
     actionCoreWait_ = {};
-    recvCoreWait_ = 0;
+    recvCoreWait_ = sendCoreWait_ = 0;
+    kernelCoreWait_ = {};
   }
 
   // A State, Const or Accum slot's current bytes (trained parameters,
@@ -305,6 +312,8 @@ private:
   void giveFrame(void *frame);
   llvm::Error runProgram(Phase phase, int64_t step, int microbatch,
                          void *frame);
+  llvm::Error runProgramOn(Phase phase, int64_t step, int microbatch,
+                           void *frame);
   llvm::Error runInstr(const Instr &in, size_t index, Phase phase,
                        int64_t step, int microbatch, void *frame);
   // A kernel instruction's tensors as it runs now (the first microbatch's
@@ -427,7 +436,8 @@ private:
   ProfileMap profile_;
   std::array<InstrProfile, 5> actionOverhead_{};
   std::array<double, 5> actionCoreWait_{};
-  double recvCoreWait_ = 0;
+  double recvCoreWait_ = 0, sendCoreWait_ = 0;
+  std::array<double, 3> kernelCoreWait_{}; // by Phase F, B, W
   double actionKernelSeconds_ = 0; // the current action's, while profiling
 };
 

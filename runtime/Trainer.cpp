@@ -714,7 +714,8 @@ llvm::Expected<std::string> Trainer::profileJson() {
   llvm::json::Array ops;
   for (size_t i = 0; i < stages_.size(); ++i) // replica 0: one entry per op
     if (stages_[i]->replica == 0) {
-      appendProfileOps(plan_, profiles_[i].mean(), ops);
+      std::array<double, 3> kernelWait = profiles_[i].kernelCoreWaitShare();
+      appendProfileOps(plan_, profiles_[i].mean(), ops, &kernelWait);
       std::array<double, 5> coreWait = profiles_[i].actionCoreWait();
       appendActionOverheads(stages_[i]->stage, profiles_[i].actionOverhead(),
                             ops, &coreWait);

@@ -1,6 +1,8 @@
 #include "support/CpuShare.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <fcntl.h>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -11,17 +13,39 @@
 
 namespace cleave::support {
 
+namespace {
+
+// This thread's /proc/thread-self/schedstat, opened on its first reading
+// and closed when the thread ends: a read of the open file costs about
+// 0.6 us, an open, read and close about 5 (measured on the 2-core EPYC),
+// and a profiled step reads it several times an action.
+struct SchedStatFile {
+  int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  ~SchedStatFile() {
+    if (fd >= 0)
+      close(fd);
+  }
+};
+
+} // namespace
+
 std::optional<double> threadCoreWaitSeconds() {
-  // Three numbers: ns on a core, ns waiting on a run queue, time slices.
-  // Read with stdio: an ifstream costs several times as much, and a rank
-  // reads this twice a step.
-  FILE *f = std::fopen("/proc/thread-self/schedstat", "r");
-  if (!f)
+  thread_local SchedStatFile file;
+  if (file.fd < 0)
     return std::nullopt;
-  unsigned long long onCore = 0, waiting = 0;
-  int got = std::fscanf(f, "%llu %llu", &onCore, &waiting);
-  std::fclose(f);
-  if (got != 2)
+  // Three numbers: ns on a core, ns waiting on a run queue, time slices.
+  char buf[96];
+  ssize_t n = pread(file.fd, buf, sizeof buf - 1, 0);
+  if (n <= 0)
+    return std::nullopt;
+  buf[n] = '\0';
+  char *end = nullptr;
+  std::strtoull(buf, &end, 10);
+  if (end == buf)
+    return std::nullopt;
+  char *after = nullptr;
+  unsigned long long waiting = std::strtoull(end, &after, 10);
+  if (after == end)
     return std::nullopt;
   return double(waiting) * 1e-9;
 }

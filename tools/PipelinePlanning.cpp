@@ -238,7 +238,7 @@ void noteProfileSharing(llvm::StringRef costModel) {
   double waited = 0;
   for (const auto &[stage, w] : sharing->coreWait)
     waited = std::max(waited, w);
-  bool others = sharing->otherCores && *sharing->otherCores >= 0.25;
+  bool others = profile->sharesCores();
   if (!others && !(!sharing->otherCores && waited >= 1e-4))
     return;
   if (others)
@@ -248,7 +248,7 @@ void noteProfileSharing(llvm::StringRef costModel) {
         "simulation shares the {4:F2} core(s) they left between the ranks, "
         "as then\n",
         costModel, *sharing->otherCores, sharing->cores, 1e3 * waited,
-        std::max(0.25, double(sharing->cores) - *sharing->otherCores));
+        profile->coresLeft());
   else
     llvm::errs() << llvm::formatv(
         "note: {0} was measured while its ranks waited for a core (up to "

@@ -118,8 +118,15 @@ llvm::Error StageExecutor::runInstr(const Instr &in, size_t index, Phase phase,
       backend_.copyToHost(staging_.data(), p, size_t(sl.bytes));
       p = staging_.data();
     }
-    return wrap(comm_.send(in.peer, in.tag, microbatch, p, size_t(sl.bytes)),
-                where);
+    if (!profiling_)
+      return wrap(comm_.send(in.peer, in.tag, microbatch, p, size_t(sl.bytes)),
+                  where);
+    // A send wakes its receiver, which may take this thread's core.
+    double coreBefore = support::threadCoreWaitSeconds().value_or(0);
+    llvm::Error e = comm_.send(in.peer, in.tag, microbatch, p, size_t(sl.bytes));
+    sendCoreWait_ += std::max(
+        0.0, support::threadCoreWaitSeconds().value_or(0) - coreBefore);
+    return wrap(std::move(e), where);
   }
   case InstrKind::Recv: {
     const Slot &sl = stage_.slots[in.outputs[0]];
@@ -257,6 +264,20 @@ llvm::Error StageExecutor::runGraphed(Phase phase, size_t first, size_t end,
 
 llvm::Error StageExecutor::runProgram(Phase phase, int64_t step,
                                       int microbatch, void *frame) {
+  if (!profiling_ || phase == Phase::Step)
+    return runProgramOn(phase, step, microbatch, frame);
+  // The kernels' wait for a core: the program's less its messages'.
+  double before = support::threadCoreWaitSeconds().value_or(0);
+  double messages = recvCoreWait_ + sendCoreWait_;
+  llvm::Error e = runProgramOn(phase, step, microbatch, frame);
+  double waited = support::threadCoreWaitSeconds().value_or(0) - before -
+                  (recvCoreWait_ + sendCoreWait_ - messages);
+  kernelCoreWait_[size_t(phase)] += std::max(0.0, waited);
+  return e;
+}
+
+llvm::Error StageExecutor::runProgramOn(Phase phase, int64_t step,
+                                        int microbatch, void *frame) {
   const auto &prog = stage_.programs[int(phase)];
   bool graphs = graphs_ && phase != Phase::Step && !profiling_;
   for (size_t i = 0; i < prog.size(); ++i) {
@@ -428,6 +449,8 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
     double coreBefore =
         profiling_ ? support::threadCoreWaitSeconds().value_or(0) : 0;
     double recvCoreBefore = recvCoreWait_;
+    double kernelCoreBefore =
+        kernelCoreWait_[0] + kernelCoreWait_[1] + kernelCoreWait_[2];
     llvm::Error e = [&]() -> llvm::Error {
       int mb = a.microbatch;
       void *frame;
@@ -478,10 +501,12 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
                                           (stats_.recvWaitSeconds - waitedBefore));
       o.seconds += overhead;
       ++o.calls;
-      // The wait for a core outside the receives (the kernels, timed whole,
-      // were seen to lose next to none of it: they run between wake-ups).
+      // The wait for a core outside the receives and the kernels (after
+      // a send woke its receiver onto this core, mostly).
       double core = support::threadCoreWaitSeconds().value_or(0) - coreBefore -
-                    (recvCoreWait_ - recvCoreBefore);
+                    (recvCoreWait_ - recvCoreBefore) -
+                    (kernelCoreWait_[0] + kernelCoreWait_[1] +
+                     kernelCoreWait_[2] - kernelCoreBefore);
       actionCoreWait_[size_t(a.kind)] += std::clamp(core, 0.0, overhead);
     }
     if (e)

@@ -22,8 +22,13 @@ double meanOf(const std::vector<double> &all) {
 } // namespace
 
 void ProfileSteps::take(StageExecutor &ex) {
-  for (const auto &[key, prof] : ex.profile())
+  for (const auto &[key, prof] : ex.profile()) {
     seconds_[key].push_back(prof.seconds);
+    if (key.second != Phase::Step)
+      kernelSeconds_[size_t(key.second)] += prof.seconds;
+  }
+  for (Phase p : {Phase::F, Phase::B, Phase::W})
+    kernelWait_[size_t(p)] += ex.kernelCoreWait(p);
   for (size_t k = 0; k < overhead_.size(); ++k) {
     const InstrProfile &o = ex.actionOverhead()[k];
     if (o.calls > 0) {
@@ -46,6 +51,15 @@ ProfileMap ProfileSteps::mean() const {
   ProfileMap out;
   for (const auto &[key, all] : seconds_)
     out[key] = {meanOf(all), 1};
+  return out;
+}
+
+std::array<double, 3> ProfileSteps::kernelCoreWaitShare() const {
+  std::array<double, 3> out{};
+  for (size_t p = 0; p < out.size(); ++p)
+    out[p] = kernelSeconds_[p] > 0
+                 ? std::clamp(kernelWait_[p] / kernelSeconds_[p], 0.0, 1.0)
+                 : 0;
   return out;
 }
 
@@ -92,7 +106,8 @@ void appendMessageDelays(int stage, const MessageDelays &delays,
 }
 
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
-                      llvm::json::Array &ops) {
+                      llvm::json::Array &ops,
+                      const std::array<double, 3> *coreWaitShare) {
   for (const auto &[key, prof] : profile) {
     if (key.first.empty())
       continue;
@@ -102,8 +117,10 @@ void appendProfileOps(const Plan &plan, const ProfileMap &profile,
                         : key.second == Phase::W ? "W"
                                                  : "opt";
     double per = step ? prof.seconds : prof.seconds / double(plan.microbatches);
-    ops.push_back(llvm::json::Object{
-        {"loc", key.first}, {"phase", phase}, {"time", per}});
+    llvm::json::Object entry{{"loc", key.first}, {"phase", phase}, {"time", per}};
+    if (coreWaitShare && !step)
+      entry["core_wait"] = per * (*coreWaitShare)[size_t(key.second)];
+    ops.push_back(std::move(entry));
   }
 }
 

@@ -36,6 +36,9 @@ public:
   std::array<double, 5> actionOverhead() const;
   // Of each, the mean wait for a core (StageExecutor::actionCoreWait).
   std::array<double, 5> actionCoreWait() const;
+  // Per phase (F, B, W): the share of its kernels' time that was a wait for
+  // a core (StageExecutor::kernelCoreWait over the kernels' summed time).
+  std::array<double, 3> kernelCoreWaitShare() const;
   // The delays of the receives of the profiled steps that waited for their
   // message (Comm::takeMessageDelays, summed; none where the comm cannot
   // time them). With several stages on a rank the comm's figures are the
@@ -46,6 +49,7 @@ private:
   std::map<std::pair<std::string, Phase>, std::vector<double>> seconds_;
   std::array<std::vector<double>, 5> overhead_; // per step: mean per action
   std::array<std::vector<double>, 5> coreWait_; // of that, waiting for a core
+  std::array<double, 3> kernelSeconds_{}, kernelWait_{}; // by phase, summed
   MessageDelays delays_;
 };
 
@@ -66,9 +70,12 @@ void appendMessageDelays(int stage, const MessageDelays &delays,
                          llvm::json::Array &ops);
 
 // One stage's measured instructions as --profile entries, appended to
-// `ops`: per-microbatch seconds, except the optimizer step's.
+// `ops`: per-microbatch seconds, except the optimizer step's. With
+// `coreWaitShare` (ProfileSteps::kernelCoreWaitShare), each F, B and W
+// entry also has "core_wait": that share of its time.
 void appendProfileOps(const Plan &plan, const ProfileMap &profile,
-                      llvm::json::Array &ops);
+                      llvm::json::Array &ops,
+                      const std::array<double, 3> *coreWaitShare = nullptr);
 
 // One stage's rank's wait for a core a step (StageFigures::coreWaitSeconds)
 // as an entry of the same array ({"stage", "step_core_wait"}); profileJson

@@ -245,6 +245,16 @@ TEST(CostModel, ProfileMessageLatencyPerStageAndOverAll) {
   EXPECT_DOUBLE_EQ(*profile->messageLatency(1), 1e-3);
   EXPECT_FALSE(profile->messageLatency(2));
   EXPECT_DOUBLE_EQ(*profile->messageLatency(), (30 * 1e-4 + 10 * 1e-3) / 40);
+  // One wait in 429 receives is no mean to go by: the stage gets none of
+  // its own (the caller takes the mean over all stages).
+  auto rare = OpProfile::parse(R"({"ops": [],
+    "messages": [{"stage": 0, "latency": 6e-4, "waited": 1, "received": 429},
+                 {"stage": 1, "latency": 2e-5, "waited": 78, "received": 507}]})",
+                               "p.json");
+  ASSERT_TRUE(bool(rare)) << llvm::toString(rare.takeError());
+  EXPECT_FALSE(rare->messageLatency(0));
+  EXPECT_DOUBLE_EQ(*rare->messageLatency(1), 2e-5);
+  EXPECT_DOUBLE_EQ(*rare->messageLatency(), (6e-4 + 78 * 2e-5) / 79);
   auto none = OpProfile::parse(R"({"ops": []})", "p.json");
   ASSERT_TRUE(bool(none));
   EXPECT_FALSE(none->messageLatency());
