@@ -450,7 +450,8 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
   return profile;
 }
 
-std::optional<double> OpProfile::messageLatency(bool lessCoreWait) const {
+std::optional<double> OpProfile::messageLatency() const {
+  bool lessCoreWait = sharesCores();
   double seconds = 0;
   int64_t waited = 0;
   for (const auto &[stage, m] : messages_) {
@@ -462,8 +463,8 @@ std::optional<double> OpProfile::messageLatency(bool lessCoreWait) const {
   return seconds / double(waited);
 }
 
-std::optional<double> OpProfile::messageLatency(int stage,
-                                               bool lessCoreWait) const {
+std::optional<double> OpProfile::messageLatency(int stage) const {
+  bool lessCoreWait = sharesCores();
   auto it = messages_.find(stage);
   // A stage whose receives seldom waited (under a tenth of them) has a mean
   // of a few samples, an outlier often (zb-v's first stage on 2 cores: one
@@ -485,10 +486,10 @@ static double meanOfList(const llvm::StringMap<std::vector<double>> &map,
   return sum / double(it->second.size());
 }
 
-double OpProfile::actionOverhead(llvm::StringRef kind, bool lessCoreWait) const {
+double OpProfile::actionOverhead(llvm::StringRef kind) const {
   double o = meanOfList(overheads_, kind);
-  return lessCoreWait ? std::max(0.0, o - meanOfList(overheadCoreWaits_, kind))
-                      : o;
+  return sharesCores() ? std::max(0.0, o - meanOfList(overheadCoreWaits_, kind))
+                       : o;
 }
 
 llvm::Expected<OpProfile> OpProfile::load(const std::string &path) {

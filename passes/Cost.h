@@ -109,9 +109,9 @@ public:
   // What one action of `kind` ("F", "B", "W", "BW") took beyond its
   // kernels and waits, the mean over the profiled stages (the profile's
   // "actions"; 0 if it has none): the executor's own time per action.
-  // `lessCoreWait`: without the part its thread waited for a core (the
-  // entry's "core_wait"), for a simulation that shares cores itself.
-  double actionOverhead(llvm::StringRef kind, bool lessCoreWait = false) const;
+  // Where sharesCores(), without the part its thread waited for a core (the
+  // entry's "core_wait"), which the simulation of shared cores makes.
+  double actionOverhead(llvm::StringRef kind) const;
 
   // How long a message took to reach a stage that was already waiting for
   // it (from the send to the receiver running again): the profile's
@@ -120,11 +120,11 @@ public:
   // the simulator adds these to the messages. Per receiving stage, and over
   // all of them (weighted by the receives that waited); nothing where the
   // profile has none.
-  // `lessCoreWait`: without the receiver's wait for a core after the
+  // Where sharesCores(), without the receiver's wait for a core after the
   // message came ("core_wait"). Per stage: nothing where under a tenth of
   // the stage's receives waited (a mean of a few samples).
-  std::optional<double> messageLatency(bool lessCoreWait = false) const;
-  std::optional<double> messageLatency(int stage, bool lessCoreWait = false) const;
+  std::optional<double> messageLatency() const;
+  std::optional<double> messageLatency(int stage) const;
 
   // How much of the machine the profiled run had (the profile's "cores",
   // runtime/trace/Profile.h): the cores it could use, the cores other

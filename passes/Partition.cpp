@@ -586,7 +586,6 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   // ops, actions and messages are left to the simulation, which makes
   // them (OpProfile::sharesCores: below a quarter of a core it is noise).
   double sharedCores = profile ? profile->coresLeft() : 0;
-  const bool lessCoreWait = sharedCores > 0;
   // Messages the profile timed: their measured delay replaces the device's
   // link latency (it holds the hand-off), per receiving stage where the
   // profile has that stage, else the mean over those it has; the split is
@@ -596,7 +595,7 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   if (!uniform) {
     link = {device->linkLatency, device->linkBandwidth};
     if (timedMessages)
-      link.latency = *profile->messageLatency(lessCoreWait);
+      link.latency = *profile->messageLatency();
   }
   LayerChain chain =
       buildLayerChain(g, *layering, opTimes, device->canOffload());
@@ -621,18 +620,17 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   r.microbatches = opts.microbatches;
   ActionOverhead overhead;
   if (profile) {
-    overhead.f = profile->actionOverhead("F", lessCoreWait);
+    overhead.f = profile->actionOverhead("F");
     // A profile of a schedule without 2BP has BW actions only.
-    overhead.b = profile->actionOverhead("B", lessCoreWait);
+    overhead.b = profile->actionOverhead("B");
     if (overhead.b == 0)
-      overhead.b = profile->actionOverhead("BW", lessCoreWait);
-    overhead.w = profile->actionOverhead("W", lessCoreWait);
-    overhead.step = profile->actionOverhead("STEP", lessCoreWait);
+      overhead.b = profile->actionOverhead("BW");
+    overhead.w = profile->actionOverhead("W");
+    overhead.step = profile->actionOverhead("STEP");
     if (timedMessages) {
       for (int st = 0; st < solver.stages; ++st)
         overhead.recvLatency.push_back(
-            profile->messageLatency(st, lessCoreWait)
-                .value_or(*profile->messageLatency(lessCoreWait)));
+            profile->messageLatency(st).value_or(*profile->messageLatency()));
       link.latency = 0;
     }
   }

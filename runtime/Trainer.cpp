@@ -676,7 +676,8 @@ llvm::Expected<TrainSummary> Trainer::summary() {
     most = std::max(most, stagesOfRank(plan_, r).size());
   most = std::max(most, stages_.size());
   std::vector<double> mine;
-  for (LocalStage *const &st : stages_) {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const LocalStage *st = stages_[i];
     const StageStats &s = st->executor->stats();
     double busy = -s.recvWaitSeconds;
     for (double b : s.busySeconds)
@@ -687,8 +688,7 @@ llvm::Expected<TrainSummary> Trainer::summary() {
                              double(st->executor->graphsRecorded()),
                              double(st->executor->graphLaunches()),
                              double(st->executor->fusedEpilogues()),
-                             coreWaitSum_[size_t(&st - stages_.data())] /
-                                 double(countedSteps())});
+                             coreWaitSum_[i] / double(countedSteps())});
   }
   constexpr size_t kFigures = 10;
   mine.resize(kFigures * most, -1);

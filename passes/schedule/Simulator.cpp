@@ -289,13 +289,7 @@ private:
       } else if (isSend(a.kind)) {
         // The message leaves when its value exists, which inside a BW can
         // be before the action (and so this SEND) ends.
-        std::optional<double> made = madeAt(a.kind, st, a.microbatch);
-        span.start = made ? *made : clock_[r];
-        bool local = a.peer >= 0 && a.peer < s_.stages &&
-                     rankOfStage(s_, a.peer) == int(r);
-        span.end =
-            span.start + (local ? 0 : transferTime(costs_, st, a.peer, a.kind));
-        putMessage(MessageKey{a.kind, a.microbatch, st, a.peer}, span.end);
+        post(r, st, a, span, clock_[r]);
       } else {
         runCompute(r, st, a, span);
       }
