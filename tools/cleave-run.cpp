@@ -338,15 +338,21 @@ void printGraphs(const runtime::TrainSummary &sum) {
   llvm::outs().flush();
 }
 
+// The longest a rank waited for a core a step.
+double worstCoreWait(const runtime::TrainSummary &sum) {
+  double waited = 0;
+  for (const runtime::StageFigures &f : sum.stages)
+    waited = std::max(waited, f.coreWaitSeconds);
+  return waited;
+}
+
 // Whether other work on the machine slowed the run: other processes kept a
 // quarter of a core or more busy, or a rank waited for a core for 5% of
 // the step and 0.1 ms or more (on a quiet machine a woken rank waits a few
 // microseconds a message: 9 to 18 us a 0.45 ms step for the corpus's tiny
 // GPT-2 on 2 stages).
 bool coresShared(const runtime::TrainSummary &sum) {
-  double waited = 0;
-  for (const runtime::StageFigures &f : sum.stages)
-    waited = std::max(waited, f.coreWaitSeconds);
+  double waited = worstCoreWait(sum);
   return sum.otherCores.value_or(0) >= 0.25 ||
          (sum.meanStepSeconds > 0 && waited >= 1e-4 &&
           waited >= 0.05 * sum.meanStepSeconds);
@@ -468,15 +474,11 @@ void printProfileHint(const runtime::Plan &plan,
                             "--cost-model profile:FILE.json for a plan that "
                             "fits this machine"));
   // Other work held the cores: how much of the difference that was.
-  if (measured > predicted && coresShared(sum)) {
-    double waited = 0;
-    for (const runtime::StageFigures &f : sum.stages)
-      waited = std::max(waited, f.coreWaitSeconds);
+  if (measured > predicted && coresShared(sum))
     llvm::outs() << llvm::formatv(
         "the cores were shared (above): a rank waited up to {0:F3} ms of the "
         "step for a core; the prediction is for cores the run has to itself\n",
-        1e3 * waited);
-  }
+        1e3 * worstCoreWait(sum));
 }
 
 // Writes `text` to `path` on rank 0; every process learns the outcome.

@@ -189,14 +189,7 @@ private:
           continue;
         }
         span.start = t;
-        if (!started_[st]) {
-          started_[st] = true;
-          result_.stages[st].start = t;
-        }
-        if (!rankStarted_[r]) {
-          rankStarted_[r] = true;
-          result_.ranks[r].start = t;
-        }
+        noteStart(r, st, t);
         const StageCost &c = costs_.stages[st];
         Work &w = computing_[r];
         w = Work{true, cost, -1, st, a.microbatch, false};
@@ -305,14 +298,7 @@ private:
     double cost = computeCost(costs_, st, a.kind);
     if (a.kind == ActionKind::Step && cost <= 0)
       return;
-    if (!started_[st]) {
-      started_[st] = true;
-      stats.start = clock_[r];
-    }
-    if (!rankStarted_[r]) {
-      rankStarted_[r] = true;
-      rank.start = clock_[r];
-    }
+    noteStart(r, st, clock_[r]);
     const StageCost &c = costs_.stages[st];
     if (a.kind == ActionKind::F)
       setMade(ActionKind::SendF, st, a.microbatch, clock_[r] + c.f);
@@ -328,6 +314,18 @@ private:
     rank.busy += cost;
     rank.finish = clock_[r];
     holdOrRelease(r, st, a.kind);
+  }
+
+  // Stage `st` (on rank `r`) computes at `t`: the first time, its start.
+  void noteStart(size_t r, int st, double t) {
+    if (!started_[st]) {
+      started_[st] = true;
+      result_.stages[st].start = t;
+    }
+    if (!rankStarted_[r]) {
+      rankStarted_[r] = true;
+      result_.ranks[r].start = t;
+    }
   }
 
   // An F adds a microbatch of activations to its stage, a W or BW frees it.
