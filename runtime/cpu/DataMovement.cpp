@@ -56,20 +56,6 @@ llvm::Error copyAll(const KernelCall &c) {
   return llvm::Error::success();
 }
 
-// Copies `rows` rows of `rowBytes` bytes between buffers with the given row
-// pitches.
-void copyRows(char *dst, int64_t dstPitch, const char *src, int64_t srcPitch,
-              int64_t rows, int64_t rowBytes) {
-  if (rows == 0 || rowBytes == 0)
-    return;
-  parallelFor(rows, std::max<int64_t>(1, kGrainBytes / rowBytes),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r)
-                  std::memcpy(dst + r * dstPitch, src + r * srcPitch,
-                              rowBytes);
-              });
-}
-
 // ---------------------------------------------------------------------------
 // Strided views.
 
@@ -242,19 +228,44 @@ std::pair<int64_t, int64_t> aroundAxis(const TensorRef &t, int64_t axis) {
   return {outer, inner};
 }
 
+// Concat and Split: one pass over the outer rows, each row's parts copied
+// together (the packed tensor read or written once, in order, and one
+// dispatch to the threads where there was one per part).
+void copyParts(char *packed, int64_t packedPitch,
+               llvm::ArrayRef<char *> parts, llvm::ArrayRef<int64_t> partBytes,
+               int64_t outer, bool toPacked) {
+  if (outer == 0 || packedPitch == 0)
+    return;
+  parallelFor(outer, std::max<int64_t>(1, kGrainBytes / packedPitch),
+              [&](int64_t b, int64_t e) {
+                for (int64_t r = b; r < e; ++r) {
+                  char *row = packed + r * packedPitch;
+                  for (size_t p = 0; p < parts.size(); ++p) {
+                    char *part = parts[p] + r * partBytes[p];
+                    if (toPacked)
+                      std::memcpy(row, part, size_t(partBytes[p]));
+                    else
+                      std::memcpy(part, row, size_t(partBytes[p]));
+                    row += partBytes[p];
+                  }
+                }
+              });
+}
+
 llvm::Error concat(const KernelCall &c) {
   const TensorRef &out = c.outputs[0];
   int64_t rank = out.rank(), axis = c.getInt("axis");
   if (axis < 0)
     axis += rank;
   auto [outer, unit] = aroundAxis(out, axis);
-  int64_t outPitch = out.shape[axis] * unit, offset = 0;
+  llvm::SmallVector<char *, 4> parts;
+  llvm::SmallVector<int64_t, 4> bytes;
   for (const TensorRef &in : c.inputs) {
-    int64_t rowBytes = in.shape[axis] * unit;
-    copyRows(out.as<char>() + offset, outPitch, in.as<char>(), rowBytes,
-             outer, rowBytes);
-    offset += rowBytes;
+    parts.push_back(in.as<char>());
+    bytes.push_back(in.shape[axis] * unit);
   }
+  copyParts(out.as<char>(), out.shape[axis] * unit, parts, bytes, outer,
+            /*toPacked=*/true);
   return llvm::Error::success();
 }
 
@@ -264,13 +275,14 @@ llvm::Error split(const KernelCall &c) {
   if (axis < 0)
     axis += rank;
   auto [outer, unit] = aroundAxis(in, axis);
-  int64_t inPitch = in.shape[axis] * unit, offset = 0;
+  llvm::SmallVector<char *, 4> parts;
+  llvm::SmallVector<int64_t, 4> bytes;
   for (const TensorRef &out : c.outputs) {
-    int64_t rowBytes = out.shape[axis] * unit;
-    copyRows(out.as<char>(), rowBytes, in.as<char>() + offset, inPitch,
-             outer, rowBytes);
-    offset += rowBytes;
+    parts.push_back(out.as<char>());
+    bytes.push_back(out.shape[axis] * unit);
   }
+  copyParts(in.as<char>(), in.shape[axis] * unit, parts,
+            bytes, outer, /*toPacked=*/false);
   return llvm::Error::success();
 }
 
