@@ -7,6 +7,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 namespace cleave::ir {
@@ -244,13 +245,44 @@ Types softmax(const TypeQuery &q) {
   return std::vector{q.operands[0]};
 }
 
+// Q, K and V of a FusedAttention (its operands 0 to 2) as separate
+// tensors: a packed one's (packed_kv_heads > 0) read out of the heads axis.
+static llvm::Expected<std::array<TensorType, 3>>
+attentionOperands(const TypeQuery &q, const TensorType &a, const TensorType &b,
+                  const TensorType &c) {
+  const int64_t packed = attentionPackedKvHeads(q);
+  if (packed == 0)
+    return std::array<TensorType, 3>{a, b, c};
+  if (packed < 0)
+    return err("packed_kv_heads must be >= 0, got {0}", packed);
+  if (a != b || a != c || a.rank() != 4)
+    return err("packed Q, K and V must be one rank-4 tensor, got {0}, {1}, "
+               "{2}",
+               a.str(), b.str(), c.str());
+  const AttentionLayout layout = attentionLayout(q);
+  const int64_t heads = a.shape[size_t(attentionAxes(layout).heads)];
+  if (heads - 2 * packed < 1)
+    return err("a packed tensor of {0} heads holds no query heads beside "
+               "2 x {1} key/value heads",
+               heads, packed);
+  return std::array<TensorType, 3>{
+      TensorType(a.dtype,
+                 withAttentionHeads(a.shape, layout, heads - 2 * packed)),
+      TensorType(a.dtype, withAttentionHeads(a.shape, layout, packed)),
+      TensorType(a.dtype, withAttentionHeads(a.shape, layout, packed))};
+}
+
 Types attention(const TypeQuery &q) {
-  const TensorType &qt = q.operands[0], &k = q.operands[1], &v = q.operands[2];
-  if (auto e = requireFloat(qt, "Q"))
+  if (auto e = requireFloat(q.operands[0], "Q"))
     return std::move(e);
-  if (qt.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+  if (q.operands[0].rank() != 4 || q.operands[1].rank() != 4 ||
+      q.operands[2].rank() != 4)
     return err("Q, K and V must have rank 4 ([B, H, T, D]), got {0}, {1}, {2}",
-               qt.str(), k.str(), v.str());
+               q.operands[0].str(), q.operands[1].str(), q.operands[2].str());
+  auto qkv = attentionOperands(q, q.operands[0], q.operands[1], q.operands[2]);
+  if (!qkv)
+    return qkv.takeError();
+  const TensorType &qt = (*qkv)[0], &k = (*qkv)[1], &v = (*qkv)[2];
   if (k.dtype != qt.dtype || v.dtype != qt.dtype)
     return err("Q, K and V must have one element type, got {0}, {1}, {2}",
                qt.str(), k.str(), v.str());
@@ -912,10 +944,17 @@ Types gradient(const TypeQuery &q) {
   case OpKind::GemmGrad:
   case OpKind::ConvGrad:
     return std::vector{q.operands[1], q.operands[2]};
-  case OpKind::FusedAttentionGrad:
-    if (auto e = requireSameType(dy, q.operands[1], "gradient and Q"))
+  case OpKind::FusedAttentionGrad: {
+    auto qkv = attentionOperands(q, q.operands[1], q.operands[2],
+                                 q.operands[3]);
+    if (!qkv)
+      return qkv.takeError();
+    if (auto e = requireSameType(dy, (*qkv)[0], "gradient and Q"))
       return std::move(e);
+    if (attentionPackedKvHeads(q) > 0) // one gradient, as packed as Q, K, V
+      return std::vector{q.operands[1]};
     return std::vector{q.operands[1], q.operands[2], q.operands[3]};
+  }
   case OpKind::LayerNormalizationGrad:
   case OpKind::RMSNormalizationGrad: {
     if (auto e = requireSameType(dy, q.operands[1], "gradient and X"))

@@ -112,17 +112,36 @@ inline std::string attentionShapeName(AttentionLayout layout,
   return "[B, " + heads + ", " + time + ", D]";
 }
 
-// The sizes of a FusedAttention's Q and K in a layout.
+// The sizes of a FusedAttention's Q and K in a layout. Packed (Q, K and V
+// one tensor whose heads axis holds Hq + 2 Hkv heads, packedKvHeads = Hkv
+// > 0), `q` and `k` are both that tensor's shape.
 struct AttentionDims {
   int64_t batch = 0, queryHeads = 0, queryLen = 0, headDim = 0,
           kvHeads = 0, keyLen = 0;
 };
 inline AttentionDims attentionDims(llvm::ArrayRef<int64_t> q,
                                    llvm::ArrayRef<int64_t> k,
-                                   AttentionLayout layout) {
+                                   AttentionLayout layout,
+                                   int64_t packedKvHeads = 0) {
   const AttentionAxes a = attentionAxes(layout);
+  if (packedKvHeads > 0)
+    return {q[size_t(a.batch)], q[size_t(a.heads)] - 2 * packedKvHeads,
+            q[size_t(a.time)],  q[3],
+            packedKvHeads,      q[size_t(a.time)]};
   return {q[size_t(a.batch)], q[size_t(a.heads)], q[size_t(a.time)], q[3],
           k[size_t(a.heads)], k[size_t(a.time)]};
+}
+// A FusedAttention's (or its gradient's) Hkv when Q, K and V are packed in
+// one tensor, else 0.
+template <class WithAttrs> int64_t attentionPackedKvHeads(const WithAttrs &op) {
+  return op.getInt("packed_kv_heads");
+}
+// `shape` (a Q, K, V or O in `layout`) with `heads` heads.
+inline Shape withAttentionHeads(llvm::ArrayRef<int64_t> shape,
+                                AttentionLayout layout, int64_t heads) {
+  Shape out(shape.begin(), shape.end());
+  out[size_t(attentionAxes(layout).heads)] = heads;
+  return out;
 }
 
 } // namespace cleave::ir

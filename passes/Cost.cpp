@@ -58,7 +58,8 @@ static std::optional<double> productWork(const ir::Op &op) {
   // accumulates dQ, dK, dV (7; docs/design/fused-attention.md).
   auto seenScores = [&](const ir::TensorType &q, const ir::TensorType &k) {
     const ir::AttentionDims d =
-        ir::attentionDims(q.shape, k.shape, ir::attentionLayout(op));
+        ir::attentionDims(q.shape, k.shape, ir::attentionLayout(op),
+                          ir::attentionPackedKvHeads(op));
     double tq = double(d.queryLen), tk = double(d.keyLen);
     double perHead = tq * tk;
     if (op.getInt("causal")) { // query i sees keys 0..i (top-left)

@@ -386,9 +386,17 @@ static llvm::Error ruleFusedAttention(RuleContext &c) {
   if (c.op.numOperands() == 4)
     ops.push_back(c.in(3));
   AttrMap attrs = copyAttrs(c.op, {"causal", "scale"});
-  for (const char *layout : {"seq_major", "time_major"}) // of Q, K, V, dQ...
+  // The layout of Q, K, V, dQ..., and their packing.
+  for (const char *layout : {"seq_major", "time_major", "packed_kv_heads"})
     if (c.op.hasAttr(layout))
       attrs.emplace(layout, c.op.attr(layout));
+  if (ir::attentionPackedKvHeads(c.op) > 0) {
+    // Q, K and V are one tensor (operands 0 to 2): one gradient, given
+    // once (the other two uses add nothing to it).
+    c.dX[0] = c.b.emitN(OpKind::FusedAttentionGrad, ops, std::move(attrs),
+                        1)[0];
+    return llvm::Error::success();
+  }
   auto d = c.b.emitN(OpKind::FusedAttentionGrad, ops, std::move(attrs), 3);
   for (unsigned i = 0; i < 3; ++i)
     if (c.needs[i])

@@ -37,6 +37,11 @@ static const PassInfo kPasses[] = {
      "replace attention spelled out as MatMul, scale, mask, Softmax and "
      "MatMul by one FusedAttention op that never stores the scores",
      recognizeAttention},
+    {"pack-attention",
+     "let a FusedAttention whose Q, K and V are one Split's three parts (a "
+     "packed projection) read them in place from the Split's operand "
+     "(packed_kv_heads), the Split and its gradient's Concat gone",
+     packAttention},
     {"matmul-to-gemm",
      "replace MatMul(x, Transpose(W)) [+ b] (nn.Linear as exported) by a "
      "Gemm with transB = 1 and the bias as C, x and the result reshaped",

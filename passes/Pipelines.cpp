@@ -17,6 +17,9 @@ static const PipelineStep kGraph[] = {
     {"recognize-attention",
      "attention as MatMul-scale-mask-Softmax-MatMul: one FusedAttention, "
      "the scores never stored"},
+    {"pack-attention",
+     "Q, K and V split from one packed projection: read in place, no Split "
+     "and no Concat in the gradient"},
     {"matmul-to-gemm", "nn.Linear: no copy of W^T, its gradient, the bias"},
     {"dce", "drop what no output needs (unused folded results)"},
     {"mixed-precision",

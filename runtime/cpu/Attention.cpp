@@ -16,6 +16,7 @@
 #include "runtime/cpu/VectorMath.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <type_traits>
@@ -79,6 +80,17 @@ dev::AttnOutput output(const TensorRef &t, Layout layout = Layout::Heads) {
   return operandOf<dev::AttnOutput>(t, layout);
 }
 
+// `x` from its `first` head on: a packed operand's Q, K or V (its heads
+// axis holding Q's, K's and V's heads in turn).
+template <class Operand> Operand fromHead(Operand x, int64_t first) {
+  const size_t bytes = x.elem == dev::AttnElem::F64    ? 8
+                       : x.elem == dev::AttnElem::BF16 ? 2
+                                                       : 4;
+  x.data = static_cast<char *>(const_cast<void *>(x.data)) +
+           first * x.strides[1] * int64_t(bytes);
+  return x;
+}
+
 // Q, K, V and the optional mask at `first` in the call's inputs.
 llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
                                                 size_t first, size_t mask) {
@@ -86,7 +98,14 @@ llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
   if (q.rank() != 4 || k.rank() != 4 || c.inputs[first + 2].rank() != 4)
     return kernelError(c, "Q, K and V must have rank 4");
   const Layout layout = ir::attentionLayout(c);
-  const ir::AttentionDims d = ir::attentionDims(q.shape, k.shape, layout);
+  const int64_t packed = ir::attentionPackedKvHeads(c);
+  const ir::AttentionDims d =
+      ir::attentionDims(q.shape, k.shape, layout, packed);
+  if (packed < 0 || d.queryHeads < 1 ||
+      (packed > 0 && (k.shape != q.shape || c.inputs[first + 2].shape != q.shape)))
+    return kernelError(c, "packed Q, K and V must be one tensor of more "
+                          "than 2 x {0} heads",
+                       packed);
   dev::AttentionOperands a;
   a.batch = d.batch;
   a.queryHeads = d.queryHeads;
@@ -100,6 +119,10 @@ llvm::Expected<dev::AttentionOperands> operands(const KernelCall &c,
   a.q = input(q, layout);
   a.k = input(k, layout);
   a.v = input(c.inputs[first + 2], layout);
+  if (packed > 0) { // K's heads after Q's, V's after K's
+    a.k = fromHead(a.k, d.queryHeads);
+    a.v = fromHead(a.v, d.queryHeads + d.kvHeads);
+  }
   if (c.inputs.size() > mask && c.inputs[mask].data) {
     const TensorRef &m = c.inputs[mask];
     if (m.dtype == ir::DType::Bool) { // true: the key is seen
@@ -146,8 +169,13 @@ llvm::Expected<dev::AttentionGradStep> attentionGradStep(const KernelCall &c,
   s.lseElem = attnElem(c.inputs[5].dtype);
   s.delta = delta;
   s.dq = output(c.outputs[0], layout);
-  s.dk = output(c.outputs[1], layout);
-  s.dv = output(c.outputs[2], layout);
+  if (ir::attentionPackedKvHeads(c) > 0) { // dQ, dK and dV in one tensor
+    s.dk = fromHead(s.dq, s.in.queryHeads);
+    s.dv = fromHead(s.dq, s.in.queryHeads + s.in.kvHeads);
+  } else {
+    s.dk = output(c.outputs[1], layout);
+    s.dv = output(c.outputs[2], layout);
+  }
   return s;
 }
 
@@ -182,17 +210,24 @@ const T *rowsOf(const dev::AttnInput &x, int64_t b, int64_t h, int64_t t0,
   // threads the forward took 0.62 ms in place and 0.51 ms copied, the
   // gradient 1.35 and 1.03 ms). Closer
   // rows ([B, T, H, D] at H * D 256, 1 KB apart) are faster in place.
-  const bool spread = n > 1 && x.strides[2] * int64_t(sizeof(T)) >= 4096;
+  const bool spread = n > 1 && x.strides[2] != dim;
   if (x.elem == native && x.strides[3] == 1 && !spread) {
     // A length-1 axis has stride 0 (fillStrides): a lone row's leading
     // dimension only has to be legal for the GEMM.
     ld = n == 1 ? dim : x.strides[2];
     return static_cast<const T *>(x.data) + x.at(b, h, t0, 0);
   }
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t d = 0; d < dim; ++d)
-      scratch[t * dim + d] =
-          dev::attnRead<T>(x.data, x.elem, x.at(b, h, t0 + t, d));
+  if (x.elem == native && x.strides[3] == 1) {
+    for (int64_t t = 0; t < n; ++t)
+      std::memcpy(scratch + t * dim,
+                  static_cast<const T *>(x.data) + x.at(b, h, t0 + t, 0),
+                  size_t(dim) * sizeof(T));
+  } else {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t d = 0; d < dim; ++d)
+        scratch[t * dim + d] =
+            dev::attnRead<T>(x.data, x.elem, x.at(b, h, t0 + t, d));
+  }
   ld = dim;
   return scratch;
 }

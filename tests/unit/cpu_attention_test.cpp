@@ -280,6 +280,64 @@ TEST(CpuAttention, SeqAndTimeMajorGiveTheBitsOfTheTransposedOperands) {
   }
 }
 
+// Packed (pack-attention): Q, K and V one tensor whose heads axis holds
+// Q's, K's and V's heads in turn, read in place, and one gradient written
+// the same way, give the bits of the op on the three parts as separate
+// tensors (grouped-query heads, a mask, the causal rule; seq_major rows
+// 1.5 KB apart, read in place; time_major's 12 KB apart, copied; 1 and 2
+// threads).
+TEST(CpuAttention, PackedOperandsGiveTheBitsOfSeparateOnes) {
+  testsupport::cpu();
+  const int64_t B = 2, Hq = 4, Hkv = 2, H = Hq + 2 * Hkv, T = 140, D = 48;
+  for (const char *layout : {"seq_major", "time_major"}) {
+    SCOPED_TRACE(layout);
+    const bool time = std::string(layout) == "time_major";
+    auto stored = [&](int64_t h) {
+      return time ? std::vector<int64_t>{T, B, h, D}
+                  : std::vector<int64_t>{B, T, h, D};
+    };
+    Host<float> packed = randomHost<float>(stored(H), 1, -2, 2),
+                dout = randomHost<float>(stored(Hq), 5),
+                mask = randomHost<float>({B, 1, T, T}, 4);
+    // Heads [h0, h0 + n) of a packed tensor (or of its gradient).
+    auto heads = [&](const Host<float> &x, int64_t h0, int64_t n) {
+      Host<float> y(stored(n));
+      for (int64_t row = 0; row < B * T; ++row)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t d = 0; d < D; ++d)
+            y.data[size_t((row * n + i) * D + d)] =
+                x.data[size_t((row * H + h0 + i) * D + d)];
+      return y;
+    };
+    Host<float> q = heads(packed, 0, Hq), k = heads(packed, Hq, Hkv),
+                v = heads(packed, Hq + Hkv, Hkv);
+    ir::AttrMap attrs{{"scale", 0.25f}, {"causal", int64_t(1)},
+                      {layout, int64_t(1)}};
+    Outputs<float> want =
+        forwardAndBackward(q, k, v, dout, mask.ref(), {B, Hq, T}, attrs, 1);
+    attrs.emplace("packed_kv_heads", Hkv);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(threads);
+      Host<float> o(stored(Hq)), lse({B, Hq, T}), dp(stored(H));
+      auto backend = runtime::createCpuBackend(threads);
+      ASSERT_FALSE(bool(backend->run(runtime::KernelCall{
+          ir::OpKind::FusedAttention, attrs,
+          {packed.ref(), packed.ref(), packed.ref(), mask.ref()},
+          {o.ref(), lse.ref()}})));
+      ASSERT_FALSE(bool(backend->run(runtime::KernelCall{
+          ir::OpKind::FusedAttentionGrad, attrs,
+          {dout.ref(), packed.ref(), packed.ref(), packed.ref(), o.ref(),
+           lse.ref(), mask.ref()},
+          {dp.ref()}})));
+      EXPECT_TRUE(same(want.o, o));
+      EXPECT_TRUE(same(want.lse, lse));
+      EXPECT_TRUE(same(want.dq, heads(dp, 0, Hq)));
+      EXPECT_TRUE(same(want.dk, heads(dp, Hq, Hkv)));
+      EXPECT_TRUE(same(want.dv, heads(dp, Hq + Hkv, Hkv)));
+    }
+  }
+}
+
 TEST(CpuAttention, RefusesAHeadSizeAboveTheBound) {
   Host<float> q({1, 1, 2, 300}), k({1, 1, 2, 300}), v({1, 1, 2, 300}),
       o({1, 1, 2, 300}), lse({1, 1, 2});
