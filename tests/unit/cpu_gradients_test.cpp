@@ -495,6 +495,42 @@ TEST(CpuGradients, LayerNormGradsMatchFiniteDifferences) {
   }
 }
 
+// Over many rows (a transformer's tokens) dscale is summed by pieces of
+// rows in one pass: still sum over rows of dY * x̂, LayerNorm's and RMS
+// norm's (x̂ = x * inv), against the sum in long double.
+TEST(CpuGradients, NormScaleGradientOverManyRowsIsItsSum) {
+  const int64_t rows = 300, size = 40;
+  Tensor X = randomHost<double>({rows, size}, 61, -2, 3),
+         dY = randomHost<double>({rows, size}, 62);
+  for (bool centered : {true, false}) {
+    SCOPED_TRACE(centered ? "LayerNormalization" : "RMSNormalization");
+    AttrMap attrs{{"epsilon", 1e-3f}};
+    Tensor got = runOp(centered ? OpKind::LayerNormalizationGradParams
+                                : OpKind::RMSNormalizationGradParams,
+                       attrs, {dY.ref(), X.ref()})[0];
+    std::vector<long double> want(size, 0.0L);
+    const long double eps = 0.001L; // f64 data: the decimal written
+    for (int64_t r = 0; r < rows; ++r) {
+      const double *x = X.data.data() + r * size;
+      long double mean = 0, var = 0;
+      if (centered) {
+        for (int64_t j = 0; j < size; ++j)
+          mean += x[j];
+        mean /= size;
+      }
+      for (int64_t j = 0; j < size; ++j)
+        var += (x[j] - mean) * (x[j] - mean);
+      const long double inv = 1.0L / std::sqrt(var / size + eps);
+      for (int64_t j = 0; j < size; ++j)
+        want[size_t(j)] += dY.data[size_t(r * size + j)] * (x[j] - mean) * inv;
+    }
+    for (int64_t j = 0; j < size; ++j)
+      EXPECT_NEAR(got.data[size_t(j)], double(want[size_t(j)]),
+                  1e-12 * (1 + std::abs(double(want[size_t(j)]))))
+          << j;
+  }
+}
+
 TEST(CpuGradients, RMSNormGradsMatchFiniteDifferences) {
   struct Case {
     Ints x;
