@@ -88,6 +88,7 @@ llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeRmsNorm(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeAttention(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> packAttention(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> batchMajorAttention(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> mixedPrecision(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx);
 llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &ctx);

@@ -46,6 +46,12 @@ static const PassInfo kPasses[] = {
      "replace MatMul(x, Transpose(W)) [+ b] (nn.Linear as exported) by a "
      "Gemm with transB = 1 and the bias as C, x and the result reshaped",
      matMulToGemm},
+    {"batch-major-attention",
+     "run nn.MultiheadAttention with batch_first (Transposes to [T, B, E] "
+     "and back around row-wise ops and a packed time_major FusedAttention) "
+     "on the input's own [B, T] rows: the Transposes gone, the attention "
+     "seq_major",
+     batchMajorAttention},
     {"verify", "check the IR invariants (types, SSA order, attributes)",
      [](ir::Graph &, const PassContext &) -> llvm::Expected<bool> {
        return false;

@@ -21,6 +21,8 @@ static const PipelineStep kGraph[] = {
      "Q, K and V split from one packed projection: read in place, no Split "
      "and no Concat in the gradient"},
     {"matmul-to-gemm", "nn.Linear: no copy of W^T, its gradient, the bias"},
+    {"batch-major-attention",
+     "batch_first nn.MultiheadAttention without its two Transposes"},
     {"dce", "drop what no output needs (unused folded results)"},
     {"mixed-precision",
      "--precision bf16: products in bf16 (a no-op for f32)"},

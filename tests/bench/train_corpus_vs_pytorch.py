@@ -39,7 +39,10 @@ ratios torch/cleave (above 1.0: cleave is faster), the first losses of
 both (same weights, same batch), and the training FLOPs per step (counted
 by torch.utils.flop_counter) as GFLOP/s each framework achieves, against a
 measured f32 GEMM of PyTorch (torch.mm, 2048^3) and of cleave's runtime
-(build/tests/cleave-bench-device-profile, 1024^3) on the same threads.
+(build/tests/cleave-bench-device-profile, 1024^3) on the same threads;
+"of sgemm" is cleave's GFLOP/s over the median of its sgemm measured in
+each round right after cleave's steps (the machine's speed drifts by 10%
+and more over a run, so a rate measured once at the start is no baseline).
 Peak memory of a step, both sides: PyTorch's parameters plus the growth of
 the resident set's high-water mark over the first two steps of a fresh
 process (gradients, saved activations, temporaries; VmHWM, reset through
@@ -233,14 +236,20 @@ def gemm_peak(threads):
     return 2 * 2048 ** 3 / best / 1e9
 
 
-def cleave_peak(args):
-    """The runtime's own f32 GEMM on 1024^3 (cleave-bench-device-profile)."""
+def cleave_sgemm(args):
+    """The runtime's own f32 GEMM on 1024^3 in FLOP/s
+    (cleave-bench-device-profile), or None."""
     tool = os.path.join(args.build, "tests", "cleave-bench-device-profile")
     if not os.path.exists(tool):
-        return "n/a (no " + tool + ")"
+        return None
     out = run([tool, str(args.threads)])
     m = re.search(r"^sgemm \S+\s+(\S+) FLOP/s", out, re.M)
-    return f"{float(m.group(1)) / 1e9:.0f} GFLOP/s" if m else "n/a"
+    return float(m.group(1)) if m else None
+
+
+def cleave_peak(args):
+    rate = cleave_sgemm(args)
+    return f"{rate / 1e9:.0f} GFLOP/s" if rate else "n/a"
 
 
 def timed(f):
@@ -294,7 +303,7 @@ def main():
         head += f" {'compile ms':>10} {'comp/cl':>7}"
     if args.unfused:
         head += f" {'unfused ms':>10} {'unf/cl':>6}"
-    print(head + f" {'GFLOP':>6} {'cl GFLOP/s':>10} {'torch GF/s':>10} {'peak MB torch/cl':>16}"
+    print(head + f" {'GFLOP':>6} {'cl GFLOP/s':>10} {'of sgemm':>8} {'torch GF/s':>10} {'peak MB torch/cl':>16}"
           "   first loss torch / cleave")
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
@@ -331,11 +340,14 @@ def main():
                 torch_times(frameworks["compile"], WARMUP)
             times = {k: [] for k in list(frameworks) + ["cleave", "unfused"]}
             first_cleave = None
+            sgemm = []  # cleave's sgemm in each round, beside its steps
             for _ in range(args.rounds):
                 for k, f in frameworks.items():
                     times[k] += torch_times(f, args.steps)[0]
                 ms, loss = cleave_times(tools, plan, data, args.threads, args.steps)
                 times["cleave"] += ms
+                if (rate := cleave_sgemm(args)):
+                    sgemm.append(rate)
                 first_cleave = loss
                 if args.unfused:
                     times["unfused"] += cleave_times(tools, unfused, data, args.threads,
@@ -349,7 +361,9 @@ def main():
             gf = flops / 1e9
             peaks = (f"{torch_peak(name, args) / 1e6:.0f} / "
                      f"{cleave_peak_bytes(tools, plan, data, args.threads) / 1e6:.0f}")
-            line += (f" {gf:6.2f} {gf / med['cleave'] * 1e3:10.1f} {gf / med['torch'] * 1e3:10.1f}"
+            share = (f"{gf / med['cleave'] * 1e12 / statistics.median(sgemm) * 100:7.0f}%"
+                     if sgemm else "     n/a")
+            line += (f" {gf:6.2f} {gf / med['cleave'] * 1e3:10.1f} {share} {gf / med['torch'] * 1e3:10.1f}"
                      f" {peaks:>16}   {first_torch:.4f} / {first_cleave:.4f}")
             print(line, flush=True)
 
