@@ -223,6 +223,14 @@ TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
   }
 }
 
+// An operand's shape with h heads: [B, T, h, D] (seq_major) or
+// [T, B, h, D] (time_major).
+std::vector<int64_t> layoutShape(bool timeMajor, int64_t b, int64_t t,
+                                 int64_t h, int64_t d) {
+  return timeMajor ? std::vector<int64_t>{t, b, h, d}
+                   : std::vector<int64_t>{b, t, h, d};
+}
+
 // seq_major and time_major: Q, K, V, O and the gradients as [B, T, H, D]
 // or [T, B, H, D], read and written in place, give the bits of the
 // [B, H, T, D] op on transposed copies (grouped-query heads, a mask, the
@@ -235,10 +243,7 @@ TEST(CpuAttention, SeqAndTimeMajorGiveTheBitsOfTheTransposedOperands) {
   for (const char *layout : {"seq_major", "time_major"}) {
     SCOPED_TRACE(layout);
     const bool time = std::string(layout) == "time_major";
-    auto stored = [&](int64_t h) {
-      return time ? std::vector<int64_t>{T, B, h, D}
-                  : std::vector<int64_t>{B, T, h, D};
-    };
+    auto stored = [&](int64_t h) { return layoutShape(time, B, T, h, D); };
     Host<float> q = randomHost<float>(stored(Hq), 1, -2, 2),
                 k = randomHost<float>(stored(Hkv), 2, -2, 2),
                 v = randomHost<float>(stored(Hkv), 3),
@@ -284,18 +289,15 @@ TEST(CpuAttention, SeqAndTimeMajorGiveTheBitsOfTheTransposedOperands) {
 // Q's, K's and V's heads in turn, read in place, and one gradient written
 // the same way, give the bits of the op on the three parts as separate
 // tensors (grouped-query heads, a mask, the causal rule; seq_major rows
-// 1.5 KB apart, read in place; time_major's 12 KB apart, copied; 1 and 2
+// 1.5 KB apart, read in place; time_major's 4.5 KB apart, copied; 1 and 2
 // threads).
 TEST(CpuAttention, PackedOperandsGiveTheBitsOfSeparateOnes) {
   testsupport::cpu();
-  const int64_t B = 2, Hq = 4, Hkv = 2, H = Hq + 2 * Hkv, T = 140, D = 48;
+  const int64_t B = 3, Hq = 4, Hkv = 2, H = Hq + 2 * Hkv, T = 140, D = 48;
   for (const char *layout : {"seq_major", "time_major"}) {
     SCOPED_TRACE(layout);
     const bool time = std::string(layout) == "time_major";
-    auto stored = [&](int64_t h) {
-      return time ? std::vector<int64_t>{T, B, h, D}
-                  : std::vector<int64_t>{B, T, h, D};
-    };
+    auto stored = [&](int64_t h) { return layoutShape(time, B, T, h, D); };
     Host<float> packed = randomHost<float>(stored(H), 1, -2, 2),
                 dout = randomHost<float>(stored(Hq), 5),
                 mask = randomHost<float>({B, 1, T, T}, 4);
