@@ -22,8 +22,8 @@
 // three operands are one value), the chain is made of Reshapes whose
 // operand and result both keep the rows ([T, B, ...] or [T B, ...], the
 // columns' count unchanged), Gemms that take the chain's [T B, K] value as
-// A (not transposed), and one packed time_major FusedAttention, and it
-// ends at the Transpose back.
+// A (not transposed) with a C broadcast over the rows, and one packed
+// time_major FusedAttention, and it ends at the Transpose back.
 #include "passes/Pass.h"
 
 #include "ir/OpInfo.h"
@@ -99,6 +99,11 @@ std::vector<Op *> chainFrom(const ir::Graph &g, Op *first, int64_t t,
       for (unsigned i = 1; i < u->numOperands(); ++i)
         if (u->operand(i) == v)
           return {};
+      // A C with a row of its own for each row would need its rows moved
+      // too: only a C broadcast over the rows (a bias) is taken.
+      if (u->numOperands() > 2 && u->operand(2)->type().rank() == 2 &&
+          u->operand(2)->type().shape[0] != 1)
+        return {};
       break;
     case OpKind::FusedAttention:
       // Packed (one value, all three operands), time_major, once.
