@@ -232,21 +232,24 @@ llvm::Error normGradParams(const KernelCall &call) {
   const T *x = X.as<T>(), *dy = dY.as<T>();
   const bool wide = cpuHasAvx512F();
   T *ds = dScale.as<T>();
-  // Many rows (a transformer's tokens): pieces of kPieceRows rows (cut by
+  // Many rows (a transformer's tokens): pieces of 64 rows or more (cut by
   // the shape alone) each sum their rows in order into partials, in one
   // pass over X and dY, and the pieces are added in order (the statistics
   // of all rows first, then threads over columns, read X twice and split
   // the rows' long reduction by columns): ViT's LayerNorms (1040 x 256),
   // the W part of each gradient (this and the bias's SumTo) 260 to 130 us
   // in the step (`cleave-run --profile`, 2 threads).
-  constexpr int64_t kPieceRows = 64;
+  // At most 512 pieces, so the partials stay under 4 KB a column.
+  constexpr int64_t kPieceRows = 64, kMaxPieces = 512;
   if (rows >= 4 * kPieceRows) {
-    const int64_t pieces = (rows + kPieceRows - 1) / kPieceRows;
+    const int64_t pieceRows =
+        std::max(kPieceRows, (rows + kMaxPieces - 1) / kMaxPieces);
+    const int64_t pieces = (rows + pieceRows - 1) / pieceRows;
     std::vector<double> partial(size_t(pieces * size), 0.0);
     parallelFor(pieces, 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
-        const int64_t r0 = p * kPieceRows,
-                      r1 = std::min(rows, r0 + kPieceRows);
+        const int64_t r0 = p * pieceRows,
+                      r1 = std::min(rows, r0 + pieceRows);
         double *acc = partial.data() + p * size;
         if (wide)
           normalizedPieceSumsWide<T, Centered>(x, dy, r0, r1, size, eps, acc);

@@ -499,11 +499,15 @@ TEST(CpuGradients, LayerNormGradsMatchFiniteDifferences) {
 // rows in one pass: still sum over rows of dY * x̂, LayerNorm's and RMS
 // norm's (x̂ = x * inv), against the sum in long double.
 TEST(CpuGradients, NormScaleGradientOverManyRowsIsItsSum) {
-  const int64_t rows = 300, size = 40;
-  Tensor X = randomHost<double>({rows, size}, 61, -2, 3),
-         dY = randomHost<double>({rows, size}, 62);
-  for (bool centered : {true, false}) {
+  // 300 rows: pieces of 64; 40000: of 79 (at most 512 pieces).
+  const std::pair<int64_t, int64_t> shapes[] = {{300, 40}, {40000, 3}};
+  for (int c = 0; c < 4; ++c) {
+    const auto [rows, size] = shapes[c / 2];
+    const bool centered = c % 2 == 0;
     SCOPED_TRACE(centered ? "LayerNormalization" : "RMSNormalization");
+    SCOPED_TRACE(rows);
+    Tensor X = randomHost<double>({rows, size}, 61, -2, 3),
+           dY = randomHost<double>({rows, size}, 62);
     AttrMap attrs{{"epsilon", 1e-3f}};
     Tensor got = runOp(centered ? OpKind::LayerNormalizationGradParams
                                 : OpKind::RMSNormalizationGradParams,
