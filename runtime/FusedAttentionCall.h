@@ -15,8 +15,14 @@ namespace cleave::runtime {
 // FusedAttention(Q, K, V[, mask]) -> O, L.
 llvm::Expected<cuda::AttentionStep> attentionStep(const KernelCall &call);
 
+// The query rows of a FusedAttentionGrad call, B * Hq * Tq (a packed
+// operand's key and value heads not counted): the doubles its `delta`
+// scratch holds; 0 for operands not of rank 4 (attentionGradStep refuses
+// them).
+int64_t attentionGradRows(const KernelCall &call);
+
 // FusedAttentionGrad(dO, Q, K, V, O, L[, mask]) -> dQ, dK, dV; `delta` is
-// scratch of one double per query row (B * Hq * Tq) in the backend's
+// scratch of one double per query row (attentionGradRows) in the backend's
 // memory.
 llvm::Expected<cuda::AttentionGradStep>
 attentionGradStep(const KernelCall &call, double *delta);

@@ -154,6 +154,15 @@ llvm::Expected<dev::AttentionStep> attentionStep(const KernelCall &c) {
   return s;
 }
 
+int64_t attentionGradRows(const KernelCall &c) {
+  const TensorRef &q = c.inputs[1], &k = c.inputs[2];
+  if (q.rank() != 4 || k.rank() != 4)
+    return 0;
+  const ir::AttentionDims d = ir::attentionDims(
+      q.shape, k.shape, ir::attentionLayout(c), ir::attentionPackedKvHeads(c));
+  return std::max<int64_t>(0, d.batch * d.queryHeads * d.queryLen);
+}
+
 // Inputs: dO, Q, K, V, O, L[, mask]; outputs dQ, dK, dV.
 llvm::Expected<dev::AttentionGradStep> attentionGradStep(const KernelCall &c,
                                                          double *delta) {
@@ -731,9 +740,7 @@ llvm::Error attention(const KernelCall &c) {
 }
 
 llvm::Error attentionGrad(const KernelCall &c) {
-  const TensorRef &q = c.inputs[1];
-  std::vector<double> delta(size_t(
-      q.rank() ? q.numElements() / std::max<int64_t>(1, q.shape.back()) : 0));
+  std::vector<double> delta(size_t(attentionGradRows(c)));
   auto s = attentionGradStep(c, delta.data());
   if (!s)
     return s.takeError();

@@ -287,9 +287,8 @@ llvm::Expected<Steps> lowerAttention(const KernelCall &call,
       return s.takeError();
     return Steps{*s};
   }
-  const TensorRef &q = call.inputs[1];
-  int64_t rows = q.rank() ? q.numElements() / std::max<int64_t>(1, q.shape.back()) : 0;
-  auto delta = scratchBlock(call, scratch, size_t(rows) * sizeof(double));
+  auto delta = scratchBlock(call, scratch,
+                            size_t(attentionGradRows(call)) * sizeof(double));
   if (!delta)
     return delta.takeError();
   auto s = attentionGradStep(call, reinterpret_cast<double *>(*delta));
