@@ -16,6 +16,7 @@
 #include "runtime/cpu/VectorMath.h"
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 #include <cmath>
 #include <memory>
@@ -384,7 +385,7 @@ TileView tileView(const dev::AttentionOperands &a, int64_t b, int64_t h,
 // call (a mask broadcast over the heads once for all of them).
 class HiddenTiles {
 public:
-  explicit HiddenTiles(const dev::AttentionOperands &a)
+  HiddenTiles(const dev::AttentionOperands &a, bool spread)
       : a_(a), qBlocks_((a.queryLen + kRows - 1) / kRows),
         kTiles_((a.keyLen + kKeys - 1) / kKeys) {
     perHead_ = (a.bias.data && a.bias.strides[1] != 0) ||
@@ -392,7 +393,8 @@ public:
     const int64_t heads = perHead_ ? a.queryHeads : 1;
     hidden_.assign(size_t(a.batch * heads * qBlocks_ * kTiles_),
                    TileView::Mixed);
-    parallelFor(int64_t(hidden_.size()), 1, [&](int64_t b, int64_t e) {
+    const int64_t tiles = int64_t(hidden_.size());
+    parallelFor(tiles, spread ? 1 : tiles, [&](int64_t b, int64_t e) {
       for (int64_t n = b; n < e; ++n) {
         const int64_t kt = n % kTiles_, qb = n / kTiles_ % qBlocks_,
                       h = n / (kTiles_ * qBlocks_) % heads,
@@ -660,12 +662,37 @@ int64_t queryTasks(const dev::AttentionOperands &a) {
   return a.batch * a.queryHeads * ((a.queryLen + kRows - 1) / kRows);
 }
 
+// Whether a call is worth the pool: below 2^21 FLOPs in the forward's two
+// products it runs on the calling thread alone. Waking the pool's sleeping
+// workers costs 10 us and more (a virtual machine's idle core halts), more
+// than such a call's whole work: the corpus's tiny GPT-2 (T 16, head size
+// 16) measured its first attention of a step at 14.5 us on 2 threads and
+// the next, the workers still awake, at 4.7. The tasks are the same either
+// way, and so are the bits.
+bool worthSpreading(const dev::AttentionOperands &a) {
+  return 4.0 * double(a.batch * a.queryHeads) * double(a.queryLen) *
+             double(a.keyLen) * double(a.headDim) >=
+         double(1 << 21);
+}
+
+// Runs task(t) for t in [0, n) over the pool when `spread`, else in order
+// on this thread.
+void runTasks(bool spread, int64_t n,
+              const std::function<void(int64_t)> &task) {
+  if (spread) {
+    parallelTasks(n, task);
+    return;
+  }
+  for (int64_t t = 0; t < n; ++t)
+    task(t);
+}
 
 // Each task a block (its own buffers), taken by whichever thread is free:
 // under the causal rule later blocks have more keys to see.
 template <class T> void forward(const dev::AttentionStep &s) {
-  const HiddenTiles hidden(s.in);
-  parallelTasks(queryTasks(s.in), [&](int64_t t) {
+  const bool spread = worthSpreading(s.in);
+  const HiddenTiles hidden(s.in, spread);
+  runTasks(spread, queryTasks(s.in), [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
     forwardBlock(s, t, w, hidden);
   });
@@ -703,10 +730,12 @@ void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end) {
 
 template <class T> void backward(const dev::AttentionGradStep &s) {
   const int64_t rows = dev::attentionRows(s.in);
-  parallelFor(rows, std::max<int64_t>(1, (1 << 14) / s.in.headDim),
+  const bool spread = worthSpreading(s.in);
+  parallelFor(rows,
+              spread ? std::max<int64_t>(1, (1 << 14) / s.in.headDim) : rows,
               [&](int64_t b, int64_t e) { deltaRows(s, b, e); });
-  const HiddenTiles hidden(s.in);
-  parallelTasks(s.in.batch * s.in.kvHeads, [&](int64_t t) {
+  const HiddenTiles hidden(s.in, spread);
+  runTasks(spread, s.in.batch * s.in.kvHeads, [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
     static thread_local std::vector<T> dq; // its capacity kept (as Tiles)
     gradHeadGroup(s, t, w, dq, hidden);
