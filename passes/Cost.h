@@ -54,6 +54,9 @@ struct DeviceProfile {
   // FLOP/s of the fused attention kernels (FusedAttention and its
   // gradient, counted as opWork counts them); 0: the f32 products' peak.
   double attentionFlops = 0;
+  // s the sending stage spends per message (the copy's fixed part, the
+  // receiver's wake-up); 0 where the profile leaves it out.
+  double sendOverhead = 0;
   // Times an op on the device itself, where the profile can: the tools'
   // "host" runs the runtime's own kernel on operands of the op's types
   // (tools/HostProfile.h). `stepBytes`: every value, parameter and input

@@ -510,8 +510,12 @@ static void fillStages(PartitionResult &r, const StageCostTable &table,
     st.activationBytes = table.activationBytes(first, end);
     st.heldMicrobatches = heldMicrobatches(solver, int(s));
     st.peakBytes = table.peakBytes(first, end, st.heldMicrobatches);
-    st.f = table.f(first, end) + overhead.f;
-    st.b = table.b(first, end) + overhead.b;
+    // The sender's share of each message (LinkModel::sendSeconds; a
+    // profile's action overheads already hold it: there it is 0).
+    st.f = table.f(first, end) + overhead.f +
+           double(table.fSends(first, end)) * link.sendSeconds;
+    st.b = table.b(first, end) + overhead.b +
+           double(table.bSends(first, end)) * link.sendSeconds;
     st.w = table.w(first, end) + overhead.w;
     st.step = table.step(first, end) + overhead.step;
     st.comm = table.commTime(first, end);
@@ -593,7 +597,8 @@ llvm::Expected<PartitionResult> partition(const ir::Graph &g,
   const bool timedMessages = profile && profile->messageLatency();
   LinkModel link;
   if (!uniform) {
-    link = {device->linkLatency, device->linkBandwidth};
+    link = {device->linkLatency, device->linkBandwidth,
+            profile ? 0.0 : device->sendOverhead};
     if (timedMessages)
       link.latency = *profile->messageLatency();
   }

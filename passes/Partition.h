@@ -83,6 +83,10 @@ struct LayerChain {
 struct LinkModel {
   double latency = 0;
   double bytesPerSecond = 0; // 0: communication is free
+  // What the sending stage spends per message (DeviceProfile::
+  // sendOverhead): its F pays it per activation it sends on, its B per
+  // gradient it sends back.
+  double sendSeconds = 0;
   double messageTime(int64_t bytes) const {
     return bytesPerSecond > 0 ? latency + double(bytes) / bytesPerSecond : 0;
   }
@@ -112,6 +116,10 @@ public:
   // Forward bytes received from earlier stages / sent to later ones.
   int64_t recvBytes(int first, int end) const { return recv_[at(first, end)]; }
   int64_t sendBytes(int first, int end) const { return send_[at(first, end)]; }
+  // Messages sent per microbatch: activations on from F, gradients back
+  // from B.
+  int64_t fSends(int first, int end) const { return fSends_[at(first, end)]; }
+  int64_t bSends(int first, int end) const { return bSends_[at(first, end)]; }
   int64_t peakBytes(int first, int end, int64_t heldMicrobatches) const {
     return staticBytes(first, end) +
            heldMicrobatches * activationBytes(first, end);
@@ -129,7 +137,7 @@ private:
   std::vector<double> fSum_, bSum_, wSum_, stepSum_; // prefix sums
   std::vector<int64_t> paramSum_, staticSum_;       // prefix sums
   std::vector<double> comm_;                        // n x n tables
-  std::vector<int64_t> held_, recv_, send_, replica_;
+  std::vector<int64_t> held_, recv_, send_, replica_, fSends_, bSends_;
   std::vector<int64_t> frame_, stepFrame_; // LayerChain's, when it has them
 };
 

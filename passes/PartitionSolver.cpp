@@ -63,12 +63,14 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
   send_.assign(cells, 0);
   replica_.assign(cells, 0);
   comm_.assign(cells, 0);
+  fSends_.assign(cells, 0);
+  bSends_.assign(cells, 0);
   auto firstAtOrAfter = [](const std::vector<int> &layers, int i) {
     auto it = std::lower_bound(layers.begin(), layers.end(), i);
     return it == layers.end() ? -1 : *it;
   };
   std::vector<int64_t> held(n_ + 2), recv(n_ + 2), send(n_ + 2),
-      replica(n_ + 2);
+      replica(n_ + 2), fSends(n_ + 2), bSends(n_ + 2);
   std::vector<double> comm(n_ + 2);
   for (int i = 0; i < n_; ++i) {
     std::fill(held.begin(), held.end(), 0);
@@ -76,6 +78,8 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
     std::fill(send.begin(), send.end(), 0);
     std::fill(replica.begin(), replica.end(), 0);
     std::fill(comm.begin(), comm.end(), 0);
+    std::fill(fSends.begin(), fSends.end(), 0);
+    std::fill(bSends.begin(), bSends.end(), 0);
     // A replica for j in (first reader >= i, owner] (every j past the first
     // reader when the owner lies before i).
     for (const SharedState &st : chain.shared) {
@@ -95,17 +99,24 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
         if (int r = firstAtOrAfter(v.readers, i); r >= 0) {
           recv[r + 1] += v.bytes;
           comm[r + 1] += link.messageTime(v.bytes);
+          if (v.gradBytes) { // its gradient goes back from this stage's B
+            bSends[r + 1] += 1;
+            comm[r + 1] += link.sendSeconds;
+          }
         }
       } else if (v.readers.back() > v.producer) {
         int from = v.producer + 1, to = v.readers.back() + 1;
         send[from] += v.bytes;
         send[to] -= v.bytes;
-        double back = v.gradBytes ? link.messageTime(v.gradBytes) : 0;
+        fSends[from] += 1;
+        fSends[to] -= 1;
+        double back = (v.gradBytes ? link.messageTime(v.gradBytes) : 0) +
+                      link.sendSeconds;
         comm[from] += back;
         comm[to] -= back;
       }
     }
-    int64_t h = 0, r = 0, s = 0, rep = 0;
+    int64_t h = 0, r = 0, s = 0, rep = 0, fs = 0, bs = 0;
     double c = 0;
     for (int end = i + 1; end <= n_; ++end) {
       // Held and received bytes accumulate from i + 1 on; sends are a
@@ -115,11 +126,15 @@ void StageCostTable::fillActivationAndTraffic(const LayerChain &chain,
       s += send[end];
       c += comm[end];
       rep += replica[end];
+      fs += fSends[end];
+      bs += bSends[end];
       size_t cell = at(i, end);
       replica_[cell] = rep;
       held_[cell] = h;
       recv_[cell] = r;
       send_[cell] = s;
+      fSends_[cell] = fs;
+      bSends_[cell] = bs;
       // A difference array of doubles leaves rounding (-3e-21) where the
       // adds and subtractions cancel; a time is never below 0.
       comm_[cell] = std::max(c, 0.0);

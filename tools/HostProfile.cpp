@@ -73,52 +73,76 @@ bool indexesWithIntegers(ir::OpKind kind) {
   }
 }
 
-// One message from a stage's thread to another's that waits for it, in
-// the runtime's in-process comm: half the median round trip of 200
-// ping-pongs of 64 bytes between two threads, each receive waiting (the
-// hand-off and the receiver's wake-up). On a 2-core AMD EPYC: 3 to 17 us
-// between compiles, where the fixed profile says 5; the corpus's tiny
-// GPT-2 on 2 stages measured 18 to 21 us a waited receive (cleave-run
-// --profile).
-double handOffLatency() {
+// One message from a stage's thread to another's that has waited for it a
+// while, in the runtime's in-process comm: the median over 100 messages,
+// each sent after the sender computed (spun) for 300 us while the receiver
+// slept in its receive, of the time from the send to the receive's return
+// (`latency`) and of the send call itself (`sendSeconds`: the copy and the
+// receiver's wake-up, which the sending stage pays). A short wait is
+// cheaper than that (a virtual machine's idle core polls a while before
+// it halts: a 50 us gap measured 2 us on a 2-core AMD EPYC, 300 us and
+// more 15 to 22 us, and 4 to 7 us to send); a pipeline's stages wait for
+// whole actions. The corpus's tiny GPT-2 on 2 stages measured 16 to 18 us
+// a waited receive (cleave-run --profile).
+struct HandOff {
+  double latency = 0, sendSeconds = 0;
+};
+
+HandOff measureHandOff() {
   auto comms = runtime::createInProcessComms(2, /*timeoutSeconds=*/10);
-  constexpr int kRounds = 200;
-  std::vector<double> trips;
-  trips.reserve(kRounds);
-  char ping[64] = {}, pong[64] = {};
+  constexpr int kRounds = 100;
+  constexpr double kBusySeconds = 300e-6;
+  std::vector<double> latencies, sends;
+  latencies.reserve(kRounds);
+  sends.reserve(kRounds);
   std::atomic<bool> failed{false};
+  auto nanos = [] {
+    return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       Clock::now().time_since_epoch())
+                       .count());
+  };
   std::thread echo([&] {
     for (int i = 0; i < kRounds && !failed; ++i) {
-      if (llvm::Error e = comms[1]->recv(0, 1, i, pong, sizeof pong)) {
+      int64_t stamp = 0;
+      if (llvm::Error e = comms[1]->recv(0, 1, i, &stamp, sizeof stamp)) {
         llvm::consumeError(std::move(e));
         return;
       }
-      if (llvm::Error e = comms[1]->send(0, 2, i, pong, sizeof pong)) {
+      latencies.push_back(double(nanos() - stamp) * 1e-9);
+      if (llvm::Error e = comms[1]->send(0, 2, i, &stamp, sizeof stamp)) {
         llvm::consumeError(std::move(e));
         return;
       }
     }
   });
   for (int i = 0; i < kRounds; ++i) {
-    // Give the echo thread time to block in its receive.
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-    auto t0 = Clock::now();
-    llvm::Error e = comms[0]->send(1, 1, i, ping, sizeof ping);
+    auto busy = Clock::now();
+    while (std::chrono::duration<double>(Clock::now() - busy).count() <
+           kBusySeconds) {
+    }
+    int64_t stamp = nanos();
+    llvm::Error e = comms[0]->send(1, 1, i, &stamp, sizeof stamp);
+    sends.push_back(double(nanos() - stamp) * 1e-9);
     if (!e)
-      e = comms[0]->recv(1, 2, i, ping, sizeof ping);
+      e = comms[0]->recv(1, 2, i, &stamp, sizeof stamp);
     if (e) {
       llvm::consumeError(std::move(e));
       failed = true;
       comms[0]->abort("host profile: the hand-off measurement failed");
       break;
     }
-    trips.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   echo.join();
-  if (failed || trips.empty())
-    return 0;
-  std::sort(trips.begin(), trips.end());
-  return trips[trips.size() / 2] / 2;
+  HandOff out;
+  if (failed || latencies.empty() || sends.empty())
+    return out;
+  auto median = [](std::vector<double> &v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  out.latency = median(latencies);
+  out.sendSeconds = median(sends);
+  return out;
 }
 
 double triadBandwidth(int threads) {
@@ -214,8 +238,14 @@ std::string opKey(const ir::Op &op) {
 // distinct key (kind, attributes, types): operands of the op's types filled
 // with values in [-1, 1), one run to set up, then the median of 3 runs
 // (from cold caches where time() says so: evictCaches; else each right
-// after an untimed run of the op, its operands in the caches), each scaled
-// by the slowdown of a reference product run just before it. An op over a
+// after its operands and results were read into the caches, as the ops
+// that made them leave them in a step), each scaled by the slowdown of a
+// reference product run just before it. Not after an untimed run of the
+// op itself: in a step other kernels ran in between, and a run of its own
+// left its code, branch history and the pool's workers ready for it (the
+// corpus's tiny GPT-2 and LLaMA, one stage: predicted 1.46 and 1.49x under
+// that way, 1.20 and 1.33 with the operands read; the benchmark-size
+// corpus models the same within noise). An op over a
 // quarter second by the formulas, or any after 20 s of timing in one
 // compile, is left to the formulas; so is one with operands that are not floats or not of static
 // shapes (an index or a shape operand: its values matter), or with tensor
@@ -339,6 +369,17 @@ private:
     // slows both alike. The corpus BERT's step, six compiles each way
     // interleaved: predicted 141 to 176 ms without, 118 to 158 with, for a
     // measured 118 to 124.
+    auto touch = [&](llvm::ArrayRef<runtime::TensorRef> refs) {
+      for (const runtime::TensorRef &t : refs) {
+        int64_t n = 1;
+        for (int64_t d : t.shape)
+          n *= d;
+        size_t bytes = size_t(n) * ir::dtypeSize(t.dtype);
+        auto *p = static_cast<volatile const char *>(t.data);
+        for (size_t i = 0; i < bytes; i += 64)
+          (void)p[i];
+      }
+    };
     auto once = [&](bool cold) -> std::optional<double> {
       double now = reference(); // the first wakes the pool's workers
       now = std::min(now, reference());
@@ -346,9 +387,9 @@ private:
       double slowdown = std::max(1.0, now / referenceBest_);
       if (cold) {
         evictCaches();
-      } else if (llvm::Error e = backend->run(call)) {
-        llvm::consumeError(std::move(e)); // operands back in the caches
-        return std::nullopt;
+      } else {
+        touch(ins);
+        touch(outs);
       }
       auto t0 = Clock::now();
       if (llvm::Error e = backend->run(call)) {
@@ -468,8 +509,11 @@ passes::DeviceProfile measureHostProfile(int threads) {
     p.attentionFlops = attentionFlops();
   }
   p.memBandwidth = p.linkBandwidth = triadBandwidth(threads);
-  if (double latency = handOffLatency(); latency > 0)
-    p.linkLatency = latency;
+  HandOff handOff = measureHandOff();
+  if (handOff.latency > 0) {
+    p.linkLatency = handOff.latency;
+    p.sendOverhead = handOff.sendSeconds;
+  }
   if (const char *env = std::getenv("CLEAVE_HOST_OP_TIMES");
       env && std::string_view(env) == "0")
     return p;
@@ -521,9 +565,10 @@ llvm::Error prepareDeviceProfile(llvm::StringRef name, int stagesOnHost) {
       llvm::errs() << llvm::format(
           "note: --device-profile host: measured here on %d thread(s) a "
           "stage: f32 products %.3g FLOP/s, fused attention %.3g FLOP/s, "
-          "memory %.3g bytes/s, a message between stages %.3g us\n",
+          "memory %.3g bytes/s, a message between stages %.3g us (%.3g us "
+          "to send it)\n",
           threads, p.peakFlops, p.attentionFlops, p.memBandwidth,
-          p.linkLatency * 1e6);
+          p.linkLatency * 1e6, p.sendOverhead * 1e6);
     }
     return llvm::Error::success();
   }

@@ -75,13 +75,16 @@ def main():
     ap.add_argument("--case", action="append",
                     help="NAME:MODEL:FLAGS[:DATA] (cleavec flags, "
                     "space-separated; DATA: cleave-run's --data)")
+    ap.add_argument("--profiles", default=",".join(PROFILES),
+                    help="which of " + ", ".join(PROFILES) + " (comma-separated)")
     a = ap.parse_args()
+    profiles = a.profiles.split(",")
     cases = [(c.split(":", 3) + [""])[:4] for c in (a.case or DEFAULT_CASES)]
     got = {}  # (case, profile) -> [(measured, predicted)]
     with tempfile.TemporaryDirectory() as work:
         for r in range(a.rounds):
             for name, model, flags, data in cases:
-                for profile in PROFILES:
+                for profile in profiles:
                     got.setdefault((name, profile), []).append(
                         step(a.build, profile, model, flags.split(), data,
                              a.steps, work))
@@ -89,7 +92,7 @@ def main():
     print(f"{'case':<12} {'profile':<7} {'predicted ms':>13} "
           f"{'measured ms (min..max)':>28} {'meas/pred (min..max)':>24}")
     for name, *_ in cases:
-        for profile in PROFILES:
+        for profile in profiles:
             runs = got[(name, profile)]
             meas = [m for m, _ in runs]
             ratio = [m / p for m, p in runs]

@@ -43,11 +43,14 @@ NaiveStage naiveStage(const LayerChain &chain, const LinkModel &link,
       activations += v.bytes;
     if (v.producer < 0)
       continue;
+    // Received, and its gradient sent back from the stage's B.
     if (v.producer < first && contains(v.readers, first, end))
-      s.time += link.messageTime(v.bytes);
+      s.time += link.messageTime(v.bytes) + (v.gradBytes ? link.sendSeconds : 0);
+    // Sent on from the stage's F, and its gradient received back.
     bool readLater = !v.readers.empty() && v.readers.back() >= end;
-    if (v.producer >= first && v.producer < end && readLater && v.gradBytes)
-      s.time += link.messageTime(v.gradBytes);
+    if (v.producer >= first && v.producer < end && readLater)
+      s.time += link.sendSeconds +
+                (v.gradBytes ? link.messageTime(v.gradBytes) : 0);
   }
   s.peak = statics + held * activations;
   return s;
@@ -136,7 +139,7 @@ TEST(PartitionSolver, RandomChainsMatchBruteForce) {
     LayerChain chain = randomChain(rng, n);
     LinkModel link;
     if (trial % 3)
-      link = {0.05 * (trial % 5), 40.0 + trial % 7};
+      link = {0.05 * (trial % 5), 40.0 + trial % 7, 0.02 * (trial % 4)};
     SolverOptions opts;
     opts.stages = std::uniform_int_distribution<int>(1, n)(rng);
     opts.microbatches = std::uniform_int_distribution<int>(1, 8)(rng);
@@ -273,6 +276,50 @@ TEST(PartitionSolver, NoFitNamesTheSmallestCap) {
             "per stage; the smallest cap that fits is 400 B (400 bytes)");
   opts.memCap = 400;
   EXPECT_TRUE(bool(solveChain(table, opts)));
+}
+
+// The messages a stage sends per microbatch: each value it makes that a
+// later stage reads goes on from its F (once, however many later layers
+// read it), and each value it receives with a gradient sends that gradient
+// back from its B; the sender's time per message (LinkModel::sendSeconds)
+// is part of the stage's communication.
+TEST(PartitionSolver, StagesCountTheMessagesTheySend) {
+  LayerChain chain;
+  for (int l = 0; l < 4; ++l) {
+    chain.names.push_back("layer" + std::to_string(l));
+    chain.layers.push_back(LayerCost{});
+  }
+  auto value = [&](int producer, std::vector<int> readers, int64_t grad) {
+    ChainValue v;
+    v.producer = producer;
+    v.readers = std::move(readers);
+    v.bytes = 100;
+    v.gradBytes = grad;
+    chain.values.push_back(v);
+  };
+  value(0, {1}, 100);    // an activation and its gradient
+  value(0, {2, 3}, 0);   // a mask read two layers on, no gradient
+  value(1, {2}, 100);
+  value(-1, {0}, 0);     // a graph input: never a message
+  LinkModel link{0, 1e30, 1.0}; // bytes cost nothing, each message 1 s
+  StageCostTable table(chain, link);
+  // [0, 1): sends both of layer 0's values on; receives nothing.
+  EXPECT_EQ(table.fSends(0, 1), 2);
+  EXPECT_EQ(table.bSends(0, 1), 0);
+  // [1, 2): receives layer 0's activation (gradient back), sends its own
+  // on; the mask passes it by.
+  EXPECT_EQ(table.fSends(1, 2), 1);
+  EXPECT_EQ(table.bSends(1, 2), 1);
+  // [2, 4): receives the mask (no gradient) and layer 1's value.
+  EXPECT_EQ(table.fSends(2, 4), 0);
+  EXPECT_EQ(table.bSends(2, 4), 1);
+  // [0, 4): one stage, no messages.
+  EXPECT_EQ(table.fSends(0, 4), 0);
+  EXPECT_EQ(table.bSends(0, 4), 0);
+  // Free bandwidth leaves only the senders' time: a second a message.
+  EXPECT_DOUBLE_EQ(table.commTime(0, 1), 2.0);
+  EXPECT_DOUBLE_EQ(table.commTime(1, 2), 2.0);
+  EXPECT_DOUBLE_EQ(table.commTime(2, 4), 1.0);
 }
 
 TEST(PartitionSolver, MoreStagesThanLayers) {
