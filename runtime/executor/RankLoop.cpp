@@ -3,6 +3,10 @@
 #include "runtime/ExecutorSupport.h"
 #include "support/CpuShare.h"
 
+#include <condition_variable>
+#include <functional>
+#include <memory>
+
 namespace cleave::runtime {
 
 using namespace detail;
@@ -117,6 +121,100 @@ llvm::Error runRankStep(const RankWork &work, int64_t step) {
   return e;
 }
 
+namespace {
+
+// The threads that run ranks 1, 2, ... of runRankThreads, kept from step
+// to step. Made anew for every step, a rank's thread started 30 us after
+// it was asked for, or, one time in ten on a 2-core AMD EPYC, only when
+// the thread that made it next gave up its core (the new thread placed
+// beside it: 2 ms), and the ranks' threads, new every step, kept landing
+// on one core while the other idled: gpt-tiny's 2 x 2 stages under
+// interleaved-1F1B-2BP received messages 300 to 900 us after they were
+// sent, and steps took 8.4 or 10 ms by turns (8.2 kept; measured /
+// simulated 1.07 to 1.01). Giving each rank's thread a core of its own
+// did no better on a quiet machine and far worse beside a busy process
+// (1.26 to 1.68 of simulated): the threads stay free to move.
+class RankThreads {
+public:
+  // Never destroyed: a process that exits while a step runs (a fatal
+  // error on another thread) must not wait at exit to join its workers.
+  static RankThreads &get() {
+    static RankThreads *threads = new RankThreads;
+    return *threads;
+  }
+
+  // job(i) for every i in [0, n): i = 0 on the calling thread, the others
+  // on kept threads; returns when every job is done. A call while another
+  // runs (pipelines driven from two threads at once) makes threads of its
+  // own for the while.
+  void run(size_t n, const std::function<void(size_t)> &job) {
+    std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      std::vector<std::thread> threads;
+      for (size_t i = 1; i < n; ++i)
+        threads.emplace_back(job, i);
+      job(0);
+      for (std::thread &t : threads)
+        t.join();
+      return;
+    }
+    while (workers_.size() + 1 < n)
+      workers_.push_back(std::make_unique<Worker>(workers_.size() + 1));
+    for (size_t i = 1; i < n; ++i)
+      workers_[i - 1]->start(&job);
+    job(0);
+    for (size_t i = 1; i < n; ++i)
+      workers_[i - 1]->wait();
+  }
+
+private:
+  struct Worker {
+    explicit Worker(size_t index) : index(index), thread([this] { loop(); }) {
+      thread.detach(); // lives as long as the process (get())
+    }
+    void start(const std::function<void(size_t)> *j) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        job = j;
+        done = false;
+      }
+      wake.notify_one();
+    }
+    void wait() {
+      std::unique_lock<std::mutex> lock(mu);
+      finished.wait(lock, [&] { return done; });
+    }
+    void loop() {
+      for (;;) {
+        const std::function<void(size_t)> *j;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          wake.wait(lock, [&] { return job != nullptr; });
+          j = job;
+        }
+        (*j)(index);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          job = nullptr;
+          done = true;
+        }
+        finished.notify_one();
+      }
+    }
+
+    const size_t index;
+    std::mutex mu;
+    std::condition_variable wake, finished;
+    const std::function<void(size_t)> *job = nullptr; // guarded by mu
+    bool done = true;                                  // guarded by mu
+    std::thread thread; // last: starts once the rest is made
+  };
+  std::mutex busy_; // held by the run() using the workers
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+} // namespace
+
 llvm::Error runRankThreads(const std::vector<RankWork> &ranks, int64_t step) {
   std::mutex mu;
   std::optional<std::string> first;
@@ -140,15 +238,10 @@ llvm::Error runRankThreads(const std::vector<RankWork> &ranks, int64_t step) {
   };
   // The first rank runs on the calling thread, which holds a core already:
   // a new thread has to be given one, and beside a busy process that took
-  // a millisecond or more at the start of every step.
-  std::vector<std::thread> threads;
-  threads.reserve(ranks.size());
-  for (size_t i = 1; i < ranks.size(); ++i)
-    threads.emplace_back(run, i);
+  // a millisecond or more at the start of every step. The others run on
+  // kept threads (RankThreads).
   if (!ranks.empty())
-    run(0);
-  for (std::thread &t : threads)
-    t.join();
+    RankThreads::get().run(ranks.size(), run);
   if (first)
     return fail(*first);
   return llvm::Error::success();
