@@ -6,6 +6,7 @@ cleave-run measures, for the fixed `cpu` device profile and the measured
 Run (after building; any Python 3, it only drives the tools):
     python3 tests/bench/predicted_vs_measured.py [--build build]
         [--rounds 3] [--steps 8] [--case NAME:MODEL:FLAGS[:DATA] ...]
+        [--profiles cpu,rates,host]
 
 Per case and round, interleaved: cleavec MODEL FLAGS -o P.cplan with
 CLEAVE_DEVICE_PROFILE=cpu, =host with CLEAVE_HOST_OP_TIMES=0 (`rates`:
