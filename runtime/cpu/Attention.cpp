@@ -601,6 +601,8 @@ void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
   }
 }
 
+void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end);
+
 // The gradients of one kv head and its group of query heads, (b, kvh):
 // for each block of keys in order, over the group's query heads in order
 // and their query tiles in order, the tile's P and dS (the scores
@@ -615,6 +617,14 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
   const int64_t dim = a.headDim, kvh = task % a.kvHeads,
                 b = task / a.kvHeads, group = a.queryHeads / a.kvHeads;
   const T scale = T(a.scale);
+  // The group's Delta rows first, each read of dO and O right before the
+  // tiles read dO again (a pass of its own over every row read both from
+  // memory: ViT's attention gradient at T 65, 16 x 4 heads, 0.98 ms a
+  // layer in a step, 0.65 hot).
+  for (int64_t g = 0; g < group; ++g) {
+    const int64_t first = (b * a.queryHeads + kvh * group + g) * a.queryLen;
+    deltaRows(st, first, first + a.queryLen);
+  }
   dq.assign(size_t(group * a.queryLen * dim), T(0));
   for (int64_t j0 = 0; j0 < a.keyLen; j0 += kKeys) {
     const int64_t nc = std::min(kKeys, a.keyLen - j0);
@@ -729,11 +739,7 @@ void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end) {
 }
 
 template <class T> void backward(const dev::AttentionGradStep &s) {
-  const int64_t rows = dev::attentionRows(s.in);
   const bool spread = worthSpreading(s.in);
-  parallelFor(rows,
-              spread ? std::max<int64_t>(1, (1 << 14) / s.in.headDim) : rows,
-              [&](int64_t b, int64_t e) { deltaRows(s, b, e); });
   const HiddenTiles hidden(s.in, spread);
   runTasks(spread, s.in.batch * s.in.kvHeads, [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
