@@ -103,7 +103,8 @@ public:
   double b(int first, int end) const { return sum(bSum_, first, end); }
   double w(int first, int end) const { return sum(wSum_, first, end); }
   double step(int first, int end) const { return sum(stepSum_, first, end); }
-  // F + B + W + receiving activations and gradients, per microbatch.
+  // F + B + W + receiving activations and gradients and the sender's
+  // time of each message it sends, per microbatch.
   double time(int first, int end) const;
   double commTime(int first, int end) const { return comm_[at(first, end)]; }
   int64_t paramBytes(int first, int end) const;
