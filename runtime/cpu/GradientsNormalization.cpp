@@ -190,16 +190,7 @@ normalizedPieceSumsLanes(const T *x, const T *dy, int64_t r0, int64_t r1,
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * size, *dyr = dy + r * size;
     const Stats st = statsOf<T, Centered, Wide>(xr, size, eps);
-    int64_t j = 0;
-    if constexpr (std::is_same_v<T, float>)
-      for (; j + 8 <= size; j += 8) {
-        Double8 a = loadDouble8(acc + j) +
-                    loadDouble8W<Wide>(dyr + j) *
-                        ((loadDouble8W<Wide>(xr + j) - st.mean) * st.inv);
-        std::memcpy(acc + j, &a, sizeof(a));
-      }
-    for (; j < size; ++j)
-      acc[j] += dyr[j] * ((xr[j] - st.mean) * st.inv);
+    normalizedColumnSumsLanes<T, Wide>(xr, dyr, &st, 1, size, 0, size, acc);
   }
 }
 CLEAVE_WIDE_BUILDS(normalizedPieceSums, (typename T, bool Centered),
