@@ -115,23 +115,37 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
     and its buffers (BatchNorm statistics) are put back afterwards. A module
     in train() with an active dropout (random masks on both sides) is
     compared in eval() on both sides (`--module-mode=eval`): the same
-    function, without the randomness."""
-    dropout = module.training and any(
-        isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
-        for m in module.modules())
+    function, without the randomness. Dropout is found as an nn.Dropout
+    module, or as a loss that moves between two runs on the same inputs
+    (F.dropout called in forward, as HF's OPT and BART do)."""
     modes = {m: m.training for m in module.modules()}
     buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
-    try:
-        if dropout:
-            module.eval()
-        with torch.no_grad():
-            want = float(module(*args))
-    finally:
-        for m, training in modes.items():
-            m.training = training
+
+    def restore():  # the BatchNorm statistics a run in train() moved
         with torch.no_grad():
             for n, b in module.named_buffers():
                 b.copy_(buffers[n])
+
+    def loss():
+        with torch.no_grad():
+            value = float(module(*args))
+        restore()
+        return value
+
+    try:
+        dropout = module.training and any(
+            isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+            for m in module.modules())
+        want = None if dropout else loss()
+        if module.training and not dropout and loss() != want:
+            dropout = True  # random numbers drawn in forward: F.dropout
+        if dropout:
+            module.eval()
+            want = loss()
+    finally:
+        for m, training in modes.items():
+            m.training = training
+        restore()
     model = onnx.load(path, load_external_data=False)
     inits = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in inits]

@@ -1,6 +1,7 @@
-"""check_export (examples/pytorch/annotate_export.py) on three small modules
+"""check_export (examples/pytorch/annotate_export.py) on four small modules
 exported here: a correct export (BatchNorm in train(), its statistics put
-back), one with active dropout (compared in eval()), and one whose loss the
+back), one with active dropout as nn.Dropout and one as F.dropout (both
+compared in eval()), and one whose loss the
 dynamo exporter changes (cross_entropy's label_smoothing dropped), which
 must raise ExportMismatch. argv: examples folder, cleave-opt, scratch."""
 import os
@@ -19,22 +20,25 @@ cleave_opt, work = sys.argv[2], sys.argv[3]
 
 
 class Net(nn.Module):
-    def __init__(self, dropout=0.0, smoothing=0.0):
+    def __init__(self, dropout=0.0, smoothing=0.0, functional=0.0):
         super().__init__()
         self.conv = nn.Conv1d(2, 8, 3, padding=1)
         self.bn = nn.BatchNorm1d(8)
         self.drop = nn.Dropout(dropout)
         self.fc = nn.Linear(8, 3)
         self.smoothing = smoothing
+        self.functional = functional  # F.dropout in forward, no module
 
     def forward(self, x, y):
-        h = self.drop(F.relu(self.bn(self.conv(x)))).mean(-1)
+        h = self.drop(F.relu(self.bn(self.conv(x))))
+        h = F.dropout(h, self.functional, training=self.training).mean(-1)
         return F.cross_entropy(self.fc(h), y, label_smoothing=self.smoothing)
 
 
 torch.manual_seed(0)
 args = (torch.randn(4, 2, 16), torch.tensor([0, 1, 2, 1]))
 for name, net in (("plain", Net()), ("dropout", Net(dropout=0.3)),
+                  ("functional", Net(functional=0.3)),
                   ("smoothing", Net(smoothing=0.1))):
     path = os.path.join(work, name + ".onnx")
     torch.onnx.export(net, args, path, dynamo=True, optimize=False,
