@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <cstring>
 #include <functional>
@@ -1025,13 +1026,28 @@ TEST(Trainer, CountsTheWaitOfRanksSharingOneCore) {
     ++first;
   CPU_ZERO(&one);
   CPU_SET(first, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0); // new threads inherit it
+  // Every thread of the process on that core: new threads inherit the
+  // mask, but the rank threads an earlier test made are kept (RankThreads)
+  // and the pools' workers too.
+  auto pinAll = [](const cpu_set_t &mask) {
+    std::error_code ec;
+    for (const auto &task :
+         std::filesystem::directory_iterator("/proc/self/task", ec))
+      sched_setaffinity(std::stoi(task.path().filename().string()),
+                        sizeof mask, &mask);
+  };
+  pinAll(one);
+  struct Restore {
+    std::function<void()> f;
+    ~Restore() { f(); }
+  } restore{[&] { pinAll(saved); }};
   runtime::TrainOptions to;
   to.steps = 30;
   ThreadedRun run(*plan, runtime::StageOptions(), to);
   ASSERT_EQ(run.error, "");
   llvm::Error e = run.trainer->run([](const runtime::StepReport &) {});
-  sched_setaffinity(0, sizeof saved, &saved);
+  restore.f();
+  restore.f = [] {};
   ASSERT_EQ(errorText(std::move(e)), "");
   auto sum = run.trainer->summary();
   ASSERT_TRUE(bool(sum)) << llvm::toString(sum.takeError());
