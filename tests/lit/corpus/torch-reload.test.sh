@@ -8,6 +8,6 @@ for m in $models; do
   "$cleavec" "$corpus/$m/model.onnx" --stages 2 --microbatches 4 \
     --schedule zb-h1 --lr 0.1 --momentum 0.9 -o "$out/$m.cplan" >/dev/null
   "$cleave_run" "$out/$m.cplan" --data "$corpus/$m/steps/data" --steps 3 \
-    --quiet --save "$out/$m.onnx" >/dev/null
+    --quiet --save "$out/$m.onnx" --trust-dir "$corpus/$m" >/dev/null
 done
 "$python" "$script" "$corpus" "$examples" "$out" $models
