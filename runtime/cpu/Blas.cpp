@@ -228,16 +228,21 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   // its own (parallelTasks), taken by the next free thread.
   constexpr int64_t kBlockWork = int64_t(1) << 20, kMaxBlocks = 16,
                     kMinBlock = 128;
-  auto blockOf = [&](int64_t length) {
+  // Row blocks split the rows as evenly as whole rows allow (ViT's 1040 rows in 4 blocks of 260:
+  // rounded up to 16, 272, 272, 272 and 224 left one thread of two idle
+  // for a twelfth of the product, and the products ran 4 to 8% slower);
+  // column blocks start on a 64-byte line, so that no line of C is
+  // written by two threads.
+  auto blockOf = [&](int64_t length, int64_t round) {
     int64_t want = 2;
     while (want < kMaxBlocks && 2 * want * kBlockWork <= m * n * k &&
            2 * want * kMinBlock <= length)
       want *= 2;
     int64_t b = (length + want - 1) / want;
-    return (b + 15) / 16 * 16;
+    return (b + round - 1) / round * round;
   };
   if (m >= n) {
-    int64_t block = blockOf(m), blocks = (m + block - 1) / block;
+    int64_t block = blockOf(m, 1), blocks = (m + block - 1) / block;
     parallelTasks(blocks, [&](int64_t bi) {
       int64_t r0 = bi * block, r1 = std::min(m, r0 + block);
       if (prepare)
@@ -246,7 +251,7 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
            ldb, beta, c + r0 * ldc, ldc);
     });
   } else {
-    int64_t block = blockOf(n), blocks = (n + block - 1) / block;
+    int64_t block = blockOf(n, 16), blocks = (n + block - 1) / block;
     parallelTasks(blocks, [&](int64_t bi) {
       int64_t c0 = bi * block, c1 = std::min(n, c0 + block);
       if (prepare)

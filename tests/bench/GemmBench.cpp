@@ -58,6 +58,12 @@ const Shape kShapes[] = {
     {"conv fold 64x1024x576", false, false, 64, 1024, 576},
     {"conv fold 256x64x2304", false, false, 256, 64, 2304},
     {"square 1024", false, false, 1024, 1024, 1024},
+    // ViT at 32 x 32 in patches of 4 (65 tokens, batch 16: 1040 rows).
+    {"vit qkv fwd 1040x768x256", false, false, 1040, 768, 256},
+    {"vit mlp-in fwd 1040x1024x256", false, false, 1040, 1024, 256},
+    {"vit mlp-out fwd 1040x256x1024", false, false, 1040, 256, 1024},
+    {"vit mlp-in B 1040x256x1024 (NT)", false, true, 1040, 256, 1024},
+    {"vit mlp-out B 1040x1024x256 (NT)", false, true, 1040, 1024, 256},
     // T 1024, batch 2 (2048 rows): the W products of the long-sequence
     // benchmarks.
     {"mlp-in fwd 2048x1024x256", false, false, 2048, 1024, 256},
