@@ -426,6 +426,13 @@ llvm::Expected<OpProfile> OpProfile::parse(llvm::StringRef json,
         return profileError(source, "cores.other_cores must be a number >= 0");
       sharing.otherCores = *v;
     }
+    if (const llvm::json::Value *other = cores->get("other_runnable")) {
+      llvm::Optional<double> v = other->getAsNumber();
+      if (!v || !std::isfinite(*v) || *v < 0)
+        return profileError(source,
+                            "cores.other_runnable must be a number >= 0");
+      sharing.otherRunnable = *v;
+    }
     if (const llvm::json::Value *waits = cores->get("core_wait")) {
       const llvm::json::Array *list = waits->getAsArray();
       if (!list)
@@ -510,14 +517,26 @@ std::optional<double> OpProfile::time(llvm::StringRef loc,
   return std::max(0.0, it->second - opCoreWaits_.lookup(key(loc, phase)));
 }
 
+std::optional<double> OpProfile::otherCoresWanted() const {
+  if (!sharing_)
+    return std::nullopt;
+  std::optional<double> wanted = sharing_->otherCores;
+  if (sharing_->otherRunnable)
+    wanted = std::max(wanted.value_or(0), *sharing_->otherRunnable);
+  if (!wanted)
+    return std::nullopt;
+  return std::min(*wanted, double(sharing_->cores));
+}
+
 bool OpProfile::sharesCores() const {
-  return sharing_ && sharing_->otherCores && *sharing_->otherCores >= 0.25;
+  std::optional<double> wanted = otherCoresWanted();
+  return wanted && *wanted >= 0.25;
 }
 
 double OpProfile::coresLeft() const {
   if (!sharesCores())
     return 0;
-  return std::max(0.25, double(sharing_->cores) - *sharing_->otherCores);
+  return std::max(0.25, double(sharing_->cores) - *otherCoresWanted());
 }
 
 // Shares each (location, phase) group's measured time evenly among the

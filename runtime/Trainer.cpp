@@ -277,7 +277,15 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   start_ = std::chrono::steady_clock::now();
   std::optional<support::CpuUse> useAtStart = support::cpuUseNow();
   stepSum_ = 0;
+  otherRunnable_ = support::SustainedRunnable();
   std::fill(coreWaitSum_.begin(), coreWaitSum_.end(), 0);
+  // Other processes' runnable threads, read after a step at most every
+  // 10 ms (a reading opens a file per thread of this process, about 20 us),
+  // when the ranks' threads have finished it: not while steps overlap,
+  // where the ranks keep every core busy and the process reading the step
+  // lines waited for one in most readings (1.3 to 1.9 threads counted
+  // beside one busy loop).
+  auto lastSample = std::chrono::steady_clock::time_point();
   int64_t steps = options_.steps;
   std::vector<size_t> everyStage(stages_.size());
   for (size_t i = 0; i < everyStage.size(); ++i)
@@ -285,6 +293,14 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   auto finishStep = [&](int64_t step, StepReport &report) -> llvm::Error {
     if (warmStep(step, firstStep_, steps))
       stepSum_ += report.stepSeconds;
+    if (driver_.size() == 1 && !options_.overlapSteps) {
+      auto now = std::chrono::steady_clock::now();
+      if (now - lastSample >= std::chrono::milliseconds(10))
+        if (std::optional<int> others = support::otherRunnableThreads()) {
+          otherRunnable_.add(*others);
+          lastSample = now;
+        }
+    }
     if (options_.checkpointDir &&
         checkpointDue(step, steps, options_.checkpointEvery)) {
       if (auto e = writeCheckpoint(step + 1))
@@ -349,6 +365,7 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   if (driver_.size() == 1 && useAtStart)
     if (std::optional<support::CpuUse> now = support::cpuUseNow())
       summary_.otherCores = support::otherCoresBusy(*useAtStart, *now);
+  summary_.otherRunnable = otherRunnable_.median();
   return llvm::Error::success();
 }
 
@@ -747,7 +764,7 @@ llvm::Expected<std::string> Trainer::profileJson() {
           merged.push_back(std::move(op));
     }
     out = runtime::profileJson(std::move(merged), summary_.cores,
-                               summary_.otherCores);
+                               summary_.otherCores, summary_.otherRunnable);
   }
   if (auto e = agree(driver_, std::move(err)))
     return std::move(e);

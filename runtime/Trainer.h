@@ -23,6 +23,7 @@
 #include "runtime/comm/Driver.h"
 #include "runtime/trace/ChromeTrace.h"
 #include "runtime/trace/Profile.h"
+#include "support/CpuShare.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
@@ -109,6 +110,13 @@ struct TrainSummary {
   // in a run of several processes (each one's CPU is the others') and
   // where the kernel does not tell.
   std::optional<double> otherCores;
+  // Other processes' threads that stayed ready to run: read after steps,
+  // at most one reading per 10 ms, the median over windows of 5 readings
+  // of each window's least (support::SustainedRunnable over
+  // support::otherRunnableThreads), what they wanted of the cores
+  // where otherCores is what they got; unset in a run of several
+  // processes, with overlapping steps, and below 10 readings.
+  std::optional<double> otherRunnable;
   int cores = 0;
   std::vector<StageFigures> stages; // replica 0's, by stage
 };
@@ -217,6 +225,8 @@ private:
   TrainSummary summary_;
   std::chrono::steady_clock::time_point start_;
   double stepSum_ = 0;
+  // Read after steps (TrainSummary::otherRunnable).
+  support::SustainedRunnable otherRunnable_;
   std::vector<double> coreWaitSum_; // by local stage, over the counted steps
   // The steps the summary's means count: all but the run's first.
   int64_t countedSteps() const {

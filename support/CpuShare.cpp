@@ -1,6 +1,9 @@
 #include "support/CpuShare.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <dirent.h>
 #include <cstdlib>
 #include <fcntl.h>
 #include <cstdio>
@@ -9,6 +12,7 @@
 #include <sched.h>
 #include <string>
 #include <thread>
+#include <vector>
 #include <unistd.h>
 
 namespace cleave::support {
@@ -82,6 +86,88 @@ std::optional<double> otherCoresBusy(const CpuUse &from, const CpuUse &to) {
     return std::nullopt;
   double others = (to.machineBusy - from.machineBusy) - (to.ownCpu - from.ownCpu);
   return others > 0 ? others / wall : 0.0;
+}
+
+namespace {
+
+// The kernel's count of runnable threads: /proc/loadavg's fourth field,
+// "runnable/all".
+std::optional<long> runnableNow() {
+  std::ifstream load("/proc/loadavg");
+  double avg[3];
+  std::string entities;
+  if (!(load >> avg[0] >> avg[1] >> avg[2] >> entities))
+    return std::nullopt;
+  char *end = nullptr;
+  long runnable = std::strtol(entities.c_str(), &end, 10);
+  if (end == entities.c_str() || *end != '/')
+    return std::nullopt;
+  return runnable;
+}
+
+// This process's threads in state R.
+std::optional<long> ownRunnable() {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir)
+    return std::nullopt;
+  long own = 0;
+  while (dirent *e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9')
+      continue;
+    char path[300], buf[512];
+    std::snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue; // the thread ended
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+      continue;
+    buf[n] = '\0';
+    // "tid (name) S ...": the state follows the last ')'.
+    const char *paren = std::strrchr(buf, ')');
+    if (paren && paren[1] == ' ' && paren[2] == 'R')
+      ++own;
+  }
+  closedir(dir);
+  return own;
+}
+
+} // namespace
+
+std::optional<int> otherRunnableThreads() {
+  // The kernel's count before and after the scan of this process's
+  // threads: where it moved (a thread woke or went to sleep meanwhile, as
+  // the ranks' threads do all the time while steps overlap) the reading is
+  // tried again, at most three times. The reading thread is in both
+  // counts.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::optional<long> before = runnableNow();
+    std::optional<long> own = ownRunnable();
+    std::optional<long> after = runnableNow();
+    if (!before || !own || !after)
+      return std::nullopt;
+    if (*before == *after)
+      return int(std::max(0L, *before - *own));
+  }
+  return std::nullopt;
+}
+
+void SustainedRunnable::add(int reading) {
+  windowLeast_ = inWindow_ == 0 ? reading : std::min(windowLeast_, reading);
+  if (++inWindow_ < kWindow)
+    return;
+  least_.push_back(windowLeast_);
+  inWindow_ = 0;
+}
+
+std::optional<double> SustainedRunnable::median() const {
+  if (least_.size() < 2)
+    return std::nullopt;
+  std::vector<int> v = least_;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? double(v[n / 2]) : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 int usableCores() {

@@ -243,11 +243,11 @@ void noteProfileSharing(llvm::StringRef costModel) {
     return;
   if (others)
     llvm::errs() << llvm::formatv(
-        "note: {0} was measured while other processes kept {1:F2} of its {2} "
-        "core(s) busy (a rank waited up to {3:F3} ms a step for a core): the "
+        "note: {0} was measured while other processes wanted {1:F2} of its "
+        "{2} core(s) (a rank waited up to {3:F3} ms a step for a core): the "
         "simulation shares the {4:F2} core(s) they left between the ranks, "
         "as then\n",
-        costModel, *sharing->otherCores, sharing->cores, 1e3 * waited,
+        costModel, *profile->otherCoresWanted(), sharing->cores, 1e3 * waited,
         profile->coresLeft());
   else
     llvm::errs() << llvm::formatv(

@@ -354,6 +354,7 @@ double worstCoreWait(const runtime::TrainSummary &sum) {
 bool coresShared(const runtime::TrainSummary &sum) {
   double waited = worstCoreWait(sum);
   return sum.otherCores.value_or(0) >= 0.25 ||
+         sum.otherRunnable.value_or(0) >= 0.25 ||
          (sum.meanStepSeconds > 0 && waited >= 1e-4 &&
           waited >= 0.05 * sum.meanStepSeconds);
 }
@@ -366,8 +367,14 @@ void printCoreSharing(const runtime::TrainSummary &sum) {
   std::string line = "cores shared: ";
   if (sum.otherCores)
     line += llvm::formatv("other processes kept {0:F2} of the {1} core(s) "
-                          "busy; ",
-                          *sum.otherCores, sum.cores)
+                          "busy{2}; ",
+                          *sum.otherCores, sum.cores,
+                          sum.otherRunnable
+                              ? llvm::formatv(" ({0:F2} of their threads "
+                                              "kept ready to run)",
+                                              *sum.otherRunnable)
+                                    .str()
+                              : std::string())
                 .str();
   std::string waits;
   for (size_t s = 0; s < sum.stages.size(); ++s)

@@ -130,7 +130,8 @@ void appendCoreWait(int stage, double seconds, llvm::json::Array &ops) {
 }
 
 std::string profileJson(llvm::json::Array entries, int cores,
-                        std::optional<double> otherCores) {
+                        std::optional<double> otherCores,
+                        std::optional<double> otherRunnable) {
   llvm::json::Array ops, actions, messages, waits;
   for (llvm::json::Value &e : entries) {
     const llvm::json::Object *o = e.getAsObject();
@@ -153,6 +154,8 @@ std::string profileJson(llvm::json::Array entries, int cores,
     llvm::json::Object c{{"cores", cores}, {"core_wait", std::move(waits)}};
     if (otherCores)
       c["other_cores"] = *otherCores;
+    if (otherRunnable)
+      c["other_runnable"] = *otherRunnable;
     top["cores"] = std::move(c);
   }
   std::string text;

@@ -293,6 +293,27 @@ TEST(CostModel, ProfileKeepsHowTheCoresWereShared) {
   EXPECT_EQ(llvm::toString(bad.takeError()),
             "profile 'p.json': cores.core_wait[0] needs \"stage\" (>= 0) and "
             "\"seconds\" (>= 0)");
+  // What other processes wanted: their runnable threads where the run
+  // sampled them (a busy neighbour that got two thirds of a core still
+  // wants the whole core), else the cores they kept busy.
+  auto wanted = OpProfile::parse(R"({"ops": [], "cores": {"cores": 2,
+    "other_cores": 0.67, "other_runnable": 1.0, "core_wait": []}})", "p.json");
+  ASSERT_TRUE(bool(wanted)) << llvm::toString(wanted.takeError());
+  EXPECT_DOUBLE_EQ(*wanted->sharing()->otherRunnable, 1.0);
+  EXPECT_DOUBLE_EQ(*wanted->otherCoresWanted(), 1.0);
+  EXPECT_DOUBLE_EQ(wanted->coresLeft(), 1.0);
+  EXPECT_DOUBLE_EQ(*profile->otherCoresWanted(), 0.91);
+  EXPECT_FALSE(mpi->otherCoresWanted().has_value());
+  auto many = OpProfile::parse(R"({"ops": [], "cores": {"cores": 2,
+    "other_cores": 2.0, "other_runnable": 5.0}})", "p.json");
+  ASSERT_TRUE(bool(many));
+  EXPECT_DOUBLE_EQ(*many->otherCoresWanted(), 2.0); // at most the cores
+  EXPECT_DOUBLE_EQ(many->coresLeft(), 0.25);
+  auto badRunnable = OpProfile::parse(R"({"ops": [], "cores": {"cores": 2,
+    "other_runnable": -1}})", "p.json");
+  ASSERT_FALSE(bool(badRunnable));
+  EXPECT_EQ(llvm::toString(badRunnable.takeError()),
+            "profile 'p.json': cores.other_runnable must be a number >= 0");
   auto noCores = OpProfile::parse(R"({"ops": [], "cores": {}})", "p.json");
   ASSERT_FALSE(bool(noCores));
   EXPECT_EQ(llvm::toString(noCores.takeError()),

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <sched.h>
 #include <thread>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace cleave;
 
@@ -84,4 +87,59 @@ TEST(CpuShare, ReadsTheMachinesCounters) {
   EXPECT_GT(b->ownCpu - a->ownCpu, 0.1);
   EXPECT_GT(b->machineBusy - a->machineBusy, 0.1);
   EXPECT_GE(b->wall - a->wall, 0.25);
+}
+
+// A busy process beside this one is a runnable thread of another process
+// at every sample, whether or not it holds a core at that instant; this
+// process's own busy thread is not counted.
+TEST(CpuShare, CountsOtherProcessesRunnableThreads) {
+  if (!support::otherRunnableThreads())
+    GTEST_SKIP() << "no /proc/loadavg or /proc/self/task";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    spin(30); // killed long before
+    _exit(0);
+  }
+  std::atomic<bool> stop{false};
+  std::thread own([&] {
+    volatile uint64_t x = 0;
+    while (!stop)
+      x = x + 1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int samples = 0, total = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::optional<int> n = support::otherRunnableThreads();
+    ASSERT_TRUE(n.has_value());
+    EXPECT_GE(*n, 0);
+    total += *n;
+    ++samples;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop = true;
+  own.join();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // The child: 1 at every sample (more where the machine runs other work).
+  EXPECT_GE(double(total) / samples, 0.9);
+}
+
+// The least reading of each window: a thread that was ready in some
+// readings of five (woken now and then) does not count, one ready in all
+// does; the median over the windows.
+TEST(CpuShare, SustainedRunnableKeepsEachWindowsLeast) {
+  support::SustainedRunnable s;
+  for (int r : {1, 2, 1, 1, 1})
+    s.add(r);
+  EXPECT_FALSE(s.median().has_value()); // one window is too few
+  for (int r : {0, 1, 2, 1, 3})
+    s.add(r);
+  ASSERT_TRUE(s.median().has_value());
+  EXPECT_DOUBLE_EQ(*s.median(), 0.5);
+  for (int r : {2, 2, 2, 2})
+    s.add(r);
+  EXPECT_DOUBLE_EQ(*s.median(), 0.5); // an unfinished window is not counted
+  s.add(3);
+  EXPECT_DOUBLE_EQ(*s.median(), 1.0);
 }
