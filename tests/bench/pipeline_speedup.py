@@ -73,7 +73,9 @@ class Bench:
     def __init__(self, args, out_dir):
         self.args, self.dir = args, out_dir
         self.tools = os.path.join(args.build, "tools")
-        self.waits, self.others = [], []  # per run: worst rank's core wait ms, other cores
+        # per run: worst rank's core wait ms, other cores busy, other
+        # processes' threads kept ready to run (the profile's "cores")
+        self.waits, self.others, self.runnable = [], [], []
         self.schedules = CHUNKED if args.chunks > 1 else SCHEDULES
         if args.overlap and args.chunks == 1:
             self.schedules = SCHEDULES + ["zb-h2"]
@@ -120,6 +122,8 @@ class Bench:
                               default=0) * 1000)
         if "other_cores" in cores:
             self.others.append(cores["other_cores"])
+        if "other_runnable" in cores:
+            self.runnable.append(cores["other_runnable"])
         return statistics.median(ms)
 
     def split(self):
@@ -206,7 +210,9 @@ def measure(args):
         print("cores: a rank's wait for a core, ms a step (worst rank, per run): "
               + spread(bench.waits, "{:.3f}")
               + ("; other processes busy, cores: " + spread(bench.others)
-                 if bench.others else ""))
+                 if bench.others else "")
+              + ("; their threads kept ready to run: " + spread(bench.runnable)
+                 if bench.runnable else ""))
     base = bench.schedules[0]
     w = max(len(s) for s in bench.schedules)
     print(f"\n{'schedule':{w}} {'measured ms':>21} {'simulated ms':>21} {'meas/sim':>18} "
