@@ -533,10 +533,28 @@ bool OpProfile::sharesCores() const {
   return wanted && *wanted >= 0.25;
 }
 
+double OpProfile::kernelWaitShare() const {
+  double total = 0, waited = 0;
+  for (const auto &t : times_)
+    total += t.second;
+  for (const auto &w : opCoreWaits_)
+    waited += w.second;
+  return total > 0 ? std::clamp(waited / total, 0.0, 1.0) : 0.0;
+}
+
 double OpProfile::coresLeft() const {
   if (!sharesCores())
     return 0;
-  return std::max(0.25, double(sharing_->cores) - *otherCoresWanted());
+  const double cores = double(sharing_->cores);
+  const double wanted = *otherCoresWanted();
+  const double got = std::min(sharing_->otherCores.value_or(wanted), wanted);
+  // The kernels' waits against what an even share of the cores among as
+  // many ranks as cores and the others' threads would make them wait.
+  const double even = 1.0 - cores / (cores + wanted);
+  const double evenness =
+      even > 0 ? std::min(1.0, kernelWaitShare() / even) : 1.0;
+  const double others = wanted - evenness * (wanted - got);
+  return std::max(0.25, cores - others);
 }
 
 // Shares each (location, phase) group's measured time evenly among the

@@ -275,7 +275,11 @@ llvm::Expected<bool> Trainer::reportStep(int64_t step, const StepResult &result,
 
 llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   start_ = std::chrono::steady_clock::now();
+  // The cores other processes kept busy over the steps the summary counts
+  // (after the warm-up step, whose first touches of memory keep every rank
+  // busy), or over the whole run where those took under 0.2 s.
   std::optional<support::CpuUse> useAtStart = support::cpuUseNow();
+  std::optional<support::CpuUse> useAfterWarmUp;
   stepSum_ = 0;
   otherRunnable_ = support::SustainedRunnable();
   std::fill(coreWaitSum_.begin(), coreWaitSum_.end(), 0);
@@ -293,6 +297,8 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   auto finishStep = [&](int64_t step, StepReport &report) -> llvm::Error {
     if (warmStep(step, firstStep_, steps))
       stepSum_ += report.stepSeconds;
+    else if (step == firstStep_)
+      useAfterWarmUp = support::cpuUseNow();
     if (driver_.size() == 1 && !options_.overlapSteps) {
       auto now = std::chrono::steady_clock::now();
       if (now - lastSample >= std::chrono::milliseconds(10))
@@ -363,8 +369,12 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
       stepSum_ / double(std::max<int64_t>(steps - firstStep_ - 1, 1));
   summary_.cores = support::usableCores();
   if (driver_.size() == 1 && useAtStart)
-    if (std::optional<support::CpuUse> now = support::cpuUseNow())
-      summary_.otherCores = support::otherCoresBusy(*useAtStart, *now);
+    if (std::optional<support::CpuUse> now = support::cpuUseNow()) {
+      if (useAfterWarmUp)
+        summary_.otherCores = support::otherCoresBusy(*useAfterWarmUp, *now);
+      if (!summary_.otherCores)
+        summary_.otherCores = support::otherCoresBusy(*useAtStart, *now);
+    }
   summary_.otherRunnable = otherRunnable_.median();
   return llvm::Error::success();
 }

@@ -309,6 +309,30 @@ TEST(CostModel, ProfileKeepsHowTheCoresWereShared) {
   ASSERT_TRUE(bool(many));
   EXPECT_DOUBLE_EQ(*many->otherCoresWanted(), 2.0); // at most the cores
   EXPECT_DOUBLE_EQ(many->coresLeft(), 0.25);
+  // What they took lies between what they got and what they wanted, by
+  // how much of the ops' time was a wait for a core against an even share
+  // (2 cores among as many ranks and one busy thread: a third). Kernels
+  // sliced as evenly as that: what the others got is what they took.
+  auto sliced = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "fwd",
+    "time": 3e-3, "core_wait": 1e-3}], "cores": {"cores": 2,
+    "other_cores": 0.8, "other_runnable": 1.0}})", "p.json");
+  ASSERT_TRUE(bool(sliced)) << llvm::toString(sliced.takeError());
+  EXPECT_NEAR(sliced->kernelWaitShare(), 1.0 / 3, 1e-12);
+  EXPECT_NEAR(sliced->coresLeft(), 1.2, 1e-12);
+  // Kernels that hardly waited (the ranks lost their core at hand-offs):
+  // the others took what they wanted.
+  auto turns = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "fwd",
+    "time": 3e-3}], "cores": {"cores": 2, "other_cores": 0.8,
+    "other_runnable": 1.0}})", "p.json");
+  ASSERT_TRUE(bool(turns));
+  EXPECT_DOUBLE_EQ(turns->kernelWaitShare(), 0.0);
+  EXPECT_NEAR(turns->coresLeft(), 1.0, 1e-12);
+  // Half the even share's waits: half way.
+  auto between = OpProfile::parse(R"({"ops": [{"loc": "/a", "phase": "fwd",
+    "time": 6e-3, "core_wait": 1e-3}], "cores": {"cores": 2,
+    "other_cores": 0.8, "other_runnable": 1.0}})", "p.json");
+  ASSERT_TRUE(bool(between));
+  EXPECT_NEAR(between->coresLeft(), 1.1, 1e-12);
   auto badRunnable = OpProfile::parse(R"({"ops": [], "cores": {"cores": 2,
     "other_runnable": -1}})", "p.json");
   ASSERT_FALSE(bool(badRunnable));
