@@ -110,18 +110,20 @@ TEST(CpuShare, CountsOtherProcessesRunnableThreads) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   int samples = 0, total = 0;
   for (int i = 0; i < 40; ++i) {
-    std::optional<int> n = support::otherRunnableThreads();
-    ASSERT_TRUE(n.has_value());
-    EXPECT_GE(*n, 0);
-    total += *n;
-    ++samples;
+    // No reading where the kernel's count kept moving (a busy machine).
+    if (std::optional<int> n = support::otherRunnableThreads()) {
+      EXPECT_GE(*n, 0);
+      total += *n;
+      ++samples;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   stop = true;
   own.join();
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  // The child: 1 at every sample (more where the machine runs other work).
+  ASSERT_GE(samples, 10);
+  // The child: 1 at every reading (more where the machine runs other work).
   EXPECT_GE(double(total) / samples, 0.9);
 }
 
