@@ -288,7 +288,8 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   // when the ranks' threads have finished it: not while steps overlap,
   // where the ranks keep every core busy and the process reading the step
   // lines waited for one in most readings (1.3 to 1.9 threads counted
-  // beside one busy loop).
+  // beside one busy loop; the windows' median 2 in some runs, which left
+  // the simulated ranks a quarter of a core).
   auto lastSample = std::chrono::steady_clock::time_point();
   int64_t steps = options_.steps;
   std::vector<size_t> everyStage(stages_.size());
