@@ -52,7 +52,11 @@ struct SimResult {
   // its last. Steps repeat back to back, and a stage starts the next step as
   // soon as it finished this one (no global barrier before the optimizer,
   // as the zero-bubble paper's post-validation allows), so this is the
-  // period of training in steady state.
+  // period of training in steady state. On shared cores
+  // (PipelineCosts::sharedCores), what two more steps add to one, each rank
+  // going on as soon as its own part is done: overlapping steps keep more
+  // ranks computing at once, each slower (ZB-H2 beside a busy process:
+  // 1.06 of the one-step figure measured, 1.02 of this).
   double stepTime = 0;
   // One isolated step with every stage starting at time 0.
   double makespan = 0;

@@ -132,6 +132,30 @@ TEST(ScheduleSimulator, RanksSharingCores) {
   }
 }
 
+// Steps that overlap on shared cores: a step's period is what the steps
+// after it add (each rank going on as soon as its own part is done), never
+// less than its work spread over the shared cores; on one core with free
+// messages the core never idles, so the period is the step's work.
+TEST(ScheduleSimulator, SharedCoresPeriodOfOverlappingSteps) {
+  PipelineCosts costs = PipelineCosts::uniform(2);
+  costs.stages[0] = StageCost{1, 2, 0.5};
+  costs.stages[1] = StageCost{1.5, 1, 0.75};
+  costs.stages[0].step = 0.25;
+  costs.bwSendsAfterB = true;
+  double work = 4 * (1 + 2 + 0.5 + 1.5 + 1 + 0.75) + 0.25;
+  for (const char *name : {"1f1b", "zb-h1", "zb-h2"}) {
+    SCOPED_TRACE(name);
+    Schedule s = make(name, 2, 4, costs);
+    PipelineCosts shared = costs;
+    shared.sharedCores = 1;
+    EXPECT_NEAR(sim(s, shared).stepTime, work, 1e-9);
+    shared.sharedCores = 1.5;
+    SimResult r = sim(s, shared);
+    EXPECT_GE(r.stepTime, work / 1.5 - 1e-9);
+    EXPECT_LE(r.stepTime, r.makespan + 1e-9);
+  }
+}
+
 // One microbatch, one core shared by two stages: stage 0's F runs alone
 // at full speed, then stage 1's F and BW alone, then stage 0's BW: nothing
 // overlaps, so the times are the plain sums, message latency included.
