@@ -31,6 +31,18 @@ SimResult sim(const Schedule &s, const PipelineCosts &costs) {
   return r ? *r : SimResult{};
 }
 
+// Two stages of unequal F, B and W (stage 0 with an update), and their
+// work over 4 microbatches: what one shared core takes for a step.
+PipelineCosts unevenStages() {
+  PipelineCosts costs = PipelineCosts::uniform(2);
+  costs.stages[0] = StageCost{1, 2, 0.5};
+  costs.stages[1] = StageCost{1.5, 1, 0.75};
+  costs.stages[0].step = 0.25;
+  costs.bwSendsAfterB = true;
+  return costs;
+}
+constexpr double kUnevenWork = 4 * (1 + 2 + 0.5 + 1.5 + 1 + 0.75) + 0.25;
+
 } // namespace
 
 TEST(ScheduleSimulator, LinkLatencyAndBandwidth) {
@@ -98,15 +110,14 @@ TEST(ScheduleSimulator, StepTakesTheStagesUpdateTime) {
 // PipelineCosts::sharedCores): while k compute, each runs at
 // min(1, cores / k) of its speed. With one core and free messages the core
 // never idles while work is left, so the step is all the work, whatever the
-// schedule; with as many cores as ranks nothing changes.
+// schedule; with as many cores as ranks nothing changes. Steps that overlap:
+// the period is what the steps after one add (each rank going on as soon as
+// its own part is done), the step's work on one core, never less than the
+// work spread over the cores.
 TEST(ScheduleSimulator, RanksSharingCores) {
-  PipelineCosts costs = PipelineCosts::uniform(2);
-  costs.stages[0] = StageCost{1, 2, 0.5};
-  costs.stages[1] = StageCost{1.5, 1, 0.75};
-  costs.stages[0].step = 0.25;
-  costs.bwSendsAfterB = true;
-  double work = 4 * (1 + 2 + 0.5 + 1.5 + 1 + 0.75) + 0.25;
-  for (const char *name : {"1f1b", "zb-h1", "gpipe"}) {
+  PipelineCosts costs = unevenStages();
+  const double work = kUnevenWork;
+  for (const char *name : {"1f1b", "zb-h1", "gpipe", "zb-h2"}) {
     SCOPED_TRACE(name);
     Schedule s = make(name, 2, 4, costs);
     SimResult own = sim(s, costs);
@@ -117,6 +128,7 @@ TEST(ScheduleSimulator, RanksSharingCores) {
     shared.sharedCores = 1;
     SimResult one = sim(s, shared);
     EXPECT_NEAR(one.makespan, work, 1e-9);
+    EXPECT_NEAR(one.stepTime, work, 1e-9);
     EXPECT_GT(one.makespan, own.makespan);
     // Each stage computes for its work at least; busy counts the time its
     // actions took, slowed.
@@ -127,32 +139,10 @@ TEST(ScheduleSimulator, RanksSharingCores) {
     SimResult between = sim(s, shared);
     EXPECT_GT(between.makespan, own.makespan);
     EXPECT_LT(between.makespan, one.makespan);
+    EXPECT_GE(between.stepTime, work / 1.5 - 1e-9);
+    EXPECT_LE(between.stepTime, between.makespan + 1e-9);
     EXPECT_EQ(between.stages[0].peakActivationMicrobatches,
               own.stages[0].peakActivationMicrobatches);
-  }
-}
-
-// Steps that overlap on shared cores: a step's period is what the steps
-// after it add (each rank going on as soon as its own part is done), never
-// less than its work spread over the shared cores; on one core with free
-// messages the core never idles, so the period is the step's work.
-TEST(ScheduleSimulator, SharedCoresPeriodOfOverlappingSteps) {
-  PipelineCosts costs = PipelineCosts::uniform(2);
-  costs.stages[0] = StageCost{1, 2, 0.5};
-  costs.stages[1] = StageCost{1.5, 1, 0.75};
-  costs.stages[0].step = 0.25;
-  costs.bwSendsAfterB = true;
-  double work = 4 * (1 + 2 + 0.5 + 1.5 + 1 + 0.75) + 0.25;
-  for (const char *name : {"1f1b", "zb-h1", "zb-h2"}) {
-    SCOPED_TRACE(name);
-    Schedule s = make(name, 2, 4, costs);
-    PipelineCosts shared = costs;
-    shared.sharedCores = 1;
-    EXPECT_NEAR(sim(s, shared).stepTime, work, 1e-9);
-    shared.sharedCores = 1.5;
-    SimResult r = sim(s, shared);
-    EXPECT_GE(r.stepTime, work / 1.5 - 1e-9);
-    EXPECT_LE(r.stepTime, r.makespan + 1e-9);
   }
 }
 
