@@ -131,8 +131,8 @@ public:
 
   // How much of the machine the profiled run had (the profile's "cores",
   // runtime/trace/Profile.h): the cores it could use, the cores other
-  // processes kept busy on average and their threads ready to run on
-  // average (both unknown in a run of several processes), and per stage
+  // processes kept busy on average and what they wanted (their threads
+  // running or waiting for a core, on average; both unknown in a run of several processes), and per stage
   // its rank's wait for a core a step.
   struct Sharing {
     int cores = 0;

@@ -275,22 +275,17 @@ llvm::Expected<bool> Trainer::reportStep(int64_t step, const StepResult &result,
 
 llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   start_ = std::chrono::steady_clock::now();
-  // The cores other processes kept busy over the steps the summary counts
-  // (after the warm-up step, whose first touches of memory keep every rank
-  // busy), or over the whole run where those took under 0.2 s.
-  std::optional<support::CpuUse> useAtStart = support::cpuUseNow();
+  // The cores other processes kept busy and wanted over the steps the
+  // summary counts (after the warm-up step, whose first touches of memory
+  // keep every rank busy), or over the whole run where those took under
+  // 0.2 s; in a run of one process (under MPI the other ranks are the
+  // other processes).
+  const bool readOthers = driver_.size() == 1;
+  std::optional<support::CpuUse> useAtStart =
+      readOthers ? support::cpuUseNow(true) : std::nullopt;
   std::optional<support::CpuUse> useAfterWarmUp;
   stepSum_ = 0;
-  otherRunnable_ = support::SustainedRunnable();
   std::fill(coreWaitSum_.begin(), coreWaitSum_.end(), 0);
-  // Other processes' runnable threads, read after a step at most every
-  // 10 ms (a reading opens a file per thread of this process, about 20 us),
-  // when the ranks' threads have finished it: not while steps overlap,
-  // where the ranks keep every core busy and the process reading the step
-  // lines waited for one in most readings (1.3 to 1.9 threads counted
-  // beside one busy loop; the windows' median 2 in some runs, which left
-  // the simulated ranks a quarter of a core).
-  auto lastSample = std::chrono::steady_clock::time_point();
   int64_t steps = options_.steps;
   std::vector<size_t> everyStage(stages_.size());
   for (size_t i = 0; i < everyStage.size(); ++i)
@@ -298,16 +293,8 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   auto finishStep = [&](int64_t step, StepReport &report) -> llvm::Error {
     if (warmStep(step, firstStep_, steps))
       stepSum_ += report.stepSeconds;
-    else if (step == firstStep_)
-      useAfterWarmUp = support::cpuUseNow();
-    if (driver_.size() == 1 && !options_.overlapSteps) {
-      auto now = std::chrono::steady_clock::now();
-      if (now - lastSample >= std::chrono::milliseconds(10))
-        if (std::optional<int> others = support::otherRunnableThreads()) {
-          otherRunnable_.add(*others);
-          lastSample = now;
-        }
-    }
+    else if (step == firstStep_ && readOthers)
+      useAfterWarmUp = support::cpuUseNow(true);
     if (options_.checkpointDir &&
         checkpointDue(step, steps, options_.checkpointEvery)) {
       if (auto e = writeCheckpoint(step + 1))
@@ -369,14 +356,15 @@ llvm::Error Trainer::run(llvm::function_ref<void(const StepReport &)> onStep) {
   summary_.meanStepSeconds =
       stepSum_ / double(std::max<int64_t>(steps - firstStep_ - 1, 1));
   summary_.cores = support::usableCores();
-  if (driver_.size() == 1 && useAtStart)
-    if (std::optional<support::CpuUse> now = support::cpuUseNow()) {
-      if (useAfterWarmUp)
-        summary_.otherCores = support::otherCoresBusy(*useAfterWarmUp, *now);
-      if (!summary_.otherCores)
-        summary_.otherCores = support::otherCoresBusy(*useAtStart, *now);
+  if (useAtStart)
+    if (std::optional<support::CpuUse> now = support::cpuUseNow(true)) {
+      const support::CpuUse &from =
+          useAfterWarmUp && support::otherCoresBusy(*useAfterWarmUp, *now)
+              ? *useAfterWarmUp
+              : *useAtStart;
+      summary_.otherCores = support::otherCoresBusy(from, *now);
+      summary_.otherRunnable = support::otherCoresWanted(from, *now);
     }
-  summary_.otherRunnable = otherRunnable_.median();
   return llvm::Error::success();
 }
 

@@ -110,12 +110,11 @@ struct TrainSummary {
   // in a run of several processes (each one's CPU is the others') and
   // where the kernel does not tell.
   std::optional<double> otherCores;
-  // Other processes' threads that stayed ready to run: read after steps,
-  // at most one reading per 10 ms, the median over windows of 5 readings
-  // of each window's least (support::SustainedRunnable over
-  // support::otherRunnableThreads), what they wanted of the cores
-  // where otherCores is what they got; unset in a run of several
-  // processes, with overlapping steps, and below 10 readings.
+  // Other processes' threads running or ready to run, on average over the
+  // same steps (support::otherCoresWanted: what they kept busy plus their
+  // threads' waits for a core), what they wanted of the cores where
+  // otherCores is what they got; unset in a run of several processes and
+  // where the kernel does not tell (no other process visible in /proc).
   std::optional<double> otherRunnable;
   int cores = 0;
   std::vector<StageFigures> stages; // replica 0's, by stage
@@ -225,8 +224,6 @@ private:
   TrainSummary summary_;
   std::chrono::steady_clock::time_point start_;
   double stepSum_ = 0;
-  // Read after steps (TrainSummary::otherRunnable).
-  support::SustainedRunnable otherRunnable_;
   std::vector<double> coreWaitSum_; // by local stage, over the counted steps
   // The steps the summary's means count: all but the run's first.
   int64_t countedSteps() const {

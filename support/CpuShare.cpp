@@ -31,15 +31,9 @@ struct SchedStatFile {
   }
 };
 
-} // namespace
-
-std::optional<double> threadCoreWaitSeconds() {
-  thread_local SchedStatFile file;
-  if (file.fd < 0)
-    return std::nullopt;
-  // Three numbers: ns on a core, ns waiting on a run queue, time slices.
-  char buf[96];
-  ssize_t n = pread(file.fd, buf, sizeof buf - 1, 0);
+// The second of a schedstat file's three numbers (ns on a core, ns
+// waiting on a run queue, time slices), from the `n` bytes read into buf.
+std::optional<unsigned long long> schedstatWait(char *buf, ssize_t n) {
   if (n <= 0)
     return std::nullopt;
   buf[n] = '\0';
@@ -51,10 +45,28 @@ std::optional<double> threadCoreWaitSeconds() {
   unsigned long long waiting = std::strtoull(end, &after, 10);
   if (after == end)
     return std::nullopt;
-  return double(waiting) * 1e-9;
+  return waiting;
 }
 
-std::optional<CpuUse> cpuUseNow() {
+} // namespace
+
+std::optional<double> threadCoreWaitSeconds() {
+  thread_local SchedStatFile file;
+  if (file.fd < 0)
+    return std::nullopt;
+  char buf[96];
+  std::optional<unsigned long long> waiting =
+      schedstatWait(buf, pread(file.fd, buf, sizeof buf - 1, 0));
+  if (!waiting)
+    return std::nullopt;
+  return double(*waiting) * 1e-9;
+}
+
+std::optional<CpuUse> cpuUseNow(bool otherWaits) {
+  CpuUse u;
+  // First: the scan takes a while, the rest is read together.
+  if (otherWaits)
+    u.otherWaits = otherThreadsWaits();
   std::ifstream in("/proc/stat");
   std::string cpu;
   // user nice system idle iowait irq softirq steal (guest time is already
@@ -71,7 +83,6 @@ std::optional<CpuUse> cpuUseNow() {
   timespec own{};
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) != 0)
     return std::nullopt;
-  CpuUse u;
   u.machineBusy = double(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / double(hz);
   u.ownCpu = double(own.tv_sec) + double(own.tv_nsec) * 1e-9;
   u.wall = std::chrono::duration<double>(
@@ -90,84 +101,77 @@ std::optional<double> otherCoresBusy(const CpuUse &from, const CpuUse &to) {
 
 namespace {
 
-// The kernel's count of runnable threads: /proc/loadavg's fourth field,
-// "runnable/all".
-std::optional<long> runnableNow() {
-  std::ifstream load("/proc/loadavg");
-  double avg[3];
-  std::string entities;
-  if (!(load >> avg[0] >> avg[1] >> avg[2] >> entities))
-    return std::nullopt;
-  char *end = nullptr;
-  long runnable = std::strtol(entities.c_str(), &end, 10);
-  if (end == entities.c_str() || *end != '/')
-    return std::nullopt;
-  return runnable;
+bool allDigits(const char *name) {
+  if (!*name)
+    return false;
+  for (const char *c = name; *c; ++c)
+    if (*c < '0' || *c > '9')
+      return false;
+  return true;
 }
 
-// This process's threads in state R.
-std::optional<long> ownRunnable() {
-  DIR *dir = opendir("/proc/self/task");
-  if (!dir)
+// A schedstat file's wait, by path; nullopt where the thread ended.
+std::optional<unsigned long long> schedstatWait(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
     return std::nullopt;
-  long own = 0;
-  while (dirent *e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9')
-      continue;
-    char path[300], buf[512];
-    std::snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      continue; // the thread ended
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-      continue;
-    buf[n] = '\0';
-    // "tid (name) S ...": the state follows the last ')'.
-    const char *paren = std::strrchr(buf, ')');
-    if (paren && paren[1] == ' ' && paren[2] == 'R')
-      ++own;
-  }
-  closedir(dir);
-  return own;
+  char buf[96];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  return schedstatWait(buf, n);
 }
 
 } // namespace
 
-std::optional<int> otherRunnableThreads() {
-  // The kernel's count before and after the scan of this process's
-  // threads: where it moved (a thread woke or went to sleep meanwhile, as
-  // the ranks' threads do all the time while steps overlap) the reading is
-  // tried again, at most three times. The reading thread is in both
-  // counts.
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    std::optional<long> before = runnableNow();
-    std::optional<long> own = ownRunnable();
-    std::optional<long> after = runnableNow();
-    if (!before || !own || !after)
-      return std::nullopt;
-    if (*before == *after)
-      return int(std::max(0L, *before - *own));
-  }
-  return std::nullopt;
-}
-
-void SustainedRunnable::add(int reading) {
-  windowLeast_ = inWindow_ == 0 ? reading : std::min(windowLeast_, reading);
-  if (++inWindow_ < kWindow)
-    return;
-  least_.push_back(windowLeast_);
-  inWindow_ = 0;
-}
-
-std::optional<double> SustainedRunnable::median() const {
-  if (least_.size() < 2)
+std::optional<ThreadWaits> otherThreadsWaits() {
+  DIR *proc = opendir("/proc");
+  if (!proc)
     return std::nullopt;
-  std::vector<int> v = least_;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? double(v[n / 2]) : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+  const long self = long(getpid());
+  ThreadWaits waits;
+  while (dirent *p = readdir(proc)) {
+    if (!allDigits(p->d_name) || std::strtol(p->d_name, nullptr, 10) == self)
+      continue;
+    char dirPath[300];
+    std::snprintf(dirPath, sizeof dirPath, "/proc/%s/task", p->d_name);
+    DIR *tasks = opendir(dirPath);
+    if (!tasks)
+      continue; // the process ended
+    while (dirent *t = readdir(tasks)) {
+      if (!allDigits(t->d_name))
+        continue;
+      char path[600];
+      std::snprintf(path, sizeof path, "%s/%s/schedstat", dirPath, t->d_name);
+      if (std::optional<unsigned long long> w = schedstatWait(path))
+        waits.emplace_back(std::strtol(t->d_name, nullptr, 10), *w);
+    }
+    closedir(tasks);
+  }
+  closedir(proc);
+  if (waits.empty())
+    return std::nullopt;
+  std::sort(waits.begin(), waits.end());
+  return waits;
+}
+
+std::optional<double> otherCoresWanted(const CpuUse &from, const CpuUse &to) {
+  std::optional<double> busy = otherCoresBusy(from, to);
+  if (!busy || !from.otherWaits || !to.otherWaits)
+    return std::nullopt;
+  // Each thread's wait since the first reading: both lists are sorted by
+  // thread id; one missing from the first started in between.
+  const ThreadWaits &before = *from.otherWaits;
+  double waited = 0;
+  auto it = before.begin();
+  for (const auto &[tid, ns] : *to.otherWaits) {
+    while (it != before.end() && it->first < tid)
+      ++it;
+    unsigned long long since =
+        it != before.end() && it->first == tid ? it->second : 0;
+    if (ns > since)
+      waited += double(ns - since) * 1e-9;
+  }
+  return *busy + waited / (to.wall - from.wall);
 }
 
 int usableCores() {

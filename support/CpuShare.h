@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace cleave::support {
@@ -16,6 +17,9 @@ namespace cleave::support {
 // started; nullopt where the kernel does not keep the figure.
 std::optional<double> threadCoreWaitSeconds();
 
+// Threads' waits for a core: (thread id, nanoseconds), by thread id.
+using ThreadWaits = std::vector<std::pair<long, unsigned long long>>;
+
 // The machine's busy CPU seconds (every core's user, nice, system, irq,
 // softirq and steal time, summed), this process's CPU seconds, and the
 // steady clock, read together.
@@ -23,44 +27,36 @@ struct CpuUse {
   double machineBusy = 0; // from /proc/stat: 1/100 s resolution
   double ownCpu = 0;      // this process, all threads
   double wall = 0;
+  // Other processes' threads' waits for a core (otherThreadsWaits), where
+  // asked for.
+  std::optional<ThreadWaits> otherWaits;
 };
-std::optional<CpuUse> cpuUseNow();
+// With `otherWaits`, also reads otherThreadsWaits (a scan of /proc).
+std::optional<CpuUse> cpuUseNow(bool otherWaits = false);
 
 // The cores other processes kept busy, on average, between two readings:
 // (machine busy - own) / wall, at least 0; nullopt when less than 0.2 s
 // passed (/proc/stat counts in hundredths of a second).
 std::optional<double> otherCoresBusy(const CpuUse &from, const CpuUse &to);
 
-// Threads of other processes running or ready to run right now: the
-// kernel's count of runnable threads (/proc/loadavg's fourth field) less
-// this process's threads in state R (/proc/self/task/*/stat), at least 0.
-// A CPU-bound neighbour counts 1 whether or not it holds a core at that
-// instant: what it wants, where otherCoresBusy says what it got (beside
-// ranks that keep its core busy too, a busy loop got 0.67 to 1.0 of a
-// core, run to run). About 20 us with a dozen threads; nullopt where the
-// files cannot be read or the kernel's count moved during three readings.
-std::optional<int> otherRunnableThreads();
+// Every thread of other processes that this process can see and the
+// nanoseconds it has waited, runnable, for a core since it started
+// (/proc/PID/task/TID/schedstat): about 0.5 ms for a hundred
+// threads. nullopt where no other process shows (another PID namespace, a
+// hidden /proc) or the kernel keeps no run-queue delay.
+std::optional<ThreadWaits> otherThreadsWaits();
 
-// Other processes' threads that stay ready to run, from readings of
-// otherRunnableThreads some milliseconds apart: the least of each kWindow
-// readings in a row, and the median of those. A CPU-bound neighbour shows
-// in every reading; a thread that wants a core now and then does not stay:
-// the process reading this one's step lines, woken by each line, waits for
-// a core while the ranks and a busy neighbour hold them all. Beside
-// gpt-tiny's ranks and one busy loop single readings averaged 1.25 to 1.36
-// (1.7 to 1.9 while steps overlapped), the windows' least readings 1.0 to
-// 1.25 (one window in eight at 2), their median 1.
-class SustainedRunnable {
-public:
-  static constexpr int kWindow = 5;
-  void add(int reading);
-  // The median of the windows' least readings; nullopt below 2 windows.
-  std::optional<double> median() const;
-
-private:
-  int windowLeast_ = 0, inWindow_ = 0;
-  std::vector<int> least_; // by window
-};
+// The cores other processes wanted, on average, between two readings: the
+// cores they kept busy (otherCoresBusy) plus their threads' waits for a
+// core (a thread that started in between counts from 0; one that ended is
+// not seen), per second: their threads running or ready to run, on
+// average. A CPU-bound neighbour wants 1 whether or not the ranks left it
+// its core (beside gpt-tiny's overlapping steps one busy loop got 0.93 of
+// a core and waited 0.06); time-integrated, so ranks waking and sleeping
+// thousands of times a second do not upset it, as they did instantaneous
+// counts of runnable threads. nullopt where either reading lacks
+// otherWaits or otherCoresBusy has no figure.
+std::optional<double> otherCoresWanted(const CpuUse &from, const CpuUse &to);
 
 // The cores the kernel runs this process on (its affinity mask), at least 1.
 int usableCores();

@@ -290,12 +290,13 @@ void printTrainingHeader(const runtime::Plan &plan, int64_t mbRows,
   // Window data: what each input gets, as read from how the model uses it.
   if (auto spec = flags.get("data"))
     if (llvm::StringRef(*spec).startswith("tokens") ||
-        llvm::StringRef(*spec).startswith("text:"))
+        llvm::StringRef(*spec).startswith("text:")) {
       if (auto fill = runtime::windowFills(plan, "tokens:FILE"))
         llvm::outs() << "inputs: " << runtime::describeWindowFills(plan, *fill)
                      << "\n";
       else
         llvm::consumeError(fill.takeError());
+    }
   llvm::outs().flush();
 }
 
@@ -370,8 +371,9 @@ void printCoreSharing(const runtime::TrainSummary &sum) {
                           "busy{2}; ",
                           *sum.otherCores, sum.cores,
                           sum.otherRunnable
-                              ? llvm::formatv(" ({0:F2} of their threads "
-                                              "kept ready to run)",
+                              ? llvm::formatv(" and wanted {0:F2} (their "
+                                              "threads running or waiting "
+                                              "for a core)",
                                               *sum.otherRunnable)
                                     .str()
                               : std::string())

@@ -87,7 +87,8 @@ void appendCoreWait(int stage, double seconds, llvm::json::Array &ops);
 // --cost-model profile: adds to every action's time), "messages", and
 // "cores": how much of the machine the run had ({"cores": usable,
 // "other_cores": busy with other processes on average, where known,
-// "other_runnable": their threads ready to run on average, where known
+// "other_runnable": what they wanted, their threads running or waiting for
+// a core on average, where known
 // (TrainSummary::otherRunnable), "core_wait": [{"stage", "seconds"}]}),
 // which cleavec reports, so that a plan made from a profile of a shared
 // machine says so.

@@ -74,7 +74,8 @@ class Bench:
         self.args, self.dir = args, out_dir
         self.tools = os.path.join(args.build, "tools")
         # per run: worst rank's core wait ms, other cores busy, other
-        # processes' threads kept ready to run (the profile's "cores")
+        # processes' threads running or waiting for a core (the profile's
+        # "cores")
         self.waits, self.others, self.runnable = [], [], []
         self.schedules = CHUNKED if args.chunks > 1 else SCHEDULES
         if args.overlap and args.chunks == 1:
@@ -211,7 +212,7 @@ def measure(args):
               + spread(bench.waits, "{:.3f}")
               + ("; other processes busy, cores: " + spread(bench.others)
                  if bench.others else "")
-              + ("; their threads kept ready to run: " + spread(bench.runnable)
+              + ("; wanted (running or waiting for a core): " + spread(bench.runnable)
                  if bench.runnable else ""))
     base = bench.schedules[0]
     w = max(len(s) for s in bench.schedules)

@@ -63,15 +63,15 @@ TEST(CpuShare, ThreadsSharingOneCoreWaitForIt) {
 }
 
 TEST(CpuShare, OtherCoresAreTheMachinesBusyTimeLessOurs) {
-  support::CpuUse from{100.0, 10.0, 50.0};
+  support::CpuUse from{100.0, 10.0, 50.0, std::nullopt};
   // In 2 s the machine was busy 3.5 core-seconds, this process 1.5 of them.
-  support::CpuUse to{103.5, 11.5, 52.0};
+  support::CpuUse to{103.5, 11.5, 52.0, std::nullopt};
   ASSERT_TRUE(support::otherCoresBusy(from, to).has_value());
   EXPECT_DOUBLE_EQ(*support::otherCoresBusy(from, to), 1.0);
   // /proc/stat counts in hundredths of a second: too short a run says
   // nothing, and rounding never makes the others' share negative.
-  EXPECT_FALSE(support::otherCoresBusy(from, {100.1, 10.1, 50.1}).has_value());
-  EXPECT_DOUBLE_EQ(*support::otherCoresBusy(from, {100.5, 10.6, 51.0}), 0.0);
+  EXPECT_FALSE(support::otherCoresBusy(from, {100.1, 10.1, 50.1, std::nullopt}).has_value());
+  EXPECT_DOUBLE_EQ(*support::otherCoresBusy(from, {100.5, 10.6, 51.0, std::nullopt}), 0.0);
   EXPECT_GE(support::usableCores(), 1);
 }
 
@@ -89,59 +89,67 @@ TEST(CpuShare, ReadsTheMachinesCounters) {
   EXPECT_GE(b->wall - a->wall, 0.25);
 }
 
-// A busy process beside this one is a runnable thread of another process
-// at every sample, whether or not it holds a core at that instant; this
-// process's own busy thread is not counted.
-TEST(CpuShare, CountsOtherProcessesRunnableThreads) {
-  if (!support::otherRunnableThreads())
-    GTEST_SKIP() << "no /proc/loadavg or /proc/self/task";
+// What other processes wanted: what they kept busy plus their threads'
+// waits for a core, each thread's since the first reading (one that
+// started in between from 0; one that ended is not seen).
+TEST(CpuShare, OtherCoresWantedAddsTheirWaitsForACore) {
+  support::CpuUse from{100.0, 10.0, 50.0, support::ThreadWaits{{5, 1000000000ull}, {6, 4000000000ull}, {7, 2000000000ull}}};
+  support::CpuUse to{103.5, 11.5, 52.0, support::ThreadWaits{{5, 1500000000ull}, {7, 2000000000ull}, {9, 500000000ull}}};
+  // Busy 1.0 of a core; waited 0.5 + 0 + 0.5 s in 2 s.
+  ASSERT_TRUE(support::otherCoresWanted(from, to).has_value());
+  EXPECT_DOUBLE_EQ(*support::otherCoresWanted(from, to), 1.5);
+  // Without either scan, or too short a time for /proc/stat: no figure.
+  support::CpuUse unscanned = to;
+  unscanned.otherWaits.reset();
+  EXPECT_FALSE(support::otherCoresWanted(from, unscanned).has_value());
+  EXPECT_FALSE(support::otherCoresWanted(unscanned, to).has_value());
+  support::CpuUse soon{100.1, 10.1, 50.1, support::ThreadWaits{}};
+  EXPECT_FALSE(support::otherCoresWanted(from, soon).has_value());
+}
+
+// A busy process sharing one core with this process's busy thread gets
+// about half of it and waits for it the other half: it wants the whole
+// core, and the scan of its threads says so where /proc/stat's busy time
+// says half.
+TEST(CpuShare, ABusyNeighbourOnOurCoreWantsAllOfIt) {
+  if (!support::otherThreadsWaits())
+    GTEST_SKIP() << "no other process visible in /proc, or no schedstat";
+  cpu_set_t all, one;
+  if (sched_getaffinity(0, sizeof all, &all) != 0)
+    GTEST_SKIP() << "no affinity mask";
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &all))
+    ++first;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    sched_setaffinity(0, sizeof one, &one);
     spin(30); // killed long before
     _exit(0);
   }
   std::atomic<bool> stop{false};
   std::thread own([&] {
+    sched_setaffinity(0, sizeof one, &one);
     volatile uint64_t x = 0;
     while (!stop)
       x = x + 1;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  int samples = 0, total = 0;
-  for (int i = 0; i < 40; ++i) {
-    // No reading where the kernel's count kept moving (a busy machine).
-    if (std::optional<int> n = support::otherRunnableThreads()) {
-      EXPECT_GE(*n, 0);
-      total += *n;
-      ++samples;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  auto from = support::cpuUseNow(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  auto to = support::cpuUseNow(true);
   stop = true;
   own.join();
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  ASSERT_GE(samples, 10);
-  // The child: 1 at every reading (more where the machine runs other work).
-  EXPECT_GE(double(total) / samples, 0.9);
-}
-
-// The least reading of each window: a thread that was ready in some
-// readings of five (woken now and then) does not count, one ready in all
-// does; the median over the windows.
-TEST(CpuShare, SustainedRunnableKeepsEachWindowsLeast) {
-  support::SustainedRunnable s;
-  for (int r : {1, 2, 1, 1, 1})
-    s.add(r);
-  EXPECT_FALSE(s.median().has_value()); // one window is too few
-  for (int r : {0, 1, 2, 1, 3})
-    s.add(r);
-  ASSERT_TRUE(s.median().has_value());
-  EXPECT_DOUBLE_EQ(*s.median(), 0.5);
-  for (int r : {2, 2, 2, 2})
-    s.add(r);
-  EXPECT_DOUBLE_EQ(*s.median(), 0.5); // an unfinished window is not counted
-  s.add(3);
-  EXPECT_DOUBLE_EQ(*s.median(), 1.0);
+  ASSERT_TRUE(from && to);
+  std::optional<double> got = support::otherCoresBusy(*from, *to);
+  std::optional<double> wanted = support::otherCoresWanted(*from, *to);
+  ASSERT_TRUE(got && wanted);
+  // Fair sharing: got about 0.5 and waited about 0.5 (a loaded machine
+  // makes it wait more, and other processes add to both).
+  EXPECT_GE(*wanted, 0.85);
+  EXPECT_GE(*wanted - *got, 0.25);
 }

@@ -200,10 +200,11 @@ Trained train(const std::string &model, int stages, int64_t microbatches,
     out.losses.push_back(r.loss);
     out.skipped.push_back(r.skipped.value_or(""));
     // Overlapping, the executors are in later steps by now.
-    if (!overlap)
+    if (!overlap) {
       for (runtime::StageExecutor *ex : execsRaw)
         EXPECT_EQ(ex->stepSkipped(), execsRaw[0]->stepSkipped())
             << "the stages disagree on skipping step " << r.step;
+    }
   });
   if (e) {
     ADD_FAILURE() << llvm::toString(std::move(e));
