@@ -273,6 +273,16 @@ def hf_entry(name, config, model, task, overrides=None, mask=True, batch=None,
     return Entry(name, "transformers", "transformers." + model, build)
 
 
+# Multi-head latent attention (DeepSeek-V2 and its kin) at the sweep's
+# sizes: low-rank query and key-value projections, a rotary part of each
+# head beside the rest, as many KV heads as heads; two layers, the first
+# dense, the second 4 routed experts and a shared one.
+MLA = {"qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "kv_lora_rank": 16,
+       "q_lora_rank": 16, "head_dim": 8, "n_routed_experts": 4, "n_shared_experts": 1,
+       "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2,
+       "moe_intermediate_size": 32, "num_key_value_heads": 4}
+
+
 def transformers_entries():
     E = hf_entry
     vit = {"image_size": IMAGE, "patch_size": 8}
@@ -750,8 +760,76 @@ def torch_nn_entries():
     ]
 
 
+def newer_decoder_entries():
+    """Decoders added 2026-12-06: newer architectures (multi-head latent
+    attention, linear-attention and state-space hybrids, more MoE routers),
+    each with its class's default layout. Last in the registry, so that
+    the seeds of the entries before them (1000 + index) stay as they were."""
+    E = hf_entry
+    return [
+        E("cohere2", "Cohere2Config", "Cohere2ForCausalLM", "causal"),
+        E("olmo3", "Olmo3Config", "Olmo3ForCausalLM", "causal"),
+        E("exaone4", "Exaone4Config", "Exaone4ForCausalLM", "causal"),
+        E("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM", "causal"),
+        E("arcee", "ArceeConfig", "ArceeForCausalLM", "causal"),
+        E("apertus", "ApertusConfig", "ApertusForCausalLM", "causal"),
+        E("bitnet", "BitNetConfig", "BitNetForCausalLM", "causal"),
+        E("diffllama", "DiffLlamaConfig", "DiffLlamaForCausalLM", "causal"),
+        E("doge", "DogeConfig", "DogeForCausalLM", "causal"),
+        E("lfm2", "Lfm2Config", "Lfm2ForCausalLM", "causal"),
+        E("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM", "causal"),
+        E("jamba", "JambaConfig", "JambaForCausalLM", "causal"),
+        E("nemotron_h", "NemotronHConfig", "NemotronHForCausalLM", "causal"),
+        E("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM", "causal"),
+        E("qwen3_5", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "causal"),
+        E("llama4", "Llama4TextConfig", "Llama4ForCausalLM", "causal"),
+        E("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "causal"),
+        E("seed_oss", "SeedOssConfig", "SeedOssForCausalLM", "causal"),
+        E("vaultgemma", "VaultGemmaConfig", "VaultGemmaForCausalLM", "causal"),
+        E("ministral3", "Ministral3Config", "Ministral3ForCausalLM", "causal"),
+        E("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", "causal"),
+        E("xlstm", "xLSTMConfig", "xLSTMForCausalLM", "causal"),
+        E("recurrent_gemma", "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", "causal"),
+        E("modernbert_decoder", "ModernBertDecoderConfig", "ModernBertDecoderForCausalLM",
+          "causal"),
+        E("nanochat", "NanoChatConfig", "NanoChatForCausalLM", "causal"),
+        E("granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM", "causal"),
+        E("granitemoe_shared", "GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+          "causal"),
+        E("granite_swa", "GraniteSWAConfig", "GraniteSWAForCausalLM", "causal"),
+        E("jetmoe", "JetMoeConfig", "JetMoeForCausalLM", "causal"),
+        E("phimoe", "PhimoeConfig", "PhimoeForCausalLM", "causal"),
+        E("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM", "causal"),
+        E("ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM", "causal"),
+        E("cohere2_moe", "Cohere2MoeConfig", "Cohere2MoeForCausalLM", "causal"),
+        E("flex_olmo", "FlexOlmoConfig", "FlexOlmoForCausalLM", "causal"),
+        E("olmo_hybrid", "OlmoHybridConfig", "OlmoHybridForCausalLM", "causal"),
+        E("jais2", "Jais2Config", "Jais2ForCausalLM", "causal"),
+        E("cwm", "CwmConfig", "CwmForCausalLM", "causal"),
+        E("afmoe", "AfmoeConfig", "AfmoeForCausalLM", "causal"),
+        E("minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM", "causal"),
+        E("kimi_linear", "KimiLinearConfig", "KimiLinearForCausalLM", "causal"),
+        E("exaone_moe", "ExaoneMoeConfig", "ExaoneMoeForCausalLM", "causal"),
+        E("mellum", "MellumConfig", "MellumForCausalLM", "causal"),
+        E("solar_open", "SolarOpenConfig", "SolarOpenForCausalLM", "causal"),
+        E("gpt_neox_japanese", "GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM",
+          "causal"),
+        E("roberta_prelayernorm_lm", "RobertaPreLayerNormConfig",
+          "RobertaPreLayerNormForCausalLM", "causal"),
+        # multi-head latent attention: as many KV heads as heads
+        E("deepseek_v2", "DeepseekV2Config", "DeepseekV2ForCausalLM", "causal", MLA),
+        E("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", "causal", MLA),
+        E("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM", "causal", MLA),
+        E("minicpm3", "MiniCPM3Config", "MiniCPM3ForCausalLM", "causal", MLA),
+        E("glm4_moe_lite", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM", "causal", MLA),
+        E("youtu", "YoutuConfig", "YoutuForCausalLM", "causal", MLA),
+        E("longcat_flash", "LongcatFlashConfig", "LongcatFlashForCausalLM", "causal", MLA),
+    ]
+
+
 def registry():
     """Every entry, torchvision first (the CNNs carry the BatchNorm and
     convolution families), then transformers, then torch.nn's own attention
-    modules."""
-    return torchvision_entries() + transformers_entries() + torch_nn_entries()
+    modules, then the newer decoders."""
+    return (torchvision_entries() + transformers_entries() + torch_nn_entries()
+            + newer_decoder_entries())
