@@ -278,6 +278,61 @@ llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, OpKind::Sqrt, {*sum}, {}, false);
 }
 
+llvm::Error decomposeReduceLogSumExp(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index) {
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  auto given = ctx.axesOf(n, index);
+  if (!given)
+    return given.takeError();
+  std::vector<int64_t> axes = std::move(*given);
+  if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
+    return ctx.define(n, index, n.output(0), *x); // each element alone
+  const int64_t rank = int64_t((*x)->type().shape.size());
+  if (axes.empty())
+    for (int64_t a = 0; a < rank; ++a)
+      axes.push_back(a);
+  for (int64_t &a : axes)
+    if (a < 0)
+      a += rank;
+  AttrMap kept{{"keepdims", Attribute(int64_t(1))},
+               {"axes", Attribute(axes)}};
+  auto max = ctx.append(n, index, OpKind::ReduceMax, {*x}, kept);
+  if (!max)
+    return max.takeError();
+  // An infinite maximum (a row of -inf, or one with +inf) is taken as 0:
+  // the row's result is then -inf or +inf, not inf - inf.
+  auto infinite = ctx.append(n, index, OpKind::IsInf, {*max}, {});
+  if (!infinite)
+    return infinite.takeError();
+  Value *zero = ctx.graph().addConst(
+      ctx.freshName(n.output(0) + ".zero"),
+      TensorData::fromDoubles((*x)->type().dtype, {}, {0.0}));
+  auto shift = ctx.append(n, index, OpKind::Where, {*infinite, zero, *max}, {});
+  if (!shift)
+    return shift.takeError();
+  auto centred = ctx.append(n, index, OpKind::Sub, {*x, *shift}, {});
+  if (!centred)
+    return centred.takeError();
+  auto e = ctx.append(n, index, OpKind::Exp, {*centred}, {});
+  if (!e)
+    return e.takeError();
+  auto sum = ctx.append(n, index, OpKind::ReduceSum, {*e}, kept);
+  if (!sum)
+    return sum.takeError();
+  auto log = ctx.append(n, index, OpKind::Log, {*sum}, {});
+  if (!log)
+    return log.takeError();
+  if (attrInt(n, "keepdims", 1))
+    return ctx.emit(n, index, OpKind::Add, {*log, *shift}, {}, false);
+  auto total = ctx.append(n, index, OpKind::Add, {*log, *shift}, {});
+  if (!total)
+    return total.takeError();
+  return ctx.emit(n, index, OpKind::Squeeze, {*total},
+                  {{"axes", Attribute(axes)}}, false);
+}
+
 llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
                               int index) {
   auto x = ctx.operand(n, index, 0);

@@ -32,12 +32,18 @@ llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
                                   int index);
 
-// ReduceL2 as Sqrt(ReduceSum(x * x)) and Softplus as the overflow-free
-// Relu(x) + Log(1 + Exp(-|x|)), for opsets whose ONNX gives them no body.
+// ReduceL2 as Sqrt(ReduceSum(x * x)), for opsets whose ONNX gives it no
+// body. Softplus as the overflow-free Relu(x) + Log(1 + Exp(-|x|)) and
+// ReduceLogSumExp as PyTorch's logsumexp computes it, m + Log(ReduceSum(
+// Exp(x - m))) with m the maximum (0 where it is infinite), at every
+// opset: ONNX's bodies (Log(Exp(x) + 1), Log(ReduceSum(Exp(x)))) overflow
+// to inf from x = 89 in float32, where PyTorch and onnxruntime give x.
 llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
                               int index);
 llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
                               int index);
+llvm::Error decomposeReduceLogSumExp(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index);
 
 // DepthToSpace (PixelShuffle) and SpaceToDepth (PixelUnshuffle) of
 // [N, C, H, W]: a Reshape to 6 dims, a Transpose and a Reshape (ONNX's own

@@ -11,17 +11,20 @@ namespace cleave::frontend {
 
 llvm::Error translateThroughFunctionBody(ImportContext &ctx,
                                          const onnx::NodeProto &n, int index) {
+  // Where ONNX's body overflows, cleave's own spelling at every opset.
+  if (n.op_type() == "ReduceLogSumExp")
+    return decomposeReduceLogSumExp(ctx, n, index);
+  if (n.op_type() == "Softplus")
+    return decomposeSoftplus(ctx, n, index);
   auto expanded = ctx.importFunctionBody(n, index);
   if (!expanded)
     return expanded.takeError();
   if (*expanded)
     return llvm::Error::success();
-  // Before the opsets that gave them bodies (ReduceL2 18, Softplus 22),
-  // cleave spells these itself (frontend/Decompose.cpp).
+  // Before the opset that gave it a body (18), cleave spells it itself
+  // (frontend/Decompose.cpp).
   if (n.op_type() == "ReduceL2")
     return decomposeReduceL2(ctx, n, index);
-  if (n.op_type() == "Softplus")
-    return decomposeSoftplus(ctx, n, index);
   return importError("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at "
                      "node '{2}'{3}{4}; `cleavec --list-ops` lists the "
                      "supported ops",

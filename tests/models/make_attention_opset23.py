@@ -375,6 +375,70 @@ def make_function_ops():
           len(FUNCTION_OPS))
 
 
+def make_overflow_ops():
+    """overflow-ops-17/ and overflow-ops-24/: ReduceLogSumExp (over the last
+    axis, the middle one kept, all of them) and Softplus of values up to
+    about 1500, where exp overflows float32 and float64 (ONNX's
+    ReduceLogSumExp body exponentiates in float64), and a row of -inf; at
+    opset 17 (no function bodies, axes an attribute) and 24 (bodies, axes
+    an input).
+    Expected: PyTorch's formulas in float64 (logsumexp: the maximum, 0 where
+    it is infinite, plus log sum exp of the rest; softplus: x past 20),
+    rounded to float32."""
+    rng = np.random.default_rng(11)
+    x = (1000 * rng.standard_normal((3, 4, 5))).astype(np.float32)
+    x[2, 1, :] = -np.inf
+    with torch.no_grad():
+        t = torch.from_numpy(x.astype(np.float64))
+        expected = {
+            "y_lse_last": torch.logsumexp(t, -1),
+            "y_lse_mid": torch.logsumexp(t, 1, keepdim=True),
+            "y_lse_all": torch.logsumexp(t.flatten(), 0),
+            "y_softplus": F.softplus(t),
+        }
+    for opset in (17, 24):
+        def reduce(out, axes, keepdims):
+            if axes is None:
+                return [helper.make_node("ReduceLogSumExp", ["x"], [out],
+                                         name="/m/" + out, keepdims=keepdims)]
+            if opset < 18:
+                return [helper.make_node("ReduceLogSumExp", ["x"], [out],
+                                         name="/m/" + out, axes=axes,
+                                         keepdims=keepdims)]
+            return [helper.make_node("Constant", [], [out + "_axes"],
+                                     value=helper.make_tensor(
+                                         out + "_axes", TensorProto.INT64,
+                                         [len(axes)], axes)),
+                    helper.make_node("ReduceLogSumExp", ["x", out + "_axes"],
+                                     [out], name="/m/" + out,
+                                     keepdims=keepdims)]
+        nodes = (reduce("y_lse_last", [-1], 0) + reduce("y_lse_mid", [1], 1) +
+                 reduce("y_lse_all", None, 0) +
+                 [helper.make_node("Softplus", ["x"], ["y_softplus"],
+                                   name="/m/y_softplus")])
+        graph = helper.make_graph(
+            nodes, "overflow_ops",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+             for n in expected])
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", opset)],
+            producer_name="cleave tests/models/make_attention_opset23.py")
+        model.ir_version = 8 if opset < 18 else 12
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        onnx.checker.check_model(model, full_check=True)
+        folder = os.path.join(OUT, "overflow-ops-%d" % opset)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(os.path.join(folder, "inputs"))
+        os.makedirs(os.path.join(folder, "expected"))
+        onnx.save(model, os.path.join(folder, "model.onnx"))
+        np.save(os.path.join(folder, "inputs", "x.npy"), x)
+        for n, v in expected.items():
+            np.save(os.path.join(folder, "expected", n + ".npy"),
+                    v.numpy().astype(np.float32))
+    print("overflow-ops       opsets 17 and 24, outputs from PyTorch's formulas")
+
+
 CASES = [
     ("rope-causal-gqa", dict(opset=23, three_d=False, causal=True, mask=None,
                              rot_dim=D, interleaved=False, position_ids=True)),
@@ -391,3 +455,4 @@ if __name__ == "__main__":
         make_case(name, cfg, 1000 + i)
     make_unsupported_body()
     make_function_ops()
+    make_overflow_ops()

@@ -10,11 +10,13 @@ must be within 10x of PyTorch float32's worst (floored at 1e-7).
     python3 check_reference.py OUT_DIR MODEL_DIR
 
 With --expected, compares every EXPECTED_DIR/<name>.npy (onnxruntime's
-outputs) with OUT_DIR/<name>.npy to 1e-6 relative to its largest value:
+outputs) with OUT_DIR/<name>.npy to 1e-6 relative to its largest finite
+value (an infinite or NaN value must be matched exactly):
 
     python3 check_reference.py --expected OUT_DIR EXPECTED_DIR
 """
 import ast
+import math
 import os
 import struct
 import sys
@@ -41,8 +43,15 @@ def compare_outputs(out, expected):
     for name in sorted(os.listdir(expected)):
         want = read_npy(os.path.join(expected, name))
         got = read_npy(os.path.join(out, name))
-        scale = max(max(abs(v) for v in want), 1e-30)
-        err = max(abs(a - b) for a, b in zip(got, want)) / scale
+        # An infinite or NaN expected value must come out the same; the
+        # finite ones within 1e-6 of the largest of them.
+        finite = [abs(v) for v in want if math.isfinite(v)]
+        scale = max(finite + [1e-30])
+        err = max([0.0] + [
+            abs(a - b) / scale if math.isfinite(b)
+            else (0.0 if a == b or (math.isnan(a) and math.isnan(b))
+                  else math.inf)
+            for a, b in zip(got, want)])
         ok = len(got) == len(want) and err <= 1e-6
         bad += not ok
         print("%s: %s" % (name[:-4], "ok" if ok else "WRONG (%.1e)" % err))
