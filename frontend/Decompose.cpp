@@ -333,6 +333,65 @@ llvm::Error decomposeReduceLogSumExp(ImportContext &ctx,
                   {{"axes", Attribute(axes)}}, false);
 }
 
+llvm::Error decomposeExponentialUnit(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index) {
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  const DType dt = (*x)->type().dtype;
+  // An attribute as float data takes it, float64 data the decimal it was
+  // written as (ir::decimalWidened); the products of two in double.
+  auto widened = [&](const char *name, float def) {
+    float f = attrFloat(n, name, def);
+    return dt == DType::F64 ? ir::decimalWidened(f) : double(f);
+  };
+  double negcoef = 1, negiptcoef = 1, poscoef = 1;
+  if (n.op_type() == "Elu") {
+    negcoef = widened("alpha", 1.0f);
+  } else if (n.op_type() == "Celu") {
+    negcoef = widened("alpha", 1.0f);
+    negiptcoef = 1.0 / negcoef;
+  } else { // Selu: ONNX's defaults are PyTorch's constants as floats
+    poscoef = widened("gamma", 1.05070102214813232421875f);
+    negcoef = widened("alpha", 1.67326319217681884765625f) * poscoef;
+  }
+  auto constant = [&](const char *what, double v) {
+    return ctx.graph().addConst(ctx.freshName(n.output(0) + "." + what),
+                                TensorData::fromDoubles(dt, {}, {v}));
+  };
+  auto times = [&](Value *v, const char *what,
+                   double c) -> llvm::Expected<Value *> {
+    if (c == 1)
+      return v;
+    return ctx.append(n, index, OpKind::Mul, {v, constant(what, c)}, {});
+  };
+  Value *zero = constant("zero", 0.0);
+  auto positive = ctx.append(n, index, OpKind::Greater, {*x, zero}, {});
+  if (!positive)
+    return positive.takeError();
+  auto nonPositive =
+      ctx.append(n, index, OpKind::Where, {*positive, zero, *x}, {});
+  if (!nonPositive)
+    return nonPositive.takeError();
+  auto inner = times(*nonPositive, "negiptcoef", negiptcoef);
+  if (!inner)
+    return inner.takeError();
+  auto e = ctx.append(n, index, OpKind::Exp, {*inner}, {});
+  if (!e)
+    return e.takeError();
+  auto em1 = ctx.append(n, index, OpKind::Sub, {*e, constant("one", 1.0)}, {});
+  if (!em1)
+    return em1.takeError();
+  auto negative = times(*em1, "negcoef", negcoef);
+  if (!negative)
+    return negative.takeError();
+  auto pos = times(*x, "poscoef", poscoef);
+  if (!pos)
+    return pos.takeError();
+  return ctx.emit(n, index, OpKind::Where, {*positive, *pos, *negative}, {},
+                  false);
+}
+
 llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
                               int index) {
   auto x = ctx.operand(n, index, 0);

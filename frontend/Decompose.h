@@ -45,6 +45,14 @@ llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeReduceLogSumExp(ImportContext &ctx,
                                      const onnx::NodeProto &n, int index);
 
+// Elu, Celu and Selu as PyTorch's elu kernel computes them: x > 0 ? x *
+// poscoef : (Exp(x * negiptcoef) - 1) * negcoef, the Exp of x where x <= 0
+// and of 0 elsewhere. ONNX's bodies take Exp of every x and select: past
+// x = 88 that is inf in the branch not taken, and its gradient 0 * inf =
+// NaN.
+llvm::Error decomposeExponentialUnit(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index);
+
 // DepthToSpace (PixelShuffle) and SpaceToDepth (PixelUnshuffle) of
 // [N, C, H, W]: a Reshape to 6 dims, a Transpose and a Reshape (ONNX's own
 // definitions, DCR and CRD modes).

@@ -83,6 +83,7 @@ llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> slicePackedViews(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeSilu(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> stableLogSigmoid(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeGelu(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeRmsNorm(ir::Graph &g, const PassContext &);

@@ -29,6 +29,11 @@ static const PassInfo kPasses[] = {
     {"recognize-silu",
      "replace Mul(x, Sigmoid(x)) (SiLU as exported) by one Silu op",
      recognizeSilu},
+    {"stable-log-sigmoid",
+     "compute Log(Sigmoid(x)) (F.logsigmoid, the log terms of "
+     "binary_cross_entropy_with_logits as exported) as min(x, 0) - log(1 + "
+     "exp(-|x|)), which stays finite where Sigmoid rounds to 0",
+     stableLogSigmoid},
     {"recognize-rms-norm",
      "replace RMS norm spelled out in elementwise ops and a ReduceMean by "
      "one RMSNormalization op",

@@ -12,6 +12,9 @@ static const PipelineStep kGraph[] = {
      "gradient one Concat"},
     {"recognize-gelu", "GELU exported as 5 to 8 elementwise ops: one Gelu"},
     {"recognize-silu", "SiLU exported as Mul(x, Sigmoid(x)): one Silu"},
+    {"stable-log-sigmoid",
+     "Log(Sigmoid(x)) finite where Sigmoid rounds to 0, as PyTorch's "
+     "log_sigmoid"},
     {"recognize-rms-norm",
      "Llama's RMSNorm as 7 ops: one RMSNormalization"},
     {"recognize-attention",

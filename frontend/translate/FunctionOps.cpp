@@ -16,6 +16,8 @@ llvm::Error translateThroughFunctionBody(ImportContext &ctx,
     return decomposeReduceLogSumExp(ctx, n, index);
   if (n.op_type() == "Softplus")
     return decomposeSoftplus(ctx, n, index);
+  if (n.op_type() == "Elu" || n.op_type() == "Celu" || n.op_type() == "Selu")
+    return decomposeExponentialUnit(ctx, n, index);
   auto expanded = ctx.importFunctionBody(n, index);
   if (!expanded)
     return expanded.takeError();

@@ -192,7 +192,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "corpus/mobilenet_v2-dynamo", "corpus/vit-legacy",
                       "corpus/vit-dynamo", "corpus/unet-legacy",
                       "corpus/unet-dynamo", "corpus/rnn-legacy",
-                      "corpus/rnn-dynamo"),
+                      "corpus/rnn-dynamo", "corpus/saturating-legacy",
+                      "corpus/saturating-dynamo"),
     testName);
 
 INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,

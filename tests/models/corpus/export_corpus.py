@@ -378,6 +378,46 @@ def make_rnn():
     return RecurrentClassifier(), token_class_sample, WithLoss
 
 
+class Saturating(nn.Module):
+    """Pre-activations of hundreds, past exp's range in float32 and float64,
+    through the activations and losses PyTorch computes without
+    overflowing there (ELU, CELU, SELU, log-sigmoid, softplus, logsumexp,
+    BCE with logits) and exporters spell with Exp, Log and Sigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.out = nn.Linear(16 * 5, 10)
+
+    def forward(self, x):
+        z = self.inp(x) * 300.0
+        h = torch.cat([F.elu(z, 0.8), F.celu(z, 0.7), F.selu(z),
+                       F.logsigmoid(z), F.softplus(z)], -1)
+        return self.out(h * 0.01), torch.logsumexp(z, -1), z
+
+
+class SaturatingLoss(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, labels):
+        logits, lse, z = self.m(x)
+        target = (x[:, :1] > 0).to(z.dtype).expand_as(z)
+        return (F.cross_entropy(logits, labels) + 0.001 * lse.mean() +
+                0.01 * F.binary_cross_entropy_with_logits(z, target))
+
+
+def vector_class_sample(gen, n):
+    x = torch.randn(n, 8, generator=gen)
+    labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
+    return collections.OrderedDict([("x", x), ("labels", labels)])
+
+
+def make_saturating():
+    return Saturating(), vector_class_sample, SaturatingLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -388,6 +428,7 @@ MODELS = collections.OrderedDict([
     ("vit", (make_vit, 2)),
     ("unet", (make_unet, 2)),
     ("rnn", (make_rnn, 2)),
+    ("saturating", (make_saturating, 4)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 

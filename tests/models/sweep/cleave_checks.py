@@ -40,7 +40,7 @@ F64_LOSS_RTOL = 1e-4
 # --dump-ir-after=bogus` lists the pipeline; keep the two the same, or the
 # gradients checked are not the ones cleavec trains with.)
 GRAD_PASSES = ("remove-identity,slice-packed-views,recognize-gelu,recognize-silu,"
-               "recognize-rms-norm,recognize-attention,pack-attention,matmul-to-gemm,"
+               "stable-log-sigmoid,recognize-rms-norm,recognize-attention,pack-attention,matmul-to-gemm,"
                "batch-major-attention,"
                "dce,autodiff,split-backward,verify-2bp")
 THREADS = (1, 2, 4)

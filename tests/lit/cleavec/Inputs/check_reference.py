@@ -65,6 +65,8 @@ def main():
     loss = read_npy(os.path.join(out, "loss.npy"))[0]
     loss64 = read_npy(os.path.join(model, "reference64", "loss.npy"))[0]
     rel = abs(loss - loss64) / abs(loss64)
+    if not math.isfinite(rel):
+        rel = math.inf  # a NaN loss fails
     print("loss %.6f, float64 %.6f: %s" % (loss, loss64,
                                           "ok" if rel < 1e-5 else "WRONG"))
     with open(os.path.join(model, "reference", "params.txt")) as f:
@@ -80,7 +82,9 @@ def main():
     for p, (g, g32, g64) in grads.items():
         s = max(abs(v) for v in g64)
         s = scale if s < 1e-4 * scale else s
-        mine = max(mine, max(abs(a - b) for a, b in zip(g, g64)) / s)
+        # A NaN fails: max() would pass over it.
+        mine = max(mine, max(abs(a - b) if math.isfinite(a - b) else math.inf
+                             for a, b in zip(g, g64)) / s)
         torch = max(torch, max(abs(a - b) for a, b in zip(g32, g64)) / s)
     ok = mine <= 10 * max(torch, 1e-7)
     print("%d gradients: error against float64 %s (cleave %.1e, PyTorch "
