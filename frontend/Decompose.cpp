@@ -258,14 +258,12 @@ llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
   auto x = ctx.operand(n, index, 0);
   if (!x)
     return x.takeError();
-  auto given = ctx.axesOf(n, index);
+  auto given = ctx.reductionAxesOf(n, index);
   if (!given)
     return given.takeError();
-  std::vector<int64_t> axes = std::move(*given);
-  if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
-    return importError("{0}: ReduceL2 with noop_with_empty_axes is not "
-                       "supported",
-                       describeNode(n, index));
+  if (!*given) // the input unchanged, as ONNX says
+    return ctx.define(n, index, n.output(0), *x);
+  std::vector<int64_t> axes = std::move(**given);
   AttrMap reduce{{"keepdims", Attribute(attrInt(n, "keepdims", 1))}};
   if (!axes.empty())
     reduce.emplace("axes", Attribute(axes));
@@ -278,17 +276,25 @@ llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, OpKind::Sqrt, {*sum}, {}, false);
 }
 
+// A one-element constant of type `dt` for node `n`'s decomposition, named
+// after its output and `what`.
+static Value *scalarFor(ImportContext &ctx, const onnx::NodeProto &n,
+                        DType dt, const char *what, double v) {
+  return ctx.graph().addConst(ctx.freshName(n.output(0) + "." + what),
+                              TensorData::fromDoubles(dt, {}, {v}));
+}
+
 llvm::Error decomposeReduceLogSumExp(ImportContext &ctx,
                                      const onnx::NodeProto &n, int index) {
   auto x = ctx.operand(n, index, 0);
   if (!x)
     return x.takeError();
-  auto given = ctx.axesOf(n, index);
+  auto given = ctx.reductionAxesOf(n, index);
   if (!given)
     return given.takeError();
-  std::vector<int64_t> axes = std::move(*given);
-  if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
-    return ctx.define(n, index, n.output(0), *x); // each element alone
+  if (!*given) // the input unchanged, as ONNX says
+    return ctx.define(n, index, n.output(0), *x);
+  std::vector<int64_t> axes = std::move(**given);
   const int64_t rank = int64_t((*x)->type().shape.size());
   if (axes.empty())
     for (int64_t a = 0; a < rank; ++a)
@@ -306,9 +312,7 @@ llvm::Error decomposeReduceLogSumExp(ImportContext &ctx,
   auto infinite = ctx.append(n, index, OpKind::IsInf, {*max}, {});
   if (!infinite)
     return infinite.takeError();
-  Value *zero = ctx.graph().addConst(
-      ctx.freshName(n.output(0) + ".zero"),
-      TensorData::fromDoubles((*x)->type().dtype, {}, {0.0}));
+  Value *zero = scalarFor(ctx, n, (*x)->type().dtype, "zero", 0.0);
   auto shift = ctx.append(n, index, OpKind::Where, {*infinite, zero, *max}, {});
   if (!shift)
     return shift.takeError();
@@ -356,8 +360,7 @@ llvm::Error decomposeExponentialUnit(ImportContext &ctx,
     negcoef = widened("alpha", 1.67326319217681884765625f) * poscoef;
   }
   auto constant = [&](const char *what, double v) {
-    return ctx.graph().addConst(ctx.freshName(n.output(0) + "." + what),
-                                TensorData::fromDoubles(dt, {}, {v}));
+    return scalarFor(ctx, n, dt, what, v);
   };
   auto times = [&](Value *v, const char *what,
                    double c) -> llvm::Expected<Value *> {
@@ -406,9 +409,7 @@ llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
   auto e = ctx.append(n, index, OpKind::Exp, {*neg}, {});
   if (!e)
     return e.takeError();
-  Value *one = ctx.graph().addConst(
-      ctx.freshName(n.output(0) + ".one"),
-      TensorData::fromDoubles((*x)->type().dtype, {}, {1.0}));
+  Value *one = scalarFor(ctx, n, (*x)->type().dtype, "one", 1.0);
   auto onePlus = ctx.append(n, index, OpKind::Add, {*e, one}, {});
   if (!onePlus)
     return onePlus.takeError();

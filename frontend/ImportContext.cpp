@@ -202,6 +202,16 @@ ImportContext::axesOf(const onnx::NodeProto &n, int index) {
   return std::vector<int64_t>();
 }
 
+llvm::Expected<std::optional<std::vector<int64_t>>>
+ImportContext::reductionAxesOf(const onnx::NodeProto &n, int index) {
+  auto axes = axesOf(n, index);
+  if (!axes)
+    return axes.takeError();
+  if (axes->empty() && attrInt(n, "noop_with_empty_axes", 0))
+    return std::nullopt;
+  return std::move(*axes);
+}
+
 // uint8 exists in the IR for shape arithmetic folded at import; no kernel
 // takes it, so an op that would compute on it at run time is refused.
 static llvm::Error refuseUint8(const onnx::NodeProto &n, int index,

@@ -91,6 +91,10 @@ public:
   // 13 / 18, the constant input 1 since; empty when the node gives none.
   llvm::Expected<std::vector<int64_t>> axesOf(const onnx::NodeProto &n,
                                               int index);
+  // A reduction's axes (axesOf; empty: every axis), or nullopt where the
+  // node reduces nothing (noop_with_empty_axes and no axes given).
+  llvm::Expected<std::optional<std::vector<int64_t>>>
+  reductionAxesOf(const onnx::NodeProto &n, int index);
 
   // Appends one intermediate IR op of node `n`'s translation (a
   // decomposition's step), its single result type inferred, located at the

@@ -15,13 +15,13 @@ static llvm::Error translateReduce(ImportContext &ctx, const onnx::NodeProto &n,
   auto operands = ctx.tensorOperands(n, index, kind);
   if (!operands)
     return operands.takeError();
-  auto given = ctx.axesOf(n, index);
+  auto given = ctx.reductionAxesOf(n, index);
   if (!given)
     return given.takeError();
-  std::vector<int64_t> axes = std::move(*given);
-  if (axes.empty() && attrInt(n, "noop_with_empty_axes", 0))
+  if (!*given)
     return ctx.emit(n, index, OpKind::Identity, std::move(*operands), {},
                     false);
+  std::vector<int64_t> axes = std::move(**given);
   AttrMap attrs;
   if (!axes.empty())
     attrs.emplace("axes", Attribute(axes));
