@@ -395,6 +395,20 @@ Types argReduce(const TypeQuery &q) {
   return std::vector{TensorType(DType::I64, out)};
 }
 
+Types topKIndices(const TypeQuery &q) {
+  const TensorType &x = q.operands[0];
+  auto axis = normalizeAxis(q.getInt("axis"), x.rank());
+  if (!axis)
+    return axis.takeError();
+  int64_t k = q.getInt("k");
+  if (k < 0 || k > x.shape[*axis])
+    return err("k {0} is not within the {1} elements of axis {2}", k,
+               x.shape[*axis], *axis);
+  Shape out = x.shape;
+  out[*axis] = k;
+  return std::vector{TensorType(DType::I64, out)};
+}
+
 Types concat(const TypeQuery &q) {
   if (auto e = sameDType(q))
     return std::move(e);

@@ -28,6 +28,43 @@ static llvm::Error translateReduce(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, kind, std::move(*operands), std::move(attrs));
 }
 
+// TopK: the indices of the k largest or smallest (TopKIndices), and the
+// values picked from X at them (GatherElements: its gradient scatters dY
+// back to those elements). K is an attribute before opset 10, a constant
+// input since; `sorted` 0 leaves the order to the implementation, which
+// sorts.
+static llvm::Error translateTopK(ImportContext &ctx, const onnx::NodeProto &n,
+                                 int index) {
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  int64_t k = attrInt(n, "k", -1);
+  if (ctx.opset() >= 10) {
+    auto given = ctx.staticInts(n, index, 1, "K");
+    if (!given)
+      return given.takeError();
+    if (given->size() != 1)
+      return importError("{0}: K must hold one value, not {1}",
+                         describeNode(n, index), given->size());
+    k = (*given)[0];
+  }
+  AttrMap attrs{{"axis", Attribute(attrInt(n, "axis", -1))},
+                {"k", Attribute(k)},
+                {"largest", Attribute(attrInt(n, "largest", 1))}};
+  auto indices = ctx.append(n, index, OpKind::TopKIndices, {*x}, attrs);
+  if (!indices)
+    return indices.takeError();
+  auto values = ctx.append(n, index, OpKind::GatherElements, {*x, *indices},
+                           {{"axis", Attribute(attrInt(n, "axis", -1))}});
+  if (!values)
+    return values.takeError();
+  if (auto e = ctx.define(n, index, n.output(0), *values))
+    return e;
+  if (n.output_size() > 1 && !n.output(1).empty())
+    return ctx.define(n, index, n.output(1), *indices);
+  return llvm::Error::success();
+}
+
 std::vector<OpTranslation> reduceTranslations() {
   std::vector<OpTranslation> t;
   for (const char *op : {"ReduceMax", "ReduceMean", "ReduceSum"})
@@ -39,6 +76,8 @@ std::vector<OpTranslation> reduceTranslations() {
                  {"noop_with_empty_axes"}});
   t.push_back(sameNamedOp("ArgMax"));
   t.push_back(sameNamedOp("ArgMin"));
+  t.push_back({"TopK", kOpsetFirst, kOpsetLast, translateTopK,
+               TranslationKind::Op, {"axis", "k", "largest", "sorted"}});
   return t;
 }
 

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -282,6 +283,64 @@ template <Kind K> llvm::Error reduce(const KernelCall &c) {
   return llvm::Error::success();
 }
 
+// TopKIndices along one axis: [outer, len, inner] -> [outer, k, inner]
+// indices (i64) of the k largest (smallest) in order; NaN first when
+// largest (PyTorch's topk ranks NaN above every number), the lower index
+// first among equal values. A stable sort of each slice's indices.
+llvm::Error topKIndices(const KernelCall &call) {
+  const TensorRef &X = call.inputs[0];
+  int64_t rank = X.rank(), axis = call.getInt("axis");
+  if (axis < -rank || axis >= rank)
+    return kernelError(call, "axis {0} is out of range for shape {1}", axis,
+                       ir::shapeStr(X.shape));
+  if (axis < 0)
+    axis += rank;
+  const int64_t len = X.shape[axis], k = call.getInt("k");
+  if (k < 0 || k > len)
+    return kernelError(call, "k {0} is not within the {1} elements of axis {2}",
+                       k, len, axis);
+  const int64_t outer = elementCount(X.shape.take_front(axis));
+  const int64_t inner = elementCount(X.shape.drop_front(axis + 1));
+  const bool largest = call.getInt("largest") != 0;
+  int64_t *out = call.outputs[0].as<int64_t>();
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T *x = X.as<T>();
+    parallelFor(outer * inner, 1024 / std::max<int64_t>(1, len),
+                [&](int64_t b, int64_t e) {
+                  std::vector<int64_t> order(static_cast<size_t>(len));
+                  std::vector<double> v(static_cast<size_t>(len));
+                  for (int64_t p = b; p < e; ++p) {
+                    int64_t o = p / inner, i = p % inner;
+                    for (int64_t j = 0; j < len; ++j) {
+                      v[j] = double(load(x[(o * len + j) * inner + i]));
+                      order[j] = j;
+                    }
+                    // a before b: NaN first when largest, last when not.
+                    auto before = [&](int64_t a, int64_t c) {
+                      bool na = std::isnan(v[a]), nc = std::isnan(v[c]);
+                      if (na || nc)
+                        return largest ? na && !nc : nc && !na;
+                      return largest ? v[a] > v[c] : v[a] < v[c];
+                    };
+                    std::stable_sort(order.begin(), order.end(), before);
+                    for (int64_t j = 0; j < k; ++j)
+                      out[(o * k + j) * inner + i] = order[j];
+                  }
+                });
+  };
+  switch (X.dtype) {
+  case DType::F64: run(double{}); break;
+  case DType::F16: run(Half{}); break;
+  case DType::BF16: run(BFloat{}); break;
+  case DType::I64: run(int64_t{}); break;
+  case DType::I32: run(int32_t{}); break;
+  case DType::I8: run(int8_t{}); break;
+  default: run(float{}); break;
+  }
+  return llvm::Error::success();
+}
+
 // ArgMax / ArgMin along one axis: [outer, len, inner] -> [outer, inner]
 // indices (i64). A NaN wins (PyTorch's rule), the first of equal ones
 // unless select_last_index.
@@ -347,6 +406,7 @@ void registerReductionKernels(KernelTable &t) {
   t.add(OpKind::ReduceMax, reduce<Kind::Max>, types);
   t.add(OpKind::ArgMax, argReduce<true>, types);
   t.add(OpKind::ArgMin, argReduce<false>, types);
+  t.add(OpKind::TopKIndices, topKIndices, types);
 }
 
 } // namespace cleave::runtime::cpu

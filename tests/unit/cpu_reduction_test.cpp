@@ -223,3 +223,33 @@ TEST(CpuReduction, ArgMaxArgMin) {
   Host ints = make(DType::I32, {3}, std::vector<int32_t>{4, -9, 4});
   EXPECT_EQ(arg(OpKind::ArgMin, ints, {1}, {}), (I{1}));
 }
+
+// TopKIndices: the indices of the k largest (smallest) along one axis, in
+// order; the lower index first among equal values; NaN ranks above every
+// number (first when largest, last when smallest), as PyTorch's topk.
+TEST(CpuReduction, TopKIndices) {
+  auto topk = [](const Host &x, std::vector<int64_t> outShape,
+                 ir::AttrMap attrs) {
+    Host out = empty(DType::I64, std::move(outShape));
+    TensorRef i = x.ref(), o = out.ref();
+    llvm::Error e = backend().run(
+        runtime::KernelCall{OpKind::TopKIndices, attrs, i, o});
+    EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    return out.values<int64_t>();
+  };
+  using I = std::vector<int64_t>;
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  Host x = make(DType::F32, {2, 5}, F{1, 5, 5, -2, 3, nan, 7, 0, 7, -1});
+  EXPECT_EQ(topk(x, {2, 3}, {{"axis", int64_t(-1)}, {"k", int64_t(3)}}),
+            (I{1, 2, 4, 0, 1, 3}));
+  EXPECT_EQ(topk(x, {2, 2},
+                 {{"axis", int64_t(1)}, {"k", int64_t(2)},
+                  {"largest", int64_t(0)}}),
+            (I{3, 0, 4, 2}));
+  // Along the first axis of [2, 5]: each column's larger row first.
+  EXPECT_EQ(topk(x, {1, 5}, {{"axis", int64_t(0)}, {"k", int64_t(1)}}),
+            (I{1, 1, 0, 1, 0}));
+  Host ints = make(DType::I64, {4}, std::vector<int64_t>{3, 9, 3, -4});
+  EXPECT_EQ(topk(ints, {4}, {{"axis", int64_t(0)}, {"k", int64_t(4)}}),
+            (I{1, 0, 2, 3}));
+}

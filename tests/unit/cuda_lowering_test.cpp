@@ -193,7 +193,8 @@ TEST(CudaLowering, CoversEveryCpuOp) {
       "ScatterElementsGradUpdates f32", "Tile bf16", "Tile bool", "Tile f32",
       "Tile i32", "Tile i64", "ArgMax bf16", "ArgMax f32", "ArgMax i32",
       "ArgMax i64", "ArgMin bf16", "ArgMin f32", "ArgMin i32", "ArgMin i64",
-      "DFT bf16", "DFT f32"};
+      "DFT bf16", "DFT f32", "TopKIndices bf16", "TopKIndices f32",
+      "TopKIndices i32", "TopKIndices i64"};
   auto cpu = runtime::createCpuBackend(1);
   std::set<std::string> missing;
   for (size_t k = 0; k < ir::allOps().size(); ++k) {

@@ -408,6 +408,26 @@ class SaturatingLoss(nn.Module):
                 0.01 * F.binary_cross_entropy_with_logits(z, target))
 
 
+class TopKGate(nn.Module):
+    """A mixture-of-experts style gate with a fixed k: the 2 largest of
+    each row's router scores (torch.topk), softmax over their values, and
+    the experts' outputs picked at their indices (torch.gather); gradients
+    reach the router through the values."""
+
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(8, 6)
+        self.experts = nn.Linear(8, 6)
+        self.head = nn.Linear(2, 10)
+
+    def forward(self, x):
+        top = torch.topk(self.router(x), 2, dim=-1)
+        gate = torch.softmax(top.values, -1)
+        picked = torch.gather(torch.tanh(self.experts(x)), -1, top.indices)
+        low = torch.topk(self.router(x), 1, dim=0, largest=False).values[:, :2]
+        return self.head(gate * picked + low)
+
+
 def vector_class_sample(gen, n):
     x = torch.randn(n, 8, generator=gen)
     labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
@@ -416,6 +436,10 @@ def vector_class_sample(gen, n):
 
 def make_saturating():
     return Saturating(), vector_class_sample, SaturatingLoss
+
+
+def make_topk_gate():
+    return TopKGate(), vector_class_sample, WithLoss
 
 
 # name -> (make, batch)
@@ -429,6 +453,7 @@ MODELS = collections.OrderedDict([
     ("unet", (make_unet, 2)),
     ("rnn", (make_rnn, 2)),
     ("saturating", (make_saturating, 4)),
+    ("topk_gate", (make_topk_gate, 4)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 
