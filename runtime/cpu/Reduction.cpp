@@ -283,6 +283,20 @@ template <Kind K> llvm::Error reduce(const KernelCall &c) {
   return llvm::Error::success();
 }
 
+// Calls `run` with a value of the C++ type of `dtype`, the half types
+// included (the index kernels read every numeric type).
+template <typename F> void numericDispatch(DType dtype, F &&run) {
+  switch (dtype) {
+  case DType::F64: run(double{}); break;
+  case DType::F16: run(Half{}); break;
+  case DType::BF16: run(BFloat{}); break;
+  case DType::I64: run(int64_t{}); break;
+  case DType::I32: run(int32_t{}); break;
+  case DType::I8: run(int8_t{}); break;
+  default: run(float{}); break;
+  }
+}
+
 // TopKIndices along one axis: [outer, len, inner] -> [outer, k, inner]
 // indices (i64) of the k largest (smallest) in order; NaN first when
 // largest (PyTorch's topk ranks NaN above every number), the lower index
@@ -329,15 +343,7 @@ llvm::Error topKIndices(const KernelCall &call) {
                   }
                 });
   };
-  switch (X.dtype) {
-  case DType::F64: run(double{}); break;
-  case DType::F16: run(Half{}); break;
-  case DType::BF16: run(BFloat{}); break;
-  case DType::I64: run(int64_t{}); break;
-  case DType::I32: run(int32_t{}); break;
-  case DType::I8: run(int8_t{}); break;
-  default: run(float{}); break;
-  }
+  numericDispatch(X.dtype, run);
   return llvm::Error::success();
 }
 
@@ -383,15 +389,7 @@ template <bool Max> llvm::Error argReduce(const KernelCall &call) {
                   }
                 });
   };
-  switch (X.dtype) {
-  case DType::F64: run(double{}); break;
-  case DType::F16: run(Half{}); break;
-  case DType::BF16: run(BFloat{}); break;
-  case DType::I64: run(int64_t{}); break;
-  case DType::I32: run(int32_t{}); break;
-  case DType::I8: run(int8_t{}); break;
-  default: run(float{}); break;
-  }
+  numericDispatch(X.dtype, run);
   return llvm::Error::success();
 }
 
