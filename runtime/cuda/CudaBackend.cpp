@@ -595,7 +595,8 @@ private:
     static const char *names[] = {
         "map",     "gemm",      "reduce", "rows",     "columns",
         "loss",    "gather",    "optimizer", "im2col", "pool",
-        "channels", "channel-map", "pad", "attention", "attention-grad"};
+        "channels", "channel-map", "pad", "attention", "attention-grad",
+        "index"};
     static_assert(std::variant_size_v<cuda::DeviceStep> ==
                   sizeof names / sizeof names[0]);
     std::string n = names[step.index()];
@@ -673,6 +674,8 @@ private:
       err = cuda::launchGather(*ga, stream_);
     else if (auto *o = std::get_if<cuda::OptimizerStep>(&step))
       err = cuda::launchOptimizer(*o, stream_);
+    else if (auto *ix = std::get_if<cuda::IndexStep>(&step))
+      err = cuda::launchIndex(*ix, stream_);
     else if (auto *a = std::get_if<cuda::AttentionStep>(&step))
       err = cuda::launchAttention(*a, stream_);
     else if (auto *ag = std::get_if<cuda::AttentionGradStep>(&step))

@@ -111,6 +111,11 @@ __global__ void gatherKernel(GatherStep g) {
   }
 }
 
+__global__ void indexKernel(IndexStep s) {
+  for (int64_t i = firstIndex(); i < s.threads; i += gridStride())
+    indexElement(s, i);
+}
+
 // Fused attention: a block of kAttnBlockRows threads, one a row, loads
 // each tile of the other side into shared memory once for all of its rows
 // (DeviceAttention.h's block steps; the host drivers there run the same
@@ -733,6 +738,13 @@ int launchPool(const PoolStep &p, void *stream) {
   if (n == 0)
     return 0;
   poolKernel<<<blocksFor(n), kThreads, 0, cudaStream_t(stream)>>>(p);
+  return launched();
+}
+
+int launchIndex(const IndexStep &s, void *stream) {
+  if (s.threads == 0)
+    return 0;
+  indexKernel<<<blocksFor(s.threads), kThreads, 0, cudaStream_t(stream)>>>(s);
   return launched();
 }
 

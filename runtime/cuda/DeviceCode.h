@@ -23,12 +23,14 @@
 //
 // The code is split by family: DeviceElements.h (element types, indexers,
 // maps), DeviceReductions.h, DeviceGather.h, DeviceWindows.h,
-// DeviceOptimizers.h. Include this header for all of them.
+// DeviceOptimizers.h, DeviceIndex.h (the index ops: cumulative sums,
+// arg- and top-k selection, Trilu, GatherElements, the scatters). Include this header for all of them.
 #pragma once
 
 #include "runtime/cuda/DeviceAttention.h"
 #include "runtime/cuda/DeviceElements.h"
 #include "runtime/cuda/DeviceGather.h"
+#include "runtime/cuda/DeviceIndex.h"
 #include "runtime/cuda/DeviceOptimizers.h"
 #include "runtime/cuda/DeviceReductions.h"
 #include "runtime/cuda/DeviceWindows.h"

@@ -146,7 +146,9 @@ enum class MapOp : uint8_t {
   Dropout,   // a * p0 where the draw for element i keeps it (key, ratio)
   DropoutMask, // the same draw, as a bool
   // two operands
-  Add, Sub, Mul, Div, Pow, Equal, Less, Greater, GreaterOrEqual,
+  Add, Sub, Mul, Div, Pow,
+  Mod, // fmod (C's remainder: the dividend's sign)
+  Equal, Less, Greater, GreaterOrEqual,
   LessOrEqual,
   Max, Min, // NaN wins, as numpy.maximum / minimum
   And, Or,  // bool
@@ -247,6 +249,7 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Mul: return a * b;
   case MapOp::Div: return a / b;
   case MapOp::Pow: return powf(a, b);
+  case MapOp::Mod: return fmodf(a, b);
   case MapOp::Equal: return a == b ? 1.0f : 0.0f;
   case MapOp::Less: return a < b ? 1.0f : 0.0f;
   case MapOp::Greater: return a > b ? 1.0f : 0.0f;

@@ -211,6 +211,16 @@ llvm::Expected<Steps> lowerBinary(const KernelCall &call, const Scratch &) {
                        {&call.inputs[0], &call.inputs[1]})};
 }
 
+// Mod of floats is C's fmod; fmod 0 (Python's %) takes integers only,
+// which the CPU does and the CUDA backend does not lower (a zero divisor
+// fails the CPU's call, which a kernel cannot report).
+llvm::Expected<Steps> lowerMod(const KernelCall &call, const Scratch &) {
+  if (call.getInt("fmod") != 1)
+    return fail(call, "float operands need fmod = 1");
+  return Steps{mapOver(MapOp::Mod, call.outputs[0],
+                       {&call.inputs[0], &call.inputs[1]})};
+}
+
 llvm::Expected<Steps> lowerCast(const KernelCall &call, const Scratch &) {
   const TensorRef &y = call.outputs[0];
   return Steps{mapOver(call.inputs[0].dtype == y.dtype ? MapOp::Copy
@@ -344,6 +354,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::Mul, Types::IntFloat, lowerBinary},
     {OpKind::Div, Types::Float, lowerBinary},
     {OpKind::Pow, Types::Float, lowerBinary},
+    {OpKind::Mod, Types::Float, lowerMod},
     {OpKind::Max, Types::IntFloat, lowerMaxMin},
     {OpKind::Min, Types::IntFloat, lowerMaxMin},
     {OpKind::Equal, Types::All, lowerBinary},
@@ -370,12 +381,21 @@ const LoweringRule kLowerings[] = {
     {OpKind::ReduceMax, Types::Float, chunkedReduction<lowerReduce>},
     {OpKind::ReduceMean, Types::Float, chunkedReduction<lowerReduce>},
     {OpKind::ReduceSum, Types::Float, chunkedReduction<lowerReduce>},
+    {OpKind::ArgMax, Types::IntFloat, lowerIndex},
+    {OpKind::ArgMin, Types::IntFloat, lowerIndex},
+    {OpKind::TopKIndices, Types::IntFloat, lowerIndex},
+    {OpKind::CumSum, Types::IntFloat, lowerIndex},
     // Data movement.
     {OpKind::Concat, Types::All, noScratch<lowerDataMovement>},
     {OpKind::Expand, Types::All, noScratch<lowerDataMovement>},
     {OpKind::Pad, Types::All, noScratch<lowerPad>},
     {OpKind::Flatten, Types::All, noScratch<lowerDataMovement>},
     {OpKind::Gather, Types::All, noScratch<lowerGather>},
+    {OpKind::GatherElements, Types::All, lowerIndex},
+    {OpKind::ScatterElements, Types::All, lowerIndex},
+    {OpKind::ScatterND, Types::All, lowerIndex},
+    {OpKind::Tile, Types::All, noScratch<lowerTile>},
+    {OpKind::Trilu, Types::All, lowerIndex},
     {OpKind::Reshape, Types::All, noScratch<lowerDataMovement>},
     {OpKind::Slice, Types::All, noScratch<lowerDataMovement>},
     {OpKind::Split, Types::All, noScratch<lowerDataMovement>},
@@ -408,6 +428,11 @@ const LoweringRule kLowerings[] = {
     {OpKind::SoftmaxCrossEntropyLossGrad, Types::Float, lowerRows},
     {OpKind::DropoutGrad, Types::Float, lowerDropoutGrad},
     {OpKind::GatherGrad, Types::Float, noScratch<lowerGather>},
+    {OpKind::GatherElementsGrad, Types::Float, lowerIndex},
+    {OpKind::ScatterElementsGradData, Types::Float, lowerIndex},
+    {OpKind::ScatterElementsGradUpdates, Types::Float, lowerIndex},
+    {OpKind::ScatterNDGradData, Types::Float, lowerIndex},
+    {OpKind::ScatterNDGradUpdates, Types::Float, lowerIndex},
     {OpKind::SliceGrad, Types::Float, noScratch<lowerDataMovement>},
     {OpKind::MaxPoolGrad, Types::Float, noScratch<lowerPool>},
     {OpKind::AveragePoolGrad, Types::Float, noScratch<lowerPool>},
@@ -588,6 +613,9 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
     } else if (auto *pool = std::get_if<PoolStep>(&step)) {
       for (int64_t i = 0; i < poolCount(*pool); ++i)
         poolElement(*pool, i);
+    } else if (auto *ix = std::get_if<IndexStep>(&step)) {
+      for (int64_t i = 0; i < ix->threads; ++i)
+        indexElement(*ix, i);
     } else if (auto *ch = std::get_if<ChannelStep>(&step)) {
       for (int64_t i = 0; i < ch->channels; ++i)
         channelElement(HostLanes{}, *ch, i);

@@ -154,4 +154,15 @@ llvm::Expected<Steps> lowerBatchNorm(const KernelCall &call,
 // the element's type.
 llvm::Expected<Steps> lowerPad(const KernelCall &call);
 
+// --- index ops (LowerIndex.cpp) -------------------------------------------------
+
+// CumSum, ArgMax/ArgMin, TopKIndices, Trilu, GatherElements,
+// ScatterElements, ScatterND and their gradients as index steps
+// (DeviceIndex.h); ScatterND's links in the call's scratch.
+llvm::Expected<Steps> lowerIndex(const KernelCall &call,
+                                 const Scratch &scratch);
+
+// Tile as one strided copy.
+llvm::Expected<Steps> lowerTile(const KernelCall &call);
+
 } // namespace cleave::runtime::cuda

@@ -27,8 +27,11 @@ using Ints = std::vector<int64_t>;
 // Ties: values in {-1, 0, 1}, so pooling windows hold equal maxima.
 // Wide: uniform in [-5, 5] (past HardSigmoid's and HardSwish's kinks);
 // Halves: multiples of 0.5 in [-4, 4] (Round's ties); Special: NaN, +-inf
-// and finite values mixed.
-enum class Fill { Uniform, Positive, Small, Bool, Ties, Wide, Halves, Special };
+// and finite values mixed; Signed: integers in [-3, 3] (indices counting
+// from either end of a dim of 4 or more; integers are otherwise in [0, 3]).
+enum class Fill {
+  Uniform, Positive, Small, Bool, Ties, Wide, Halves, Special, Signed
+};
 
 struct Arg {
   DType dtype;
@@ -77,7 +80,8 @@ inline Buffer make(const Arg &a, std::mt19937 &rng) {
   b.bytes.assign(size_t(n) * ir::dtypeSize(a.dtype) + 8, 0xcd);
   std::uniform_real_distribution<float> uni(-2.0f, 2.0f), pos(0.1f, 3.0f),
       wide(-5.0f, 5.0f);
-  std::uniform_int_distribution<int> small(0, 3), halves(-8, 8);
+  std::uniform_int_distribution<int> small(0, 3), halves(-8, 8),
+      signedInt(-3, 3);
   const float special[] = {NAN, INFINITY, -INFINITY, 1.5f, -0.0f, 0.0f, -2.5f};
   for (int64_t i = 0; i < n; ++i) {
     float f = a.fill == Fill::Positive ? pos(rng)
@@ -91,8 +95,14 @@ inline Buffer make(const Arg &a, std::mt19937 &rng) {
     case DType::BF16:
       reinterpret_cast<uint16_t *>(b.bytes.data())[i] = ir::floatToBf16(f);
       break;
-    case DType::I64: reinterpret_cast<int64_t *>(b.bytes.data())[i] = small(rng); break;
-    case DType::I32: reinterpret_cast<int32_t *>(b.bytes.data())[i] = small(rng); break;
+    case DType::I64:
+      reinterpret_cast<int64_t *>(b.bytes.data())[i] =
+          a.fill == Fill::Signed ? signedInt(rng) : small(rng);
+      break;
+    case DType::I32:
+      reinterpret_cast<int32_t *>(b.bytes.data())[i] =
+          a.fill == Fill::Signed ? signedInt(rng) : small(rng);
+      break;
     case DType::Bool: b.bytes[i] = small(rng) & 1; break;
     default: break;
     }
@@ -774,6 +784,146 @@ inline std::vector<Case> remainingCases() {
        {f32({2, 3, 4}), f32({2, 3, 4}), f32({3}), f32({3}),
         f32({3}, Fill::Positive)},
        {f32({2, 3, 4}), f32({3})}, 1e-5},
+  };
+}
+
+// The index ops (DeviceIndex.h) and Tile and Mod: CumSum (both
+// directions, exclusive, floats and wrapping integers), ArgMax/ArgMin and
+// TopK over ties and NaN, Trilu, GatherElements and ScatterElements with
+// repeated and negative indices (the last write wins; reductions in index
+// order) and their gradients, ScatterND at every tuple width with repeated
+// tuples and its gradients, Tile, float Mod. All bit for bit.
+inline std::vector<Case> indexCases() {
+  Arg i32{DType::I32, {3, 5, 2}, Fill::Signed};
+  Arg ties{DType::F32, {3, 6, 2}, Fill::Ties};
+  Arg tiesBf16{DType::BF16, {4, 7}, Fill::Ties};
+  Arg idx{DType::I64, {3, 4, 2}, Fill::Signed};
+  Arg idx32{DType::I32, {3, 4, 2}, Fill::Signed};
+  auto cum = [](int64_t axis, int64_t excl, int64_t rev) {
+    return ir::AttrMap{{"axis", axis}, {"exclusive", excl}, {"reverse", rev}};
+  };
+  auto arg = [](int64_t axis, int64_t last) {
+    return ir::AttrMap{{"axis", axis}, {"keepdims", int64_t(1)},
+                       {"select_last_index", last}};
+  };
+  auto topk = [](int64_t axis, int64_t k, int64_t largest) {
+    return ir::AttrMap{{"axis", axis}, {"k", k}, {"largest", largest}};
+  };
+  auto scatter = [](int64_t axis, const char *red) {
+    return ir::AttrMap{{"axis", axis}, {"reduction", std::string(red)}};
+  };
+  auto nd = [](const char *red) {
+    return ir::AttrMap{{"reduction", std::string(red)}};
+  };
+  Arg pos{DType::I64, {5, 2}, Fill::Small}; // tuples into [4, 4, 3]
+  return {
+      {"cumsum", OpKind::CumSum, cum(1, 0, 0), {f32({3, 5, 2})},
+       {f32({3, 5, 2})}},
+      {"cumsum exclusive reverse", OpKind::CumSum, cum(-1, 1, 1),
+       {f32({3, 5, 4})}, {f32({3, 5, 4})}},
+      {"cumsum bf16", OpKind::CumSum, cum(0, 0, 1), {bf16({6, 3})},
+       {bf16({6, 3})}},
+      {"cumsum i64", OpKind::CumSum, cum(1, 1, 0), {i64({2, 9})},
+       {i64({2, 9})}},
+      {"cumsum i32", OpKind::CumSum, cum(2, 0, 0), {i32}, {i32}},
+      {"argmax ties", OpKind::ArgMax, arg(1, 0), {ties}, {i64({3, 1, 2})}},
+      {"argmin last of ties", OpKind::ArgMin, arg(1, 1), {ties},
+       {i64({3, 1, 2})}},
+      {"argmax nan", OpKind::ArgMax, arg(-1, 0), {f32({3, 7}, Fill::Special)},
+       {i64({3, 1})}},
+      {"argmin nan last", OpKind::ArgMin, arg(0, 1),
+       {f32({7, 2}, Fill::Special)}, {i64({1, 2})}},
+      {"argmax i64", OpKind::ArgMax, arg(0, 0), {i64({5, 3})}, {i64({1, 3})}},
+      {"argmin bf16", OpKind::ArgMin, arg(1, 0), {tiesBf16}, {i64({4, 1})}},
+      {"topk ties", OpKind::TopKIndices, topk(-1, 4, 1), {tiesBf16},
+       {i64({4, 4})}},
+      {"topk smallest middle axis", OpKind::TopKIndices, topk(1, 3, 0),
+       {ties}, {i64({3, 3, 2})}},
+      {"topk nan", OpKind::TopKIndices, topk(1, 7, 1),
+       {f32({2, 7}, Fill::Special)}, {i64({2, 7})}},
+      {"topk nan smallest", OpKind::TopKIndices, topk(1, 5, 0),
+       {f32({2, 7}, Fill::Special)}, {i64({2, 5})}},
+      {"topk i32", OpKind::TopKIndices, topk(0, 2, 1), {i32},
+       {i64({2, 5, 2})}},
+      {"topk none", OpKind::TopKIndices, topk(0, 0, 1), {f32({4, 3})},
+       {i64({0, 3})}},
+      {"trilu upper", OpKind::Trilu, {{"k", int64_t(1)}, {"upper", int64_t(1)}},
+       {f32({2, 4, 5})}, {f32({2, 4, 5})}},
+      {"trilu lower i64", OpKind::Trilu,
+       {{"k", int64_t(-1)}, {"upper", int64_t(0)}}, {i64({5, 3})},
+       {i64({5, 3})}},
+      {"trilu bool", OpKind::Trilu, {{"k", int64_t(0)}, {"upper", int64_t(0)}},
+       {boolean({3, 3})}, {boolean({3, 3})}},
+      {"gather elements", OpKind::GatherElements, {{"axis", int64_t(1)}},
+       {f32({3, 5, 2}), idx}, {f32({3, 4, 2})}},
+      {"gather elements smaller indices", OpKind::GatherElements,
+       {{"axis", int64_t(0)}}, {i64({5, 4}), Arg{DType::I32, {6, 3}, Fill::Signed}},
+       {i64({6, 3})}},
+      {"gather elements bool", OpKind::GatherElements, {{"axis", int64_t(-1)}},
+       {boolean({2, 6}), Arg{DType::I64, {2, 3}, Fill::Signed}},
+       {boolean({2, 3})}},
+      {"gather elements grad", OpKind::GatherElementsGrad,
+       {{"axis", int64_t(1)}, {"shape", Ints{3, 5, 2}}},
+       {f32({3, 4, 2}), idx}, {f32({3, 5, 2})}},
+      {"gather elements grad smaller", OpKind::GatherElementsGrad,
+       {{"axis", int64_t(0)}, {"shape", Ints{5, 4}}},
+       {bf16({6, 3}), Arg{DType::I64, {6, 3}, Fill::Signed}}, {bf16({5, 4})}},
+      {"scatter elements", OpKind::ScatterElements, scatter(1, "none"),
+       {f32({3, 5, 2}), idx, f32({3, 4, 2})}, {f32({3, 5, 2})}},
+      {"scatter elements add", OpKind::ScatterElements, scatter(1, "add"),
+       {f32({3, 5, 2}), idx32, f32({3, 4, 2})}, {f32({3, 5, 2})}},
+      {"scatter elements max i64", OpKind::ScatterElements, scatter(-2, "max"),
+       {i64({3, 5, 2}), idx, i64({3, 4, 2})}, {i64({3, 5, 2})}},
+      {"scatter elements mul i32", OpKind::ScatterElements, scatter(1, "mul"),
+       {i32, idx, Arg{DType::I32, {3, 4, 2}, Fill::Signed}}, {i32}},
+      {"scatter elements min", OpKind::ScatterElements, scatter(0, "min"),
+       {f32({5, 4}), Arg{DType::I64, {6, 3}, Fill::Signed}, f32({6, 3})},
+       {f32({5, 4})}},
+      {"scatter elements bool", OpKind::ScatterElements, scatter(1, "none"),
+       {boolean({3, 5, 2}), idx, boolean({3, 4, 2})}, {boolean({3, 5, 2})}},
+      {"scatter elements bf16", OpKind::ScatterElements, scatter(1, "none"),
+       {bf16({3, 5, 2}), idx, bf16({3, 4, 2})}, {bf16({3, 5, 2})}},
+      {"scatter elements grad data", OpKind::ScatterElementsGradData,
+       {{"axis", int64_t(1)}}, {f32({3, 5, 2}), idx}, {f32({3, 5, 2})}},
+      {"scatter elements grad updates", OpKind::ScatterElementsGradUpdates,
+       {{"axis", int64_t(1)}}, {f32({3, 5, 2}), idx}, {f32({3, 4, 2})}},
+      {"scatter elements grad updates bf16", OpKind::ScatterElementsGradUpdates,
+       {{"axis", int64_t(0)}}, {bf16({5, 4}), Arg{DType::I64, {6, 3}, Fill::Signed}},
+       {bf16({6, 3})}},
+      {"scatter nd", OpKind::ScatterND, nd("none"),
+       {f32({4, 4, 3}), pos, f32({5, 3})}, {f32({4, 4, 3})}},
+      {"scatter nd add", OpKind::ScatterND, nd("add"),
+       {f32({4, 4, 3}), pos, f32({5, 3})}, {f32({4, 4, 3})}},
+      {"scatter nd rows", OpKind::ScatterND, nd("none"),
+       {bf16({4, 4, 3}), Arg{DType::I64, {6, 1}, Fill::Signed},
+        bf16({6, 4, 3})},
+       {bf16({4, 4, 3})}},
+      {"scatter nd elements", OpKind::ScatterND, nd("mul"),
+       {i64({4, 4, 4}), Arg{DType::I32, {2, 3, 3}, Fill::Small},
+        i64({2, 3})},
+       {i64({4, 4, 4})}},
+      {"scatter nd max", OpKind::ScatterND, nd("max"),
+       {f32({4, 4, 3}), pos, f32({5, 3})}, {f32({4, 4, 3})}},
+      {"scatter nd bool", OpKind::ScatterND, nd("none"),
+       {boolean({4, 4, 3}), pos, boolean({5, 3})}, {boolean({4, 4, 3})}},
+      {"scatter nd grad data", OpKind::ScatterNDGradData, {},
+       {f32({4, 4, 3}), pos}, {f32({4, 4, 3})}},
+      {"scatter nd grad updates", OpKind::ScatterNDGradUpdates,
+       {{"shape", Ints{5, 3}}}, {f32({4, 4, 3}), pos}, {f32({5, 3})}},
+      {"scatter nd grad updates rows", OpKind::ScatterNDGradUpdates,
+       {{"shape", Ints{6, 4, 3}}},
+       {bf16({4, 4, 3}), Arg{DType::I64, {6, 1}, Fill::Signed}},
+       {bf16({6, 4, 3})}},
+      {"tile", OpKind::Tile, {{"repeats", Ints{2, 1}}}, {f32({2, 3})},
+       {f32({4, 3})}},
+      {"tile every dim", OpKind::Tile, {{"repeats", Ints{2, 3, 2}}},
+       {i64({2, 3, 2})}, {i64({4, 9, 4})}},
+      {"tile bool", OpKind::Tile, {{"repeats", Ints{1, 1, 3}}},
+       {boolean({2, 1, 2})}, {boolean({2, 1, 6})}},
+      {"mod", OpKind::Mod, {{"fmod", int64_t(1)}},
+       {f32({4, 5}, Fill::Wide), f32({5}, Fill::Positive)}, {f32({4, 5})}},
+      {"mod bf16", OpKind::Mod, {{"fmod", int64_t(1)}},
+       {bf16({6}), bf16({6})}, {bf16({6})}},
   };
 }
 

@@ -59,6 +59,7 @@ TEST(CudaBackend, ConvolutionPoolingAndBatchNorm) {
 }
 
 TEST(CudaBackend, EverythingElse) { checkAll(remainingCases()); }
+TEST(CudaBackend, IndexOpsTileAndMod) { checkAll(indexCases()); }
 
 TEST(CudaBackend, LacksWhatItLacks) {
   std::string why;
