@@ -596,7 +596,7 @@ private:
         "map",     "gemm",      "reduce", "rows",     "columns",
         "loss",    "gather",    "optimizer", "im2col", "pool",
         "channels", "channel-map", "pad", "attention", "attention-grad",
-        "index"};
+        "index", "resize"};
     static_assert(std::variant_size_v<cuda::DeviceStep> ==
                   sizeof names / sizeof names[0]);
     std::string n = names[step.index()];
@@ -676,6 +676,8 @@ private:
       err = cuda::launchOptimizer(*o, stream_);
     else if (auto *ix = std::get_if<cuda::IndexStep>(&step))
       err = cuda::launchIndex(*ix, stream_);
+    else if (auto *rs = std::get_if<cuda::ResizeStep>(&step))
+      err = cuda::launchResize(*rs, stream_);
     else if (auto *a = std::get_if<cuda::AttentionStep>(&step))
       err = cuda::launchAttention(*a, stream_);
     else if (auto *ag = std::get_if<cuda::AttentionGradStep>(&step))

@@ -116,6 +116,15 @@ __global__ void indexKernel(IndexStep s) {
     indexElement(s, i);
 }
 
+__global__ void resizeKernel(ResizeStep s) {
+  for (int64_t i = firstIndex(); i < s.threads; i += gridStride()) {
+    if (s.grad)
+      resizeGradElement(s, i);
+    else
+      resizeElement(s, i);
+  }
+}
+
 // Fused attention: a block of kAttnBlockRows threads, one a row, loads
 // each tile of the other side into shared memory once for all of its rows
 // (DeviceAttention.h's block steps; the host drivers there run the same
@@ -745,6 +754,13 @@ int launchIndex(const IndexStep &s, void *stream) {
   if (s.threads == 0)
     return 0;
   indexKernel<<<blocksFor(s.threads), kThreads, 0, cudaStream_t(stream)>>>(s);
+  return launched();
+}
+
+int launchResize(const ResizeStep &s, void *stream) {
+  if (s.threads == 0)
+    return 0;
+  resizeKernel<<<blocksFor(s.threads), kThreads, 0, cudaStream_t(stream)>>>(s);
   return launched();
 }
 

@@ -20,6 +20,8 @@ int launchPool(const PoolStep &p, void *stream);
 int launchChannelMap(const ChannelMapStep &m, void *stream);
 // One thread a lane, element, index position or tuple (IndexStep::threads).
 int launchIndex(const IndexStep &s, void *stream);
+// One thread an output element (Resize) or input element (ResizeGrad).
+int launchResize(const ResizeStep &s, void *stream);
 // One thread an output element / column.
 int launchReduce(const ReduceStep &r, void *stream);
 int launchColumns(const ColumnStep &c, void *stream);

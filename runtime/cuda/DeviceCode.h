@@ -24,7 +24,8 @@
 // The code is split by family: DeviceElements.h (element types, indexers,
 // maps), DeviceReductions.h, DeviceGather.h, DeviceWindows.h,
 // DeviceOptimizers.h, DeviceIndex.h (the index ops: cumulative sums,
-// arg- and top-k selection, Trilu, GatherElements, the scatters). Include this header for all of them.
+// arg- and top-k selection, Trilu, GatherElements, the scatters),
+// DeviceResize.h. Include this header for all of them.
 #pragma once
 
 #include "runtime/cuda/DeviceAttention.h"
@@ -33,4 +34,5 @@
 #include "runtime/cuda/DeviceIndex.h"
 #include "runtime/cuda/DeviceOptimizers.h"
 #include "runtime/cuda/DeviceReductions.h"
+#include "runtime/cuda/DeviceResize.h"
 #include "runtime/cuda/DeviceWindows.h"

@@ -407,6 +407,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::MaxPool, Types::Float, noScratch<lowerPool>},
     {OpKind::AveragePool, Types::Float, noScratch<lowerPool>},
     {OpKind::GlobalAveragePool, Types::Float, noScratch<lowerPool>},
+    {OpKind::Resize, Types::All, noScratch<lowerResize>},
     // Gradients.
     {OpKind::UnaryGrad, Types::Float, lowerUnaryGrad},
     {OpKind::SumTo, Types::Float, chunkedReduction<lowerSumTo>},
@@ -436,6 +437,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::SliceGrad, Types::Float, noScratch<lowerDataMovement>},
     {OpKind::MaxPoolGrad, Types::Float, noScratch<lowerPool>},
     {OpKind::AveragePoolGrad, Types::Float, noScratch<lowerPool>},
+    {OpKind::ResizeGrad, Types::Float, noScratch<lowerResize>},
     // Optimizers.
     {OpKind::SGD, Types::Float, noScratch<lowerOptimizer>},
     {OpKind::AdamW, Types::Float, noScratch<lowerOptimizer>},
@@ -616,6 +618,9 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
     } else if (auto *ix = std::get_if<IndexStep>(&step)) {
       for (int64_t i = 0; i < ix->threads; ++i)
         indexElement(*ix, i);
+    } else if (auto *rs = std::get_if<ResizeStep>(&step)) {
+      for (int64_t i = 0; i < rs->threads; ++i)
+        rs->grad ? resizeGradElement(*rs, i) : resizeElement(*rs, i);
     } else if (auto *ch = std::get_if<ChannelStep>(&step)) {
       for (int64_t i = 0; i < ch->channels; ++i)
         channelElement(HostLanes{}, *ch, i);

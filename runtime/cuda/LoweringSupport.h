@@ -162,6 +162,9 @@ llvm::Expected<Steps> lowerPad(const KernelCall &call);
 llvm::Expected<Steps> lowerIndex(const KernelCall &call,
                                  const Scratch &scratch);
 
+// Resize and ResizeGrad (DeviceResize.h; LowerResize.cpp).
+llvm::Expected<Steps> lowerResize(const KernelCall &call);
+
 // Tile as one strided copy.
 llvm::Expected<Steps> lowerTile(const KernelCall &call);
 

@@ -927,6 +927,62 @@ inline std::vector<Case> indexCases() {
   };
 }
 
+// Resize and ResizeGrad: nearest in every rounding (any type, by bytes),
+// linear in every coordinate transform, up and down, with and without
+// scales, over 1, 2 and 3 dims; the gradients of the same geometries.
+inline std::vector<Case> resizeCases() {
+  struct Geometry {
+    std::string name, mode, coord, round;
+    Ints in, out;
+    std::vector<float> scales; // empty: none
+    DType dtype = DType::F32;
+  };
+  const std::vector<Geometry> geometries = {
+      {"nearest up", "nearest", "half_pixel", "round_prefer_floor",
+       {1, 2, 3, 4}, {1, 2, 6, 8}},
+      {"nearest asymmetric floor i64", "nearest", "asymmetric", "floor",
+       {2, 3, 3}, {2, 6, 9}, {1, 2, 3}, DType::I64},
+      {"nearest down bool", "nearest", "half_pixel", "round_prefer_ceil",
+       {1, 1, 5, 7}, {1, 1, 2, 3}, {}, DType::Bool},
+      {"nearest ceil tf", "nearest", "tf_half_pixel_for_nn", "ceil",
+       {2, 5, 4}, {2, 7, 3}},
+      {"linear pytorch half pixel", "linear", "pytorch_half_pixel",
+       "round_prefer_floor", {1, 2, 4, 5}, {1, 2, 8, 10}, {1, 1, 2, 2}},
+      {"linear align corners", "linear", "align_corners", "round_prefer_floor",
+       {2, 3, 4, 4}, {2, 3, 7, 9}},
+      {"linear down bf16", "linear", "half_pixel", "round_prefer_floor",
+       {1, 2, 6, 6}, {1, 2, 4, 3}, {}, DType::BF16},
+      {"trilinear asymmetric", "linear", "asymmetric", "round_prefer_floor",
+       {1, 1, 3, 4, 5}, {1, 1, 6, 8, 10}},
+      {"linear to one", "linear", "pytorch_half_pixel", "round_prefer_floor",
+       {2, 3, 5}, {2, 3, 1}},
+      {"linear middle dim", "linear", "half_pixel", "round_prefer_floor",
+       {2, 3, 4}, {2, 7, 4}},
+  };
+  std::vector<Case> cases;
+  for (const Geometry &g : geometries) {
+    ir::AttrMap a = {{"mode", g.mode},
+                     {"coordinate_transformation_mode", g.coord},
+                     {"nearest_mode", g.round}};
+    if (!g.scales.empty())
+      a.insert({"scales", ir::Attribute(g.scales)});
+    ir::AttrMap fwd = a;
+    fwd.insert({"sizes", ir::Attribute(g.out)});
+    Fill fill = g.dtype == DType::Bool ? Fill::Bool
+                : g.dtype == DType::I64 ? Fill::Small
+                                        : Fill::Uniform;
+    cases.push_back({"resize " + g.name, OpKind::Resize, fwd,
+                     {Arg{g.dtype, g.in, fill}}, {Arg{g.dtype, g.out, fill}}});
+    if (g.dtype == DType::Bool || g.dtype == DType::I64)
+      continue;
+    ir::AttrMap back = a;
+    back.insert({"shape", ir::Attribute(g.in)});
+    cases.push_back({"resize grad " + g.name, OpKind::ResizeGrad, back,
+                     {Arg{g.dtype, g.out}}, {Arg{g.dtype, g.in}}});
+  }
+  return cases;
+}
+
 } // namespace cleave::cudatest
 
 #endif

@@ -60,6 +60,7 @@ TEST(CudaBackend, ConvolutionPoolingAndBatchNorm) {
 
 TEST(CudaBackend, EverythingElse) { checkAll(remainingCases()); }
 TEST(CudaBackend, IndexOpsTileAndMod) { checkAll(indexCases()); }
+TEST(CudaBackend, ResizeAndItsGradient) { checkAll(resizeCases()); }
 
 TEST(CudaBackend, LacksWhatItLacks) {
   std::string why;

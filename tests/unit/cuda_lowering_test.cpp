@@ -163,6 +163,11 @@ TEST(CudaLowering, IndexOpsTileAndMod) {
     check(c, emulated());
 }
 
+TEST(CudaLowering, ResizeAndItsGradient) {
+  for (const Case &c : resizeCases())
+    check(c, emulated());
+}
+
 TEST(CudaLowering, RowsColumnsGathersAndOptimizers) {
   for (const Case &c : rowCases())
     check(c, emulated());
@@ -179,11 +184,9 @@ TEST(CudaLowering, CoversEveryCpuOp) {
       "Div i32", "Div i64", "Gemm i32", "Gemm i64", "MatMul i32", "MatMul i64",
       "Pow i32", "Pow i64", "ReduceMax i32", "ReduceMax i64", "ReduceMean i32",
       "ReduceMean i64", "ReduceSum i32", "ReduceSum i64",
-      // Integer Mod, as Div; Resize and DFT are still to be written
+      // Integer Mod, as Div; DFT is still to be written
       // (docs/design/cuda.md).
-      "Mod i32", "Mod i64", "Resize bf16", "Resize bool", "Resize f32",
-      "Resize i32", "Resize i64", "ResizeGrad bf16", "ResizeGrad f32",
-      "DFT bf16", "DFT f32"};
+      "Mod i32", "Mod i64", "DFT bf16", "DFT f32"};
   auto cpu = runtime::createCpuBackend(1);
   std::set<std::string> missing;
   for (size_t k = 0; k < ir::allOps().size(); ++k) {

@@ -1,0 +1,83 @@
+// The lowering of Resize and ResizeGrad (DeviceResize.h): each dim's scale
+// (input units per output unit) and whether it maps every index to itself,
+// with the CPU kernel's formulas and checks (runtime/cpu/Resize.cpp).
+#include "runtime/cuda/LoweringSupport.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace cleave::runtime::cuda {
+
+llvm::Expected<Steps> lowerResize(const KernelCall &call) {
+  bool grad = call.op == OpKind::ResizeGrad;
+  const TensorRef &x = call.inputs[0], &y = call.outputs[0];
+  // `in` has the forward's input shape, `out` its output's.
+  const TensorRef &in = grad ? y : x, &out = grad ? x : y;
+  ResizeStep s;
+  s.grad = grad;
+  const std::string &mode = call.getString("mode");
+  if (mode != "nearest" && mode != "linear")
+    return fail(call, "mode '" + mode + "' is not supported");
+  s.linear = mode == "linear";
+  if (s.linear && !isFloatElem(x.dtype))
+    return fail(call, "mode linear needs a float tensor, not " +
+                          std::string(ir::dtypeName(x.dtype)));
+  const std::string &coord = call.getString("coordinate_transformation_mode");
+  auto c = llvm::StringSwitch<std::optional<ResizeCoord>>(coord)
+               .Case("half_pixel", ResizeCoord::HalfPixel)
+               .Case("pytorch_half_pixel", ResizeCoord::PytorchHalfPixel)
+               .Case("align_corners", ResizeCoord::AlignCorners)
+               .Case("asymmetric", ResizeCoord::Asymmetric)
+               .Case("tf_half_pixel_for_nn", ResizeCoord::TfHalfPixelForNN)
+               .Default(std::nullopt);
+  if (!c)
+    return fail(call, "coordinate_transformation_mode '" + coord +
+                          "' is not supported");
+  s.coord = *c;
+  const std::string &round = call.getString("nearest_mode");
+  s.round = llvm::StringSwitch<ResizeRound>(round)
+                .Case("round_prefer_ceil", ResizeRound::PreferCeil)
+                .Case("floor", ResizeRound::Floor)
+                .Case("ceil", ResizeRound::Ceil)
+                .Default(ResizeRound::PreferFloor);
+  const std::vector<float> *scales =
+      call.hasAttr("scales") ? &call.attr("scales").getFloats() : nullptr;
+  if (in.rank() != out.rank() || (scales && scales->size() != in.rank()))
+    return fail(call, "shapes " + ir::shapeStr(in.shape) + " and " +
+                          ir::shapeStr(out.shape) + " do not match");
+  s.x = x.data;
+  s.xElem = *elemOf(x.dtype);
+  s.out = y.data;
+  s.outElem = *elemOf(y.dtype);
+  s.rank = int(in.rank());
+  int resized = 0;
+  for (int d = 0; d < s.rank; ++d) {
+    int64_t n = in.shape[d], o = out.shape[d];
+    if (n < 1)
+      return fail(call, "cannot resize an empty dim (" +
+                            ir::shapeStr(in.shape) + ")");
+    s.in[d] = n;
+    s.outDims[d] = o;
+    if (s.coord == ResizeCoord::AlignCorners)
+      s.scale[d] = o > 1 ? float(n - 1) / float(o - 1) : 0.0f;
+    else if (scales)
+      s.scale[d] = float(1.0 / double((*scales)[d]));
+    else
+      s.scale[d] = float(n) / float(o);
+    bool same = n == o;
+    for (int64_t j = 0; same && j < o; ++j)
+      same = resizeKeepsIndex(s, d, j);
+    s.identity[d] = same;
+    resized += !same;
+  }
+  if (s.linear && !grad && resized > kMaxResized)
+    return fail(call, llvm::formatv("linear over {0} dims (the CUDA kernel "
+                                    "interpolates at most {1})",
+                                    resized, kMaxResized));
+  s.threads = y.numElements();
+  if (s.threads == 0)
+    return Steps{};
+  return Steps{s};
+}
+
+} // namespace cleave::runtime::cuda
