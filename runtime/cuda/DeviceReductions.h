@@ -86,8 +86,37 @@ struct ReduceStep {
   }
 };
 
+// An integer output in one thread, as the CPU folds integers: sums wrap
+// (modulo 2^64, then the type's width), the mean divides the wrapped sum
+// in int64 (0 of nothing), the maximum of nothing is the type's lowest.
+// Order does not matter to any of them, so they are never chunked.
+CLEAVE_HD void reduceIntElement(const ReduceStep &r, int64_t o) {
+  bool wide = r.inElem == Elem::I64;
+  int64_t lowest = wide ? INT64_MIN : INT32_MIN;
+  uint64_t sum = 0;
+  int64_t max = lowest;
+  int64_t first = r.base(o);
+  for (int64_t k = 0; k < r.count; ++k) {
+    int64_t v = loadInt(r.in, r.inElem, first + r.reduced(k));
+    sum += uint64_t(v);
+    max = v > max ? v : max;
+  }
+  int64_t v = r.kind == ReduceKind::Max ? max
+              : r.kind == ReduceKind::Sum
+                  ? int64_t(sum)
+                  : (r.count ? int64_t(sum) / r.count : 0);
+  if (r.outElem == Elem::I64)
+    static_cast<int64_t *>(r.out)[o] = v;
+  else
+    static_cast<int32_t *>(r.out)[o] = int32_t(uint32_t(uint64_t(v)));
+}
+
 // Output o in one thread (chunk 0).
 CLEAVE_HD void reduceElement(const ReduceStep &r, int64_t o) {
+  if (isInt(r.inElem)) {
+    reduceIntElement(r, o);
+    return;
+  }
   reduceStore(r.kind,
               reduceRange(r.kind, r.in, r.inElem, r.base(o), r.reduced, 0,
                           r.count),

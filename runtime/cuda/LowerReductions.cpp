@@ -392,12 +392,31 @@ llvm::Expected<Steps> lowerReduce(const KernelCall &call) {
       return axis.takeError();
     reduced[*axis] = true;
   }
+  // Dims of one element dropped and neighbours of the same role merged
+  // (the input is contiguous), so a reduction of any rank whose groups
+  // fit the indexers lowers: a Tile's gradient sums a view of twice its
+  // rank ([r0, d0, r1, d1, ...]).
   std::vector<int64_t> xs = stridesOf(X.shape), keptDims, keptStrides,
                        redDims, redStrides;
+  int last = -1; // the role of the previous dim kept: 0 kept, 1 reduced
   for (size_t d = 0; d < X.rank(); ++d) {
-    (reduced[d] ? redDims : keptDims).push_back(X.shape[d]);
-    (reduced[d] ? redStrides : keptStrides).push_back(xs[d]);
+    if (X.shape[d] == 1)
+      continue;
+    auto &dims = reduced[d] ? redDims : keptDims;
+    auto &strides = reduced[d] ? redStrides : keptStrides;
+    if (last == int(reduced[d])) {
+      dims.back() *= X.shape[d];
+      strides.back() = xs[d];
+    } else {
+      dims.push_back(X.shape[d]);
+      strides.push_back(xs[d]);
+    }
+    last = int(reduced[d]);
   }
+  if (keptDims.size() > size_t(kMaxRank) || redDims.size() > size_t(kMaxRank))
+    return fail(call, "the kept or the reduced dims of " +
+                          ir::shapeStr(X.shape) +
+                          " do not merge into 8 (the CUDA reduction's rank)");
   ReduceKind kind = call.op == OpKind::ReduceMax    ? ReduceKind::Max
                     : call.op == OpKind::ReduceMean ? ReduceKind::Mean
                                                     : ReduceKind::Sum;

@@ -113,7 +113,8 @@ llvm::Expected<Steps> chunkedReduction(const KernelCall &call,
   if (!steps || steps->size() != 1)
     return steps;
   if (auto *r = std::get_if<ReduceStep>(&steps->front()))
-    if (int64_t chunk = reduceChunk(r->outputs, r->count)) {
+    if (int64_t chunk =
+            isInt(r->inElem) ? 0 : reduceChunk(r->outputs, r->count)) {
       r->chunk = chunk;
       void *p = scratch(size_t(r->outputs * r->chunks()) * sizeof(double));
       if (!p)
@@ -378,9 +379,9 @@ const LoweringRule kLowerings[] = {
     {OpKind::SoftmaxCrossEntropyLoss, Types::Float, lowerRows},
     {OpKind::Dropout, Types::Float, lowerDropout},
     // Reductions.
-    {OpKind::ReduceMax, Types::Float, chunkedReduction<lowerReduce>},
-    {OpKind::ReduceMean, Types::Float, chunkedReduction<lowerReduce>},
-    {OpKind::ReduceSum, Types::Float, chunkedReduction<lowerReduce>},
+    {OpKind::ReduceMax, Types::IntFloat, chunkedReduction<lowerReduce>},
+    {OpKind::ReduceMean, Types::IntFloat, chunkedReduction<lowerReduce>},
+    {OpKind::ReduceSum, Types::IntFloat, chunkedReduction<lowerReduce>},
     {OpKind::ArgMax, Types::IntFloat, lowerIndex},
     {OpKind::ArgMin, Types::IntFloat, lowerIndex},
     {OpKind::TopKIndices, Types::IntFloat, lowerIndex},
@@ -516,14 +517,17 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
   if (!lowers(call.op, dt))
     return fail(call, llvm::formatv("no CUDA kernel for {0} inputs",
                                     ir::dtypeName(dt)));
+  // Reductions merge their dims (lowerReduce) and check what is left.
+  bool merges = call.op == OpKind::ReduceSum || call.op == OpKind::ReduceMean ||
+                call.op == OpKind::ReduceMax;
   for (const TensorRef &t : call.inputs)
-    if (!elemOf(t.dtype) || t.rank() > size_t(kMaxRank))
+    if (!elemOf(t.dtype) || (t.rank() > size_t(kMaxRank) && !merges))
       return fail(call, "an operand " + std::string(ir::dtypeName(t.dtype)) +
                             ir::shapeStr(t.shape) +
                             " (the CUDA kernels take rank <= 8 and f32, bf16, "
                             "i64, i32 or bool)");
   for (const TensorRef &t : call.outputs)
-    if (!elemOf(t.dtype) || t.rank() > size_t(kMaxRank))
+    if (!elemOf(t.dtype) || (t.rank() > size_t(kMaxRank) && !merges))
       return fail(call, "a result " + std::string(ir::dtypeName(t.dtype)) +
                             ir::shapeStr(t.shape) +
                             " (the CUDA kernels take rank <= 8 and f32, bf16, "

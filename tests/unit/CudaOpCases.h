@@ -350,6 +350,11 @@ inline std::vector<Case> reductionCases() {
       {"reduce mean all chunked", OpKind::ReduceMean,
        {{"axes", Ints{}}, {"keepdims", int64_t(0)}}, {f32({40, 30})},
        {f32({})}, 1e-6},
+      // A Tile's gradient: rank 10, merged into groups that fit.
+      {"reduce sum rank 10", OpKind::ReduceSum,
+       {{"axes", Ints{0, 3, 9}}, {"keepdims", int64_t(1)}},
+       {f32({2, 2, 1, 4, 1, 1, 3, 1, 1, 2})},
+       {f32({1, 2, 1, 1, 1, 1, 3, 1, 1, 1})}, 1e-6},
   };
   return cases;
 }
@@ -792,7 +797,8 @@ inline std::vector<Case> remainingCases() {
 // TopK over ties and NaN, Trilu, GatherElements and ScatterElements with
 // repeated and negative indices (the last write wins; reductions in index
 // order) and their gradients, ScatterND at every tuple width with repeated
-// tuples and its gradients, Tile, float Mod. All bit for bit.
+// tuples and its gradients, Tile, float Mod, integer reductions (sums
+// wrap, means truncate). All bit for bit.
 inline std::vector<Case> indexCases() {
   Arg i32{DType::I32, {3, 5, 2}, Fill::Signed};
   Arg ties{DType::F32, {3, 6, 2}, Fill::Ties};
@@ -920,6 +926,21 @@ inline std::vector<Case> indexCases() {
        {i64({2, 3, 2})}, {i64({4, 9, 4})}},
       {"tile bool", OpKind::Tile, {{"repeats", Ints{1, 1, 3}}},
        {boolean({2, 1, 2})}, {boolean({2, 1, 6})}},
+      {"reduce sum i64", OpKind::ReduceSum,
+       {{"axes", Ints{1}}, {"keepdims", int64_t(0)}},
+       {Arg{DType::I64, {3, 5, 2}, Fill::Signed}}, {i64({3, 2})}},
+      {"reduce sum i64 to one", OpKind::ReduceSum,
+       {{"axes", Ints{}}, {"keepdims", int64_t(0)}},
+       {Arg{DType::I64, {70, 300}, Fill::Signed}}, {i64({})}},
+      {"reduce max i32", OpKind::ReduceMax,
+       {{"axes", Ints{0, 2}}, {"keepdims", int64_t(1)}}, {i32},
+       {Arg{DType::I32, {1, 5, 1}}}},
+      {"reduce mean i64", OpKind::ReduceMean,
+       {{"axes", Ints{-1}}, {"keepdims", int64_t(1)}},
+       {Arg{DType::I64, {4, 7}, Fill::Signed}}, {i64({4, 1})}},
+      {"reduce sum i32 none", OpKind::ReduceSum,
+       {{"axes", Ints{1}}, {"keepdims", int64_t(0)}},
+       {Arg{DType::I32, {3, 0}}}, {Arg{DType::I32, {3}}}},
       {"mod", OpKind::Mod, {{"fmod", int64_t(1)}},
        {f32({4, 5}, Fill::Wide), f32({5}, Fill::Positive)}, {f32({4, 5})}},
       {"mod bf16", OpKind::Mod, {{"fmod", int64_t(1)}},
