@@ -3,6 +3,7 @@
 #include "frontend/TensorFiles.h"
 #include "runtime/data/NumpyFiles.h"
 #include "interp/Interpreter.h"
+#include "runtime/Stages.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -21,7 +22,7 @@ static std::string join(const std::string &dir, const std::string &file) {
 
 llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
                             const std::string &outputDir,
-                            llvm::raw_ostream &log) {
+                            const std::string &device, llvm::raw_ostream &log) {
   if (!llvm::sys::fs::is_directory(inputDir))
     return err("--inputs '" + inputDir + "' is not a folder");
   bool pb = llvm::sys::fs::exists(join(inputDir, "input_0.pb")) ||
@@ -44,8 +45,10 @@ llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
                  v->type().str());
     inputs.push_back(*t);
   }
-  auto backend = runtime::createCpuBackend();
-  auto interp = interp::Interpreter::create(g, *backend);
+  auto backend = runtime::createBackend(device, 0, 0);
+  if (!backend)
+    return backend.takeError();
+  auto interp = interp::Interpreter::create(g, **backend);
   if (!interp)
     return interp.takeError();
   auto outputs = (*interp)->run(inputs);

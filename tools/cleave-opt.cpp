@@ -43,7 +43,13 @@ result as cleave IR text.
                          export's BatchNorm trains on batch statistics when
                          its signature says the module updated its running
                          statistics, i.e. it ran in train())
-  --run                  after the passes, execute the graph on the CPU
+  --run                  after the passes, execute the graph (on the CPU
+                         unless --device says otherwise)
+  --device=cpu|cuda-emulated|cuda
+                         with --run: the backend it runs on (default cpu;
+                         cuda-emulated runs the CUDA backend's kernels one
+                         element at a time on the host, to check them
+                         without a GPU)
   --inputs=DIR           with --run: one file per graph input, either
                          input_0.pb, input_1.pb, ... (ONNX TensorProto, in
                          graph-input order) or <input name>.npy
@@ -128,6 +134,7 @@ static int toolMain(int argc, char **argv) {
                       {"module-mode", true, false},
                       {"list-passes", false, false},
                       {"run", false, false},
+                      {"device", true, false},
                       {"inputs", true, false},
                       {"outputs", true, false},
                       {"help", false, false},
@@ -222,8 +229,16 @@ static int toolMain(int argc, char **argv) {
   if (run && (!flags.has("inputs") || !flags.has("outputs")))
     return fail(kTool, "--run needs --inputs DIR and --outputs DIR",
                 tools::kUsage);
-  if (!run && (flags.has("inputs") || flags.has("outputs")))
-    return fail(kTool, "--inputs and --outputs go with --run", tools::kUsage);
+  if (!run && (flags.has("inputs") || flags.has("outputs") ||
+               flags.has("device")))
+    return fail(kTool, "--inputs, --outputs and --device go with --run",
+                tools::kUsage);
+  std::string device = flags.get("device").value_or("cpu");
+  if (device != "cpu" && device != "cuda" && device != "cuda-emulated")
+    return fail(kTool,
+                "--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
+                    device + "'",
+                tools::kUsage);
   ir::PrintOptions print;
   if (auto e = tools::readPrintFlags(flags, print))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
@@ -271,7 +286,8 @@ static int toolMain(int argc, char **argv) {
   }
   if (run) {
     if (auto e = tools::runGraphOnFiles(**graph, *flags.get("inputs"),
-                                        *flags.get("outputs"), llvm::outs()))
+                                        *flags.get("outputs"), device,
+                                        llvm::outs()))
       return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);
     if (!flags.has("o"))
       return tools::kOk;

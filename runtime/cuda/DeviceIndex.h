@@ -16,7 +16,9 @@
 //     `slice` elements. A first step per tuple writes its slice's offset
 //     the next tuple with the same offset and whether an earlier one has
 //     it into scratch (the links); then one thread an updated element walks
-//     its chain from the first tuple, again in index order.
+//     its chain from the first tuple, again in index order;
+//   - DFT: complex lanes (a last dim of 2), the CPU's direct sums in
+//     double over a twiddle table that a first step writes into scratch.
 //
 // Indices out of range (which cleave-run checks where it can before a
 // kernel runs) address nothing: a gather reads 0, a scatter skips them.
@@ -43,7 +45,11 @@ enum class IndexOp : uint8_t {
   ScatterNDLinks,      // links: each tuple's offset, next and first flag
   ScatterND,           // out (holding x already) with upd's slices
   ScatterNDGradData,   // out (holding dY already): 0 in written slices
-  ScatterNDGradUpdates // out [tuples, slice] = dY's slice where last write
+  ScatterNDGradUpdates, // out [tuples, slice] = dY's slice where last write
+  // DFT of complex lanes x [outer, len, inner, 2]: a twiddle table of 2 len
+  // doubles (cos, then -+sin) in scratch, then one thread an output point
+  DftTwiddles,
+  Dft
 };
 
 // How ScatterElements and ScatterND combine an update with the element.
@@ -74,6 +80,10 @@ struct IndexStep {
   // ScatterND.
   int64_t tuples = 0, width = 0, slice = 0;
   int64_t *links = nullptr; // 3 * tuples, scratch
+  // DFT.
+  bool inverse = false;
+  double scale = 1.0;       // 1 / len where normalized
+  double *table = nullptr;  // 2 * len, scratch
 };
 
 // --- helpers ----------------------------------------------------------------------
@@ -372,6 +382,32 @@ CLEAVE_HD void scatterNDThread(const IndexStep &s, int64_t e) {
   }
 }
 
+// --- DFT ------------------------------------------------------------------------------
+
+// The CPU's table: cos(2 pi j / n) and -sin (sin for the inverse).
+CLEAVE_HD void dftTwiddle(const IndexStep &s, int64_t j) {
+  double a = 2.0 * 3.14159265358979323846 * double(j) / double(s.len);
+  s.table[j] = cos(a);
+  s.table[s.len + j] = s.inverse ? sin(a) : -sin(a);
+}
+
+// Output point k of a lane: its sum over the lane's points in order, in
+// double, the twiddle of (k m mod n) from the table.
+CLEAVE_HD void dftPoint(const IndexStep &s, int64_t t) {
+  int64_t i = t % s.inner, k = (t / s.inner) % s.len,
+          o = t / (s.inner * s.len);
+  double sr = 0.0, si = 0.0;
+  for (int64_t m = 0, j = 0; m < s.len; ++m, j = (j + k) % s.len) {
+    int64_t at = ((o * s.len + m) * s.inner + i) * 2;
+    double re = load(s.x, s.xElem, at), im = load(s.x, s.xElem, at + 1);
+    double c = s.table[j], sn = s.table[s.len + j];
+    sr += re * c - im * sn;
+    si += re * sn + im * c;
+  }
+  store(s.out, s.outElem, 2 * t, float(sr * s.scale));
+  store(s.out, s.outElem, 2 * t + 1, float(si * s.scale));
+}
+
 // --- the step -----------------------------------------------------------------------
 
 CLEAVE_HD void indexElement(const IndexStep &s, int64_t i) {
@@ -385,6 +421,8 @@ CLEAVE_HD void indexElement(const IndexStep &s, int64_t i) {
   case IndexOp::ScatterND:
   case IndexOp::ScatterNDGradData:
   case IndexOp::ScatterNDGradUpdates: scatterNDThread(s, i); return;
+  case IndexOp::DftTwiddles: dftTwiddle(s, i); return;
+  case IndexOp::Dft: dftPoint(s, i); return;
   default: elementsThread(s, i); return;
   }
 }

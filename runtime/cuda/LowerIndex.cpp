@@ -265,11 +265,45 @@ llvm::Expected<Steps> lowerScatterND(const KernelCall &call,
   return steps;
 }
 
+// DFT (complex x [outer, n, inner, 2]): the twiddles into scratch, then
+// one thread an output point.
+llvm::Expected<Steps> lowerDft(const KernelCall &call, const Scratch &scratch) {
+  const TensorRef &x = call.inputs[0], &out = call.outputs[0];
+  int64_t rank = x.rank();
+  if (rank < 2 || x.shape.back() != 2)
+    return fail(call, "input " + ir::shapeStr(x.shape) +
+                          " is not complex (a last dim of 2)");
+  auto axis = axisOf(call, call.getInt("axis"), rank);
+  if (!axis)
+    return axis.takeError();
+  if (*axis >= rank - 1)
+    return fail(call, llvm::formatv("axis {0} is out of range for shape {1}",
+                                    call.getInt("axis"),
+                                    ir::shapeStr(x.shape)));
+  IndexStep s = laneStep(IndexOp::Dft, x, out, *axis);
+  s.inner /= 2; // the complex pair
+  s.inverse = call.getInt("inverse") != 0;
+  s.scale = call.getInt("normalized") != 0 && s.len ? 1.0 / double(s.len) : 1.0;
+  s.threads = s.outer * s.len * s.inner;
+  if (s.threads == 0)
+    return Steps{};
+  auto table = scratchBlock(call, scratch, size_t(2 * s.len) * sizeof(double));
+  if (!table)
+    return table.takeError();
+  s.table = reinterpret_cast<double *>(*table);
+  IndexStep twiddles = s;
+  twiddles.op = IndexOp::DftTwiddles;
+  twiddles.threads = s.len;
+  return Steps{twiddles, s};
+}
+
 } // namespace
 
 llvm::Expected<Steps> lowerIndex(const KernelCall &call,
                                  const Scratch &scratch) {
   switch (call.op) {
+  case OpKind::DFT:
+    return lowerDft(call, scratch);
   case OpKind::ScatterND:
   case OpKind::ScatterNDGradData:
   case OpKind::ScatterNDGradUpdates:

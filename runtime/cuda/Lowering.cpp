@@ -356,6 +356,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::Div, Types::Float, lowerBinary},
     {OpKind::Pow, Types::Float, lowerBinary},
     {OpKind::Mod, Types::Float, lowerMod},
+    {OpKind::DFT, Types::Float, lowerIndex},
     {OpKind::Max, Types::IntFloat, lowerMaxMin},
     {OpKind::Min, Types::IntFloat, lowerMaxMin},
     {OpKind::Equal, Types::All, lowerBinary},
@@ -517,9 +518,10 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
   if (!lowers(call.op, dt))
     return fail(call, llvm::formatv("no CUDA kernel for {0} inputs",
                                     ir::dtypeName(dt)));
-  // Reductions merge their dims (lowerReduce) and check what is left.
+  // Reductions merge their dims (lowerReduce) and check what is left;
+  // reshapes copy contiguous memory (one dim).
   bool merges = call.op == OpKind::ReduceSum || call.op == OpKind::ReduceMean ||
-                call.op == OpKind::ReduceMax;
+                call.op == OpKind::ReduceMax || isReshapeLike(call.op);
   for (const TensorRef &t : call.inputs)
     if (!elemOf(t.dtype) || (t.rank() > size_t(kMaxRank) && !merges))
       return fail(call, "an operand " + std::string(ir::dtypeName(t.dtype)) +

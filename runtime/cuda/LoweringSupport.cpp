@@ -5,6 +5,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace cleave::runtime::cuda {
 
@@ -54,6 +55,7 @@ Indexer indexer(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides,
       ix.strides[ix.rank - 1] = strides[d];
       continue;
     }
+    assert(ix.rank < kMaxRank && "an indexer over more than kMaxRank dims");
     ix.dims[ix.rank] = dims[d];
     ix.strides[ix.rank] = strides[d];
     ++ix.rank;

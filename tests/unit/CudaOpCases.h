@@ -350,7 +350,11 @@ inline std::vector<Case> reductionCases() {
       {"reduce mean all chunked", OpKind::ReduceMean,
        {{"axes", Ints{}}, {"keepdims", int64_t(0)}}, {f32({40, 30})},
        {f32({})}, 1e-6},
-      // A Tile's gradient: rank 10, merged into groups that fit.
+      // A Tile's gradient: rank 10, merged into groups that fit, and the
+      // reshape to it.
+      {"reshape to rank 10", OpKind::Reshape,
+       {{"shape", Ints{1, 2, 1, 16, 1, 1, 8, 1, 1, 8}}}, {f32({2, 16, 64})},
+       {f32({1, 2, 1, 16, 1, 1, 8, 1, 1, 8})}},
       {"reduce sum rank 10", OpKind::ReduceSum,
        {{"axes", Ints{0, 3, 9}}, {"keepdims", int64_t(1)}},
        {f32({2, 2, 1, 4, 1, 1, 3, 1, 1, 2})},
@@ -941,6 +945,15 @@ inline std::vector<Case> indexCases() {
       {"reduce sum i32 none", OpKind::ReduceSum,
        {{"axes", Ints{1}}, {"keepdims", int64_t(0)}},
        {Arg{DType::I32, {3, 0}}}, {Arg{DType::I32, {3}}}},
+      // The DFT's twiddles are libm's on the host, the device's on a GPU
+      // (not correctly rounded there): a tolerance, which the host meets
+      // bit for bit.
+      {"dft", OpKind::DFT,
+       {{"axis", int64_t(1)}, {"inverse", int64_t(0)}, {"normalized", int64_t(0)}},
+       {f32({2, 7, 3, 2})}, {f32({2, 7, 3, 2})}, 1e-6},
+      {"dft inverse bf16", OpKind::DFT,
+       {{"axis", int64_t(-2)}, {"inverse", int64_t(1)}, {"normalized", int64_t(1)}},
+       {bf16({3, 12, 2})}, {bf16({3, 12, 2})}, 8e-3},
       {"mod", OpKind::Mod, {{"fmod", int64_t(1)}},
        {f32({4, 5}, Fill::Wide), f32({5}, Fill::Positive)}, {f32({4, 5})}},
       {"mod bf16", OpKind::Mod, {{"fmod", int64_t(1)}},

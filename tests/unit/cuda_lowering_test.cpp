@@ -180,11 +180,10 @@ TEST(CudaLowering, CoversEveryCpuOp) {
   // Integer products, divisions and Mod (the CPU fails a whole Div or Mod
   // on one zero divisor, which a kernel cannot report) and powers: no
   // training graph of the sweep has them (shape arithmetic is folded at
-  // import; integer sums, which PLBart's has, are lowered). DFT is still
-  // to be written (docs/design/cuda.md).
+  // import; integer sums, which PLBart's has, are lowered).
   const std::set<std::string> notYet = {
       "Div i32", "Div i64", "Gemm i32", "Gemm i64", "MatMul i32", "MatMul i64",
-      "Pow i32", "Pow i64", "Mod i32", "Mod i64", "DFT bf16", "DFT f32"};
+      "Pow i32", "Pow i64", "Mod i32", "Mod i64"};
   auto cpu = runtime::createCpuBackend(1);
   std::set<std::string> missing;
   for (size_t k = 0; k < ir::allOps().size(); ++k) {

@@ -3,7 +3,7 @@
 with cleave's tools, without PyTorch.
 
     python3 tests/models/sweep/check_ci.py [--tools build/tools] [--only a,b]
-        [--work DIR] [--timeout 300] [--strict]
+        [--work DIR] [--timeout 300] [--strict] [--device cuda-emulated]
 
 Needs python3 with numpy (the onnxruntime venv scripts/common.sh makes,
 cleave_ensure_ort_python). Every folder under ci/ is an export zoo.py wrote
@@ -13,7 +13,9 @@ stages, threads, loss; see cleave_checks.py). ci/expected.json holds the
 columns as the sweep recorded them when the subset was chosen: a column that
 held then and fails now is a regression (exit 1); one that failed then and
 holds now is reported as fixed, so that expected.json can be updated. With
---strict every column must hold.
+--strict every column must hold. With --device, every gradient and
+training run goes to that backend (cuda-emulated: the CUDA backend's
+kernels on the host), against the same expectations.
 """
 
 import argparse
@@ -40,6 +42,8 @@ def main():
     ap.add_argument("--work", default="", help="scratch folder (default: a temporary one)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cleave command")
     ap.add_argument("--strict", action="store_true", help="every column must hold")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda-emulated", "cuda"],
+                    help="the backend of cleave-run and cleave-opt --run")
     args = ap.parse_args()
     with open(os.path.join(CI, "expected.json")) as f:
         expected = json.load(f)
@@ -47,7 +51,7 @@ def main():
     for n in names:
         if n not in expected or not os.path.isdir(os.path.join(CI, n)):
             ap.error("no ci folder %r" % n)
-    tools = Tools(os.path.abspath(args.tools), args.timeout)
+    tools = Tools(os.path.abspath(args.tools), args.timeout, args.device)
     work = args.work or tempfile.mkdtemp(prefix="cleave-sweep-ci-")
     regressions, fixed = [], []
     for n in names:

@@ -57,14 +57,21 @@ def read_hyper(folder):
 
 
 class Tools:
-    def __init__(self, folder, timeout):
+    """cleave's tools in `folder`; every execution (cleave-run, cleave-opt
+    --run) on `device` (cpu, cuda-emulated or cuda)."""
+
+    def __init__(self, folder, timeout, device="cpu"):
         self.folder = folder
         self.timeout = timeout
+        self.device = device
 
     def run(self, tool, args, cwd, log):
         """(exit code, first error line, stdout) of one tool call; the whole
         call and its output appended to `log`."""
         cmd = [os.path.join(self.folder, tool)] + [str(a) for a in args]
+        if self.device != "cpu" and (tool == "cleave-run" or
+                                     (tool == "cleave-opt" and "--run" in cmd)):
+            cmd += ["--device", self.device]
         t0 = time.time()
         try:
             p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
