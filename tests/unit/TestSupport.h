@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -36,7 +37,12 @@ struct TempDir {
   }
   TempDir(const TempDir &) = delete;
   TempDir &operator=(const TempDir &) = delete;
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
+  // std::filesystem removes what LLVM's remove_directories leaves behind
+  // (a FIFO a test made, and so the folder itself).
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(std::string(path), ec);
+  }
 
   // The path of `name` inside the folder.
   std::string file(const std::string &name) const {
