@@ -113,11 +113,97 @@ llvm::Error decomposeSplitToSequence(ImportContext &ctx,
   return llvm::Error::success();
 }
 
+// GatherND whose indices are computed at run time (the dynamo export of
+// advanced indexing by tensors, x[a, b]): the same Gather, at linear
+// indices the graph computes: each component made non-negative (v + d
+// where v < 0) and summed times its stride. A tuple with a component out
+// of range gets the index `lead`, which Gather's range check refuses at
+// run time with the node's name, instead of landing in another row.
+llvm::Error gatherNDAtRuntimeIndices(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index,
+                                     Value *x, const std::string &where) {
+  auto ind = ctx.operand(n, index, 1);
+  if (!ind)
+    return ind.takeError();
+  const Shape &data = x->type().shape;
+  const TensorType &it = (*ind)->type();
+  if (it.dtype != DType::I64 && it.dtype != DType::I32)
+    return importError("{0}: indices must be int64 or int32", where);
+  if (it.shape.empty() || it.shape.back() < 1 ||
+      it.shape.back() > int64_t(data.size()))
+    return importError("{0}: indices of shape {1} do not fit data of rank "
+                       "{2}",
+                       where, shapeStr(it.shape), data.size());
+  Graph &g = ctx.graph();
+  auto append = [&](OpKind kind, std::vector<Value *> operands,
+                    AttrMap attrs = {}) {
+    return ctx.append(n, index, kind, std::move(operands), std::move(attrs));
+  };
+  auto ints = [&](const char *what, Shape shape, std::vector<int64_t> v) {
+    return g.addConst(ctx.freshName(n.output(0) + what),
+                      TensorData::fromInts(DType::I64, shape, v));
+  };
+  int64_t q = it.shape.back(), lead = 1;
+  std::vector<int64_t> dims(data.begin(), data.begin() + q), strides(q);
+  for (int64_t j = q; j-- > 0;) {
+    strides[j] = lead;
+    lead *= data[j];
+  }
+  Value *v = *ind;
+  if (it.dtype != DType::I64) {
+    auto wide = append(OpKind::Cast, {v}, {{"to", Attribute(std::string("i64"))}});
+    if (!wide)
+      return wide.takeError();
+    v = *wide;
+  }
+  Value *zero = ints(".zero", {}, {0});
+  Value *dimsC = ints(".dims", {q}, dims);
+  auto neg = append(OpKind::Less, {v, zero});
+  auto wrapped = neg ? append(OpKind::Add, {v, dimsC}) : neg.takeError();
+  auto comp = wrapped ? append(OpKind::Where, {*neg, *wrapped, v})
+                      : wrapped.takeError();
+  if (!comp)
+    return comp.takeError();
+  // Out of range after wrapping: below 0 or from the dim on.
+  auto low = append(OpKind::Less, {*comp, zero});
+  auto high = low ? append(OpKind::GreaterOrEqual, {*comp, dimsC})
+                  : low.takeError();
+  auto bad = high ? append(OpKind::Or, {*low, *high}) : high.takeError();
+  auto badInt = bad ? append(OpKind::Cast, {*bad},
+                             {{"to", Attribute(std::string("i64"))}})
+                    : bad.takeError();
+  AttrMap lastAxis{{"axes", Attribute(std::vector<int64_t>{-1})},
+                   {"keepdims", Attribute(int64_t(0))}};
+  auto badCount = badInt ? append(OpKind::ReduceSum, {*badInt}, lastAxis)
+                         : badInt.takeError();
+  auto anyBad = badCount ? append(OpKind::Greater, {*badCount, zero})
+                         : badCount.takeError();
+  auto scaled = anyBad ? append(OpKind::Mul, {*comp, ints(".strides", {q}, strides)})
+                       : anyBad.takeError();
+  auto linear = scaled ? append(OpKind::ReduceSum, {*scaled}, lastAxis)
+                       : scaled.takeError();
+  auto checked = linear ? append(OpKind::Where,
+                                 {*anyBad, ints(".outside", {}, {lead}), *linear})
+                        : linear.takeError();
+  if (!checked)
+    return checked.takeError();
+  Shape flat{lead};
+  flat.insert(flat.end(), data.begin() + q, data.end());
+  auto reshaped = append(
+      OpKind::Reshape, {x},
+      {{"shape", Attribute(std::vector<int64_t>(flat.begin(), flat.end()))}});
+  if (!reshaped)
+    return reshaped.takeError();
+  return ctx.emit(n, index, OpKind::Gather, {*reshaped, *checked},
+                  {{"axis", Attribute(int64_t(0))}}, false);
+}
+
 // GatherND with constant indices (what PyTorch exports for advanced
 // indexing by aranges, as in attention-mask building) is a Gather over the
 // flattened leading dims: data [d0..d(q-1), rest...] is reshaped to
 // [d0*...*d(q-1), rest...] and gathered at the linear index of each index
 // tuple. Both ops have gradients, so the path stays differentiable.
+// Runtime indices: gatherNDAtRuntimeIndices.
 llvm::Error decomposeGatherND(ImportContext &ctx, const onnx::NodeProto &n,
                               int index) {
   std::string where = describeNode(n, index);
@@ -127,11 +213,10 @@ llvm::Error decomposeGatherND(ImportContext &ctx, const onnx::NodeProto &n,
   if (!x)
     return x.takeError();
   ImportContext::Entry *ind = ctx.input(n, 1);
-  if (!ind || !ind->foldable)
-    return importError("{0}: input '{1}' (indices) must be a constant after "
-                       "folding; cleave gathers runtime data at constant "
-                       "indices only",
-                       where, n.input_size() > 1 ? n.input(1) : "");
+  if (!ind)
+    return importError("{0}: GatherND needs its indices input", where);
+  if (!ind->foldable)
+    return gatherNDAtRuntimeIndices(ctx, n, index, *x, where);
   const Shape &data = (*x)->type().shape;
   const Shape &ishape = ind->type.shape;
   if (ishape.empty() || ishape.back() < 1 ||

@@ -194,7 +194,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "corpus/unet-dynamo", "corpus/rnn-legacy",
                       "corpus/rnn-dynamo", "corpus/saturating-legacy",
                       "corpus/saturating-dynamo", "corpus/topk_gate-legacy",
-                      "corpus/topk_gate-dynamo"),
+                      "corpus/topk_gate-dynamo", "corpus/index_pairs-legacy",
+                      "corpus/index_pairs-dynamo"),
     testName);
 
 INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,

@@ -428,6 +428,28 @@ class TopKGate(nn.Module):
         return self.head(gate * picked + low)
 
 
+class IndexPairs(nn.Module):
+    """Advanced indexing by tensors computed at run time: a learned table
+    read at (row, column) pairs from each sample's argmaxes, the row
+    counted from the end (table[a, b], which the dynamo export writes as
+    GatherND of runtime indices); gradients reach the table's picked
+    entries, repeated pairs adding up. (A column counted from the end
+    would not do: the legacy exporter flattens the pair to a * 5 + b,
+    which for b < 0 is another row's entry; onnxruntime's loss shows it.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(6, 5, 4) * 0.5)
+        self.proj = nn.Linear(8, 11)
+        self.head = nn.Linear(4, 10)
+
+    def forward(self, x):
+        s = self.proj(x)
+        a = s[:, :6].argmax(-1) - 6
+        b = s[:, 6:].argmax(-1)
+        return self.head(self.table[a, b] * torch.tanh(s[:, :4]))
+
+
 def vector_class_sample(gen, n):
     x = torch.randn(n, 8, generator=gen)
     labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
@@ -442,6 +464,10 @@ def make_topk_gate():
     return TopKGate(), vector_class_sample, WithLoss
 
 
+def make_index_pairs():
+    return IndexPairs(), vector_class_sample, WithLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -454,6 +480,7 @@ MODELS = collections.OrderedDict([
     ("rnn", (make_rnn, 2)),
     ("saturating", (make_saturating, 4)),
     ("topk_gate", (make_topk_gate, 4)),
+    ("index_pairs", (make_index_pairs, 8)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 
