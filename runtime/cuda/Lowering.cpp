@@ -543,21 +543,40 @@ llvm::Expected<Steps> lowerCall(const KernelCall &call,
 
 namespace {
 
+// Each C element is the f32 sum of its k products in order of p. The
+// operands are read once into row-major f32 copies and the products added
+// a row of C at a time (the same adds in the same order as a loop over p
+// per element, without its strided reads: whole models run through this).
 void runGemm(const GemmStep &s) {
-  for (int64_t b = 0; b < s.batch; ++b)
+  std::vector<float> a(size_t(s.m * s.k)), bm(size_t(s.k * s.n)),
+      acc(size_t(s.n));
+  for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t p = 0; p < s.k; ++p)
+        a[i * s.k + p] = load(s.A, s.ab, b * s.strideA +
+                                             (s.transA ? p * s.lda + i
+                                                       : i * s.lda + p));
+    for (int64_t p = 0; p < s.k; ++p)
+      for (int64_t j = 0; j < s.n; ++j)
+        bm[p * s.n + j] = load(s.B, s.ab, b * s.strideB +
+                                              (s.transB ? j * s.ldb + p
+                                                        : p * s.ldb + j));
+    for (int64_t i = 0; i < s.m; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float *__restrict sum = acc.data();
+      for (int64_t p = 0; p < s.k; ++p) {
+        float x = a[i * s.k + p];
+        const float *__restrict row = bm.data() + p * s.n;
+        for (int64_t j = 0; j < s.n; ++j)
+          sum[j] += x * row[j];
+      }
       for (int64_t j = 0; j < s.n; ++j) {
-        float acc = 0;
-        for (int64_t p = 0; p < s.k; ++p) {
-          int64_t ia = s.transA ? p * s.lda + i : i * s.lda + p;
-          int64_t ib = s.transB ? j * s.ldb + p : p * s.ldb + j;
-          acc += load(s.A, s.ab, b * s.strideA + ia) *
-                 load(s.B, s.ab, b * s.strideB + ib);
-        }
         int64_t ic = b * s.strideC + i * s.ldc + j;
         float c = s.beta != 0.0f ? s.beta * load(s.C, s.c, ic) : 0.0f;
-        store(s.C, s.c, ic, s.alpha * acc + c);
+        store(s.C, s.c, ic, s.alpha * acc[j] + c);
       }
+    }
+  }
 }
 
 void runReduce(const ReduceStep &r) {
