@@ -18,6 +18,7 @@ PINS=(
   torch==2.15.0
   torchvision==0.29.2
   transformers==5.24.0
+  timm==1.0.31
   onnx==1.23.2
   onnxscript==0.7.2
   onnxruntime==1.32.0

@@ -8,6 +8,9 @@ attribute with an int or float value, then applies the entry's overrides.
 The model's own loss comes through `labels=` (causal and masked LM, sequence
 and image classification, seq2seq LM, CTC, semantic segmentation).
 
+timm: one small architecture of each model family (timm.create_model, 64x64
+images, depth or widths cut where the family takes them).
+
 torchvision: the classification and segmentation builders at small widths
 (rebuilt from the library's own blocks where the builder hard-codes them),
 32x32 images (64 where the network needs them), `F.cross_entropy` losses
@@ -827,9 +830,69 @@ def newer_decoder_entries():
     ]
 
 
+# --------------------------------------------------------------------------
+# timm
+
+# One architecture from each of timm's model families that has one of
+# about 12M parameters or fewer, as timm.create_model builds it (random
+# init, num_classes 10, drop and drop-path rates 0), with the keyword
+# arguments that shrink it where the family takes them.
+TIMM = [
+    ("resnet18", {}), ("resnetv2_18", {}), ("legacy_seresnet18", {}),
+    ("skresnet18", {}), ("resnest14d", {}), ("dpn68", {}), ("densenet121", {}),
+    ("gernet_s", {}), ("cs3darknet_s", {}), ("cspnext_tiny", {}),
+    ("hrnet_w18_small", {}), ("ese_vovnet19b_slim", {}), ("nf_regnet_b0", {}),
+    ("regnetx_004_tv", {}), ("rexnet_100", {}), ("ghostnet_050", {}),
+    ("repghostnet_050", {}), ("hardcorenas_a", {}), ("tinynet_a", {}),
+    ("mobilenetv3_small_050", {}), ("lcnetv2_small", {}), ("fasternet_t0", {}),
+    ("starnet_s1", {}), ("hgnet_tiny", {}), ("convnext_atto", {}),
+    ("inception_next_atto", {}), ("mambaout_femto", {}), ("edgenext_small", {}),
+    ("efficientvit_b0", {}), ("fastvit_s12", {}), ("repvit_m0_9", {"img_size": 64}),
+    ("pvt_v2_b0", {}), ("tiny_vit_5m_224", {}), ("mobilevit_xxs", {"img_size": 64}),
+    ("efficientformerv2_s0", {"img_size": 64}), ("swiftformer_xs", {"img_size": 64}),
+    ("efficientvit_m0", {"img_size": 64}), ("shvit_s1", {}), ("iformer_s", {}),
+    ("vit_tiny_patch16_224", {"img_size": 64, "depth": 2}),
+    ("deit_tiny_patch16_224", {"img_size": 64, "depth": 2}),
+    ("eva02_tiny_patch14_224", {"img_size": 64, "depth": 2}),
+    ("cait_xxs24_224", {"img_size": 64, "depth": 2}),
+    ("xcit_nano_12_p8_224", {"img_size": 64, "depth": 2}),
+    ("convit_tiny", {"img_size": 64, "depth": 2}),
+    ("gmlp_ti16_224", {"img_size": 64}),
+    ("pit_xs_224", {"img_size": 64}), ("coat_tiny", {"img_size": 64}),
+    ("visformer_tiny", {"img_size": 64}),
+    ("maxvit_pico_rw_256", {"img_size": 64}), ("gcvit_xxtiny", {"img_size": 64}),
+    ("vit_tiny_r_s16_p8_224", {"img_size": 64, "depth": 2}),
+    ("beit_base_patch16_224", {"img_size": 64, "embed_dim": 64, "depth": 2,
+                               "num_heads": 2}),
+    ("swin_tiny_patch4_window7_224", {"img_size": 64, "window_size": 4,
+                                      "embed_dim": 32, "depths": (1, 1, 1, 1),
+                                      "num_heads": (1, 2, 2, 4)}),
+    ("levit_128s", {"img_size": 64}),
+    ("poolformer_s12", {}),
+]
+
+
+def timm_entries():
+    """timm's families (the table above), 64x64 images, batch 2,
+    cross-entropy. Last in the registry (seeds by index)."""
+    def entry(name, kwargs):
+        def build():
+            import timm
+            try:
+                m = timm.create_model(name, pretrained=False, num_classes=CLASSES,
+                                      drop_rate=0.0, drop_path_rate=0.0, **kwargs)
+            except TypeError:  # a family without drop path
+                m = timm.create_model(name, pretrained=False, num_classes=CLASSES,
+                                      drop_rate=0.0, **kwargs)
+            no_dropout(m)
+            return m, functools.partial(image_sample, size=64, key="x"), WithLoss, 2
+        return Entry("timm_" + name, "timm", "timm." + name, build)
+    return [entry(n, kw) for n, kw in TIMM]
+
+
 def registry():
     """Every entry, torchvision first (the CNNs carry the BatchNorm and
     convolution families), then transformers, then torch.nn's own attention
-    modules, then the newer decoders."""
+    modules, then the newer decoders, then timm's families."""
     return (torchvision_entries() + transformers_entries() + torch_nn_entries()
-            + newer_decoder_entries())
+            + newer_decoder_entries() + timm_entries())
