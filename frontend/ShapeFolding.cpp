@@ -315,6 +315,35 @@ static llvm::Expected<FoldResult> foldMaxOrMin(const onnx::NodeProto &node,
   return foldBinary(node, inputs, in);
 }
 
+// Clip(x, min, max) = Min(Max(x, min), max), each bound optional: inputs
+// from opset 11, attributes before (a legacy export's "same" padding
+// clamps its pad amounts at 0 this way).
+static llvm::Expected<FoldResult> foldClip(const onnx::NodeProto &node,
+                                           llvm::ArrayRef<FoldInput> inputs,
+                                           const FoldValues &in) {
+  Data x = in[0];
+  auto bound = [&](size_t k, const char *attr) -> Data {
+    if (in.need(k))
+      return in[k];
+    if (const onnx::AttributeProto *a = findAttr(node, attr))
+      return TensorData::fromDoubles(x->type().dtype, {}, {double(a->f())});
+    return nullptr;
+  };
+  const std::pair<Data, const char *> steps[] = {{bound(1, "min"), "Max"},
+                                                 {bound(2, "max"), "Min"}};
+  for (const auto &[b, op] : steps) {
+    if (!b)
+      continue;
+    auto r = elementwise(op, {x, b});
+    if (!r)
+      return r.takeError();
+    if (!*r)
+      return FoldResult();
+    x = *r;
+  }
+  return one(x);
+}
+
 static llvm::Expected<FoldResult> foldUnary(const onnx::NodeProto &node,
                                             llvm::ArrayRef<FoldInput> inputs,
                                             const FoldValues &in) {
@@ -932,6 +961,7 @@ static const FoldRule kFoldRules[] = {
     {"Floor", foldUnary},
     {"Sign", foldUnary},
     {"Ceil", foldUnary},
+    {"Clip", foldClip},
     {"Round", foldUnary},
     {"Transpose", foldTranspose},
     {"Where", foldWhere},

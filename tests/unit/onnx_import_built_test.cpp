@@ -312,6 +312,29 @@ TEST(OnnxImportBuilt, ResizeToItsOwnSizeIsIdentity) {
   }
 }
 
+TEST(OnnxImportBuilt, ClipOfConstantsFolds) {
+  // timm's "same" padding through the legacy exporter: max(pad, 0) as a
+  // Clip with only its min, then the pads; and both bounds clamp: the
+  // amounts [-2, 1, 3, 7] clipped to [0, 2] are [0, 1, 2, 2], [2, 3]
+  // padded to [4, 6].
+  TempDir dir;
+  ModelBuilder m;
+  m.input("x", kFloat, {"2", "3"});
+  m.initInts("raw", {4}, {-2, 1, 3, 7});
+  m.initInts("zero", {}, {0});
+  m.initInts("two", {}, {2});
+  m.node("Clip", {"raw", "zero"}, {"low"});        // 0 1 3 7
+  m.node("Clip", {"low", "", "two"}, {"pads"});   // 0 1 2 2
+  m.node("Pad", {"x", "pads"}, {"y"});             // [2,3] -> [4,6]
+  m.output("y", kFloat, 2);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  const Op *pad = onlyOp(*g, OpKind::Pad);
+  ASSERT_TRUE(pad);
+  EXPECT_EQ(pad->getInts("pads"), (std::vector<int64_t>{0, 1, 2, 2}));
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[4,6]");
+}
+
 TEST(OnnxImportBuilt, TileOfConstantsFolds) {
   // Whisper's position ids: a constant row tiled per sequence, then used
   // as a gather's indices; [2, 3] tiled twice gives the shape [2, 3, 2, 3].
