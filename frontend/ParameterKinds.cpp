@@ -30,13 +30,16 @@ static const char kSignatureKey[] =
 // What annotate_export.py records of the module (ParameterKinds.h).
 static const char kFrozenKey[] = "cleave.frozen";
 static const char kPaddingKey[] = "cleave.padding_idx";
+static const char kParametersKey[] = "cleave.parameters";
 
 llvm::Expected<ExporterSignature> readSignature(const onnx::ModelProto &model,
                                                 const std::string &path) {
   ExporterSignature sig;
   for (const auto &p : model.metadata_props()) {
-    if (p.key() != kFrozenKey && p.key() != kPaddingKey)
+    if (p.key() != kFrozenKey && p.key() != kPaddingKey &&
+        p.key() != kParametersKey)
       continue;
+    sig.listed |= p.key() == kParametersKey;
     llvm::SmallVector<llvm::StringRef> lines;
     llvm::StringRef(p.value()).split(lines, '\n', -1, false);
     for (llvm::StringRef line : lines) {
@@ -45,6 +48,10 @@ llvm::Expected<ExporterSignature> readSignature(const onnx::ModelProto &model,
         continue;
       if (p.key() == kFrozenKey) {
         sig.frozen.insert(line.str());
+        continue;
+      }
+      if (p.key() == kParametersKey) {
+        sig.moduleParameters.insert(line.str());
         continue;
       }
       auto [name, idx] = line.rsplit(' ');
@@ -177,8 +184,9 @@ bool isExporterConstantName(llvm::StringRef name) {
 }
 
 // With the producer's signature, its PARAMETERs are trained (buffers and
-// lifted constants are held constant). Without one, an initializer is
-// trained when it is named like a module parameter (not an exporter's
+// lifted constants are held constant); without one, the module's parameter
+// names annotate_export.py recorded (cleave.parameters). Without either,
+// an initializer is trained when it is named like a module parameter (not an exporter's
 // constant, not a known buffer such as running_mean or inv_freq), holds
 // more than one element (a scalar initializer is an epsilon or a scale,
 // not a weight) and a differentiable path leads from it to a float graph
@@ -209,6 +217,8 @@ void classifyParameters(Graph &g, const ExporterSignature &signature) {
     bool trained = relevant.count(v) != 0 && !signature.frozen.count(v->name());
     if (signature.present)
       trained &= signature.parameters.count(v->name()) != 0;
+    else if (signature.listed)
+      trained &= signature.moduleParameters.count(v->name()) != 0;
     else
       trained &= !isBufferName(v->name()) &&
                  !isExporterConstantName(v->name()) &&

@@ -35,6 +35,12 @@ struct ExporterSignature {
   // line, as examples/pytorch/annotate_export.py writes it (no exporter
   // records requires_grad). Never trained, with or without a signature.
   std::set<std::string> frozen;
+  // Every parameter name of the module (key cleave.parameters, one a line,
+  // as annotate_export.py writes it): where the export has no signature
+  // (the legacy exporter), these and only these are trained (less the
+  // frozen ones) instead of guessing from names and sizes.
+  bool listed = false;
+  std::set<std::string> moduleParameters;
   // nn.Embedding weights with a padding_idx (key cleave.padding_idx, lines
   // "name index"): a row Gather of one of them leaves that row's gradient
   // zero. The legacy exporter drops padding_idx.

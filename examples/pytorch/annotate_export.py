@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record in an exported ONNX file what PyTorch's exporters leave out of it.
 
-Two things the module says about training are not in any export:
+Three things the module says about training are not in every export:
 
 - which parameters have requires_grad=False (the sinusoidal position table
   of Marian, Pegasus and RoFormer, a layer frozen for fine-tuning): both
@@ -9,9 +9,12 @@ Two things the module says about training are not in any export:
   exporter's signature calls them PARAMETERs, so cleave would train them;
 - an nn.Embedding's padding_idx, whose row never gets a gradient: the dynamo
   exporter records it only in a node's metadata (cleave reads it there), the
-  legacy exporter drops it with a warning.
+  legacy exporter drops it with a warning;
+- which initializers are parameters at all: the legacy exporter records
+  none (cleave would guess from names and sizes, and hold a one-element
+  parameter such as a Conv1d(3, 1)'s bias or a learned temperature).
 
-annotate_export() writes both into the file's metadata, and cleavec trains
+annotate_export() writes all three into the file's metadata, and cleavec trains
 as PyTorch does:
 
     import torch
@@ -30,11 +33,12 @@ what the module computes (the dynamo exporter drops cross_entropy's
 label_smoothing, for one) would otherwise train another loss in silence.
 
     print(check_export(wrapped, "model.onnx", args))  # raises on a mismatch
- The keys are `cleave.frozen` (one parameter name a
-line) and `cleave.padding_idx` (one `name index` a line, every name of a
-tied weight). A module with nothing to record gets empty lists, so the call
-is safe on every export; `--freeze REGEX` on cleavec holds parameters by
-hand.
+
+The keys are `cleave.frozen` (one parameter name a line),
+`cleave.padding_idx` (one `name index` a line, every name of a tied
+weight) and `cleave.parameters` (one parameter name a line). A module
+with nothing to record gets empty lists, so the call is safe on every
+export; `--freeze REGEX` on cleavec holds parameters by hand.
 """
 
 import os
@@ -48,6 +52,7 @@ import torch
 
 FROZEN = "cleave.frozen"
 PADDING = "cleave.padding_idx"
+PARAMETERS = "cleave.parameters"
 
 
 def frozen_names(module):
@@ -55,6 +60,12 @@ def frozen_names(module):
     parameters under each of their names)."""
     return [n for n, p in module.named_parameters(remove_duplicate=False)
             if not p.requires_grad]
+
+
+def parameter_names(module):
+    """Every name of every parameter (tied ones under each name): what a
+    legacy export, which has no signature, trains."""
+    return [n for n, _ in module.named_parameters(remove_duplicate=False)]
 
 
 def padding_rows(module):
@@ -72,15 +83,20 @@ def padding_rows(module):
 
 
 def annotate_export(module, path):
-    """Writes frozen_names(module) and padding_rows(module) into the
-    metadata of the ONNX file at `path` (replacing earlier ones) and returns
-    them as a dict. External weight files are left as they are."""
+    """Writes frozen_names(module), padding_rows(module) and
+    parameter_names(module) into the metadata of the ONNX file at `path`
+    (replacing earlier ones) and returns the first two, and how many
+    parameter names, as a dict. External weight files are left as they
+    are."""
     frozen, padding = frozen_names(module), padding_rows(module)
+    params = parameter_names(module)
     model = onnx.load(path, load_external_data=False)
-    kept = [p for p in model.metadata_props if p.key not in (FROZEN, PADDING)]
+    kept = [p for p in model.metadata_props
+            if p.key not in (FROZEN, PADDING, PARAMETERS)]
     del model.metadata_props[:]
     model.metadata_props.extend(kept)
-    for key, lines in ((FROZEN, frozen), (PADDING, ["%s %d" % r for r in padding])):
+    for key, lines in ((FROZEN, frozen), (PADDING, ["%s %d" % r for r in padding]),
+                       (PARAMETERS, params)):
         if lines:
             entry = model.metadata_props.add()
             entry.key = key
@@ -88,7 +104,7 @@ def annotate_export(module, path):
     tmp = path + ".tmp"
     onnx.save(model, tmp)
     os.replace(tmp, path)
-    return {"frozen": frozen, "padding_idx": dict(padding)}
+    return {"frozen": frozen, "padding_idx": dict(padding), "parameters": len(params)}
 
 
 class ExportMismatch(Exception):

@@ -678,6 +678,45 @@ TEST(OnnxImportBuilt, FrozenMetadataKeepsParametersFixed) {
   EXPECT_EQ(g->lookup("pos")->kind(), ValueKind::Buffer);
 }
 
+TEST(OnnxImportBuilt, ParameterListMetadataSaysWhatALegacyExportTrains) {
+  // No signature (a legacy export): without cleave.parameters a
+  // one-element initializer is held (a scale, by the name-and-size guess);
+  // with the list annotate_export.py writes, exactly the listed ones train:
+  // a Conv1d(3, 1)'s one-element bias does, an unlisted vector does not,
+  // a listed but frozen one does not.
+  for (bool listed : {false, true}) {
+    TempDir dir;
+    ModelBuilder m;
+    m.input("x", kFloat, {"3"});
+    m.initFloats("m.agg.weight", {3}, {1, 2, 3});
+    m.initFloats("m.agg.bias", {1}, {0.5f});
+    m.initFloats("m.table", {3}, {0.5f, 0.25f, 0.125f});
+    m.initFloats("m.frozen", {3}, {1, 1, 1});
+    m.node("Mul", {"x", "m.agg.weight"}, {"a"});
+    m.node("Add", {"a", "m.agg.bias"}, {"b"});
+    m.node("Mul", {"b", "m.table"}, {"c"});
+    m.node("Add", {"c", "m.frozen"}, {"y"});
+    m.output("y", kFloat, 1);
+    if (listed) {
+      auto *meta = m.model().add_metadata_props();
+      meta->set_key("cleave.parameters");
+      meta->set_value("m.agg.weight\nm.agg.bias\nm.frozen\nm.other.weight");
+      meta = m.model().add_metadata_props();
+      meta->set_key("cleave.frozen");
+      meta->set_value("m.frozen");
+    }
+    auto g = importBuilt(m.save(dir));
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->lookup("m.agg.weight")->kind(), ValueKind::Param);
+    EXPECT_EQ(g->lookup("m.agg.bias")->kind(),
+              listed ? ValueKind::Param : ValueKind::Buffer);
+    EXPECT_EQ(g->lookup("m.table")->kind(),
+              listed ? ValueKind::Buffer : ValueKind::Param);
+    EXPECT_EQ(g->lookup("m.frozen")->kind(),
+              listed ? ValueKind::Buffer : ValueKind::Param);
+  }
+}
+
 TEST(OnnxImportBuilt, PaddingIdxMetadataMarksTheEmbeddingGather) {
   // cleave.padding_idx (annotate_export.py) for a legacy export, which has
   // no node metadata; a malformed line is one error naming the key.
