@@ -523,6 +523,8 @@ def main():
         import torchvision
         meta["transformers"] = transformers.__version__
         meta["torchvision"] = torchvision.__version__
+        import timm
+        meta["timm"] = timm.__version__
     except Exception:  # noqa: BLE001
         pass
 
