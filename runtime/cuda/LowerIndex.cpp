@@ -7,17 +7,40 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <optional>
+
 namespace cleave::runtime::cuda {
 namespace {
 
-IndexStep laneStep(IndexOp op, const TensorRef &x, const TensorRef &out,
-                   int64_t axis) {
+// A step reading x (and indices, where given) into out; with `dims`, the
+// dims and row-major strides of that shape.
+IndexStep stepOver(const TensorRef &x, const TensorRef *idx,
+                   const TensorRef &out,
+                   std::optional<llvm::ArrayRef<int64_t>> dims = {}) {
   IndexStep s;
-  s.op = op;
   s.x = x.data;
   s.xElem = *elemOf(x.dtype);
+  if (idx) {
+    s.idx = idx->data;
+    s.idxElem = *elemOf(idx->dtype);
+  }
   s.out = out.data;
   s.outElem = *elemOf(out.dtype);
+  if (dims) {
+    s.rank = int(dims->size());
+    std::vector<int64_t> strides = stridesOf(*dims);
+    for (int d = 0; d < s.rank; ++d) {
+      s.dims[d] = (*dims)[d];
+      s.strides[d] = strides[d];
+    }
+  }
+  return s;
+}
+
+IndexStep laneStep(IndexOp op, const TensorRef &x, const TensorRef &out,
+                   int64_t axis) {
+  IndexStep s = stepOver(x, nullptr, out);
+  s.op = op;
   s.len = x.shape[axis];
   for (int64_t d = 0; d < axis; ++d)
     s.outer *= x.shape[d];
@@ -128,20 +151,10 @@ llvm::Expected<Steps> lowerElements(const KernelCall &call) {
     if (int64_t(d) != *axis && idx.shape[d] > shape[d])
       return fail(call, "indices " + ir::shapeStr(idx.shape) +
                             " are larger than data " + ir::shapeStr(shape));
-  IndexStep s;
-  s.x = x.data;
-  s.xElem = *elemOf(x.dtype);
-  s.idx = idx.data;
-  s.idxElem = *elemOf(idx.dtype);
-  s.out = out.data;
-  s.outElem = *elemOf(out.dtype);
-  s.rank = int(shape.size());
+  IndexStep s = stepOver(x, &idx, out, shape);
   s.axis = int(*axis);
-  std::vector<int64_t> strides = stridesOf(shape),
-                       idxStrides = stridesOf(idx.shape);
+  std::vector<int64_t> idxStrides = stridesOf(idx.shape);
   for (int d = 0; d < s.rank; ++d) {
-    s.dims[d] = shape[d];
-    s.strides[d] = strides[d];
     s.idxDims[d] = idx.shape[d];
     s.idxStrides[d] = idxStrides[d];
   }
@@ -196,19 +209,7 @@ llvm::Expected<Steps> lowerScatterND(const KernelCall &call,
       idx.shape.back() > int64_t(x.rank()))
     return fail(call, "indices " + ir::shapeStr(idx.shape) +
                           " do not address data " + ir::shapeStr(x.shape));
-  IndexStep s;
-  s.x = x.data;
-  s.xElem = *elemOf(x.dtype);
-  s.idx = idx.data;
-  s.idxElem = *elemOf(idx.dtype);
-  s.out = out.data;
-  s.outElem = *elemOf(out.dtype);
-  s.rank = int(x.rank());
-  std::vector<int64_t> strides = stridesOf(x.shape);
-  for (int d = 0; d < s.rank; ++d) {
-    s.dims[d] = x.shape[d];
-    s.strides[d] = strides[d];
-  }
+  IndexStep s = stepOver(x, &idx, out, x.shape);
   s.width = idx.shape.back();
   s.tuples = idx.numElements() / s.width;
   s.slice = 1;
