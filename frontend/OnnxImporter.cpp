@@ -482,7 +482,17 @@ llvm::Expected<std::unique_ptr<Graph>> Importer::run() {
                          out.name());
     g_->addOutput(materialize(out.name(), it->second));
   }
-  classifyParameters(*g_, signature_);
+  std::vector<std::string> guessed = classifyParameters(*g_, signature_);
+  if (!guessed.empty() && opts_.warn)
+    opts_.warn(llvm::formatv(
+                   "'{0}' says nothing of which initializers are parameters "
+                   "(no signature, no cleave.parameters): {1} one-element "
+                   "initializer(s) named like module parameters, such as "
+                   "'{2}', are held constant, taken for a scale; if the "
+                   "module trains them, record its parameters with "
+                   "annotate_export (README, From PyTorch 2)",
+                   path_, guessed.size(), guessed.front())
+                   .str());
   if (auto e = crossCheck())
     return std::move(e);
   return std::move(g_);

@@ -48,6 +48,9 @@ struct ImportOptions {
   // Train and Eval override every such op.
   enum class ModuleMode { Auto, Train, Eval };
   ModuleMode moduleMode = ModuleMode::Auto;
+  // Receives a line about what the import could not be sure of (one-element
+  // initializers held by a guess); the tools print it as a warning.
+  std::function<void(const std::string &)> warn;
 };
 
 // Reads and imports `path`. Every failure is one line naming the file and,

@@ -193,7 +193,9 @@ bool isExporterConstantName(llvm::StringRef name) {
 // output. Everything else is a buffer: kept, never trained, and so is a
 // parameter the model's cleave.frozen metadata lists (requires_grad=False
 // in the module). --trainable and --freeze refine the choice later.
-void classifyParameters(Graph &g, const ExporterSignature &signature) {
+std::vector<std::string> classifyParameters(Graph &g,
+                                            const ExporterSignature &signature) {
+  std::vector<std::string> guessed;
   llvm::DenseSet<const Value *> relevant;
   for (const Value *v : g.outputs())
     if (isFloat(v->type().dtype))
@@ -219,13 +221,18 @@ void classifyParameters(Graph &g, const ExporterSignature &signature) {
       trained &= signature.parameters.count(v->name()) != 0;
     else if (signature.listed)
       trained &= signature.moduleParameters.count(v->name()) != 0;
-    else
-      trained &= !isBufferName(v->name()) &&
-                 !isExporterConstantName(v->name()) &&
-                 v->type().numElements() > 1;
+    else {
+      bool named = !isBufferName(v->name()) &&
+                   !isExporterConstantName(v->name());
+      if (trained && named && v->type().numElements() == 1 &&
+          llvm::StringRef(v->name()).contains('.'))
+        guessed.push_back(v->name());
+      trained &= named && v->type().numElements() > 1;
+    }
     if (!trained)
       g.setKind(v, ValueKind::Buffer);
   }
+  return guessed;
 }
 
 } // namespace cleave::frontend

@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace cleave::frontend {
 
@@ -62,6 +63,10 @@ bool isBufferName(llvm::StringRef name);
 bool isExporterConstantName(llvm::StringRef name);
 
 // Turns every declared Param of `g` that is not trained into a Buffer.
-void classifyParameters(ir::Graph &g, const ExporterSignature &signature);
+// Returns the one-element float initializers that a differentiable path
+// reaches and that are named like module parameters but held because the
+// export lists no parameters (the guess takes them for scales).
+std::vector<std::string> classifyParameters(ir::Graph &g,
+                                            const ExporterSignature &signature);
 
 } // namespace cleave::frontend

@@ -245,6 +245,9 @@ static int toolMain(int argc, char **argv) {
   frontend::ImportOptions importOpts;
   if (auto e = tools::readImportFlags(flags, importOpts))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  importOpts.warn = [](const std::string &w) {
+    llvm::errs() << kTool << ": warning: " << w << "\n";
+  };
   frontend::installOnnxDataResolver();
   if (auto e = tools::checkOutputs(flags, {"o"}, {"outputs"}))
     return fail(kTool, llvm::toString(std::move(e)), tools::kBadInput);

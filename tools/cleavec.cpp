@@ -305,6 +305,9 @@ static int toolMain(int argc, char **argv) {
   frontend::ImportOptions importOpts;
   if (auto e = tools::readImportFlags(flags, importOpts))
     return fail(kTool, llvm::toString(std::move(e)), tools::kUsage);
+  importOpts.warn = [](const std::string &w) {
+    llvm::errs() << kTool << ": warning: " << w << "\n";
+  };
   passes::PipelineOptions pipe;
   std::optional<tools::LossRequest> addLoss;
   if (auto e = tools::readTrainingFlags(flags, pipe.context.training, addLoss))
