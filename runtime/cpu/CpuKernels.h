@@ -235,6 +235,25 @@ inline int64_t elementCount(llvm::ArrayRef<int64_t> shape) {
   return n;
 }
 
+// A tensor of `shape` viewed as [outer, len, inner] around the call's
+// `axis` attribute (negative counts from the end); an error naming the
+// call when the axis is outside the shape. The index kernels' lanes
+// (CumSum, ArgMax/ArgMin, TopKIndices).
+struct AxisLanes {
+  int64_t axis, outer, len, inner;
+};
+inline llvm::Expected<AxisLanes> axisLanes(const KernelCall &call,
+                                           llvm::ArrayRef<int64_t> shape) {
+  int64_t rank = shape.size(), axis = call.getInt("axis");
+  if (axis < -rank || axis >= rank)
+    return kernelError(call, "axis {0} is out of range for shape {1}", axis,
+                       ir::shapeStr(shape));
+  if (axis < 0)
+    axis += rank;
+  return AxisLanes{axis, elementCount(shape.take_front(axis)), shape[axis],
+                   elementCount(shape.drop_front(axis + 1))};
+}
+
 // The "axis" attribute, a negative one counted from the end.
 inline int64_t normalizedAxis(const KernelCall &call, size_t rank) {
   int64_t axis = call.getInt("axis");

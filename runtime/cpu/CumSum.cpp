@@ -41,15 +41,10 @@ void cumSumLanes(const T *x, T *y, int64_t outer, int64_t dim, int64_t inner,
 
 llvm::Error cumSum(const KernelCall &c) {
   const TensorRef &x = c.inputs[0], &y = c.outputs[0];
-  int64_t rank = x.rank(), axis = c.getInt("axis");
-  if (axis < -rank || axis >= rank)
-    return kernelError(c, "axis {0} is out of range for shape {1}", axis,
-                       ir::shapeStr(x.shape));
-  if (axis < 0)
-    axis += rank;
-  int64_t outer = elementCount(x.shape.take_front(axis));
-  int64_t dim = x.shape[axis];
-  int64_t inner = elementCount(x.shape.drop_front(axis + 1));
+  auto lanes = axisLanes(c, x.shape);
+  if (!lanes)
+    return lanes.takeError();
+  const int64_t outer = lanes->outer, dim = lanes->len, inner = lanes->inner;
   bool exclusive = c.getInt("exclusive") != 0, reverse = c.getInt("reverse") != 0;
   dispatchType(x.dtype, [&](auto v) {
     using T = decltype(v);

@@ -303,18 +303,15 @@ template <typename F> void numericDispatch(DType dtype, F &&run) {
 // first among equal values. A stable sort of each slice's indices.
 llvm::Error topKIndices(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
-  int64_t rank = X.rank(), axis = call.getInt("axis");
-  if (axis < -rank || axis >= rank)
-    return kernelError(call, "axis {0} is out of range for shape {1}", axis,
-                       ir::shapeStr(X.shape));
-  if (axis < 0)
-    axis += rank;
-  const int64_t len = X.shape[axis], k = call.getInt("k");
+  auto lanes = axisLanes(call, X.shape);
+  if (!lanes)
+    return lanes.takeError();
+  const int64_t axis = lanes->axis, outer = lanes->outer, len = lanes->len,
+                inner = lanes->inner;
+  const int64_t k = call.getInt("k");
   if (k < 0 || k > len)
     return kernelError(call, "k {0} is not within the {1} elements of axis {2}",
                        k, len, axis);
-  const int64_t outer = elementCount(X.shape.take_front(axis));
-  const int64_t inner = elementCount(X.shape.drop_front(axis + 1));
   const bool largest = call.getInt("largest") != 0;
   int64_t *out = call.outputs[0].as<int64_t>();
   auto run = [&](auto tag) {
@@ -352,15 +349,11 @@ llvm::Error topKIndices(const KernelCall &call) {
 // unless select_last_index.
 template <bool Max> llvm::Error argReduce(const KernelCall &call) {
   const TensorRef &X = call.inputs[0];
-  int64_t rank = X.rank(), axis = call.getInt("axis");
-  if (axis < -rank || axis >= rank)
-    return kernelError(call, "axis {0} is out of range for shape {1}", axis,
-                       ir::shapeStr(X.shape));
-  if (axis < 0)
-    axis += rank;
-  int64_t len = X.shape[axis];
-  int64_t outer = elementCount(X.shape.take_front(axis));
-  int64_t inner = elementCount(X.shape.drop_front(axis + 1));
+  auto lanes = axisLanes(call, X.shape);
+  if (!lanes)
+    return lanes.takeError();
+  const int64_t axis = lanes->axis, outer = lanes->outer, len = lanes->len,
+                inner = lanes->inner;
   if (len == 0 && outer * inner > 0)
     return kernelError(call, "axis {0} has no elements", axis);
   bool last = call.getInt("select_last_index");
