@@ -921,6 +921,35 @@ Types resize(const TypeQuery &q) {
   return std::vector{TensorType(x.dtype, Shape(sizes.begin(), sizes.end()))};
 }
 
+// GridSample: X [N, C, H, W] at the grid [N, Ho, Wo, 2] -> [N, C, Ho, Wo];
+// what the kernels compute is checked here, so an unsupported mode is
+// refused at import.
+Types gridSample(const TypeQuery &q) {
+  const TensorType &x = q.operands[0], &grid = q.operands[1];
+  if (x.dtype != DType::F32 && x.dtype != DType::F64)
+    return err("X must be f32 or f64, got {0}", x.str());
+  if (grid.dtype != x.dtype)
+    return err("the grid must have X's element type, got {0} and {1}",
+               x.str(), grid.str());
+  if (x.rank() != 4)
+    return err("X must be [N, C, H, W] (cleave samples two spatial dims), "
+               "got {0}",
+               x.str());
+  if (grid.rank() != 4 || grid.shape[0] != x.shape[0] || grid.shape[3] != 2)
+    return err("the grid must be [N, H_out, W_out, 2] for X {0}, got {1}",
+               x.str(), grid.str());
+  const std::string &mode = q.getString("mode");
+  if (mode != "linear" && mode != "nearest")
+    return err("mode '{0}' is not supported (cleave supports linear and "
+               "nearest)",
+               mode);
+  const std::string &pad = q.getString("padding_mode");
+  if (pad != "zeros" && pad != "border" && pad != "reflection")
+    return err("padding_mode '{0}' is not supported", pad);
+  return std::vector{TensorType(
+      x.dtype, Shape{x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]})};
+}
+
 Types gradient(const TypeQuery &q) {
   const TensorType &dy = q.operands[0];
   if (auto e = requireFloat(dy, "the incoming gradient"))
@@ -994,6 +1023,12 @@ Types gradient(const TypeQuery &q) {
     if (dy.rank() < 2)
       return err("X must have rank >= 2, got {0}", dy.str());
     return std::vector{typed(Shape{dy.shape[1]})};
+  case OpKind::GridSampleGradGrid: // dY, X, grid -> dGrid
+    if (q.operands[1].dtype != dy.dtype || q.operands[2].dtype != dy.dtype)
+      return err("dY, X and the grid must have one element type, got {0}, "
+                 "{1} and {2}",
+                 dy.str(), q.operands[1].str(), q.operands[2].str());
+    return std::vector{q.operands[2]};
   case OpKind::SoftmaxCrossEntropyLossGrad:
     if (dy.numElements() != 1 && q.getString("reduction") != "none")
       return err("the gradient of a reduced loss must be a scalar, got {0}",
@@ -1011,6 +1046,7 @@ Types gradient(const TypeQuery &q) {
   case OpKind::ScatterNDGradUpdates:
   case OpKind::SliceGrad:
   case OpKind::ResizeGrad:
+  case OpKind::GridSampleGradData:
   case OpKind::AveragePoolGrad: {
     auto s = shapeAttr(q);
     if (!s)

@@ -641,6 +641,20 @@ static llvm::Error ruleResize(RuleContext &c) {
   return llvm::Error::success();
 }
 
+// dX adds each output gradient into the pixels it read; dGrid is the
+// derivative of the interpolation (zero for nearest: the values are flat
+// in the coordinates almost everywhere, as PyTorch's).
+static llvm::Error ruleGridSample(RuleContext &c) {
+  AttrMap attrs = copyAttrs(c.op, {"align_corners", "mode", "padding_mode"});
+  if (c.needs[0])
+    c.dX[0] = c.b.emit(OpKind::GridSampleGradData, {c.dY[0], c.in(1)},
+                       with(attrs, "shape", shapeOf(c.in(0))));
+  if (c.needs[1])
+    c.dX[1] = c.b.emit(OpKind::GridSampleGradGrid,
+                       {c.dY[0], c.in(0), c.in(1)}, attrs);
+  return llvm::Error::success();
+}
+
 // dY viewed as [r0, d0, r1, d1, ...] (tile index, then position in the
 // tile, per dim) and summed over the tile indices.
 static llvm::Error ruleTile(RuleContext &c) {
@@ -742,6 +756,7 @@ Rule findRule(OpKind kind) {
   case OpKind::ScatterElements: return ruleScatterElements;
   case OpKind::CumSum: return ruleCumSum;
   case OpKind::Resize: return ruleResize;
+  case OpKind::GridSample: return ruleGridSample;
   case OpKind::Tile: return ruleTile;
   case OpKind::MaxPool: return ruleMaxPool;
   case OpKind::AveragePool: return ruleAveragePool;

@@ -1,4 +1,5 @@
-// Resize (F.interpolate, nn.Upsample, segmentation heads): ONNX gives the
+// Resize (F.interpolate, nn.Upsample, segmentation heads) and GridSample.
+// Resize: ONNX gives the
 // output by constant `scales` or `sizes` inputs; the IR op takes the output
 // dims as its `sizes` attribute and, when ONNX gave scales, keeps them in
 // `scales`, since the coordinate transform divides by the scale, not by
@@ -103,8 +104,27 @@ static llvm::Error translateResize(ImportContext &ctx,
                   std::move(attrs));
 }
 
+// GridSample (F.grid_sample): GridSample-16 spells the modes bilinear and
+// bicubic, GridSample-20 linear and cubic; the IR op takes the later
+// spelling. Its type rule refuses what cleave does not compute (cubic,
+// more than two spatial dims).
+static llvm::Error translateGridSample(ImportContext &ctx,
+                                       const onnx::NodeProto &n, int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::GridSample);
+  if (!operands)
+    return operands.takeError();
+  std::string mode = attrString(n, "mode", "linear");
+  if (mode == "bilinear")
+    mode = "linear";
+  else if (mode == "bicubic")
+    mode = "cubic";
+  return ctx.emit(n, index, OpKind::GridSample, std::move(*operands),
+                  {{"mode", Attribute(mode)}});
+}
+
 std::vector<OpTranslation> resizeTranslations() {
-  return {{"Resize", kOpsetFirst, kOpsetLast, translateResize}};
+  return {{"Resize", kOpsetFirst, kOpsetLast, translateResize},
+          {"GridSample", kOpsetFirst, kOpsetLast, translateGridSample}};
 }
 
 } // namespace cleave::frontend

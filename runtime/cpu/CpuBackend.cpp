@@ -107,6 +107,7 @@ public:
     registerAttentionKernels(table_);
     registerDftKernels(table_);
     registerResizeKernels(table_);
+    registerGridSampleKernels(table_);
     registerTileKernels(table_);
     registerLinalgKernels(table_);
     registerConvPoolKernels(table_);

@@ -61,6 +61,7 @@ void registerCumSumKernels(KernelTable &t);
 void registerAttentionKernels(KernelTable &t);
 void registerDftKernels(KernelTable &t);
 void registerResizeKernels(KernelTable &t);
+void registerGridSampleKernels(KernelTable &t);
 void registerTileKernels(KernelTable &t);
 void registerLinalgKernels(KernelTable &t);
 void registerConvPoolKernels(KernelTable &t);

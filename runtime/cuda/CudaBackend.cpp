@@ -596,7 +596,7 @@ private:
         "map",     "gemm",      "reduce", "rows",     "columns",
         "loss",    "gather",    "optimizer", "im2col", "pool",
         "channels", "channel-map", "pad", "attention", "attention-grad",
-        "index", "resize"};
+        "index", "resize", "grid-sample"};
     static_assert(std::variant_size_v<cuda::DeviceStep> ==
                   sizeof names / sizeof names[0]);
     std::string n = names[step.index()];
@@ -678,6 +678,8 @@ private:
       err = cuda::launchIndex(*ix, stream_);
     else if (auto *rs = std::get_if<cuda::ResizeStep>(&step))
       err = cuda::launchResize(*rs, stream_);
+    else if (auto *gs = std::get_if<cuda::GridSampleStep>(&step))
+      err = cuda::launchGridSample(*gs, stream_);
     else if (auto *a = std::get_if<cuda::AttentionStep>(&step))
       err = cuda::launchAttention(*a, stream_);
     else if (auto *ag = std::get_if<cuda::AttentionGradStep>(&step))

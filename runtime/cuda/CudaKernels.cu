@@ -125,6 +125,11 @@ __global__ void resizeKernel(ResizeStep s) {
   }
 }
 
+__global__ void gridSampleKernel(GridSampleStep s) {
+  for (int64_t i = firstIndex(); i < s.threads; i += gridStride())
+    gridSampleElement(s, i);
+}
+
 // Fused attention: a block of kAttnBlockRows threads, one a row, loads
 // each tile of the other side into shared memory once for all of its rows
 // (DeviceAttention.h's block steps; the host drivers there run the same
@@ -761,6 +766,14 @@ int launchResize(const ResizeStep &s, void *stream) {
   if (s.threads == 0)
     return 0;
   resizeKernel<<<blocksFor(s.threads), kThreads, 0, cudaStream_t(stream)>>>(s);
+  return launched();
+}
+
+int launchGridSample(const GridSampleStep &s, void *stream) {
+  if (s.threads == 0)
+    return 0;
+  gridSampleKernel<<<blocksFor(s.threads), kThreads, 0,
+                     cudaStream_t(stream)>>>(s);
   return launched();
 }
 

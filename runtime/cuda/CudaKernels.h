@@ -22,6 +22,9 @@ int launchChannelMap(const ChannelMapStep &m, void *stream);
 int launchIndex(const IndexStep &s, void *stream);
 // One thread an output element (Resize) or input element (ResizeGrad).
 int launchResize(const ResizeStep &s, void *stream);
+// One thread an output element (GridSample), (image, channel) plane
+// (GridSampleGradData) or output position (GridSampleGradGrid).
+int launchGridSample(const GridSampleStep &s, void *stream);
 // One thread an output element / column.
 int launchReduce(const ReduceStep &r, void *stream);
 int launchColumns(const ColumnStep &c, void *stream);

@@ -25,12 +25,13 @@
 // maps), DeviceReductions.h, DeviceGather.h, DeviceWindows.h,
 // DeviceOptimizers.h, DeviceIndex.h (the index ops: cumulative sums,
 // arg- and top-k selection, Trilu, GatherElements, the scatters),
-// DeviceResize.h. Include this header for all of them.
+// DeviceResize.h, DeviceGridSample.h. Include this header for all of them.
 #pragma once
 
 #include "runtime/cuda/DeviceAttention.h"
 #include "runtime/cuda/DeviceElements.h"
 #include "runtime/cuda/DeviceGather.h"
+#include "runtime/cuda/DeviceGridSample.h"
 #include "runtime/cuda/DeviceIndex.h"
 #include "runtime/cuda/DeviceOptimizers.h"
 #include "runtime/cuda/DeviceReductions.h"

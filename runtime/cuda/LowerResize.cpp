@@ -1,6 +1,7 @@
-// The lowering of Resize and ResizeGrad (DeviceResize.h): each dim's scale
+// The lowerings of Resize and ResizeGrad (DeviceResize.h): each dim's scale
 // (input units per output unit) and whether it maps every index to itself,
-// with the CPU kernel's formulas and checks (runtime/cpu/Resize.cpp).
+// with the CPU kernel's formulas and checks (runtime/cpu/Resize.cpp); and
+// of GridSample and its gradients (DeviceGridSample.h), f32 only.
 #include "runtime/cuda/LoweringSupport.h"
 
 #include "llvm/ADT/StringSwitch.h"
@@ -75,6 +76,72 @@ llvm::Expected<Steps> lowerResize(const KernelCall &call) {
                                     "interpolates at most {1})",
                                     resized, kMaxResized));
   s.threads = y.numElements();
+  if (s.threads == 0)
+    return Steps{};
+  return Steps{s};
+}
+
+llvm::Expected<Steps> lowerGridSample(const KernelCall &call) {
+  GridSampleStep s;
+  // X's shape: the forward's input, dX for the data gradient.
+  const TensorRef *x = nullptr, *grid = nullptr;
+  switch (call.op) {
+  case OpKind::GridSample:
+    s.kind = GridSampleKind::Forward;
+    x = &call.inputs[0];
+    grid = &call.inputs[1];
+    s.a = static_cast<const float *>(x->data);
+    s.b = static_cast<const float *>(grid->data);
+    break;
+  case OpKind::GridSampleGradData:
+    s.kind = GridSampleKind::GradData;
+    x = &call.outputs[0];
+    grid = &call.inputs[1];
+    s.a = static_cast<const float *>(call.inputs[0].data);
+    s.b = static_cast<const float *>(grid->data);
+    break;
+  default:
+    s.kind = GridSampleKind::GradGrid;
+    x = &call.inputs[1];
+    grid = &call.inputs[2];
+    s.a = static_cast<const float *>(call.inputs[0].data);
+    s.b = static_cast<const float *>(x->data);
+    s.c = static_cast<const float *>(grid->data);
+    break;
+  }
+  for (const TensorRef &t : call.inputs)
+    if (t.dtype != DType::F32)
+      return fail(call, "the CUDA kernels sample f32 only, not " +
+                            std::string(ir::dtypeName(t.dtype)));
+  if (x->rank() != 4 || grid->rank() != 4 || grid->shape[0] != x->shape[0] ||
+      grid->shape[3] != 2)
+    return fail(call, "X " + ir::shapeStr(x->shape) + " and grid " +
+                          ir::shapeStr(grid->shape) +
+                          " must be [N, C, H, W] and [N, Ho, Wo, 2]");
+  const std::string &mode = call.getString("mode");
+  if (mode != "linear" && mode != "nearest")
+    return fail(call, "mode '" + mode + "' is not supported");
+  const std::string &pad = call.getString("padding_mode");
+  auto padding = llvm::StringSwitch<std::optional<grid::Padding>>(pad)
+                     .Case("zeros", grid::Padding::Zeros)
+                     .Case("border", grid::Padding::Border)
+                     .Case("reflection", grid::Padding::Reflection)
+                     .Default(std::nullopt);
+  if (!padding)
+    return fail(call, "padding_mode '" + pad + "' is not supported");
+  s.g.padding = *padding;
+  s.g.nearest = mode == "nearest";
+  s.g.alignCorners = call.getInt("align_corners") != 0;
+  s.g.n = x->shape[0];
+  s.g.c = x->shape[1];
+  s.g.h = x->shape[2];
+  s.g.w = x->shape[3];
+  s.g.ho = grid->shape[1];
+  s.g.wo = grid->shape[2];
+  s.out = static_cast<float *>(call.outputs[0].data);
+  s.threads = s.kind == GridSampleKind::Forward    ? call.outputs[0].numElements()
+              : s.kind == GridSampleKind::GradData ? s.g.n * s.g.c
+                                                   : s.g.n * s.g.ho * s.g.wo;
   if (s.threads == 0)
     return Steps{};
   return Steps{s};

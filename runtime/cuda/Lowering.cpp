@@ -410,6 +410,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::AveragePool, Types::Float, noScratch<lowerPool>},
     {OpKind::GlobalAveragePool, Types::Float, noScratch<lowerPool>},
     {OpKind::Resize, Types::All, noScratch<lowerResize>},
+    {OpKind::GridSample, Types::Float, noScratch<lowerGridSample>},
     // Gradients.
     {OpKind::UnaryGrad, Types::Float, lowerUnaryGrad},
     {OpKind::SumTo, Types::Float, chunkedReduction<lowerSumTo>},
@@ -440,6 +441,8 @@ const LoweringRule kLowerings[] = {
     {OpKind::MaxPoolGrad, Types::Float, noScratch<lowerPool>},
     {OpKind::AveragePoolGrad, Types::Float, noScratch<lowerPool>},
     {OpKind::ResizeGrad, Types::Float, noScratch<lowerResize>},
+    {OpKind::GridSampleGradData, Types::Float, noScratch<lowerGridSample>},
+    {OpKind::GridSampleGradGrid, Types::Float, noScratch<lowerGridSample>},
     // Optimizers.
     {OpKind::SGD, Types::Float, noScratch<lowerOptimizer>},
     {OpKind::AdamW, Types::Float, noScratch<lowerOptimizer>},
@@ -646,6 +649,9 @@ void runStepsOnHost(const std::vector<DeviceStep> &steps) {
     } else if (auto *rs = std::get_if<ResizeStep>(&step)) {
       for (int64_t i = 0; i < rs->threads; ++i)
         rs->grad ? resizeGradElement(*rs, i) : resizeElement(*rs, i);
+    } else if (auto *gs = std::get_if<GridSampleStep>(&step)) {
+      for (int64_t i = 0; i < gs->threads; ++i)
+        gridSampleElement(*gs, i);
     } else if (auto *ch = std::get_if<ChannelStep>(&step)) {
       for (int64_t i = 0; i < ch->channels; ++i)
         channelElement(HostLanes{}, *ch, i);

@@ -50,7 +50,7 @@ using DeviceStep =
     std::variant<MapArgs, GemmStep, ReduceStep, RowStep, ColumnStep, LossStep,
                  GatherStep, OptimizerStep, Im2colStep, PoolStep, ChannelStep,
                  ChannelMapStep, PadStep, AttentionStep, AttentionGradStep,
-                 IndexStep, ResizeStep>;
+                 IndexStep, ResizeStep, GridSampleStep>;
 
 // Backend memory a call's steps may use as scratch (row statistics, the
 // loss's partial sums, a conv's column matrices), valid until the next call

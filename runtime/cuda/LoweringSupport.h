@@ -164,6 +164,8 @@ llvm::Expected<Steps> lowerIndex(const KernelCall &call,
 
 // Resize and ResizeGrad (DeviceResize.h; LowerResize.cpp).
 llvm::Expected<Steps> lowerResize(const KernelCall &call);
+// GridSample and its gradients (DeviceGridSample.h; LowerResize.cpp).
+llvm::Expected<Steps> lowerGridSample(const KernelCall &call);
 
 // Tile as one strided copy.
 llvm::Expected<Steps> lowerTile(const KernelCall &call);

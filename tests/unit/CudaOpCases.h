@@ -1017,6 +1017,51 @@ inline std::vector<Case> resizeCases() {
   return cases;
 }
 
+// GridSample and its two gradients: every mode, padding and corner rule,
+// grids in [-2, 2] (half the points outside), at exact halves (nearest's
+// ties and linear's corner seams) and at NaN and infinities.
+inline std::vector<Case> gridSampleCases() {
+  struct Geometry {
+    std::string mode, padding;
+    int64_t align;
+    Fill gridFill;
+  };
+  const std::vector<Geometry> geometries = {
+      {"linear", "zeros", 0, Fill::Uniform},
+      {"linear", "border", 1, Fill::Uniform},
+      {"linear", "reflection", 0, Fill::Wide},
+      {"linear", "reflection", 1, Fill::Wide},
+      {"linear", "zeros", 1, Fill::Halves},
+      {"linear", "border", 0, Fill::Special},
+      {"nearest", "zeros", 0, Fill::Halves},
+      {"nearest", "reflection", 1, Fill::Uniform},
+      {"nearest", "border", 0, Fill::Special},
+  };
+  const Ints x = {2, 3, 5, 4}, grid = {2, 6, 7, 2}, y = {2, 3, 6, 7};
+  std::vector<Case> cases;
+  for (const Geometry &g : geometries) {
+    std::string name = g.mode + " " + g.padding +
+                       (g.align ? " align_corners" : "") +
+                       (g.gridFill == Fill::Halves    ? " halves"
+                        : g.gridFill == Fill::Special ? " special"
+                                                      : "");
+    ir::AttrMap a = {{"mode", g.mode},
+                     {"padding_mode", g.padding},
+                     {"align_corners", g.align}};
+    cases.push_back({"grid sample " + name, OpKind::GridSample, a,
+                     {f32(x), f32(grid, g.gridFill)}, {f32(y)}});
+    ir::AttrMap data = a;
+    data.insert({"shape", ir::Attribute(x)});
+    cases.push_back({"grid sample grad data " + name,
+                     OpKind::GridSampleGradData, data,
+                     {f32(y), f32(grid, g.gridFill)}, {f32(x)}});
+    cases.push_back({"grid sample grad grid " + name,
+                     OpKind::GridSampleGradGrid, a,
+                     {f32(y), f32(x), f32(grid, g.gridFill)}, {f32(grid)}});
+  }
+  return cases;
+}
+
 } // namespace cleave::cudatest
 
 #endif

@@ -195,7 +195,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "corpus/rnn-dynamo", "corpus/saturating-legacy",
                       "corpus/saturating-dynamo", "corpus/topk_gate-legacy",
                       "corpus/topk_gate-dynamo", "corpus/index_pairs-legacy",
-                      "corpus/index_pairs-dynamo"),
+                      "corpus/index_pairs-dynamo", "corpus/grid_warp-legacy",
+                      "corpus/grid_warp-dynamo"),
     testName);
 
 INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,

@@ -61,6 +61,7 @@ TEST(CudaBackend, ConvolutionPoolingAndBatchNorm) {
 TEST(CudaBackend, EverythingElse) { checkAll(remainingCases()); }
 TEST(CudaBackend, IndexOpsTileAndMod) { checkAll(indexCases()); }
 TEST(CudaBackend, ResizeAndItsGradient) { checkAll(resizeCases()); }
+TEST(CudaBackend, GridSampleAndItsGradients) { checkAll(gridSampleCases()); }
 
 TEST(CudaBackend, LacksWhatItLacks) {
   std::string why;

@@ -168,6 +168,11 @@ TEST(CudaLowering, ResizeAndItsGradient) {
     check(c, emulated());
 }
 
+TEST(CudaLowering, GridSampleAndItsGradients) {
+  for (const Case &c : gridSampleCases())
+    check(c, emulated());
+}
+
 TEST(CudaLowering, RowsColumnsGathersAndOptimizers) {
   for (const Case &c : rowCases())
     check(c, emulated());

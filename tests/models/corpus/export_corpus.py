@@ -450,6 +450,43 @@ class IndexPairs(nn.Module):
         return self.head(self.table[a, b] * torch.tanh(s[:, :4]))
 
 
+class GridWarp(nn.Module):
+    """Images warped by a predicted flow (optical flow, registration,
+    spatial transformers): a 3x3 conv predicts a 2-channel offset field,
+    added to the identity grid, and F.grid_sample reads the image there
+    three ways (bilinear with zero padding, bilinear with border padding
+    and align_corners, nearest with reflection); gradients reach the conv
+    through the grid (bilinear) and the image through the samples; a
+    linear head on the pooled result."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset = nn.Conv2d(3, 2, 3, padding=1)
+        self.mix = nn.Conv2d(9, 4, 1)
+        self.head = nn.Linear(4, 10)
+
+    def forward(self, x):
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, x.shape[2], dtype=x.dtype),
+                                torch.linspace(-1, 1, x.shape[3], dtype=x.dtype),
+                                indexing="ij")
+        base = torch.stack([xs, ys], -1)[None]
+        grid = base + 0.5 * torch.tanh(self.offset(x)).permute(0, 2, 3, 1)
+        a = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
+                          align_corners=False)
+        b = F.grid_sample(x, 1.3 * grid, mode="bilinear", padding_mode="border",
+                          align_corners=True)
+        c = F.grid_sample(x * x, 1.6 * grid, mode="nearest",
+                          padding_mode="reflection", align_corners=False)
+        h = torch.relu(self.mix(torch.cat([a, b, c], 1)))
+        return self.head(h.mean((2, 3)))
+
+
+def warp_sample(gen, n):
+    x = torch.randn(n, 3, 6, 7, generator=gen)
+    labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
+    return collections.OrderedDict([("x", x), ("labels", labels)])
+
+
 def vector_class_sample(gen, n):
     x = torch.randn(n, 8, generator=gen)
     labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
@@ -468,6 +505,10 @@ def make_index_pairs():
     return IndexPairs(), vector_class_sample, WithLoss
 
 
+def make_grid_warp():
+    return GridWarp(), warp_sample, WithLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -481,6 +522,7 @@ MODELS = collections.OrderedDict([
     ("saturating", (make_saturating, 4)),
     ("topk_gate", (make_topk_gate, 4)),
     ("index_pairs", (make_index_pairs, 8)),
+    ("grid_warp", (make_grid_warp, 4)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 

@@ -890,9 +890,140 @@ def timm_entries():
     return [entry(n, kw) for n, kw in TIMM]
 
 
+# --------------------------------------------------------------------------
+# torchvision's video classifiers and optical flow
+
+FRAMES = 8
+
+
+def video_sample(gen, n, frames=FRAMES, size=IMAGE):
+    return collections.OrderedDict([
+        ("x", torch.randn(n, 3, frames, size, size, generator=gen)),
+        ("labels", torch.randint(0, CLASSES, (n,), generator=gen, dtype=torch.int64))])
+
+
+def small_video_resnet(convs, stem_2plus1d=False, width=8, layers=(1, 1, 1, 1)):
+    """torchvision's VideoResNet (r3d, mc3, r2plus1d) rebuilt at `width`
+    (64 in the library), one block a stage (two in r3d_18), with its own
+    blocks and _make_layer; the stem is
+    the library's BasicStem / R2Plus1dStem at that width."""
+    from torchvision.models.video.resnet import BasicBlock, VideoResNet
+    m = VideoResNet(BasicBlock, convs, [1, 1, 1, 1], nn.Identity, num_classes=CLASSES)
+    if stem_2plus1d:
+        mid = width * 45 // 64
+        m.stem = nn.Sequential(
+            nn.Conv3d(3, mid, (1, 7, 7), (1, 2, 2), (0, 3, 3), bias=False), nn.BatchNorm3d(mid),
+            nn.ReLU(inplace=True),
+            nn.Conv3d(mid, width, (3, 1, 1), 1, (1, 0, 0), bias=False), nn.BatchNorm3d(width),
+            nn.ReLU(inplace=True))
+    else:
+        m.stem = nn.Sequential(
+            nn.Conv3d(3, width, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
+            nn.BatchNorm3d(width), nn.ReLU(inplace=True))
+    m.inplanes = width
+    for i, name in enumerate(("layer1", "layer2", "layer3", "layer4")):
+        setattr(m, name, m._make_layer(BasicBlock, convs[i], width << i, layers[i],
+                                       stride=1 if i == 0 else 2))
+    m.fc = nn.Linear(8 * width, CLASSES)
+    for mod in m.modules():
+        if isinstance(mod, nn.Conv3d):
+            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+    return m
+
+
+def small_mvit(v2):
+    """torchvision's MViT (v1: the mvit_v1_b options, v2: mvit_v2_s's) with
+    three small blocks: 16 then 32 channels, pooled queries in the second."""
+    from torchvision.models.video.mvit import MSBlockConfig, MViT
+    pool = [3, 3, 3]
+    blocks = [MSBlockConfig(1, 16, 16, pool, pool, [1, 1, 1], [1, 2, 2]),
+              MSBlockConfig(2, 16, 32, pool, pool, [1, 2, 2], [1, 1, 1]),
+              MSBlockConfig(2, 32, 32, pool, pool, [1, 1, 1], [1, 1, 1])]
+    return MViT(spatial_size=(IMAGE, IMAGE), temporal_size=FRAMES, block_setting=blocks,
+                residual_pool=v2, residual_with_cls_embed=not v2, rel_pos_embed=v2,
+                proj_after_attn=v2, dropout=0.0, stochastic_depth_prob=0.0,
+                num_classes=CLASSES)
+
+
+def small_s3d():
+    """torchvision's S3D as the library builds it (its widths), with its
+    fixed (2, 7, 7) average pool made adaptive so 32x32 clips fit."""
+    from torchvision.models.video import S3D
+    m = S3D(num_classes=CLASSES, dropout=0.0)
+    m.avgpool = nn.AdaptiveAvgPool3d(1)
+    return m
+
+
+class FlowWithLoss(nn.Module):
+    """RAFT's training loss: every refinement's flow against the target,
+    L1, weighted gamma^(N-1-i) (the paper's sequence loss)."""
+
+    def __init__(self, m, updates=3, gamma=0.8):
+        super().__init__()
+        self.m, self.updates, self.gamma = m, updates, gamma
+
+    def forward(self, image1, image2, flow):
+        preds = self.m(image1, image2, num_flow_updates=self.updates)
+        loss = 0
+        for i, p in enumerate(preds):
+            loss = loss + self.gamma ** (len(preds) - 1 - i) * (p - flow).abs().mean()
+        return loss
+
+
+def flow_sample(gen, n, size=64):
+    return collections.OrderedDict([
+        ("image1", torch.randn(n, 3, size, size, generator=gen)),
+        ("image2", torch.randn(n, 3, size, size, generator=gen)),
+        ("flow", torch.randn(n, 2, size, size, generator=gen))])
+
+
+def small_raft():
+    """torchvision's RAFT (the raft_small blocks) at small widths: encoders
+    (8, 8, 16, 24, 32), a 3-level correlation pyramid of radius 2."""
+    from torchvision.models.optical_flow.raft import BottleneckBlock, _raft
+    return _raft(weights=None, progress=False,
+                 feature_encoder_layers=(8, 8, 16, 24, 32),
+                 feature_encoder_block=BottleneckBlock,
+                 feature_encoder_norm_layer=nn.InstanceNorm2d,
+                 context_encoder_layers=(8, 8, 16, 24, 40),
+                 context_encoder_block=BottleneckBlock, context_encoder_norm_layer=None,
+                 corr_block_num_levels=3, corr_block_radius=2,
+                 motion_encoder_corr_layers=(24,), motion_encoder_flow_layers=(16, 8),
+                 motion_encoder_out_channels=22, recurrent_block_hidden_state_size=24,
+                 recurrent_block_kernel_size=(3,), recurrent_block_padding=(1,),
+                 flow_head_hidden_size=32, use_mask_predictor=False)
+
+
+def torchvision_video_entries():
+    """torchvision.models.video and .optical_flow, after timm in the
+    registry (seeds by index): 8-frame 32x32 clips, batch 2."""
+    from torchvision.models.video.resnet import Conv2Plus1D, Conv3DNoTemporal, Conv3DSimple
+
+    def video(name, make, cls=None):
+        def build():
+            return make(), video_sample, WithLoss, 2
+        return Entry(name, "torchvision", cls or "torchvision.models.video." + name, build)
+
+    def raft():
+        return small_raft(), flow_sample, FlowWithLoss, 2
+    return [
+        video("r3d_18", lambda: small_video_resnet([Conv3DSimple] * 4)),
+        video("mc3_18", lambda: small_video_resnet([Conv3DSimple] + [Conv3DNoTemporal] * 3)),
+        video("r2plus1d_18", lambda: small_video_resnet([Conv2Plus1D] * 4, stem_2plus1d=True)),
+        video("s3d", small_s3d),
+        video("mvit_v1_b", lambda: small_mvit(False)),
+        video("mvit_v2_s", lambda: small_mvit(True)),
+        video("swin3d_t", lambda: __import__("torchvision").models.video.SwinTransformer3d(
+            patch_size=[2, 4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+            window_size=[2, 4, 4], stochastic_depth_prob=0.0, num_classes=CLASSES)),
+        Entry("raft_small", "torchvision", "torchvision.models.optical_flow.raft_small", raft),
+    ]
+
+
 def registry():
     """Every entry, torchvision first (the CNNs carry the BatchNorm and
     convolution families), then transformers, then torch.nn's own attention
-    modules, then the newer decoders, then timm's families."""
+    modules, then the newer decoders, then timm's families, then
+    torchvision's video classifiers and optical flow."""
     return (torchvision_entries() + transformers_entries() + torch_nn_entries()
-            + newer_decoder_entries() + timm_entries())
+            + newer_decoder_entries() + timm_entries() + torchvision_video_entries())
