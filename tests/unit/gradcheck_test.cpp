@@ -533,6 +533,34 @@ TEST(Gradcheck, Resize) {
   }
 }
 
+// GridSample, linear: both gradients (the image's and the grid's) for each
+// padding and corner rule, grid values in [-1.4, 1.4] (some points outside
+// the image, some reflected); nearest: the image's gradient (its grid
+// gradient is zero, as PyTorch's).
+TEST(Gradcheck, GridSample) {
+  struct G {
+    const char *mode, *padding;
+    int64_t align;
+  };
+  for (G g : {G{"linear", "zeros", 0}, G{"linear", "zeros", 1},
+              G{"linear", "border", 0}, G{"linear", "border", 1},
+              G{"linear", "reflection", 0}, G{"linear", "reflection", 1},
+              G{"nearest", "zeros", 0}, G{"nearest", "reflection", 1}}) {
+    SCOPED_TRACE(std::string(g.mode) + " " + g.padding +
+                 (g.align ? " align_corners" : ""));
+    bool linear = std::string(g.mode) == "linear";
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {2, 2, 3, 4});
+      Value *grid = linear ? b.param("grid", {2, 3, 2, 2}, -1.4, 1.4)
+                           : b.constant("grid", {2, 3, 2, 2}, -1.4, 1.4);
+      b.lossOf(b.op(OpKind::GridSample, {x, grid},
+                    {{"mode", std::string(g.mode)},
+                     {"padding_mode", std::string(g.padding)},
+                     {"align_corners", g.align}}));
+    });
+  }
+}
+
 // Tile: the gradient sums over the tiles.
 TEST(Gradcheck, Tile) {
   for (std::vector<int64_t> repeats :
