@@ -6,6 +6,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
+#include "passes/Pipelines.h"
 #include "passes/Planning.h"
 #include "tools/PipelinePlanning.h"
 #include "tools/RunGraph.h"
@@ -27,7 +28,10 @@ Reads cleave IR text (.cir, or - for stdin) or an ONNX model (.onnx), runs
 the named passes in order with the verifier after each, and prints the
 result as cleave IR text.
 
-  --passes=A,B,...       passes to run, in order (see --list-passes)
+  --passes=A,B,...       passes to run, in order (see --list-passes);
+                         `gradients` stands for cleavec's graph passes,
+                         autodiff, split-backward and verify-2bp (outputs:
+                         the loss and grad.<parameter> for each parameter)
   --dump-ir-after=PASS|all
                          print the IR to stderr after PASS (repeatable)
   --no-verify-each       do not run the verifier between passes (it still
@@ -170,8 +174,23 @@ static int toolMain(int argc, char **argv) {
                     : "expected one input, got " +
                           std::to_string(flags.positional().size()),
                 tools::kUsage);
-  std::vector<std::string> names =
-      tools::splitList(flags.get("passes").value_or(""));
+  std::vector<std::string> names;
+  // `gradients`: cleavec's graph pipeline, then autodiff, split-backward
+  // and verify-2bp: the graph whose outputs are the loss and every
+  // grad.<parameter>, as cleavec trains it (annotate_export's
+  // check_export compares them with PyTorch's).
+  for (const std::string &n :
+       tools::splitList(flags.get("passes").value_or(""))) {
+    if (n != "gradients") {
+      names.push_back(n);
+      continue;
+    }
+    for (const std::string &p : passes::passNames(passes::graphPipeline()))
+      names.push_back(p);
+    for (const std::string &p : passes::passNames(passes::trainingPipeline()))
+      if (p != "optimizer")
+        names.push_back(p);
+  }
   // Graph passes first, then planning passes.
   std::vector<std::string> graphNames, planningNames;
   for (const std::string &n : names) {

@@ -123,7 +123,34 @@ def _cleave_opt(path):
                             "CLEAVE_OPT, or put build/tools on PATH")
 
 
-def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
+def _gradient_gap(cleave, torch_grads, initializers):
+    """(worst relative difference, its parameter name) between cleave's
+    gradients {initializer: array} and PyTorch's {parameter name: array}
+    over the parameters the file holds as initializers of the same name (a
+    parameter cleave does not train, having found no gradient path to it,
+    counts as a zero gradient): per tensor max|g - g_torch| over the
+    tensor's max|g_torch|, or over 1e-4 of the model's largest where the
+    tensor's is below that (a gradient that is zero but for rounding)."""
+    common = [n for n in torch_grads if n in initializers]
+    scale = max([float(np.max(np.abs(torch_grads[n]))) for n in common
+                 if torch_grads[n].size] + [1e-30])
+    worst, name = 0.0, None
+    for n in common:
+        ref = torch_grads[n].astype(np.float64)
+        g = cleave[n].astype(np.float64) if n in cleave else np.zeros_like(ref)
+        if ref.size == 0:
+            continue
+        own = float(np.max(np.abs(ref)))
+        gap = float(np.max(np.abs(g - ref))) / max(own, 1e-4 * scale)
+        if not np.isfinite(gap):
+            gap = float("inf")
+        if gap > worst:
+            worst, name = gap, n
+    return worst, name
+
+
+def check_export(module, path, args, cleave_opt=None, rtol=1e-4, grads=True,
+                 grad_rtol=1e-2):
     """The loss `module(*args)` computes and the loss cleave computes from
     the export at `path` on the same inputs (`cleave-opt PATH --run`), as
     (module_loss, export_loss); ExportMismatch (one line) when they differ
@@ -133,7 +160,17 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
     compared in eval() on both sides (`--module-mode=eval`): the same
     function, without the randomness. Dropout is found as an nn.Dropout
     module, or as a loss that moves between two runs on the same inputs
-    (F.dropout called in forward, as HF's OPT and BART do)."""
+    (F.dropout called in forward, as HF's OPT and BART do).
+
+    With `grads` (the default), the parameters' gradients too: PyTorch's
+    backward of the module's loss against the gradients cleave derives
+    from the file (`cleave-opt PATH --passes=gradients --run`); a tensor
+    that differs by more than `grad_rtol` of its largest element raises
+    ExportMismatch. The loss can agree while the gradients do not: the
+    legacy exporter drops detach(), neither exporter records
+    torch.no_grad() inside forward, and a custom torch.autograd.Function
+    is exported by its forward alone, so cleave would differentiate what
+    the module's backward does not."""
     modes = {m: m.training for m in module.modules()}
     buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
 
@@ -148,6 +185,7 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
         restore()
         return value
 
+    torch_grads = {}
     try:
         dropout = module.training and any(
             isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
@@ -158,6 +196,20 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
         if dropout:
             module.eval()
             want = loss()
+        if grads:
+            params = list(module.named_parameters(remove_duplicate=False))
+            saved = [(p, None if p.grad is None else p.grad.clone()) for _, p in params]
+            for _, p in params:
+                p.grad = None
+            try:
+                module(*args).backward()
+                for n, p in params:
+                    if p.requires_grad:
+                        torch_grads[n] = (np.zeros(tuple(p.shape), np.float32) if p.grad is None
+                                          else p.grad.detach().cpu().numpy())
+            finally:
+                for p, g in saved:
+                    p.grad = g
     finally:
         for m, training in modes.items():
             m.training = training
@@ -169,6 +221,7 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
         raise ValueError("the export has %d inputs (%s), %d args given" % (
             len(names), ", ".join(names), len(args)))
     work = tempfile.mkdtemp(prefix="cleave-check-")
+    mode = ["--module-mode=eval"] if dropout else []
     try:
         os.makedirs(os.path.join(work, "in"))
         for name, a in zip(names, args):
@@ -177,14 +230,26 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
         out = os.path.join(work, "out")
         run = subprocess.run([_cleave_opt(cleave_opt), path, "--run",
                               "--inputs=" + os.path.join(work, "in"),
-                              "--outputs=" + out] +
-                             (["--module-mode=eval"] if dropout else []),
+                              "--outputs=" + out] + mode,
                              capture_output=True, text=True)
         if run.returncode:
             raise ExportMismatch("cleave could not run the export: " +
                                  (run.stderr.strip().splitlines() or ["?"])[-1])
         loss_name = model.graph.output[0].name
         got = float(np.load(os.path.join(out, loss_name + ".npy")))
+        cleave_grads = {}
+        if grads and abs(got - want) <= rtol * max(abs(want), 1e-12):
+            gout = os.path.join(work, "grads")
+            run = subprocess.run([_cleave_opt(cleave_opt), path, "--passes=gradients",
+                                  "--run", "--inputs=" + os.path.join(work, "in"),
+                                  "--outputs=" + gout] + mode,
+                                 capture_output=True, text=True)
+            if run.returncode:
+                raise ExportMismatch("cleave could not differentiate the export: " +
+                                     (run.stderr.strip().splitlines() or ["?"])[-1])
+            for f in os.listdir(gout):
+                if f.startswith("grad.") and f.endswith(".npy"):
+                    cleave_grads[f[5:-4]] = np.load(os.path.join(gout, f))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not abs(got - want) <= rtol * max(abs(want), 1e-12):
@@ -193,4 +258,14 @@ def check_export(module, path, args, cleave_opt=None, rtol=1e-4):
             "(relative difference %.2e): the file does not compute what the "
             "module does (an argument the exporter dropped?); cleave would "
             "train the file's loss" % (got, want, abs(got - want) / max(abs(want), 1e-12)))
+    if grads:
+        gap, worst = _gradient_gap(cleave_grads, torch_grads, inits)
+        if gap > grad_rtol:
+            raise ExportMismatch(
+                "the gradient cleave derives from the file for '%s' differs "
+                "from PyTorch's by %.2e of its largest element: the module "
+                "stops or replaces a gradient the file does not record "
+                "(detach() in a legacy export, torch.no_grad() inside "
+                "forward, a custom autograd.Function's backward); cleave "
+                "would train another gradient" % (worst, gap))
     return want, got

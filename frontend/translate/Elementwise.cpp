@@ -101,12 +101,38 @@ static llvm::Error translateWhere(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, OpKind::Where, std::move(ops), {});
 }
 
+// Identity renames a value, except where the dynamo exporter wrote
+// PyTorch's detach() (aten.detach) as one: its node metadata says so
+// (`namespace` ends with the aten op, and `pkg.torch.onnx.fx_node` names
+// it), and the gradient stops there (StopGradient). The legacy exporter
+// drops detach() altogether; check_export (examples/pytorch) finds that
+// by comparing gradients with PyTorch's.
+static bool isDetach(const onnx::NodeProto &n) {
+  for (const auto &p : n.metadata_props()) {
+    llvm::StringRef v(p.value());
+    if ((p.key() == "namespace" && v.endswith("aten.detach.default")) ||
+        (p.key() == "pkg.torch.onnx.fx_node" &&
+         v.contains("target=torch.ops.aten.detach.default")))
+      return true;
+  }
+  return false;
+}
+
+static llvm::Error translateIdentity(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index) {
+  OpKind kind = isDetach(n) ? OpKind::StopGradient : OpKind::Identity;
+  auto operands = ctx.tensorOperands(n, index, kind);
+  if (!operands)
+    return operands.takeError();
+  return ctx.emit(n, index, kind, std::move(*operands), {});
+}
+
 std::vector<OpTranslation> elementwiseTranslations() {
   std::vector<OpTranslation> t;
   // Unary.
   for (const char *op :
        {"Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid",
-        "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "Neg",
+        "HardSwish", "IsInf", "IsNaN", "LeakyRelu", "Log", "Neg",
         "Not", "Reciprocal", "Relu", "Round", "Sigmoid", "Sign", "Sin",
         "Sqrt", "Tanh"})
     t.push_back(sameNamedOp(op));
@@ -115,6 +141,7 @@ std::vector<OpTranslation> elementwiseTranslations() {
        {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater",
         "GreaterOrEqual", "Less", "LessOrEqual", "Mod", "And", "Or"})
     t.push_back(sameNamedOp(op));
+  t.push_back({"Identity", kOpsetFirst, kOpsetLast, translateIdentity});
   t.push_back({"Where", kOpsetFirst, kOpsetLast, translateWhere});
   t.push_back({"Clip", kOpsetFirst, kOpsetLast, translateClip});
   t.push_back({"Cast",

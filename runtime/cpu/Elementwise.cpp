@@ -759,6 +759,7 @@ void registerElementwiseKernels(KernelTable &t) {
     return unary<Types<bool>>(c, [](bool x) { return !x; });
   }, boolOnly);
   t.add(OpKind::Identity, copyKernel, all);
+  t.add(OpKind::StopGradient, copyKernel, all);
   t.add(OpKind::Clip, clip, numeric);
   t.add(OpKind::Cast, cast, all);
 

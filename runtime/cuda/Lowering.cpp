@@ -327,6 +327,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::Exp, Types::Float, lowerUnary},
     {OpKind::Gelu, Types::Float, lowerGelu},
     {OpKind::Identity, Types::All, noScratch<lowerDataMovement>},
+    {OpKind::StopGradient, Types::All, noScratch<lowerDataMovement>},
     {OpKind::LeakyRelu, Types::Float, lowerClipOrLeakyRelu},
     {OpKind::Log, Types::Float, lowerUnary},
     {OpKind::Neg, Types::IntFloat, lowerUnary},

@@ -196,7 +196,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "corpus/saturating-dynamo", "corpus/topk_gate-legacy",
                       "corpus/topk_gate-dynamo", "corpus/index_pairs-legacy",
                       "corpus/index_pairs-dynamo", "corpus/grid_warp-legacy",
-                      "corpus/grid_warp-dynamo"),
+                      "corpus/grid_warp-dynamo", "corpus/detached-dynamo"),
     testName);
 
 INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,

@@ -32,13 +32,14 @@ TEST(TranslationTable, EveryForwardIrOpHasAnEntryAtEveryOpset) {
   for (const ir::OpInfo &info : ir::allOps()) {
     // Pipeline messages are made by split-stages, offload copies by the
     // offload policy, FusedAttention by recognize-attention, Silu by
-    // recognize-silu, TopKIndices by TopK's translation; ONNX has no such
-    // ops.
+    // recognize-silu, TopKIndices by TopK's translation, StopGradient by
+    // Identity's (a detach()); ONNX has no such ops.
     if (ir::isTrainingOp(info.kind) || info.kind == ir::OpKind::Send ||
         info.kind == ir::OpKind::Recv || info.kind == ir::OpKind::Offload ||
         info.kind == ir::OpKind::Fetch ||
         info.kind == ir::OpKind::FusedAttention ||
-        info.kind == ir::OpKind::Silu || info.kind == ir::OpKind::TopKIndices)
+        info.kind == ir::OpKind::Silu || info.kind == ir::OpKind::TopKIndices ||
+        info.kind == ir::OpKind::StopGradient)
       continue;
     std::string name(info.name);
     for (int64_t opset = frontend::kMinOpset; opset <= frontend::kMaxOpset;

@@ -1,9 +1,13 @@
-"""check_export (examples/pytorch/annotate_export.py) on four small modules
+"""check_export (examples/pytorch/annotate_export.py) on small modules
 exported here: a correct export (BatchNorm in train(), its statistics put
 back), one with active dropout as nn.Dropout and one as F.dropout (both
 compared in eval()), and one whose loss the
 dynamo exporter changes (cross_entropy's label_smoothing dropped), which
-must raise ExportMismatch. argv: examples folder, cleave-opt, scratch."""
+must raise ExportMismatch. Then gradients: a module that detach()es a
+branch (the dynamo export keeps it, the legacy export drops it), one that
+computes a branch under torch.no_grad() (neither exporter records it) and
+one with a straight-through torch.autograd.Function (exported by its
+forward alone). argv: examples folder, cleave-opt, scratch."""
 import os
 import sys
 import warnings
@@ -51,3 +55,60 @@ for name, net in (("plain", Net()), ("dropout", Net(dropout=0.3)),
             torch.equal(before, net.bn.running_mean), net.training))
     except ExportMismatch as e:
         print("%s: mismatch: %s" % (name, str(e).split(":")[0]))
+
+
+class Detached(nn.Module):
+    """A branch detached (RAFT's refinement, target networks) and a
+    straight-through rounding written with detach() (VQ-VAE)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 3)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.a(x))
+        q = h + (torch.round(3 * h) / 3 - h).detach()
+        return F.cross_entropy(self.b(q * h.detach()), y)
+
+
+class NoGrad(Detached):
+    def forward(self, x, y):
+        h = torch.tanh(self.a(x))
+        with torch.no_grad():
+            t = self.a(x * 2)
+        return F.cross_entropy(self.b(h * t), y)
+
+
+class RoundSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class CustomBackward(Detached):
+    def forward(self, x, y):
+        return F.cross_entropy(self.b(RoundSTE.apply(3 * self.a(x)) / 3), y)
+
+
+args = (torch.randn(6, 4), torch.tensor([0, 1, 2, 1, 0, 2]))
+for name, net, dynamo in (("detach-dynamo", Detached(), True),
+                          ("detach-legacy", Detached(), False),
+                          ("no_grad-dynamo", NoGrad(), True),
+                          ("autograd-function-dynamo", CustomBackward(), True)):
+    path = os.path.join(work, name + ".onnx")
+    if dynamo:
+        torch.onnx.export(net, args, path, dynamo=True, optimize=False, verbose=False)
+    else:
+        torch.onnx.export(net, args, path, dynamo=False, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+    try:
+        got = check_export(net, path, args, cleave_opt=cleave_opt)
+        print("%s: agree %s" % (name, abs(got[0] - got[1]) <= 1e-4 * abs(got[0])))
+    except ExportMismatch as e:
+        print("%s: mismatch: %s" % (name, str(e).split(" differs")[0]))

@@ -481,6 +481,30 @@ class GridWarp(nn.Module):
         return self.head(h.mean((2, 3)))
 
 
+class DetachedBranches(nn.Module):
+    """Gradients stopped by detach(): a straight-through rounding
+    (VQ-VAE's h + (q(h) - h).detach()), a gate computed from a detached
+    copy of the features (target networks, RAFT's refinement), and a
+    detached running estimate subtracted from the logits. The dynamo export
+    writes each detach() as an Identity whose metadata names aten.detach,
+    which cleave imports as StopGradient; the legacy exporter drops
+    detach() (the corpus holds only the dynamo export, and check_export
+    reports the legacy one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 12)
+        self.gate = nn.Linear(12, 12)
+        self.head = nn.Linear(12, 10)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        q = h + (torch.round(4 * h) / 4 - h).detach()
+        g = torch.sigmoid(self.gate(h.detach()))
+        logits = self.head(q * g)
+        return logits - logits.mean(0, keepdim=True).detach()
+
+
 def warp_sample(gen, n):
     x = torch.randn(n, 3, 6, 7, generator=gen)
     labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
@@ -509,6 +533,10 @@ def make_grid_warp():
     return GridWarp(), warp_sample, WithLoss
 
 
+def make_detached():
+    return DetachedBranches(), vector_class_sample, WithLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -523,8 +551,12 @@ MODELS = collections.OrderedDict([
     ("topk_gate", (make_topk_gate, 4)),
     ("index_pairs", (make_index_pairs, 8)),
     ("grid_warp", (make_grid_warp, 4)),
+    ("detached", (make_detached, 8)),
 ])
 EXPORTERS = ("dynamo", "legacy")
+# Models whose legacy export does not compute the module's gradients (the
+# legacy exporter drops detach()): exported by dynamo only.
+DYNAMO_ONLY = {"detached"}
 
 
 # --------------------------------------------------------------------------
@@ -1144,6 +1176,8 @@ def build_model(index, name):
         "; BatchNorm statistics warmed up" if bn else ""))
     results = []
     for exporter in EXPORTERS:
+        if exporter != "dynamo" and name in DYNAMO_ONLY:
+            continue
         try:
             results.append(build_export(name, exporter, wrapped, inputs, data, batch, bn))
         except Exception as e:  # noqa: BLE001
