@@ -136,8 +136,26 @@ public:
   // A value name no value of the model has, based on `base`.
   std::string freshName(llvm::StringRef base);
 
+  // Control flow over static work (ControlFlow.cpp): a Loop whose trip
+  // count and condition fold is unrolled, an If whose condition folds is
+  // its taken branch; sequences are lists of IR values.
+  llvm::Error unrollLoop(const onnx::NodeProto &n, int index);
+  llvm::Error inlineIf(const onnx::NodeProto &n, int index);
+  llvm::Error importSequenceOp(const onnx::NodeProto &n, int index);
+
 protected:
   explicit ImportContext(const ImportOptions &opts) : opts_(opts) {}
+  // Defines `to` as the value or sequence `from` (node n's output).
+  llvm::Error alias(const onnx::NodeProto &n, int index, const std::string &to,
+                    const std::string &from);
+  // Imports the nodes of `body` (a subgraph of node n) with its inputs
+  // bound to the values named `bound`, each output renamed "<name>@<tag>";
+  // returns the names its outputs got.
+  llvm::Expected<std::vector<std::string>>
+  importSubgraph(const onnx::NodeProto &n, int index,
+                 const onnx::GraphProto &body,
+                 const std::vector<std::string> &bound,
+                 const std::string &tag);
   // Imports one node (of the model or of a function body) by the
   // importer's steps: constants, folding, then its translation.
   virtual llvm::Error importNode(const onnx::NodeProto &n, int index) = 0;

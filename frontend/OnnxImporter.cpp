@@ -236,6 +236,12 @@ llvm::Error Importer::convert(const onnx::NodeProto &n, int index) {
 }
 
 llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
+  if (n.domain().empty() || n.domain() == "ai.onnx") {
+    if (n.op_type() == "Loop")
+      return unrollLoop(n, index);
+    if (n.op_type() == "If")
+      return inlineIf(n, index);
+  }
   for (const auto &a : n.attribute())
     if (a.type() == onnx::AttributeProto::GRAPH ||
         a.type() == onnx::AttributeProto::GRAPHS)

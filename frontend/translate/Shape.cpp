@@ -469,6 +469,11 @@ static llvm::Error translateFoldOnly(ImportContext &ctx,
                      describeNode(n, index), runtimeInput);
 }
 
+static llvm::Error importSequence(ImportContext &ctx, const onnx::NodeProto &n,
+                                  int index) {
+  return ctx.importSequenceOp(n, index);
+}
+
 std::vector<OpTranslation> shapeTranslations() {
   const int64_t first = kOpsetFirst, last = kOpsetLast;
   const auto op = TranslationKind::Op;
@@ -497,6 +502,10 @@ std::vector<OpTranslation> shapeTranslations() {
       {"GatherND", first, last, decomposeGatherND},
       {"SplitToSequence", first, last, decomposeSplitToSequence},
       {"SequenceAt", first, last, decomposeSequenceAt},
+      // Lists of IR values at import (frontend/ControlFlow.cpp).
+      {"SequenceEmpty", first, last, importSequence, op, {"dtype"}},
+      {"SequenceConstruct", first, last, importSequence},
+      {"SequenceInsert", first, last, importSequence},
       {"DepthToSpace", first, last, decomposeDepthToSpace, op,
        {"blocksize", "mode"}},
       {"SpaceToDepth", first, last, decomposeSpaceToDepth, op, {"blocksize"}},

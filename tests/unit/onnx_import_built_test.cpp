@@ -895,3 +895,133 @@ TEST(OnnxImportBuilt, RecurrentRefusalsNameWhatIsNotSupported) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
 }
+
+namespace {
+
+// A body input or output of a tensor type (rank given, sizes unknown).
+void bodyValue(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> *list,
+               const std::string &name, int elemType, int rank) {
+  auto *v = list->Add();
+  v->set_name(name);
+  auto *t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elemType);
+  auto *shape = t->mutable_shape();
+  for (int i = 0; i < rank; ++i)
+    shape->add_dim();
+}
+
+void bodySequence(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> *list,
+                  const std::string &name, int elemType) {
+  auto *v = list->Add();
+  v->set_name(name);
+  v->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(elemType);
+}
+
+onnx::NodeProto *bodyNode(onnx::GraphProto &g, const std::string &op,
+                          const std::vector<std::string> &in,
+                          const std::vector<std::string> &out) {
+  auto *n = g.add_node();
+  n->set_op_type(op);
+  n->set_name("/body/" + op + std::to_string(g.node_size()));
+  for (const auto &i : in)
+    n->add_input(i);
+  for (const auto &o : out)
+    n->add_output(o);
+  return n;
+}
+
+// torch.tensor_split(x, 2, dim=1) as the legacy exporter writes it: a Loop
+// of a constant trip count whose body slices x at i * 3 and inserts the
+// slice into a sequence (also scanned out), then SequenceAt picks the
+// parts; and an If on a condition that folds.
+void buildSplitLoop(ModelBuilder &m, bool runtimeTrips) {
+  m.input("x", kFloat, {"4", "6"});
+  if (runtimeTrips)
+    m.input("trips", kInt64, {});
+  else
+    m.initInts("trips", {}, {2});
+  m.initInts("one", {}, {1});
+  m.initInts("three", {}, {3});
+  m.initInts("zero1", {1}, {0});
+  m.initInts("axis1", {1}, {1});
+  ModelBuilder::attr(m.node("Cast", {"one"}, {"true"}), "to",
+                     int64_t(onnx::TensorProto::BOOL));
+  onnx::NodeProto &empty = m.node("SequenceEmpty", {}, {"seq0"});
+  ModelBuilder::attr(empty, "dtype", int64_t(onnx::TensorProto::FLOAT));
+  onnx::NodeProto &loop =
+      m.node("Loop", {"trips", "true", "seq0"}, {"parts", "stacked"}, "/split");
+  auto *a = loop.add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto &body = *a->mutable_g();
+  body.set_name("split_body");
+  bodyValue(body.mutable_input(), "i", kInt64, 0);
+  bodyValue(body.mutable_input(), "c", onnx::TensorProto::BOOL, 0);
+  bodySequence(body.mutable_input(), "s", kFloat);
+  bodyNode(body, "Mul", {"i", "three"}, {"start"});
+  bodyNode(body, "Add", {"start", "three"}, {"end"});
+  bodyNode(body, "Unsqueeze", {"start", "zero1"}, {"starts"});
+  bodyNode(body, "Unsqueeze", {"end", "zero1"}, {"ends"});
+  bodyNode(body, "Slice", {"x", "starts", "ends", "axis1"}, {"part"});
+  bodyNode(body, "SequenceInsert", {"s", "part"}, {"s2"});
+  bodyNode(body, "Identity", {"c"}, {"c2"});
+  bodyValue(body.mutable_output(), "c2", onnx::TensorProto::BOOL, 0);
+  bodySequence(body.mutable_output(), "s2", kFloat);
+  bodyValue(body.mutable_output(), "part", kFloat, 2);
+  m.initInts("first", {}, {0});
+  m.initInts("second", {}, {-1});
+  m.node("SequenceAt", {"parts", "first"}, {"a"});
+  m.node("SequenceAt", {"parts", "second"}, {"b"});
+  m.node("Sub", {"b", "a"}, {"d"});
+  // If (a folded shape test): the then branch negates.
+  m.node("Shape", {"d"}, {"dshape"});
+  m.node("Gather", {"dshape", "one"}, {"cols"});
+  m.node("Equal", {"cols", "three"}, {"isThree"});
+  onnx::NodeProto &iff = m.node("If", {"isThree"}, {"y"}, "/pick");
+  for (const char *branch : {"then_branch", "else_branch"}) {
+    auto *ba = iff.add_attribute();
+    ba->set_name(branch);
+    ba->set_type(onnx::AttributeProto::GRAPH);
+    onnx::GraphProto &g = *ba->mutable_g();
+    g.set_name(branch);
+    bool then = std::string(branch) == "then_branch";
+    bodyNode(g, then ? "Neg" : "Identity", {"d"}, {then ? "neg" : "same"});
+    bodyValue(g.mutable_output(), then ? "neg" : "same", kFloat, 2);
+  }
+  m.output("y", kFloat, 2);
+  m.output("stacked", kFloat, 3);
+}
+
+} // namespace
+
+TEST(OnnxImportBuilt, LoopOfConstantTripsUnrollsIfOfFoldedConditionInlines) {
+  TempDir dir;
+  ModelBuilder m;
+  buildSplitLoop(m, false);
+  auto g = importBuilt(m.save(dir), {});
+  ASSERT_TRUE(g);
+  int slices = 0, negs = 0, concats = 0;
+  for (const auto &op : g->ops()) {
+    slices += op->kind() == OpKind::Slice;
+    negs += op->kind() == OpKind::Neg;
+    concats += op->kind() == OpKind::Concat;
+  }
+  EXPECT_EQ(slices, 2); // one per iteration
+  EXPECT_EQ(negs, 1);   // the then branch: d has 3 columns
+  EXPECT_EQ(concats, 1); // the scan output stacks the two slices
+  EXPECT_EQ(g->outputs()[0]->type().str(), "f32[4,3]");
+  EXPECT_EQ(g->outputs()[1]->type().str(), "f32[2,4,3]");
+}
+
+TEST(OnnxImportBuilt, LoopOfRuntimeTripsIsRefused) {
+  TempDir dir;
+  ModelBuilder m;
+  buildSplitLoop(m, true);
+  std::string err = importError(m.save(dir), {});
+  EXPECT_NE(err.find("the trip count"), std::string::npos) << err;
+  EXPECT_NE(err.find("/split"), std::string::npos) << err;
+}
