@@ -4,43 +4,20 @@
 // dGrid by output positions), f32 and f64.
 #include "runtime/cpu/CpuKernels.h"
 
-#include "runtime/GridSample.h"
+#include "runtime/GridSampleCall.h"
 
 namespace cleave::runtime::cpu {
 namespace {
 
 using ir::OpKind;
 
-// The geometry of a call: X's shape is the forward's input (dX's for
-// GridSampleGradData), the grid is [N, Ho, Wo, 2].
+// The call's geometry (runtime/GridSampleCall.h), its error named by the op.
 llvm::Expected<grid::Geometry> geometryOf(const KernelCall &c,
                                           llvm::ArrayRef<int64_t> x,
                                           llvm::ArrayRef<int64_t> g) {
-  grid::Geometry geo;
-  if (x.size() != 4 || g.size() != 4 || g[0] != x[0] || g[3] != 2)
-    return kernelError(c, "X {0} and grid {1} must be [N, C, H, W] and "
-                          "[N, Ho, Wo, 2]",
-                       ir::shapeStr(x), ir::shapeStr(g));
-  const std::string &mode = c.getString("mode");
-  if (mode != "linear" && mode != "nearest")
-    return kernelError(c, "mode '{0}' is not supported", mode);
-  const std::string &pad = c.getString("padding_mode");
-  if (pad == "zeros")
-    geo.padding = grid::Padding::Zeros;
-  else if (pad == "border")
-    geo.padding = grid::Padding::Border;
-  else if (pad == "reflection")
-    geo.padding = grid::Padding::Reflection;
-  else
-    return kernelError(c, "padding_mode '{0}' is not supported", pad);
-  geo.nearest = mode == "nearest";
-  geo.alignCorners = c.getInt("align_corners") != 0;
-  geo.n = x[0];
-  geo.c = x[1];
-  geo.h = x[2];
-  geo.w = x[3];
-  geo.ho = g[1];
-  geo.wo = g[2];
+  auto geo = grid::geometryOf(c, x, g);
+  if (!geo)
+    return kernelError(c, "{0}", llvm::toString(geo.takeError()));
   return geo;
 }
 

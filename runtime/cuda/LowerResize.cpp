@@ -4,6 +4,8 @@
 // of GridSample and its gradients (DeviceGridSample.h), f32 only.
 #include "runtime/cuda/LoweringSupport.h"
 
+#include "runtime/GridSampleCall.h"
+
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -113,31 +115,10 @@ llvm::Expected<Steps> lowerGridSample(const KernelCall &call) {
     if (t.dtype != DType::F32)
       return fail(call, "the CUDA kernels sample f32 only, not " +
                             std::string(ir::dtypeName(t.dtype)));
-  if (x->rank() != 4 || grid->rank() != 4 || grid->shape[0] != x->shape[0] ||
-      grid->shape[3] != 2)
-    return fail(call, "X " + ir::shapeStr(x->shape) + " and grid " +
-                          ir::shapeStr(grid->shape) +
-                          " must be [N, C, H, W] and [N, Ho, Wo, 2]");
-  const std::string &mode = call.getString("mode");
-  if (mode != "linear" && mode != "nearest")
-    return fail(call, "mode '" + mode + "' is not supported");
-  const std::string &pad = call.getString("padding_mode");
-  auto padding = llvm::StringSwitch<std::optional<grid::Padding>>(pad)
-                     .Case("zeros", grid::Padding::Zeros)
-                     .Case("border", grid::Padding::Border)
-                     .Case("reflection", grid::Padding::Reflection)
-                     .Default(std::nullopt);
-  if (!padding)
-    return fail(call, "padding_mode '" + pad + "' is not supported");
-  s.g.padding = *padding;
-  s.g.nearest = mode == "nearest";
-  s.g.alignCorners = call.getInt("align_corners") != 0;
-  s.g.n = x->shape[0];
-  s.g.c = x->shape[1];
-  s.g.h = x->shape[2];
-  s.g.w = x->shape[3];
-  s.g.ho = grid->shape[1];
-  s.g.wo = grid->shape[2];
+  auto geo = grid::geometryOf(call, x->shape, grid->shape);
+  if (!geo)
+    return fail(call, llvm::toString(geo.takeError()));
+  s.g = *geo;
   s.out = static_cast<float *>(call.outputs[0].data);
   s.threads = s.kind == GridSampleKind::Forward    ? call.outputs[0].numElements()
               : s.kind == GridSampleKind::GradData ? s.g.n * s.g.c

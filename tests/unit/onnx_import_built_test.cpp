@@ -1025,3 +1025,20 @@ TEST(OnnxImportBuilt, LoopOfRuntimeTripsIsRefused) {
   EXPECT_NE(err.find("the trip count"), std::string::npos) << err;
   EXPECT_NE(err.find("/split"), std::string::npos) << err;
 }
+
+TEST(OnnxImportBuilt, GridSampleBicubicIsRefusedInOneLine) {
+  // F.grid_sample(mode="bicubic") through the legacy exporter (opset 16
+  // spelling): cleave computes linear and nearest only.
+  TempDir dir;
+  ModelBuilder m(17);
+  m.input("x", kFloat, {"1", "2", "4", "5"});
+  m.input("grid", kFloat, {"1", "3", "3", "2"});
+  onnx::NodeProto &n = m.node("GridSample", {"x", "grid"}, {"y"}, "/warp");
+  ModelBuilder::attr(n, "mode", std::string("bicubic"));
+  m.output("y", kFloat, 4);
+  std::string err = importError(m.save(dir), {});
+  EXPECT_NE(err.find("mode 'cubic' is not supported"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("/warp"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+}
