@@ -584,11 +584,13 @@ static llvm::Error ruleGatherElements(RuleContext &c) {
 static llvm::Error ruleScatterND(RuleContext &c) {
   if (c.op.getString("reduction") != "none")
     return noRule(c.op, "only reduction none has a gradient");
-  if (c.needs[0])
-    c.dX[0] = c.b.emit(OpKind::ScatterNDGradData, {c.dY[0], c.in(1)}, {});
+  // The updates' gradient first: then the data's is dY's last reader and
+  // may zero the written slices in dY's own bytes (MemoryPlan.h).
   if (c.needs[2])
     c.dX[2] = c.b.emit(OpKind::ScatterNDGradUpdates, {c.dY[0], c.in(1)},
                        {{"shape", shapeOf(c.in(2))}});
+  if (c.needs[0])
+    c.dX[0] = c.b.emit(OpKind::ScatterNDGradData, {c.dY[0], c.in(1)}, {});
   return llvm::Error::success();
 }
 
@@ -601,14 +603,15 @@ static llvm::Error ruleScatterElements(RuleContext &c) {
     return noRule(c.op, "only reductions none and add have a gradient");
   AttrMap axis = copyAttrs(c.op, {"axis"});
   bool add = red == "add";
-  if (c.needs[0])
-    c.dX[0] = add ? c.dY[0]
-                  : c.b.emit(OpKind::ScatterElementsGradData,
-                             {c.dY[0], c.in(1)}, axis);
+  // The updates' gradient first, as ScatterND's.
   if (c.needs[2])
     c.dX[2] = c.b.emit(add ? OpKind::GatherElements
                            : OpKind::ScatterElementsGradUpdates,
                        {c.dY[0], c.in(1)}, axis);
+  if (c.needs[0])
+    c.dX[0] = add ? c.dY[0]
+                  : c.b.emit(OpKind::ScatterElementsGradData,
+                             {c.dY[0], c.in(1)}, axis);
   return llvm::Error::success();
 }
 

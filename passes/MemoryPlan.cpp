@@ -92,6 +92,22 @@ int programOf(ir::Phase p) {
   return 3;
 }
 
+int inPlaceOperand(const ir::Op &op) {
+  switch (op.kind()) {
+  case ir::OpKind::ScatterElements:
+  case ir::OpKind::ScatterND:
+  case ir::OpKind::ScatterElementsGradData:
+  case ir::OpKind::ScatterNDGradData:
+    break;
+  default:
+    return -1;
+  }
+  if (op.numOperands() < 1 || op.numResults() != 1 ||
+      op.operand(0)->type() != op.result(0)->type())
+    return -1;
+  return 0;
+}
+
 bool isViewOp(const ir::Op &op) {
   return ir::opInfo(op.kind()).has(ir::optrait::LayoutOnly) &&
          op.numOperands() == 1 && op.numResults() == 1 &&
@@ -150,6 +166,7 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
     programs[programOf(op->phase())].push_back(op.get());
   int64_t programEnd[4] = {0, 0, 0, 0};
   int64_t pos = 0;
+  llvm::DenseMap<const ir::Op *, int64_t> positionOf;
   llvm::DenseSet<const ir::Value *> summed;
   for (int p = 0; p < 4; ++p) {
     if (p == 3)
@@ -163,6 +180,7 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
         if (auto it = index.find(v); it != index.end())
           vals[it->second].to = std::max(vals[it->second].to, pos);
       }
+      positionOf[op] = pos;
       for (const ir::Value *r : op->results()) {
         FrameValue &fv = vals[index.lookup(r)];
         if (fv.from == INT64_MAX)
@@ -208,6 +226,39 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss) {
           vals[src].value->type().byteSize() !=
               vals[dst].value->type().byteSize() ||
           vals[dst].from == INT64_MAX || vals[dst].root != dst)
+        continue;
+      vals[dst].root = src;
+      vals[src].from = std::min(vals[src].from, vals[dst].from);
+      vals[src].to = std::max(vals[src].to, vals[dst].to);
+    }
+
+  // Results written over a dying operand (inPlaceOperand): the result
+  // joins the operand's buffer where nothing reads that buffer (the
+  // operand, or a value sharing its bytes) after the op, no other operand
+  // of the op is in it, and both are values of one frame, not inputs.
+  // Program order, so a chain of scatters into one tensor (a loop that
+  // fills a matrix row by row) takes one buffer.
+  for (int p = 0; p < 4; ++p)
+    for (const ir::Op *op : programs[p]) {
+      int k = inPlaceOperand(*op);
+      if (k < 0 || summedByStep(p, op->operand(k)))
+        continue;
+      auto in = index.find(op->operand(k));
+      if (in == index.end())
+        continue;
+      int src = root(in->second), dst = index.lookup(op->result(0));
+      bool sameFrame = vals[src].kind == vals[dst].kind &&
+                       vals[dst].kind != FrameKind::Input;
+      if (!sameFrame || vals[dst].root != dst ||
+          vals[dst].from == INT64_MAX || vals[src].to != positionOf[op])
+        continue;
+      bool readTwice = false;
+      for (unsigned j = 0; j < op->numOperands(); ++j)
+        if (int(j) != k)
+          if (auto o = index.find(op->operand(j));
+              o != index.end() && root(o->second) == src)
+            readTwice = true;
+      if (readTwice)
         continue;
       vals[dst].root = src;
       vals[src].from = std::min(vals[src].from, vals[dst].from);

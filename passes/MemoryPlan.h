@@ -78,6 +78,15 @@ StageFrames planStageFrames(const ir::Graph &g, const ir::Value *loss);
 // and the executor then skips the op.
 bool isViewOp(const ir::Op &op);
 
+// The operand whose bytes `op`'s result may take when the operand is read
+// by nothing after it (planStageFrames), or -1: the scatters and their
+// data gradients, whose kernels copy the operand to the result unless the
+// two are one buffer and then write the scattered elements, and whose
+// result has the operand's type. A loop that fills a matrix a row at a
+// time (the gated delta rule's chunks) is a chain of such ops, each of
+// which copied the whole matrix.
+int inPlaceOperand(const ir::Op &op);
+
 // The state updates whose new value the executor writes into the state's
 // own bytes, as runtime::stepUpdatesInPlace (runtime/Plan.h) finds them in
 // the plan codegen makes of `g`: made by an SGD or AdamW op of the step,

@@ -612,7 +612,8 @@ template <typename T> llvm::Error scatterNDGradData(const KernelCall &call) {
     return s.takeError();
   const T *dy = dY.as<T>();
   T *dx = dX.as<T>();
-  std::copy(dy, dy + dY.numElements(), dx);
+  if (dx != dy) // the memory plan may give dX dY's bytes (MemoryPlan.h)
+    std::copy(dy, dy + dY.numElements(), dx);
   for (int64_t off : s->offsets)
     std::fill(dx + off, dx + off + s->slice, T(0));
   return llvm::Error::success();

@@ -255,6 +255,44 @@ TEST(PlanningPasses, UpdatesWrittenInPlaceLeaveTheStepFrame) {
     EXPECT_EQ(frames.offset.lookup(value(v)), 0) << v.str();
 }
 
+// A chain of scatters into one matrix (a loop filling it row by row) takes
+// one buffer: each result is written over its operand, which nothing reads
+// after; a scatter whose operand is read later, and one whose operand is
+// the graph's input, get buffers of their own.
+TEST(PlanningPasses, ScattersWriteOverADyingOperand) {
+  auto g = ir::parseGraph(R"(graph @rows {
+  input %x : f32[4,64]
+  input %u : f32[1,64]
+  buffer %i : i64[1,64] = splat<1>
+  fwd %a = Relu(%x) : f32[4,64]
+  fwd %s1 = ScatterElements(%a, %i, %u) {axis = 0, reduction = "none"} : f32[4,64]
+  fwd %s2 = ScatterElements(%s1, %i, %u) {axis = 0, reduction = "none"} : f32[4,64]
+  fwd %s3 = ScatterElements(%s2, %i, %u) {axis = 0, reduction = "none"} : f32[4,64]
+  fwd %r = Reshape(%s3) {shape = [256]} : f32[256]
+  fwd %t = ScatterElements(%s3, %i, %u) {axis = 0, reduction = "none"} : f32[4,64]
+  fwd %y = Add(%t, %r) : f32[256]
+  fwd %z = ScatterElements(%x, %i, %u) {axis = 0, reduction = "none"} : f32[4,64]
+  output %y
+  output %z
+})",
+                          "test");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  auto value = [&](llvm::StringRef name) { return (*g)->lookup(name); };
+  StageFrames frames = planStageFrames(**g, nullptr);
+  auto offset = [&](llvm::StringRef v) {
+    return frames.offset.lookup(value(v));
+  };
+  for (llvm::StringRef v : {"s1", "s2", "s3", "r"}) {
+    EXPECT_EQ(offset(v), offset("a")) << v.str();
+    EXPECT_EQ(frames.sharesWith.lookup(value(v)), value("a")) << v.str();
+  }
+  // %s3's bytes are read after %t (through the view %r): %t gets its own.
+  EXPECT_NE(offset("t"), offset("a"));
+  EXPECT_FALSE(frames.sharesWith.count(value("t")));
+  // %x is an input: %z does not write over it.
+  EXPECT_FALSE(frames.sharesWith.count(value("z")));
+}
+
 } // namespace
 
 // The pass manager's verifier catches a planning pass that breaks the
