@@ -1034,6 +1034,17 @@ Types gradient(const TypeQuery &q) {
       return err("the gradient of a reduced loss must be a scalar, got {0}",
                  dy.str());
     return std::vector{q.operands[1]};
+  case OpKind::GatherGrad:
+  case OpKind::SliceGrad: {
+    auto s = shapeAttr(q);
+    if (!s)
+      return s.takeError();
+    size_t acc = q.info.kind == OpKind::GatherGrad ? 2 : 1;
+    if (q.operands.size() > acc && q.operands[acc] != typed(*s))
+      return err("the sum {0} must have the gradient's type {1}",
+                 q.operands[acc].str(), typed(*s).str());
+    return std::vector{typed(*s)};
+  }
   case OpKind::MatMulGradA:
   case OpKind::MatMulGradB:
   case OpKind::GemmGradA:
@@ -1041,10 +1052,8 @@ Types gradient(const TypeQuery &q) {
   case OpKind::ConvGradData:
   case OpKind::ConvTranspose:
   case OpKind::ConvGradFilter:
-  case OpKind::GatherGrad:
   case OpKind::GatherElementsGrad:
   case OpKind::ScatterNDGradUpdates:
-  case OpKind::SliceGrad:
   case OpKind::ResizeGrad:
   case OpKind::GridSampleGradData:
   case OpKind::AveragePoolGrad: {

@@ -336,6 +336,7 @@ llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx) {
   for (size_t i = numForward; i < g.ops().size(); ++i)
     g.ops()[i]->setPhase(ir::Phase::B);
   tagPhases(g, ad.activationGradients());
+  accumulateSparseGradients(g);
   return true;
 }
 

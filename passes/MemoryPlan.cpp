@@ -93,19 +93,26 @@ int programOf(ir::Phase p) {
 }
 
 int inPlaceOperand(const ir::Op &op) {
+  unsigned k = 0;
   switch (op.kind()) {
   case ir::OpKind::ScatterElements:
   case ir::OpKind::ScatterND:
   case ir::OpKind::ScatterElementsGradData:
   case ir::OpKind::ScatterNDGradData:
     break;
+  case ir::OpKind::GatherGrad: // the sum operand, when it has one
+    k = 2;
+    break;
+  case ir::OpKind::SliceGrad:
+    k = 1;
+    break;
   default:
     return -1;
   }
-  if (op.numOperands() < 1 || op.numResults() != 1 ||
-      op.operand(0)->type() != op.result(0)->type())
+  if (op.numOperands() <= k || op.numResults() != 1 ||
+      op.operand(k)->type() != op.result(0)->type())
     return -1;
-  return 0;
+  return int(k);
 }
 
 bool isViewOp(const ir::Op &op) {

@@ -80,11 +80,12 @@ bool isViewOp(const ir::Op &op);
 
 // The operand whose bytes `op`'s result may take when the operand is read
 // by nothing after it (planStageFrames), or -1: the scatters and their
-// data gradients, whose kernels copy the operand to the result unless the
-// two are one buffer and then write the scattered elements, and whose
-// result has the operand's type. A loop that fills a matrix a row at a
-// time (the gated delta rule's chunks) is a chain of such ops, each of
-// which copied the whole matrix.
+// data gradients, and GatherGrad and SliceGrad with a sum operand (Ops.def),
+// whose kernels copy the operand to the result unless the two are one
+// buffer and then write (or add) the scattered elements, and whose result
+// has the operand's type. A loop that fills a matrix a row at a time (the
+// gated delta rule's chunks) is a chain of such ops, each of which copied
+// the whole matrix, and its gradient a chain of such sums.
 int inPlaceOperand(const ir::Op &op);
 
 // The state updates whose new value the executor writes into the state's

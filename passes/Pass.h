@@ -83,6 +83,10 @@ llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> slicePackedViews(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeSilu(ir::Graph &g, const PassContext &);
+// The last step of autodiff (AccumulateSparseGradients.cpp): a GatherGrad
+// or SliceGrad added into another gradient takes it as its sum operand.
+// Returns whether it rewrote an Add.
+bool accumulateSparseGradients(ir::Graph &g);
 llvm::Expected<bool> stableLogSigmoid(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeGelu(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);

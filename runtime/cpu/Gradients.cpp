@@ -495,10 +495,11 @@ template <typename T> llvm::Error dropoutGrad(const KernelCall &call) {
 
 // --- GatherGrad -----------------------------------------------------------
 
-// dX = zeros(shape); dX[o, index[k], i] += dY[o, k, i], except for the
-// index padding_idx (PyTorch's embedding row that never trains). Threads
-// split the (o, i) positions, and each adds its k in order, so repeated
-// indices sum in a fixed order.
+// dX = zeros(shape) (or the sum operand acc: Ops.def); dX[o, index[k], i]
+// += dY[o, k, i], except for the index padding_idx (PyTorch's embedding
+// row that never trains). Threads split the (o, i) positions, and each adds
+// its k in order, so repeated indices sum in a fixed order. acc may be dX's
+// own bytes (the memory plan's in-place sums).
 template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &idx = call.inputs[1],
                   &dX = call.outputs[0];
@@ -520,6 +521,7 @@ template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
   int64_t padding = call.getInt("padding_idx");
   const T *dy = dY.as<T>();
   T *dx = dX.as<T>();
+  const T *acc = call.inputs.size() > 2 ? call.inputs[2].as<T>() : nullptr;
   parallelFor(outer * inner,
               std::max<int64_t>(64, kGrain / std::max<int64_t>(1, n)),
               [&](int64_t b, int64_t e) {
@@ -527,8 +529,15 @@ template <typename T> llvm::Error gatherGrad(const KernelCall &call) {
                   int64_t o = p / inner, i0 = p % inner;
                   int64_t i1 = std::min(inner, i0 + (e - p));
                   T *dst = dx + o * dim * inner;
-                  for (int64_t r = 0; r < dim; ++r)
-                    std::fill(dst + r * inner + i0, dst + r * inner + i1, T(0));
+                  if (!acc)
+                    for (int64_t r = 0; r < dim; ++r)
+                      std::fill(dst + r * inner + i0, dst + r * inner + i1,
+                                T(0));
+                  else if (acc != dx)
+                    for (int64_t r = 0; r < dim; ++r) {
+                      const T *from = acc + (o * dim + r) * inner;
+                      std::copy(from + i0, from + i1, dst + r * inner + i0);
+                    }
                   for (int64_t k = 0; k < n; ++k) {
                     if ((*index)[k] == padding)
                       continue;
@@ -656,7 +665,9 @@ llvm::Error scatterNDGradUpdates(const KernelCall &call) {
 // the slice did not read is zeroed; a row it read gets its dY row (one copy
 // when the last axis is not stepped) and zeros around it. (A fill of all
 // of dX on one thread, then a scatter element by element, took 3.2 ms of a
-// GPT-2 step at T 1024 for the logits' shift.)
+// GPT-2 step at T 1024 for the logits' shift.) With the sum operand acc
+// (Ops.def), acc's rows take the zeros' place and dY is added to them;
+// where acc is dX's own bytes only the rows the slice read are touched.
 template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &dX = call.outputs[0];
   auto view = sliceView(call, dX.shape);
@@ -670,8 +681,9 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
                        ir::shapeStr(dX.shape));
   const T *dy = dY.as<T>();
   T *dx = dX.as<T>();
+  const T *acc = call.inputs.size() > 1 ? call.inputs[1].as<T>() : nullptr;
   if (rank == 0) {
-    dx[0] = dy[0];
+    dx[0] = acc ? T(acc[0] + dy[0]) : dy[0];
     return llvm::Error::success();
   }
   const std::vector<int64_t> &first = view->first, &step = view->steps;
@@ -698,7 +710,13 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
         read = diff % step[d] == 0 && k >= 0 && k < lengths[d];
         at += k * dyStrides[d];
       }
-      if (!read) {
+      if (acc) {
+        const T *base = acc + r * cols;
+        if (base != out)
+          std::copy_n(base, cols, out);
+        for (int64_t k = 0; read && k < len; ++k)
+          out[c0 + k * cstep] = T(out[c0 + k * cstep] + dy[at + k]);
+      } else if (!read) {
         std::fill_n(out, cols, T(0));
       } else if (cstep == 1) {
         std::fill_n(out, c0, T(0));

@@ -143,8 +143,26 @@ llvm::Expected<Steps> lowerDataMovement(const KernelCall &call) {
     auto view = sliceView(call, dx.shape, x.shape);
     if (!view)
       return view.takeError();
-    return Steps{zero(dx), copy(x, contiguous(x.shape), dx.data, *view,
-                                x.numElements())};
+    if (call.inputs.size() < 2)
+      return Steps{zero(dx), copy(x, contiguous(x.shape), dx.data, *view,
+                                  x.numElements())};
+    // dX = acc (the sum operand, Ops.def; maybe dX's own bytes), then dY
+    // added into its slice, each element read and written by one thread.
+    const TensorRef &acc = call.inputs[1];
+    Steps steps;
+    if (acc.data != dx.data)
+      steps.push_back(copy(acc, contiguous(acc.shape), dx.data,
+                           contiguous(dx.shape), dx.numElements()));
+    MapArgs add;
+    add.op = MapOp::Add;
+    add.n = x.numElements();
+    add.in[0] = operand(dx, *view);
+    add.in[1] = operand(x, contiguous(x.shape));
+    add.out = dx.data;
+    add.outElem = *elemOf(dx.dtype);
+    add.outAt = *view;
+    steps.push_back(add);
+    return steps;
   }
   case OpKind::Expand: {
     const TensorRef &y = call.outputs[0];

@@ -317,7 +317,16 @@ llvm::Expected<Steps> lowerGather(const KernelCall &call) {
   g.grad = grad;
   if (grad) {
     g.padding = call.getInt("padding_idx");
-    return Steps{zero(out), g};
+    // Rows add into dX: zeros, or the sum operand (Ops.def), which may be
+    // dX's own bytes.
+    if (call.inputs.size() < 3)
+      return Steps{zero(out), g};
+    const TensorRef &acc = call.inputs[2];
+    if (acc.data == out.data)
+      return Steps{g};
+    return Steps{copy(acc, contiguous(acc.shape), out.data,
+                      contiguous(out.shape), out.numElements()),
+                 g};
   }
   return Steps{g};
 }

@@ -805,6 +805,79 @@ TEST(CpuGradients, SliceGradMatchesFiniteDifferences) {
   }
 }
 
+// GatherGrad and SliceGrad with a sum operand (Ops.def; autodiff's sums of
+// a select's or slice's gradient): the result is the sum plus the plain
+// gradient, the same bits when the sum has its own buffer and when it is
+// the result's (the memory plan's in-place sums), f32 and f64, on the
+// threaded paths too. A slice's is the Add of the two, bit for bit; a
+// gather with repeated indices adds its rows to the sum one at a time, so
+// it is the Add to rounding.
+template <typename T> void expectSumOperandIsTheAdd() {
+  Host<int64_t> idx({6}, {0, -1, 2, 0, 2, 2});
+  struct Case {
+    OpKind op;
+    AttrMap attrs;
+    Ints dyShape, shape;
+    bool gather;
+  };
+  std::vector<Case> cases = {
+      {OpKind::GatherGrad,
+       {{"axis", int64_t(1)}, {"shape", Ints{4, 5, 70}}},
+       {4, 6, 70},
+       {4, 5, 70},
+       true},
+      {OpKind::SliceGrad,
+       {{"starts", Ints{1, 0}},
+        {"ends", Ints{4, 100}},
+        {"axes", Ints{0, 2}},
+        {"steps", Ints{1, 3}},
+        {"shape", Ints{5, 6, 70}}},
+       {3, 6, 24},
+       {5, 6, 70},
+       false},
+      {OpKind::SliceGrad,
+       {{"starts", Ints{2}},
+        {"ends", Ints{5}},
+        {"axes", Ints{1}},
+        {"steps", Ints{1}},
+        {"shape", Ints{5, 6, 70}}},
+       {5, 3, 70},
+       {5, 6, 70},
+       false},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(std::string(ir::opInfo(c.op).name) + " " +
+                 ir::shapeStr(c.dyShape));
+    Host<T> dY = randomHost<T>(c.dyShape, 71);
+    Host<T> sum = randomHost<T>(c.shape, 72);
+    std::vector<TensorRef> plainIns = {dY.ref()};
+    if (c.gather)
+      plainIns.push_back(idx.ref());
+    Host<T> plain = runOp<T>(c.op, c.attrs, plainIns)[0];
+    std::vector<TensorRef> ins = plainIns;
+    ins.push_back(sum.ref());
+    Host<T> fused = runOp<T>(c.op, c.attrs, ins)[0];
+    Host<T> inPlace = sum;
+    ins.back() = inPlace.ref();
+    ASSERT_FALSE(bool(run(c.op, c.attrs, ins, {inPlace.ref()})));
+    const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+    for (size_t i = 0; i < plain.data.size(); ++i) {
+      T want = T(sum.data[i] + plain.data[i]);
+      if (c.gather)
+        ASSERT_NEAR(fused.data[i], want, tol * 4) << "element " << i;
+      else
+        ASSERT_EQ(fused.data[i], want) << "element " << i;
+      ASSERT_EQ(inPlace.data[i], fused.data[i]) << "element " << i
+                                                << " in place";
+    }
+  }
+}
+
+TEST(CpuGradients, GatherGradAndSliceGradAddIntoTheirSumOperand) {
+  expectSumOperandIsTheAdd<float>();
+  expectSumOperandIsTheAdd<double>();
+}
+
 // --- Combined ops equal their parts -------------------------------------------
 
 TEST(CpuGradients, CombinedOpsEqualTheirPartsBitForBit) {
