@@ -246,9 +246,10 @@ llvm::Error Importer::importNode(const onnx::NodeProto &n, int index) {
     if (a.type() == onnx::AttributeProto::GRAPH ||
         a.type() == onnx::AttributeProto::GRAPHS)
       return importError(
-          "unsupported op '{0}' with a subgraph at node '{1}'{2} "
-          "(control flow is not supported); `cleavec --list-ops` "
-          "lists the supported ops",
+          "unsupported op '{0}' with a subgraph at node '{1}'{2} (of "
+          "the control-flow ops cleave imports only Loop and If, whose "
+          "trip count and condition fold); `cleavec --list-ops` lists the "
+          "supported ops",
           n.op_type(), n.name(), bodyContext());
   if (n.op_type() == "Constant" && (n.domain().empty() ||
                                     n.domain() == "ai.onnx")) {

@@ -70,9 +70,13 @@ onnxInputNames(const std::string &path);
 // `expanded` those imported through their ONNX function bodies (tested:
 // Attention, RotaryEmbedding, Softplus, ...). Any other op ONNX defines by
 // a function body is expanded the same way and imports when every op of
-// its body does.
+// its body does. `unrolled` receives the control-flow ops imported by
+// unrolling (Loop, when its trip count and condition fold) or inlining (If,
+// when its condition folds: frontend/ControlFlow.cpp).
 std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly,
                                           std::vector<std::string> *expanded =
+                                              nullptr,
+                                          std::vector<std::string> *unrolled =
                                               nullptr);
 
 // The lowest and highest default-domain opset versions accepted: up to the

@@ -123,8 +123,8 @@ static std::string helpText() {
 }
 
 static int listOps() {
-  std::vector<std::string> folded, expanded;
-  auto ops = frontend::supportedOnnxOps(&folded, &expanded);
+  std::vector<std::string> folded, expanded, unrolled;
+  auto ops = frontend::supportedOnnxOps(&folded, &expanded, &unrolled);
   llvm::outs() << "ONNX ops imported by cleave (default domain, opsets "
                << frontend::kMinOpset << "-" << frontend::kMaxOpset << "):\n";
   auto has = [](const std::vector<std::string> &v, const std::string &op) {
@@ -132,10 +132,15 @@ static int listOps() {
   };
   for (const std::string &op : ops)
     llvm::outs() << "  " << op
-                 << (has(folded, op)     ? "  (must fold to a constant)"
-                     : has(expanded, op) ? "  (expanded into its ONNX "
-                                           "function body)"
-                                         : "")
+                 << (has(folded, op) ? "  (must fold to a constant)"
+                     : has(expanded, op)
+                         ? "  (expanded into its ONNX function body)"
+                     : !has(unrolled, op) ? ""
+                     : op == "Loop"
+                         ? "  (unrolled: its trip count and condition must "
+                           "fold)"
+                         : "  (its condition must fold: the taken branch is "
+                           "inlined)")
                  << "\n";
   llvm::outs() << "Other ops that ONNX defines by a function body are "
                   "expanded the same way; they import when every op of the "

@@ -93,8 +93,12 @@ OpTranslation sameNamedOp(const char *onnxName) {
 }
 
 std::vector<std::string> supportedOnnxOps(std::vector<std::string> *foldedOnly,
-                                          std::vector<std::string> *expanded) {
-  std::set<std::string> ops, folded, bodies;
+                                          std::vector<std::string> *expanded,
+                                          std::vector<std::string> *unrolled) {
+  // Loop and If come before the table (Importer::importNode).
+  std::set<std::string> ops = {"If", "Loop"}, folded, bodies;
+  if (unrolled)
+    *unrolled = {"If", "Loop"};
   for (const OpTranslation &t : allTranslations()) {
     std::string name = isDefaultDomain(t.domain)
                            ? t.onnxName

@@ -312,6 +312,12 @@ TEST(OnnxImport, SupportedOpsListsFoldOnlyOpsSeparately) {
   EXPECT_THAT(expanded, ::testing::Contains("RotaryEmbedding"));
   EXPECT_THAT(ops, ::testing::Contains("RotaryEmbedding"));
   EXPECT_THAT(expanded, Not(::testing::Contains("MatMul")));
+  std::vector<std::string> unrolled;
+  ops = frontend::supportedOnnxOps(nullptr, nullptr, &unrolled);
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  EXPECT_THAT(ops, ::testing::Contains("Loop"));
+  EXPECT_THAT(ops, ::testing::Contains("If"));
+  EXPECT_EQ(unrolled, (std::vector<std::string>{"If", "Loop"}));
 }
 
 // --- binding input shapes ---------------------------------------------------
