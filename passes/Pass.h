@@ -82,6 +82,7 @@ const PassInfo *lookupPass(std::string_view name);
 llvm::Expected<bool> eliminateDeadCode(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> removeIdentities(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> slicePackedViews(ir::Graph &g, const PassContext &);
+llvm::Expected<bool> mergeSlices(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeSilu(ir::Graph &g, const PassContext &);
 // The last step of autodiff (AccumulateSparseGradients.cpp): a GatherGrad
 // or SliceGrad added into another gradient takes it as its sum operand.

@@ -17,6 +17,10 @@ static const PassInfo kPasses[] = {
      "drops nothing (inference mode or ratio 0, mask unused), and of every "
      "view or Cast that leaves its operand's type as it is, to its users",
      removeIdentities},
+    {"merge-slices",
+     "make a Slice of a Slice over other axes, which nothing else reads, "
+     "one Slice (x[..., :i, :j] is exported as two copies)",
+     mergeSlices},
     {"slice-packed-views",
      "replace a Gather of one constant index read through Transposes and "
      "reshapes (nn.MultiheadAttention's packed Q, K, V) by a Slice of the "

@@ -7,6 +7,8 @@ static const PipelineStep kGraph[] = {
     {"remove-identity",
      "exporters emit Identity copies and same-shape views that carry no "
      "work"},
+    {"merge-slices",
+     "x[..., :i, :j] exported as two Slices, each a copy: one Slice"},
     {"slice-packed-views",
      "packed Q, K, V picked by Transpose and Gather: one Split, its "
      "gradient one Concat"},
