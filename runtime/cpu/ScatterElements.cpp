@@ -111,8 +111,29 @@ llvm::Error scatterElementsGradUpdates(const KernelCall &c) {
     return offsets.takeError();
   const T *dy = dY.as<T>();
   T *du = dU.as<T>();
+  // Two positions write one element only if they share their lane (every
+  // coordinate but the axis's). With few positions a lane (a row written
+  // at a time: one), each looks at the later ones of its lane; otherwise a
+  // flag per element of dY, positions from the last.
+  int64_t rank = idx.rank(), axis = c.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  const int64_t along = idx.shape[axis],
+                inner = elementCount(idx.shape.drop_front(axis + 1));
+  const int64_t n = int64_t(offsets->size());
+  if (along <= 16) {
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t off = (*offsets)[p], k = (p / inner) % along;
+      bool later = false;
+      for (int64_t q = p + inner, j = k + 1; j < along && !later;
+           q += inner, ++j)
+        later = (*offsets)[q] == off;
+      du[p] = later ? T(0) : dy[off];
+    }
+    return llvm::Error::success();
+  }
   std::vector<char> written(dY.numElements(), 0);
-  for (int64_t p = int64_t(offsets->size()); p-- > 0;) {
+  for (int64_t p = n; p-- > 0;) {
     int64_t off = (*offsets)[p];
     du[p] = written[off] ? T(0) : dy[off];
     written[off] = 1;

@@ -133,6 +133,43 @@ TEST(CpuScatterElements, Gradients) {
   EXPECT_EQ(du.values<double>(), (std::vector<double>{0, 30, 40, 50}));
 }
 
+// Which update wrote last, found per lane (at most 16 positions along the
+// axis) or with a flag per element (more): both give each position dY at
+// its element when no later position of its lane wrote there, else 0, as
+// a brute-force search over all later positions does.
+TEST(CpuScatterElements, GradientUpdatesFindTheLastWriterOnShortAndLongLanes) {
+  for (int64_t along : {4, 40}) {
+    SCOPED_TRACE("positions along the axis: " + std::to_string(along));
+    const int64_t outer = 3, dim = 5, inner = 2;
+    std::vector<double> dyv(size_t(outer * dim * inner));
+    for (size_t i = 0; i < dyv.size(); ++i)
+      dyv[i] = double(i + 1);
+    std::vector<int64_t> iv(size_t(outer * along * inner));
+    uint64_t state = 12345;
+    for (int64_t &v : iv) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      v = int64_t((state >> 33) % uint64_t(dim)) - (state >> 62 ? dim : 0);
+    }
+    Host dy = make<double>(DType::F64, {outer, dim, inner}, dyv);
+    Host idx = make<int64_t>(DType::I64, {outer, along, inner}, iv);
+    Host du = empty(DType::F64, {outer, along, inner});
+    ASSERT_FALSE(bool(run(OpKind::ScatterElementsGradUpdates, {&dy, &idx},
+                          {&du}, {{"axis", int64_t(1)}})));
+    auto offsetOf = [&](int64_t p) {
+      int64_t o = p / (along * inner), i = p % inner, v = iv[size_t(p)];
+      return (o * dim + (v < 0 ? v + dim : v)) * inner + i;
+    };
+    std::vector<double> want(iv.size());
+    for (int64_t p = 0; p < int64_t(iv.size()); ++p) {
+      bool later = false;
+      for (int64_t q = p + 1; q < int64_t(iv.size()); ++q)
+        later = later || offsetOf(q) == offsetOf(p);
+      want[size_t(p)] = later ? 0.0 : dyv[size_t(offsetOf(p))];
+    }
+    EXPECT_EQ(du.values<double>(), want);
+  }
+}
+
 // --- CumSum --------------------------------------------------------------------
 
 ir::AttrMap cumAttrs(int64_t axis, int64_t exclusive = 0, int64_t reverse = 0) {
