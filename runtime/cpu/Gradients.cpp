@@ -692,6 +692,29 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
   const int64_t len = lengths[rank - 1], c0 = first[rank - 1],
                 cstep = step[rank - 1];
   const std::vector<int64_t> dyStrides = stridesOf(lengths);
+  if (acc == dx) {
+    // dX is the sum's own bytes: only the rows the slice read change, so
+    // walk dY's rows (each the row of dX at first + k * step a dim) and
+    // add each into its row, rows split over the threads.
+    const std::vector<int64_t> dxStrides = stridesOf(dX.shape);
+    const int64_t dyRows = dY.numElements() / std::max<int64_t>(1, len);
+    parallelFor(dyRows,
+                std::max<int64_t>(1, 16384 / std::max<int64_t>(1, len)),
+                [&](int64_t r0, int64_t r1) {
+                  for (int64_t r = r0; r < r1; ++r) {
+                    int64_t at = c0;
+                    for (int64_t d = rank - 1, rest = r; d-- > 0;) {
+                      at += (first[d] + rest % lengths[d] * step[d]) *
+                            dxStrides[d];
+                      rest /= lengths[d];
+                    }
+                    const T *src = dy + r * len;
+                    for (int64_t k = 0; k < len; ++k)
+                      dx[at + k * cstep] = T(dx[at + k * cstep] + src[k]);
+                  }
+                });
+    return llvm::Error::success();
+  }
   parallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)),
               [&](int64_t r0, int64_t r1) {
     std::vector<int64_t> pos(rank - 1);
