@@ -196,7 +196,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "corpus/saturating-dynamo", "corpus/topk_gate-legacy",
                       "corpus/topk_gate-dynamo", "corpus/index_pairs-legacy",
                       "corpus/index_pairs-dynamo", "corpus/grid_warp-legacy",
-                      "corpus/grid_warp-dynamo", "corpus/detached-dynamo"),
+                      "corpus/grid_warp-dynamo", "corpus/detached-dynamo",
+                      "corpus/row_fill-legacy", "corpus/row_fill-dynamo"),
     testName);
 
 INSTANTIATE_TEST_SUITE_P(Opset23, Corpus,

@@ -505,6 +505,41 @@ class DetachedBranches(nn.Module):
         return logits - logits.mean(0, keepdim=True).detach()
 
 
+class RowFill(nn.Module):
+    """A matrix filled a row at a time, reading back rows and blocks of
+    itself (the chunked delta rule of Qwen3.5 and OLMo-Hybrid in HF's
+    reference code): each row i of a strictly lower triangular score
+    matrix becomes itself plus the sum over j < i of its entries times
+    rows j, written in place; the matrix as it was before the loop is read
+    after it (so the first row write may not take its operand's bytes).
+    The exporters write the row writes as
+    ScatterElements or ScatterND and x[:, :i, :i] as two Slices; the
+    gradient sums selects' and slices' gradients row by row (cleave adds
+    them in place: docs/design/training.md)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.k = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        t = x.shape[1]
+        a = (self.q(x) @ self.k(x).transpose(1, 2) * 0.3).tril(-1)
+        before = a.clone()
+        for i in range(1, t):
+            row = a[:, i, :i].clone()
+            sub = a[:, :i, :i].clone()
+            a[:, i, :i] = row + (row.unsqueeze(-1) * sub).sum(-2)
+        return self.head(((a + 0.5 * before) @ x).mean(1))
+
+
+def sequence_class_sample(gen, n):
+    x = torch.randn(n, 6, 8, generator=gen)
+    labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
+    return collections.OrderedDict([("x", x), ("labels", labels)])
+
+
 def warp_sample(gen, n):
     x = torch.randn(n, 3, 6, 7, generator=gen)
     labels = torch.randint(0, 10, (n,), generator=gen, dtype=torch.int64)
@@ -537,6 +572,10 @@ def make_detached():
     return DetachedBranches(), vector_class_sample, WithLoss
 
 
+def make_row_fill():
+    return RowFill(), sequence_class_sample, WithLoss
+
+
 # name -> (make, batch)
 MODELS = collections.OrderedDict([
     ("gpt2", (make_gpt2, 2)),
@@ -552,6 +591,7 @@ MODELS = collections.OrderedDict([
     ("index_pairs", (make_index_pairs, 8)),
     ("grid_warp", (make_grid_warp, 4)),
     ("detached", (make_detached, 8)),
+    ("row_fill", (make_row_fill, 4)),
 ])
 EXPORTERS = ("dynamo", "legacy")
 # Models whose legacy export does not compute the module's gradients (the
