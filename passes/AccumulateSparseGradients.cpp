@@ -28,6 +28,10 @@
 #include "passes/Pass.h"
 #include "passes/ScalarConstant.h"
 
+#include "ir/TypeRules.h"
+
+#include <algorithm>
+
 namespace cleave::passes {
 
 bool accumulateSparseGradients(ir::Graph &g) {
@@ -69,6 +73,76 @@ bool accumulateSparseGradients(ir::Graph &g) {
     g.eraseOp(grad);
     g.rename(fused->result(), name);
     changed = true;
+  }
+  return changed;
+}
+
+// The gradient of a sum over an axis is the incoming gradient copied along
+// that axis: autodiff's Expand, a whole tensor written. Where the Expand's
+// readers are elementwise ops that broadcast (Add, Sub, Mul, Div) and whose
+// result keeps its shape when they read the Expand's operand instead, they
+// read the operand: their kernels broadcast it, and the copy is never made
+// (the row update of the chunked delta rule,
+// (attn[..., i, :, None] * attn[..., :, :i]).sum(-2), had one of the row
+// matrix's size per row). The values are the same. Gradient ops only (B
+// and W); an Expand left with no reader is erased.
+bool readExpandOperandsWhereTheyBroadcast(ir::Graph &g) {
+  using ir::Op;
+  using ir::OpKind;
+  auto broadcasts = [](OpKind k) {
+    return k == OpKind::Add || k == OpKind::Sub || k == OpKind::Mul ||
+           k == OpKind::Div;
+  };
+  std::vector<Op *> expands;
+  for (const auto &op : g.ops())
+    if (op->kind() == OpKind::Expand &&
+        (op->phase() == ir::Phase::B || op->phase() == ir::Phase::W))
+      expands.push_back(op.get());
+  bool changed = false;
+  for (Op *expand : expands) {
+    ir::Value *e = expand->result(), *x = expand->operand(0);
+    if (x->type().dtype != e->type().dtype)
+      continue;
+    std::vector<std::pair<Op *, unsigned>> readers;
+    for (const ir::Use &u : e->uses())
+      readers.emplace_back(u.user, u.operandIndex);
+    for (auto [user, index] : readers) {
+      if (!broadcasts(user->kind()) || user->numOperands() != 2)
+        continue;
+      const ir::Value *other = user->operand(1 - index);
+      if (other == e)
+        continue;
+      auto shape = ir::broadcastShapes(x->type().shape, other->type().shape);
+      if (!shape) {
+        llvm::consumeError(shape.takeError());
+        continue;
+      }
+      if (*shape != user->result()->type().shape)
+        continue;
+      user->setOperand(index, x);
+      changed = true;
+      // What W ops read of the forward and B work is stashed (autodiff's
+      // tags made the stash before this step): the operand now, not the
+      // Expand.
+      const Op *def = x->definingOp();
+      if (user->phase() == ir::Phase::W &&
+          (!def || def->phase() != ir::Phase::W)) {
+        std::vector<ir::Value *> stash(g.stash().begin(), g.stash().end());
+        if (std::find(stash.begin(), stash.end(), x) == stash.end()) {
+          stash.push_back(x);
+          g.setStash(std::move(stash));
+        }
+      }
+    }
+    if (!e->uses().empty())
+      continue;
+    std::vector<ir::Value *> stash;
+    for (ir::Value *v : g.stash())
+      if (v != e)
+        stash.push_back(v);
+    g.setStash(std::move(stash));
+    if (!g.isPinned(e))
+      g.eraseOp(expand);
   }
   return changed;
 }

@@ -337,6 +337,7 @@ llvm::Expected<bool> autodiff(ir::Graph &g, const PassContext &ctx) {
     g.ops()[i]->setPhase(ir::Phase::B);
   tagPhases(g, ad.activationGradients());
   accumulateSparseGradients(g);
+  readExpandOperandsWhereTheyBroadcast(g);
   return true;
 }
 

@@ -88,6 +88,10 @@ llvm::Expected<bool> recognizeSilu(ir::Graph &g, const PassContext &);
 // or SliceGrad added into another gradient takes it as its sum operand.
 // Returns whether it rewrote an Add.
 bool accumulateSparseGradients(ir::Graph &g);
+// Also autodiff's (AccumulateSparseGradients.cpp): elementwise gradient ops
+// that broadcast read an Expand's operand instead of the Expand where their
+// result's shape allows; the Expand goes when nothing else reads it.
+bool readExpandOperandsWhereTheyBroadcast(ir::Graph &g);
 llvm::Expected<bool> stableLogSigmoid(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> recognizeGelu(ir::Graph &g, const PassContext &);
 llvm::Expected<bool> matMulToGemm(ir::Graph &g, const PassContext &);
