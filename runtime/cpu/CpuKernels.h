@@ -394,19 +394,6 @@ template <typename V, typename S>
   return laneSum(a + b) + tail;
 }
 
-// Asks for the cache lines of `count` elements from p, ahead of a kernel's
-// next row: the row kernels pass over a row several times (statistics,
-// sums, the result), a pattern the hardware prefetcher does not run ahead
-// of, so a row read from L3 stalls each pass's first loads.
-template <typename T>
-[[gnu::always_inline]] inline void prefetchRow(const T *p, int64_t count) {
-  static const bool on = !std::getenv("NOPF");
-  if (!on) return;
-  const char *c = reinterpret_cast<const char *>(p);
-  for (int64_t b = 0; b < count * int64_t(sizeof(T)); b += 64)
-    __builtin_prefetch(c + b);
-}
-
 // One normalized row's statistics: its mean and 1 / sqrt(variance + eps).
 struct RowStats {
   double mean, inv;

@@ -72,10 +72,6 @@ normGradDataRowsLanes(const T *x, const T *dy, const double *scale, T *dx,
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * size, *dyr = dy + r * size;
     T *dxr = dx + r * size;
-    if (r + 1 < r1) {
-      prefetchRow(xr + size, size);
-      prefetchRow(dyr + size, size);
-    }
     Stats s = statsOf<T, Centered, Wide>(xr, size, eps);
     double sumG = 0.0;
     if constexpr (Centered)
