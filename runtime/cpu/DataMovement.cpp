@@ -632,20 +632,50 @@ gatherElementsOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
     return index.takeError();
   std::vector<int64_t> dstrides = stridesOf(dataShape);
   std::vector<int64_t> &off = *index;
-  llvm::SmallVector<int64_t, 8> coord(rank, 0);
-  int64_t base = 0; // the offset of coord with coord[axis] taken as 0
-  for (size_t p = 0; p < off.size(); ++p) {
-    off[p] = base + off[p] * dstrides[axis];
-    for (int64_t d = rank; d-- > 0;) { // next coord, row-major
-      if (d != axis)
-        base += dstrides[d];
-      if (++coord[d] < idx.shape[d])
-        break;
-      if (d != axis)
-        base -= coord[d] * dstrides[d];
-      coord[d] = 0;
+  // Positions as [outer lanes, along the axis, inner]: the dims after the
+  // axis are walked with an odometer only where the indices are narrower
+  // than the data there (else a lane's inner positions are consecutive in
+  // the data too); outer lanes split over the threads. A position's
+  // offset: its coordinates' offset with the axis's coordinate the index.
+  const int64_t along = idx.shape[axis];
+  const int64_t inner = elementCount(idx.shape.drop_front(axis + 1));
+  const int64_t outer = along * inner ? int64_t(off.size()) / (along * inner)
+                                      : 0;
+  bool innerWhole = true;
+  for (int64_t d = axis + 1; d < rank; ++d)
+    innerWhole = innerWhole && idx.shape[d] == dataShape[d];
+  const int64_t axisStride = dstrides[axis];
+  parallelFor(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, along * inner)),
+              [&](int64_t o0, int64_t o1) {
+    llvm::SmallVector<int64_t, 8> coord(rank, 0);
+    for (int64_t o = o0; o < o1; ++o) {
+      int64_t base = 0; // the data offset of lane o's first coordinates
+      for (int64_t d = axis, rest = o; d-- > 0;) {
+        base += rest % idx.shape[d] * dstrides[d];
+        rest /= idx.shape[d];
+      }
+      for (int64_t k = 0; k < along; ++k) {
+        int64_t *row = off.data() + (o * along + k) * inner;
+        if (innerWhole) {
+          for (int64_t i = 0; i < inner; ++i)
+            row[i] = base + row[i] * axisStride + i;
+          continue;
+        }
+        std::fill(coord.begin(), coord.end(), 0);
+        int64_t in = 0; // the offset of the inner coordinates
+        for (int64_t i = 0; i < inner; ++i) {
+          row[i] = base + row[i] * axisStride + in;
+          for (int64_t d = rank; d-- > axis + 1;) {
+            in += dstrides[d];
+            if (++coord[d] < idx.shape[d])
+              break;
+            in -= coord[d] * dstrides[d];
+            coord[d] = 0;
+          }
+        }
+      }
     }
-  }
+  });
   return std::move(*index);
 }
 
