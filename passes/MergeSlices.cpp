@@ -7,9 +7,9 @@
 // One Slice copies only what the pair kept, and its one SliceGrad adds
 // into the gradient it is summed with (AccumulateSparseGradients.cpp).
 //
-// Merged where both Slices have their axes attribute, the outer Slice's
-// axes (made non-negative by the rank both share) are none of the inner
-// one's, and the inner result has no other use and is not an output: the
+// Merged where the outer Slice's axes (made non-negative by the rank both
+// share) are none of the inner one's, and the inner result has no other
+// use and is not an output: the
 // outer's starts and ends then index the inner's operand unchanged, since
 // the inner Slice left those axes whole.
 #include "passes/Pass.h"
@@ -30,10 +30,10 @@ llvm::Expected<bool> mergeSlices(ir::Graph &g, const PassContext &) {
     return axes;
   };
   auto innerOf = [&](Op *outer) -> Op * {
-    if (outer->kind() != OpKind::Slice || !outer->hasAttr("axes"))
+    if (outer->kind() != OpKind::Slice)
       return nullptr;
     Op *inner = interior(g, outer->operand(0), OpKind::Slice);
-    if (!inner || !inner->hasAttr("axes"))
+    if (!inner)
       return nullptr;
     int64_t rank = int64_t(outer->result()->type().rank());
     std::vector<int64_t> a = axesOf(*inner, rank), b = axesOf(*outer, rank);
@@ -54,28 +54,19 @@ llvm::Expected<bool> mergeSlices(ir::Graph &g, const PassContext &) {
     Op *inner = innerOf(outer);
     if (!inner)
       continue;
-    int64_t rank = int64_t(outer->result()->type().rank());
-    auto list = [&](const char *name, bool axes) {
-      std::vector<int64_t> v = axes ? axesOf(*inner, rank)
-                                    : inner->getInts(name);
-      std::vector<int64_t> w = axes ? axesOf(*outer, rank)
-                                    : outer->getInts(name);
+    // Slice's four attributes are required (Ops.def): the inner's lists,
+    // then the outer's.
+    auto joined = [&](std::vector<int64_t> v, const std::vector<int64_t> &w) {
       v.insert(v.end(), w.begin(), w.end());
       return v;
     };
-    auto steps = [&](const Op &op) {
-      std::vector<int64_t> s = op.hasAttr("steps") ? op.getInts("steps")
-                                                   : std::vector<int64_t>();
-      s.resize(op.getInts("axes").size(), 1);
-      return s;
-    };
-    std::vector<int64_t> allSteps = steps(*inner), outerSteps = steps(*outer);
-    allSteps.insert(allSteps.end(), outerSteps.begin(), outerSteps.end());
+    int64_t rank = int64_t(outer->result()->type().rank());
     ir::AttrMap attrs;
-    attrs.insert_or_assign("axes", list("axes", true));
-    attrs.insert_or_assign("starts", list("starts", false));
-    attrs.insert_or_assign("ends", list("ends", false));
-    attrs.insert_or_assign("steps", allSteps);
+    attrs.insert_or_assign("axes", joined(axesOf(*inner, rank),
+                                          axesOf(*outer, rank)));
+    for (const char *name : {"starts", "ends", "steps"})
+      attrs.insert_or_assign(name, joined(inner->getInts(name),
+                                          outer->getInts(name)));
     ir::Value *out = outer->result();
     std::string name = out->name();
     Op *merged = g.insertOpBefore(outer, OpKind::Slice, {inner->operand(0)},
