@@ -6,12 +6,15 @@ CLEAVE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$CLEAVE_ROOT/scripts/onnx.sh"
 
 # Packages the build needs (Open MPI: cleave-run under mpirun, one stage
-# per process; the build works without it. libdnnl2: oneDNN's sgemm, loaded
-# at run time, the GEMM library on AVX-512 CPUs; OpenBLAS without it). ONNX itself is not Debian's
+# per process; the build works without it. libdnnl2: oneDNN's sgemm and
+# convolution primitives, loaded at run time, the GEMM library and the
+# 2-D convs' on AVX-512 CPUs; OpenBLAS and cleave's own convs without it.
+# libdnnl-dev: oneDNN's C types, which the convolution calls are built
+# against; without the header those calls are left out). ONNX itself is not Debian's
 # (scripts/onnx.sh builds the pinned version); curl, python3 (to unpack
 # cmake's wheel) and protobuf are what that build needs.
 CLEAVE_BUILD_PACKAGES="g++ cmake ninja-build llvm-14-dev libgtest-dev
-  libprotobuf-dev protobuf-compiler libopenblas-dev libdnnl2
+  libprotobuf-dev protobuf-compiler libopenblas-dev libdnnl2 libdnnl-dev
   libopenmpi-dev openmpi-bin curl ca-certificates python3"
 # Packages scripts/fuzz.sh needs on top: clang and its libFuzzer + sanitizer
 # runtimes (libclang_rt.fuzzer-x86_64.a is in libclang-rt-14-dev, which

@@ -15,6 +15,7 @@
 #include "runtime/cpu/ConvBatchFolded.h"
 #include "runtime/cpu/ConvDepthwise.h"
 #include "runtime/cpu/ConvGeometry.h"
+#include "runtime/cpu/ConvOneDnn.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -305,6 +306,10 @@ template <typename T> llvm::Error conv(const KernelCall &call) {
     return llvm::Error::success();
   ConvDims d = convDimsOf(call, X.shape, W.shape, call.outputs[0].shape);
   const T *bias = call.inputs.size() == 3 ? call.inputs[2].as<T>() : nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    if (oneDnnTakesConv(d))
+      return oneDnnConvForward(d, X.as<T>(), W.as<T>(), bias,
+                               call.outputs[0].as<T>());
   if (isDepthwise2d(d)) {
     depthwiseForward(d, X.as<T>(), W.as<T>(), bias, call.outputs[0].as<T>());
     return llvm::Error::success();

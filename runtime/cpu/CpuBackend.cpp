@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cstdlib>
 #include "runtime/cpu/Blas.h"
+#include "runtime/cpu/ConvOneDnn.h"
 #include "runtime/cpu/ThreadPool.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -263,9 +264,10 @@ private:
 } // namespace cpu
 
 std::unique_ptr<Backend> createCpuBackend(int threads) {
-  // CLEAVE_GEMM is read (and a bad value refused) before any work starts,
-  // not at a step's first product.
+  // CLEAVE_GEMM and CLEAVE_CONV are read (and a bad value refused) before
+  // any work starts, not at a step's first product or convolution.
   cpu::defaultGemmLibrary();
+  cpu::defaultConvLibrary();
   return std::make_unique<cpu::CpuBackend>(threads);
 }
 

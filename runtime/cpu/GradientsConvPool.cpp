@@ -20,6 +20,7 @@
 #include "runtime/cpu/ConvBatchFolded.h"
 #include "runtime/cpu/ConvDepthwise.h"
 #include "runtime/cpu/ConvGeometry.h"
+#include "runtime/cpu/ConvOneDnn.h"
 #include "runtime/cpu/CpuKernels.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -165,6 +166,10 @@ template <typename T> llvm::Error convGradData(const KernelCall &call) {
   const WindowGeometry &g = d->g;
   const T *dy = dY.as<T>(), *w = W.as<T>();
   T *dx = dX.as<T>();
+  // ConvTranspose runs this kernel too; oneDNN takes the gradients only.
+  if constexpr (std::is_same_v<T, float>)
+    if (call.op != ir::OpKind::ConvTranspose && oneDnnTakesConv(*d))
+      return oneDnnConvGradData(*d, dy, w, dx);
   if (isDepthwise2d(*d)) {
     depthwiseGradData(*d, dy, w, dx);
     return llvm::Error::success();
@@ -290,6 +295,9 @@ template <typename T> llvm::Error convGradFilter(const KernelCall &call) {
   const WindowGeometry &g = d->g;
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dw = dW.as<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (oneDnnTakesConv(*d))
+      return oneDnnConvGradFilter(*d, x, dy, dw);
   if (isDepthwise2d(*d)) {
     depthwiseGradFilter(*d, x, dy, dw);
     return llvm::Error::success();
