@@ -13,6 +13,10 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <climits>
+#include <limits>
+#include <cmath>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -126,6 +130,86 @@ bool forEachTap(const WindowGeometry &g, llvm::ArrayRef<int64_t> start, F &&f) {
     if (d == size_t(-1))
       return true;
   }
+}
+
+// Whether a max-pooling tap of value v takes the window from the best so
+// far: PyTorch's rule, a larger value or any NaN (the first maximum wins
+// ties; the last NaN wins, so a NaN propagates as in PyTorch's kernels).
+template <typename T> inline bool takesMax(T v, T best) {
+  return v > best || std::isnan(v);
+}
+
+// One output row `oh` of 2-D max pooling over `plane`: best[ow] the value
+// the window's tap by takesMax holds (-inf where no tap lands inside) and,
+// with kTaps, tap[ow] its plane offset (-1 there; 32 bits, lanes as wide
+// as f32's, so the selects vectorize: planes up to 2^31 elements, the
+// callers check). The taps are visited in
+// the window's row-major order, but a kernel tap at a time for the whole
+// row (loops over ow the compiler vectorizes), so each window still folds
+// its taps in order: the same tap and value as a window-by-window walk.
+template <bool kTaps, typename T>
+void maxPoolRow2d(const WindowGeometry &g, const T *plane, int64_t oh, T *best,
+                  int32_t *tap) {
+  int64_t outW = g.out[1], width = g.in[1];
+  int64_t h0 = oh * g.strides[0] - g.padBegin[0], s = g.strides[1];
+  auto [i0, i1] = insideRange(h0, g.dilations[0], g.kernel[0], g.in[0]);
+  for (int64_t ow = 0; ow < outW; ++ow) {
+    best[ow] = -std::numeric_limits<T>::infinity();
+    if constexpr (kTaps) {
+      // The window's first tap inside, which keeps it if nothing takes it
+      // (all -inf); -1 where none is inside.
+      int64_t w0 = ow * s - g.padBegin[1];
+      auto [j0, j1] = insideRange(w0, g.dilations[1], g.kernel[1], width);
+      tap[ow] = i0 < i1 && j0 < j1
+                    ? int32_t((h0 + i0 * g.dilations[0]) * width + w0 +
+                              j0 * g.dilations[1])
+                    : -1;
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    int64_t row = (h0 + i * g.dilations[0]) * width;
+    for (int64_t j = 0; j < g.kernel[1]; ++j) {
+      int64_t c0 = j * g.dilations[1] - g.padBegin[1];
+      auto [lo, hi] = insideRange(c0, s, outW, width);
+      const T *in = plane + row + c0;
+      for (int64_t ow = lo; ow < hi; ++ow) {
+        T v = in[ow * s];
+        // From -inf, the first tap inside takes the window or ties (all
+        // -inf, where tap[] already names it): the values and taps are the
+        // window walk's.
+        bool takes = takesMax(v, best[ow]);
+        best[ow] = takes ? v : best[ow];
+        if constexpr (kTaps)
+          tap[ow] = takes ? int32_t(row + c0 + ow * s) : tap[ow];
+      }
+    }
+  }
+}
+
+// Whether maxPoolRow2d's 32-bit taps reach every offset of g's planes.
+inline bool maxPoolRowsFit(const WindowGeometry &g) {
+  return g.rank() == 2 && g.inSize < INT32_MAX;
+}
+
+// 2-D max pooling's windows, an output row at a time (maxPoolRow2d): runs
+// f(plane, oh, best, tap) for every output row of `planes` planes of x
+// (tap null unless kTaps). Planes spread over threads, one plane's rows in
+// order.
+template <bool kTaps, typename T, typename F>
+void forEachMaxPoolRow2d(const WindowGeometry &g, int64_t planes, const T *x,
+                         F &&f) {
+  int64_t work = std::max<int64_t>(1, g.outSize * g.kernelSize);
+  parallelFor(planes, std::max<int64_t>(1, 32768 / work),
+              [&](int64_t p0, int64_t p1) {
+                std::vector<T> best(size_t(g.out[1]));
+                std::vector<int32_t> tap(kTaps ? size_t(g.out[1]) : 0);
+                for (int64_t p = p0; p < p1; ++p)
+                  for (int64_t oh = 0; oh < g.out[0]; ++oh) {
+                    maxPoolRow2d<kTaps>(g, x + p * g.inSize, oh, best.data(),
+                                        tap.data());
+                    f(p, oh, best.data(), kTaps ? tap.data() : nullptr);
+                  }
+              });
 }
 
 // The taps of the window starting at `start` that land inside the padded

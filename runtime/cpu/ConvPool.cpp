@@ -346,13 +346,30 @@ template <typename T> llvm::Error maxPool(const KernelCall &call) {
   T *y = call.outputs[0].as<T>();
   int64_t *indices =
       call.outputs.size() > 1 ? call.outputs[1].as<int64_t>() : nullptr;
+  if (maxPoolRowsFit(g)) {
+    int64_t outW = g.out[1];
+    auto write = [&](int64_t p, int64_t oh, const T *best,
+                     const int32_t *tap) {
+      int64_t first = p * g.outSize + oh * outW;
+      std::copy_n(best, outW, y + first);
+      // ONNX flattens the index over the whole input (N, C, ...).
+      if (indices)
+        for (int64_t ow = 0; ow < outW; ++ow)
+          indices[first + ow] = tap[ow] < 0 ? -1 : p * g.inSize + tap[ow];
+    };
+    if (indices)
+      forEachMaxPoolRow2d<true>(g, X.shape[0] * X.shape[1], x, write);
+    else
+      forEachMaxPoolRow2d<false>(g, X.shape[0] * X.shape[1], x, write);
+    return llvm::Error::success();
+  }
   forEachWindow(g, X.shape[0] * X.shape[1],
                 [&](int64_t p, int64_t o, llvm::ArrayRef<int64_t> start) {
                   const T *plane = x + p * g.inSize;
                   T best = -std::numeric_limits<T>::infinity();
                   int64_t at = -1;
                   forEachTap(g, start, [&](int64_t off) {
-                    if (at < 0 || plane[off] > best) {
+                    if (at < 0 || takesMax(plane[off], best)) {
                       best = plane[off];
                       at = off;
                     }

@@ -365,8 +365,9 @@ void forEachPoolWindow(const WindowGeometry &g, int64_t planes, T *dx,
                 });
 }
 
-// MaxPoolGrad(dY, X): each window's dY goes to the first maximum of the
-// window (the tap MaxPool picked); windows wholly in the padding pass none.
+// MaxPoolGrad(dY, X): each window's dY goes to the tap MaxPool picked (the
+// first maximum, or the last NaN: takesMax); windows wholly in the padding
+// pass none.
 template <typename T> llvm::Error maxPoolGrad(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1];
   auto g = window(call, X.shape, dY.shape, call.getInts("kernel_shape"),
@@ -378,12 +379,29 @@ template <typename T> llvm::Error maxPoolGrad(const KernelCall &call) {
                        ir::shapeStr(dY.shape), ir::shapeStr(X.shape));
   const T *x = X.as<T>();
   T *dx = call.outputs[0].as<T>();
+  if (maxPoolRowsFit(*g) && g->outSize > 0) {
+    const T *dy = dY.as<T>();
+    int64_t outW = g->out[1];
+    forEachMaxPoolRow2d<true>(
+        *g, X.shape[0] * X.shape[1], x,
+        [&](int64_t p, int64_t oh, const T *, const int32_t *tap) {
+          T *dxp = dx + p * g->inSize;
+          // Zero the plane, on its thread, before its first row adds in.
+          if (oh == 0)
+            std::fill(dxp, dxp + g->inSize, T(0));
+          const T *dyRow = dy + p * g->outSize + oh * outW;
+          for (int64_t ow = 0; ow < outW; ++ow)
+            if (tap[ow] >= 0)
+              dxp[tap[ow]] += dyRow[ow];
+        });
+    return llvm::Error::success();
+  }
   forEachPoolWindow(*g, X.shape[0] * X.shape[1], dx, dY.as<T>(),
                     [&](T *dxp, T dy, llvm::ArrayRef<int64_t> start) {
                       const T *xp = x + (dxp - dx);
                       int64_t at = -1;
                       forEachTap(*g, start, [&](int64_t off) {
-                        if (at < 0 || xp[off] > xp[at])
+                        if (at < 0 || takesMax(xp[off], xp[at]))
                           at = off;
                       });
                       if (at >= 0)

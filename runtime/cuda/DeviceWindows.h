@@ -145,9 +145,10 @@ CLEAVE_HD int64_t poolCount(const PoolStep &s) {
   return s.planes * (grad ? s.w.inSize : s.w.outSize);
 }
 
-// The first maximum of output o's window over `plane`, as an input
-// position, or -1 when no tap lands inside the input. A NaN first tap
-// stays (nothing compares greater), as on the CPU.
+// The tap PyTorch's max pooling picks in output o's window over `plane`:
+// the first maximum, or the last NaN (a NaN takes the window from any
+// value, so it propagates), as an input position; -1 when no tap lands
+// inside the input. The CPU's rule (cpu::takesMax).
 CLEAVE_HD int64_t windowArgmax(const PoolStep &s, int64_t plane, int64_t o) {
   int64_t at = -1;
   float best = -INFINITY;
@@ -156,7 +157,7 @@ CLEAVE_HD int64_t windowArgmax(const PoolStep &s, int64_t plane, int64_t o) {
     if (q < 0)
       continue;
     float v = load(s.x, s.xElem, plane * s.w.inSize + q);
-    if (at < 0 || v > best) {
+    if (at < 0 || v > best || v != v) {
       best = v;
       at = q;
     }

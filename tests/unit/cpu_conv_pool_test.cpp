@@ -169,7 +169,7 @@ PoolReference referencePool(bool isMax, const Host<T> &x, const Ints &yShape,
         double v = x.data[flat];
         ++inside;
         sum += v;
-        if (v > best) {
+        if (at < 0 || v > best || std::isnan(v)) { // PyTorch's rule
           best = v;
           at = flat;
         }
@@ -299,6 +299,31 @@ TEST(CpuMaxPool, HandComputedWithFlatIndices) {
                         {x.ref()}, {y.ref(), idx.ref()})));
   EXPECT_EQ(y.data, (std::vector<float>{5, 8, 9, 6}));
   EXPECT_EQ(idx.data, (Ints{1, 6, 8, 15}));
+}
+
+// PyTorch's max pooling lets a NaN take the window from any value (the
+// last NaN of the window wins), so a NaN in the input reaches the output
+// (and the loss) instead of vanishing behind a larger neighbour; ties go
+// to the first maximum. 2-D (its own loop) and 1-D (the general one).
+TEST(CpuMaxPool, NaNPropagatesAsInPyTorch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Host<float> x({1, 1, 2, 4}, {1, nan, 2, 7, //
+                               9, 3, nan, nan});
+  Host<float> y({1, 1, 1, 2});
+  Host<int64_t> idx({1, 1, 1, 2});
+  ASSERT_FALSE(bool(run(ir::OpKind::MaxPool,
+                        poolAttrs({2, 2}, {2, 2}, {0, 0, 0, 0}, 0, {1, 1}),
+                        {x.ref()}, {y.ref(), idx.ref()})));
+  EXPECT_TRUE(std::isnan(y.data[0]) && std::isnan(y.data[1]));
+  EXPECT_EQ(idx.data, (Ints{1, 7}));
+  Host<float> line({1, 1, 6}, {4, nan, 1, 5, 5, 2});
+  Host<float> y1({1, 1, 2});
+  Host<int64_t> idx1({1, 1, 2});
+  ASSERT_FALSE(bool(run(ir::OpKind::MaxPool, poolAttrs({3}, {3}, {0, 0}, 0, {1}),
+                        {line.ref()}, {y1.ref(), idx1.ref()})));
+  EXPECT_TRUE(std::isnan(y1.data[0]));
+  EXPECT_EQ(y1.data[1], 5.0f);
+  EXPECT_EQ(idx1.data, (Ints{1, 3}));
 }
 
 TEST(CpuMaxPool, PadsDilationsCeilModeMatchReference) {

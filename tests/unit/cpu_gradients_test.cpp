@@ -433,6 +433,22 @@ TEST(CpuGradients, MaxPoolGradRoutesTiesToTheFirstMaximum) {
             (Values{0, 1 + 10, 100, 0})); // windows (1,3) (3,3) (3,2)
 }
 
+// The tap MaxPool picks gets the gradient: with NaNs in a window, the last
+// NaN (PyTorch's max_pool2d_with_indices rule), in 2-D and 1-D pooling.
+TEST(CpuGradients, MaxPoolGradRoutesToTheLastNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  AttrMap attrs{{"kernel_shape", Ints{1, 3}}, {"strides", Ints{1, 3}},
+                {"pads", Ints{0, 0, 0, 0}},   {"dilations", Ints{1, 1}}};
+  Tensor X({1, 1, 1, 6}, {nan, 5, nan, 1, 7, 7}), dY({1, 1, 1, 2}, {1, 10});
+  EXPECT_EQ(runOp(OpKind::MaxPoolGrad, attrs, {dY.ref(), X.ref()})[0].data,
+            (Values{0, 0, 1, 0, 10, 0}));
+  AttrMap line{{"kernel_shape", Ints{3}}, {"strides", Ints{3}},
+               {"pads", Ints{0, 0}},      {"dilations", Ints{1}}};
+  Tensor X1({1, 1, 6}, {nan, 5, nan, 1, 7, 7}), dY1({1, 1, 2}, {1, 10});
+  EXPECT_EQ(runOp(OpKind::MaxPoolGrad, line, {dY1.ref(), X1.ref()})[0].data,
+            (Values{0, 0, 1, 0, 10, 0}));
+}
+
 TEST(CpuGradients, AveragePoolGradMatchesFiniteDifferences) {
   std::vector<PoolCase> cases;
   for (int64_t include : {0, 1}) {
