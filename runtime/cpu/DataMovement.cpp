@@ -82,6 +82,40 @@ View collapse(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides) {
   return v;
 }
 
+// copyViewTyped for views of rank 2 or more: tasks of whole planes (the
+// last two dims), an odometer over the dims before them.
+template <typename U>
+void copyViewPlanes(U *dst, const U *src, const View &v, int64_t total) {
+  size_t r = v.dims.size();
+  int64_t rows = v.dims[r - 2], rowStride = v.strides[r - 2];
+  int64_t inner = v.dims[r - 1], step = v.strides[r - 1];
+  int64_t plane = rows * inner, outerRank = int64_t(r) - 2;
+  parallelFor(total / plane, std::max<int64_t>(1, kGrain / plane),
+              [&](int64_t begin, int64_t end) {
+                llvm::SmallVector<int64_t, 6> idx(static_cast<size_t>(outerRank));
+                int64_t base = 0, rest = begin;
+                for (int64_t d = outerRank - 1; d >= 0; --d) {
+                  idx[d] = rest % v.dims[d];
+                  rest /= v.dims[d];
+                  base += idx[d] * v.strides[d];
+                }
+                for (int64_t p = begin; p < end; ++p) {
+                  U *o = dst + p * plane;
+                  const U *row = src + base;
+                  for (int64_t i = 0; i < rows; ++i, row += rowStride)
+                    for (int64_t j = 0; j < inner; ++j)
+                      *o++ = row[j * step];
+                  for (int64_t d = outerRank - 1; d >= 0; --d) {
+                    base += v.strides[d];
+                    if (++idx[d] < v.dims[d])
+                      break;
+                    base -= v.strides[d] * v.dims[d];
+                    idx[d] = 0;
+                  }
+                }
+              });
+}
+
 // dst (dense, `total` elements) = the view of src. The flat output range is
 // split across threads; an odometer walks the outer dims.
 template <typename U>
@@ -89,6 +123,13 @@ void copyViewTyped(U *dst, const U *src, const View &v, int64_t total) {
   int64_t outerRank = int64_t(v.dims.size()) - 1;
   int64_t inner = v.dims.empty() ? 1 : v.dims.back();
   int64_t step = v.dims.empty() ? 0 : v.strides.back();
+  if (outerRank >= 1 && inner < 16) {
+    // Short rows (a box of kernel taps cut from a filter: rows of 1 to 3):
+    // whole planes of the last two dims per step of the odometer, so a
+    // row costs its copies, not a walk of the outer dims.
+    copyViewPlanes(dst, src, v, total);
+    return;
+  }
   parallelFor(total, kGrain, [&](int64_t begin, int64_t end) {
     llvm::SmallVector<int64_t, 6> idx(std::max<int64_t>(outerRank, 0));
     int64_t base = 0, rowIdx = begin / inner;

@@ -692,27 +692,55 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
   const int64_t len = lengths[rank - 1], c0 = first[rank - 1],
                 cstep = step[rank - 1];
   const std::vector<int64_t> dyStrides = stridesOf(lengths);
-  if (acc == dx) {
-    // dX is the sum's own bytes: only the rows the slice read change, so
-    // walk dY's rows (each the row of dX at first + k * step a dim) and
-    // add each into its row, rows split over the threads.
-    const std::vector<int64_t> dxStrides = stridesOf(dX.shape);
+  const bool unitSteps =
+      std::all_of(step.begin(), step.end() - 1, [](int64_t s) { return s == 1; });
+  // dY's rows into their rows of dX, added or written, rows split over the
+  // threads: row r of dY is dX's row at first + k * step per dim, found by
+  // an odometer over dY's outer dims (no divisions per row).
+  const std::vector<int64_t> dxStrides = stridesOf(dX.shape);
+  auto scatterRows = [&](bool add) {
     const int64_t dyRows = dY.numElements() / std::max<int64_t>(1, len);
-    parallelFor(dyRows,
-                std::max<int64_t>(1, 16384 / std::max<int64_t>(1, len)),
-                [&](int64_t r0, int64_t r1) {
-                  for (int64_t r = r0; r < r1; ++r) {
-                    int64_t at = c0;
-                    for (int64_t d = rank - 1, rest = r; d-- > 0;) {
-                      at += (first[d] + rest % lengths[d] * step[d]) *
-                            dxStrides[d];
-                      rest /= lengths[d];
-                    }
-                    const T *src = dy + r * len;
-                    for (int64_t k = 0; k < len; ++k)
-                      dx[at + k * cstep] = T(dx[at + k * cstep] + src[k]);
-                  }
-                });
+    parallelFor(
+        dyRows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, len)),
+        [&](int64_t r0, int64_t r1) {
+          std::vector<int64_t> k(size_t(rank - 1));
+          int64_t at = c0;
+          for (int64_t d = rank - 1, rest = r0; d-- > 0;) {
+            k[size_t(d)] = rest % lengths[d];
+            rest /= lengths[d];
+            at += (first[d] + k[size_t(d)] * step[d]) * dxStrides[d];
+          }
+          for (int64_t r = r0; r < r1; ++r) {
+            const T *src = dy + r * len;
+            if (add)
+              for (int64_t j = 0; j < len; ++j)
+                dx[at + j * cstep] = T(dx[at + j * cstep] + src[j]);
+            else
+              for (int64_t j = 0; j < len; ++j)
+                dx[at + j * cstep] = src[j];
+            for (int64_t d = rank - 1; d-- > 0;) {
+              at += step[d] * dxStrides[d];
+              if (++k[size_t(d)] < lengths[d])
+                break;
+              at -= lengths[d] * step[d] * dxStrides[d];
+              k[size_t(d)] = 0;
+            }
+          }
+        });
+  };
+  if (acc == dx) {
+    // dX is the sum's own bytes: only the rows the slice read change.
+    scatterRows(/*add=*/true);
+    return llvm::Error::success();
+  }
+  if (!acc && cols < 16) {
+    // Rows of a few elements (a filter's box of taps cut from its kernel:
+    // rows of 3 by the million): zeros in one parallel fill, then dY's
+    // rows written into place.
+    parallelFor(dX.numElements(), 1 << 16, [&](int64_t b, int64_t e) {
+      std::fill(dx + b, dx + e, T(0));
+    });
+    scatterRows(/*add=*/false);
     return llvm::Error::success();
   }
   parallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)),
@@ -724,11 +752,18 @@ template <typename T> llvm::Error sliceGrad(const KernelCall &call) {
     }
     for (int64_t r = r0; r < r1; ++r) {
       T *out = dx + r * cols;
-      // The dY row this row of dX received, if any.
+      // The dY row this row of dX received, if any (without divisions
+      // where the outer dims are not stepped: rows of a few elements, a
+      // filter's box of taps, are millions).
       int64_t at = 0;
       bool read = len > 0;
       for (int64_t d = 0; d + 1 < rank && read; ++d) {
         const int64_t diff = pos[d] - first[d];
+        if (unitSteps) {
+          read = diff >= 0 && diff < lengths[d];
+          at += diff * dyStrides[d];
+          continue;
+        }
         const int64_t k = diff / step[d];
         read = diff % step[d] == 0 && k >= 0 && k < lengths[d];
         at += k * dyStrides[d];
