@@ -134,6 +134,8 @@ static const std::vector<OpInfo> &table() {
       {OpKind::Weight, parseOperandList(WeightOps), WeightShape}};             \
   v[size_t(OpKind::Data)].partOf = OpKind::Combined;                           \
   v[size_t(OpKind::Weight)].partOf = OpKind::Combined;
+#define CLEAVE_GRAD_KEEP_WHOLE(Combined)                                       \
+  v[size_t(OpKind::Combined)].split->keptWhole = true;
 #include "ir/Ops.def"
 #undef CLEAVE_OP
     return v;

@@ -76,6 +76,9 @@ struct GradientPart {
 struct GradientSplit {
   OpKind combined;
   GradientPart data, weight;
+  // Split-backward leaves the op whole, in B (Ops.def's
+  // CLEAVE_GRAD_KEEP_WHOLE).
+  bool keptWhole = false;
 
   const GradientPart &part(unsigned result) const {
     return result == 0 ? data : weight;

@@ -1,5 +1,7 @@
 // split-backward: the 2BP split. Every combined gradient op becomes its data
-// part and its weight part; then every backward op is tagged B (some
+// part and its weight part (but those Ops.def keeps whole: BatchNorm's,
+// whose two results share one pass over its operands, stays one op in B);
+// then every backward op is tagged B (some
 // activation gradient depends on it) or W (it only feeds parameter
 // gradients), and the stash (what W needs from fwd and B) is recorded.
 // verify-2bp re-derives all of it and compares.
@@ -120,7 +122,8 @@ llvm::Expected<bool> splitBackward(ir::Graph &g, const PassContext &) {
   ValueSet seeds;
   std::vector<Op *> combined;
   for (const auto &op : g.ops()) {
-    if (ir::gradientSplit(op->kind()))
+    const ir::GradientSplit *split = ir::gradientSplit(op->kind());
+    if (split && !split->keptWhole)
       combined.push_back(op.get());
     else if (op->phase() == Phase::B)
       seeds.insert(op->results().begin(), op->results().end());

@@ -66,6 +66,10 @@ void addCombinedGradients(KernelTable &t) {
     if (!info.split)
       continue;
     const ir::GradientSplit split = *info.split;
+    // A combined op with a kernel of its own (BatchNorm's: one pass for
+    // both results) keeps it.
+    if (t.find(split.combined))
+      continue;
     const KernelEntry *parts[2] = {t.find(split.data.kind),
                                    t.find(split.weight.kind)};
     if (!parts[0] || !parts[1])

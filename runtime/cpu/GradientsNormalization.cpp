@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstring>
 
 namespace cleave::runtime::cpu {
@@ -463,6 +464,38 @@ CLEAVE_VECTOR_CLONES void batchNormGradRows(const T *x, const T *dy, T *dx,
   }
 }
 
+// dX = a * (dY - mean(dY) - x̂ * mean(dY * x̂)) with a = scale * inv, as
+// dX = a * dY + q * (x - mean) + r per channel, one pass in T. Training
+// mode with a batch flows through the batch statistics (the two means, from
+// `sums`); otherwise they are constants and dX = a * dY.
+template <typename T>
+void batchNormInputGradient(const BatchNormDims &d, const T *x, const T *dy,
+                            T *dx, const std::vector<double> &scale,
+                            const std::vector<double> &runVar,
+                            const std::vector<ChannelSums> *sums,
+                            double count, double eps) {
+  std::vector<T> a(d.c), q(d.c), r(d.c), m(d.c);
+  if (sums) {
+    for (int64_t ch = 0; ch < d.c; ++ch) {
+      const ChannelSums &cs = (*sums)[ch];
+      double ach = scale[ch] * cs.inv;
+      a[ch] = T(ach);
+      q[ch] = T(-ach * cs.inv * cs.inv * cs.dyCentered / count);
+      r[ch] = T(-ach * cs.dy / count);
+      m[ch] = T(cs.mean);
+    }
+  } else {
+    for (int64_t ch = 0; ch < d.c; ++ch)
+      a[ch] = T(scale[ch] / std::sqrt(runVar[ch] + eps));
+  }
+  parallelFor(d.n * d.c,
+              std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d.spatial)),
+              [&](int64_t r0, int64_t r1) {
+                batchNormGradRows(x, dy, dx, r0, r1, d.c, d.spatial,
+                                  a.data(), q.data(), r.data(), m.data());
+              });
+}
+
 template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &scaleRef = call.inputs[2], &meanRef = call.inputs[3],
@@ -477,33 +510,11 @@ template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
   double eps = call.getFloatFor<T>("epsilon");
   double count = double(d->n * d->spatial);
   const T *x = X.as<T>(), *dy = dY.as<T>();
-  T *dx = dX.as<T>();
-  // dX = a * (dY - mean(dY) - x̂ * mean(dY * x̂)) with a = scale * inv, as
-  // dX = a * dY + q * (x - mean) + r per channel, one pass in T. Training
-  // mode also flows through the batch statistics (the two means); in
-  // inference mode they are constants and dX = a * dY.
-  std::vector<T> a(d->c), q(d->c), r(d->c), m(d->c);
-  if (training && count) {
-    std::vector<ChannelSums> sums =
-        channelSums(x, dy, *d, true, runMean, runVar, eps);
-    for (int64_t ch = 0; ch < d->c; ++ch) {
-      const ChannelSums &cs = sums[ch];
-      double ach = scale[ch] * cs.inv;
-      a[ch] = T(ach);
-      q[ch] = T(-ach * cs.inv * cs.inv * cs.dyCentered / count);
-      r[ch] = T(-ach * cs.dy / count);
-      m[ch] = T(cs.mean);
-    }
-  } else {
-    for (int64_t ch = 0; ch < d->c; ++ch)
-      a[ch] = T(scale[ch] / std::sqrt(runVar[ch] + eps));
-  }
-  parallelFor(d->n * d->c,
-              std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d->spatial)),
-              [&](int64_t r0, int64_t r1) {
-                batchNormGradRows(x, dy, dx, r0, r1, d->c, d->spatial,
-                                  a.data(), q.data(), r.data(), m.data());
-              });
+  std::optional<std::vector<ChannelSums>> sums;
+  if (training && count)
+    sums = channelSums(x, dy, *d, true, runMean, runVar, eps);
+  batchNormInputGradient(*d, x, dy, dX.as<T>(), scale, runVar,
+                         sums ? &*sums : nullptr, count, eps);
   return llvm::Error::success();
 }
 
@@ -527,12 +538,42 @@ template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
   return llvm::Error::success();
 }
 
+// BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale: both from
+// one pass of channel sums (split-backward keeps it whole, Ops.def), the
+// bits of its two parts' kernels (the same sums, the same formulas).
+template <typename T> llvm::Error batchNormGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &scaleRef = call.inputs[2], &meanRef = call.inputs[3],
+                  &varRef = call.inputs[4], &dX = call.outputs[0],
+                  &dScale = call.outputs[1];
+  auto d = batchNormDims(call, dY, X, {&scaleRef, &meanRef, &varRef, &dScale});
+  if (!d)
+    return d.takeError();
+  std::vector<double> scale = readDoubles(scaleRef),
+                      runMean = readDoubles(meanRef),
+                      runVar = readDoubles(varRef);
+  bool training = call.getInt("training_mode");
+  double eps = call.getFloatFor<T>("epsilon");
+  double count = double(d->n * d->spatial);
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  // The parts' sums: GradParams' in either mode; in training mode with a
+  // batch they are GradData's too.
+  std::vector<ChannelSums> sums =
+      channelSums(x, dy, *d, training, runMean, runVar, eps);
+  batchNormInputGradient(*d, x, dy, dX.as<T>(), scale, runVar,
+                         training && count ? &sums : nullptr, count, eps);
+  for (int64_t ch = 0; ch < d->c; ++ch)
+    storeDouble(dScale, ch, sums[ch].dyCentered * sums[ch].inv);
+  return llvm::Error::success();
+}
+
 CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradData)
 CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParams)
 CLEAVE_FLOAT_DISPATCH(rmsNormGradDataKernel, rmsNormGradData)
 CLEAVE_FLOAT_DISPATCH(rmsNormGradParamsKernel, rmsNormGradParams)
 CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradData)
 CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParams)
+CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGrad)
 
 } // namespace
 
@@ -540,7 +581,8 @@ void registerNormalizationGradientKernels(KernelTable &t) {
   using ir::OpKind;
   // The parts of LayerNormalizationGrad(dY, X, scale) -> dX, dscale and of
   // BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale
-  // (addCombinedGradients runs the combined ops).
+  // (addCombinedGradients runs LayerNorm's combined op; BatchNorm's, which
+  // split-backward keeps whole, has its own kernel: one pass of sums).
   t.add(OpKind::LayerNormalizationGradData, layerNormGradDataKernel,
         kFloatTypes);
   t.add(OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel,
@@ -552,6 +594,7 @@ void registerNormalizationGradientKernels(KernelTable &t) {
         kFloatTypes);
   t.add(OpKind::BatchNormalizationGradParams, batchNormGradParamsKernel,
         kFloatTypes);
+  t.add(OpKind::BatchNormalizationGrad, batchNormGradKernel, kFloatTypes);
 }
 
 } // namespace cleave::runtime::cpu

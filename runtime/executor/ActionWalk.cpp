@@ -468,9 +468,17 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
           return fail("the microbatch has no frame");
         frame = it->second;
       }
-      for (Phase p : phasesOf(a.kind))
+      // Each program's sums right after it: the memory plan keeps a summed
+      // value to the end of the program that made it, so in a BW action W
+      // may reuse the bytes of what B summed (BatchNorm's scale gradient,
+      // made in B).
+      for (Phase p : phasesOf(a.kind)) {
         if (auto e = runProgram(p, step, mb, frame))
           return e;
+        if (p != Phase::F)
+          if (auto e = accumulate(p, mb, frame))
+            return e;
+      }
       if (a.kind == ActionKind::F) {
         for (const StateUpdate &u : stage_.fwdUpdates)
           if (auto e = copySlot(u.state, nullptr, u.value, frame))
@@ -478,10 +486,9 @@ llvm::Error StageExecutor::runActions(size_t first, size_t count) {
         if (stage_.lossSlot >= 0)
           if (auto e = recordLoss(frame))
             return e;
-      }
-      for (Phase p : phasesOf(a.kind))
-        if (auto e = accumulate(p, mb, frame))
+        if (auto e = accumulate(Phase::F, mb, frame))
           return e;
+      }
       if (lastAction_[mb] == int(i)) {
         live_.erase(mb);
         giveFrame(frame);

@@ -1012,6 +1012,30 @@ TEST(CpuGradients, CombinedOpsEqualTheirPartsBitForBit) {
     expectBitIdentical(both[1].data,
                        runOp(OpKind::BatchNormalizationGradParams, attrs,
                              {dY.ref(), X.ref(), mean.ref(), var.ref()})[0].data);
+    // BatchNorm's combined op has a kernel of its own (one pass of sums;
+    // split-backward keeps it whole): f32 too.
+    auto narrow = [](const Tensor &t) {
+      Host<float> f(t.shape);
+      for (size_t i = 0; i < t.data.size(); ++i)
+        f.data[i] = float(t.data[i]);
+      return f;
+    };
+    Host<float> Xf = narrow(X), Sf = narrow(scale), Mf = narrow(mean),
+                Vf = narrow(var), dYf = narrow(dY);
+    auto bothF = runOp<float>(
+        OpKind::BatchNormalizationGrad, attrs,
+        {dYf.ref(), Xf.ref(), Sf.ref(), Mf.ref(), Vf.ref()}, 2);
+    auto dXf = runOp<float>(OpKind::BatchNormalizationGradData, attrs,
+                            {dYf.ref(), Xf.ref(), Sf.ref(), Mf.ref(),
+                             Vf.ref()})[0];
+    auto dSf = runOp<float>(OpKind::BatchNormalizationGradParams, attrs,
+                            {dYf.ref(), Xf.ref(), Mf.ref(), Vf.ref()})[0];
+    EXPECT_EQ(std::memcmp(bothF[0].data.data(), dXf.data.data(),
+                          dXf.data.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(std::memcmp(bothF[1].data.data(), dSf.data.data(),
+                          dSf.data.size() * sizeof(float)),
+              0);
   }
 }
 
