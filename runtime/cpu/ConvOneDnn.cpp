@@ -179,16 +179,16 @@ struct Entry {
 };
 
 // The conv geometry of a chunk of `images` images, and the pass: the key
-// of the primitive cache.
-using Key = std::array<int64_t, 18>;
+// of the primitive cache (the output size follows from the rest).
+using Key = std::array<int64_t, 17>;
 
 Key keyOf(Pass pass, const ConvDims &d, int64_t images, bool bias) {
   const WindowGeometry &g = d.g;
-  return {int64_t(pass), images,       d.c,           d.m,
-          g.in[0],       g.in[1],      g.kernel[0],   g.kernel[1],
+  return {int64_t(pass), images,       d.c,            d.m,
+          g.in[0],       g.in[1],      g.kernel[0],    g.kernel[1],
           g.strides[0],  g.strides[1], g.dilations[0], g.dilations[1],
-          g.padBegin[0], g.padBegin[1], g.padEnd[0],   g.padEnd[1],
-          g.out[0] * 1000003 + g.out[1], int64_t(bias)};
+          g.padBegin[0], g.padBegin[1], g.padEnd[0],    g.padEnd[1],
+          int64_t(bias)};
 }
 
 bool initMd(Md &md, std::initializer_list<int64_t> dims,
