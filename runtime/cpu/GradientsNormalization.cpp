@@ -1,7 +1,9 @@
 // Gradient kernels of LayerNormalization, RMSNormalization and
-// BatchNormalization for the CPU backend: the ...GradData part (dX), the ...GradParams part (dscale) and
-// the combined op, which runs the two part kernels (addCombinedGradients) so its
-// results are the split form's bits.
+// BatchNormalization for the CPU backend: the ...GradData part (dX), the
+// ...GradParams part (dscale) and the combined op, which runs the two part
+// kernels (addCombinedGradients) or, for BatchNorm (kept whole by
+// split-backward), one kernel that computes the parts' shared sums once;
+// either way its results are the split form's bits.
 //
 // With x̂ = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) and
 // y = x̂ * scale + bias, over the n values one statistic covers:
