@@ -82,6 +82,19 @@ View collapse(llvm::ArrayRef<int64_t> dims, llvm::ArrayRef<int64_t> strides) {
   return v;
 }
 
+// One step of the odometer idx over v's first `rank` dims (the last
+// fastest), base following as the source offset.
+void stepOuter(const View &v, int64_t rank, llvm::SmallVectorImpl<int64_t> &idx,
+               int64_t &base) {
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    base += v.strides[d];
+    if (++idx[d] < v.dims[d])
+      return;
+    base -= v.strides[d] * v.dims[d];
+    idx[d] = 0;
+  }
+}
+
 // copyViewTyped for views of rank 2 or more: tasks of whole planes (the
 // last two dims), an odometer over the dims before them.
 template <typename U>
@@ -105,13 +118,7 @@ void copyViewPlanes(U *dst, const U *src, const View &v, int64_t total) {
                   for (int64_t i = 0; i < rows; ++i, row += rowStride)
                     for (int64_t j = 0; j < inner; ++j)
                       *o++ = row[j * step];
-                  for (int64_t d = outerRank - 1; d >= 0; --d) {
-                    base += v.strides[d];
-                    if (++idx[d] < v.dims[d])
-                      break;
-                    base -= v.strides[d] * v.dims[d];
-                    idx[d] = 0;
-                  }
+                  stepOuter(v, outerRank, idx, base);
                 }
               });
 }
@@ -152,13 +159,7 @@ void copyViewTyped(U *dst, const U *src, const View &v, int64_t total) {
           o[j] = s[j * step];
       i += len;
       col = 0;
-      for (int64_t d = outerRank - 1; d >= 0; --d) {
-        base += v.strides[d];
-        if (++idx[d] < v.dims[d])
-          break;
-        base -= v.strides[d] * v.dims[d];
-        idx[d] = 0;
-      }
+      stepOuter(v, outerRank, idx, base);
     }
   });
 }

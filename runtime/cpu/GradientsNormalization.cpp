@@ -498,28 +498,6 @@ void batchNormInputGradient(const BatchNormDims &d, const T *x, const T *dy,
               });
 }
 
-template <typename T> llvm::Error batchNormGradData(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
-                  &scaleRef = call.inputs[2], &meanRef = call.inputs[3],
-                  &varRef = call.inputs[4], &dX = call.outputs[0];
-  auto d = batchNormDims(call, dY, X, {&scaleRef, &meanRef, &varRef});
-  if (!d)
-    return d.takeError();
-  std::vector<double> scale = readDoubles(scaleRef),
-                      runMean = readDoubles(meanRef),
-                      runVar = readDoubles(varRef);
-  bool training = call.getInt("training_mode");
-  double eps = call.getFloatFor<T>("epsilon");
-  double count = double(d->n * d->spatial);
-  const T *x = X.as<T>(), *dy = dY.as<T>();
-  std::optional<std::vector<ChannelSums>> sums;
-  if (training && count)
-    sums = channelSums(x, dy, *d, true, runMean, runVar, eps);
-  batchNormInputGradient(*d, x, dy, dX.as<T>(), scale, runVar,
-                         sums ? &*sums : nullptr, count, eps);
-  return llvm::Error::success();
-}
-
 // BatchNormalizationGradParams(dY, X, mean, var) -> dscale = sum of dY * x̂
 // = inv * sum of dY * (x - mean).
 template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
@@ -540,15 +518,22 @@ template <typename T> llvm::Error batchNormGradParams(const KernelCall &call) {
   return llvm::Error::success();
 }
 
-// BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale: both from
-// one pass of channel sums (split-backward keeps it whole, Ops.def), the
-// bits of its two parts' kernels (the same sums, the same formulas).
-template <typename T> llvm::Error batchNormGrad(const KernelCall &call) {
+// BatchNormalizationGradData(dY, X, scale, mean, var) -> dX, and the
+// combined BatchNormalizationGrad(...) -> dX, dscale: both from one pass
+// of channel sums (split-backward keeps the combined op whole, Ops.def),
+// the bits of the two parts' kernels (the same sums, the same formulas).
+// dX reads the sums in training mode with a batch; dscale in either mode,
+// with the running statistics in inference mode (GradParams' sums).
+template <typename T>
+llvm::Error batchNormGradDataAndScale(const KernelCall &call) {
+  const bool combined = call.outputs.size() == 2;
   const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
                   &scaleRef = call.inputs[2], &meanRef = call.inputs[3],
-                  &varRef = call.inputs[4], &dX = call.outputs[0],
-                  &dScale = call.outputs[1];
-  auto d = batchNormDims(call, dY, X, {&scaleRef, &meanRef, &varRef, &dScale});
+                  &varRef = call.inputs[4], &dX = call.outputs[0];
+  auto d = combined ? batchNormDims(call, dY, X,
+                                    {&scaleRef, &meanRef, &varRef,
+                                     &call.outputs[1]})
+                    : batchNormDims(call, dY, X, {&scaleRef, &meanRef, &varRef});
   if (!d)
     return d.takeError();
   std::vector<double> scale = readDoubles(scaleRef),
@@ -558,14 +543,14 @@ template <typename T> llvm::Error batchNormGrad(const KernelCall &call) {
   double eps = call.getFloatFor<T>("epsilon");
   double count = double(d->n * d->spatial);
   const T *x = X.as<T>(), *dy = dY.as<T>();
-  // The parts' sums: GradParams' in either mode; in training mode with a
-  // batch they are GradData's too.
-  std::vector<ChannelSums> sums =
-      channelSums(x, dy, *d, training, runMean, runVar, eps);
+  std::optional<std::vector<ChannelSums>> sums;
+  if (combined || (training && count))
+    sums = channelSums(x, dy, *d, training, runMean, runVar, eps);
   batchNormInputGradient(*d, x, dy, dX.as<T>(), scale, runVar,
-                         training && count ? &sums : nullptr, count, eps);
-  for (int64_t ch = 0; ch < d->c; ++ch)
-    storeDouble(dScale, ch, sums[ch].dyCentered * sums[ch].inv);
+                         training && count ? &*sums : nullptr, count, eps);
+  if (combined)
+    for (int64_t ch = 0; ch < d->c; ++ch)
+      storeDouble(call.outputs[1], ch, (*sums)[ch].dyCentered * (*sums)[ch].inv);
   return llvm::Error::success();
 }
 
@@ -573,9 +558,9 @@ CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradData)
 CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParams)
 CLEAVE_FLOAT_DISPATCH(rmsNormGradDataKernel, rmsNormGradData)
 CLEAVE_FLOAT_DISPATCH(rmsNormGradParamsKernel, rmsNormGradParams)
-CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradData)
+CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradDataAndScale)
 CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParams)
-CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGrad)
+CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGradDataAndScale)
 
 } // namespace
 
