@@ -44,6 +44,7 @@ using Dims2 = const dnnl_dims_t;
 struct Api {
   dnnl_status_t (*engineCreate)(dnnl_engine_t *, dnnl_engine_kind_t, size_t);
   dnnl_status_t (*streamCreate)(dnnl_stream_t *, dnnl_engine_t, unsigned);
+  dnnl_status_t (*streamDestroy)(dnnl_stream_t);
   dnnl_status_t (*mdInit)(Md *, int, const dnnl_dims_t, dnnl_data_type_t,
                           dnnl_format_tag_t);
   int (*mdEqual)(const Md *, const Md *);
@@ -96,6 +97,7 @@ const Api *loadApi() {
   };
   sym(a.engineCreate, "dnnl_engine_create");
   sym(a.streamCreate, "dnnl_stream_create");
+  sym(a.streamDestroy, "dnnl_stream_destroy");
   sym(a.mdInit, "dnnl_memory_desc_init_by_tag");
   sym(a.mdEqual, "dnnl_memory_desc_equal");
   sym(a.mdSize, "dnnl_memory_desc_get_size");
@@ -140,12 +142,22 @@ void oneThreadHere() {
   }
 }
 
+// The calling thread's stream, made at its first use and destroyed when
+// the thread ends (the pool's threads come and go with --threads).
 dnnl_stream_t streamHere() {
-  static thread_local dnnl_stream_t stream = nullptr;
-  if (!stream && api()->streamCreate(&stream, api()->engine,
-                                     dnnl_stream_default_flags) != dnnl_success)
-    stream = nullptr;
-  return stream;
+  struct Owned {
+    dnnl_stream_t stream = nullptr;
+    ~Owned() {
+      if (stream)
+        api()->streamDestroy(stream);
+    }
+  };
+  static thread_local Owned owned;
+  if (!owned.stream &&
+      api()->streamCreate(&owned.stream, api()->engine,
+                          dnnl_stream_default_flags) != dnnl_success)
+    owned.stream = nullptr;
+  return owned.stream;
 }
 
 bool cpuHasAvx512Core() {
