@@ -72,6 +72,7 @@ struct Api {
   const Md *(*pdQueryMd)(const_dnnl_primitive_desc_t, dnnl_query_t, int);
   dnnl_status_t (*primitiveCreate)(dnnl_primitive_t *,
                                    const_dnnl_primitive_desc_t);
+  dnnl_status_t (*primitiveDestroy)(dnnl_primitive_t);
   dnnl_status_t (*execute)(const_dnnl_primitive_t, dnnl_stream_t, int,
                            const dnnl_exec_arg_t *);
   dnnl_status_t (*memoryCreate)(dnnl_memory_t *, const Md *, dnnl_engine_t,
@@ -111,6 +112,7 @@ const Api *loadApi() {
   sym(a.pdDestroy, "dnnl_primitive_desc_destroy");
   sym(a.pdQueryMd, "dnnl_primitive_desc_query_md");
   sym(a.primitiveCreate, "dnnl_primitive_create");
+  sym(a.primitiveDestroy, "dnnl_primitive_destroy");
   sym(a.execute, "dnnl_primitive_execute");
   sym(a.memoryCreate, "dnnl_memory_create");
   sym(a.memoryDestroy, "dnnl_memory_destroy");
@@ -188,6 +190,17 @@ struct Entry {
   dnnl_primitive_t primitive = nullptr;
   Operand a, b, out;
   Md bias, scratch;
+
+  Entry() = default;
+  Entry(const Entry &) = delete;
+  Entry &operator=(const Entry &) = delete;
+  // The cache's entries go at exit, before the library's own globals
+  // (made when it was loaded, after the process's start).
+  ~Entry() {
+    for (dnnl_primitive_t p : {primitive, a.reorder, b.reorder, out.reorder})
+      if (p)
+        api()->primitiveDestroy(p);
+  }
 };
 
 // The conv geometry of a chunk of `images` images, and the pass: the key
