@@ -59,50 +59,55 @@ const Blas &blas() {
   return b;
 }
 
-namespace {
-// oneDNN's row-major sgemm and the OpenMP call that keeps it on the calling
-// thread, from the libdnnl it is loaded with; null when it is not installed.
-struct OneDnn {
-  int (*sgemm)(char, char, int64_t, int64_t, int64_t, float, const float *,
-               int64_t, const float *, int64_t, float, float *,
-               int64_t) = nullptr;
-  void (*setOmpThreads)(int) = nullptr;
-};
-} // namespace
-
-static OneDnn loadOneDnn() {
-  OneDnn d;
-  void *lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    lib = dlopen("libdnnl.so", RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    return d;
-  d.sgemm = reinterpret_cast<decltype(d.sgemm)>(dlsym(lib, "dnnl_sgemm"));
-  d.setOmpThreads =
-      reinterpret_cast<void (*)(int)>(dlsym(lib, "omp_set_num_threads"));
-  if (!d.sgemm || !d.setOmpThreads)
-    d = OneDnn{};
-  return d;
+void *oneDnnLibrary() {
+  static void *const lib = [] {
+    void *l = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    return l ? l : dlopen("libdnnl.so", RTLD_NOW | RTLD_LOCAL);
+  }();
+  return lib;
 }
 
-static const OneDnn &oneDnn() {
-  static const OneDnn d = loadOneDnn();
-  return d;
+// omp_set_num_threads of the OpenMP runtime libdnnl was linked with.
+using SetOmpThreads = void (*)(int);
+static SetOmpThreads ompSetThreads() {
+  static const SetOmpThreads set =
+      oneDnnLibrary() ? reinterpret_cast<SetOmpThreads>(
+                            dlsym(oneDnnLibrary(), "omp_set_num_threads"))
+                      : nullptr;
+  return set;
 }
 
-const char *gemmLibraryName(GemmLibrary library) {
-  return library == GemmLibrary::OneDnn ? "onednn" : "openblas";
+void oneDnnOneThreadHere() {
+  static thread_local bool set = false;
+  if (!set && ompSetThreads()) {
+    ompSetThreads()(1);
+    set = true;
+  }
 }
 
-// oneDNN's JIT kernels use AVX-512 where the CPU has it (its avx512_core
-// level: F, DQ, BW and VL), whatever OPENBLAS_CORETYPE says; OpenBLAS's
-// are capped by that variable (this project's environments force Haswell).
-static bool cpuHasAvx512Core() {
+bool cpuHasAvx512Core() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") &&
          __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl");
+}
+
+// oneDNN's row-major sgemm; null where libdnnl (with the OpenMP call that
+// keeps it on the calling thread) cannot be loaded.
+using OneDnnSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float,
+                            const float *, int64_t, const float *, int64_t,
+                            float, float *, int64_t);
+static OneDnnSgemm oneDnnSgemmFn() {
+  static const OneDnnSgemm fn =
+      oneDnnLibrary() && ompSetThreads()
+          ? reinterpret_cast<OneDnnSgemm>(dlsym(oneDnnLibrary(), "dnnl_sgemm"))
+          : nullptr;
+  return fn;
+}
+
+const char *gemmLibraryName(GemmLibrary library) {
+  return library == GemmLibrary::OneDnn ? "onednn" : "openblas";
 }
 
 static GemmLibrary defaultLibrary() {
@@ -111,7 +116,7 @@ static GemmLibrary defaultLibrary() {
   if (want == "openblas")
     return GemmLibrary::OpenBlas;
   if (want == "onednn") {
-    if (oneDnn().sgemm)
+    if (oneDnnSgemmFn())
       return GemmLibrary::OneDnn;
     std::fprintf(stderr, "cleave: error: CLEAVE_GEMM=onednn, but libdnnl.so.2 "
                          "cannot be loaded; install the Debian package "
@@ -125,7 +130,7 @@ static GemmLibrary defaultLibrary() {
                  env);
     std::exit(1);
   }
-  return cpuHasAvx512Core() && oneDnn().sgemm ? GemmLibrary::OneDnn
+  return cpuHasAvx512Core() && oneDnnSgemmFn() ? GemmLibrary::OneDnn
                                                : GemmLibrary::OpenBlas;
 }
 
@@ -142,25 +147,20 @@ static std::atomic<GemmLibrary> &chosenLibrary() {
 GemmLibrary gemmLibrary() { return chosenLibrary().load(); }
 
 bool setGemmLibrary(GemmLibrary library) {
-  if (library == GemmLibrary::OneDnn && !oneDnn().sgemm)
+  if (library == GemmLibrary::OneDnn && !oneDnnSgemmFn())
     return false;
   chosenLibrary().store(library);
   return true;
 }
 
-// oneDNN's sgemm on the calling thread: each thread's OpenMP limit is set
-// to 1 once, so a call never starts a team of its own inside the pool.
+// oneDNN's sgemm on the calling thread.
 static void oneDnnSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda,
                         const float *b, int64_t ldb, float beta, float *c,
                         int64_t ldc) {
-  static thread_local bool oneThread = false;
-  if (!oneThread) {
-    oneDnn().setOmpThreads(1);
-    oneThread = true;
-  }
-  oneDnn().sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b,
-                 ldb, beta, c, ldc);
+  oneDnnOneThreadHere();
+  oneDnnSgemmFn()(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                  ldb, beta, c, ldc);
 }
 
 template <typename T>

@@ -103,6 +103,17 @@ private:
   bool previous_;
 };
 
+// libdnnl (libdnnl.so.2, else libdnnl.so), opened once for the GEMMs here
+// and the convolutions (ConvOneDnn.h); null where it is not installed.
+void *oneDnnLibrary();
+// Sets oneDNN's OpenMP limit to 1 on the calling thread, once per thread: a
+// oneDNN call made there plans for one thread and never starts a team of
+// its own inside the pool. Only after oneDnnLibrary() returned non-null.
+void oneDnnOneThreadHere();
+// Whether the CPU has oneDNN's avx512_core level (AVX-512 F, DQ, BW and
+// VL), where its JIT kernels use AVX-512 whatever OPENBLAS_CORETYPE says.
+bool cpuHasAvx512Core();
+
 // OpenBLAS's CBLAS interface takes 32-bit sizes.
 inline bool fitsBlas(std::initializer_list<int64_t> dims) {
   return std::all_of(dims.begin(), dims.end(),

@@ -1,5 +1,6 @@
 #include "runtime/cpu/ConvOneDnn.h"
 
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/CpuKernels.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -78,15 +79,12 @@ struct Api {
   dnnl_status_t (*memoryCreate)(dnnl_memory_t *, const Md *, dnnl_engine_t,
                                 void *);
   dnnl_status_t (*memoryDestroy)(dnnl_memory_t);
-  void (*setOmpThreads)(int);
   dnnl_engine_t engine = nullptr;
   dnnl_primitive_attr_t userScratchpad = nullptr;
 };
 
 const Api *loadApi() {
-  void *lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    lib = dlopen("libdnnl.so", RTLD_NOW | RTLD_LOCAL);
+  void *lib = oneDnnLibrary();
   if (!lib)
     return nullptr;
   static Api a;
@@ -116,10 +114,9 @@ const Api *loadApi() {
   sym(a.execute, "dnnl_primitive_execute");
   sym(a.memoryCreate, "dnnl_memory_create");
   sym(a.memoryDestroy, "dnnl_memory_destroy");
-  sym(a.setOmpThreads, "omp_set_num_threads");
   if (!found)
     return nullptr;
-  a.setOmpThreads(1);
+  oneDnnOneThreadHere();
   if (a.engineCreate(&a.engine, dnnl_cpu, 0) != dnnl_success ||
       a.attrCreate(&a.userScratchpad) != dnnl_success ||
       a.attrScratchpad(a.userScratchpad, dnnl_scratchpad_mode_user) !=
@@ -131,17 +128,6 @@ const Api *loadApi() {
 const Api *api() {
   static const Api *a = loadApi();
   return a;
-}
-
-// oneDNN's OpenMP limit on the calling thread, set to 1 once: a primitive
-// made or run here plans for one thread and never starts a team (the pool
-// runs the chunks side by side).
-void oneThreadHere() {
-  static thread_local bool set = false;
-  if (!set) {
-    api()->setOmpThreads(1);
-    set = true;
-  }
 }
 
 // The calling thread's stream, made at its first use and destroyed when
@@ -160,14 +146,6 @@ dnnl_stream_t streamHere() {
                           dnnl_stream_default_flags) != dnnl_success)
     owned.stream = nullptr;
   return owned.stream;
-}
-
-bool cpuHasAvx512Core() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
 }
 
 enum class Pass { Forward, Data, Weights };
@@ -342,7 +320,7 @@ const Entry *entryFor(Pass pass, const ConvDims &d, int64_t images,
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    oneThreadHere();
+    oneDnnOneThreadHere();
     it = cache.emplace(key, build(pass, d, images, bias)).first;
   }
   return it->second.get();
@@ -482,14 +460,14 @@ bool runChunks(const ChunkPlan &p, const float *bias, bool sharedB,
   const void *shared = nullptr;
   bool ok = true;
   if (sharedB) {
-    oneThreadHere();
+    oneDnnOneThreadHere();
     shared = wanted(e.b, bOf(0), weights, ok);
   }
   if (!ok)
     return false;
   std::atomic<bool> allOk{true};
   parallelTasks(p.count, [&](int64_t chunk) {
-    oneThreadHere();
+    oneDnnOneThreadHere();
     static thread_local Buffer aBuf, bBuf, outBuf, scratch;
     int64_t first = chunk * p.images;
     bool fine = true;
@@ -533,30 +511,34 @@ bool oneDnnTakesConv(const ConvDims &d) {
          chunkPlan(Pass::Data, d, false) && chunkPlan(Pass::Weights, d, false);
 }
 
-llvm::Error oneDnnConvForward(const ConvDims &d, const float *x,
-                              const float *w, const float *bias, float *y) {
-  auto p = chunkPlan(Pass::Forward, d, bias != nullptr);
-  int64_t xImage = d.c * d.g.inSize, yImage = d.m * d.g.outSize;
+namespace {
+// Forward and backward-data: `in` (x or dy) and `out` (y or dx) cut into
+// chunks of images, the weights shared by every chunk.
+llvm::Error runSharedWeights(Pass pass, const ConvDims &d, const float *in,
+                             int64_t inImage, const float *w,
+                             const float *bias, float *out, int64_t outImage,
+                             const char *what) {
+  auto p = chunkPlan(pass, d, bias != nullptr);
   if (!p || !runChunks(
                 *p, bias, /*sharedB=*/true, /*outWanted=*/false,
-                [&](int64_t first) { return x + first * xImage; },
+                [&](int64_t first) { return in + first * inImage; },
                 [&](int64_t) { return w; },
-                [&](int64_t, int64_t first) { return y + first * yImage; }))
-    return failure("forward", d);
+                [&](int64_t, int64_t first) { return out + first * outImage; }))
+    return failure(what, d);
   return llvm::Error::success();
+}
+} // namespace
+
+llvm::Error oneDnnConvForward(const ConvDims &d, const float *x,
+                              const float *w, const float *bias, float *y) {
+  return runSharedWeights(Pass::Forward, d, x, d.c * d.g.inSize, w, bias, y,
+                          d.m * d.g.outSize, "forward");
 }
 
 llvm::Error oneDnnConvGradData(const ConvDims &d, const float *dy,
                                const float *w, float *dx) {
-  auto p = chunkPlan(Pass::Data, d, false);
-  int64_t xImage = d.c * d.g.inSize, yImage = d.m * d.g.outSize;
-  if (!p || !runChunks(
-                *p, nullptr, /*sharedB=*/true, /*outWanted=*/false,
-                [&](int64_t first) { return dy + first * yImage; },
-                [&](int64_t) { return w; },
-                [&](int64_t, int64_t first) { return dx + first * xImage; }))
-    return failure("backward-data", d);
-  return llvm::Error::success();
+  return runSharedWeights(Pass::Data, d, dy, d.m * d.g.outSize, w, nullptr,
+                          dx, d.c * d.g.inSize, "backward-data");
 }
 
 llvm::Error oneDnnConvGradFilter(const ConvDims &d, const float *x,
