@@ -164,7 +164,7 @@ CLEAVE_GRID_FN bool nearestOf(const Geometry &g, const Point<T> &p,
 // it reads nothing, as every corner lies outside.
 template <typename T> CLEAVE_GRID_FN bool indexable(const Point<T> &p) {
   const T limit = T(1e15);
-  return p.x > -limit && p.x < limit && p.y > -limit && p.y < limit;
+  return (p.x > -limit) && (p.x < limit) && (p.y > -limit) && (p.y < limit);
 }
 
 // Y element e (over N * C * Ho * Wo).

@@ -178,12 +178,13 @@ std::string timelineWithPrediction(
   auto [measured, spans] =
       measuredStep(plan.schedule, int(plan.stages.size()),
                    int(plan.microbatches), tracks, plan.stageRank);
-  if (auto predicted = predictedStep(plan))
+  if (auto predicted = predictedStep(plan)) {
     if (auto sim = sched::simulate(predicted->first, predicted->second))
       return sched::ganttSvgPair(predicted->first, *sim, predicted->second,
                                  measured, spans, inMilliseconds());
     else
       llvm::consumeError(sim.takeError()); // drawn without the prediction
+  }
   return sched::ganttSvg(measured, spans, inMilliseconds());
 }
 

@@ -681,8 +681,8 @@ gatherElementsOffsets(const KernelCall &call, llvm::ArrayRef<int64_t> dataShape,
   // offset: its coordinates' offset with the axis's coordinate the index.
   const int64_t along = idx.shape[axis];
   const int64_t inner = elementCount(idx.shape.drop_front(axis + 1));
-  const int64_t outer = along * inner ? int64_t(off.size()) / (along * inner)
-                                      : 0;
+  const int64_t outer =
+      along > 0 && inner > 0 ? int64_t(off.size()) / (along * inner) : 0;
   bool innerWhole = true;
   for (int64_t d = axis + 1; d < rank; ++d)
     innerWhole = innerWhole && idx.shape[d] == dataShape[d];
