@@ -1,9 +1,8 @@
 // Gradient kernels of LayerNormalization, RMSNormalization and
 // BatchNormalization for the CPU backend: the ...GradData part (dX), the
-// ...GradParams part (dscale) and the combined op, which runs the two part
-// kernels (addCombinedGradients) or, for BatchNorm (kept whole by
-// split-backward), one kernel that computes the parts' shared sums once;
-// either way its results are the split form's bits.
+// ...GradParams part (dscale) and the combined op, kept whole by
+// split-backward, whose kernel computes what the parts share once (a row's
+// statistics, a channel's sums); its results are the split form's bits.
 //
 // With x̂ = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) and
 // y = x̂ * scale + bias, over the n values one statistic covers:
@@ -65,50 +64,54 @@ template <typename T, bool Centered, bool Wide>
 // dX = inv * (g - mean(g) - x̂ * mean(g * x̂)), g = dY * scale; RMS
 // (Centered false) has no mean(g) term (g - 0.0 is exact, so the bits are
 // those of the formula without it).
-// Rows [r0, r1) of dX; built for AVX-512 (Wide) and as
-// CLEAVE_VECTOR_CLONES for the others (CpuKernels.h, CLEAVE_WIDE_TARGET),
-// eight doubles a vector.
+// One row of dX from the row's statistics `s`; normGradDataRows does rows
+// [r0, r1), built for AVX-512 (Wide) and as CLEAVE_VECTOR_CLONES for the
+// others (CpuKernels.h, CLEAVE_WIDE_TARGET), eight doubles a vector.
+template <typename T, bool Centered, bool Wide>
+[[gnu::always_inline]] inline void
+normGradDataRow(const T *xr, const T *dyr, const double *scale, T *dxr,
+                int64_t size, const Stats s) {
+  double sumG = 0.0;
+  if constexpr (Centered)
+    sumG = sumLanes16(
+        size,
+        [&](int64_t i) {
+          return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
+        },
+        [&](int64_t i) { return dyr[i] * scale[i]; });
+  double sumGX = sumLanes16(
+      size,
+      [&](int64_t i) {
+        return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i) *
+               ((loadDouble8W<Wide>(xr + i) - s.mean) * s.inv);
+      },
+      [&](int64_t i) {
+        return dyr[i] * scale[i] * ((xr[i] - s.mean) * s.inv);
+      });
+  double meanG = sumG / double(size), meanGX = sumGX / double(size);
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 8 <= size; i += 8) {
+      Double8 g = loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
+      Double8 xh = (loadDouble8W<Wide>(xr + i) - s.mean) * s.inv;
+      Float8 f =
+          __builtin_convertvector(s.inv * (g - meanG - xh * meanGX), Float8);
+      std::memcpy(dxr + i, &f, sizeof(f));
+    }
+  for (; i < size; ++i) {
+    double g = dyr[i] * scale[i];
+    double xh = (xr[i] - s.mean) * s.inv;
+    dxr[i] = T(s.inv * (g - meanG - xh * meanGX));
+  }
+}
 template <typename T, bool Centered, bool Wide>
 [[gnu::always_inline]] inline void
 normGradDataRowsLanes(const T *x, const T *dy, const double *scale, T *dx,
                       int64_t r0, int64_t r1, int64_t size, double eps) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const T *xr = x + r * size, *dyr = dy + r * size;
-    T *dxr = dx + r * size;
-    Stats s = statsOf<T, Centered, Wide>(xr, size, eps);
-    double sumG = 0.0;
-    if constexpr (Centered)
-      sumG = sumLanes16(
-          size,
-          [&](int64_t i) {
-            return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
-          },
-          [&](int64_t i) { return dyr[i] * scale[i]; });
-    double sumGX = sumLanes16(
-        size,
-        [&](int64_t i) {
-          return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i) *
-                 ((loadDouble8W<Wide>(xr + i) - s.mean) * s.inv);
-        },
-        [&](int64_t i) {
-          return dyr[i] * scale[i] * ((xr[i] - s.mean) * s.inv);
-        });
-    double meanG = sumG / double(size), meanGX = sumGX / double(size);
-    int64_t i = 0;
-    if constexpr (std::is_same_v<T, float>)
-      for (; i + 8 <= size; i += 8) {
-        Double8 g = loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
-        Double8 xh = (loadDouble8W<Wide>(xr + i) - s.mean) * s.inv;
-        Float8 f =
-            __builtin_convertvector(s.inv * (g - meanG - xh * meanGX), Float8);
-        std::memcpy(dxr + i, &f, sizeof(f));
-      }
-    for (; i < size; ++i) {
-      double g = dyr[i] * scale[i];
-      double xh = (xr[i] - s.mean) * s.inv;
-      dxr[i] = T(s.inv * (g - meanG - xh * meanGX));
-    }
-  }
+  for (int64_t r = r0; r < r1; ++r)
+    normGradDataRow<T, Centered, Wide>(
+        x + r * size, dy + r * size, scale, dx + r * size, size,
+        statsOf<T, Centered, Wide>(x + r * size, size, eps));
 }
 CLEAVE_WIDE_BUILDS(normGradDataRows, (typename T, bool Centered),
                    (T, Centered),
@@ -201,6 +204,28 @@ CLEAVE_WIDE_BUILDS(normalizedPieceSums, (typename T, bool Centered),
                    (const T *x, const T *dy, int64_t r0, int64_t r1,
                     int64_t size, double eps, double *acc),
                    (x, dy, r0, r1, size, eps, acc))
+// The combined op's piece: rows [r0, r1) of dX and acc[j] += dY * x̂ over
+// them, rows in order, each row's statistics computed once for both while
+// the row is in cache (the bits of normGradDataRows and
+// normalizedPieceSums, which compute them once each).
+template <typename T, bool Centered, bool Wide>
+[[gnu::always_inline]] inline void
+normGradPieceLanes(const T *x, const T *dy, const double *scale, T *dx,
+                   int64_t r0, int64_t r1, int64_t size, double eps,
+                   double *acc) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *xr = x + r * size, *dyr = dy + r * size;
+    const Stats st = statsOf<T, Centered, Wide>(xr, size, eps);
+    normGradDataRow<T, Centered, Wide>(xr, dyr, scale, dx + r * size, size,
+                                       st);
+    normalizedColumnSumsLanes<T, Wide>(xr, dyr, &st, 1, size, 0, size, acc);
+  }
+}
+CLEAVE_WIDE_BUILDS(normGradPiece, (typename T, bool Centered), (T, Centered),
+                   (const T *x, const T *dy, const double *scale, T *dx,
+                    int64_t r0, int64_t r1, int64_t size, double eps,
+                    double *acc),
+                   (x, dy, scale, dx, r0, r1, size, eps, acc))
 CLEAVE_WIDE_BUILDS(rowStatsOf, (typename T, bool Centered), (T, Centered),
                    (const T *x, Stats *stats, int64_t r0, int64_t r1,
                     int64_t size, double eps),
@@ -210,40 +235,71 @@ CLEAVE_WIDE_BUILDS(normalizedColumnSums, (typename T), (T),
                     int64_t size, int64_t j0, int64_t j1, double *acc),
                    (x, dy, stats, rows, size, j0, j1, acc))
 
-template <typename T, bool Centered>
-llvm::Error normGradParams(const KernelCall &call) {
-  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
-                  &dScale = call.outputs[0];
-  auto dims = layerNormDims(call, dY, X);
-  if (!dims)
-    return dims.takeError();
-  int64_t rows = dims->rows, size = dims->size;
+// Many rows (a transformer's tokens): pieces of 64 rows or more (cut by
+// the shape alone) each sum their rows in order into partials, in one pass
+// over X and dY, and the pieces are added in order (the statistics of all
+// rows first, then threads over columns, read X twice and split the rows'
+// long reduction by columns): ViT's LayerNorms (1040 x 256), the W part of
+// each gradient (this and the bias's SumTo) 260 to 130 us in the step
+// (`cleave-run --profile`, 2 threads). At most 512 pieces, so the partials
+// stay under 4 KB a column. Null below 4 pieces of 64 rows.
+struct Pieces {
+  int64_t rows, count; // rows a piece (the last may have fewer), pieces
+  int64_t begin(int64_t p) const { return p * rows; }
+  int64_t end(int64_t p, int64_t total) const {
+    return std::min(total, begin(p) + rows);
+  }
+};
+std::optional<Pieces> piecesOf(int64_t rows) {
+  constexpr int64_t kPieceRows = 64, kMaxPieces = 512;
+  if (rows < 4 * kPieceRows)
+    return std::nullopt;
+  const int64_t pieceRows =
+      std::max(kPieceRows, (rows + kMaxPieces - 1) / kMaxPieces);
+  return Pieces{pieceRows, (rows + pieceRows - 1) / pieceRows};
+}
+
+// ds[j] = the pieces' partial sums of column j, added in piece order.
+template <typename T>
+void addPieces(const std::vector<double> &partial, int64_t pieces,
+               int64_t size, T *ds) {
+  parallelFor(size, 256, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < pieces; ++p)
+        sum += partial[size_t(p * size + j)];
+      ds[j] = T(sum);
+    }
+  });
+}
+
+llvm::Error checkDScale(const KernelCall &call, const TensorRef &dScale,
+                        const TensorRef &X, int64_t size) {
   if (dScale.numElements() != size)
     return kernelError(call, "dscale {0} does not match the normalized shape "
                              "of X {1}",
                        ir::shapeStr(dScale.shape), ir::shapeStr(X.shape));
+  return llvm::Error::success();
+}
+
+template <typename T, bool Centered>
+llvm::Error normGradParamsInto(const KernelCall &call, const TensorRef &dY,
+                               const TensorRef &X, const TensorRef &dScale) {
+  auto dims = layerNormDims(call, dY, X);
+  if (!dims)
+    return dims.takeError();
+  int64_t rows = dims->rows, size = dims->size;
+  if (auto e = checkDScale(call, dScale, X, size))
+    return e;
   double eps = call.getFloatFor<T>("epsilon");
   const T *x = X.as<T>(), *dy = dY.as<T>();
   const bool wide = cpuHasAvx512F();
   T *ds = dScale.as<T>();
-  // Many rows (a transformer's tokens): pieces of 64 rows or more (cut by
-  // the shape alone) each sum their rows in order into partials, in one
-  // pass over X and dY, and the pieces are added in order (the statistics
-  // of all rows first, then threads over columns, read X twice and split
-  // the rows' long reduction by columns): ViT's LayerNorms (1040 x 256),
-  // the W part of each gradient (this and the bias's SumTo) 260 to 130 us
-  // in the step (`cleave-run --profile`, 2 threads).
-  // At most 512 pieces, so the partials stay under 4 KB a column.
-  constexpr int64_t kPieceRows = 64, kMaxPieces = 512;
-  if (rows >= 4 * kPieceRows) {
-    const int64_t pieceRows =
-        std::max(kPieceRows, (rows + kMaxPieces - 1) / kMaxPieces);
-    const int64_t pieces = (rows + pieceRows - 1) / pieceRows;
-    std::vector<double> partial(size_t(pieces * size), 0.0);
-    parallelFor(pieces, 1, [&](int64_t p0, int64_t p1) {
+  if (auto pieces = piecesOf(rows)) {
+    std::vector<double> partial(size_t(pieces->count * size), 0.0);
+    parallelFor(pieces->count, 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
-        const int64_t r0 = p * pieceRows,
-                      r1 = std::min(rows, r0 + pieceRows);
+        const int64_t r0 = pieces->begin(p), r1 = pieces->end(p, rows);
         double *acc = partial.data() + p * size;
         if (wide)
           normalizedPieceSumsWide<T, Centered>(x, dy, r0, r1, size, eps, acc);
@@ -252,14 +308,7 @@ llvm::Error normGradParams(const KernelCall &call) {
                                                  acc);
       }
     });
-    parallelFor(size, 256, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) {
-        double sum = 0;
-        for (int64_t p = 0; p < pieces; ++p)
-          sum += partial[size_t(p * size + j)];
-        ds[j] = T(sum);
-      }
-    });
+    addPieces(partial, pieces->count, size, ds);
     return llvm::Error::success();
   }
   std::vector<Stats> stats(rows);
@@ -287,8 +336,64 @@ llvm::Error normGradParams(const KernelCall &call) {
   return llvm::Error::success();
 }
 
+template <typename T, bool Centered>
+llvm::Error normGradParams(const KernelCall &call) {
+  return normGradParamsInto<T, Centered>(call, call.inputs[0], call.inputs[1],
+                                         call.outputs[0]);
+}
+
+// LayerNormalizationGrad and RMSNormalizationGrad(dY, X, scale) -> dX,
+// dscale, kept whole by split-backward: over many rows, one pass of pieces
+// computes each row's statistics once for dX and for the piece's dscale
+// partials (the parts compute them once each, in two passes over X and
+// dY); over few rows, the two part kernels. The parts' bits either way.
+template <typename T, bool Centered>
+llvm::Error normGrad(const KernelCall &call) {
+  const TensorRef &dY = call.inputs[0], &X = call.inputs[1],
+                  &scaleRef = call.inputs[2], &dX = call.outputs[0],
+                  &dScale = call.outputs[1];
+  auto dims = layerNormDims(call, dY, X);
+  if (!dims)
+    return dims.takeError();
+  const int64_t rows = dims->rows, size = dims->size;
+  auto pieces = piecesOf(rows);
+  if (!pieces) {
+    if (auto e = normGradData<T, Centered>(call))
+      return e;
+    return normGradParamsInto<T, Centered>(call, dY, X, dScale);
+  }
+  if (auto e = checkDScale(call, dScale, X, size))
+    return e;
+  auto scale =
+      broadcastDoubles(call, scaleRef, X.shape.drop_front(dims->axis));
+  if (!scale)
+    return scale.takeError();
+  double eps = call.getFloatFor<T>("epsilon");
+  const T *x = X.as<T>(), *dy = dY.as<T>();
+  T *dx = dX.as<T>();
+  const bool wide = cpuHasAvx512F();
+  std::vector<double> partial(size_t(pieces->count * size), 0.0);
+  parallelFor(pieces->count, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t r0 = pieces->begin(p), r1 = pieces->end(p, rows);
+      double *acc = partial.data() + p * size;
+      if (wide)
+        normGradPieceWide<T, Centered>(x, dy, scale->data(), dx, r0, r1, size,
+                                       eps, acc);
+      else
+        normGradPieceNarrow<T, Centered>(x, dy, scale->data(), dx, r0, r1,
+                                         size, eps, acc);
+    }
+  });
+  addPieces(partial, pieces->count, size, dScale.as<T>());
+  return llvm::Error::success();
+}
+
 template <typename T> llvm::Error layerNormGradParams(const KernelCall &call) {
   return normGradParams<T, true>(call);
+}
+template <typename T> llvm::Error layerNormGrad(const KernelCall &call) {
+  return normGrad<T, true>(call);
 }
 
 // --- RMSNormalization -------------------------------------------------------
@@ -308,6 +413,9 @@ template <typename T> llvm::Error rmsNormGradData(const KernelCall &call) {
 // dY * (x * inv)).
 template <typename T> llvm::Error rmsNormGradParams(const KernelCall &call) {
   return normGradParams<T, false>(call);
+}
+template <typename T> llvm::Error rmsNormGrad(const KernelCall &call) {
+  return normGrad<T, false>(call);
 }
 
 // --- BatchNormalization -----------------------------------------------------
@@ -558,6 +666,8 @@ CLEAVE_FLOAT_DISPATCH(layerNormGradDataKernel, layerNormGradData)
 CLEAVE_FLOAT_DISPATCH(layerNormGradParamsKernel, layerNormGradParams)
 CLEAVE_FLOAT_DISPATCH(rmsNormGradDataKernel, rmsNormGradData)
 CLEAVE_FLOAT_DISPATCH(rmsNormGradParamsKernel, rmsNormGradParams)
+CLEAVE_FLOAT_DISPATCH(layerNormGradKernel, layerNormGrad)
+CLEAVE_FLOAT_DISPATCH(rmsNormGradKernel, rmsNormGrad)
 CLEAVE_FLOAT_DISPATCH(batchNormGradDataKernel, batchNormGradDataAndScale)
 CLEAVE_FLOAT_DISPATCH(batchNormGradParamsKernel, batchNormGradParams)
 CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGradDataAndScale)
@@ -567,9 +677,8 @@ CLEAVE_FLOAT_DISPATCH(batchNormGradKernel, batchNormGradDataAndScale)
 void registerNormalizationGradientKernels(KernelTable &t) {
   using ir::OpKind;
   // The parts of LayerNormalizationGrad(dY, X, scale) -> dX, dscale and of
-  // BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale
-  // (addCombinedGradients runs LayerNorm's combined op; BatchNorm's, which
-  // split-backward keeps whole, has its own kernel: one pass of sums).
+  // BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale, and the
+  // combined ops, which split-backward keeps whole (one pass for both).
   t.add(OpKind::LayerNormalizationGradData, layerNormGradDataKernel,
         kFloatTypes);
   t.add(OpKind::LayerNormalizationGradParams, layerNormGradParamsKernel,
@@ -577,6 +686,8 @@ void registerNormalizationGradientKernels(KernelTable &t) {
   t.add(OpKind::RMSNormalizationGradData, rmsNormGradDataKernel, kFloatTypes);
   t.add(OpKind::RMSNormalizationGradParams, rmsNormGradParamsKernel,
         kFloatTypes);
+  t.add(OpKind::LayerNormalizationGrad, layerNormGradKernel, kFloatTypes);
+  t.add(OpKind::RMSNormalizationGrad, rmsNormGradKernel, kFloatTypes);
   t.add(OpKind::BatchNormalizationGradData, batchNormGradDataKernel,
         kFloatTypes);
   t.add(OpKind::BatchNormalizationGradParams, batchNormGradParamsKernel,

@@ -896,6 +896,47 @@ TEST(CpuGradients, GatherGradAndSliceGradAddIntoTheirSumOperand) {
 
 // --- Combined ops equal their parts -------------------------------------------
 
+// LayerNorm's and RMSNorm's combined gradients (kept whole by
+// split-backward) over 256 rows or more: one pass of 64-row pieces makes
+// dX and dscale from each row's statistics computed once; the bits must be
+// the parts' (which compute them once each), f32 and f64, with a short last
+// piece, vector tails (37 columns) and pieces of more than 64 rows.
+TEST(CpuGradients, NormalizationGradsOverManyRowsEqualTheirPartsBitForBit) {
+  struct Case {
+    OpKind whole, data, params;
+  };
+  for (Case c : {Case{OpKind::LayerNormalizationGrad,
+                      OpKind::LayerNormalizationGradData,
+                      OpKind::LayerNormalizationGradParams},
+                 Case{OpKind::RMSNormalizationGrad,
+                      OpKind::RMSNormalizationGradData,
+                      OpKind::RMSNormalizationGradParams}})
+    for (Ints shape : {Ints{300, 37}, Ints{8, 128, 256}, Ints{33000, 3}}) {
+      SCOPED_TRACE(std::string(ir::opInfo(c.whole).name) + " over " +
+                   ir::shapeStr(shape));
+      AttrMap attrs{{"axis", int64_t(-1)}, {"epsilon", 1e-5f}};
+      auto check = [&](auto tag) {
+        using T = decltype(tag);
+        Host<T> X = randomHost<T>(shape, 60, -2, 3),
+                dY = randomHost<T>(shape, 61),
+                scale = randomHost<T>({shape.back()}, 62);
+        auto both = runOp<T>(c.whole, attrs, {dY.ref(), X.ref(), scale.ref()},
+                             2);
+        auto dX = runOp<T>(c.data, attrs, {dY.ref(), X.ref(), scale.ref()});
+        auto dS = runOp<T>(c.params, attrs, {dY.ref(), X.ref()});
+        for (auto [a, b] : {std::pair{&both[0], &dX[0]},
+                            std::pair{&both[1], &dS[0]}}) {
+          ASSERT_EQ(a->data.size(), b->data.size());
+          EXPECT_EQ(std::memcmp(a->data.data(), b->data.data(),
+                                a->data.size() * sizeof(T)),
+                    0);
+        }
+      };
+      check(float());
+      check(double());
+    }
+}
+
 TEST(CpuGradients, CombinedOpsEqualTheirPartsBitForBit) {
   {
     SCOPED_TRACE("MatMulGrad");
