@@ -162,6 +162,23 @@ OpWork opWork(const ir::Op &op) {
   return work;
 }
 
+// The work of part `result` of a combined gradient op: the operands the
+// part takes (GradientPart::operands) read once, its result written once.
+// Only for the normalizations' gradients (not products).
+static OpWork partWork(const ir::Op &op, const ir::GradientSplit &split,
+                       unsigned result) {
+  const ir::GradientPart &part = split.part(result);
+  OpWork work;
+  double seen = elements(op.result(result)->type());
+  for (unsigned i : part.operands) {
+    work.bytes += double(op.operand(i)->type().byteSize());
+    seen = std::max(seen, elements(op.operand(i)->type()));
+  }
+  work.bytes += double(op.result(result)->type().byteSize());
+  work.flops = flopsPerElement(ir::opInfo(part.kind).cost) * seen;
+  return work;
+}
+
 double stepBytes(const ir::Graph &g) {
   double bytes = 0;
   for (const ir::Value *v : g.inputs())
@@ -224,6 +241,17 @@ double predictOpTime(const ir::Op &op, const DeviceProfile &device,
   if (attention && !bf16 && device.attentionFlops > 0)
     peak = device.attentionFlops;
   work.bytes += checkBytes;
+  const ir::GradientSplit *split = ir::gradientSplit(op.kind());
+  if (split && split->keptWhole && device.splitsKeptWholeGrads &&
+      !isProduct(op)) {
+    double t = 0;
+    for (unsigned r : {0u, 1u}) {
+      OpWork part = partWork(op, *split, r);
+      t += device.opOverhead + std::max(part.flops / peak,
+                                        part.bytes / device.memBandwidth);
+    }
+    return t;
+  }
   return device.opOverhead + std::max(work.flops / peak,
                                       work.bytes / device.memBandwidth);
 }
@@ -249,14 +277,17 @@ static const DeviceProfile kProfiles[] = {
     // dense (the datasheet's 1,979 is with 2:4 sparsity).
     // Host link: PCIe Gen5 x16, 64 GB/s each way (the published figure,
     // not measured; pinned copies reach less).
-    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6, 989e12, 64e9},
+    // The CUDA backend runs a kept-whole gradient as its two parts.
+    {"h200", 67e12, 4.8e12, 5e-6, 450e9, 10e-6, 989e12, 64e9, 0, 0, {},
+     /*splitsKeptWholeGrads=*/true},
     // NVIDIA A100 SXM4 80 GB datasheet: FP32 19.5 TFLOP/s (cleave runs f32
     // without TF32), HBM2e 2,039 GB/s, NVLink 600 GB/s total (300 GB/s each
     // way), BF16 tensor cores 312 TFLOP/s dense (624 with sparsity); the
     // overhead and latency as for h200. The class of GPU the 2BP paper
     // measured on.
     // Host link: PCIe Gen4 x16, 32 GB/s each way (published, not measured).
-    {"a100", 19.5e12, 2.039e12, 5e-6, 300e9, 10e-6, 312e12, 32e9},
+    {"a100", 19.5e12, 2.039e12, 5e-6, 300e9, 10e-6, 312e12, 32e9, 0, 0, {},
+     /*splitsKeptWholeGrads=*/true},
 };
 
 // Profiles measured while the process runs (`host`), by name.

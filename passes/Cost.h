@@ -64,6 +64,11 @@ struct DeviceProfile {
   // caches). Seconds, or nullopt for the formulas.
   std::function<std::optional<double>(const ir::Op &, double stepBytes)>
       timeOp;
+  // The device's backend runs a gradient op split-backward keeps whole
+  // (Ops.def's CLEAVE_GRAD_KEEP_WHOLE) as its two parts, one after the
+  // other (the CUDA lowering), so the formulas count each part's traffic;
+  // false where it has a kernel that shares the pass (the CPU backend).
+  bool splitsKeptWholeGrads = false;
   bool canOffload() const { return hostBandwidth > 0; }
 };
 

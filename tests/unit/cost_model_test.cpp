@@ -72,6 +72,40 @@ TEST(CostModel, ProductFlopsForwardAndGradientParts) {
   EXPECT_EQ(relu.bytes, 2 * 64 * 4);
 }
 
+// A gradient split-backward keeps whole (LayerNorm's) costs one pass on
+// the CPU, whose kernel shares it, and its two parts' passes on the GPU
+// profiles, whose backend runs the parts.
+TEST(CostModel, KeptWholeGradientCostsItsPartsWhereTheBackendSplitsIt) {
+  auto g = parse(R"(graph @ln {
+  input %dy : f32[64,256]
+  input %x : f32[64,256]
+  input %s : f32[256]
+  B   %dx, %ds = LayerNormalizationGrad(%dy, %x, %s) {axis = -1, epsilon = 1e-05} : f32[64,256], f32[256] @"/ln"
+  B   %dx2 = LayerNormalizationGradData(%dy, %x, %s) {axis = -1, epsilon = 1e-05} : f32[64,256] @"/ln"
+  W   %ds2 = LayerNormalizationGradParams(%dy, %x) {axis = -1, epsilon = 1e-05} : f32[256] @"/ln"
+  output %dx
+  output %ds
+  output %dx2
+  output %ds2
+}
+)");
+  ASSERT_TRUE(g);
+  const ir::Op &whole = *g->lookup("dx")->definingOp(),
+               &data = *g->lookup("dx2")->definingOp(),
+               &params = *g->lookup("ds2")->definingOp();
+  for (const char *name : {"h200", "a100"}) {
+    DeviceProfile d = llvm::cantFail(lookupDeviceProfile(name));
+    EXPECT_TRUE(d.splitsKeptWholeGrads) << name;
+    EXPECT_DOUBLE_EQ(predictOpTime(whole, d, 0),
+                     predictOpTime(data, d, 0) + predictOpTime(params, d, 0))
+        << name;
+  }
+  DeviceProfile cpu = llvm::cantFail(lookupDeviceProfile("cpu"));
+  EXPECT_FALSE(cpu.splitsKeptWholeGrads);
+  EXPECT_LT(predictOpTime(whole, cpu, 0),
+            predictOpTime(data, cpu, 0) + predictOpTime(params, cpu, 0));
+}
+
 TEST(CostModel, RooflineTime) {
   auto g = parse(kProducts);
   ASSERT_TRUE(g);
