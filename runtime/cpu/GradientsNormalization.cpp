@@ -259,14 +259,22 @@ std::optional<Pieces> piecesOf(int64_t rows) {
   return Pieces{pieceRows, (rows + pieceRows - 1) / pieceRows};
 }
 
-// ds[j] = the pieces' partial sums of column j, added in piece order.
-template <typename T>
-void addPieces(const std::vector<double> &partial, int64_t pieces,
-               int64_t size, T *ds) {
+// ds[j] = the column sums of the pieces' partials: sumPiece(r0, r1, acc)
+// adds rows [r0, r1) into the piece's partials `acc` (zeroed), the pieces
+// run over the threads, then are added in piece order.
+template <typename T, typename SumPiece>
+void sumByPieces(const Pieces &pieces, int64_t rows, int64_t size, T *ds,
+                 SumPiece sumPiece) {
+  std::vector<double> partial(size_t(pieces.count * size), 0.0);
+  parallelFor(pieces.count, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      sumPiece(pieces.begin(p), pieces.end(p, rows),
+               partial.data() + p * size);
+  });
   parallelFor(size, 256, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       double sum = 0;
-      for (int64_t p = 0; p < pieces; ++p)
+      for (int64_t p = 0; p < pieces.count; ++p)
         sum += partial[size_t(p * size + j)];
       ds[j] = T(sum);
     }
@@ -296,19 +304,15 @@ llvm::Error normGradParamsInto(const KernelCall &call, const TensorRef &dY,
   const bool wide = cpuHasAvx512F();
   T *ds = dScale.as<T>();
   if (auto pieces = piecesOf(rows)) {
-    std::vector<double> partial(size_t(pieces->count * size), 0.0);
-    parallelFor(pieces->count, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t r0 = pieces->begin(p), r1 = pieces->end(p, rows);
-        double *acc = partial.data() + p * size;
-        if (wide)
-          normalizedPieceSumsWide<T, Centered>(x, dy, r0, r1, size, eps, acc);
-        else
-          normalizedPieceSumsNarrow<T, Centered>(x, dy, r0, r1, size, eps,
-                                                 acc);
-      }
-    });
-    addPieces(partial, pieces->count, size, ds);
+    sumByPieces(*pieces, rows, size, ds,
+                [&](int64_t r0, int64_t r1, double *acc) {
+                  if (wide)
+                    normalizedPieceSumsWide<T, Centered>(x, dy, r0, r1, size,
+                                                         eps, acc);
+                  else
+                    normalizedPieceSumsNarrow<T, Centered>(x, dy, r0, r1, size,
+                                                           eps, acc);
+                });
     return llvm::Error::success();
   }
   std::vector<Stats> stats(rows);
@@ -372,20 +376,15 @@ llvm::Error normGrad(const KernelCall &call) {
   const T *x = X.as<T>(), *dy = dY.as<T>();
   T *dx = dX.as<T>();
   const bool wide = cpuHasAvx512F();
-  std::vector<double> partial(size_t(pieces->count * size), 0.0);
-  parallelFor(pieces->count, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t r0 = pieces->begin(p), r1 = pieces->end(p, rows);
-      double *acc = partial.data() + p * size;
-      if (wide)
-        normGradPieceWide<T, Centered>(x, dy, scale->data(), dx, r0, r1, size,
-                                       eps, acc);
-      else
-        normGradPieceNarrow<T, Centered>(x, dy, scale->data(), dx, r0, r1,
-                                         size, eps, acc);
-    }
-  });
-  addPieces(partial, pieces->count, size, dScale.as<T>());
+  sumByPieces(*pieces, rows, size, dScale.as<T>(),
+              [&](int64_t r0, int64_t r1, double *acc) {
+                if (wide)
+                  normGradPieceWide<T, Centered>(x, dy, scale->data(), dx, r0,
+                                                 r1, size, eps, acc);
+                else
+                  normGradPieceNarrow<T, Centered>(x, dy, scale->data(), dx,
+                                                   r0, r1, size, eps, acc);
+              });
   return llvm::Error::success();
 }
 
