@@ -14,6 +14,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cstring>
+#include <utility>
 #include <functional>
 #include <map>
 #include <vector>
@@ -392,6 +393,31 @@ template <typename V, typename S>
   for (; i < n; ++i)
     tail += one(i);
   return laneSum(a + b) + tail;
+}
+
+// Two sums of sumLanes16 in one pass, each with its own accumulators in
+// sumLanes16's order (the bits of two calls); vec(i) and one(i) return
+// both terms as a pair.
+template <typename V, typename S>
+[[gnu::always_inline]] inline std::pair<double, double>
+sumLanes16Pair(int64_t n, V &&vec, S &&one) {
+  Double8 a0 = {}, b0 = {}, a1 = {}, b1 = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    auto [x0, x1] = vec(i);
+    auto [y0, y1] = vec(i + 8);
+    a0 += x0;
+    a1 += x1;
+    b0 += y0;
+    b1 += y1;
+  }
+  double tail0 = 0, tail1 = 0;
+  for (; i < n; ++i) {
+    auto [t0, t1] = one(i);
+    tail0 += t0;
+    tail1 += t1;
+  }
+  return {laneSum(a0 + b0) + tail0, laneSum(a1 + b1) + tail1};
 }
 
 // One normalized row's statistics: its mean and 1 / sqrt(variance + eps).

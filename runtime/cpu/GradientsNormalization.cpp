@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <cstring>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -64,44 +66,56 @@ template <typename T, bool Centered, bool Wide>
 // dX = inv * (g - mean(g) - x̂ * mean(g * x̂)), g = dY * scale; RMS
 // (Centered false) has no mean(g) term (g - 0.0 is exact, so the bits are
 // those of the formula without it).
-// One row of dX from the row's statistics `s`; normGradDataRows does rows
-// [r0, r1), built for AVX-512 (Wide) and as CLEAVE_VECTOR_CLONES for the
-// others (CpuKernels.h, CLEAVE_WIDE_TARGET), eight doubles a vector.
-template <typename T, bool Centered, bool Wide>
+// One row of dX from the row's statistics `s`; with AddParams, also
+// acc[j] += dY * x̂ in the same loop (normalizedColumnSums' terms and
+// order). mean(g) and mean(g * x̂) are summed in one pass, each in
+// sumLanes16's order. normGradDataRows does rows [r0, r1), built for
+// AVX-512 (Wide) and as CLEAVE_VECTOR_CLONES for the others (CpuKernels.h,
+// CLEAVE_WIDE_TARGET), eight doubles a vector.
+template <typename T, bool Centered, bool Wide, bool AddParams = false>
 [[gnu::always_inline]] inline void
 normGradDataRow(const T *xr, const T *dyr, const double *scale, T *dxr,
-                int64_t size, const Stats s) {
-  double sumG = 0.0;
-  if constexpr (Centered)
-    sumG = sumLanes16(
+                int64_t size, const Stats s, double *acc = nullptr) {
+  double sumG = 0.0, sumGX;
+  auto gxLanes = [&](int64_t i) {
+    return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i) *
+           ((loadDouble8W<Wide>(xr + i) - s.mean) * s.inv);
+  };
+  auto gxOne = [&](int64_t i) {
+    return dyr[i] * scale[i] * ((xr[i] - s.mean) * s.inv);
+  };
+  if constexpr (Centered) {
+    std::tie(sumG, sumGX) = sumLanes16Pair(
         size,
         [&](int64_t i) {
-          return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
+          return std::pair{loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i),
+                           gxLanes(i)};
         },
-        [&](int64_t i) { return dyr[i] * scale[i]; });
-  double sumGX = sumLanes16(
-      size,
-      [&](int64_t i) {
-        return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i) *
-               ((loadDouble8W<Wide>(xr + i) - s.mean) * s.inv);
-      },
-      [&](int64_t i) {
-        return dyr[i] * scale[i] * ((xr[i] - s.mean) * s.inv);
-      });
+        [&](int64_t i) { return std::pair{dyr[i] * scale[i], gxOne(i)}; });
+  } else {
+    sumGX = sumLanes16(size, gxLanes, gxOne);
+  }
   double meanG = sumG / double(size), meanGX = sumGX / double(size);
   int64_t i = 0;
   if constexpr (std::is_same_v<T, float>)
     for (; i + 8 <= size; i += 8) {
-      Double8 g = loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i);
+      Double8 dy = loadDouble8W<Wide>(dyr + i);
+      Double8 g = dy * loadDouble8(scale + i);
       Double8 xh = (loadDouble8W<Wide>(xr + i) - s.mean) * s.inv;
       Float8 f =
           __builtin_convertvector(s.inv * (g - meanG - xh * meanGX), Float8);
       std::memcpy(dxr + i, &f, sizeof(f));
+      if constexpr (AddParams) {
+        Double8 a = loadDouble8(acc + i) + dy * xh;
+        std::memcpy(acc + i, &a, sizeof(a));
+      }
     }
   for (; i < size; ++i) {
     double g = dyr[i] * scale[i];
     double xh = (xr[i] - s.mean) * s.inv;
     dxr[i] = T(s.inv * (g - meanG - xh * meanGX));
+    if constexpr (AddParams)
+      acc[i] += dyr[i] * xh;
   }
 }
 template <typename T, bool Centered, bool Wide>
@@ -215,10 +229,9 @@ normGradPieceLanes(const T *x, const T *dy, const double *scale, T *dx,
                    double *acc) {
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * size, *dyr = dy + r * size;
-    const Stats st = statsOf<T, Centered, Wide>(xr, size, eps);
-    normGradDataRow<T, Centered, Wide>(xr, dyr, scale, dx + r * size, size,
-                                       st);
-    normalizedColumnSumsLanes<T, Wide>(xr, dyr, &st, 1, size, 0, size, acc);
+    normGradDataRow<T, Centered, Wide, /*AddParams=*/true>(
+        xr, dyr, scale, dx + r * size, size,
+        statsOf<T, Centered, Wide>(xr, size, eps), acc);
   }
 }
 CLEAVE_WIDE_BUILDS(normGradPiece, (typename T, bool Centered), (T, Centered),
