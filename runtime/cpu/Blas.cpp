@@ -77,12 +77,13 @@ static SetOmpThreads ompSetThreads() {
   return set;
 }
 
-void oneDnnOneThreadHere() {
+bool oneDnnOneThreadHere() {
   static thread_local bool set = false;
   if (!set && ompSetThreads()) {
     ompSetThreads()(1);
     set = true;
   }
+  return set;
 }
 
 bool cpuHasAvx512Core() {

@@ -108,8 +108,10 @@ private:
 void *oneDnnLibrary();
 // Sets oneDNN's OpenMP limit to 1 on the calling thread, once per thread: a
 // oneDNN call made there plans for one thread and never starts a team of
-// its own inside the pool. Only after oneDnnLibrary() returned non-null.
-void oneDnnOneThreadHere();
+// its own inside the pool. False (and nothing set) where libdnnl or its
+// OpenMP runtime's omp_set_num_threads cannot be found: oneDNN is then not
+// used at all.
+bool oneDnnOneThreadHere();
 // Whether the CPU has oneDNN's avx512_core level (AVX-512 F, DQ, BW and
 // VL), where its JIT kernels use AVX-512 whatever OPENBLAS_CORETYPE says.
 bool cpuHasAvx512Core();

@@ -114,9 +114,8 @@ const Api *loadApi() {
   sym(a.execute, "dnnl_primitive_execute");
   sym(a.memoryCreate, "dnnl_memory_create");
   sym(a.memoryDestroy, "dnnl_memory_destroy");
-  if (!found)
+  if (!found || !oneDnnOneThreadHere())
     return nullptr;
-  oneDnnOneThreadHere();
   if (a.engineCreate(&a.engine, dnnl_cpu, 0) != dnnl_success ||
       a.attrCreate(&a.userScratchpad) != dnnl_success ||
       a.attrScratchpad(a.userScratchpad, dnnl_scratchpad_mode_user) !=
