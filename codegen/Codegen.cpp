@@ -2,6 +2,7 @@
 
 #include "passes/MemoryPlan.h"
 #include "support/Checksum.h"
+#include "support/Errors.h"
 #include "support/FileIO.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -21,10 +22,6 @@ using runtime::InstrKind;
 using runtime::Phase;
 using runtime::Slot;
 using runtime::SlotKind;
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 static Phase planPhase(ir::Phase p) {
   switch (p) {

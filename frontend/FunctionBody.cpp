@@ -1,6 +1,7 @@
 #include "frontend/FunctionBody.h"
 
 #include "frontend/OnnxTensor.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -10,13 +11,6 @@
 #include <map>
 
 namespace cleave::frontend {
-
-template <typename... Ts>
-static llvm::Error err(const char *fmt, Ts &&...vals) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
-}
 
 // The body ONNX defines for `call` at `opset`: a fixed one, or one its
 // builder makes for the call's attributes and input types. Empty when the
@@ -43,12 +37,12 @@ buildBody(const onnx::OpSchema &schema, const onnx::NodeProto &call,
   onnx::FunctionBodyBuildContextImpl context(call, types);
   try {
     if (!schema.BuildContextDependentFunction(context, body, int(opset)))
-      return err("ONNX cannot build the function body of '{0}' for these "
-                 "attributes and input types",
-                 call.op_type());
+      return failf("ONNX cannot build the function body of '{0}' for these "
+                   "attributes and input types",
+                   call.op_type());
   } catch (const std::exception &ex) {
-    return err("ONNX cannot build the function body of '{0}': {1}",
-               call.op_type(), ex.what());
+    return failf("ONNX cannot build the function body of '{0}': {1}",
+                 call.op_type(), ex.what());
   }
   return body;
 }
@@ -99,9 +93,9 @@ expandFunction(const onnx::NodeProto &call, int64_t opset,
       out.opset = imp.version();
   if (call.input_size() > body->input_size() ||
       call.output_size() > body->output_size())
-    return err("the call has more inputs or outputs than the function body "
-               "of '{0}'",
-               call.op_type());
+    return failf("the call has more inputs or outputs than the function body "
+                 "of '{0}'",
+                 call.op_type());
   // Formal names to actual ones; a value the body defines gets a fresh
   // name, prefixed by the call's name so that errors and dumps show where
   // it came from.

@@ -1,6 +1,7 @@
 #include "frontend/OnnxTensor.h"
 
 #include "ir/TypeRules.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -14,13 +15,6 @@
 namespace cleave::frontend {
 
 using namespace cleave::ir;
-
-template <typename... Ts>
-static llvm::Error err(const char *fmt, Ts &&...vals) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
-}
 
 const char *onnxTypeName(int t) {
   switch (t) {
@@ -106,9 +100,9 @@ llvm::Expected<DType> dtypeFromOnnx(int t) {
   case onnx::TensorProto::UINT8: // folded at import only (ImportContext)
     return DType::U8;
   default:
-    return err("element type {0} is not supported (cleave supports float, "
-               "float16, bfloat16, double, int64, int32, int8, bool)",
-               onnxTypeName(t));
+    return failf("element type {0} is not supported (cleave supports float, "
+                 "float16, bfloat16, double, int64, int32, int8, bool)",
+                 onnxTypeName(t));
   }
 }
 
@@ -118,24 +112,24 @@ static llvm::Expected<std::string> confinedPath(const std::string &modelDir,
                                                 const std::string &location,
                                                 const std::string &tensor) {
   if (location.empty() || llvm::sys::path::is_absolute(location))
-    return err("tensor '{0}': external data location '{1}' must be a "
-               "relative path inside the model's folder",
-               tensor, location);
+    return failf("tensor '{0}': external data location '{1}' must be a "
+                 "relative path inside the model's folder",
+                 tensor, location);
   llvm::SmallString<256> full(modelDir);
   llvm::sys::path::append(full, location);
   llvm::SmallString<256> real, realDir;
   if (llvm::sys::fs::real_path(full, real))
-    return err("tensor '{0}': external data file '{1}' not found next to "
-               "the model",
-               tensor, location);
+    return failf("tensor '{0}': external data file '{1}' not found next to "
+                 "the model",
+                 tensor, location);
   if (llvm::sys::fs::real_path(modelDir.empty() ? "." : modelDir, realDir))
-    return err("tensor '{0}': cannot resolve the model's folder", tensor);
+    return failf("tensor '{0}': cannot resolve the model's folder", tensor);
   llvm::StringRef r = real, d = realDir;
   if (!r.startswith(d) || r.size() <= d.size() ||
       !llvm::sys::path::is_separator(r[d.size()]))
-    return err("tensor '{0}': external data location '{1}' points outside "
-               "the model's folder",
-               tensor, location);
+    return failf("tensor '{0}': external data location '{1}' points outside "
+                 "the model's folder",
+                 tensor, location);
   return std::string(real);
 }
 
@@ -148,8 +142,8 @@ llvm::Expected<ExternalData> externalDataOf(const onnx::TensorProto &t,
       ext.location = kv.value();
     else if ((kv.key() == "offset" || kv.key() == "length") &&
              (llvm::StringRef(kv.value()).getAsInteger(10, v) || v < 0))
-      return err("tensor '{0}': external data {1} '{2}' is not a number",
-                 t.name(), kv.key(), kv.value());
+      return failf("tensor '{0}': external data {1} '{2}' is not a number",
+                   t.name(), kv.key(), kv.value());
     if (kv.key() == "offset")
       ext.offset = v;
     if (kv.key() == "length")
@@ -168,11 +162,11 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
   const std::string &name = t.name();
   auto dt = dtypeFromOnnx(t.data_type());
   if (!dt)
-    return err("tensor '{0}': {1}", name, llvm::toString(dt.takeError()));
+    return failf("tensor '{0}': {1}", name, llvm::toString(dt.takeError()));
   Shape shape(t.dims().begin(), t.dims().end());
   if (auto e = checkShape(shape))
-    return err("tensor '{0}' has a bad shape: {1}", name,
-               llvm::toString(std::move(e)));
+    return failf("tensor '{0}' has a bad shape: {1}", name,
+                 llvm::toString(std::move(e)));
   TensorType type(*dt, shape);
   int64_t n = type.numElements(), bytes = type.byteSize();
 
@@ -181,9 +175,9 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
     if (t.has_raw_data() || t.float_data_size() || t.int32_data_size() ||
         t.int64_data_size() || t.double_data_size() ||
         t.uint64_data_size() || t.string_data_size())
-      return err("tensor '{0}' has both external data and values in the "
-                 "model; one of them must go",
-                 name);
+      return failf("tensor '{0}' has both external data and values in the "
+                   "model; one of them must go",
+                   name);
     auto ext = externalDataOf(t, modelDir);
     if (!ext)
       return ext.takeError();
@@ -192,15 +186,15 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
     if (length < 0)
       length = bytes;
     if (length != bytes || offset < 0)
-      return err("tensor '{0}': external data length {1} does not match "
-                 "{2} ({3} bytes)",
-                 name, length, type.str(), bytes);
+      return failf("tensor '{0}': external data length {1} does not match "
+                   "{2} ({3} bytes)",
+                   name, length, type.str(), bytes);
     uint64_t fileSize = 0;
     if (llvm::sys::fs::file_size(*path, fileSize) ||
         uint64_t(offset) + uint64_t(length) > fileSize)
-      return err("tensor '{0}': external data file '{1}' is too short "
-                 "({2} bytes; needs {3} at offset {4})",
-                 name, location, fileSize, length, offset);
+      return failf("tensor '{0}': external data file '{1}' is too short "
+                   "({2} bytes; needs {3} at offset {4})",
+                   name, location, fileSize, length, offset);
     DataOrigin raw{DataOrigin::Kind::RawFile, *path, "", offset, length};
     auto data = std::make_shared<TensorData>(type, raw);
     if (loadExternal)
@@ -216,16 +210,16 @@ tensorFromOnnx(const onnx::TensorProto &t, const std::string &modelDir,
   // for it: a small model may declare a huge shape over little or no data.
   if (t.has_raw_data()) {
     if (int64_t(t.raw_data().size()) != bytes)
-      return err("tensor '{0}' holds {1} bytes but {2} needs {3}", name,
-                 t.raw_data().size(), type.str(), bytes);
+      return failf("tensor '{0}' holds {1} bytes but {2} needs {3}", name,
+                   t.raw_data().size(), type.str(), bytes);
   } else {
     int64_t have = *dt == DType::F32   ? t.float_data_size()
                    : *dt == DType::F64 ? t.double_data_size()
                    : *dt == DType::I64 ? t.int64_data_size()
                                        : t.int32_data_size();
     if (have != n)
-      return err("tensor '{0}' holds {1} values but its shape {2} needs {3}",
-                 name, have, shapeStr(shape), n);
+      return failf("tensor '{0}' holds {1} values but its shape {2} needs {3}",
+                   name, have, shapeStr(shape), n);
   }
   std::string storage(bytes, '\0');
   uint8_t *buf = reinterpret_cast<uint8_t *>(storage.data());

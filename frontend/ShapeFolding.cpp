@@ -8,6 +8,7 @@
 #include "frontend/OnnxNode.h"
 #include "frontend/OnnxTensor.h"
 #include "ir/TypeRules.h"
+#include "support/Errors.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -20,13 +21,6 @@ namespace cleave::frontend {
 
 using namespace cleave::ir;
 using Data = std::shared_ptr<TensorData>;
-
-template <typename... Ts>
-static llvm::Error err(const char *fmt, Ts &&...vals) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
-}
 
 // memcpy that accepts empty ranges (whose pointers may be null).
 static void copyBytes(void *dst, const void *src, size_t n) {
@@ -185,7 +179,7 @@ static llvm::Expected<Data> elementwise(const std::string &op,
     }
     if ((op == "Div" || op == "Mod") && b == 0) {
       if (!failure)
-        failure = err("integer division by zero");
+        failure = failf("integer division by zero");
       return;
     }
     int64_t r = op == "Add"       ? int64_t(uint64_t(a) + uint64_t(b))
@@ -251,7 +245,7 @@ constantOfShapeValue(const onnx::NodeProto &node) {
   if (!t)
     return t.takeError();
   if ((*t)->type().numElements() != 1)
-    return err("'value' must hold one element");
+    return failf("'value' must hold one element");
   llvm::ArrayRef<uint8_t> b = (*t)->bytes();
   return std::make_shared<TensorData>(TensorType((*t)->type().dtype, {1}),
                                       std::vector<uint8_t>(b.begin(), b.end()));
@@ -364,8 +358,8 @@ foldGatherElements(const onnx::NodeProto &node,
   if (axis < 0)
     axis += r;
   if (axis < 0 || axis >= r || int64_t(is.size()) != r)
-    return err("GatherElements needs indices of the data's rank and an "
-               "axis inside it");
+    return failf("GatherElements needs indices of the data's rank and an "
+                 "axis inside it");
   Data out = makeData(in[0]->type().dtype, is);
   bool fl = isFloat(in[0]->type().dtype);
   int64_t n = out->type().numElements();
@@ -377,13 +371,13 @@ foldGatherElements(const onnx::NodeProto &node,
       if (d == axis) {
         v = in[1]->getInt(o);
         if (v < -ds[d] || v >= ds[d])
-          return err("GatherElements index {0} is out of range for an "
-                     "axis of size {1}",
-                     v, ds[d]);
+          return failf("GatherElements index {0} is out of range for an "
+                       "axis of size {1}",
+                       v, ds[d]);
         if (v < 0)
           v += ds[d];
       } else if (v >= ds[d]) {
-        return err("GatherElements indices are larger than the data");
+        return failf("GatherElements indices are larger than the data");
       }
       src = src * ds[d] + v;
     }
@@ -407,7 +401,7 @@ static llvm::Expected<FoldResult> foldTrilu(const onnx::NodeProto &node,
   // diagonal k on; the rest zero.
   const Shape &shape = in[0]->type().shape;
   if (shape.size() < 2)
-    return err("Trilu needs a rank of at least 2");
+    return failf("Trilu needs a rank of at least 2");
   int64_t k = in.need(1) ? in[1]->getInt(0) : 0;
   bool upper = attrInt(node, "upper", 1) != 0;
   int64_t rows = shape[shape.size() - 2], cols = shape.back();
@@ -436,12 +430,12 @@ static llvm::Expected<FoldResult> foldOneHot(const onnx::NodeProto &node,
   if (!in.need(1) || !in.need(2))
     return FoldResult();
   if (in[1]->type().numElements() != 1 || in[2]->type().numElements() != 2)
-    return err("OneHot needs a one-element depth and two values [off, on]");
+    return failf("OneHot needs a one-element depth and two values [off, on]");
   int64_t depth = isFloat(in[1]->type().dtype)
                       ? int64_t(in[1]->getDouble(0))
                       : in[1]->getInt(0);
   if (depth < 1)
-    return err("OneHot depth {0} is not positive", depth);
+    return failf("OneHot depth {0} is not positive", depth);
   const Shape &is = in[0]->type().shape;
   auto axis = normalizeAxis(attrInt(node, "axis", -1), is.size() + 1);
   if (!axis)
@@ -537,7 +531,7 @@ static llvm::Expected<FoldResult> foldRange(const onnx::NodeProto &node,
   double start = in[0]->getDouble(0), limit = in[1]->getDouble(0),
          delta = in[2]->getDouble(0);
   if (delta == 0)
-    return err("Range delta is 0");
+    return failf("Range delta is 0");
   double count = std::ceil((limit - start) / delta);
   int64_t n = count > 0 ? int64_t(std::min(count, 1e18)) : 0;
   if (n > kMaxFoldElements)
@@ -563,11 +557,11 @@ static llvm::Expected<FoldResult> foldReshape(const onnx::NodeProto &node,
       d = i < src.size() ? src[i] : 0;
     if (d == -1) {
       if (infer >= 0)
-        return err("more than one -1 in the target shape");
+        return failf("more than one -1 in the target shape");
       infer = i;
       d = 1;
     } else if (d < 0) {
-      return err("bad target dimension {0}", d);
+      return failf("bad target dimension {0}", d);
     } else {
       known *= d;
     }
@@ -577,7 +571,7 @@ static llvm::Expected<FoldResult> foldReshape(const onnx::NodeProto &node,
   if (infer >= 0)
     out[infer] = known ? total / known : 0;
   if (TensorType(DType::F32, out).numElements() != total)
-    return err("cannot reshape {0} to {1}", shapeStr(src), shapeStr(out));
+    return failf("cannot reshape {0} to {1}", shapeStr(src), shapeStr(out));
   return one(reshaped(*in[0], out));
 }
 
@@ -592,7 +586,7 @@ foldSqueezeOrUnsqueeze(const onnx::NodeProto &node,
   Shape out;
   if (op == "Unsqueeze") {
     if (!axes)
-      return err("Unsqueeze needs axes");
+      return failf("Unsqueeze needs axes");
     int64_t r = src.size() + axes->size();
     std::vector<bool> ins(r, false);
     for (int64_t a : *axes) {
@@ -615,7 +609,7 @@ foldSqueezeOrUnsqueeze(const onnx::NodeProto &node,
         if (!n)
           return n.takeError();
         if (src[*n] != 1)
-          return err("cannot squeeze axis {0} of size {1}", a, src[*n]);
+          return failf("cannot squeeze axis {0} of size {1}", a, src[*n]);
         drop[*n] = true;
       }
     }
@@ -651,11 +645,11 @@ static llvm::Expected<FoldResult> foldTile(const onnx::NodeProto &node,
   const Shape &is = in[0]->type().shape;
   std::vector<int64_t> reps = toInts(*in[1]);
   if (reps.size() != is.size())
-    return err("Tile: {0} repeats for rank {1}", reps.size(), is.size());
+    return failf("Tile: {0} repeats for rank {1}", reps.size(), is.size());
   Shape out;
   for (size_t d = 0; d < is.size(); ++d) {
     if (reps[d] < 0)
-      return err("Tile: repeat {0} is negative", reps[d]);
+      return failf("Tile: repeat {0} is negative", reps[d]);
     if (reps[d] && is[d] > kMaxFoldElements / reps[d])
       return FoldResult();
     out.push_back(is[d] * reps[d]);
@@ -698,12 +692,13 @@ static llvm::Expected<FoldResult> foldTranspose(const onnx::NodeProto &node,
       perm.push_back(i);
   std::vector<bool> seen(r, false);
   if (int64_t(perm.size()) != r)
-    return err("Transpose: perm has {0} entries for rank {1}", perm.size(), r);
+    return failf("Transpose: perm has {0} entries for rank {1}", perm.size(),
+                 r);
   for (int64_t &p : perm) {
     if (p < 0)
       p += r;
     if (p < 0 || p >= r || seen[p])
-      return err("Transpose: perm is not a permutation of 0..{0}", r - 1);
+      return failf("Transpose: perm is not a permutation of 0..{0}", r - 1);
     seen[p] = true;
   }
   Shape out(r);
@@ -745,7 +740,7 @@ static llvm::Expected<FoldResult> foldConcat(const onnx::NodeProto &node,
   for (const Data &d : in) {
     if (d->type().rank() != first.size() ||
         d->type().dtype != in[0]->type().dtype)
-      return err("Concat inputs differ in rank or type");
+      return failf("Concat inputs differ in rank or type");
     out[*axis] += d->type().shape[*axis];
   }
   Data res = makeData(in[0]->type().dtype, out);
@@ -790,7 +785,7 @@ static llvm::Expected<FoldResult> foldGather(const onnx::NodeProto &node,
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k : idx) {
       if (k < -dim || k >= dim)
-        return err("index {0} is out of range for axis of size {1}", k, dim);
+        return failf("index {0} is out of range for axis of size {1}", k, dim);
       if (k < 0)
         k += dim;
       copyBytes(dst, in[0]->bytes().data() + ((o * dim + k) * inner) * w,
@@ -888,7 +883,7 @@ static llvm::Expected<FoldResult> foldSlice(const onnx::NodeProto &node,
     steps = toInts(*in[4]);
   if (ends.size() != starts.size() || axes.size() != starts.size() ||
       steps.size() != starts.size())
-    return err("Slice starts, ends, axes and steps differ in length");
+    return failf("Slice starts, ends, axes and steps differ in length");
   size_t r = ds.size();
   std::vector<int64_t> begin(r, 0), step(r, 1);
   Shape out = ds;
@@ -897,7 +892,7 @@ static llvm::Expected<FoldResult> foldSlice(const onnx::NodeProto &node,
     if (!a)
       return a.takeError();
     if (steps[i] == 0)
-      return err("Slice step is 0");
+      return failf("Slice step is 0");
     out[*a] = sliceLength(ds[*a], starts[i], ends[i], steps[i], &begin[*a]);
     step[*a] = steps[i];
   }

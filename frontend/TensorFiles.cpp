@@ -1,6 +1,7 @@
 #include "frontend/TensorFiles.h"
 
 #include "frontend/OnnxTensor.h"
+#include "support/Errors.h"
 #include "support/FileIO.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -17,10 +18,6 @@ namespace cleave::frontend {
 
 using namespace cleave::ir;
 
-static llvm::Error err(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
-
 llvm::Expected<std::shared_ptr<TensorData>>
 readTensorProtoFile(const std::string &path) {
   auto buf = support::readFile(path, "tensor file");
@@ -30,10 +27,10 @@ readTensorProtoFile(const std::string &path) {
   if ((*buf)->getBufferSize() > size_t(INT_MAX) ||
       !t.ParseFromArray((*buf)->getBufferStart(),
                         int((*buf)->getBufferSize())))
-    return err("'" + path + "' is not an ONNX TensorProto file");
+    return fail("'" + path + "' is not an ONNX TensorProto file");
   auto data = tensorFromOnnx(t, "", {});
   if (!data)
-    return err("'" + path + "': " + llvm::toString(data.takeError()));
+    return fail("'" + path + "': " + llvm::toString(data.takeError()));
   return *data;
 }
 
@@ -49,7 +46,7 @@ llvm::Error writeTensorProtoFile(const std::string &path,
   t.set_raw_data(std::string(b.begin(), b.end()));
   std::string out;
   if (!t.SerializeToString(&out))
-    return err("cannot encode tensor '" + name + "'");
+    return fail("cannot encode tensor '" + name + "'");
   return support::writeFileAtomically(path, out);
 }
 

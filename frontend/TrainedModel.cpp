@@ -7,6 +7,7 @@
 
 #include "frontend/OnnxTensor.h"
 #include "ir/TypeRules.h"
+#include "support/Errors.h"
 #include "support/FileIO.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -34,10 +35,6 @@ namespace {
 // (the threshold onnx.external_data_helper uses).
 constexpr size_t kExternalThreshold = 1024;
 
-llvm::Error err(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
-
 llvm::Expected<std::unique_ptr<onnx::ModelProto>>
 readModelFile(const std::string &path) {
   auto buf = support::readFile(path, "ONNX file");
@@ -45,18 +42,20 @@ readModelFile(const std::string &path) {
     return buf.takeError();
   size_t size = (*buf)->getBufferSize();
   if (size == 0)
-    return err("'" + path + "' is empty, not an ONNX model");
+    return fail("'" + path + "' is empty, not an ONNX model");
   if (size > size_t(INT_MAX))
-    return err("'" + path + "' is larger than 2 GiB; save the model with its "
-               "weights as external data");
+    return fail("'" + path +
+                "' is larger than 2 GiB; save the model with its "
+                "weights as external data");
   auto model = std::make_unique<onnx::ModelProto>();
   google::protobuf::io::CodedInputStream in(
       reinterpret_cast<const uint8_t *>((*buf)->getBufferStart()), int(size));
   in.SetTotalBytesLimit(INT_MAX);
   if (!model->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
       !model->has_graph())
-    return err("'" + path + "' is not a valid ONNX model (truncated or not "
-               "an ONNX protobuf file)");
+    return fail("'" + path +
+                "' is not a valid ONNX model (truncated or not "
+                "an ONNX protobuf file)");
   return model;
 }
 
@@ -108,26 +107,26 @@ llvm::Error internalize(onnx::TensorProto &t, const std::string &modelDir,
       "'" + modelPath + "': tensor '" + t.name() + "'";
   auto ext = externalDataOf(t, modelDir);
   if (!ext)
-    return err("'" + modelPath + "': " + llvm::toString(ext.takeError()));
+    return fail("'" + modelPath + "': " + llvm::toString(ext.takeError()));
   const std::string &location = ext->location, &real = ext->path;
   int64_t offset = ext->offset, length = ext->length;
   uint64_t fileSize = 0;
   if (llvm::sys::fs::file_size(real, fileSize) || uint64_t(offset) > fileSize)
-    return err(what + ": external data file '" + location + "' is too short");
+    return fail(what + ": external data file '" + location + "' is too short");
   if (length < 0)
     length = int64_t(fileSize - offset);
   if (uint64_t(offset) + uint64_t(length) > fileSize)
-    return err(what + ": external data file '" + location + "' is too short (" +
-               std::to_string(fileSize) + " bytes; needs " +
-               std::to_string(length) + " at offset " + std::to_string(offset) +
-               ")");
+    return fail(what + ": external data file '" + location +
+                "' is too short (" + std::to_string(fileSize) +
+                " bytes; needs " + std::to_string(length) + " at offset " +
+                std::to_string(offset) + ")");
   std::string bytes;
   if (length > 0) {
     auto buf = support::readFileSlice(real, uint64_t(offset),
                                       uint64_t(length), "data file");
     if (!buf)
-      return err(what + ": cannot read external data file '" + location +
-                 "': " + llvm::toString(buf.takeError()));
+      return fail(what + ": cannot read external data file '" + location +
+                  "': " + llvm::toString(buf.takeError()));
     bytes = (*buf)->getBuffer().str();
   }
   setInline(t, std::move(bytes));
@@ -162,7 +161,7 @@ llvm::Error externalize(onnx::ModelProto &model, const std::string &dataTmp,
   std::error_code ec;
   llvm::raw_fd_ostream os(dataTmp, ec);
   if (ec)
-    return err("cannot write '" + outPath + ".data': " + ec.message());
+    return fail("cannot write '" + outPath + ".data': " + ec.message());
   uint64_t offset = 0;
   for (auto &t : *model.mutable_graph()->mutable_initializer()) {
     if (!t.has_raw_data() || t.raw_data().size() < kExternalThreshold)
@@ -186,7 +185,7 @@ llvm::Error externalize(onnx::ModelProto &model, const std::string &dataTmp,
   if (os.has_error()) {
     std::string msg = os.error().message();
     os.clear_error();
-    return err("cannot write '" + outPath + ".data': " + msg);
+    return fail("cannot write '" + outPath + ".data': " + msg);
   }
   return llvm::Error::success();
 }
@@ -215,22 +214,23 @@ llvm::Error writeTrainedOnnx(
   for (const auto &[name, data] : values) {
     auto it = inits.find(name);
     if (it == inits.end())
-      return err(src + " has no initializer named '" + name + "'");
+      return fail(src + " has no initializer named '" + name + "'");
     if (!data)
-      return err("no data given for initializer '" + name + "'");
+      return fail("no data given for initializer '" + name + "'");
     const onnx::TensorProto &t = *it->second;
     auto dt = dtypeFromOnnx(t.data_type());
     Shape shape(t.dims().begin(), t.dims().end());
     if (!dt) {
       llvm::consumeError(dt.takeError());
-      return err("initializer '" + name + "' in " + src + " is " +
-                 describe(t) + ", which cleave cannot write");
+      return fail("initializer '" + name + "' in " + src + " is " +
+                  describe(t) + ", which cleave cannot write");
     }
     if (data->type() != TensorType(*dt, shape))
-      return err("initializer '" + name + "' in " + src + " is " +
-                 describe(t) + ", but its new value is " + data->type().str());
+      return fail("initializer '" + name + "' in " + src + " is " +
+                  describe(t) + ", but its new value is " + data->type().str());
     if (auto e = data->load())
-      return err("initializer '" + name + "': " + llvm::toString(std::move(e)));
+      return fail("initializer '" + name +
+                  "': " + llvm::toString(std::move(e)));
   }
 
   // External data of the source becomes inline data.
@@ -266,8 +266,9 @@ llvm::Error writeTrainedOnnx(
                              outPath))
       return e;
     if (model.ByteSizeLong() > kMaxInlineOnnxBytes)
-      return err("cannot write '" + outPath + "': the model is larger than "
-                 "2 GiB even with its tensor data in a separate file");
+      return fail("cannot write '" + outPath +
+                  "': the model is larger than "
+                  "2 GiB even with its tensor data in a separate file");
   }
 
   // Write the model through protobuf's file stream (no second copy in
@@ -275,7 +276,7 @@ llvm::Error writeTrainedOnnx(
   int fd = -1;
   if (std::error_code ec = llvm::sys::fs::openFileForWrite(
           modelTmp, fd, llvm::sys::fs::CD_CreateAlways))
-    return err("cannot write '" + outPath + "': " + ec.message());
+    return fail("cannot write '" + outPath + "': " + ec.message());
   temps.paths.push_back(modelTmp);
   {
     google::protobuf::io::FileOutputStream os(fd);
@@ -283,19 +284,19 @@ llvm::Error writeTrainedOnnx(
     ok &= os.Close();
     if (!ok) {
       int e = os.GetErrno();
-      return err("cannot write '" + outPath + "'" +
-                 (e ? ": " + std::error_code(e, std::generic_category())
-                                 .message()
-                    : std::string()));
+      return fail(
+          "cannot write '" + outPath + "'" +
+          (e ? ": " + std::error_code(e, std::generic_category()).message()
+             : std::string()));
     }
   }
   if (!dataTmp.empty()) {
     if (std::error_code ec = llvm::sys::fs::rename(dataTmp, dataPath))
-      return err("cannot write '" + dataPath + "': " + ec.message());
+      return fail("cannot write '" + dataPath + "': " + ec.message());
     temps.paths[0] = dataPath; // committed only with the model
   }
   if (std::error_code ec = llvm::sys::fs::rename(modelTmp, outPath))
-    return err("cannot write '" + outPath + "': " + ec.message());
+    return fail("cannot write '" + outPath + "': " + ec.message());
   temps.paths.clear();
   return llvm::Error::success();
 }

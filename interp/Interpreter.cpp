@@ -1,6 +1,7 @@
 #include "interp/Interpreter.h"
 
 #include "passes/MemoryPlan.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -10,10 +11,6 @@
 namespace cleave::interp {
 
 using namespace cleave::ir;
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 // Memory for `what`, or an error saying how much could not be had: sizes
 // here come from the graph's types, which the input file chose.

@@ -3,16 +3,13 @@
 #include "ir/OpInfo.h"
 #include "ir/Printer.h"
 #include "ir/TypeRules.h"
+#include "support/Errors.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace cleave::ir {
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 static llvm::Error verifyValueType(const Value *v) {
   if (auto e = checkShape(v->type().shape))

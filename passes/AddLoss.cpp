@@ -1,13 +1,10 @@
 // --add-loss: gives an inference graph a scalar loss so it can be trained.
 #include "passes/Pass.h"
+#include "support/Errors.h"
 
 #include "ir/Printer.h"
 
 namespace cleave::passes {
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 llvm::Error addLoss(ir::Graph &g, llvm::StringRef kind, llvm::StringRef output,
                     llvm::StringRef target) {

@@ -9,6 +9,7 @@
 // frozen parameters cost nothing.
 #include "passes/GradientBuilder.h"
 #include "passes/Pass.h"
+#include "support/Errors.h"
 
 #include "ir/Printer.h"
 
@@ -20,10 +21,6 @@ namespace cleave::passes {
 
 using ir::Op;
 using ir::Value;
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 static llvm::Expected<Value *> findLoss(const ir::Graph &g,
                                         const std::string &name) {

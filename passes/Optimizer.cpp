@@ -2,6 +2,7 @@
 // plus the state updates a training step makes (new parameters, optimizer
 // state, BatchNorm running statistics). docs/design/training.md.
 #include "passes/Pass.h"
+#include "support/Errors.h"
 
 #include "ir/Printer.h"
 
@@ -11,10 +12,6 @@ namespace cleave::passes {
 
 using ir::OpKind;
 using ir::Value;
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 static Value *stateBuffer(ir::Graph &g, const std::string &name,
                           const ir::TensorType &type, double fill) {

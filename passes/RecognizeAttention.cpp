@@ -64,7 +64,7 @@ using ir::Value;
 
 constexpr int64_t kMaxFusedHeadDim = 256; // the kernels' per-row arrays
 
-struct Match {
+struct AttentionMatch {
   Value *q = nullptr, *kt = nullptr, *k = nullptr, *v = nullptr;
   Value *mask = nullptr;
   // masked_fill: the boolean condition, the fill, and whether true hides
@@ -478,8 +478,8 @@ Op *softmaxUnder(const ir::Graph &g, Value *p, Value *&rowMaskOf) {
   return nullptr;
 }
 
-std::optional<Match> matchAttention(const ir::Graph &g, Op *root) {
-  Match m;
+std::optional<AttentionMatch> matchAttention(const ir::Graph &g, Op *root) {
+  AttentionMatch m;
   m.v = root->operand(1);
   Value *rowMaskOf = nullptr;
   Op *softmax = softmaxUnder(g, root->operand(0), rowMaskOf);
@@ -641,7 +641,7 @@ llvm::Expected<bool> recognizeAttention(ir::Graph &g,
   for (Op *root : candidates) {
     if (replaced.count(root))
       continue;
-    std::optional<Match> m = matchAttention(g, root);
+    std::optional<AttentionMatch> m = matchAttention(g, root);
     if (!m)
       continue;
     // Q, K and V all moved from [B, T, H, D] and O moved back: the fused

@@ -25,15 +25,14 @@ using ir::OpKind;
 using ir::Value;
 
 // The ops of one match, root first; `x`, `weight` and `epsilon` found.
-struct Match {
+struct RmsNormMatch {
   llvm::SmallVector<Op *, 8> ops;
   Value *x = nullptr, *weight = nullptr;
   double epsilon = 0;
 };
 
-
 // mean(x^2) + eps under `s` = Sqrt(...); fills x (or checks it) and eps.
-bool matchSqrt(const ir::Graph &g, Value *s, Match &m) {
+bool matchSqrt(const ir::Graph &g, Value *s, RmsNormMatch &m) {
   Op *sqrt = interior(g, s, OpKind::Sqrt);
   if (!sqrt)
     return false;
@@ -71,7 +70,7 @@ bool matchSqrt(const ir::Graph &g, Value *s, Match &m) {
 }
 
 // x * (1 / sqrt(...)), x * Reciprocal(sqrt(...)) or x / sqrt(...) as `v`.
-bool matchNormalized(const ir::Graph &g, Value *v, Match &m) {
+bool matchNormalized(const ir::Graph &g, Value *v, RmsNormMatch &m) {
   if (Op *div = interior(g, v, OpKind::Div)) {
     m.ops.push_back(div);
     m.x = div->operand(0);
@@ -103,13 +102,13 @@ bool matchNormalized(const ir::Graph &g, Value *v, Match &m) {
   return false;
 }
 
-std::optional<Match> matchRmsNorm(const ir::Graph &g, Op *root) {
+std::optional<RmsNormMatch> matchRmsNorm(const ir::Graph &g, Op *root) {
   const ir::TensorType &type = root->result()->type();
   if (type.rank() < 1 || !ir::isFloat(type.dtype))
     return std::nullopt;
   int64_t d = type.shape.back();
   for (int side = 0; side < 2; ++side) {
-    Match m;
+    RmsNormMatch m;
     m.ops.push_back(root);
     Value *w = root->operand(side);
     const ir::Shape &ws = w->type().shape;
@@ -136,7 +135,7 @@ llvm::Expected<bool> recognizeRmsNorm(ir::Graph &g, const PassContext &) {
     Op *root = *it;
     if (erased.count(root))
       continue;
-    std::optional<Match> m = matchRmsNorm(g, root);
+    std::optional<RmsNormMatch> m = matchRmsNorm(g, root);
     if (!m)
       continue;
     std::string name = root->result()->name();

@@ -6,6 +6,7 @@
 // gradients), and the stash (what W needs from fwd and B) is recorded.
 // verify-2bp re-derives all of it and compares.
 #include "passes/Pass.h"
+#include "support/Errors.h"
 
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -20,10 +21,6 @@ using ValueSet = llvm::DenseSet<const ir::Value *>;
 using ir::OpKind;
 using ir::Phase;
 using ir::Value;
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 // Replaces `op` by its two parts (its op record's split, ir/Ops.def), which
 // take over its result names. A part whose forward operand depends on the

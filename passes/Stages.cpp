@@ -2,6 +2,7 @@
 
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
+#include "support/Errors.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -15,10 +16,6 @@ using ir::Op;
 using ir::OpKind;
 using ir::Phase;
 using ir::Value;
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 std::vector<const Op *> gradientSums(const Graph &g) {
   std::vector<const Op *> sums;

@@ -2,6 +2,7 @@
 // checks the whole file against the plan before handing out one value.
 #include "runtime/Checkpoint.h"
 
+#include "support/Errors.h"
 #include "support/FileIO.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -18,10 +19,6 @@
 #include <unistd.h>
 
 namespace cleave::runtime {
-
-static llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 static const char kMagic[] = "CLEAVECKPT3\n";
 static const char kFormat2Magic[] = "CLEAVECKPT2\n"; // read, summed from

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/Executor.h"
+#include "support/Errors.h"
 
 #include "ir/OpInfo.h"
 
@@ -33,10 +34,6 @@ inline double secondsSince(Clock::time_point t) {
 
 inline double clockSeconds(Clock::time_point t) {
   return std::chrono::duration<double>(t.time_since_epoch()).count();
-}
-
-inline llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
 // Prefixes an error's message with `where` (no-op on success). A

@@ -1,5 +1,6 @@
 #include "runtime/LrSchedule.h"
 
+#include "support/Errors.h"
 #include "support/TextFormat.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -11,10 +12,6 @@
 #include <cstdlib>
 
 namespace cleave::runtime {
-
-static llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 llvm::StringRef decayName(LrSchedule::Decay d) {
   switch (d) {

@@ -13,6 +13,7 @@
 #include "runtime/PlanFile.h"
 
 #include "runtime/PlanTypes.h"
+#include "support/Errors.h"
 
 #include "plan.pb.h" // generated from runtime/plan.proto
 #include "support/Checksum.h"
@@ -42,10 +43,6 @@ constexpr uint64_t kPreambleBytes = kMagicBytes + 4 + 8;
 constexpr uint64_t kAlign = 64;
 
 uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 llvm::Error invalid(const llvm::Twine &msg) {
   return fail("invalid plan: " + msg);

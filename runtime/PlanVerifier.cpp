@@ -6,6 +6,7 @@
 // or instruction.
 #include "runtime/PlanFile.h"
 #include "runtime/PlanTypes.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -19,10 +20,6 @@
 namespace cleave::runtime {
 
 namespace {
-
-llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 llvm::Error invalid(const llvm::Twine &msg) {
   return fail("invalid plan: " + msg);

@@ -4,6 +4,7 @@
 #include "runtime/comm/ParcelComm.h"
 #include "runtime/comm/StageComm.h"
 #include "runtime/cuda/Lowering.h"
+#include "support/Errors.h"
 #ifdef CLEAVE_HAVE_CUDA
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Nccl.h"
@@ -14,10 +15,6 @@
 #include <thread>
 
 namespace cleave::runtime {
-
-static llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 int64_t threadsPerStage(int64_t asked, int stagesOnHost) {
   if (asked > 0)

@@ -2,6 +2,7 @@
 
 #include "runtime/Checkpoint.h"
 #include "support/CpuShare.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -15,10 +16,6 @@
 #include <thread>
 
 namespace cleave::runtime {
-
-static llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 // Whether --profile and the summary's measured step time count this step:
 // every step but the run's first (warm-up), unless that is the only one.

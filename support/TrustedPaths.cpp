@@ -1,5 +1,6 @@
 #include "support/TrustedPaths.h"
 
+#include "support/Errors.h"
 #include "support/FileIO.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -13,10 +14,6 @@ const char kTrustDirHelp[] =
     "  --trust-dir DIR       also read files that the input names inside DIR\n"
     "                        (repeatable); without it a plan or .cir may name\n"
     "                        only files inside its own folder\n";
-
-static llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 // Whether real path `p` is `dir` itself or lies below it.
 static bool inside(llvm::StringRef p, llvm::StringRef dir) {

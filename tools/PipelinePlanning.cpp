@@ -1,4 +1,5 @@
 #include "tools/PipelinePlanning.h"
+#include "support/Errors.h"
 #include "tools/HostProfile.h"
 
 #include "passes/Pipelines.h"
@@ -19,11 +20,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 namespace cleave::tools {
-
-
-static llvm::Error usage(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 std::vector<Flags::Spec> planningFlagSpecs() {
   return {{"stages", true, false},       {"schedule", true, false},
@@ -115,7 +111,7 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
     if (!n)
       return n.takeError();
     if (*n < 1)
-      return usage("--stages must be at least 1");
+      return cleave::fail("--stages must be at least 1");
     if (auto e = checkLimit(flags, "stages", *n, &support::SizeLimits::workers,
                             "stages"))
       return std::move(e);
@@ -124,14 +120,14 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   }
   if (auto d = flags.get("devices")) {
     if (flags.has("stages") || flags.has("data-parallel"))
-      return usage("--devices chooses the stages and the data-parallel "
-                   "replicas itself: it does not go with --stages or "
-                   "--data-parallel");
+      return cleave::fail("--devices chooses the stages and the data-parallel "
+                          "replicas itself: it does not go with --stages or "
+                          "--data-parallel");
     auto n = parseCount("devices", *d);
     if (!n)
       return n.takeError();
     if (*n < 1)
-      return usage("--devices must be at least 1");
+      return cleave::fail("--devices must be at least 1");
     if (auto e = checkLimit(flags, "devices", *n,
                             &support::SizeLimits::workers, "devices"))
       return std::move(e);
@@ -163,13 +159,14 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   }
   if (auto c = flags.get("chunks")) {
     if (fromCsv)
-      return usage("--chunks does not go with a CSV schedule, which places "
-                   "its stages itself");
+      return cleave::fail(
+          "--chunks does not go with a CSV schedule, which places "
+          "its stages itself");
     auto n = parseCount("chunks", *c);
     if (!n)
       return n.takeError();
     if (*n < 1)
-      return usage("--chunks must be at least 1");
+      return cleave::fail("--chunks must be at least 1");
     if (auto e = checkLimit(flags, "chunks", *n * req.stages,
                             &support::SizeLimits::workers, "stages"))
       return std::move(e);
@@ -177,22 +174,24 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   }
   if (auto r = flags.get("recompute")) {
     if (*r != "auto" && !passes::parseStashPolicy(*r))
-      return usage("--recompute must be none, selective, full or auto, not '" +
-                   *r + "'");
+      return cleave::fail(
+          "--recompute must be none, selective, full or auto, not '" + *r +
+          "'");
     req.recompute = *r;
   }
   if (auto o = flags.get("offload")) {
     if (*o != "none" && *o != "auto" && *o != "all")
-      return usage("--offload must be none, auto or all, not '" + *o + "'");
+      return cleave::fail("--offload must be none, auto or all, not '" + *o +
+                          "'");
     if (*o == "all" && req.recompute != "auto" && req.recompute != "none")
-      return usage("--offload=all and --recompute=" + req.recompute +
-                   " both decide every layer's stash; give one of them");
+      return cleave::fail("--offload=all and --recompute=" + req.recompute +
+                          " both decide every layer's stash; give one of them");
     req.offload = *o;
   }
   if (auto c = flags.get("mem-cap")) {
     auto bytes = passes::parseByteSize(*c);
     if (!bytes)
-      return usage("--mem-cap: " + llvm::toString(bytes.takeError()));
+      return cleave::fail("--mem-cap: " + llvm::toString(bytes.takeError()));
     req.memCap = *bytes;
   }
   req.costModel = flags.get("cost-model").value_or("analytic");
@@ -212,7 +211,8 @@ llvm::Expected<PlanningRequest> readPlanningFlags(const Flags &flags) {
   for (const std::string &t : req.timelines)
     if (!llvm::StringRef(t).endswith(".json") &&
         !llvm::StringRef(t).endswith(".svg"))
-      return usage("--timeline needs a .json or .svg file, not '" + t + "'");
+      return cleave::fail("--timeline needs a .json or .svg file, not '" + t +
+                          "'");
   req.report = flags.get("report");
   req.emitCsv = flags.get("emit").value_or("") == "schedule-csv";
   req.emitOpTimes = flags.get("emit").value_or("") == "op-times";
@@ -319,7 +319,8 @@ llvm::Expected<PlanningResult> planPipeline(ir::Graph &g,
       return parsed.takeError();
     llvm::json::Object *obj = parsed->getAsObject();
     if (!obj)
-      return usage("internal error: the stage report is not a JSON object");
+      return cleave::fail(
+          "internal error: the stage report is not a JSON object");
     (*obj)["schedule"] = sched::scheduleReport(*schedule, *sim, part->costs);
     std::string json;
     llvm::raw_string_ostream js(json);

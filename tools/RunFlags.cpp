@@ -1,13 +1,10 @@
 #include "tools/RunFlags.h"
+#include "support/Errors.h"
 
 #include <cmath>
 #include <cstdlib>
 
 namespace cleave::tools {
-
-static llvm::Error usage(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 // A finite number >= 0, or nothing.
 static std::optional<double> nonNegative(const std::string &v) {
@@ -94,17 +91,18 @@ static llvm::Error parseLrSchedule(const Flags &flags, RunOptions &opt) {
   else if (decay == "linear")
     s.decay = runtime::LrSchedule::Decay::Linear;
   else if (decay != "none")
-    return usage("--lr-decay must be 'cosine', 'linear' or 'none', not '" +
-                 decay + "'");
+    return cleave::fail(
+        "--lr-decay must be 'cosine', 'linear' or 'none', not '" + decay + "'");
   if (auto v = flags.get("min-lr")) {
     auto x = nonNegative(*v);
     if (!x)
-      return usage("--min-lr needs a non-negative number, not '" + *v + "'");
+      return cleave::fail("--min-lr needs a non-negative number, not '" + *v +
+                          "'");
     if (s.decay == runtime::LrSchedule::Decay::None)
-      return usage("--min-lr goes with --lr-decay=cosine or linear");
+      return cleave::fail("--min-lr goes with --lr-decay=cosine or linear");
     if (opt.lr && *x > s.peak)
-      return usage("--min-lr (" + *v + ") is above --lr (" + *flags.get("lr") +
-                   ")");
+      return cleave::fail("--min-lr (" + *v + ") is above --lr (" +
+                          *flags.get("lr") + ")");
     s.minLr = *x;
   }
   if (auto v = flags.get("decay-steps")) {
@@ -112,9 +110,10 @@ static llvm::Error parseLrSchedule(const Flags &flags, RunOptions &opt) {
     if (!n)
       return n.takeError();
     if (*n == 0 || s.decay == runtime::LrSchedule::Decay::None)
-      return usage(*n == 0 ? "--decay-steps needs a positive step count"
-                           : "--decay-steps goes with --lr-decay=cosine or "
-                             "linear");
+      return cleave::fail(*n == 0
+                              ? "--decay-steps needs a positive step count"
+                              : "--decay-steps goes with --lr-decay=cosine or "
+                                "linear");
     s.decaySteps = *n;
   }
   opt.lrSchedule = s;
@@ -142,7 +141,7 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
   if (auto v = flags.get("lr")) {
     auto x = nonNegative(*v);
     if (!x)
-      return usage("--lr needs a non-negative number, not '" + *v + "'");
+      return cleave::fail("--lr needs a non-negative number, not '" + *v + "'");
     opt.lr = float(*x);
   }
   if (auto e = parseLrSchedule(flags, opt))
@@ -155,47 +154,48 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
       if (!n)
         return n.takeError();
       if (*n == 0 || !flags.has("eval-data"))
-        return usage(std::string("--") + name +
-                     (*n == 0 ? " needs a positive count"
-                              : " goes with --eval-data"));
+        return cleave::fail(
+            std::string("--") + name +
+            (*n == 0 ? " needs a positive count" : " goes with --eval-data"));
       *var = *n;
     }
   if (auto v = flags.get("data-order")) {
     if (*v != "sequential" && *v != "shuffle")
-      return usage("--data-order must be 'sequential' or 'shuffle', not '" +
-                   *v + "'");
+      return cleave::fail(
+          "--data-order must be 'sequential' or 'shuffle', not '" + *v + "'");
     std::string data = flags.get("data").value_or("");
     if (*v == "shuffle" && !(llvm::StringRef(data).startswith("tokens:") ||
                              llvm::StringRef(data).startswith("tokens32:")))
-      return usage("--data-order shuffle goes with --data tokens:FILE or "
-                   "tokens32:FILE");
+      return cleave::fail(
+          "--data-order shuffle goes with --data tokens:FILE or "
+          "tokens32:FILE");
     opt.shuffle = *v == "shuffle";
   }
   if (auto v = flags.get("clip-grad-norm")) {
     auto x = nonNegative(*v);
     if (!x || *x == 0)
-      return usage("--clip-grad-norm needs a positive number, not '" + *v +
-                   "'");
+      return cleave::fail("--clip-grad-norm needs a positive number, not '" +
+                          *v + "'");
     opt.stage.clipGradNorm = *x;
   }
   if (auto v = flags.get("comm-timeout")) {
     auto x = nonNegative(*v);
     if (!x)
-      return usage("--comm-timeout needs a number of seconds (0: wait "
-                   "forever), not '" +
-                   *v + "'");
+      return cleave::fail("--comm-timeout needs a number of seconds (0: wait "
+                          "forever), not '" +
+                          *v + "'");
     opt.stage.commTimeoutSeconds = *x;
   }
   if (auto v = flags.get("comm")) {
     if (*v != "keyed" && *v != "ordered" && *v != "nccl")
-      return usage("--comm must be 'keyed', 'ordered' or 'nccl', not '" + *v +
-                   "'");
+      return cleave::fail("--comm must be 'keyed', 'ordered' or 'nccl', not '" +
+                          *v + "'");
     opt.stage.comm = *v;
   }
   std::string onNan = flags.get("on-nan").value_or("stop");
   if (onNan != "stop" && onNan != "skip-step" && onNan != "off")
-    return usage("--on-nan must be 'stop', 'skip-step' or 'off', not '" +
-                 onNan + "'");
+    return cleave::fail("--on-nan must be 'stop', 'skip-step' or 'off', not '" +
+                        onNan + "'");
   opt.skipNonFinite = onNan == "skip-step";
   opt.stage.nonFinite =
       onNan == "off"       ? runtime::StageExecutor::NonFinitePolicy::Ignore
@@ -211,11 +211,13 @@ llvm::Error readRunOptions(const Flags &flags, RunOptions &opt) {
   opt.stage.graphs = flags.has("cuda-graphs");
   if (opt.stage.device != "cpu" && opt.stage.device != "cuda" &&
       opt.stage.device != "cuda-emulated")
-    return usage("--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
-                 opt.stage.device + "'");
+    return cleave::fail(
+        "--device must be 'cpu', 'cuda' or 'cuda-emulated', not '" +
+        opt.stage.device + "'");
   if (opt.stage.graphs && opt.stage.device == "cpu")
-    return usage("--cuda-graphs records CUDA kernels: it needs --device cuda "
-                 "(or cuda-emulated, which checks the recording on the host)");
+    return cleave::fail(
+        "--cuda-graphs records CUDA kernels: it needs --device cuda "
+        "(or cuda-emulated, which checks the recording on the host)");
   return parseCheckpointEvery(flags, opt.checkpointEvery);
 }
 

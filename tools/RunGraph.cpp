@@ -1,4 +1,5 @@
 #include "tools/RunGraph.h"
+#include "support/Errors.h"
 
 #include "frontend/TensorFiles.h"
 #include "runtime/data/NumpyFiles.h"
@@ -10,10 +11,6 @@
 
 namespace cleave::tools {
 
-static llvm::Error err(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
-
 static std::string join(const std::string &dir, const std::string &file) {
   llvm::SmallString<256> p(dir);
   llvm::sys::path::append(p, file);
@@ -24,7 +21,7 @@ llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
                             const std::string &outputDir,
                             const std::string &device, llvm::raw_ostream &log) {
   if (!llvm::sys::fs::is_directory(inputDir))
-    return err("--inputs '" + inputDir + "' is not a folder");
+    return cleave::fail("--inputs '" + inputDir + "' is not a folder");
   bool pb = llvm::sys::fs::exists(join(inputDir, "input_0.pb")) ||
             g.inputs().empty();
   std::vector<interp::Tensor> inputs;
@@ -33,16 +30,17 @@ llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
     std::string path = pb ? join(inputDir, "input_" + std::to_string(k) + ".pb")
                           : join(inputDir, v->name() + ".npy");
     if (!llvm::sys::fs::exists(path))
-      return err("input '" + v->name() + "': missing file '" + path + "'");
+      return cleave::fail("input '" + v->name() + "': missing file '" + path +
+                          "'");
     auto t = pb ? frontend::readTensorProtoFile(path)
                 : runtime::readNpyFile(path);
     if (!t)
-      return err("input '" + v->name() + "': " +
-                 llvm::toString(t.takeError()));
+      return cleave::fail("input '" + v->name() +
+                          "': " + llvm::toString(t.takeError()));
     if ((*t)->type() != v->type())
-      return err("input '" + v->name() + "': '" + path + "' holds " +
-                 (*t)->type().str() + " but the graph needs " +
-                 v->type().str());
+      return cleave::fail("input '" + v->name() + "': '" + path + "' holds " +
+                          (*t)->type().str() + " but the graph needs " +
+                          v->type().str());
     inputs.push_back(*t);
   }
   auto backend = runtime::createBackend(device, 0, 0);
@@ -55,7 +53,7 @@ llvm::Error runGraphOnFiles(const ir::Graph &g, const std::string &inputDir,
   if (!outputs)
     return outputs.takeError();
   if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
-    return err("cannot create '" + outputDir + "': " + ec.message());
+    return cleave::fail("cannot create '" + outputDir + "': " + ec.message());
   for (size_t k = 0; k < outputs->size(); ++k) {
     const ir::Value *v = g.outputs()[k];
     std::string path = pb ? join(outputDir,

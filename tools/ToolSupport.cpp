@@ -1,4 +1,5 @@
 #include "tools/ToolSupport.h"
+#include "support/Errors.h"
 
 #include "passes/Pass.h"
 #include "support/FileIO.h"
@@ -23,10 +24,6 @@
 #include <unistd.h>
 
 namespace cleave::tools {
-
-static llvm::Error usageError(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 std::string escapeControls(llvm::StringRef text) {
   std::string out;
@@ -88,8 +85,7 @@ llvm::Error Flags::parse(int argc, char **argv) {
       if (s.name == name)
         spec = &s;
     if (!spec)
-      return usageError("unknown flag '" + arg.str() +
-                        "' (see --help)");
+      return cleave::fail("unknown flag '" + arg.str() + "' (see --help)");
     std::string v;
     if (spec->takesValue) {
       if (hasValue) {
@@ -97,13 +93,13 @@ llvm::Error Flags::parse(int argc, char **argv) {
       } else if (i + 1 < argc) {
         v = argv[++i];
       } else {
-        return usageError("flag '" + arg.str() + "' needs a value");
+        return cleave::fail("flag '" + arg.str() + "' needs a value");
       }
     } else if (hasValue) {
-      return usageError("flag '--" + name.str() + "' takes no value");
+      return cleave::fail("flag '--" + name.str() + "' takes no value");
     }
     if (!spec->repeatable && values_.count(spec->name))
-      return usageError("flag '--" + spec->name + "' is given twice");
+      return cleave::fail("flag '--" + spec->name + "' is given twice");
     values_.emplace(spec->name, v);
   }
   return llvm::Error::success();
@@ -131,9 +127,9 @@ llvm::Expected<int64_t> parseCount(const std::string &flag,
     bool digits = !value.empty() &&
                   value.find_first_not_of("0123456789") == std::string::npos;
     if (digits)
-      return usageError("--" + flag + "=" + value + " is too large");
-    return usageError("--" + flag + " needs a non-negative integer, not '" +
-                      value + "'");
+      return cleave::fail("--" + flag + "=" + value + " is too large");
+    return cleave::fail("--" + flag + " needs a non-negative integer, not '" +
+                        value + "'");
   }
   return int64_t(v);
 }
@@ -178,15 +174,15 @@ llvm::Error Flags::checkHelp(llvm::StringRef help) const {
   for (const std::string &flag : documentedFlags(help)) {
     std::string name = llvm::StringRef(flag).ltrim('-').str();
     if (!documented.insert(name).second)
-      return usageError("--help documents " + flag + " twice");
+      return cleave::fail("--help documents " + flag + " twice");
     if (llvm::none_of(specs_, [&](const Spec &s) { return s.name == name; }))
-      return usageError("--help documents " + flag +
-                        ", which the flag parser does not take");
+      return cleave::fail("--help documents " + flag +
+                          ", which the flag parser does not take");
   }
   for (const Spec &s : specs_)
     if (!documented.count(s.name))
-      return usageError("the flag parser takes " + spelled(s.name) +
-                        ", which --help does not document");
+      return cleave::fail("the flag parser takes " + spelled(s.name) +
+                          ", which --help does not document");
   return llvm::Error::success();
 }
 
@@ -287,7 +283,7 @@ static llvm::Error overLimit(const Flags &flags, const std::string &asked,
                              int64_t limit, int64_t support::SizeLimits::*field,
                              const std::string &what) {
   bool large = flags.has("allow-large");
-  return usageError(
+  return cleave::fail(
       asked + " is more than " + std::to_string(limit) + " " + what +
       ", the most cleave runs " +
       (large ? std::string("even with --allow-large")
@@ -370,8 +366,8 @@ llvm::Error readImportFlags(const Flags &flags,
   for (const std::string &spec : flags.getAll("input-shape")) {
     auto [name, dims] = llvm::StringRef(spec).split('=');
     if (name.empty() || !llvm::StringRef(spec).contains('='))
-      return usageError("--input-shape needs NAME=d0,d1,..., not '" + spec +
-                        "'");
+      return cleave::fail("--input-shape needs NAME=d0,d1,..., not '" + spec +
+                          "'");
     std::vector<int64_t> shape;
     for (const std::string &d : splitList(dims.str())) {
       auto v = parseCount("input-shape", d);
@@ -380,7 +376,7 @@ llvm::Error readImportFlags(const Flags &flags,
       shape.push_back(*v);
     }
     if (opts.inputShapes.count(name.str()))
-      return usageError("--input-shape gives '" + name.str() + "' twice");
+      return cleave::fail("--input-shape gives '" + name.str() + "' twice");
     opts.inputShapes[name.str()] = shape;
   }
   if (auto mb = flags.get("microbatch-size")) {
@@ -388,7 +384,7 @@ llvm::Error readImportFlags(const Flags &flags,
     if (!v)
       return v.takeError();
     if (*v == 0)
-      return usageError("--microbatch-size must be at least 1");
+      return cleave::fail("--microbatch-size must be at least 1");
     opts.microbatchSize = *v;
   }
   if (auto mode = flags.get("module-mode")) {
@@ -400,8 +396,8 @@ llvm::Error readImportFlags(const Flags &flags,
     else if (*mode == "eval")
       opts.moduleMode = Mode::Eval;
     else
-      return usageError("--module-mode must be auto, train or eval, not '" +
-                        *mode + "'");
+      return cleave::fail("--module-mode must be auto, train or eval, not '" +
+                          *mode + "'");
   }
   return llvm::Error::success();
 }
@@ -424,11 +420,11 @@ llvm::Error checkMicrobatchSizeUsed(const ir::Graph &g,
       fixed ? "the model fixes the leading (batch) dimension of its inputs ('" +
                   fixed->name() + "' is " + fixed->type().str() + ")"
             : "the model has no input with a leading dimension";
-  return usageError("--microbatch-size=" + std::to_string(n) +
-                    " would do nothing: " + why +
-                    "; re-export the model with a dynamic batch dimension "
-                    "(torch.onnx.export's dynamic_shapes or dynamic_axes) "
-                    "to choose the batch here, or leave the flag out");
+  return cleave::fail("--microbatch-size=" + std::to_string(n) +
+                      " would do nothing: " + why +
+                      "; re-export the model with a dynamic batch dimension "
+                      "(torch.onnx.export's dynamic_shapes or dynamic_axes) "
+                      "to choose the batch here, or leave the flag out");
 }
 
 std::vector<Flags::Spec> trainingFlagSpecs() {
@@ -493,8 +489,8 @@ static llvm::Expected<double> parseReal(const std::string &flag,
                                         const std::string &value) {
   double v;
   if (llvm::StringRef(value).getAsDouble(v) || !std::isfinite(v) || v < 0)
-    return usageError("--" + flag + " needs a non-negative number, not '" +
-                      value + "'");
+    return cleave::fail("--" + flag + " needs a non-negative number, not '" +
+                        value + "'");
   return v;
 }
 
@@ -527,21 +523,21 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
   opts.trainable = flags.get("trainable").value_or("");
   opts.noDecay = flags.get("no-decay").value_or("");
   if (flags.has("no-decay") && opts.noDecay.empty())
-    return usageError(
+    return cleave::fail(
         "--no-decay needs '1-d', 'none' or a regular expression");
   for (auto [flag, regex] : {std::pair{"freeze", &opts.freeze},
                              std::pair{"trainable", &opts.trainable},
                              std::pair{"no-decay", &opts.noDecay}}) {
     std::string why;
     if (!regex->empty() && *regex != "none" && !llvm::Regex("^(" + *regex + ")$").isValid(why))
-      return usageError(std::string("--") + flag +
-                        ": invalid regular expression '" + *regex + "': " +
-                        why);
+      return cleave::fail(std::string("--") + flag +
+                          ": invalid regular expression '" + *regex +
+                          "': " + why);
   }
   opts.optimizer = flags.get("optimizer").value_or("sgd");
   if (opts.optimizer != "sgd" && opts.optimizer != "adamw")
-    return usageError("--optimizer must be 'sgd' or 'adamw', not '" +
-                      opts.optimizer + "'");
+    return cleave::fail("--optimizer must be 'sgd' or 'adamw', not '" +
+                        opts.optimizer + "'");
   opts.nesterov = flags.has("nesterov");
   struct Real {
     const char *flag;
@@ -559,11 +555,11 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
   if (wd >= 0)
     opts.weightDecay = wd;
   if (opts.nesterov && opts.momentum == 0)
-    return usageError("--nesterov needs --momentum above 0");
+    return cleave::fail("--nesterov needs --momentum above 0");
   if (auto v = flags.get("adam-betas")) {
     auto parts = splitList(*v);
     if (parts.size() != 2)
-      return usageError("--adam-betas needs B1,B2, not '" + *v + "'");
+      return cleave::fail("--adam-betas needs B1,B2, not '" + *v + "'");
     auto b1 = parseReal("adam-betas", parts[0]);
     if (!b1)
       return b1.takeError();
@@ -571,7 +567,7 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
     if (!b2)
       return b2.takeError();
     if (*b1 >= 1 || *b2 >= 1)
-      return usageError("--adam-betas must be below 1");
+      return cleave::fail("--adam-betas must be below 1");
     opts.beta1 = *b1;
     opts.beta2 = *b2;
   }
@@ -580,7 +576,7 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
     if (!m)
       return m.takeError();
     if (*m == 0)
-      return usageError("--microbatches must be at least 1");
+      return cleave::fail("--microbatches must be at least 1");
     if (auto e = checkLimit(flags, "microbatches", *m,
                             &support::SizeLimits::microbatches, "microbatches"))
       return e;
@@ -591,7 +587,7 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
     if (!d)
       return d.takeError();
     if (*d == 0)
-      return usageError("--data-parallel must be at least 1");
+      return cleave::fail("--data-parallel must be at least 1");
     if (auto e = checkLimit(flags, "data-parallel", *d,
                             &support::SizeLimits::workers,
                             "data-parallel replicas"))
@@ -600,24 +596,24 @@ llvm::Error readTrainingFlags(const Flags &flags, passes::TrainingOptions &opts,
   }
   opts.precision = flags.get("precision").value_or("f32");
   if (opts.precision != "f32" && opts.precision != "bf16")
-    return usageError("--precision must be 'f32' or 'bf16', not '" +
-                      opts.precision + "'");
+    return cleave::fail("--precision must be 'f32' or 'bf16', not '" +
+                        opts.precision + "'");
   if (auto v = flags.get("fused-attention")) {
     if (*v != "on" && *v != "off")
-      return usageError("--fused-attention must be 'on' or 'off', not '" + *v +
-                        "'");
+      return cleave::fail("--fused-attention must be 'on' or 'off', not '" +
+                          *v + "'");
     opts.fuseAttention = *v == "on";
   }
   if (auto v = flags.get("add-loss")) {
     auto [kind, rest] = llvm::StringRef(*v).split(':');
     auto names = splitList(rest.str());
     if (names.size() != 2 || (kind != "cross-entropy" && kind != "mse"))
-      return usageError("--add-loss needs cross-entropy:LOGITS,LABELS or "
-                        "mse:OUTPUT,TARGET, not '" +
-                        *v + "'");
+      return cleave::fail("--add-loss needs cross-entropy:LOGITS,LABELS or "
+                          "mse:OUTPUT,TARGET, not '" +
+                          *v + "'");
     addLoss = LossRequest{kind.str(), names[0], names[1]};
     if (!opts.loss.empty())
-      return usageError("--loss and --add-loss do not go together");
+      return cleave::fail("--loss and --add-loss do not go together");
   }
   return llvm::Error::success();
 }

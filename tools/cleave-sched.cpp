@@ -8,6 +8,7 @@
 #include "passes/schedule/Simulator.h"
 #include "passes/schedule/Timeline.h"
 #include "passes/schedule/Validator.h"
+#include "support/Errors.h"
 #include "tools/ToolSupport.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -69,10 +70,6 @@ struct Request {
   std::string emit = "summary";
 };
 
-llvm::Error usage(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
-
 // A count of at least 1 and at most the `limit` of support/Limits.h (the
 // --mem-cap, a bound itself, is only kept within int).
 llvm::Error readCount(const tools::Flags &flags, const char *name,
@@ -85,7 +82,7 @@ llvm::Error readCount(const tools::Flags &flags, const char *name,
   if (!n)
     return n.takeError();
   if (*n < 1)
-    return usage(std::string("--") + name + " must be at least 1");
+    return cleave::fail(std::string("--") + name + " must be at least 1");
   if (limit)
     if (auto e = tools::checkLimit(flags, name, *n, limit, what))
       return e;
@@ -100,8 +97,10 @@ llvm::Error readCosts(const std::string &text, Request &req) {
     if (llvm::StringRef(parts[i]).getAsDouble(v[i]) || !std::isfinite(v[i]))
       parts.clear();
   if (parts.size() != 3 || !(v[0] > 0) || !(v[1] > 0) || v[2] < 0)
-    return usage("--costs needs F,B,W with F and B above 0 and W at least 0, "
-                 "not '" + text + "'");
+    return cleave::fail(
+        "--costs needs F,B,W with F and B above 0 and W at least 0, "
+        "not '" +
+        text + "'");
   req.f = v[0], req.b = v[1], req.w = v[2];
   return llvm::Error::success();
 }
@@ -110,7 +109,7 @@ llvm::Expected<Request> readRequest(const tools::Flags &flags) {
   Request req;
   req.schedule = flags.get("schedule").value_or("");
   if (req.schedule.empty())
-    return usage("--schedule is required (see --help)");
+    return cleave::fail("--schedule is required (see --help)");
   struct Count {
     const char *name;
     std::optional<int> *dst;
@@ -131,22 +130,24 @@ llvm::Expected<Request> readRequest(const tools::Flags &flags) {
     if (auto e = checkScheduleName(req.schedule))
       return std::move(e);
   if (!fromCsv && (!req.stages || !req.microbatches))
-    return usage("--schedule " + req.schedule +
-                 " needs --stages and --microbatches");
+    return cleave::fail("--schedule " + req.schedule +
+                        " needs --stages and --microbatches");
   if (fromCsv && req.chunks)
-    return usage("--chunks does not go with a CSV schedule, which places its "
-                 "stages itself");
+    return cleave::fail(
+        "--chunks does not go with a CSV schedule, which places its "
+        "stages itself");
   if (auto c = flags.get("costs"))
     if (auto e = readCosts(*c, req))
       return std::move(e);
   req.emit = flags.get("emit").value_or("summary");
   if (req.emit != "summary" && req.emit != "schedule-csv")
-    return usage("--emit must be 'summary' or 'schedule-csv', not '" +
-                 req.emit + "'");
+    return cleave::fail("--emit must be 'summary' or 'schedule-csv', not '" +
+                        req.emit + "'");
   for (const std::string &t : flags.getAll("timeline"))
     if (!llvm::StringRef(t).endswith(".json") &&
         !llvm::StringRef(t).endswith(".svg"))
-      return usage("--timeline needs a .json or .svg file, not '" + t + "'");
+      return cleave::fail("--timeline needs a .json or .svg file, not '" + t +
+                          "'");
   return req;
 }
 
@@ -170,12 +171,14 @@ llvm::Expected<Schedule> loadCsv(const Request &req,
                                      rankCount(*s), s->microbatches))
     return std::move(e);
   if (req.stages && *req.stages != rankCount(*s))
-    return usage(req.schedule + " has " + std::to_string(rankCount(*s)) +
-                 " ranks, but --stages is " + std::to_string(*req.stages));
+    return cleave::fail(req.schedule + " has " + std::to_string(rankCount(*s)) +
+                        " ranks, but --stages is " +
+                        std::to_string(*req.stages));
   if (req.microbatches && *req.microbatches != s->microbatches)
-    return usage(req.schedule + " has " + std::to_string(s->microbatches) +
-                 " microbatches, but --microbatches is " +
-                 std::to_string(*req.microbatches));
+    return cleave::fail(req.schedule + " has " +
+                        std::to_string(s->microbatches) +
+                        " microbatches, but --microbatches is " +
+                        std::to_string(*req.microbatches));
   return s;
 }
 

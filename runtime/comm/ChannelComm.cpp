@@ -4,6 +4,7 @@
 #include "runtime/Kernel.h"
 #include "runtime/comm/MessageOrder.h"
 #include "runtime/comm/ParcelComm.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -16,10 +17,6 @@
 
 namespace cleave::runtime {
 namespace {
-
-llvm::Error fail(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 class HostChannelTransport final : public ChannelTransport {
 public:

@@ -7,6 +7,8 @@
 // pipeline's stages, so waking everyone is cheap).
 #include "runtime/comm/Comm.h"
 
+#include "support/Errors.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <chrono>
@@ -135,10 +137,6 @@ std::string withinTimeout(double seconds) {
 }
 
 namespace {
-
-llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 struct Group {
   explicit Group(int size) : size(size) {}

@@ -4,6 +4,8 @@
 // few collectives cleave-run needs to report one pipeline from rank 0.
 #include "runtime/comm/MpiComm.h"
 
+#include "support/Errors.h"
+
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -23,10 +25,6 @@
 
 namespace cleave::runtime {
 namespace {
-
-llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 std::string mpiError(int code) {
   char text[MPI_MAX_ERROR_STRING];

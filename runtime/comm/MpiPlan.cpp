@@ -2,16 +2,13 @@
 
 #include "runtime/PlanFile.h"
 #include "support/Checksum.h"
+#include "support/Errors.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 
 namespace cleave::runtime {
-
-static llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 llvm::Expected<RankPlan>
 loadPlanForRank(const std::string &path, MpiComm &world,

@@ -264,6 +264,9 @@ inline int64_t normalizedAxis(const KernelCall &call, size_t rank) {
 
 // Runs f(begin, end) over [0, n) split across the backend's threads when n
 // is large enough to pay for it (ThreadPool.h underneath).
+// kGrain is the grain for a cheap pass over elements (a copy, an add):
+// below it, one thread.
+constexpr int64_t kGrain = 1 << 14;
 void parallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)> &f);
 

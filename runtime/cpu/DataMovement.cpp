@@ -27,7 +27,6 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 
-constexpr int64_t kGrain = 1 << 14;       // elements per thread
 constexpr int64_t kGrainBytes = 1 << 16;  // bytes per thread
 
 size_t elemSize(const TensorRef &t) { return ir::dtypeSize(t.dtype); }

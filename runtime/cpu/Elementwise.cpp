@@ -132,7 +132,6 @@ template <typename D, typename S> D convertElem(S s) {
     return static_cast<D>(s);
 }
 
-constexpr int64_t kGrain = 1 << 14;     // cheap elements per thread
 constexpr int64_t kMathGrain = 1 << 12; // transcendental elements per thread
 
 // ---------------------------------------------------------------------------

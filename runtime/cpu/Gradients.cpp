@@ -20,8 +20,6 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-constexpr int64_t kGrain = 1 << 14; // elements per thread
-
 // --- UnaryGrad -------------------------------------------------------------
 
 // dX[i] = grad(dY[i], X[i]) over all elements.

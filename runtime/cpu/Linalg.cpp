@@ -20,9 +20,9 @@ namespace {
 
 // Row-major C = alpha * op(A) * op(B) + beta * C.
 template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-          const T *a, int64_t lda, const T *b, int64_t ldb, double beta, T *c,
-          int64_t ldc, const GemmBlockPrologue *prepare = nullptr) {
+void anyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+             const T *a, int64_t lda, const T *b, int64_t ldb, double beta,
+             T *c, int64_t ldc, const GemmBlockPrologue *prepare = nullptr) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
     parallelGemm<T>(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), c,
                     ldc, prepare);
@@ -94,7 +94,7 @@ template <typename T> llvm::Error matMul(const KernelCall &call) {
                        ir::shapeStr(A.shape), ir::shapeStr(B.shape));
 
   if (countB == 1 && countA == count) {
-    gemm<T>(false, false, count * m, n, k, 1.0, pa, k, pb, n, 0.0, y, n);
+    anyGemm<T>(false, false, count * m, n, k, 1.0, pa, k, pb, n, 0.0, y, n);
     return llvm::Error::success();
   }
   auto one = [&](int64_t i) {
@@ -105,8 +105,8 @@ template <typename T> llvm::Error matMul(const KernelCall &call) {
       offA += c * strideA[d];
       offB += c * strideB[d];
     }
-    gemm<T>(false, false, m, n, k, 1.0, pa + offA * m * k, k, pb + offB * k * n,
-            n, 0.0, y + i * m * n, n);
+    anyGemm<T>(false, false, m, n, k, 1.0, pa + offA * m * k, k,
+               pb + offB * k * n, n, 0.0, y + i * m * n, n);
   };
   if (batchOverThreads(count, m * n * k))
     parallelFor(count, std::max<int64_t>(1, kSmallGemmWork / (m * n * k)),
@@ -166,8 +166,8 @@ template <typename T> llvm::Error gemmOp(const KernelCall &call) {
       y[i] = useC ? T(beta * double(y[i])) : T(0);
     return llvm::Error::success();
   }
-  gemm<T>(ta, tb, m, n, k, alpha, A.as<T>(), A.shape[1], B.as<T>(), B.shape[1],
-          useC ? beta : 0.0, y, n, useC ? &broadcastC : nullptr);
+  anyGemm<T>(ta, tb, m, n, k, alpha, A.as<T>(), A.shape[1], B.as<T>(),
+             B.shape[1], useC ? beta : 0.0, y, n, useC ? &broadcastC : nullptr);
   return llvm::Error::success();
 }
 

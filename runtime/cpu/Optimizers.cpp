@@ -12,8 +12,6 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-constexpr int64_t kGrain = 1 << 14; // elements per thread
-
 // The learning rate (and AdamW's step count) must be one value.
 llvm::Error checkScalars(const KernelCall &call,
                          std::initializer_list<size_t> operands) {

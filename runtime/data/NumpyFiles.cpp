@@ -1,7 +1,8 @@
 #include "runtime/data/NumpyFiles.h"
 
-#include "support/ShapeMath.h"
+#include "support/Errors.h"
 #include "support/FileIO.h"
+#include "support/ShapeMath.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CRC.h"
@@ -18,10 +19,6 @@
 namespace cleave::runtime {
 
 using namespace cleave::ir;
-
-static llvm::Error err(const llvm::Twine &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
-}
 
 // NumPy .npy, version 1.0-3.0: magic, header length, a Python dict literal
 // {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }, raw data.
@@ -55,7 +52,7 @@ static llvm::Expected<std::shared_ptr<TensorData>>
 parseNpy(llvm::StringRef all, const std::string &what,
          std::string *owned = nullptr) {
   if (!all.startswith("\x93NUMPY") || all.size() < 10)
-    return err(what + " is not a NumPy .npy file");
+    return fail(what + " is not a NumPy .npy file");
   uint8_t major = all[6];
   size_t headerLen, start;
   if (major == 1) {
@@ -63,14 +60,14 @@ parseNpy(llvm::StringRef all, const std::string &what,
     start = 10;
   } else {
     if (all.size() < 12)
-      return err(what + " is a truncated .npy file");
+      return fail(what + " is a truncated .npy file");
     headerLen = uint32_t(uint8_t(all[8])) | (uint32_t(uint8_t(all[9])) << 8) |
                 (uint32_t(uint8_t(all[10])) << 16) |
                 (uint32_t(uint8_t(all[11])) << 24);
     start = 12;
   }
   if (start + headerLen > all.size())
-    return err(what + " is a truncated .npy file");
+    return fail(what + " is a truncated .npy file");
   llvm::StringRef header = all.substr(start, headerLen);
   auto field = [&](llvm::StringRef key) -> llvm::StringRef {
     size_t k = header.find("'" + key.str() + "'");
@@ -83,7 +80,7 @@ parseNpy(llvm::StringRef all, const std::string &what,
   };
   llvm::StringRef descr = field("descr");
   if (!descr.consume_front("'"))
-    return err(what + ": .npy header has no 'descr'");
+    return fail(what + ": .npy header has no 'descr'");
   descr = descr.take_until([](char c) { return c == '\''; });
   std::optional<DType> dt;
   for (DType d : {DType::F32, DType::F16, DType::F64, DType::I64, DType::I32,
@@ -94,14 +91,14 @@ parseNpy(llvm::StringRef all, const std::string &what,
          (descr[0] == '=' || descr[0] == '|' || descr[0] == '<')))
       dt = d;
   if (!dt)
-    return err(what + ": NumPy dtype '" + descr +
-               "' is not supported (use float32, float64, float16, int64, "
-               "int32, int8 or bool, little-endian)");
+    return fail(what + ": NumPy dtype '" + descr +
+                "' is not supported (use float32, float64, float16, int64, "
+                "int32, int8 or bool, little-endian)");
   if (field("fortran_order").startswith("True"))
-    return err(what + ": Fortran-ordered arrays are not supported");
+    return fail(what + ": Fortran-ordered arrays are not supported");
   llvm::StringRef shapeText = field("shape");
   if (!shapeText.consume_front("("))
-    return err(what + ": .npy header has no 'shape'");
+    return fail(what + ": .npy header has no 'shape'");
   shapeText = shapeText.take_until([](char c) { return c == ')'; });
   Shape shape;
   llvm::SmallVector<llvm::StringRef, 4> parts;
@@ -112,17 +109,17 @@ parseNpy(llvm::StringRef all, const std::string &what,
       continue;
     int64_t d;
     if (p.getAsInteger(10, d) || d < 0)
-      return err(what + ": bad shape in .npy header");
+      return fail(what + ": bad shape in .npy header");
     shape.push_back(d);
   }
   if (auto e = support::checkShape(shape))
-    return err(what + ": " + llvm::toString(std::move(e)));
+    return fail(what + ": " + llvm::toString(std::move(e)));
   TensorType type(*dt, shape);
   size_t dataStart = start + headerLen;
   if (all.size() - dataStart != size_t(type.byteSize()))
-    return err(what + " holds " +
-               std::to_string(all.size() - dataStart) + " data bytes but " +
-               type.str() + " needs " + std::to_string(type.byteSize()));
+    return fail(what + " holds " + std::to_string(all.size() - dataStart) +
+                " data bytes but " + type.str() + " needs " +
+                std::to_string(type.byteSize()));
   if (owned && owned->data() == all.data() && owned->size() == all.size()) {
     owned->erase(0, dataStart); // no second copy of a large member
     return std::make_shared<TensorData>(type, std::move(*owned));
@@ -141,7 +138,7 @@ readNpyFile(const std::string &path) {
 llvm::Error writeNpyFile(const std::string &path, const TensorData &d) {
   const char *descr = npyDescr(d.type().dtype);
   if (!descr)
-    return err("cannot write " + d.type().str() + " as .npy (no NumPy type)");
+    return fail("cannot write " + d.type().str() + " as .npy (no NumPy type)");
   std::string shape = "(";
   for (int64_t dim : d.type().shape)
     shape += std::to_string(dim) + ", ";
@@ -251,12 +248,12 @@ readNpzFile(const std::string &path) {
   llvm::StringRef all = (*buf)->getBuffer();
   const std::string file = "'" + path + "'";
   auto corrupt = [&](const llvm::Twine &what) {
-    return err(file + " is a truncated or corrupt .npz file (" + what + ")");
+    return fail(file + " is a truncated or corrupt .npz file (" + what + ")");
   };
 
   // End of central directory: 22 bytes plus a comment of up to 64 KiB.
   if (all.size() < 22)
-    return err(file + " is not a .npz file (too short to be a zip archive)");
+    return fail(file + " is not a .npz file (too short to be a zip archive)");
   size_t eocd = llvm::StringRef::npos;
   size_t lowest = all.size() > 22 + 0xffff ? all.size() - 22 - 0xffff : 0;
   for (size_t at = all.size() - 22 + 1; at-- > lowest;)
@@ -265,8 +262,8 @@ readNpzFile(const std::string &path) {
       break;
     }
   if (eocd == llvm::StringRef::npos)
-    return err(file + " is not a .npz file (no zip end-of-central-directory "
-                      "record; truncated, or not a zip archive)");
+    return fail(file + " is not a .npz file (no zip end-of-central-directory "
+                       "record; truncated, or not a zip archive)");
   uint64_t disk = le(all, eocd + 4, 2), cdDisk = le(all, eocd + 6, 2);
   uint64_t count = le(all, eocd + 10, 2);
   uint64_t cdSize = le(all, eocd + 12, 4), cdOffset = le(all, eocd + 16, 4);
@@ -285,7 +282,7 @@ readNpzFile(const std::string &path) {
     cdOffset = le(all, at + 48, 8);
   }
   if (disk != 0 || cdDisk != 0)
-    return err(file + ": multi-part zip archives are not supported");
+    return fail(file + ": multi-part zip archives are not supported");
   if (cdOffset > all.size() || cdSize > all.size() - cdOffset)
     return corrupt("central directory lies outside the file");
   // Each entry takes at least 46 bytes, which bounds `count`.
@@ -337,9 +334,9 @@ readNpzFile(const std::string &path) {
     if (name.empty() || name.back() == '/')
       continue; // a folder entry
     if (flags & 1)
-      return err(member + " is encrypted");
+      return fail(member + " is encrypted");
     if (startDisk != 0)
-      return err(file + ": multi-part zip archives are not supported");
+      return fail(file + ": multi-part zip archives are not supported");
 
     // The local header repeats the name and may carry a different extra
     // field; the data follows it.
@@ -368,26 +365,26 @@ readNpzFile(const std::string &path) {
         return corrupt("member '" + name + "' " + why);
       bytes = inflated;
 #else
-      return err(member + " is compressed; save with numpy.savez, not "
-                          "savez_compressed (this cleave was built without "
-                          "zlib)");
+      return fail(member + " is compressed; save with numpy.savez, not "
+                           "savez_compressed (this cleave was built without "
+                           "zlib)");
 #endif
     } else {
-      return err(member + " uses zip compression method " +
-                 std::to_string(method) +
-                 "; save with numpy.savez or numpy.savez_compressed");
+      return fail(member + " uses zip compression method " +
+                  std::to_string(method) +
+                  "; save with numpy.savez or numpy.savez_compressed");
     }
     if (llvm::crc32(llvm::arrayRefFromStringRef(bytes)) != crc)
       return corrupt("checksum mismatch in member '" + name + "'");
 
     llvm::StringRef key = name;
     if (!key.consume_back(".npy"))
-      return err(member + " is not a .npy array");
+      return fail(member + " is not a .npy array");
     auto t = parseNpy(bytes, member, method == 8 ? &inflated : nullptr);
     if (!t)
       return t.takeError();
     if (!out.emplace(key.str(), std::move(*t)).second)
-      return err(file + " holds array '" + key + "' twice");
+      return fail(file + " holds array '" + key + "' twice");
   }
   return out;
 }
