@@ -269,7 +269,8 @@ static const DeviceProfile kProfiles[] = {
     // (runtime/cpu/CpuBackend.cpp), so their peak is the f32 one.
     {"cpu", /*peakFlops=*/1.15e11, /*memBandwidth=*/1.0e10,
      /*opOverhead=*/2e-6, /*linkBandwidth=*/1.0e10, /*linkLatency=*/5e-6,
-     /*peakFlops16=*/1.15e11, /*hostBandwidth=*/0},
+     /*peakFlops16=*/1.15e11, /*hostBandwidth=*/0, /*attentionFlops=*/0,
+     /*sendOverhead=*/0, /*timeOp=*/{}, /*splitsKeptWholeGrads=*/false},
     // NVIDIA H200 SXM datasheet: FP32 67 TFLOP/s (no TF32 tensor cores:
     // cleave runs f32), HBM3e 4.8 TB/s, NVLink 900 GB/s total (450 GB/s
     // each way); overhead and latency are typical kernel-launch and NCCL

@@ -13,7 +13,6 @@
 #include "runtime/PlanFile.h"
 
 #include "runtime/PlanTypes.h"
-#include "support/Errors.h"
 
 #include "plan.pb.h" // generated from runtime/plan.proto
 #include "support/Checksum.h"
@@ -44,10 +43,6 @@ constexpr uint64_t kAlign = 64;
 
 uint64_t alignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-llvm::Error invalid(const llvm::Twine &msg) {
-  return fail("invalid plan: " + msg);
-}
-
 // Prefixes an error's message with "<path>: ".
 llvm::Error atPath(const std::string &path, llvm::Error e) {
   if (!e)
@@ -62,12 +57,13 @@ llvm::Error checkHeaderCounts(const pb::Header &h) {
   const support::SizeLimits limits = support::largeLimits();
   int64_t stages = h.stages_size(), dp = std::max<int64_t>(h.data_parallel(), 1);
   if (h.microbatches() > limits.microbatches)
-    return invalid(llvm::formatv("{0} microbatches; cleave runs at most {1}",
-                                 h.microbatches(), limits.microbatches));
+    return invalidPlan(
+        llvm::formatv("{0} microbatches; cleave runs at most {1}",
+                      h.microbatches(), limits.microbatches));
   if (stages > limits.workers || dp > limits.workers / std::max<int64_t>(stages, 1))
-    return invalid(llvm::formatv("{0} stages x {1} data-parallel replicas; "
-                                 "cleave runs at most {2} workers",
-                                 stages, dp, limits.workers));
+    return invalidPlan(llvm::formatv("{0} stages x {1} data-parallel replicas; "
+                                     "cleave runs at most {2} workers",
+                                     stages, dp, limits.workers));
   return llvm::Error::success();
 }
 
@@ -267,7 +263,7 @@ llvm::Expected<ir::DType> dtypeFrom(const std::string &name,
                                     const llvm::Twine &what) {
   if (std::optional<ir::DType> t = ir::parseDType(name))
     return *t;
-  return invalid(what + " has unknown dtype '" + name + "'");
+  return invalidPlan(what + " has unknown dtype '" + name + "'");
 }
 
 // An Input record as a PlanInput or a PlanTensor; `what` names it in
@@ -311,25 +307,26 @@ llvm::Expected<ir::Attribute> fromProto(const pb::Attr &p,
     std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
     std::optional<int64_t> bytes = denseBytes(*dtype, shape);
     if (!bytes || uint64_t(*bytes) != t.data().size())
-      return invalid(llvm::formatv("{0}: {1} bytes for {2}", what,
-                                   t.data().size(), typeText(*dtype, shape)));
+      return invalidPlan(llvm::formatv("{0}: {1} bytes for {2}", what,
+                                       t.data().size(),
+                                       typeText(*dtype, shape)));
     return ir::Attribute(std::make_shared<ir::TensorData>(
         ir::TensorType(*dtype, ir::Shape(shape.begin(), shape.end())),
         t.data()));
   }
   default:
-    return invalid(what + " has an unknown kind");
+    return invalidPlan(what + " has an unknown kind");
   }
 }
 
 llvm::Error fromProto(const pb::Instr &p, const std::string &where, Instr &in) {
   if (!pb::InstrKind_IsValid(p.kind()))
-    return invalid(where + ": unknown instruction kind");
+    return invalidPlan(where + ": unknown instruction kind");
   in.kind = InstrKind(p.kind());
   if (in.kind == InstrKind::Kernel) {
     std::optional<ir::OpKind> op = ir::lookupOp(p.op());
     if (!op)
-      return invalid(where + ": unknown op '" + p.op() + "'");
+      return invalidPlan(where + ": unknown op '" + p.op() + "'");
     in.op = *op;
   }
   for (const pb::Attr &pa : p.attrs()) {
@@ -337,7 +334,7 @@ llvm::Error fromProto(const pb::Instr &p, const std::string &where, Instr &in) {
     if (!a)
       return a.takeError();
     if (!in.attrs.emplace(pa.name(), std::move(*a)).second)
-      return invalid(where + ": attribute '" + pa.name() + "' given twice");
+      return invalidPlan(where + ": attribute '" + pa.name() + "' given twice");
   }
   in.inputs.assign(p.inputs().begin(), p.inputs().end());
   in.outputs.assign(p.outputs().begin(), p.outputs().end());
@@ -357,7 +354,7 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
     std::string what =
         llvm::formatv("stage {0} slot {1} '{2}'", si, s.slots.size(), sl.name);
     if (!pb::SlotKind_IsValid(ps.kind()))
-      return invalid(what + " has an unknown kind");
+      return invalidPlan(what + " has an unknown kind");
     sl.kind = SlotKind(ps.kind());
     llvm::Expected<ir::DType> dtype = dtypeFrom(ps.dtype(), what);
     if (!dtype)
@@ -372,8 +369,8 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
     s.slots.push_back(std::move(sl));
   }
   if (p.programs_size() != kNumPhases)
-    return invalid(llvm::formatv("stage {0} has {1} programs, not {2}", si,
-                                 p.programs_size(), kNumPhases));
+    return invalidPlan(llvm::formatv("stage {0} has {1} programs, not {2}", si,
+                                     p.programs_size(), kNumPhases));
   for (int ph = 0; ph < kNumPhases; ++ph)
     for (const pb::Instr &pi : p.programs(ph).instrs()) {
       std::string where =
@@ -390,7 +387,7 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
     s.stepUpdates.push_back({u.state(), u.value()});
   for (const pb::Action &pa : p.actions()) {
     if (!pb::ActionKind_IsValid(pa.kind()))
-      return invalid(llvm::formatv("stage {0}: unknown action kind", si));
+      return invalidPlan(llvm::formatv("stage {0}: unknown action kind", si));
     s.actions.push_back({ActionKind(pa.kind()), pa.microbatch()});
   }
   s.frameBytes = p.frame_bytes();
@@ -415,8 +412,8 @@ llvm::Error fromProto(const pb::Stage &p, int si, StagePlan &s) {
 
 llvm::Expected<Plan> fromProto(const pb::Header &h) {
   if (h.version() != kPlanFileVersion)
-    return invalid(llvm::formatv("header version {0} in a version {1} file",
-                                 h.version(), kPlanFileVersion));
+    return invalidPlan(llvm::formatv("header version {0} in a version {1} file",
+                                     h.version(), kPlanFileVersion));
   Plan plan;
   plan.version = kPlanVersion;
   plan.modelName = h.model_name();
@@ -458,8 +455,8 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
       size_t w = r.fill().size();
       if ((w != 1 && w != 2 && w != 4 && w != 8) || r.size() % w != 0 ||
           r.weight_file())
-        return invalid(llvm::formatv("blob {0}: a fill of {1} bytes over {2}",
-                                     b, w, r.size()));
+        return invalidPlan(llvm::formatv(
+            "blob {0}: a fill of {1} bytes over {2}", b, w, r.size()));
       blob.fill.assign(r.fill().begin(), r.fill().end());
       blob.size = r.size();
       continue;
@@ -467,17 +464,19 @@ llvm::Expected<Plan> fromProto(const pb::Header &h) {
     if (r.weight_file() == 0)
       continue;
     if (r.weight_file() > uint32_t(h.weight_files_size()))
-      return invalid(llvm::formatv("blob {0} names weight file {1}; the plan "
-                                   "has {2}",
-                                   b, r.weight_file(), h.weight_files_size()));
+      return invalidPlan(
+          llvm::formatv("blob {0} names weight file {1}; the plan "
+                        "has {2}",
+                        b, r.weight_file(), h.weight_files_size()));
     blob.file = int(r.weight_file()) - 1;
     blob.offset = r.offset();
     blob.size = r.size();
     const WeightFile &f = plan.weightFiles[size_t(blob.file)];
     if (blob.offset > f.size || blob.size > f.size - blob.offset)
-      return invalid(llvm::formatv("blob {0} ends at byte {1} of weight file "
-                                   "'{2}', which has {3}",
-                                   b, blob.offset + blob.size, f.path, f.size));
+      return invalidPlan(
+          llvm::formatv("blob {0} ends at byte {1} of weight file "
+                        "'{2}', which has {3}",
+                        b, blob.offset + blob.size, f.path, f.size));
   }
   plan.predictedStepTime = h.predicted_step_time();
   plan.predictedPeriod = h.predicted_period();

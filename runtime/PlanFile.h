@@ -13,6 +13,7 @@
 #pragma once
 
 #include "runtime/Plan.h"
+#include "support/Errors.h"
 #include "support/TrustedPaths.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -23,6 +24,12 @@
 #include <string>
 
 namespace cleave::runtime {
+
+// "invalid plan: <msg>", the one prefix of every error the loader and the
+// verifier find in a plan's contents.
+inline llvm::Error invalidPlan(const llvm::Twine &msg) {
+  return fail("invalid plan: " + msg);
+}
 
 // The format version this build writes and reads (the preamble's u32).
 inline constexpr uint32_t kPlanFileVersion = 3;

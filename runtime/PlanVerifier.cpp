@@ -6,7 +6,6 @@
 // or instruction.
 #include "runtime/PlanFile.h"
 #include "runtime/PlanTypes.h"
-#include "support/Errors.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -20,11 +19,6 @@
 namespace cleave::runtime {
 
 namespace {
-
-llvm::Error invalid(const llvm::Twine &msg) {
-  return fail("invalid plan: " + msg);
-}
-
 
 bool validDType(ir::DType t) { return size_t(t) <= size_t(ir::DType::Bool); }
 
@@ -70,9 +64,9 @@ llvm::Error verifyInstr(const Plan &plan, const StagePlan &s, int phase,
                         const char *what) -> llvm::Error {
     for (int x : v)
       if (x < 0 || x >= nslots)
-        return invalid(llvm::formatv("{0}: {1} slot {2} out of range (the "
-                                     "stage has {3} slots)",
-                                     where(), what, x, nslots));
+        return invalidPlan(llvm::formatv("{0}: {1} slot {2} out of range (the "
+                                         "stage has {3} slots)",
+                                         where(), what, x, nslots));
     return llvm::Error::success();
   };
   if (llvm::Error e = checkSlots(in.inputs, "input"))
@@ -81,25 +75,25 @@ llvm::Error verifyInstr(const Plan &plan, const StagePlan &s, int phase,
     return e;
   auto checkPeer = [&]() -> llvm::Error {
     if (in.peer < 0 || in.peer >= int(plan.stages.size()) || in.peer == s.index)
-      return invalid(
+      return invalidPlan(
           llvm::formatv("{0}: bad peer stage {1}", where(), in.peer));
     return llvm::Error::success();
   };
   switch (in.kind) {
   case InstrKind::Kernel: {
     if (size_t(in.op) >= ir::allOps().size())
-      return invalid(where() + ": unknown op");
+      return invalidPlan(where() + ": unknown op");
     const ir::OpInfo &info = ir::opInfo(in.op);
     int n = int(in.inputs.size()), r = int(in.outputs.size());
     if (n < info.minOperands || (info.maxOperands >= 0 && n > info.maxOperands))
-      return invalid(
+      return invalidPlan(
           llvm::formatv("{0}: {1} has {2} inputs", where(), info.name, n));
     if (r < info.minResults || (info.maxResults >= 0 && r > info.maxResults))
-      return invalid(
+      return invalidPlan(
           llvm::formatv("{0}: {1} has {2} outputs", where(), info.name, r));
     if (llvm::Error e = checkDeclaredAttributes(info, in.attrs))
-      return invalid(where() + ": " + std::string(info.name) + ": " +
-                     llvm::toString(std::move(e)));
+      return invalidPlan(where() + ": " + std::string(info.name) + ": " +
+                         llvm::toString(std::move(e)));
     // Host slots: an Offload writes one, a Fetch reads one, nothing else
     // touches them.
     auto host = [&](int slot) {
@@ -108,26 +102,27 @@ llvm::Error verifyInstr(const Plan &plan, const StagePlan &s, int phase,
     bool offload = in.op == ir::OpKind::Offload, fetch = in.op == ir::OpKind::Fetch;
     for (int k = 0; k < n; ++k)
       if (host(in.inputs[k]) != fetch)
-        return invalid(where() + ": " + std::string(info.name) +
-                       (fetch ? " must read a host slot"
-                              : " reads a host slot (only Fetch may)"));
+        return invalidPlan(where() + ": " + std::string(info.name) +
+                           (fetch ? " must read a host slot"
+                                  : " reads a host slot (only Fetch may)"));
     for (int k = 0; k < r; ++k)
       if (host(in.outputs[k]) != offload)
-        return invalid(where() + ": " + std::string(info.name) +
-                       (offload ? " must write a host slot"
+        return invalidPlan(where() + ": " + std::string(info.name) +
+                           (offload
+                                ? " must write a host slot"
                                 : " writes a host slot (only Offload may)"));
     return llvm::Error::success();
   }
   case InstrKind::Send:
     if (in.inputs.size() != 1 || !in.outputs.empty())
-      return invalid(where() + ": a send takes one input and no outputs");
+      return invalidPlan(where() + ": a send takes one input and no outputs");
     return checkPeer();
   case InstrKind::Recv:
     if (!in.inputs.empty() || in.outputs.size() != 1)
-      return invalid(where() + ": a recv takes no inputs and one output");
+      return invalidPlan(where() + ": a recv takes no inputs and one output");
     return checkPeer();
   }
-  return invalid(where() + ": unknown instruction kind");
+  return invalidPlan(where() + ": unknown instruction kind");
 }
 
 llvm::Error verifyUpdates(const StagePlan &s, const char *what,
@@ -135,19 +130,20 @@ llvm::Error verifyUpdates(const StagePlan &s, const char *what,
   int nslots = int(s.slots.size());
   for (const StateUpdate &u : updates) {
     if (u.state < 0 || u.state >= nslots || u.value < 0 || u.value >= nslots)
-      return invalid(llvm::formatv("stage {0}: {1} update {2} <- {3} out of "
-                                   "range",
-                                   s.index, what, u.state, u.value));
+      return invalidPlan(
+          llvm::formatv("stage {0}: {1} update {2} <- {3} out of "
+                        "range",
+                        s.index, what, u.state, u.value));
     const Slot &st = s.slots[u.state], &v = s.slots[u.value];
     if (st.kind != SlotKind::State)
-      return invalid(llvm::formatv("stage {0}: {1} update of slot '{2}', "
-                                   "which is not state",
-                                   s.index, what, st.name));
+      return invalidPlan(llvm::formatv("stage {0}: {1} update of slot '{2}', "
+                                       "which is not state",
+                                       s.index, what, st.name));
     if (st.bytes != v.bytes)
-      return invalid(llvm::formatv("stage {0}: {1} update of slot '{2}' "
-                                   "({3} bytes) from '{4}' ({5} bytes)",
-                                   s.index, what, st.name, st.bytes, v.name,
-                                   v.bytes));
+      return invalidPlan(llvm::formatv("stage {0}: {1} update of slot '{2}' "
+                                       "({3} bytes) from '{4}' ({5} bytes)",
+                                       s.index, what, st.name, st.bytes, v.name,
+                                       v.bytes));
   }
   return llvm::Error::success();
 }
@@ -173,7 +169,7 @@ llvm::Error verifyMemory(const StagePlan &s) {
       continue;
     }
     auto bad = [&](const llvm::Twine &msg) {
-      return invalid(
+      return invalidPlan(
           llvm::formatv("stage {0} slot {1} '{2}': ", s.index, i, sl.name) +
           msg);
     };
@@ -197,10 +193,10 @@ llvm::Error verifyMemory(const StagePlan &s) {
       return bad("an accumulator no slot sums into");
   }
   if (s.frameBytes > frameExtent || s.stepFrameBytes > stepExtent)
-    return invalid(llvm::formatv("stage {0}: frames of {1} and {2} bytes "
-                                 "where its slots need {3} and {4}",
-                                 s.index, s.frameBytes, s.stepFrameBytes,
-                                 frameExtent, stepExtent));
+    return invalidPlan(llvm::formatv("stage {0}: frames of {1} and {2} bytes "
+                                     "where its slots need {3} and {4}",
+                                     s.index, s.frameBytes, s.stepFrameBytes,
+                                     frameExtent, stepExtent));
   return llvm::Error::success();
 }
 
@@ -274,32 +270,32 @@ llvm::Error verifyPlacement(const Plan &plan) {
   int n = int(plan.stages.size());
   if (plan.stageRank.empty()) {
     if (!plan.rankPrograms.empty())
-      return invalid("the plan has rank programs but places no stages");
+      return invalidPlan("the plan has rank programs but places no stages");
     return llvm::Error::success();
   }
   if (int(plan.stageRank.size()) != n)
-    return invalid(llvm::formatv("the plan places {0} stages on ranks, but "
-                                 "has {1}",
-                                 plan.stageRank.size(), n));
+    return invalidPlan(llvm::formatv("the plan places {0} stages on ranks, but "
+                                     "has {1}",
+                                     plan.stageRank.size(), n));
   for (int st = 0; st < n; ++st)
     if (plan.stageRank[size_t(st)] < 0 || plan.stageRank[size_t(st)] >= n)
-      return invalid(llvm::formatv("stage {0} is placed on rank {1}", st,
-                                   plan.stageRank[size_t(st)]));
+      return invalidPlan(llvm::formatv("stage {0} is placed on rank {1}", st,
+                                       plan.stageRank[size_t(st)]));
   int ranks = rankCount(plan);
   for (int r = 0; r < ranks; ++r)
     if (stagesOfRank(plan, r).empty())
-      return invalid(llvm::formatv("rank {0} runs no stage", r));
+      return invalidPlan(llvm::formatv("rank {0} runs no stage", r));
   if (int(plan.rankPrograms.size()) != ranks)
-    return invalid(llvm::formatv("the plan has {0} rank programs for {1} "
-                                 "ranks",
-                                 plan.rankPrograms.size(), ranks));
+    return invalidPlan(llvm::formatv("the plan has {0} rank programs for {1} "
+                                     "ranks",
+                                     plan.rankPrograms.size(), ranks));
   std::vector<size_t> count(size_t(n), 0);
   for (int r = 0; r < ranks; ++r)
     for (int st : plan.rankPrograms[size_t(r)]) {
       if (st < 0 || st >= n || plan.stageRank[size_t(st)] != r)
-        return invalid(llvm::formatv("rank {0}'s program names stage {1}, "
-                                     "which it does not run",
-                                     r, st));
+        return invalidPlan(llvm::formatv("rank {0}'s program names stage {1}, "
+                                         "which it does not run",
+                                         r, st));
       ++count[size_t(st)];
     }
   for (int st = 0; st < n; ++st) {
@@ -307,10 +303,10 @@ llvm::Error verifyPlacement(const Plan &plan) {
     for (const Action &a : plan.stages[size_t(st)].actions)
       work += a.kind != ActionKind::Step;
     if (count[size_t(st)] != work)
-      return invalid(llvm::formatv("rank {0}'s program runs {1} actions of "
-                                   "stage {2}, which has {3}",
-                                   plan.stageRank[size_t(st)],
-                                   count[size_t(st)], st, work));
+      return invalidPlan(llvm::formatv("rank {0}'s program runs {1} actions of "
+                                       "stage {2}, which has {3}",
+                                       plan.stageRank[size_t(st)],
+                                       count[size_t(st)], st, work));
   }
   return llvm::Error::success();
 }
@@ -323,9 +319,9 @@ llvm::Error verifySchedule(const Plan &plan) {
     for (const Action &a : s.actions)
       steps += a.kind == ActionKind::Step;
     if (steps != 1)
-      return invalid(llvm::formatv("stage {0} has {1} STEP actions; every "
-                                   "stage has one",
-                                   s.index, steps));
+      return invalidPlan(llvm::formatv("stage {0} has {1} STEP actions; every "
+                                       "stage has one",
+                                       s.index, steps));
     ops.push_back(simOps(s));
   }
   std::map<Message, std::deque<int64_t>> inFlight; // sizes, in send order
@@ -364,7 +360,7 @@ llvm::Error verifySchedule(const Plan &plan) {
         if (it == inFlight.end() || it->second.empty())
           return false;
         if (it->second.front() != op.bytes)
-          return invalid(llvm::formatv(
+          return invalidPlan(llvm::formatv(
               "stage {0} {1} receives {2} bytes from stage {3} (tag {4}) "
               "but that stage sends {5}",
               st, actionText(plan.stages[size_t(st)], op.action), op.bytes,
@@ -447,18 +443,18 @@ llvm::Error verifySchedule(const Plan &plan) {
               : "microbatch " + std::to_string(op.msg.microbatch),
           sentLater ? "that stage cannot get to" : "that is never sent");
       if (!sentLater)
-        return invalid(text);
+        return invalidPlan(text);
       if (!first)
         first = text;
     }
     if (first)
-      return invalid(*first);
-    return invalid("the schedule cannot complete: the stages wait for each "
-                   "other at STEP");
+      return invalidPlan(*first);
+    return invalidPlan("the schedule cannot complete: the stages wait for each "
+                       "other at STEP");
   }
   for (const auto &[msg, sizes] : inFlight)
     if (!sizes.empty())
-      return invalid(llvm::formatv(
+      return invalidPlan(llvm::formatv(
           "stage {0} sends stage {1} a message (tag {2}, microbatch {3}) that "
           "no receive takes",
           msg.from, msg.to, msg.tag, msg.microbatch));
@@ -469,27 +465,27 @@ llvm::Error verifySchedule(const Plan &plan) {
 
 llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
   if (plan.microbatches < 1)
-    return invalid(llvm::formatv("{0} microbatches", plan.microbatches));
+    return invalidPlan(llvm::formatv("{0} microbatches", plan.microbatches));
   if (plan.dataParallel < 1)
-    return invalid(llvm::formatv("{0} data-parallel replicas",
-                                 plan.dataParallel));
+    return invalidPlan(
+        llvm::formatv("{0} data-parallel replicas", plan.dataParallel));
   for (const PlanInput &in : plan.inputs)
     if (!validDType(in.dtype) || !denseBytes(in.dtype, in.shape))
-      return invalid("input '" + in.name + "' has a bad type");
+      return invalidPlan("input '" + in.name + "' has a bad type");
   int nstages = int(plan.stages.size());
   for (int si = 0; si < nstages; ++si) {
     const StagePlan &s = plan.stages[si];
     if (s.index != si)
-      return invalid(
+      return invalidPlan(
           llvm::formatv("stage {0} says it is stage {1}", si, s.index));
     if (s.frameBytes < 0 || s.stepFrameBytes < 0 || s.hostFrameBytes < 0)
-      return invalid(llvm::formatv("stage {0}: negative frame size", si));
+      return invalidPlan(llvm::formatv("stage {0}: negative frame size", si));
     int nslots = int(s.slots.size());
     const std::vector<int> inPlace = stepUpdatesInPlace(s);
     for (int i = 0; i < nslots; ++i) {
       const Slot &sl = s.slots[i];
       auto bad = [&](const llvm::Twine &msg) {
-        return invalid(
+        return invalidPlan(
             llvm::formatv("stage {0} slot {1} '{2}': ", si, i, sl.name) + msg);
       };
       if (!validDType(sl.dtype) ||
@@ -539,17 +535,18 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
       return e;
     for (const Action &a : s.actions) {
       if (uint8_t(a.kind) > uint8_t(ActionKind::Step))
-        return invalid(llvm::formatv("stage {0}: bad action kind", si));
+        return invalidPlan(llvm::formatv("stage {0}: bad action kind", si));
       bool ok = a.kind == ActionKind::Step
                     ? a.microbatch == -1
                     : a.microbatch >= 0 && a.microbatch < plan.microbatches;
       if (!ok)
-        return invalid(llvm::formatv("stage {0}: action {1} of microbatch {2}",
-                                     si, actionKindName(a.kind), a.microbatch));
+        return invalidPlan(
+            llvm::formatv("stage {0}: action {1} of microbatch {2}", si,
+                          actionKindName(a.kind), a.microbatch));
     }
     if (s.lossSlot < -1 || s.lossSlot >= nslots)
-      return invalid(llvm::formatv("stage {0}: loss slot {1} out of range", si,
-                                   s.lossSlot));
+      return invalidPlan(llvm::formatv("stage {0}: loss slot {1} out of range",
+                                       si, s.lossSlot));
     if (s.accuracyScoresSlot != -1 || s.accuracyLabelsSlot != -1) {
       // The executor reads them after F: in range, in the microbatch
       // frame, float scores [N, C, d...] and integer labels [N, d...].
@@ -566,7 +563,7 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
           ok = b.shape[d - 1] == a.shape[d];
       }
       if (!ok)
-        return invalid(llvm::formatv(
+        return invalidPlan(llvm::formatv(
             "stage {0}: accuracy slots {1} and {2} are not class scores "
             "[N, C, ...] and labels [N, ...]",
             si, sc, lb));
@@ -581,15 +578,17 @@ llvm::Error verifyPlan(const Plan &plan, llvm::ArrayRef<uint64_t> blobSizes) {
           expected.wBatchProduct != s.wBatchProduct ||
           expected.wBatchSummed != s.wBatchSummed ||
           expected.wBatchScratchBytes != s.wBatchScratchBytes)
-        return invalid(llvm::formatv("stage {0}: the W batching record is not "
-                                     "what its W program and actions give",
-                                     si));
+        return invalidPlan(
+            llvm::formatv("stage {0}: the W batching record is not "
+                          "what its W program and actions give",
+                          si));
     }
     for (size_t i = 0; i + 1 < s.actions.size(); ++i)
       if (s.actions[i].kind == ActionKind::Step)
-        return invalid(llvm::formatv("stage {0}: STEP is action {1} of {2}; "
-                                     "it must be the last",
-                                     si, i, s.actions.size()));
+        return invalidPlan(
+            llvm::formatv("stage {0}: STEP is action {1} of {2}; "
+                          "it must be the last",
+                          si, i, s.actions.size()));
   }
   return verifyPlacement(plan);
 }

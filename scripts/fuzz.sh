@@ -25,7 +25,8 @@ cleave_install_packages $CLEAVE_BUILD_PACKAGES $CLEAVE_FUZZ_PACKAGES
 echo "== fuzz build (clang-14, libFuzzer + ASan + UBSan) in $build"
 t0=$(date +%s)
 CC=clang-14 CXX=clang++-14 cleave_configure "$build" \
-  -DCLEAVE_FUZZ=ON -DCLEAVE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DCLEAVE_FUZZ=ON -DCLEAVE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DCMAKE_UNITY_BUILD=ON
 ninja -C "$build" cleave-fuzz
 echo "fuzz build: $(($(date +%s) - t0)) s"
 

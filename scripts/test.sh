@@ -21,9 +21,18 @@ export CLEAVE_ORT_PYTHON
 # sanitizers). The lit test partition/host-profile.test measures it.
 export CLEAVE_DEVICE_PROFILE=cpu
 
+# Every build here is a unity build (CMAKE_UNITY_BUILD: a library's
+# sources compiled eight to a file, each header parsed once per eight; the
+# unit tests stay file by file) with line tables only (-g1: a stack still
+# names files and lines; full debug info was a third of the compile time).
+# Measured on a clean clone, 2 cores: the release build 512 s -> 406 s with
+# unity alone. A developer's build/ can go back with
+# -DCMAKE_UNITY_BUILD=OFF.
+unity=-DCMAKE_UNITY_BUILD=ON
+
 SECONDS=0
 echo "== build (RelWithDebInfo)"
-cleave_build "$CLEAVE_ROOT/build"
+cleave_build "$CLEAVE_ROOT/build" $unity "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 echo "== ctest"
 (cd "$CLEAVE_ROOT/build" && ctest --output-on-failure -j "$jobs")
 
@@ -38,10 +47,8 @@ fi
 tail -n 2 "$CLEAVE_ROOT/build/gpu-check-dry.log"
 
 echo "== sanitizer build (ASan + UBSan): sweep and unit tests"
-# Line tables only (-g1) in the sanitizer builds: their reports name files
-# and lines, and full debug info was a quarter of their compile time.
 cleave_configure "$CLEAVE_ROOT/build-asan" -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG=-g1
+  -DCMAKE_CXX_FLAGS_DEBUG=-g1 $unity
 ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -53,7 +60,7 @@ echo "== ThreadSanitizer build: unit tests and the model-zoo CI subset ($SECONDS
 # off for it (setarch -R): GCC 12's TSan maps its shadow at fixed addresses
 # that a kernel randomizing more address bits can collide with.
 cleave_configure "$CLEAVE_ROOT/build-tsan" -DCLEAVE_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" $unity
 ninja -C "$CLEAVE_ROOT/build-tsan" cleave-unit-tests cleavec cleave-run cleave-opt
 (
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
