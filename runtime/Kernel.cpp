@@ -113,4 +113,11 @@ bool Backend::allFinite(ir::DType dtype, const void *data, int64_t count) {
   return allFiniteOnHost(dtype, host.data(), count);
 }
 
+bool Backend::allBuffersFinite(llvm::ArrayRef<FiniteCheck> buffers) {
+  for (const FiniteCheck &b : buffers)
+    if (!allFinite(b.dtype, b.data, b.count))
+      return false;
+  return true;
+}
+
 } // namespace cleave::runtime

@@ -168,6 +168,17 @@ public:
   // non-finite check before each update. By default a copy to the host and
   // allFiniteOnHost; the CPU backend reads in place on its threads.
   virtual bool allFinite(ir::DType dtype, const void *data, int64_t count);
+  // One buffer of allBuffersFinite.
+  struct FiniteCheck {
+    ir::DType dtype;
+    const void *data;
+    int64_t count;
+  };
+  // Whether every buffer is all finite, as allFinite on each in turn (the
+  // default). The CPU backend reads them all as one range cut over its
+  // threads: one fork and join for a step's gradients, not one each (a
+  // ResNet-18 step's 62 took 3.3 ms, the same bytes in one pass 2.7).
+  virtual bool allBuffersFinite(llvm::ArrayRef<FiniteCheck> buffers);
   // The sum of (x * scale)^2 over `count` f32 or f64 values in backend
   // memory, in double, with one decomposition whatever runs it: per block
   // of kSquaresBlock elements in order, then the blocks' sums in order

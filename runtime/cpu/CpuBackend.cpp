@@ -156,6 +156,37 @@ public:
     return finite.load();
   }
 
+  // The buffers as one range of elements (f32 and f64 ones; the others
+  // count as empty), cut in blocks over the pool; a block may span
+  // buffers.
+  bool allBuffersFinite(llvm::ArrayRef<FiniteCheck> buffers) override {
+    std::vector<int64_t> start(buffers.size() + 1, 0);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      ir::DType t = buffers[i].dtype;
+      bool checked = t == ir::DType::F32 || t == ir::DType::F64;
+      start[i + 1] = start[i] + (checked ? buffers[i].count : 0);
+    }
+    std::atomic<bool> finite{true};
+    parallelFor(start.back(), 1 << 16, [&](int64_t b, int64_t e) {
+      // The last buffer starting at or before b holds it (empty ones
+      // share their start with the next).
+      size_t i = size_t(std::upper_bound(start.begin(), start.end() - 1, b) -
+                        start.begin()) - 1;
+      for (; b < e && i < buffers.size(); ++i) {
+        int64_t end = std::min(e, start[i + 1]);
+        if (end <= b)
+          continue;
+        const FiniteCheck &buf = buffers[i];
+        const auto *bytes = static_cast<const uint8_t *>(buf.data) +
+                            size_t(b - start[i]) * ir::dtypeSize(buf.dtype);
+        if (!allFiniteOnHost(buf.dtype, bytes, end - b))
+          finite.store(false, std::memory_order_relaxed);
+        b = end;
+      }
+    });
+    return finite.load();
+  }
+
   // The blocks' sums on the pool, then added in block order: the bits of
   // sumOfSquaresOnHost for any thread count.
   double sumOfSquares(ir::DType dtype, const void *data, int64_t count,

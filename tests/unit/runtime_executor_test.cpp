@@ -857,3 +857,41 @@ TEST(NonFiniteCheck, FindsEveryKindAnywhere) {
   std::vector<uint16_t> h(8, 0x7fc0); // bf16 NaNs: not checked
   EXPECT_TRUE(both(ir::DType::BF16, h.data(), 8));
 }
+
+// A step's gradients checked in one call: the CPU backend's range over all
+// of them, cut in blocks that span buffers, agrees with each buffer's own
+// check wherever the bad value sits (a buffer's first or last element, a
+// block's edge, after empty and unchecked buffers, in an f64 one).
+TEST(NonFiniteCheck, AllBuffersAtOnceAgreeWithEachAlone) {
+  auto backend = cleave::runtime::createCpuBackend(2);
+  using Check = runtime::Backend::FiniteCheck;
+  std::vector<float> a(70000, 0.25f), b(3, -1.0f), c(200003, 2.0f);
+  std::vector<double> d(65536, 1.0);
+  std::vector<uint16_t> h(16, 0x7fc0); // bf16 NaNs: not checked
+  std::vector<Check> all = {{ir::DType::F32, a.data(), int64_t(a.size())},
+                            {ir::DType::F32, b.data(), 0},
+                            {ir::DType::BF16, h.data(), int64_t(h.size())},
+                            {ir::DType::F32, b.data(), int64_t(b.size())},
+                            {ir::DType::F64, d.data(), int64_t(d.size())},
+                            {ir::DType::F32, c.data(), int64_t(c.size())}};
+  EXPECT_TRUE(backend->allBuffersFinite(all));
+  EXPECT_TRUE(backend->allBuffersFinite({}));
+  auto spoil = [&](auto &v, size_t at) {
+    using T = std::decay_t<decltype(v[0])>;
+    T keep = v[at];
+    v[at] = std::numeric_limits<T>::quiet_NaN();
+    EXPECT_FALSE(backend->allBuffersFinite(all)) << at;
+    v[at] = -std::numeric_limits<T>::infinity();
+    EXPECT_FALSE(backend->allBuffersFinite(all)) << at;
+    v[at] = keep;
+  };
+  for (size_t at : {size_t(0), size_t(65535), size_t(65536), a.size() - 1})
+    spoil(a, at);
+  for (size_t at : {size_t(0), size_t(2)})
+    spoil(b, at);
+  for (size_t at : {size_t(0), size_t(61), d.size() - 1})
+    spoil(d, at);
+  for (size_t at : {size_t(0), size_t(131072 - 70003), c.size() - 1})
+    spoil(c, at);
+  EXPECT_TRUE(backend->allBuffersFinite(all));
+}
