@@ -4,9 +4,9 @@
 #include <vector>
 
 namespace cleave::runtime::cpu {
-namespace {
 
-// The geometry of one depthwise conv in the names the loops use.
+// The geometry of one depthwise conv in the names the loops use. Outside
+// the anonymous namespace: the exported kernels' lambdas capture it.
 struct Depthwise {
   int64_t h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
   // Stride 1: the plane zero-padded, hp x wp, and the elements a tap's
@@ -41,6 +41,8 @@ struct Depthwise {
     return (t / kw) * dh * wp + (t % kw) * dw;
   }
 };
+
+namespace {
 
 // Stride 1, the ShiftedTaps idea of ConvPool.cpp on one plane: read from
 // one tap's offset, the zero-padded plane lists at q = r * wp + o the input

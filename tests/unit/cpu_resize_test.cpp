@@ -32,10 +32,6 @@ std::vector<float> resize(Host<float> &x, const ir::AttrMap &attrs) {
   return y.data;
 }
 
-std::vector<double> wide(std::vector<float> v) {
-  return std::vector<double>(v.begin(), v.end());
-}
-
 TEST(CpuResize, Nearest) {
   Host<float> x({1, 1, 2, 2}, {1, 2, 3, 4});
   // test_resize_upsample_scales_nearest: half_pixel, round_prefer_floor.

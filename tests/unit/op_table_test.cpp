@@ -19,9 +19,10 @@ TEST(OpTable, EveryOpIsFoundByItsName) {
 TEST(OpTable, DefaultsHaveTheDeclaredKind) {
   for (const OpInfo &info : allOps())
     for (const AttrSpec &spec : info.attrs) {
-      if (spec.defaultValue)
+      if (spec.defaultValue) {
         EXPECT_EQ(spec.defaultValue->kind(), spec.kind)
             << info.name << "." << spec.name;
+      }
       EXPECT_FALSE(spec.required() && spec.optional);
     }
 }
@@ -95,8 +96,9 @@ TEST(OpTable, TraitsAndCostClasses) {
   EXPECT_EQ(opInfo(OpKind::AdamW).cost, CostClass::AdamUpdate);
   for (const OpInfo &info : allOps()) {
     // Layout-only ops move no numbers: they cost nothing but their bytes.
-    if (info.has(optrait::LayoutOnly))
+    if (info.has(optrait::LayoutOnly)) {
       EXPECT_EQ(info.cost, CostClass::Free) << info.name;
+    }
     EXPECT_EQ(isTrainingOp(info.kind),
               info.has(optrait::Gradient) || info.has(optrait::Optimizer))
         << info.name;

@@ -89,8 +89,9 @@ TEST(Layers, BackwardAndOptimizerOpsFollowTheirForwardOp) {
     if (op->phase() == ir::Phase::Fwd) {
       forwardLayer.try_emplace(op->loc(), layer);
       for (const ir::Value *v : op->operands())
-        if (auto from = l->layerOf(v))
+        if (auto from = l->layerOf(v)) {
           EXPECT_LE(*from, layer) << op->describe();
+        }
     } else if (op->phase() != ir::Phase::Opt) {
       EXPECT_EQ(layer, forwardLayer.lookup(op->loc())) << op->describe();
     } else if (op->numOperands() > 0 &&
@@ -177,8 +178,9 @@ TEST(Partition, TwelveLayerGptMatchesBruteForce) {
     std::printf("12-layer GPT, 4 stages, %s profile: step %.3f ms, "
                 "imbalance %.3f (least any split reaches: %.3f)\n",
                 device, r->stepTime * 1e3, r->imbalance, bestImbalance);
-    if (bestImbalance <= 1.10)
+    if (bestImbalance <= 1.10) {
       EXPECT_LE(r->imbalance, 1.10) << device;
+    }
   }
 }
 

@@ -452,9 +452,10 @@ TEST(Offload, FetchesFeedTheBackwardAndStripGivesTheGraphBack) {
       const ir::Value *v = op->operand(0);
       unsigned layer = layers->layerOfOp.lookup(v->definingOp());
       for (const ir::Use &u : v->uses())
-        if (u.user->phase() != ir::Phase::Fwd)
+        if (u.user->phase() != ir::Phase::Fwd) {
           EXPECT_NE(layers->layerOfOp.lookup(u.user), layer)
               << u.user->describe() << " reads " << v->name();
+        }
     } else if (op->kind() == ir::OpKind::Fetch) {
       ++fetches;
       EXPECT_NE(op->phase(), ir::Phase::Fwd);

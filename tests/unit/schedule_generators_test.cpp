@@ -130,8 +130,9 @@ TEST(ScheduleGenerators, ZeroBubbleH1MeetsThePaperBound) {
 TEST(ScheduleGenerators, ZeroBubbleH2IsAlmostBubbleFree) {
   for (Shape sh : shapes()) {
     SimResult r = run("zb-h2", sh.P, sh.M, PipelineCosts::uniform(sh.P));
-    if (sh.M >= 2 * sh.P)
+    if (sh.M >= 2 * sh.P) {
       EXPECT_LT(maxBubble(r), 0.05) << label("zb-h2", sh);
+    }
     EXPECT_LE(maxPeak(r), 2 * sh.P - 1) << label("zb-h2", sh);
   }
 }
@@ -164,9 +165,10 @@ TEST(ScheduleGenerators, AutoIsTheFastestWithinTheCap) {
     PipelineCosts costs = PipelineCosts::uniform(sh.P);
     SimResult best = run("auto", sh.P, sh.M, costs);
     for (const std::string &name : scheduleNames())
-      if (name != "auto")
+      if (name != "auto") {
         EXPECT_LE(best.stepTime, run(name, sh.P, sh.M, costs).stepTime)
             << label(name, sh);
+      }
     for (int cap : {sh.P, sh.P + 1, 2 * sh.P}) {
       SimResult capped = run("auto", sh.P, sh.M, costs, cap);
       EXPECT_LE(maxPeak(capped), cap) << label("auto", sh);
@@ -174,8 +176,9 @@ TEST(ScheduleGenerators, AutoIsTheFastestWithinTheCap) {
         if (name == "auto")
           continue;
         SimResult other = run(name, sh.P, sh.M, costs);
-        if (maxPeak(other) <= cap)
+        if (maxPeak(other) <= cap) {
           EXPECT_LE(capped.stepTime, other.stepTime) << label(name, sh);
+        }
       }
     }
   }
