@@ -11,12 +11,12 @@
 
 namespace cleave {
 
-/// An error whose message is `msg`.
+// An error whose message is `msg`.
 inline llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-/// An error whose message is llvm::formatv(fmt, vals...).
+// An error whose message is llvm::formatv(fmt, vals...).
 template <typename... Ts> llvm::Error failf(const char *fmt, Ts &&...vals) {
   return fail(llvm::formatv(fmt, std::forward<Ts>(vals)...).str());
 }
