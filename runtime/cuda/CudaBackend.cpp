@@ -471,6 +471,32 @@ public:
     return found == 0;
   }
 
+  // A step's gradients: every buffer's kernel into the one flag, then one
+  // copy back and one synchronization (not one per gradient).
+  bool allBuffersFinite(llvm::ArrayRef<FiniteCheck> buffers) override {
+    cudaSetDevice(device_);
+    if (!nonFiniteFlag_ &&
+        cudaMalloc(&nonFiniteFlag_, sizeof(int)) != cudaSuccess) {
+      nonFiniteFlag_ = nullptr;
+      return Backend::allBuffersFinite(buffers);
+    }
+    int *flag = static_cast<int *>(nonFiniteFlag_);
+    if (cudaMemsetAsync(flag, 0, sizeof(int), stream_) != cudaSuccess)
+      return Backend::allBuffersFinite(buffers);
+    for (const FiniteCheck &b : buffers) {
+      bool f64 = b.dtype == ir::DType::F64;
+      if ((!f64 && b.dtype != ir::DType::F32) || b.count == 0)
+        continue;
+      if (cuda::launchNonFinite(b.data, b.count, f64, flag, stream_) != 0)
+        return Backend::allBuffersFinite(buffers);
+    }
+    int found = 0;
+    cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost,
+                    stream_);
+    noteError("the non-finite check", cudaStreamSynchronize(stream_));
+    return found == 0;
+  }
+
   bool supports(ir::OpKind op, ir::DType dtype) const override {
     return cuda::lowers(op, dtype);
   }

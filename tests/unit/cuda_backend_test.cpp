@@ -102,4 +102,45 @@ TEST(CudaBackend, NonFiniteCheckOnTheDevice) {
   check(-2.0f, ir::DType::F32, 12345, -std::numeric_limits<float>::infinity());
   check(0.25, ir::DType::F64, 777777, std::numeric_limits<double>::infinity());
 }
+
+// A step's gradients checked in one call (one flag, one synchronization):
+// the same answer as each buffer alone, whichever buffer holds the bad
+// value; empty and unchecked buffers pass.
+TEST(CudaBackend, NonFiniteCheckOfManyBuffersOnTheDevice) {
+  std::string why;
+  auto gpu = deviceOrSkipReason(why);
+  if (!gpu)
+    GTEST_SKIP() << why;
+  std::vector<float> a(100003, 0.5f), b(7, -3.0f);
+  std::vector<double> d(4099, 2.0);
+  std::vector<uint16_t> h(8, 0x7fc0); // bf16 NaNs: not checked
+  auto upload = [&](const void *host, size_t bytes) {
+    void *dev = gpu->allocate(bytes);
+    EXPECT_NE(dev, nullptr);
+    gpu->copyToDevice(dev, host, bytes);
+    return dev;
+  };
+  void *da = upload(a.data(), a.size() * 4), *db = upload(b.data(), 28),
+       *dd = upload(d.data(), d.size() * 8), *dh = upload(h.data(), 16);
+  using Check = runtime::Backend::FiniteCheck;
+  std::vector<Check> all = {{ir::DType::F32, da, int64_t(a.size())},
+                            {ir::DType::F32, db, 0},
+                            {ir::DType::BF16, dh, 8},
+                            {ir::DType::F64, dd, int64_t(d.size())},
+                            {ir::DType::F32, db, int64_t(b.size())}};
+  EXPECT_TRUE(gpu->allBuffersFinite(all));
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  gpu->copyToDevice(static_cast<float *>(da) + 100002, &nan, 4);
+  EXPECT_FALSE(gpu->allBuffersFinite(all));
+  gpu->copyToDevice(da, a.data(), a.size() * 4);
+  double inf = std::numeric_limits<double>::infinity();
+  gpu->copyToDevice(static_cast<double *>(dd) + 17, &inf, 8);
+  EXPECT_FALSE(gpu->allBuffersFinite(all));
+  gpu->copyToDevice(dd, d.data(), d.size() * 8);
+  gpu->copyToDevice(static_cast<float *>(db) + 6, &nan, 4);
+  EXPECT_FALSE(gpu->allBuffersFinite(all));
+  EXPECT_TRUE(gpu->allBuffersFinite({}));
+  for (void *p : {da, db, dd, dh})
+    gpu->release(p);
+}
 #endif
