@@ -26,8 +26,9 @@ export CLEAVE_DEVICE_PROFILE=cpu
 # unit tests stay file by file) with line tables only (-g1: a stack still
 # names files and lines; full debug info was a third of the compile time).
 # Measured on a clean clone, 2 cores: the release build 512 s -> 406 s with
-# unity alone. A developer's build/ can go back with
-# -DCMAKE_UNITY_BUILD=OFF.
+# unity alone, 265 s with -g1 too; the whole of this script 2076 -> 1372 s
+# (docs/benchmarks.md, 2026-12-07 06:49). A developer's build/ can go back
+# with -DCMAKE_UNITY_BUILD=OFF.
 unity=-DCMAKE_UNITY_BUILD=ON
 
 SECONDS=0
