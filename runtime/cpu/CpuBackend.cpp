@@ -142,18 +142,9 @@ public:
   }
 
   // In place, in blocks over the pool (a boolean, so the cut cannot change
-  // the answer).
+  // the answer): allBuffersFinite of the one buffer.
   bool allFinite(ir::DType dtype, const void *data, int64_t count) override {
-    if (dtype != ir::DType::F32 && dtype != ir::DType::F64)
-      return true;
-    size_t width = ir::dtypeSize(dtype);
-    const auto *bytes = static_cast<const uint8_t *>(data);
-    std::atomic<bool> finite{true};
-    parallelFor(count, 1 << 16, [&](int64_t b, int64_t e) {
-      if (!allFiniteOnHost(dtype, bytes + size_t(b) * width, e - b))
-        finite.store(false, std::memory_order_relaxed);
-    });
-    return finite.load();
+    return allBuffersFinite({FiniteCheck{dtype, data, count}});
   }
 
   // The buffers as one range of elements (f32 and f64 ones; the others

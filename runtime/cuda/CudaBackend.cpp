@@ -449,46 +449,33 @@ public:
   // step on the H200). f32 and f64, as the base class; on a failed launch,
   // the base class's host check.
   bool allFinite(ir::DType dtype, const void *data, int64_t count) override {
-    if (dtype != ir::DType::F32 && dtype != ir::DType::F64)
-      return true;
-    if (count == 0)
-      return true;
-    cudaSetDevice(device_);
-    if (!nonFiniteFlag_ &&
-        cudaMalloc(&nonFiniteFlag_, sizeof(int)) != cudaSuccess) {
-      nonFiniteFlag_ = nullptr;
-      return Backend::allFinite(dtype, data, count);
-    }
-    int *flag = static_cast<int *>(nonFiniteFlag_);
-    int found = 0;
-    if (cudaMemsetAsync(flag, 0, sizeof(int), stream_) != cudaSuccess ||
-        cuda::launchNonFinite(data, count, dtype == ir::DType::F64, flag,
-                              stream_) != 0)
-      return Backend::allFinite(dtype, data, count);
-    cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost,
-                    stream_);
-    noteError("the non-finite check", cudaStreamSynchronize(stream_));
-    return found == 0;
+    return allBuffersFinite({FiniteCheck{dtype, data, count}});
   }
 
   // A step's gradients: every buffer's kernel into the one flag, then one
   // copy back and one synchronization (not one per gradient).
   bool allBuffersFinite(llvm::ArrayRef<FiniteCheck> buffers) override {
+    auto onHost = [&] { // the base class's copies (not this class's calls)
+      for (const FiniteCheck &b : buffers)
+        if (!Backend::allFinite(b.dtype, b.data, b.count))
+          return false;
+      return true;
+    };
     cudaSetDevice(device_);
     if (!nonFiniteFlag_ &&
         cudaMalloc(&nonFiniteFlag_, sizeof(int)) != cudaSuccess) {
       nonFiniteFlag_ = nullptr;
-      return Backend::allBuffersFinite(buffers);
+      return onHost();
     }
     int *flag = static_cast<int *>(nonFiniteFlag_);
     if (cudaMemsetAsync(flag, 0, sizeof(int), stream_) != cudaSuccess)
-      return Backend::allBuffersFinite(buffers);
+      return onHost();
     for (const FiniteCheck &b : buffers) {
       bool f64 = b.dtype == ir::DType::F64;
       if ((!f64 && b.dtype != ir::DType::F32) || b.count == 0)
         continue;
       if (cuda::launchNonFinite(b.data, b.count, f64, flag, stream_) != 0)
-        return Backend::allBuffersFinite(buffers);
+        return onHost();
     }
     int found = 0;
     cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost,

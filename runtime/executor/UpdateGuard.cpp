@@ -33,20 +33,22 @@ std::string StageExecutor::describeNonFinite() {
   // fifth of a ResNet-18 step); only a stage with a finding looks at each
   // one and copies it out to name the element.
   std::vector<Backend::FiniteCheck> all;
+  std::vector<size_t> slotOf; // all[k] is slot slotOf[k]
   for (size_t s = 0; s < stage_.slots.size(); ++s) {
     const Slot &a = stage_.slots[s];
-    if (a.kind == SlotKind::Accum && ir::isFloat(a.dtype))
+    if (a.kind == SlotKind::Accum && ir::isFloat(a.dtype)) {
       all.push_back({a.dtype, persistent_[s],
                      a.bytes / int64_t(ir::dtypeSize(a.dtype))});
+      slotOf.push_back(s);
+    }
   }
   if (backend_.allBuffersFinite(all))
     return "";
   std::vector<uint8_t> staging;
-  for (size_t s = 0; s < stage_.slots.size(); ++s) {
+  for (size_t k = 0; k < all.size(); ++k) {
+    size_t s = slotOf[k];
     const Slot &a = stage_.slots[s];
-    if (a.kind != SlotKind::Accum || !ir::isFloat(a.dtype))
-      continue;
-    int64_t n = a.bytes / int64_t(ir::dtypeSize(a.dtype));
+    int64_t n = all[k].count;
     if (backend_.allFinite(a.dtype, persistent_[s], n))
       continue;
     staging.resize(size_t(a.bytes));
