@@ -111,7 +111,7 @@ static llvm::Expected<Data> elementwise(const std::string &op,
     return Data();
   bool cmp = op == "Equal" || op == "Less" || op == "Greater" ||
              op == "LessOrEqual" || op == "GreaterOrEqual" || op == "And" ||
-             op == "Or" || op == "Not" || op == "IsNaN";
+             op == "Or" || op == "Xor" || op == "Not" || op == "IsNaN";
   DType dt = op == "Where" ? in[1]->type().dtype
              : cmp         ? DType::Bool
                            : in[0]->type().dtype;
@@ -133,6 +133,10 @@ static llvm::Expected<Data> elementwise(const std::string &op,
     }
     if (op == "Not") {
       setInt(*out, o, !in[0]->getInt(k[0]));
+      return;
+    }
+    if (op == "BitwiseNot") { // stored in the operand's width
+      setInt(*out, o, ~in[0]->getInt(k[0]));
       return;
     }
     if (op == "IsNaN") {
@@ -200,6 +204,10 @@ static llvm::Expected<Data> elementwise(const std::string &op,
                 : op == "GreaterOrEqual" ? a >= b
                 : op == "And"     ? (a && b)
                 : op == "Or"      ? (a || b)
+                : op == "Xor"     ? ((a != 0) != (b != 0))
+                : op == "BitwiseAnd" ? (a & b)
+                : op == "BitwiseOr"  ? (a | b)
+                : op == "BitwiseXor" ? (a ^ b)
                                   : 0;
     setInt(*out, o, r);
   });
@@ -946,9 +954,14 @@ static const FoldRule kFoldRules[] = {
     {"GreaterOrEqual", foldBinary},
     {"And", foldBinary},
     {"Or", foldBinary},
+    {"Xor", foldBinary},
+    {"BitwiseAnd", foldBinary},
+    {"BitwiseOr", foldBinary},
+    {"BitwiseXor", foldBinary},
     {"Neg", foldUnary},
     {"Abs", foldUnary},
     {"Not", foldUnary},
+    {"BitwiseNot", foldUnary},
     {"Sqrt", foldUnary},
     {"IsNaN", foldUnary},
     {"Cos", foldUnary},

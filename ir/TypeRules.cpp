@@ -67,9 +67,11 @@ namespace typerules {
 
 Types sameAsFirst(const TypeQuery &q) { return std::vector{q.operands[0]}; }
 
-Types boolUnary(const TypeQuery &q) {
-  if (q.operands[0].dtype != DType::Bool)
-    return failf("operand must be bool, not {0}", q.operands[0].str());
+// Not: a bool or integer operand, its type.
+Types bitwiseUnary(const TypeQuery &q) {
+  if (isFloat(q.operands[0].dtype))
+    return failf("operand must be bool or an integer type, not {0}",
+                 q.operands[0].str());
   return std::vector{q.operands[0]};
 }
 
@@ -121,11 +123,14 @@ Types mod(const TypeQuery &q) {
   return broadcast(q);
 }
 
-Types logical(const TypeQuery &q) {
+// And, Or, Xor: bool or integer operands of one type, broadcast; the
+// result has their type.
+Types bitwise(const TypeQuery &q) {
   for (const TensorType &t : q.operands)
-    if (t.dtype != DType::Bool)
-      return failf("operands must be bool, not {0}", t.str());
-  return compare(q);
+    if (isFloat(t.dtype))
+      return failf("operands must be bool or an integer type, not {0}",
+                   t.str());
+  return broadcast(q);
 }
 
 Types where(const TypeQuery &q) {

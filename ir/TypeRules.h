@@ -9,14 +9,14 @@ namespace cleave::ir::typerules {
 #define CLEAVE_RULE(Name)                                                      \
   llvm::Expected<std::vector<TensorType>> Name(const TypeQuery &q);
 CLEAVE_RULE(sameAsFirst)
-CLEAVE_RULE(boolUnary)
+CLEAVE_RULE(bitwiseUnary)
 CLEAVE_RULE(floatPredicate)
 CLEAVE_RULE(cast)
 CLEAVE_RULE(broadcast)
 CLEAVE_RULE(pow)
 CLEAVE_RULE(compare)
 CLEAVE_RULE(mod)
-CLEAVE_RULE(logical)
+CLEAVE_RULE(bitwise)
 CLEAVE_RULE(where)
 CLEAVE_RULE(matmul)
 CLEAVE_RULE(gemm)

@@ -127,6 +127,21 @@ static llvm::Error translateIdentity(ImportContext &ctx,
   return ctx.emit(n, index, kind, std::move(*operands), {});
 }
 
+// BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (opset 18; integers): the
+// IR's And, Or, Xor and Not, bitwise on integer operands.
+static llvm::Error translateBitwise(ImportContext &ctx,
+                                    const onnx::NodeProto &n, int index) {
+  llvm::StringRef op(n.op_type());
+  OpKind kind = op == "BitwiseAnd"  ? OpKind::And
+                : op == "BitwiseOr" ? OpKind::Or
+                : op == "BitwiseXor" ? OpKind::Xor
+                                     : OpKind::Not;
+  auto operands = ctx.tensorOperands(n, index, kind);
+  if (!operands)
+    return operands.takeError();
+  return ctx.emit(n, index, kind, std::move(*operands), {});
+}
+
 std::vector<OpTranslation> elementwiseTranslations() {
   std::vector<OpTranslation> t;
   // Unary.
@@ -139,8 +154,10 @@ std::vector<OpTranslation> elementwiseTranslations() {
   // Binary and variadic, NumPy broadcasting.
   for (const char *op :
        {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater",
-        "GreaterOrEqual", "Less", "LessOrEqual", "Mod", "And", "Or"})
+        "GreaterOrEqual", "Less", "LessOrEqual", "Mod", "And", "Or", "Xor"})
     t.push_back(sameNamedOp(op));
+  for (const char *op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"})
+    t.push_back({op, 18, kOpsetLast, translateBitwise});
   t.push_back({"Identity", kOpsetFirst, kOpsetLast, translateIdentity});
   t.push_back({"Where", kOpsetFirst, kOpsetLast, translateWhere});
   t.push_back({"Clip", kOpsetFirst, kOpsetLast, translateClip});

@@ -55,6 +55,7 @@ using NumericTypes =
     Types<float, double, Half, BFloat, int64_t, int32_t, int8_t>;
 using AllTypes =
     Types<float, double, Half, BFloat, int64_t, int32_t, int8_t, bool>;
+using BitwiseTypes = Types<int64_t, int32_t, int8_t, bool>;
 
 template <typename... Ts> std::vector<DType> dtypesOf(Types<Ts...>) {
   return {dtypeOf<Ts>()...};
@@ -613,6 +614,7 @@ void registerElementwiseKernels(KernelTable &t) {
   const auto numeric = dtypesOf(NumericTypes{});
   const auto all = dtypesOf(AllTypes{});
   const std::vector<DType> boolOnly = {DType::Bool};
+  const auto bitwise = dtypesOf(BitwiseTypes{});
   using E = llvm::Error;
   using KC = const KernelCall &;
 
@@ -754,9 +756,15 @@ void registerElementwiseKernels(KernelTable &t) {
       return std::isinf(x) && (x > 0 ? pos : neg);
     });
   }, floats);
+  // Not, And, Or, Xor: logical on bool, bitwise on integers.
   t.add(OpKind::Not, [](KC c) -> E {
-    return unary<Types<bool>>(c, [](bool x) { return !x; });
-  }, boolOnly);
+    return unary<BitwiseTypes>(c, [](auto x) {
+      if constexpr (std::is_same_v<decltype(x), bool>)
+        return !x;
+      else
+        return decltype(x)(~x);
+    });
+  }, bitwise);
   t.add(OpKind::Identity, copyKernel, all);
   t.add(OpKind::StopGradient, copyKernel, all);
   t.add(OpKind::Clip, clip, numeric);
@@ -793,11 +801,17 @@ void registerElementwiseKernels(KernelTable &t) {
   }, numeric);
   t.add(OpKind::Mod, modulo, numeric);
   t.add(OpKind::And, [](KC c) -> E {
-    return binary<Types<bool>>(c, [](bool a, bool b) { return a && b; });
-  }, boolOnly);
+    return binary<BitwiseTypes>(
+        c, [](auto a, auto b) { return decltype(a)(a & b); });
+  }, bitwise);
   t.add(OpKind::Or, [](KC c) -> E {
-    return binary<Types<bool>>(c, [](bool a, bool b) { return a || b; });
-  }, boolOnly);
+    return binary<BitwiseTypes>(
+        c, [](auto a, auto b) { return decltype(a)(a | b); });
+  }, bitwise);
+  t.add(OpKind::Xor, [](KC c) -> E {
+    return binary<BitwiseTypes>(
+        c, [](auto a, auto b) { return decltype(a)(a ^ b); });
+  }, bitwise);
   // The dispatch dtype is input 0's: Where's condition, always bool.
   t.add(OpKind::Where, where, boolOnly);
 }

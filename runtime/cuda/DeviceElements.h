@@ -134,7 +134,7 @@ enum class MapOp : uint8_t {
   Clip,      // min(max(a, p0), p1), NaN stays NaN
   LeakyRelu, // a < 0 ? a * p0 : a
   Gelu,      // x Phi(x): p0 0 the erf form, 1 the tanh approximation
-  Not,       // !a (bool)
+  Not,       // !a (bool), ~a (integers, intMap)
   Sin, Cos, Floor, Ceil,
   Round,     // halves to even (rintf in the default rounding mode)
   Sign,      // -1, 0 or 1; NaN stays NaN
@@ -151,7 +151,7 @@ enum class MapOp : uint8_t {
   Equal, Less, Greater, GreaterOrEqual,
   LessOrEqual,
   Max, Min, // NaN wins, as numpy.maximum / minimum
-  And, Or,  // bool
+  And, Or, Xor, // bool: logical; integers: bitwise (intMap)
   DropoutGrad, // b (the mask) ? a * p0 : 0
   // UnaryGrad: operand 0 the output gradient dy, operand 1 the forward
   // input x (runtime/cpu/Gradients.cpp); a mask selects dy or 0, so an
@@ -241,6 +241,7 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Min: return a < b || a != a ? a : b;
   case MapOp::And: return a != 0.0f && b != 0.0f ? 1.0f : 0.0f;
   case MapOp::Or: return a != 0.0f || b != 0.0f ? 1.0f : 0.0f;
+  case MapOp::Xor: return (a != 0.0f) != (b != 0.0f) ? 1.0f : 0.0f;
   case MapOp::DropoutGrad: return b != 0.0f ? a * p0 : 0.0f;
   case MapOp::Dropout:
   case MapOp::DropoutMask: return a; // mapElement draws
@@ -335,7 +336,9 @@ CLEAVE_HD bool dropoutKeeps(uint64_t key, double ratio, int64_t i) {
 CLEAVE_HD bool intMap(MapOp op) {
   return op == MapOp::Relu || op == MapOp::Neg || op == MapOp::Abs ||
          op == MapOp::Clip || op == MapOp::Add || op == MapOp::Sub ||
-         op == MapOp::Mul || op == MapOp::Max || op == MapOp::Min;
+         op == MapOp::Mul || op == MapOp::Max || op == MapOp::Min ||
+         op == MapOp::Not || op == MapOp::And || op == MapOp::Or ||
+         op == MapOp::Xor;
 }
 CLEAVE_HD int64_t applyIntMap(MapOp op, int64_t a, int64_t b, int64_t lo,
                               int64_t hi) {
@@ -352,6 +355,10 @@ CLEAVE_HD int64_t applyIntMap(MapOp op, int64_t a, int64_t b, int64_t lo,
   case MapOp::Mul: return int64_t(uint64_t(a) * uint64_t(b));
   case MapOp::Max: return a > b ? a : b;
   case MapOp::Min: return a < b ? a : b;
+  case MapOp::Not: return ~a;
+  case MapOp::And: return a & b;
+  case MapOp::Or: return a | b;
+  case MapOp::Xor: return a ^ b;
   default: return a;
   }
 }

@@ -52,6 +52,7 @@ std::optional<MapOp> binaryMap(OpKind k) {
   case OpKind::LessOrEqual: return MapOp::LessOrEqual;
   case OpKind::And: return MapOp::And;
   case OpKind::Or: return MapOp::Or;
+  case OpKind::Xor: return MapOp::Xor;
   default: return std::nullopt;
   }
 }

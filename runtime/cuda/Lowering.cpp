@@ -91,6 +91,7 @@ namespace {
 enum class Types {
   All,      // any: data movement, comparisons for equality
   Bool,     // masks and logic
+  BoolInt,  // bool, and integers (intMap): logic, bitwise
   IntFloat, // integer arithmetic (intMap) and f32 / bf16
   Float,    // f32 and bf16
 };
@@ -331,7 +332,7 @@ const LoweringRule kLowerings[] = {
     {OpKind::LeakyRelu, Types::Float, lowerClipOrLeakyRelu},
     {OpKind::Log, Types::Float, lowerUnary},
     {OpKind::Neg, Types::IntFloat, lowerUnary},
-    {OpKind::Not, Types::Bool, lowerNot},
+    {OpKind::Not, Types::BoolInt, lowerNot},
     {OpKind::Reciprocal, Types::Float, lowerUnary},
     {OpKind::Relu, Types::IntFloat, lowerUnary},
     {OpKind::Sigmoid, Types::Float, lowerUnary},
@@ -365,8 +366,9 @@ const LoweringRule kLowerings[] = {
     {OpKind::Less, Types::IntFloat, lowerBinary},
     {OpKind::GreaterOrEqual, Types::IntFloat, lowerBinary},
     {OpKind::LessOrEqual, Types::IntFloat, lowerBinary},
-    {OpKind::And, Types::Bool, lowerBinary},
-    {OpKind::Or, Types::Bool, lowerBinary},
+    {OpKind::And, Types::BoolInt, lowerBinary},
+    {OpKind::Or, Types::BoolInt, lowerBinary},
+    {OpKind::Xor, Types::BoolInt, lowerBinary},
     {OpKind::Where, Types::Bool, lowerWhere},
     // Linear algebra.
     {OpKind::MatMul, Types::Float, noScratch<lowerMatMul>},
@@ -468,6 +470,8 @@ bool takes(Types types, DType dtype) {
     return true;
   case Types::Bool:
     return dtype == DType::Bool;
+  case Types::BoolInt:
+    return dtype == DType::Bool || dtype == DType::I64 || dtype == DType::I32;
   case Types::IntFloat:
     return dtype == DType::I64 || dtype == DType::I32 || isFloatElem(dtype);
   case Types::Float:

@@ -141,6 +141,32 @@ TEST(CpuElementwise, NotAndOr) {
       (B{1, 0, 1, 1}));
 }
 
+// Not, And, Or, Xor on integers are bitwise (ONNX's BitwiseNot, ...), in
+// the operands' width; Xor on bool is logical.
+TEST(CpuElementwise, BitwiseOnIntegersAndXorOnBool) {
+  const int32_t lo = std::numeric_limits<int32_t>::min();
+  Host a = i32({2, 3}, {lo, -1, 0, 5, -6, 0x0F0F}),
+       b = i32({3}, {-1, 0x00FF, 12});
+  using I = std::vector<int32_t>;
+  EXPECT_EQ(eval(OpKind::And, {&a, &b}, DType::I32, {2, 3}).values<int32_t>(),
+            (I{lo, 0x00FF, 0, 5, 0x00FA, 12 & 0x0F0F}));
+  EXPECT_EQ(eval(OpKind::Or, {&a, &b}, DType::I32, {2, 3}).values<int32_t>(),
+            (I{-1, -1, 12, -1, -6 | 0x00FF, 0x0F0F | 12}));
+  EXPECT_EQ(eval(OpKind::Xor, {&a, &b}, DType::I32, {2, 3}).values<int32_t>(),
+            (I{int32_t(~lo), int32_t(-1 ^ 0x00FF), 12, ~5, -6 ^ 0x00FF,
+               0x0F0F ^ 12}));
+  EXPECT_EQ(eval(OpKind::Not, {&a}, DType::I32, {2, 3}).values<int32_t>(),
+            (I{std::numeric_limits<int32_t>::max(), 0, -1, -6, 5, ~0x0F0F}));
+  Host c = i64({2}, {int64_t(1) << 40 | 7, -2}), d = i64({2}, {5, 3});
+  EXPECT_EQ(eval(OpKind::And, {&c, &d}, DType::I64, {2}).values<int64_t>(),
+            (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(eval(OpKind::Not, {&c}, DType::I64, {2}).values<int64_t>(),
+            (std::vector<int64_t>{~(int64_t(1) << 40 | 7), 1}));
+  Host p = boolean({4}, {0, 0, 1, 1}), q = boolean({4}, {0, 1, 0, 1});
+  EXPECT_EQ(eval(OpKind::Xor, {&p, &q}, DType::Bool, {4}).values<uint8_t>(),
+            (std::vector<uint8_t>{0, 1, 1, 0}));
+}
+
 TEST(CpuElementwise, Clip) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Host x = f32({5}, {-5.0f, -1.0f, 0.5f, 9.0f, nan});

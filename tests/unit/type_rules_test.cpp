@@ -19,6 +19,7 @@ constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 
 TensorType f32(Shape s) { return TensorType(DType::F32, std::move(s)); }
 TensorType i64(Shape s) { return TensorType(DType::I64, std::move(s)); }
+TensorType i32(Shape s) { return TensorType(DType::I32, std::move(s)); }
 
 // Result types as strings ("f32[2,3]"), or "error: <message>".
 std::vector<std::string> infer(OpKind kind, std::vector<TensorType> operands,
@@ -64,6 +65,9 @@ TEST(TypeRules, BroadcastingFollowsNumPy) {
             Strings{"f32[4,5]"});
   EXPECT_EQ(infer(OpKind::Greater, {f32({2, 3}), f32({3})}),
             Strings{"bool[2,3]"});
+  // Bitwise on integers keeps their type; logical on bool.
+  EXPECT_EQ(infer(OpKind::Or, {i32({2, 3}), i32({3})}), Strings{"i32[2,3]"});
+  EXPECT_EQ(infer(OpKind::Not, {i64({4})}), Strings{"i64[4]"});
 }
 
 TEST(TypeRules, BroadcastingErrors) {
@@ -72,7 +76,11 @@ TEST(TypeRules, BroadcastingErrors) {
   EXPECT_THAT(inferError(OpKind::Add, {f32({2}), i64({2})}),
               HasSubstr("operand 1 is i64 but operand 0 is f32"));
   EXPECT_THAT(inferError(OpKind::And, {f32({2}), f32({2})}),
-              HasSubstr("must be bool"));
+              HasSubstr("must be bool or an integer type"));
+  EXPECT_THAT(inferError(OpKind::Xor, {i32({2}), i64({2})}),
+              HasSubstr("operand 1 is i64 but operand 0 is i32"));
+  EXPECT_THAT(inferError(OpKind::Not, {f32({2})}),
+              HasSubstr("must be bool or an integer type"));
   EXPECT_THAT(inferError(OpKind::Where, {f32({2}), f32({2}), f32({2})}),
               HasSubstr("condition must be bool"));
 }

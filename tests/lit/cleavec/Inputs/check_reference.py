@@ -11,7 +11,8 @@ must be within 10x of PyTorch float32's worst (floored at 1e-7).
 
 With --expected, compares every EXPECTED_DIR/<name>.npy (onnxruntime's
 outputs) with OUT_DIR/<name>.npy to 1e-6 relative to its largest finite
-value (an infinite or NaN value must be matched exactly):
+value (an infinite or NaN value must be matched exactly; integer and bool
+outputs element for element):
 
     python3 check_reference.py --expected OUT_DIR EXPECTED_DIR
 """
@@ -32,7 +33,8 @@ def read_npy(path):
     else:
         length, start = struct.unpack("<I", data[8:12])[0], 12
     header = ast.literal_eval(data[start:start + length].decode("latin1"))
-    code = {"<f4": "f", "<f8": "d"}[header["descr"]]
+    code = {"<f4": "f", "<f8": "d", "<i4": "i", "<i8": "q", "|i1": "b",
+            "|b1": "?"}[header["descr"]]
     body = data[start + length:]
     count = len(body) // struct.calcsize(code)
     return list(struct.unpack("<%d%s" % (count, code), body))
@@ -43,6 +45,12 @@ def compare_outputs(out, expected):
     for name in sorted(os.listdir(expected)):
         want = read_npy(os.path.join(expected, name))
         got = read_npy(os.path.join(out, name))
+        if want and not isinstance(want[0], float):
+            # integers and bools: every element exactly
+            ok = got == want
+            bad += not ok
+            print("%s: %s" % (name[:-4], "ok" if ok else "WRONG"))
+            continue
         # An infinite or NaN expected value must come out the same; the
         # finite ones within 1e-6 of the largest of them.
         finite = [abs(v) for v in want if math.isfinite(v)]
