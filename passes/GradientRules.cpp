@@ -145,6 +145,15 @@ UNARY(Relu, "relu")
 UNARY(Sigmoid, "sigmoid")
 UNARY(Sqrt, "sqrt")
 UNARY(Tanh, "tanh")
+UNARY(Tan, "tan")
+UNARY(Asin, "asin")
+UNARY(Acos, "acos")
+UNARY(Atan, "atan")
+UNARY(Sinh, "sinh")
+UNARY(Cosh, "cosh")
+UNARY(Asinh, "asinh")
+UNARY(Acosh, "acosh")
+UNARY(Atanh, "atanh")
 #undef UNARY
 
 static llvm::Error ruleLeakyRelu(RuleContext &c) {
@@ -700,6 +709,15 @@ Rule findRule(OpKind kind) {
   case OpKind::Abs: return ruleAbs;
   case OpKind::Cos: return ruleCos;
   case OpKind::Sin: return ruleSin;
+  case OpKind::Tan: return ruleTan;
+  case OpKind::Asin: return ruleAsin;
+  case OpKind::Acos: return ruleAcos;
+  case OpKind::Atan: return ruleAtan;
+  case OpKind::Sinh: return ruleSinh;
+  case OpKind::Cosh: return ruleCosh;
+  case OpKind::Asinh: return ruleAsinh;
+  case OpKind::Acosh: return ruleAcosh;
+  case OpKind::Atanh: return ruleAtanh;
   case OpKind::Gelu: return ruleGelu;
   case OpKind::Trilu: return ruleTrilu;
   case OpKind::Erf: return ruleErf;

@@ -149,7 +149,8 @@ std::vector<OpTranslation> elementwiseTranslations() {
        {"Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid",
         "HardSwish", "IsInf", "IsNaN", "LeakyRelu", "Log", "Neg",
         "Not", "Reciprocal", "Relu", "Round", "Sigmoid", "Sign", "Sin",
-        "Sqrt", "Tanh"})
+        "Sqrt", "Tanh", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
+        "Acosh", "Atanh"})
     t.push_back(sameNamedOp(op));
   // Binary and variadic, NumPy broadcasting.
   for (const char *op :

@@ -694,6 +694,33 @@ void registerElementwiseKernels(KernelTable &t) {
   t.add(OpKind::Cos, [](KC c) -> E {
     return unary<FloatTypes>(c, [](auto x) { return std::cos(x); });
   }, floats);
+  t.add(OpKind::Tan, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::tan(x); });
+  }, floats);
+  t.add(OpKind::Asin, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::asin(x); });
+  }, floats);
+  t.add(OpKind::Acos, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::acos(x); });
+  }, floats);
+  t.add(OpKind::Atan, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::atan(x); });
+  }, floats);
+  t.add(OpKind::Sinh, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::sinh(x); });
+  }, floats);
+  t.add(OpKind::Cosh, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::cosh(x); });
+  }, floats);
+  t.add(OpKind::Asinh, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::asinh(x); });
+  }, floats);
+  t.add(OpKind::Acosh, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::acosh(x); });
+  }, floats);
+  t.add(OpKind::Atanh, [](KC c) -> E {
+    return unary<FloatTypes>(c, [](auto x) { return std::atanh(x); });
+  }, floats);
   t.add(OpKind::Gelu, [](KC c) -> E {
     bool tanhForm = c.getString("approximate") == "tanh";
     if (!tanhForm && c.getString("approximate") != "none")

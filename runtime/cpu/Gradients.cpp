@@ -100,6 +100,48 @@ template <typename T> llvm::Error unaryGrad(const KernelCall &call) {
     return mapGradient<T>(call, [](T dy, T x) { return T(dy * std::cos(x)); });
   if (fn == "cos")
     return mapGradient<T>(call, [](T dy, T x) { return T(-dy * std::sin(x)); });
+  // The trigonometric and hyperbolic functions, PyTorch's derivatives:
+  // tan' = 1 + tan^2, asin' = 1 / sqrt(1 - x^2), acos' its negative,
+  // atan' = 1 / (1 + x^2), sinh' = cosh, cosh' = sinh,
+  // asinh' = 1 / sqrt(x^2 + 1), acosh' = 1 / (sqrt(x - 1) sqrt(x + 1)),
+  // atanh' = 1 / (1 - x^2).
+  if (fn == "tan")
+    return mapGradient<T>(call, [](T dy, T x) {
+      T t = std::tan(x);
+      return T(dy * (T(1) + t * t));
+    });
+  if (fn == "asin")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy / std::sqrt(T(1) - x * x));
+    });
+  if (fn == "acos")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(-dy / std::sqrt(T(1) - x * x));
+    });
+  if (fn == "atan")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy / (T(1) + x * x));
+    });
+  if (fn == "sinh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy * std::cosh(x));
+    });
+  if (fn == "cosh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy * std::sinh(x));
+    });
+  if (fn == "asinh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy / std::sqrt(x * x + T(1)));
+    });
+  if (fn == "acosh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy / (std::sqrt(x - T(1)) * std::sqrt(x + T(1))));
+    });
+  if (fn == "atanh")
+    return mapGradient<T>(call, [](T dy, T x) {
+      return T(dy / (T(1) - x * x));
+    });
   // Gelu, PyTorch's backward formulas (GeluBackward): erf form
   // dY * (Phi(x) + x * phi(x)); tanh form through the derivative of
   // 0.5 x (1 + tanh(beta (x + kappa x^3))).

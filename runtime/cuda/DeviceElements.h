@@ -136,6 +136,7 @@ enum class MapOp : uint8_t {
   Gelu,      // x Phi(x): p0 0 the erf form, 1 the tanh approximation
   Not,       // !a (bool), ~a (integers, intMap)
   Sin, Cos, Floor, Ceil,
+  Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh,
   Round,     // halves to even (rintf in the default rounding mode)
   Sign,      // -1, 0 or 1; NaN stays NaN
   IsNaN,
@@ -160,6 +161,8 @@ enum class MapOp : uint8_t {
   ReciprocalGrad, ReluGrad, SigmoidGrad, SiluGrad, SqrtGrad, TanhGrad,
   GeluGrad, // p0 as Gelu's
   SinGrad, CosGrad,
+  TanGrad, AsinGrad, AcosGrad, AtanGrad, SinhGrad, CoshGrad, AsinhGrad,
+  AcoshGrad, AtanhGrad,
   HardSigmoidGrad,      // p0 alpha, p1 beta
   HardSigmoidTorchGrad, // p0 alpha; PyTorch's test on x (-3 < x < 3)
   HardSwishGrad,
@@ -218,6 +221,15 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::Gelu: return gelu(a, p0 != 0.0f);
   case MapOp::Not: return a != 0.0f ? 0.0f : 1.0f;
   case MapOp::Sin: return sinf(a);
+  case MapOp::Tan: return tanf(a);
+  case MapOp::Asin: return asinf(a);
+  case MapOp::Acos: return acosf(a);
+  case MapOp::Atan: return atanf(a);
+  case MapOp::Sinh: return sinhf(a);
+  case MapOp::Cosh: return coshf(a);
+  case MapOp::Asinh: return asinhf(a);
+  case MapOp::Acosh: return acoshf(a);
+  case MapOp::Atanh: return atanhf(a);
   case MapOp::Cos: return cosf(a);
   case MapOp::Floor: return floorf(a);
   case MapOp::Ceil: return ceilf(a);
@@ -280,6 +292,18 @@ CLEAVE_HD float applyMap(MapOp op, float a, float b, float c, float p0,
   case MapOp::GeluGrad: return a * geluDerivative(b, p0 != 0.0f);
   case MapOp::SinGrad: return a * cosf(b);
   case MapOp::CosGrad: return -a * sinf(b);
+  case MapOp::TanGrad: {
+    float t = tanf(b);
+    return a * (1.0f + t * t);
+  }
+  case MapOp::AsinGrad: return a / sqrtf(1.0f - b * b);
+  case MapOp::AcosGrad: return -a / sqrtf(1.0f - b * b);
+  case MapOp::AtanGrad: return a / (1.0f + b * b);
+  case MapOp::SinhGrad: return a * coshf(b);
+  case MapOp::CoshGrad: return a * sinhf(b);
+  case MapOp::AsinhGrad: return a / sqrtf(b * b + 1.0f);
+  case MapOp::AcoshGrad: return a / (sqrtf(b - 1.0f) * sqrtf(b + 1.0f));
+  case MapOp::AtanhGrad: return a / (1.0f - b * b);
   case MapOp::HardSigmoidGrad: {
     float v = p0 * b + p1;
     return v > 0.0f && v < 1.0f ? a * p0 : 0.0f;

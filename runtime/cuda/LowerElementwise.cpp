@@ -27,6 +27,15 @@ std::optional<MapOp> unaryMap(OpKind k) {
   case OpKind::Silu: return MapOp::Silu;
   case OpKind::Reciprocal: return MapOp::Reciprocal;
   case OpKind::Sin: return MapOp::Sin;
+  case OpKind::Tan: return MapOp::Tan;
+  case OpKind::Asin: return MapOp::Asin;
+  case OpKind::Acos: return MapOp::Acos;
+  case OpKind::Atan: return MapOp::Atan;
+  case OpKind::Sinh: return MapOp::Sinh;
+  case OpKind::Cosh: return MapOp::Cosh;
+  case OpKind::Asinh: return MapOp::Asinh;
+  case OpKind::Acosh: return MapOp::Acosh;
+  case OpKind::Atanh: return MapOp::Atanh;
   case OpKind::Cos: return MapOp::Cos;
   case OpKind::Floor: return MapOp::Floor;
   case OpKind::Ceil: return MapOp::Ceil;
@@ -75,6 +84,15 @@ std::optional<MapOp> unaryGradMap(llvm::StringRef fn) {
       .Case("tanh", MapOp::TanhGrad)
       .Case("sin", MapOp::SinGrad)
       .Case("cos", MapOp::CosGrad)
+      .Case("tan", MapOp::TanGrad)
+      .Case("asin", MapOp::AsinGrad)
+      .Case("acos", MapOp::AcosGrad)
+      .Case("atan", MapOp::AtanGrad)
+      .Case("sinh", MapOp::SinhGrad)
+      .Case("cosh", MapOp::CoshGrad)
+      .Case("asinh", MapOp::AsinhGrad)
+      .Case("acosh", MapOp::AcoshGrad)
+      .Case("atanh", MapOp::AtanhGrad)
       .Case("hard_sigmoid", MapOp::HardSigmoidGrad)
       .Case("hard_swish", MapOp::HardSwishGrad)
       .Default(std::nullopt);

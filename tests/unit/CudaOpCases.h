@@ -28,9 +28,12 @@ using Ints = std::vector<int64_t>;
 // Wide: uniform in [-5, 5] (past HardSigmoid's and HardSwish's kinks);
 // Halves: multiples of 0.5 in [-4, 4] (Round's ties); Special: NaN, +-inf
 // and finite values mixed; Signed: integers in [-3, 3] (indices counting
-// from either end of a dim of 4 or more; integers are otherwise in [0, 3]).
+// from either end of a dim of 4 or more; integers are otherwise in [0, 3]);
+// Unit: uniform in [-0.9, 0.9] (asin's, acos's and atanh's domain);
+// AboveOne: uniform in [1.1, 3] (acosh's).
 enum class Fill {
-  Uniform, Positive, Small, Bool, Ties, Wide, Halves, Special, Signed
+  Uniform, Positive, Small, Bool, Ties, Wide, Halves, Special, Signed, Unit,
+  AboveOne
 };
 
 struct Arg {
@@ -79,7 +82,7 @@ inline Buffer make(const Arg &a, std::mt19937 &rng) {
   int64_t n = count(a.shape);
   b.bytes.assign(size_t(n) * ir::dtypeSize(a.dtype) + 8, 0xcd);
   std::uniform_real_distribution<float> uni(-2.0f, 2.0f), pos(0.1f, 3.0f),
-      wide(-5.0f, 5.0f);
+      wide(-5.0f, 5.0f), unit(-0.9f, 0.9f), aboveOne(1.1f, 3.0f);
   std::uniform_int_distribution<int> small(0, 3), halves(-8, 8),
       signedInt(-3, 3);
   const float special[] = {NAN, INFINITY, -INFINITY, 1.5f, -0.0f, 0.0f, -2.5f};
@@ -87,6 +90,8 @@ inline Buffer make(const Arg &a, std::mt19937 &rng) {
     float f = a.fill == Fill::Positive ? pos(rng)
               : a.fill == Fill::Ties   ? float(small(rng) % 3) - 1
               : a.fill == Fill::Wide   ? wide(rng)
+              : a.fill == Fill::Unit   ? unit(rng)
+              : a.fill == Fill::AboveOne ? aboveOne(rng)
               : a.fill == Fill::Halves ? float(halves(rng)) * 0.5f
               : a.fill == Fill::Special ? special[i % 7]
                                         : uni(rng);
@@ -264,6 +269,25 @@ inline std::vector<Case> elementwiseCases() {
                    {boolean({3, 4})}});
   cases.push_back({"less or equal i64", OpKind::LessOrEqual, {},
                    {i64({3, 4}), i64({4})}, {boolean({3, 4})}});
+  // The rest of the trigonometric and hyperbolic functions, and their
+  // gradients, inside their domains.
+  auto domain = [&](OpKind op) {
+    Fill f = op == OpKind::Asin || op == OpKind::Acos || op == OpKind::Atanh
+                 ? Fill::Unit
+             : op == OpKind::Acosh ? Fill::AboveOne
+                                   : Fill::Uniform;
+    return f32({4, 5}, f);
+  };
+  for (auto [name, op] :
+       {std::pair{"tan", OpKind::Tan}, {"asin", OpKind::Asin},
+        {"acos", OpKind::Acos}, {"atan", OpKind::Atan}, {"sinh", OpKind::Sinh},
+        {"cosh", OpKind::Cosh}, {"asinh", OpKind::Asinh},
+        {"acosh", OpKind::Acosh}, {"atanh", OpKind::Atanh}}) {
+    cases.push_back({name, op, {}, {domain(op)}, {f32({4, 5})}, 1e-6});
+    cases.push_back({std::string("unary grad ") + name, OpKind::UnaryGrad,
+                     {{"fn", std::string(name)}}, {f32({4, 5}), domain(op)},
+                     {f32({4, 5})}, 1e-6});
+  }
   for (const char *fn : {"sin", "cos", "hard_swish", "silu"})
     cases.push_back({std::string("unary grad ") + fn, OpKind::UnaryGrad,
                      {{"fn", std::string(fn)}}, {f32({4, 5}), wide({4, 5})},
