@@ -285,6 +285,33 @@ static llvm::Expected<FoldResult> foldShape(const onnx::NodeProto &node,
   return one(TensorData::fromInts(DType::I64, {int64_t(dims.size())}, dims));
 }
 
+// EyeLike: ones on the k-th diagonal of a 2-D shape, zeros elsewhere, in
+// `dtype` (the input's type when absent); only the input's type is read.
+static llvm::Expected<FoldResult> foldEyeLike(const onnx::NodeProto &node,
+                                              llvm::ArrayRef<FoldInput> inputs,
+                                              const FoldValues &in) {
+  if (inputs.empty() || !inputs[0].type || inputs[0].type->rank() != 2)
+    return FoldResult();
+  DType dt = inputs[0].type->dtype;
+  if (findAttr(node, "dtype")) {
+    auto to = dtypeFromOnnx(attrInt(node, "dtype", 0));
+    if (!to) {
+      llvm::consumeError(to.takeError());
+      return FoldResult(); // let the importer report the type
+    }
+    dt = *to;
+  }
+  const Shape &s = inputs[0].type->shape;
+  if (TensorType(dt, s).numElements() > kMaxFoldElements)
+    return FoldResult();
+  int64_t k = attrInt(node, "k", 0);
+  Data out = makeData(dt, s);
+  for (int64_t i = 0; i < s[0]; ++i)
+    for (int64_t j = 0; j < s[1]; ++j)
+      setDouble(*out, i * s[1] + j, j - i == k ? 1.0 : 0.0);
+  return one(out);
+}
+
 static llvm::Expected<FoldResult> foldSize(const onnx::NodeProto &node,
                                            llvm::ArrayRef<FoldInput> inputs,
                                            const FoldValues &in) {
@@ -938,6 +965,7 @@ struct FoldRule {
 static const FoldRule kFoldRules[] = {
     {"Shape", foldShape, true},
     {"Size", foldSize, true},
+    {"EyeLike", foldEyeLike, true},
     {"Identity", foldIdentity},
     {"Add", foldBinary},
     {"Sub", foldBinary},

@@ -520,7 +520,7 @@ std::vector<OpTranslation> shapeTranslations() {
         "direction", "hidden_size", "input_forget", "layout"}},
   };
   for (const char *foldOnly :
-       {"Shape", "Size", "ConstantOfShape", "Range", "Constant"})
+       {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "EyeLike"})
     t.push_back(
         {foldOnly, first, last, translateFoldOnly, TranslationKind::FoldOnly});
   return t;
