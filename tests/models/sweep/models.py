@@ -119,13 +119,25 @@ DROPOUT_WORDS = ("dropout", "pdrop", "drop_path", "layerdrop", "drop_rate")
 DROP = object()   # an override that removes a shrunk attribute
 
 
+def attribute(cfg, k):
+    """cfg.k, or MISSING where the config has none or refuses one global
+    value (a per-layer attribute of Gemma 4's layer configs)."""
+    try:
+        return getattr(cfg, k)
+    except Exception:
+        return MISSING
+
+
+MISSING = object()
+
+
 def shrunk_config(config_cls, overrides):
     base = config_cls()
     kw = {}
     for k, v in SHRINK.items():
         if isinstance(getattr(config_cls, k, None), property):
             continue   # derived (FalconConfig.head_dim)
-        if hasattr(base, k):
+        if attribute(base, k) is not MISSING:
             d = getattr(base, k)
             if isinstance(d, bool) or d is None:
                 continue
@@ -144,15 +156,17 @@ def shrunk_config(config_cls, overrides):
     kw = {k: v for k, v in kw.items() if v is not DROP}
     cfg = config_cls(**kw)
     for k, v in overrides.items():   # attributes the constructor does not take
-        if v is not DROP and getattr(cfg, k, None) != v:
+        if v is not DROP and attribute(cfg, k) != v:
             setattr(cfg, k, v)
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     # Mixture-of-experts layers default to torch._grouped_mm, which has no
     # float64 kernel (the reference); the eager loop over experts is the
-    # same computation.
+    # same computation. An entry may name another (batched_mm: every
+    # token's chosen experts' weights gathered, batched products).
     if hasattr(cfg, "_experts_implementation_internal"):
-        cfg._experts_implementation_internal = "eager"
+        cfg._experts_implementation_internal = overrides.get(
+            "experts_implementation", "eager")
     return cfg
 
 
@@ -273,6 +287,8 @@ def hf_entry(name, config, model, task, overrides=None, mask=True, batch=None,
         ext.update(extra or {})
         probe = samp(torch.Generator().manual_seed(0), 1)
         return m, samp, functools.partial(HFLoss, names=list(probe), extra=ext), batch or b
+    build.hf_args = dict(config=config, model=model, task=task, overrides=overrides,
+                         mask=mask, batch=batch, sample=sample, extra=extra)
     return Entry(name, "transformers", "transformers." + model, build)
 
 
@@ -1020,10 +1036,191 @@ def torchvision_video_entries():
     ]
 
 
+def more_causal_entries():
+    """Causal-LM classes of transformers' auto mapping (5.24) that the lists
+    above did not have, added 2026-12-07: each that builds at the sweep's
+    sizes with the generic shrinker and its class's defaults (newer
+    decoders, and the encoders' causal heads with is_decoder set, as their
+    users set it). Last in the registry, so that the seeds of the entries
+    before them stay as they were."""
+    E = hf_entry
+    return [
+        E("apertus1p5_text", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", "causal"),
+        E("aria_text", "AriaTextConfig", "AriaTextForCausalLM", "causal"),
+        E("bailing_hybrid", "BailingHybridConfig", "BailingHybridForCausalLM", "causal"),
+        E("bart_causal", "BartConfig", "BartForCausalLM", "causal"),
+        E("beam", "BeamConfig", "BeamForCausalLM", "causal"),
+        E("bert_causal", "BertConfig", "BertLMHeadModel", "causal", {"is_decoder": True}),
+        E("bert_generation", "BertGenerationConfig", "BertGenerationDecoder", "causal", {"is_decoder": True}),
+        E("big_bird_causal", "BigBirdConfig", "BigBirdForCausalLM", "causal", {"is_decoder": True}),
+        E("bigbird_pegasus", "BigBirdPegasusConfig", "BigBirdPegasusForCausalLM", "causal"),
+        E("blenderbot_causal", "BlenderbotConfig", "BlenderbotForCausalLM", "causal"),
+        E("blenderbot_small_causal", "BlenderbotSmallConfig", "BlenderbotSmallForCausalLM", "causal"),
+        E("camembert_causal", "CamembertConfig", "CamembertForCausalLM", "causal", {"is_decoder": True}),
+        E("cpmant", "CpmAntConfig", "CpmAntForCausalLM", "causal"),
+        E("data2vec_text_causal", "Data2VecTextConfig", "Data2VecTextForCausalLM", "causal", {"is_decoder": True}),
+        E("deepseek_v4", "DeepseekV4Config", "DeepseekV4ForCausalLM", "causal"),
+        E("dory", "DoryConfig", "DoryForCausalLM", "causal"),
+        E("electra_causal", "ElectraConfig", "ElectraForCausalLM", "causal", {"is_decoder": True}),
+        E("ernie_causal", "ErnieConfig", "ErnieForCausalLM", "causal", {"is_decoder": True}),
+        E("flint", "FlintConfig", "FlintForCausalLM", "causal"),
+        E("granitemoe_swa", "GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM", "causal"),
+        E("hrm_text", "HrmTextConfig", "HrmTextForCausalLM", "causal"),
+        E("hy_v3", "HYV3Config", "HYV3ForCausalLM", "causal"),
+        E("hy_v4", "HYV4Config", "HYV4ForCausalLM", "causal"),
+        E("hyperclovax", "HyperCLOVAXConfig", "HyperCLOVAXForCausalLM", "causal"),
+        E("inkling2_loop_text", "Inkling2LoopTextConfig", "Inkling2LoopForCausalLM", "causal"),
+        E("inkling2_text", "Inkling2TextConfig", "Inkling2ForCausalLM", "causal"),
+        E("inkling_text", "InklingTextConfig", "InklingForCausalLM", "causal"),
+        E("kolibri1", "Kolibri1Config", "Kolibri1ForCausalLM", "causal"),
+        E("laguna", "LagunaConfig", "LagunaForCausalLM", "causal"),
+        E("lara_mini", "LaraMiniConfig", "LaraMiniForCausalLM", "causal"),
+        E("lfm3", "Lfm3Config", "Lfm3ForCausalLM", "causal"),
+        E("marian_causal", "MarianConfig", "MarianForCausalLM", "causal"),
+        E("mbart_causal", "MBartConfig", "MBartForCausalLM", "causal"),
+        E("megatron_bert_causal", "MegatronBertConfig", "MegatronBertForCausalLM", "causal", {"is_decoder": True}),
+        E("mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashForCausalLM", "causal"),
+        E("minimax_m3_vl_text", "MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM", "causal"),
+        E("moshi", "MoshiConfig", "MoshiForCausalLM", "causal"),
+        E("mvp", "MvpConfig", "MvpForCausalLM", "causal"),
+        E("pegasus_causal", "PegasusConfig", "PegasusForCausalLM", "causal"),
+        E("plbart_causal", "PLBartConfig", "PLBartForCausalLM", "causal"),
+        E("prophetnet", "ProphetNetConfig", "ProphetNetForCausalLM", "causal"),
+        E("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "causal"),
+        E("qwen4_exp_text", "Qwen4ExpTextConfig", "Qwen4ExpForCausalLM", "causal"),
+        E("rembert_causal", "RemBertConfig", "RemBertForCausalLM", "causal", {"is_decoder": True}),
+        E("roberta_causal", "RobertaConfig", "RobertaForCausalLM", "causal", {"is_decoder": True}),
+        E("roc_bert", "RoCBertConfig", "RoCBertForCausalLM", "causal", {"is_decoder": True}),
+        E("roformer_causal", "RoFormerConfig", "RoFormerForCausalLM", "causal", {"is_decoder": True}),
+        E("trocr", "TrOCRConfig", "TrOCRForCausalLM", "causal"),
+        E("whisper_causal", "WhisperConfig", "WhisperForCausalLM", "causal"),
+        E("xlm", "XLMConfig", "XLMWithLMHeadModel", "causal"),
+        E("xlm_roberta_causal", "XLMRobertaConfig", "XLMRobertaForCausalLM", "causal", {"is_decoder": True}),
+        E("xlm_roberta_xl", "XLMRobertaXLConfig", "XLMRobertaXLForCausalLM", "causal", {"is_decoder": True}),
+        E("xlnet", "XLNetConfig", "XLNetLMHeadModel", "causal"),
+        # and those whose defaults the shrinker cannot cut alone: a head
+        # size, the layer pattern of two layers, the routers' top-k
+        E("ministral", "MinistralConfig", "MinistralForCausalLM", "causal",
+          {"head_dim": 8, "layer_types": ["sliding_attention", "full_attention"],
+           "sliding_window": 8}),
+        E("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", "causal",
+          {"head_dim": 8}),
+        E("hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM", "causal",
+          {"head_dim": 8}),
+        E("bamba", "BambaConfig", "BambaForCausalLM", "causal",
+          {"attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 8,
+           "mamba_d_state": 8, "mamba_chunk_size": 8}),
+        E("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+          "causal", {"layer_types": ["linear_attention", "full_attention"],
+                     "mamba_n_heads": 8, "mamba_d_head": 8, "mamba_d_state": 8,
+                     "mamba_chunk_size": 8}),
+        E("zamba2", "Zamba2Config", "Zamba2ForCausalLM", "causal",
+          {"attention_head_dim": 8, "mamba_headdim": 8, "n_mamba_heads": 8,
+           "mamba_d_state": 8, "hybrid_layer_ids": [1], "layers_block_type": ["mamba", "hybrid"],
+           "use_mamba_kernels": False}),
+        E("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM", "causal",
+          {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1}),
+        E("gemma4_text", "Gemma4TextConfig", "Gemma4ForCausalLM", "causal",
+          {"head_dim": 8, "global_head_dim": 8, "sliding_window": 8,
+           "layer_types": ["sliding_attention", "full_attention"],
+           "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 8}),
+        E("dots1", "Dots1Config", "Dots1ForCausalLM", "causal",
+          {"layer_types": ["full_attention", "full_attention"], "first_k_dense_replace": 1,
+           "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2}),
+        E("reformer", "ReformerConfig", "ReformerModelWithLMHead", "causal",
+          {"is_decoder": True, "attn_layers": ["local", "local"], "axial_pos_embds": False,
+           "local_attn_chunk_length": 4}),
+    ]
+
+
+def more_task_entries():
+    """The masked-LM, sequence-to-sequence, image-classification and CTC
+    classes of transformers' auto mappings (5.24) that the lists above did
+    not have, added 2026-12-07: each that builds at the sweep's sizes with
+    the generic shrinker and its class's defaults to under 2 million
+    parameters. Last in the registry (seeds by index)."""
+    E = hf_entry
+    return [
+        # masked language models
+        E("eurobert", "EuroBertConfig", "EuroBertForMaskedLM", "masked"),
+        E("flaubert", "FlaubertConfig", "FlaubertWithLMHeadModel", "masked"),
+        E("gte", "GteConfig", "GteForMaskedLM", "masked"),
+        E("ibert", "IBertConfig", "IBertForMaskedLM", "masked"),
+        E("jina_embeddings_v3", "JinaEmbeddingsV3Config", "JinaEmbeddingsV3ForMaskedLM", "masked"),
+        E("layoutlm", "LayoutLMConfig", "LayoutLMForMaskedLM", "masked"),
+        E("mra", "MraConfig", "MraForMaskedLM", "masked"),
+        E("nomic_bert", "NomicBertConfig", "NomicBertForMaskedLM", "masked"),
+        E("roberta_prelayernorm", "RobertaPreLayerNormConfig", "RobertaPreLayerNormForMaskedLM", "masked"),
+        E("tapas", "TapasConfig", "TapasForMaskedLM", "masked"),
+        E("ultrabert", "UltrabertConfig", "UltrabertForMaskedLM", "masked"),
+        E("xlm_roberta_xl_masked", "XLMRobertaXLConfig", "XLMRobertaXLForMaskedLM", "masked"),
+        E("yoso", "YosoConfig", "YosoForMaskedLM", "masked"),
+        # encoder-decoders
+        E("bigbird_pegasus_s2s", "BigBirdPegasusConfig", "BigBirdPegasusForConditionalGeneration", "seq2seq"),
+        E("led", "LEDConfig", "LEDForConditionalGeneration", "seq2seq"),
+        E("mvp_s2s", "MvpConfig", "MvpForConditionalGeneration", "seq2seq"),
+        E("nllb_moe", "NllbMoeConfig", "NllbMoeForConditionalGeneration", "seq2seq"),
+        E("pegasus_x", "PegasusXConfig", "PegasusXForConditionalGeneration", "seq2seq"),
+        E("prophetnet_s2s", "ProphetNetConfig", "ProphetNetForConditionalGeneration", "seq2seq"),
+        E("seamless_m4t", "SeamlessM4TConfig", "SeamlessM4TForTextToText", "seq2seq"),
+        E("seamless_m4t_v2", "SeamlessM4Tv2Config", "SeamlessM4Tv2ForTextToText", "seq2seq"),
+        # vision
+        E("dinov2_with_registers", "Dinov2WithRegistersConfig", "Dinov2WithRegistersForImageClassification", "image"),
+        E("ijepa", "IJepaConfig", "IJepaForImageClassification", "image"),
+        # speech (CTC)
+        E("sew_d", "SEWDConfig", "SEWDForCTC", "ctc", AUDIO_CFG),
+        E("unispeech_sat", "UniSpeechSatConfig", "UniSpeechSatForCTC", "ctc", AUDIO_CFG),
+        E("wav2vec2_conformer", "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerForCTC", "ctc", AUDIO_CFG),
+    ]
+
+
+# Mixture-of-experts entries again with transformers' batched_mm experts
+# (experts_implementation="batched_mm": each token's chosen experts' weights
+# gathered, one batched product): the default loop over the experts a batch
+# hits is data-dependent, and PyTorch's dynamo exporter refuses it.
+BATCHED_MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "phimoe", "granitemoe",
+               "granitemoe_shared", "gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe",
+               "ernie4_5_moe", "flex_olmo", "minimax", "jamba", "qwen3_next",
+               # and the rest whose dynamo export stops at the experts loop
+               "afmoe", "cohere2_moe", "exaone_moe", "glm4_moe_lite", "kimi_linear",
+               "longcat_flash", "minimax_m2", "solar_open", "deepseek_v32", "nemotron_h",
+               "hunyuan_v1_moe", "granitemoehybrid", "lfm2_moe", "dots1", "aria_text",
+               "deepseek_v4", "granitemoe_swa", "hy_v3", "laguna", "lara_mini",
+               "mimo_v2_flash", "kolibri1", "qwen3_5_moe_text", "qwen4_exp_text")
+
+
+def variant(entry, name, **overrides):
+    """`entry` (an hf_entry) again as `name` with more config overrides,
+    seeded as `entry` (zoo.py): the same weights and samples."""
+    a = dict(entry.build.hf_args)
+    a["overrides"] = dict(a["overrides"] or {}, **overrides)
+    v = hf_entry(name, **a)
+    v.build.seed_of = entry.name
+    return v
+
+
+def batched_moe_entries(entries):
+    return [variant(e, e.name + "_bmm", experts_implementation="batched_mm")
+            for e in entries if e.name in BATCHED_MOE]
+
+
+def diagnostic_entries(entries):
+    """HRM's earlier inner cycles run under torch.no_grad(), which no
+    exporter records (hrm_text's gradients differ from PyTorch's); with
+    every cycle differentiated the export is the module's computation."""
+    by_name = {e.name: e for e in entries}
+    return [variant(by_name["hrm_text"], "hrm_text_full_bp", L_bp_cycles=[3, 3])]
+
+
 def registry():
     """Every entry, torchvision first (the CNNs carry the BatchNorm and
     convolution families), then transformers, then torch.nn's own attention
     modules, then the newer decoders, then timm's families, then
-    torchvision's video classifiers and optical flow."""
-    return (torchvision_entries() + transformers_entries() + torch_nn_entries()
-            + newer_decoder_entries() + timm_entries() + torchvision_video_entries())
+    torchvision's video classifiers and optical flow, then more causal-LM
+    classes, then more of the other tasks' classes, then the mixture-of-
+    experts entries with batched experts, then diagnostic variants (variant:
+    seeded as the entry they vary)."""
+    first = (torchvision_entries() + transformers_entries() + torch_nn_entries()
+             + newer_decoder_entries() + timm_entries() + torchvision_video_entries()
+             + more_causal_entries() + more_task_entries())
+    return first + batched_moe_entries(first) + diagnostic_entries(first)

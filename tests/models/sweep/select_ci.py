@@ -3,6 +3,7 @@
 
     python3 tests/models/sweep/select_ci.py [--work /tmp/cleave-zoo] [--dry-run]
         [--budget 1500000] [--always a-dynamo,b-legacy]
+    python3 tests/models/sweep/select_ci.py --work DIR --add a-dynamo,b-legacy
 
 A greedy set cover over the ONNX op types of every export the sweep made
 (info.json op_histogram): at each turn the export that adds the most op
@@ -79,12 +80,80 @@ def inline(src, dst):
         f.write(ci_model(src))
 
 
+def copy_export(work, k, files, rec):
+    """Copies export `k` of `work` into ci/; returns its expected.json entry."""
+    for x in files:
+        dst = os.path.join(CI, k, x)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if x == "model.onnx":
+            inline(os.path.join(work, k, x), dst)
+        elif x.startswith("reference64/grad."):
+            np.save(dst, np.load(os.path.join(work, k, x)).astype(np.float32))
+        else:
+            shutil.copyfile(os.path.join(work, k, x), dst)
+    if "grad_err_torch" in rec:
+        with open(os.path.join(CI, k, "reference64", "torch_f32_error.txt"), "w") as f:
+            f.write("%.6e\n" % rec["grad_err_torch"])
+    entry = collections.OrderedDict((c, bool(rec.get(c))) for c in COLUMNS)
+    reason = next((rec[r] for r in ("reason", "grads_reason", "train_reason",
+                                    "stages_reason", "threads_reason", "loss_reason")
+                   if rec.get(r)), None)
+    if reason:
+        entry["reason"] = reason
+    return entry
+
+
+def add_exports(work, keys, results, cands):
+    """--add: the named exports join the committed subset as they are (the
+    greedy choice is not rerun; the exports there stay): copied, with their
+    expected.json and ops.json entries and a row of the README's table."""
+    def load(name):
+        with open(os.path.join(CI, name)) as f:
+            return json.load(f, object_pairs_hook=collections.OrderedDict)
+    expected, ops_by = load("expected.json"), load("ops.json")
+    with open(os.path.join(CI, "README.md")) as f:
+        lines = f.read().split("\n")
+    last_row = max(i for i, l in enumerate(lines) if l.startswith("| "))
+    rows = []
+    for k in keys:
+        ops, size, files, rec = cands[k]
+        seen = set().union(*(set(v) for v in ops_by.values()))
+        expected[k] = copy_export(work, k, files, rec)
+        ops_by[k] = sorted(ops)
+        rows.append("| %s | %d | %s | %s |" % (
+            k, size, " | ".join("yes" if rec.get(c) else "no" for c in COLUMNS),
+            ", ".join(sorted(ops - seen)) or "(none new: added for what it trains)"))
+        print("added %s (%d B)" % (k, size))
+    lines[last_row + 1:last_row + 1] = rows
+    table = [l for l in lines if l.startswith("| ") and not l.startswith("| export")]
+    total = sum(int(l.split("|")[2]) for l in table)
+    covered = set().union(*(set(v) for v in ops_by.values()))
+    for i, l in enumerate(lines):
+        if l.split(" ")[1:2] == ["exports,"]:
+            rest = l.split(" op types", 1)[1]
+            marker = "; not covered (over the byte budget): "
+            if rest.startswith(marker):
+                left = [o for o in rest[len(marker):].rstrip(".").split(", ")
+                        if o not in covered]
+                rest = marker + ", ".join(left) + "." if left else "."
+            lines[i] = "%d exports, %d bytes, %d op types%s" % (
+                len(table), total, len(covered), rest)
+    for name, data in (("expected.json", expected), ("ops.json", ops_by)):
+        with open(os.path.join(CI, name), "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+    with open(os.path.join(CI, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="/tmp/cleave-zoo")
     ap.add_argument("--budget", type=int, default=1500000, help="bytes in all")
     ap.add_argument("--always", default="", help="exports to take first")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--add", default="",
+                    help="add these exports of --work to the committed subset")
     args = ap.parse_args()
     with open(os.path.join(args.work, "results.json")) as f:
         results = json.load(f)["results"]
@@ -100,6 +169,9 @@ def main():
             2 if x.startswith("reference64/grad.") else 1) for x in files
             if x != "model.onnx") + len(ci_model(os.path.join(folder, "model.onnx")))
         cands[key] = (set(info["op_histogram"]), size, files, rec)
+    if args.add:
+        add_exports(args.work, [k for k in args.add.split(",") if k], results, cands)
+        return
     chosen, covered, total = [], set(), 0
     for key in [k for k in args.always.split(",") if k]:
         ops, size, _, _ = cands[key]
@@ -138,24 +210,7 @@ def main():
     expected, ops_by = collections.OrderedDict(), collections.OrderedDict()
     for k in chosen:
         ops, _, files, rec = cands[k]
-        for x in files:
-            dst = os.path.join(CI, k, x)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            if x == "model.onnx":
-                inline(os.path.join(args.work, k, x), dst)
-            elif x.startswith("reference64/grad."):
-                np.save(dst, np.load(os.path.join(args.work, k, x)).astype(np.float32))
-            else:
-                shutil.copyfile(os.path.join(args.work, k, x), dst)
-        if "grad_err_torch" in rec:
-            with open(os.path.join(CI, k, "reference64", "torch_f32_error.txt"), "w") as f:
-                f.write("%.6e\n" % rec["grad_err_torch"])
-        expected[k] = collections.OrderedDict((c, bool(rec.get(c))) for c in COLUMNS)
-        reason = next((rec[r] for r in ("reason", "grads_reason", "train_reason",
-                                        "stages_reason", "threads_reason", "loss_reason")
-                       if rec.get(r)), None)
-        if reason:
-            expected[k]["reason"] = reason
+        expected[k] = copy_export(args.work, k, files, rec)
         ops_by[k] = sorted(ops)
     with open(os.path.join(CI, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)

@@ -537,7 +537,10 @@ def main():
             f.write(markdown(results, meta))
 
     torch.set_num_threads(1)
-    index = {e.name: i for i, e in enumerate(reg)}
+    # Seeds by registry index; a variant (models.variant) takes its base
+    # entry's, so that both start from the same weights and samples.
+    position = {e.name: i for i, e in enumerate(reg)}
+    index = {e.name: position[getattr(e.build, "seed_of", e.name)] for e in reg}
     for e in todo:
         if args.skip_done and all("%s-%s" % (e.name, x) in results for x in exporters):
             continue
