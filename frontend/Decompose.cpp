@@ -361,6 +361,91 @@ llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, OpKind::Sqrt, {*sum}, {}, false);
 }
 
+// OneHot whose indices are computed at run time (the folder takes constant
+// ones): depth must be known at compile time (the output's shape). The
+// indices, made int64 and wrapped (v + depth where v < 0), are compared
+// with the positions 0..depth-1 along the new axis; Where picks values[1]
+// (on) or values[0] (off). An index out of range matches no position: all
+// off, as ONNX says.
+llvm::Error decomposeOneHot(ImportContext &ctx, const onnx::NodeProto &n,
+                            int index) {
+  auto ind = ctx.operand(n, index, 0);
+  if (!ind)
+    return ind.takeError();
+  auto depthData = ctx.staticScalar(n, index, 1, "depth");
+  if (!depthData)
+    return depthData.takeError();
+  if (!*depthData)
+    return importError("{0}: depth is missing", describeNode(n, index));
+  int64_t depth = isFloat((*depthData)->type().dtype)
+                      ? int64_t((*depthData)->getDouble(0))
+                      : (*depthData)->getInt(0);
+  if (depth < 1)
+    return importError("{0}: depth {1} is not positive",
+                       describeNode(n, index), depth);
+  auto values = ctx.operand(n, index, 2);
+  if (!values)
+    return values.takeError();
+  if ((*values)->type().shape != Shape{2})
+    return importError("{0}: values must be [off, on], not {1}",
+                       describeNode(n, index), (*values)->type().str());
+  int64_t rank = int64_t((*ind)->type().rank());
+  int64_t axis = attrInt(n, "axis", -1);
+  if (axis < -(rank + 1) || axis > rank)
+    return importError("{0}: axis {1} is out of range for indices of rank "
+                       "{2}",
+                       describeNode(n, index), axis, rank);
+  if (axis < 0)
+    axis += rank + 1;
+  auto append = [&](OpKind kind, std::vector<Value *> operands,
+                    AttrMap attrs = {}) {
+    return ctx.append(n, index, kind, std::move(operands), std::move(attrs));
+  };
+  Graph &g = ctx.graph();
+  Value *v = *ind;
+  if (v->type().dtype != DType::I64) {
+    auto wide = append(OpKind::Cast, {v}, {{"to", Attribute(std::string("i64"))}});
+    if (!wide)
+      return wide.takeError();
+    v = *wide;
+  }
+  auto ints = [&](const char *what, Shape shape, std::vector<int64_t> data) {
+    return g.addConst(ctx.freshName(n.output(0) + what),
+                      TensorData::fromInts(DType::I64, shape, data));
+  };
+  auto neg = append(OpKind::Less, {v, ints(".zero", {}, {0})});
+  auto shifted = neg ? append(OpKind::Add, {v, ints(".depth", {}, {depth})})
+                     : neg.takeError();
+  auto wrapped = shifted ? append(OpKind::Where, {*neg, *shifted, v})
+                         : shifted.takeError();
+  auto lifted = wrapped ? append(OpKind::Unsqueeze, {*wrapped},
+                                 {{"axes", Attribute(std::vector<int64_t>{axis})}})
+                        : wrapped.takeError();
+  if (!lifted)
+    return lifted.takeError();
+  // Positions along the new axis: [depth, 1, ...] broadcasts over the
+  // index dims after it.
+  Shape positionShape(size_t(rank + 1 - axis), 1);
+  positionShape[0] = depth;
+  std::vector<int64_t> positions(static_cast<size_t>(depth));
+  for (int64_t j = 0; j < depth; ++j)
+    positions[size_t(j)] = j;
+  auto hit = append(OpKind::Equal, {*lifted, ints(".positions", positionShape,
+                                                  positions)});
+  auto slice = [&](int64_t at) {
+    return append(OpKind::Slice, {*values},
+                  {{"axes", Attribute(std::vector<int64_t>{0})},
+                   {"starts", Attribute(std::vector<int64_t>{at})},
+                   {"ends", Attribute(std::vector<int64_t>{at + 1})},
+                   {"steps", Attribute(std::vector<int64_t>{1})}});
+  };
+  auto off = hit ? slice(0) : hit.takeError();
+  auto on = off ? slice(1) : off.takeError();
+  if (!on)
+    return on.takeError();
+  return ctx.emit(n, index, OpKind::Where, {*hit, *on, *off}, {}, false);
+}
+
 // A one-element constant of type `dt` for node `n`'s decomposition, named
 // after its output and `what`.
 static Value *scalarFor(ImportContext &ctx, const onnx::NodeProto &n,

@@ -38,6 +38,10 @@ llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
 // Exp(x - m))) with m the maximum (0 where it is infinite), at every
 // opset: ONNX's bodies (Log(Exp(x) + 1), Log(ReduceSum(Exp(x)))) overflow
 // to inf from x = 89 in float32, where PyTorch and onnxruntime give x.
+// OneHot of runtime indices (a constant depth): Equal against the
+// positions, then Where between values' on and off.
+llvm::Error decomposeOneHot(ImportContext &ctx, const onnx::NodeProto &n,
+                            int index);
 llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
                               int index);
 llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,

@@ -27,6 +27,17 @@ llvm::Error translateThroughFunctionBody(ImportContext &ctx,
   // (frontend/Decompose.cpp).
   if (n.op_type() == "ReduceL2")
     return decomposeReduceL2(ctx, n, index);
+  // Ops whose result's shape depends on the data: what an exporter writes
+  // for a data-dependent loop or mask it traced.
+  llvm::StringRef op(n.op_type());
+  if (op == "NonZero" || op == "Unique" || op == "Compress")
+    return importError(
+        "unsupported op '{0}' at node '{1}'{2}: its result's shape depends on "
+        "the data, and cleave needs static shapes (an exporter's trace of a "
+        "data-dependent loop or mask, such as transformers' default "
+        "mixture-of-experts loop: the README's \"Mixture-of-experts models\" "
+        "says how to export one without it)",
+        n.op_type(), n.name(), modulePathOf(n));
   return importError("unsupported op '{0}' (domain 'ai.onnx', opset {1}) at "
                      "node '{2}'{3}{4}; `cleavec --list-ops` lists the "
                      "supported ops",

@@ -500,6 +500,7 @@ std::vector<OpTranslation> shapeTranslations() {
       {"Pad", 11, last, translatePad, op, {"pads", "value"}},
       // Decomposed into other IR ops (frontend/Decompose.h).
       {"GatherND", first, last, decomposeGatherND},
+      {"OneHot", first, last, decomposeOneHot, op, {"axis"}},
       {"SplitToSequence", first, last, decomposeSplitToSequence},
       {"SequenceAt", first, last, decomposeSequenceAt},
       // Lists of IR values at import (frontend/ControlFlow.cpp).

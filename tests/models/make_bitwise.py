@@ -2,8 +2,11 @@
 logical ops (BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot on int32, int64
 and int8, with broadcasting; Xor, And, Or, Not on bool; BitwiseOr of two
 constants, which cleavec folds), the masks an integer attention mask makes
-(CpmAnt's BitwiseOr / BitwiseAnd of int32 masks), and onnxruntime's outputs
-in expected/. Run with the corpus venv (tests/models/corpus/make-venv.sh):
+(CpmAnt's BitwiseOr / BitwiseAnd of int32 masks), OneHot of indices
+computed at run time (the legacy export of a mixture-of-experts router;
+negative and out-of-range indices, three axes, values given as an input),
+and onnxruntime's outputs in expected/. nonzero.onnx is one NonZero node,
+which cleave refuses (a result shaped by the data). Run with the corpus venv (tests/models/corpus/make-venv.sh):
     $VENV/bin/python tests/models/make_bitwise.py
 Two runs write identical files.
 """
@@ -18,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "bitwise")
 
-TYPES = {np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
+TYPES = {np.float32: TensorProto.FLOAT, np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
          np.int8: TensorProto.INT8, np.bool_: TensorProto.BOOL}
 
 
@@ -38,6 +41,8 @@ def main():
         "p": rng.integers(0, 2, (2, 6)).astype(np.bool_),
         "q": rng.integers(0, 2, (6,)).astype(np.bool_),
         "mask": np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], np.int32),
+        "hot": np.array([[0, 2, -1], [5, -4, 1]], np.int64),
+        "onoff": np.array([0.5, 2.0], np.float32),
     }
     nodes, outputs = [], []
 
@@ -71,12 +76,22 @@ def main():
                                   name="/m/keys"))
     node("BitwiseAnd", ["keys", "tril"], "mask_and", np.int32)
     one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    # OneHot of runtime indices: depth 4 (a constant), values constant or
+    # an input.
+    depth = numpy_helper.from_array(np.array(4, np.int64), "depth")
+    offon = numpy_helper.from_array(np.array([0.0, 1.0], np.float32), "offon")
+    for axis, out, values in ((-1, "onehot_last", "offon"),
+                              (1, "onehot_mid", "onoff"),
+                              (0, "onehot_first", "offon")):
+        nodes.append(helper.make_node("OneHot", ["hot", "depth", values], [out],
+                                      name="/m/" + out, axis=axis))
+        outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, None))
 
     graph = helper.make_graph(
         nodes, "bitwise",
         [helper.make_tensor_value_info(n, TYPES[v.dtype.type], list(v.shape))
          for n, v in feeds.items()],
-        outputs, initializer=[c1, c2, tril, flag, one])
+        outputs, initializer=[c1, c2, tril, flag, one, depth, offon])
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 18)],
         producer_name="cleave tests/models/make_bitwise.py")
@@ -96,6 +111,15 @@ def main():
     for out, value in zip([o.name for o in model.graph.output], values):
         np.save(os.path.join(OUT, "expected", out + ".npy"), value)
     print("bitwise  %d outputs, from onnxruntime" % len(values))
+    nz = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["y"], name="/m/experts/NonZero")],
+        "nonzero", [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [1, None])])
+    nzm = helper.make_model(nz, opset_imports=[helper.make_opsetid("", 18)],
+                            producer_name="cleave tests/models/make_bitwise.py")
+    nzm.ir_version = 8
+    onnx.checker.check_model(nzm, full_check=True)
+    onnx.save(nzm, os.path.join(OUT, "nonzero.onnx"))
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ TEST(TranslationTable, SupportedOpsAreTheTable) {
   EXPECT_THAT(ops, Contains("CastLike"));
   EXPECT_THAT(ops, Contains("SequenceAt"));
   EXPECT_EQ(folded, (std::vector<std::string>{"Constant", "ConstantOfShape",
-                                              "Range", "Shape", "Size"}));
+                                              "EyeLike", "Range", "Shape",
+                                              "Size"}));
   EXPECT_THAT(expanded, Contains("Attention"));
 }
 
