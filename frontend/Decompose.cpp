@@ -377,12 +377,19 @@ llvm::Error decomposeOneHot(ImportContext &ctx, const onnx::NodeProto &n,
     return depthData.takeError();
   if (!*depthData)
     return importError("{0}: depth is missing", describeNode(n, index));
-  int64_t depth = isFloat((*depthData)->type().dtype)
-                      ? int64_t((*depthData)->getDouble(0))
-                      : (*depthData)->getInt(0);
-  if (depth < 1)
-    return importError("{0}: depth {1} is not positive",
-                       describeNode(n, index), depth);
+  // The positions are a constant of `depth` elements: a bound keeps a
+  // corrupt depth from asking for all of memory.
+  constexpr int64_t kMaxDepth = int64_t(1) << 26;
+  bool floating = isFloat((*depthData)->type().dtype);
+  double asked = floating ? (*depthData)->getDouble(0)
+                          : double((*depthData)->getInt(0));
+  if (!(asked >= 1) || asked > double(kMaxDepth))
+    return importError("{0}: depth {1} is not in [1, {2}]",
+                       describeNode(n, index),
+                       floating ? llvm::formatv("{0}", asked).str()
+                                : std::to_string((*depthData)->getInt(0)),
+                       kMaxDepth);
+  int64_t depth = int64_t(asked);
   auto values = ctx.operand(n, index, 2);
   if (!values)
     return values.takeError();

@@ -6,7 +6,8 @@ constants, which cleavec folds), the masks an integer attention mask makes
 computed at run time (the legacy export of a mixture-of-experts router;
 negative and out-of-range indices, three axes, values given as an input),
 and onnxruntime's outputs in expected/. nonzero.onnx is one NonZero node,
-which cleave refuses (a result shaped by the data). Run with the corpus venv (tests/models/corpus/make-venv.sh):
+which cleave refuses (a result shaped by the data), onehot-depth.onnx a
+OneHot of depth 2^40 (refused: no output could hold it). Run with the corpus venv (tests/models/corpus/make-venv.sh):
     $VENV/bin/python tests/models/make_bitwise.py
 Two runs write identical files.
 """
@@ -120,6 +121,19 @@ def main():
     nzm.ir_version = 8
     onnx.checker.check_model(nzm, full_check=True)
     onnx.save(nzm, os.path.join(OUT, "nonzero.onnx"))
+    # A OneHot whose depth (2^40) no output could hold: refused at import.
+    big = numpy_helper.from_array(np.array(1 << 40, np.int64), "depth")
+    oh = helper.make_graph(
+        [helper.make_node("OneHot", ["i", "depth", "offon"], ["y"], name="/m/OneHot")],
+        "onehot_depth", [helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1 << 40])],
+        initializer=[big, numpy_helper.from_array(np.array([0.0, 1.0], np.float32),
+                                                  "offon")])
+    ohm = helper.make_model(oh, opset_imports=[helper.make_opsetid("", 18)],
+                            producer_name="cleave tests/models/make_bitwise.py")
+    ohm.ir_version = 8
+    onnx.checker.check_model(ohm)
+    onnx.save(ohm, os.path.join(OUT, "onehot-depth.onnx"))
 
 
 if __name__ == "__main__":
