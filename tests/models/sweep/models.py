@@ -156,6 +156,10 @@ def shrunk_config(config_cls, overrides):
     kw = {k: v for k, v in kw.items() if v is not DROP}
     cfg = config_cls(**kw)
     for k, v in overrides.items():   # attributes the constructor does not take
+        # (a dict for a sub-config, as CLIP's vision_config, the
+        # constructor made into that config)
+        if isinstance(v, dict) and hasattr(attribute(cfg, k), "to_dict"):
+            continue
         if v is not DROP and attribute(cfg, k) != v:
             setattr(cfg, k, v)
     if hasattr(cfg, "use_cache"):
@@ -1141,6 +1145,13 @@ def more_causal_entries():
     ]
 
 
+# The sweep's sizes for an image-text model's towers.
+TOWER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "image_size": IMAGE, "patch_size": 8}
+TEXT_TOWER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+              "num_attention_heads": 4, "vocab_size": VOCAB}
+
+
 def more_task_entries():
     """The masked-LM, sequence-to-sequence, image-classification and CTC
     classes of transformers' auto mappings (5.24) that the lists above did
@@ -1178,6 +1189,17 @@ def more_task_entries():
         E("dinov2_with_registers", "Dinov2WithRegistersConfig",
           "Dinov2WithRegistersForImageClassification", "image"),
         E("ijepa", "IJepaConfig", "IJepaForImageClassification", "image"),
+        # image classifiers of the image-text families: the vision tower's
+        # sub-config given whole (the text tower is built and unused)
+        E("clip_image", "CLIPConfig", "CLIPForImageClassification", "image",
+          {"vision_config": TOWER, "text_config": TEXT_TOWER}),
+        E("siglip_image", "SiglipConfig", "SiglipForImageClassification", "image",
+          {"vision_config": TOWER, "text_config": TEXT_TOWER}),
+        E("metaclip_2_image", "MetaClip2Config", "MetaClip2ForImageClassification", "image",
+          {"vision_config": TOWER, "text_config": TEXT_TOWER}),
+        E("donut_swin", "DonutSwinConfig", "DonutSwinForImageClassification", "image",
+          {"embed_dim": 16, "depths": [1, 1], "num_heads": [2, 2], "window_size": 4,
+           "patch_size": 4}),
         # speech (CTC)
         E("sew_d", "SEWDConfig", "SEWDForCTC", "ctc", AUDIO_CFG),
         E("unispeech_sat", "UniSpeechSatConfig", "UniSpeechSatForCTC", "ctc", AUDIO_CFG),
