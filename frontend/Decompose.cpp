@@ -338,27 +338,54 @@ llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
 
 namespace cleave::frontend {
 
-llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
-                              int index) {
+llvm::Error decomposeReduceNorm(ImportContext &ctx, const onnx::NodeProto &n,
+                                int index) {
+  llvm::StringRef op(n.op_type());
   auto x = ctx.operand(n, index, 0);
   if (!x)
     return x.takeError();
   auto given = ctx.reductionAxesOf(n, index);
   if (!given)
     return given.takeError();
-  if (!*given) // the input unchanged, as ONNX says
-    return ctx.define(n, index, n.output(0), *x);
-  std::vector<int64_t> axes = std::move(**given);
-  AttrMap reduce{{"keepdims", Attribute(attrInt(n, "keepdims", 1))}};
-  if (!axes.empty())
-    reduce.emplace("axes", Attribute(axes));
-  auto squares = ctx.append(n, index, OpKind::Mul, {*x, *x}, {});
-  if (!squares)
-    return squares.takeError();
-  auto sum = ctx.append(n, index, OpKind::ReduceSum, {*squares}, reduce);
-  if (!sum)
-    return sum.takeError();
-  return ctx.emit(n, index, OpKind::Sqrt, {*sum}, {}, false);
+  // The steps: the terms (|x| for L1, x * x for L2 and SumSquare), their
+  // sum over the axes, then Sqrt (L2) or Log (LogSum). Where the node
+  // reduces nothing (noop_with_empty_axes, no axes) the sum is left out
+  // and each element is its own term, as ONNX's function bodies and
+  // reference give (|x| for L2, x * x for SumSquare).
+  struct Step {
+    OpKind kind;
+    AttrMap attrs;
+  };
+  std::vector<Step> steps;
+  if (op == "ReduceL1")
+    steps.push_back({OpKind::Abs, {}});
+  else if (op != "ReduceLogSum")
+    steps.push_back({OpKind::Mul, {}});
+  if (*given) {
+    AttrMap reduce{{"keepdims", Attribute(attrInt(n, "keepdims", 1))}};
+    if (!(*given)->empty())
+      reduce.emplace("axes", Attribute(**given));
+    steps.push_back({OpKind::ReduceSum, std::move(reduce)});
+  }
+  if (op == "ReduceL2")
+    steps.push_back({OpKind::Sqrt, {}});
+  else if (op == "ReduceLogSum")
+    steps.push_back({OpKind::Log, {}});
+  Value *v = *x;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    std::vector<Value *> operands{v};
+    if (steps[i].kind == OpKind::Mul)
+      operands.push_back(v);
+    auto next = ctx.append(n, index, steps[i].kind, operands, steps[i].attrs);
+    if (!next)
+      return next.takeError();
+    v = *next;
+  }
+  std::vector<Value *> operands{v};
+  if (steps.back().kind == OpKind::Mul)
+    operands.push_back(v);
+  return ctx.emit(n, index, steps.back().kind, operands, steps.back().attrs,
+                  false);
 }
 
 // OneHot whose indices are computed at run time (the folder takes constant

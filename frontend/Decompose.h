@@ -32,17 +32,20 @@ llvm::Error decomposeLargeFill(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeInstanceNorm(ImportContext &ctx, const onnx::NodeProto &n,
                                   int index);
 
-// ReduceL2 as Sqrt(ReduceSum(x * x)), for opsets whose ONNX gives it no
-// body. Softplus as the overflow-free Relu(x) + Log(1 + Exp(-|x|)) and
-// ReduceLogSumExp as PyTorch's logsumexp computes it, m + Log(ReduceSum(
-// Exp(x - m))) with m the maximum (0 where it is infinite), at every
-// opset: ONNX's bodies (Log(Exp(x) + 1), Log(ReduceSum(Exp(x)))) overflow
-// to inf from x = 89 in float32, where PyTorch and onnxruntime give x.
 // OneHot of runtime indices (a constant depth): Equal against the
 // positions, then Where between values' on and off.
 llvm::Error decomposeOneHot(ImportContext &ctx, const onnx::NodeProto &n,
                             int index);
-llvm::Error decomposeReduceL2(ImportContext &ctx, const onnx::NodeProto &n,
+
+// ReduceL1 as ReduceSum(|x|), ReduceL2 as Sqrt(ReduceSum(x * x)),
+// ReduceSumSquare as ReduceSum(x * x) and ReduceLogSum as
+// Log(ReduceSum(x)), for opsets whose ONNX gives them no body (before 18).
+// Softplus as the overflow-free Relu(x) + Log(1 + Exp(-|x|)) and
+// ReduceLogSumExp as PyTorch's logsumexp computes it, m + Log(ReduceSum(
+// Exp(x - m))) with m the maximum (0 where it is infinite), at every
+// opset: ONNX's bodies (Log(Exp(x) + 1), Log(ReduceSum(Exp(x)))) overflow
+// to inf from x = 89 in float32, where PyTorch and onnxruntime give x.
+llvm::Error decomposeReduceNorm(ImportContext &ctx, const onnx::NodeProto &n,
                               int index);
 llvm::Error decomposeSoftplus(ImportContext &ctx, const onnx::NodeProto &n,
                               int index);

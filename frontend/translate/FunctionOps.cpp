@@ -25,11 +25,12 @@ llvm::Error translateThroughFunctionBody(ImportContext &ctx,
     return llvm::Error::success();
   // Before the opset that gave it a body (18), cleave spells it itself
   // (frontend/Decompose.cpp).
-  if (n.op_type() == "ReduceL2")
-    return decomposeReduceL2(ctx, n, index);
+  llvm::StringRef op(n.op_type());
+  if (op == "ReduceL1" || op == "ReduceL2" || op == "ReduceSumSquare" ||
+      op == "ReduceLogSum")
+    return decomposeReduceNorm(ctx, n, index);
   // Ops whose result's shape depends on the data: what an exporter writes
   // for a data-dependent loop or mask it traced.
-  llvm::StringRef op(n.op_type());
   if (op == "NonZero" || op == "Unique" || op == "Compress")
     return importError(
         "unsupported op '{0}' at node '{1}'{2}: its result's shape depends on "
@@ -49,7 +50,7 @@ std::vector<OpTranslation> functionOpTranslations() {
   std::vector<OpTranslation> t;
   for (const char *op :
        {"Attention", "Celu", "Elu", "Mish", "PRelu",
-        "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare",
+        "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
         "RotaryEmbedding", "Selu", "Shrink", "Softplus", "Softsign", "Swish",
         "ThresholdedRelu"})
     t.push_back({op, kOpsetFirst, kOpsetLast, translateThroughFunctionBody,
