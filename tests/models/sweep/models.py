@@ -1208,6 +1208,21 @@ def more_task_entries():
     ]
 
 
+def overridden_decoder_entries():
+    """DBRX, whose defaults the shrinker cannot cut, with the overrides it
+    needs (added 2026-12-07, after more_task_entries in the registry so
+    that its seeds stay): its attention and experts sub-configs, clip_qkv
+    set (its default None breaks its clamp). (Gemma 3n's text model, with
+    the overrides it needs, crashes PyTorch 2.15 itself: a segfault in
+    libtorch_cpu while the sweep builds its references.)"""
+    E = hf_entry
+    return [
+        E("dbrx", "DbrxConfig", "DbrxForCausalLM", "causal",
+          {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+           "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2}}),
+    ]
+
+
 # Mixture-of-experts entries again with transformers' batched_mm experts
 # (experts_implementation="batched_mm": each token's chosen experts' weights
 # gathered, one batched product): the default loop over the experts a batch
@@ -1256,5 +1271,5 @@ def registry():
     seeded as the entry they vary)."""
     first = (torchvision_entries() + transformers_entries() + torch_nn_entries()
              + newer_decoder_entries() + timm_entries() + torchvision_video_entries()
-             + more_causal_entries() + more_task_entries())
+             + more_causal_entries() + more_task_entries() + overridden_decoder_entries())
     return first + batched_moe_entries(first) + diagnostic_entries(first)
