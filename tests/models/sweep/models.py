@@ -1045,8 +1045,8 @@ def more_causal_entries():
     above did not have, added 2026-12-07: each that builds at the sweep's
     sizes with the generic shrinker and its class's defaults (newer
     decoders, and the encoders' causal heads with is_decoder set, as their
-    users set it). Last in the registry, so that the seeds of the entries
-    before them stay as they were."""
+    users set it). After the earlier lists in the registry, so that the
+    seeds of the entries before them stay as they were."""
     E = hf_entry
     return [
         E("apertus1p5_text", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", "causal"),
@@ -1157,7 +1157,8 @@ def more_task_entries():
     classes of transformers' auto mappings (5.24) that the lists above did
     not have, added 2026-12-07: each that builds at the sweep's sizes with
     the generic shrinker and its class's defaults to under 2 million
-    parameters. Last in the registry (seeds by index)."""
+    parameters. After more_causal_entries in the registry (seeds by
+    index)."""
     E = hf_entry
     return [
         # masked language models
