@@ -688,39 +688,24 @@ void registerElementwiseKernels(KernelTable &t) {
       return C(x * s);
     });
   }, floats);
-  t.add(OpKind::Sin, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::sin(x); });
+  // The trigonometric and hyperbolic functions: libm's, in the compute
+  // type.
+#define CLEAVE_LIBM_UNARY(Op, fn)                                              \
+  t.add(OpKind::Op, [](KC c) -> E {                                            \
+    return unary<FloatTypes>(c, [](auto x) { return std::fn(x); });            \
   }, floats);
-  t.add(OpKind::Cos, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::cos(x); });
-  }, floats);
-  t.add(OpKind::Tan, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::tan(x); });
-  }, floats);
-  t.add(OpKind::Asin, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::asin(x); });
-  }, floats);
-  t.add(OpKind::Acos, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::acos(x); });
-  }, floats);
-  t.add(OpKind::Atan, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::atan(x); });
-  }, floats);
-  t.add(OpKind::Sinh, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::sinh(x); });
-  }, floats);
-  t.add(OpKind::Cosh, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::cosh(x); });
-  }, floats);
-  t.add(OpKind::Asinh, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::asinh(x); });
-  }, floats);
-  t.add(OpKind::Acosh, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::acosh(x); });
-  }, floats);
-  t.add(OpKind::Atanh, [](KC c) -> E {
-    return unary<FloatTypes>(c, [](auto x) { return std::atanh(x); });
-  }, floats);
+  CLEAVE_LIBM_UNARY(Sin, sin)
+  CLEAVE_LIBM_UNARY(Cos, cos)
+  CLEAVE_LIBM_UNARY(Tan, tan)
+  CLEAVE_LIBM_UNARY(Asin, asin)
+  CLEAVE_LIBM_UNARY(Acos, acos)
+  CLEAVE_LIBM_UNARY(Atan, atan)
+  CLEAVE_LIBM_UNARY(Sinh, sinh)
+  CLEAVE_LIBM_UNARY(Cosh, cosh)
+  CLEAVE_LIBM_UNARY(Asinh, asinh)
+  CLEAVE_LIBM_UNARY(Acosh, acosh)
+  CLEAVE_LIBM_UNARY(Atanh, atanh)
+#undef CLEAVE_LIBM_UNARY
   t.add(OpKind::Gelu, [](KC c) -> E {
     bool tanhForm = c.getString("approximate") == "tanh";
     if (!tanhForm && c.getString("approximate") != "none")
