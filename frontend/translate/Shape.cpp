@@ -347,20 +347,14 @@ static llvm::Error translateGather(ImportContext &ctx, const onnx::NodeProto &n,
   auto recorded = ctx.signature().paddingIdx.find(n.input(0));
   if (recorded != ctx.signature().paddingIdx.end())
     attrs.emplace("padding_idx", Attribute(recorded->second));
-  for (const auto &p : n.metadata_props()) {
-    llvm::StringRef fx(p.value());
-    const llvm::StringRef call = "aten.embedding.default](args = (";
-    size_t at = fx.find(call);
-    if (p.key() != "pkg.torch.onnx.fx_node" || at == llvm::StringRef::npos)
-      continue;
-    llvm::SmallVector<llvm::StringRef> args;
-    fx.substr(at + call.size()).take_until([](char c) { return c == ')'; })
-        .split(args, ',');
+  // embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False,
+  // sparse=False)
+  if (auto args = torchCallArgs(n, "aten.embedding.default")) {
     int64_t padding = -1;
-    if (args.size() > 2 && !args[2].trim().getAsInteger(10, padding) &&
-        padding >= 0)
+    if (args->size() > 2 &&
+        !llvm::StringRef((*args)[2]).getAsInteger(10, padding) && padding >= 0)
       attrs.insert_or_assign("padding_idx", Attribute(padding));
-    if (args.size() > 3 && args[3].trim() == "True")
+    if (args->size() > 3 && (*args)[3] == "True")
       return importError("{0}: embedding with scale_grad_by_freq=True is not "
                          "supported",
                          describeNode(n, index));
