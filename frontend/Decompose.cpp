@@ -1039,4 +1039,174 @@ llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
   return llvm::Error::success();
 }
 
+llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
+                                         const onnx::NodeProto &n, int index) {
+  // cross_entropy_loss(self, target, weight=None, reduction=Mean,
+  // ignore_index=-100, label_smoothing=0.0)
+  double smoothing = 0.0;
+  auto call = torchCallArgs(n, "aten.cross_entropy_loss.default");
+  if (call) {
+    std::string text;
+    for (size_t i = 0; i < call->size(); ++i) {
+      llvm::StringRef arg((*call)[i]);
+      if (arg.consume_front("label_smoothing="))
+        text = arg.str();
+      else if (i == 5 && arg.find('=') == llvm::StringRef::npos)
+        text = arg.str();
+    }
+    if (!text.empty() && llvm::StringRef(text).trim().getAsDouble(smoothing))
+      return importError("{0}: cannot read label_smoothing '{1}' from the "
+                         "node's PyTorch call",
+                         describeNode(n, index), text);
+    if (!(smoothing >= 0.0 && smoothing <= 1.0))
+      return importError("{0}: label_smoothing {1} is not in [0, 1]",
+                         describeNode(n, index), smoothing);
+  }
+  auto operands = ctx.tensorOperands(n, index, OpKind::SoftmaxCrossEntropyLoss);
+  if (!operands)
+    return operands.takeError();
+  if ((*operands).size() < 2)
+    return importError("{0}: needs scores and labels", describeNode(n, index));
+  Value *x = (*operands)[0], *y = (*operands)[1];
+  Value *w = (*operands).size() > 2 ? (*operands)[2] : nullptr;
+  bool probabilities = call && isFloat(y->type().dtype);
+  if (smoothing == 0.0 && !probabilities)
+    return ctx.emit(n, index, OpKind::SoftmaxCrossEntropyLoss,
+                    std::move(*operands), {});
+
+  const TensorType &xt = x->type();
+  if (xt.rank() < 2 || !isFloat(xt.dtype))
+    return importError("{0}: scores must be floating point [N, C, ...], not "
+                       "{1}",
+                       describeNode(n, index), xt.str());
+  if (probabilities && y->type() != xt)
+    return importError("{0}: probability targets must have the scores' type "
+                       "{1}, not {2}",
+                       describeNode(n, index), xt.str(), y->type().str());
+  std::string reduction = attrString(n, "reduction", "mean");
+  int64_t rank = int64_t(xt.rank()), classes = xt.shape[1];
+  DType dt = xt.dtype;
+  llvm::Error err = llvm::Error::success();
+  // Each step appends one IR op; after the first failure the rest are
+  // skipped and `err` holds it.
+  auto op = [&](OpKind kind, std::vector<Value *> in,
+                AttrMap attrs = {}) -> Value * {
+    if (err)
+      return nullptr;
+    for (Value *v : in)
+      if (!v)
+        return nullptr;
+    auto r = ctx.append(n, index, kind, std::move(in), std::move(attrs));
+    if (!r) {
+      err = r.takeError();
+      return nullptr;
+    }
+    return *r;
+  };
+  auto scalar = [&](const char *what, double v) {
+    return scalarFor(ctx, n, dt, what, v);
+  };
+  auto axes = [](std::vector<int64_t> a, int64_t keep) {
+    return AttrMap{{"axes", Attribute(std::move(a))},
+                   {"keepdims", Attribute(keep)}};
+  };
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < rank - (reduction == "none" ? 1 : 0); ++d)
+    all.push_back(d);
+  // w as [1, C, 1, ...], to scale the class axis of [N, C, ...].
+  Value *wide = nullptr;
+  if (w) {
+    std::vector<int64_t> shape(size_t(rank), 1);
+    shape[1] = classes;
+    wide = op(OpKind::Reshape, {w}, {{"shape", Attribute(shape)}});
+  }
+  Value *logp = op(OpKind::LogSoftmax, {x}, {{"axis", Attribute(int64_t(1))}});
+  std::pair<OpKind, std::vector<Value *>> last;
+  if (probabilities) {
+    Value *t = y;
+    if (smoothing > 0.0)
+      t = op(OpKind::Add, {op(OpKind::Mul, {y, scalar("keep", 1.0 - smoothing)}),
+                           scalar("spread", smoothing / double(classes))});
+    Value *terms = op(OpKind::Mul, {logp, t});
+    if (wide)
+      terms = op(OpKind::Mul, {terms, wide});
+    Value *perRow = op(OpKind::ReduceSum, {terms}, axes({1}, 0));
+    if (reduction != "none") {
+      std::vector<int64_t> rowAxes;
+      for (int64_t d = 0; d < rank - 1; ++d)
+        rowAxes.push_back(d);
+      perRow = op(OpKind::ReduceSum, {perRow}, axes(rowAxes, 0));
+    }
+    if (reduction == "mean")
+      last = {OpKind::Div,
+              {op(OpKind::Neg, {perRow}),
+               scalar("positions", double(xt.numElements() / classes))}};
+    else
+      last = {OpKind::Neg, {perRow}};
+  } else {
+    AttrMap nllAttrs{{"reduction", Attribute(reduction)}};
+    if (findAttr(n, "ignore_index"))
+      nllAttrs.emplace("ignore_index", Attribute(attrInt(n, "ignore_index", -100)));
+    Value *nll = op(OpKind::SoftmaxCrossEntropyLoss,
+                    w ? std::vector<Value *>{x, y, w} : std::vector<Value *>{x, y},
+                    std::move(nllAttrs));
+    // -sum_c w_c log p_c per position, 0 where the label is ignored.
+    Value *terms = wide ? op(OpKind::Mul, {logp, wide}) : logp;
+    std::vector<int64_t> rowAxes;
+    for (int64_t d = 0; d < rank - 1; ++d)
+      rowAxes.push_back(d);
+    Value *smooth = op(OpKind::Neg, {op(OpKind::ReduceSum, {terms}, axes({1}, 0))});
+    Value *keep = nullptr;
+    if (findAttr(n, "ignore_index")) {
+      Value *ignored = ctx.graph().addConst(
+          ctx.freshName(n.output(0) + ".ignore_index"),
+          TensorData::fromInts(y->type().dtype, {},
+                               {attrInt(n, "ignore_index", -100)}));
+      keep = op(OpKind::Not, {op(OpKind::Equal, {y, ignored})});
+      smooth = op(OpKind::Where, {keep, smooth, scalar("zero", 0.0)});
+    }
+    if (reduction != "none")
+      smooth = op(OpKind::ReduceSum, {smooth}, axes(rowAxes, 0));
+    if (reduction == "mean") {
+      // The denominator of the op's own mean: the labels' weights (or
+      // count) over the positions not ignored.
+      Value *count = nullptr;
+      if (w) {
+        Value *label = y;
+        if (keep)
+          label = op(OpKind::Where,
+                     {keep, y, ctx.graph().addConst(
+                                   ctx.freshName(n.output(0) + ".class0"),
+                                   TensorData::fromInts(y->type().dtype, {}, {0}))});
+        Value *picked = op(OpKind::Gather, {w, label}, {{"axis", Attribute(int64_t(0))}});
+        if (keep)
+          picked = op(OpKind::Where, {keep, picked, scalar("unweighted", 0.0)});
+        count = op(OpKind::ReduceSum, {picked}, axes(rowAxes, 0));
+      } else if (keep) {
+        count = op(OpKind::ReduceSum,
+                   {op(OpKind::Cast, {keep}, {{"to", Attribute(std::string(dtypeName(dt)))}})},
+                   axes(rowAxes, 0));
+      } else {
+        count = scalar("positions", double(xt.numElements() / classes));
+      }
+      smooth = op(OpKind::Div, {smooth, count});
+    }
+    last = {OpKind::Add,
+            {op(OpKind::Mul, {nll, scalar("keep", 1.0 - smoothing)}),
+             op(OpKind::Mul, {smooth, scalar("spread", smoothing / double(classes))})}};
+  }
+  if (err)
+    return std::move(err);
+  // The last op gets the node's loss output (its name, as a graph output
+  // keeps it); log_prob, when the node names it, is the LogSoftmax.
+  if (n.output_size() > 1 && !n.output(1).empty())
+    if (auto e = ctx.define(n, index, n.output(1), logp))
+      return e;
+  onnx::NodeProto lossOnly(n);
+  while (lossOnly.output_size() > 1)
+    lossOnly.mutable_output()->RemoveLast();
+  return ctx.emit(lossOnly, index, last.first, std::move(last.second), {}, false);
+}
+
 } // namespace cleave::frontend
+

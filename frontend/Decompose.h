@@ -84,4 +84,19 @@ llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error decomposeEinsum(ImportContext &ctx, const onnx::NodeProto &n,
                             int index);
 
+// SoftmaxCrossEntropyLoss as PyTorch's cross_entropy computes it. The
+// dynamo exporter writes F.cross_entropy as this op and drops what ONNX's
+// op cannot say: `label_smoothing`, and probability targets (float labels
+// of the scores' shape) pass through as labels. The node's
+// `pkg.torch.onnx.fx_node` metadata keeps the call (torchCallArgs):
+// with smoothing e over C classes the loss is (1 - e) times the op's plus
+// e / C times the mean of -sum_c w_c log p_c (the weighted count of rows
+// not ignored dividing both under reduction mean); probability targets t
+// give -sum_c w_c t'_c log p_c with t' = t (1 - e) + e / C, reduced over
+// the positions (mean: divided by their count). Anything else is the IR
+// op as written.
+llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
+                                         const onnx::NodeProto &n, int index);
+
 } // namespace cleave::frontend
+

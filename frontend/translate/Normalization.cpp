@@ -1,12 +1,13 @@
-// Normalization, softmax, loss and dropout. The normalizations and the
-// cross-entropy loss map 1:1 to IR ops; Softmax and LogSoftmax before opset
+// Normalization, softmax, loss and dropout. The normalizations map 1:1 to
+// IR ops, and so does the cross-entropy loss unless PyTorch's call had
+// what ONNX's op drops (translateSoftmaxCrossEntropy); Softmax and LogSoftmax before opset
 // 13 (which flatten the input to 2-D at `axis`) become a reshape, a softmax
 // over the last dim and a reshape back; Dropout's ratio and training mode
 // inputs become attributes; BatchNormalization and Dropout train in the
 // module's mode (translateBatchNorm).
-#include "frontend/Decompose.h"
 #include "frontend/translate/Translation.h"
 
+#include "frontend/Decompose.h"
 #include "frontend/OnnxNode.h"
 
 #include <optional>
@@ -135,7 +136,8 @@ std::vector<OpTranslation> normalizationTranslations() {
       {"InstanceNormalization", kOpsetFirst, kOpsetLast, decomposeInstanceNorm,
        TranslationKind::Op, {"epsilon"}},
       sameNamedOp("RMSNormalization"),
-      sameNamedOp("SoftmaxCrossEntropyLoss"),
+      {"SoftmaxCrossEntropyLoss", kOpsetFirst, kOpsetLast,
+       translateSoftmaxCrossEntropy},
       {"Dropout", kOpsetFirst, kOpsetLast, translateDropout},
   };
   for (const char *op : {"Softmax", "LogSoftmax"}) {

@@ -3,7 +3,10 @@
 // defaults, initializer classification, and the errors for opsets, ops,
 // element types and unbound dims, each on the smallest model that shows it.
 #include "frontend/OnnxImporter.h"
+#include "frontend/OnnxNode.h"
+#include "interp/Interpreter.h"
 #include "ir/Verifier.h"
+#include "runtime/Kernel.h"
 #include "TestSupport.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -13,6 +16,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 // The onnx targets' interface definitions do not reach this binary (the
 // frontend links onnx privately), so the one that selects the generated
@@ -1041,4 +1046,127 @@ TEST(OnnxImportBuilt, GridSampleBicubicIsRefusedInOneLine) {
       << err;
   EXPECT_NE(err.find("/warp"), std::string::npos) << err;
   EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+}
+
+TEST(OnnxImportBuilt, TorchCallArgsReadsTheDynamoMetadata) {
+  onnx::NodeProto n;
+  auto *meta = n.add_metadata_props();
+  meta->set_key("pkg.torch.onnx.fx_node");
+  meta->set_value("%l : [num_users=1] = call_function[target=torch.ops.aten."
+                  "cross_entropy_loss.default](args = (%x, %t, None, 1, "
+                  "[2, 3], (4, 5)), kwargs = {label_smoothing: 0.1})");
+  auto args = frontend::torchCallArgs(n, "aten.cross_entropy_loss.default");
+  ASSERT_TRUE(args.has_value());
+  EXPECT_THAT(*args, ::testing::ElementsAre("%x", "%t", "None", "1", "[2, 3]",
+                                            "(4, 5)", "label_smoothing=0.1"));
+  EXPECT_FALSE(frontend::torchCallArgs(n, "aten.cross_entropy_loss"));
+  EXPECT_FALSE(frontend::torchCallArgs(onnx::NodeProto(), "aten.embedding.default"));
+}
+
+namespace {
+
+// The imported graph's first output, run on the CPU backend.
+double runFirstOutput(const Graph &g) {
+  static auto backend = runtime::createCpuBackend(1);
+  auto in = interp::Interpreter::create(g, *backend);
+  if (!in) {
+    ADD_FAILURE() << llvm::toString(in.takeError());
+    return NAN;
+  }
+  auto out = (*in)->run({});
+  if (!out) {
+    ADD_FAILURE() << llvm::toString(out.takeError());
+    return NAN;
+  }
+  return (*out)[0]->getDouble(0);
+}
+
+// F.cross_entropy(scores, target, weight, ignore_index=..., label_smoothing=
+// e) as the dynamo exporter writes it: SoftmaxCrossEntropyLoss with the
+// call in the node's metadata (the op itself has no smoothing).
+std::unique_ptr<Graph> importCrossEntropy(const TempDir &dir, bool probabilities,
+                                          const std::string &call) {
+  ModelBuilder m;
+  m.initFloats("scores", {4, 3},
+               {0.3f, -1.2f, 2.0f, 0.5f, 0.1f, -0.4f, 1.5f, 1.0f, -2.0f, -0.7f, 0.2f, 0.9f});
+  if (probabilities)
+    m.initFloats("target", {4, 3},
+                 {0.2f, 0.3f, 0.5f, 1.0f, 0.0f, 0.0f, 0.6f, 0.2f, 0.2f, 0.1f, 0.1f, 0.8f});
+  else
+    m.initInts("target", {4}, {0, 1, 2, 1});
+  m.initFloats("weight", {3}, {0.5f, 1.0f, 2.0f});
+  onnx::NodeProto &n =
+      m.node("SoftmaxCrossEntropyLoss", {"scores", "target", "weight"}, {"loss"});
+  if (!probabilities)
+    ModelBuilder::attr(n, "ignore_index", int64_t(1));
+  ModelBuilder::attr(n, "reduction", std::string("mean"));
+  if (!call.empty()) {
+    auto *meta = n.add_metadata_props();
+    meta->set_key("pkg.torch.onnx.fx_node");
+    meta->set_value("%l = call_function[target=torch.ops.aten.cross_entropy_"
+                    "loss.default](args = (%scores, %target, %weight, 1, " +
+                    call + "), kwargs = {})");
+  }
+  m.output("loss", kFloat, 0);
+  return importBuilt(m.save(dir), {});
+}
+
+} // namespace
+
+TEST(OnnxImportBuilt, CrossEntropyLabelSmoothingFromDynamoMetadata) {
+  // PyTorch's formula in double: (1 - e) * NLL + e / C * the mean of
+  // -sum_c w_c log p_c, both over the weights of the labels not ignored.
+  const double s[4][3] = {{0.3, -1.2, 2.0}, {0.5, 0.1, -0.4}, {1.5, 1.0, -2.0},
+                          {-0.7, 0.2, 0.9}};
+  const int y[4] = {0, 1, 2, 1};
+  const double w[3] = {0.5, 1.0, 2.0}, e = 0.2;
+  double nll = 0, smooth = 0, den = 0;
+  for (int i = 0; i < 4; ++i) {
+    double lse = std::log(std::exp(s[i][0]) + std::exp(s[i][1]) + std::exp(s[i][2]));
+    if (y[i] == 1) // ignore_index
+      continue;
+    nll -= w[y[i]] * (s[i][y[i]] - lse);
+    for (int c = 0; c < 3; ++c)
+      smooth -= w[c] * (s[i][c] - lse);
+    den += w[y[i]];
+  }
+  double expect = (1 - e) * nll / den + e / 3 * smooth / den;
+  TempDir dir;
+  auto g = importCrossEntropy(dir, false, "1, 0.2");
+  ASSERT_TRUE(g);
+  EXPECT_NEAR(runFirstOutput(*g), expect, 1e-5);
+  // Without the metadata the op is ONNX's: no smoothing.
+  TempDir dir2;
+  auto plain = importCrossEntropy(dir2, false, "");
+  ASSERT_TRUE(plain);
+  EXPECT_NEAR(runFirstOutput(*plain), nll / den, 1e-5);
+  EXPECT_GT(std::abs(expect - nll / den), 1e-2); // the test can tell them apart
+}
+
+TEST(OnnxImportBuilt, CrossEntropyProbabilityTargetsFromDynamoMetadata) {
+  // -sum_c w_c t'_c log p_c per row, t' = t (1 - e) + e / C, the mean over
+  // the rows (not over the weights).
+  const double s[4][3] = {{0.3, -1.2, 2.0}, {0.5, 0.1, -0.4}, {1.5, 1.0, -2.0},
+                          {-0.7, 0.2, 0.9}};
+  const double t[4][3] = {{0.2, 0.3, 0.5}, {1.0, 0.0, 0.0}, {0.6, 0.2, 0.2},
+                          {0.1, 0.1, 0.8}};
+  const double w[3] = {0.5, 1.0, 2.0}, e = 0.1;
+  double sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    double lse = std::log(std::exp(s[i][0]) + std::exp(s[i][1]) + std::exp(s[i][2]));
+    for (int c = 0; c < 3; ++c)
+      sum -= w[c] * (t[i][c] * (1 - e) + e / 3) * (s[i][c] - lse);
+  }
+  TempDir dir;
+  auto g = importCrossEntropy(dir, true, "-100, 0.1");
+  ASSERT_TRUE(g);
+  EXPECT_NEAR(runFirstOutput(*g), sum / 4, 1e-5);
+  // Float labels without PyTorch's call are not ONNX's op: refused.
+  TempDir dir2;
+  ModelBuilder m;
+  m.initFloats("scores", {1, 2}, {0.f, 1.f});
+  m.initFloats("target", {1, 2}, {0.5f, 0.5f});
+  m.node("SoftmaxCrossEntropyLoss", {"scores", "target"}, {"loss"});
+  m.output("loss", kFloat, 0);
+  EXPECT_THAT(importError(m.save(dir2), {}), HasSubstr("labels must be an integer tensor"));
 }
