@@ -28,6 +28,50 @@ static llvm::Error translateReduce(ImportContext &ctx, const onnx::NodeProto &n,
   return ctx.emit(n, index, kind, std::move(*operands), std::move(attrs));
 }
 
+// ReduceMin as -ReduceMax(-x) (its gradient through ReduceMax's: shared
+// evenly between tied minima, as PyTorch's amin shares it); bool as 0/1
+// bytes, min being "all".
+static llvm::Error translateReduceMin(ImportContext &ctx,
+                                      const onnx::NodeProto &n, int index) {
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  auto given = ctx.reductionAxesOf(n, index);
+  if (!given)
+    return given.takeError();
+  if (!*given)
+    return ctx.emit(n, index, OpKind::Identity, {*x}, {}, false);
+  DType dt = (*x)->type().dtype;
+  bool boolean = dt == DType::Bool;
+  if (dt == DType::U8)
+    return importError("{0}: ReduceMin of {1} is not supported",
+                       describeNode(n, index), (*x)->type().str());
+  AttrMap attrs{{"keepdims", Attribute(attrInt(n, "keepdims", 1))}};
+  if (!(*given)->empty())
+    attrs.emplace("axes", Attribute(**given));
+  Value *v = *x;
+  auto step = [&](OpKind kind, AttrMap a = {}) -> llvm::Error {
+    auto r = ctx.append(n, index, kind, {v}, std::move(a));
+    if (!r)
+      return r.takeError();
+    v = *r;
+    return llvm::Error::success();
+  };
+  if (boolean)
+    if (auto e = step(OpKind::Cast, {{"to", Attribute(std::string("i8"))}}))
+      return e;
+  if (auto e = step(OpKind::Neg))
+    return e;
+  if (auto e = step(OpKind::ReduceMax, std::move(attrs)))
+    return e;
+  if (!boolean)
+    return ctx.emit(n, index, OpKind::Neg, {v}, {}, false);
+  if (auto e = step(OpKind::Neg))
+    return e;
+  return ctx.emit(n, index, OpKind::Cast, {v},
+                  {{"to", Attribute(std::string("bool"))}}, false);
+}
+
 // TopK: the indices of the k largest or smallest (TopKIndices), and the
 // values picked from X at them (GatherElements: its gradient scatters dY
 // back to those elements). K is an attribute before opset 10, a constant
@@ -74,6 +118,8 @@ std::vector<OpTranslation> reduceTranslations() {
                  translateReduce,
                  TranslationKind::Op,
                  {"noop_with_empty_axes"}});
+  t.push_back({"ReduceMin", kOpsetFirst, kOpsetLast, translateReduceMin,
+               TranslationKind::Op, {"keepdims", "noop_with_empty_axes"}});
   t.push_back(sameNamedOp("ArgMax"));
   t.push_back(sameNamedOp("ArgMin"));
   t.push_back({"TopK", kOpsetFirst, kOpsetLast, translateTopK,
