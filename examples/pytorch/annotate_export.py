@@ -29,8 +29,7 @@ the initializer names.
 
 check_export() then runs the module and cleave's reading of the file on the
 same inputs and compares their losses: an exporter that leaves out part of
-what the module computes (the dynamo exporter drops cross_entropy's
-label_smoothing, for one) would otherwise train another loss in silence.
+what the module computes would otherwise train another loss in silence.
 
     print(check_export(wrapped, "model.onnx", args))  # raises on a mismatch
 

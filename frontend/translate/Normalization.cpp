@@ -85,10 +85,19 @@ static llvm::Error translateDropout(ImportContext &ctx,
   auto mode = ctx.staticScalar(n, index, 2, "training_mode");
   if (!mode)
     return mode.takeError();
-  setTrainingMode(ctx,
-                  *mode ? std::optional<int64_t>((*mode)->getInt(0))
-                        : std::nullopt,
-                  attrs);
+  // PyTorch's exporters (opset 12 on) give every F.dropout its training
+  // mode and write only F.scaled_dot_product_attention's dropout without
+  // one (both exporters, when dropout_p is not 0). PyTorch drops attention
+  // weights whenever the call asks for it (modules pass 0 outside train());
+  // read as ONNX's inference default, the attention dropout of a model
+  // trained with it would silently not train.
+  std::optional<int64_t> recorded;
+  if (*mode)
+    recorded = (*mode)->getInt(0);
+  else if (ctx.fromPyTorch() && ctx.opset() >= 12 && *ratio &&
+           (*ratio)->getDouble(0) > 0)
+    recorded = 1;
+  setTrainingMode(ctx, recorded, attrs);
   return ctx.emit(n, index, OpKind::Dropout, std::move(*operands),
                   std::move(attrs));
 }

@@ -1170,3 +1170,34 @@ TEST(OnnxImportBuilt, CrossEntropyProbabilityTargetsFromDynamoMetadata) {
   m.output("loss", kFloat, 0);
   EXPECT_THAT(importError(m.save(dir2), {}), HasSubstr("labels must be an integer tensor"));
 }
+
+TEST(OnnxImportBuilt, AttentionDropoutOfAPyTorchExportTrains) {
+  // F.scaled_dot_product_attention(..., dropout_p=0.2), either exporter:
+  // a Dropout with a ratio and no training_mode (ONNX's inference
+  // default), which PyTorch applies whenever the call asks for it; so it
+  // trains, unless --module-mode=eval. Another producer's keeps ONNX's
+  // meaning.
+  auto build = [](const TempDir &dir, float p, const char *producer) {
+    ModelBuilder m;
+    m.model().set_producer_name(producer);
+    m.input("x", kFloat, {"2", "4"});
+    m.initFloats("ratio", {}, {p});
+    m.node("Dropout", {"x", "ratio"}, {"y"}, "/m/Dropout");
+    m.output("y", kFloat, 2);
+    return m.save(dir);
+  };
+  auto trainingMode = [](const std::unique_ptr<Graph> &g) {
+    const Op *drop = g ? onlyOp(*g, OpKind::Dropout) : nullptr;
+    return drop ? drop->getInt("training_mode") : -1;
+  };
+  TempDir dir;
+  auto g = importBuilt(build(dir, 0.2f, "pytorch"));
+  EXPECT_EQ(trainingMode(g), 1);
+  ASSERT_TRUE(g);
+  EXPECT_FLOAT_EQ(onlyOp(*g, OpKind::Dropout)->getFloat("ratio"), 0.2f);
+  frontend::ImportOptions eval;
+  eval.moduleMode = frontend::ImportOptions::ModuleMode::Eval;
+  EXPECT_EQ(trainingMode(importBuilt(build(dir, 0.2f, "pytorch"), eval)), 0);
+  EXPECT_EQ(trainingMode(importBuilt(build(dir, 0.0f, "pytorch"))), 0);
+  EXPECT_EQ(trainingMode(importBuilt(build(dir, 0.2f, "other"))), 0);
+}
