@@ -1208,5 +1208,70 @@ llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
   return ctx.emit(lossOnly, index, last.first, std::move(last.second), {}, false);
 }
 
+llvm::Error translateScatterElements(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index) {
+  auto operands = ctx.tensorOperands(n, index, OpKind::ScatterElements);
+  if (!operands)
+    return operands.takeError();
+  // scatter_reduce.two(self, dim, index, src, reduce, *, include_self=True)
+  auto call = torchCallArgs(n, "aten.scatter_reduce.two");
+  bool mean = false, includeSelf = true;
+  if (call && attrString(n, "reduction", "none") == "none") {
+    for (size_t i = 0; i < call->size(); ++i) {
+      llvm::StringRef arg((*call)[i]);
+      if (arg.consume_front("include_self="))
+        includeSelf = arg != "False";
+      else if (i == 4 || arg.consume_front("reduce="))
+        mean = mean || arg.trim("'\"") == "mean";
+    }
+  }
+  if (!mean || operands->size() != 3)
+    return ctx.emit(n, index, OpKind::ScatterElements, std::move(*operands), {});
+  Value *self = (*operands)[0], *at = (*operands)[1], *src = (*operands)[2];
+  DType dt = self->type().dtype;
+  if (!isFloat(dt))
+    return importError("{0}: scatter_reduce 'mean' of {1} (an integer mean "
+                       "rounds) is not supported",
+                       describeNode(n, index), self->type().str());
+  int64_t axis = attrInt(n, "axis", 0);
+  llvm::Error err = llvm::Error::success();
+  auto op = [&](OpKind kind, std::vector<Value *> in,
+                AttrMap attrs = {}) -> Value * {
+    if (err)
+      return nullptr;
+    for (Value *v : in)
+      if (!v)
+        return nullptr;
+    auto r = ctx.append(n, index, kind, std::move(in), std::move(attrs));
+    if (!r) {
+      err = r.takeError();
+      return nullptr;
+    }
+    return *r;
+  };
+  auto fill = [&](Value *like, const char *what, double v) {
+    const Shape &shape = like->type().shape;
+    return op(OpKind::Expand, {scalarFor(ctx, n, dt, what, v)},
+              {{"shape", Attribute(std::vector<int64_t>(shape.begin(), shape.end()))}});
+  };
+  AttrMap add{{"axis", Attribute(axis)}, {"reduction", Attribute(std::string("add"))}};
+  Value *sum = op(OpKind::ScatterElements,
+                  {includeSelf ? self : fill(self, "zeros", 0.0), at, src}, add);
+  Value *count = op(OpKind::ScatterElements,
+                    {fill(self, includeSelf ? "ones" : "zeros", includeSelf ? 1.0 : 0.0),
+                     at, fill(src, "counted", 1.0)},
+                    add);
+  if (includeSelf) {
+    if (err)
+      return std::move(err);
+    return ctx.emit(n, index, OpKind::Div, {sum, count}, {}, false);
+  }
+  Value *landed = op(OpKind::Greater, {count, scalarFor(ctx, n, dt, "none", 0.0)});
+  Value *avg = op(OpKind::Div, {sum, op(OpKind::Max, {count, scalarFor(ctx, n, dt, "one", 1.0)})});
+  if (err)
+    return std::move(err);
+  return ctx.emit(n, index, OpKind::Where, {landed, avg, self}, {}, false);
+}
+
 } // namespace cleave::frontend
 

@@ -98,5 +98,16 @@ llvm::Error decomposeEinsum(ImportContext &ctx, const onnx::NodeProto &n,
 llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
                                          const onnx::NodeProto &n, int index);
 
+// ScatterElements as written, except torch.scatter_reduce(..., "mean"),
+// which the dynamo exporter writes as reduction "none" (its last update
+// wins: ONNX has no mean): from the node's PyTorch call, the scatter-add
+// of the updates over the scatter-add of ones, self counted once where
+// include_self (PyTorch's default), else only the updates, and self kept
+// where nothing lands. With include_self=False the exporter first writes
+// zeros at the addressed elements, a second such node; as a mean without
+// self, that gives the same zeros.
+llvm::Error translateScatterElements(ImportContext &ctx,
+                                     const onnx::NodeProto &n, int index);
+
 } // namespace cleave::frontend
 

@@ -477,7 +477,7 @@ std::vector<OpTranslation> shapeTranslations() {
       {"Gather", first, last, translateGather},
       sameNamedOp("GatherElements"),
       sameNamedOp("ScatterND"),
-      sameNamedOp("ScatterElements"),
+      {"ScatterElements", first, last, translateScatterElements},
       {"CumSum", first, last, translateCumSum},
       {"DFT", first, last, translateDFT},
       {"Tile", first, last, translateTile},
