@@ -37,6 +37,28 @@ autoPads(const std::string &mode, llvm::ArrayRef<int64_t> in,
   return pads;
 }
 
+// avg_pool{1,2,3}d's divisor_override from a dynamo-exported node's call
+// (self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+// divisor_override): the exporter writes AveragePool, whose divisor is the
+// window's size, and drops it. 0 when there is none.
+static int64_t avgPoolDivisorOverride(const onnx::NodeProto &n) {
+  for (const char *call : {"aten.avg_pool1d.default", "aten.avg_pool2d.default",
+                           "aten.avg_pool3d.default"}) {
+    auto args = torchCallArgs(n, call);
+    if (!args)
+      continue;
+    for (size_t i = 0; i < args->size(); ++i) {
+      llvm::StringRef arg((*args)[i]);
+      int64_t d = 0;
+      if ((arg.consume_front("divisor_override=") ||
+           (i == 6 && !arg.contains('='))) &&
+          !arg.getAsInteger(10, d))
+        return d;
+    }
+  }
+  return 0;
+}
+
 static llvm::Error translateConvOrPool(ImportContext &ctx,
                                        const onnx::NodeProto &n, int index) {
   const std::string &op = n.op_type();
@@ -105,6 +127,26 @@ static llvm::Error translateConvOrPool(ImportContext &ctx,
       if (zero)
         operands->pop_back();
     }
+  }
+  // divisor_override: the window's sum (an average counting the padding)
+  // times its size over the divisor. PyTorch clips a ceil_mode window at
+  // the padded input's end, which that average does not; refused.
+  if (int64_t divisor = op == "AveragePool" ? avgPoolDivisorOverride(n) : 0) {
+    if (attrInt(n, "ceil_mode", 0))
+      return importError("{0}: average pooling with both divisor_override "
+                         "and ceil_mode is not supported",
+                         where);
+    attrs.insert_or_assign("count_include_pad", Attribute(int64_t(1)));
+    auto pooled = ctx.append(n, index, kind, std::move(*operands), std::move(attrs));
+    if (!pooled)
+      return pooled.takeError();
+    double area = 1;
+    for (int64_t k : kernel)
+      area *= double(k);
+    Value *scale = ctx.graph().addConst(
+        ctx.freshName(n.output(0) + ".divisor_override"),
+        TensorData::fromDoubles((*pooled)->type().dtype, {}, {area / double(divisor)}));
+    return ctx.emit(n, index, OpKind::Mul, {*pooled, scale}, {}, false);
   }
   return ctx.emit(n, index, kind, std::move(*operands), std::move(attrs));
 }
