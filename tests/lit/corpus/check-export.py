@@ -1,9 +1,10 @@
 """check_export (examples/pytorch/annotate_export.py) on small modules
 exported here: a correct export (BatchNorm in train(), its statistics put
 back), one with active dropout as nn.Dropout and one as F.dropout (both
-compared in eval()), and one whose loss the
-dynamo exporter changes (cross_entropy's label_smoothing dropped), which
-must raise ExportMismatch. Then gradients: a module that detach()es a
+compared in eval()), one with cross_entropy's label_smoothing (which the
+dynamo exporter drops and cleave reads from the node's call), and one whose
+loss the legacy exporter changes (avg_pool2d's divisor_override dropped),
+which must raise ExportMismatch. Then gradients: a module that detach()es a
 branch (the dynamo export keeps it, the legacy export drops it), one that
 computes a branch under torch.no_grad() (neither exporter records it) and
 one with a straight-through torch.autograd.Function (exported by its
@@ -55,6 +56,29 @@ for name, net in (("plain", Net()), ("dropout", Net(dropout=0.3)),
             torch.equal(before, net.bn.running_mean), net.training))
     except ExportMismatch as e:
         print("%s: mismatch: %s" % (name, str(e).split(":")[0]))
+
+
+class DivisorPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 2 * 2, 3)
+
+    def forward(self, x, y):
+        h = F.avg_pool2d(torch.tanh(self.conv(x)), 2, divisor_override=3)
+        return F.cross_entropy(self.fc(h.flatten(1)), y)
+
+
+path = os.path.join(work, "divisor-legacy.onnx")
+images = (torch.randn(4, 2, 4, 4), torch.tensor([0, 1, 2, 1]))
+net = DivisorPool()
+torch.onnx.export(net, images, path, dynamo=False, opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+try:
+    got = check_export(net, path, images, cleave_opt=cleave_opt)
+    print("divisor-legacy: agree %s" % (abs(got[0] - got[1]) <= 1e-4 * abs(got[0])))
+except ExportMismatch as e:
+    print("divisor-legacy: mismatch: %s" % str(e).split(":")[0])
 
 
 class Detached(nn.Module):

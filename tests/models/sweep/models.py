@@ -16,6 +16,10 @@ torchvision: the classification and segmentation builders at small widths
 32x32 images (64 where the network needs them), `F.cross_entropy` losses
 (per pixel on the 'out' head for segmentation).
 
+torch.nn losses: each of PyTorch's loss modules (and torchvision's focal
+loss) in the option sets people use, on a two-layer network whose heads
+feed the loss (`loss_entries`).
+
 Every entry's build() returns (module, sample, wrapper, batch): sample(gen, n)
 draws an OrderedDict of n input rows, wrapper(module) is the nn.Module whose
 forward takes those inputs in that order and returns the scalar loss.
@@ -1269,8 +1273,303 @@ def registry():
     torchvision's video classifiers and optical flow, then more causal-LM
     classes, then more of the other tasks' classes, then the mixture-of-
     experts entries with batched experts, then diagnostic variants (variant:
-    seeded as the entry they vary)."""
+    seeded as the entry they vary), then torch.nn's losses, then calls
+    the dynamo exporter writes as something else."""
     first = (torchvision_entries() + transformers_entries() + torch_nn_entries()
              + newer_decoder_entries() + timm_entries() + torchvision_video_entries()
              + more_causal_entries() + more_task_entries() + overridden_decoder_entries())
-    return first + batched_moe_entries(first) + diagnostic_entries(first)
+    return (first + batched_moe_entries(first) + diagnostic_entries(first)
+            + loss_entries() + exporter_gap_entries())
+
+
+# --------------------------------------------------------------------------
+# torch.nn's losses
+
+# Each of PyTorch's loss modules (and torchvision's focal loss) with the
+# options users set (class weights, ignored labels, label smoothing,
+# probability targets, reductions, margins, norms), on a small network:
+# a user's own loss is what trains, so each must train as PyTorch trains it.
+# The network gives the loss its inputs: `LOSS_OUT` scores per row (or per
+# position, for the spatial cross-entropy), and the sample the targets.
+LOSS_IN = 8
+LOSS_OUT = 6
+LOSS_ROWS = 8
+
+
+class LossNet(nn.Module):
+    """Two layers, then `heads` linear heads (a loss that compares two or
+    three embeddings gets one head each)."""
+
+    def __init__(self, heads=1, out=LOSS_OUT):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(LOSS_IN, 16), nn.Tanh())
+        self.heads = nn.ModuleList(nn.Linear(16, out) for _ in range(heads))
+
+    def forward(self, x):
+        h = self.body(x)
+        return [head(h) for head in self.heads]
+
+
+class ApplyLoss(nn.Module):
+    """forward(x, *targets) -> loss(LossNet's heads(x), targets), the loss
+    module (with its weight buffers) a submodule as a user writes it."""
+
+    def __init__(self, m, loss, prepare=None):
+        super().__init__()
+        self.m = m
+        self.loss = loss
+        self.prepare = prepare
+
+    def forward(self, x, t=None, u=None):
+        outs = self.m(x)
+        if self.prepare is not None:
+            outs = self.prepare(outs)
+        return self.loss(*outs, *[a for a in (t, u) if a is not None])
+
+
+def loss_sample(gen, n, targets):
+    """x (n, LOSS_IN) and the targets `targets(gen, n)` draws."""
+    d = collections.OrderedDict([("x", torch.randn(n, LOSS_IN, generator=gen))])
+    for i, t in enumerate(targets(gen, n)):
+        d["target" if i == 0 else "target%d" % i] = t
+    return d
+
+
+def labels(gen, n, ignore=None, classes=LOSS_OUT):
+    """Class indices; every fourth row `ignore` where given (each
+    microbatch keeps labelled rows, so a mean over them is defined)."""
+    y = torch.randint(0, classes, (n,), generator=gen, dtype=torch.int64)
+    if ignore is not None:
+        y[1::4] = ignore
+    return y
+
+
+def signs(gen, n, shape=()):
+    return torch.randint(0, 2, (n,) + shape, generator=gen).to(torch.float32) * 2 - 1
+
+
+def multilabel_targets(gen, n):
+    """MultiLabelMarginLoss's targets: each row's classes, then -1."""
+    t = torch.full((n, LOSS_OUT), -1, dtype=torch.int64)
+    for i in range(n):
+        k = 1 + int(torch.randint(0, 3, (1,), generator=gen))
+        t[i, :k] = torch.randperm(LOSS_OUT, generator=gen)[:k]
+    return t
+
+
+def class_weights():
+    return torch.tensor([0.5, 1.0, 2.0, 1.5, 0.25, 1.25])
+
+
+def loss_entries():
+    """torch.nn's loss modules, one entry per module and option set."""
+    f = torch.nn.functional
+
+    def entry(name, loss, targets, heads=1, prepare=None, cls=None):
+        def build():
+            sample = functools.partial(loss_sample, targets=targets)
+            wrap = functools.partial(ApplyLoss, loss=loss(), prepare=prepare)
+            return LossNet(heads), sample, wrap, LOSS_ROWS
+        return Entry("loss_" + name, "torch.nn losses", cls or "torch.nn." + type(loss()).__name__,
+                     build)
+
+    def floats(scale=1.0):
+        return lambda gen, n: [torch.randn(n, LOSS_OUT, generator=gen) * scale]
+
+    def unit(gen, n):
+        return [torch.rand(n, LOSS_OUT, generator=gen)]
+
+    def probs(gen, n):
+        return [torch.softmax(torch.randn(n, LOSS_OUT, generator=gen) * 2, -1)]
+
+    def counts(gen, n):
+        return [torch.poisson(torch.rand(n, LOSS_OUT, generator=gen) * 4, generator=gen)]
+
+    def spatial(gen, n):
+        y = torch.randint(0, 3, (n, 2), generator=gen, dtype=torch.int64)
+        y[1::3, 1] = -100
+        return [y]
+
+    def log_softmax(outs):
+        return [torch.log_softmax(outs[0], -1)]
+
+    def sigmoid(outs):
+        return [torch.sigmoid(outs[0])]
+
+    def positions(outs):   # (n, 6) scores as (n, 3 classes, 2 positions)
+        return [outs[0].reshape(-1, 3, 2)]
+
+    def mean_and_var(outs):
+        return [outs[0], f.softplus(outs[1]) + 1e-3]
+
+    class GaussianNLL(nn.Module):   # the module takes (input, target, var)
+        def __init__(self):
+            super().__init__()
+            self.loss = nn.GaussianNLLLoss(full=True)
+
+        def forward(self, mean, var, target):
+            return self.loss(mean, target, var)
+
+    def rate(outs):
+        return [f.softplus(outs[0])]
+
+    def pair(outs):
+        return [outs[0][:, 0], outs[1][:, 0]]
+
+    def first(outs):
+        return [outs[0][:, 0]]
+
+    class Focal(nn.Module):
+        def forward(self, logits, target):
+            import torchvision
+            return torchvision.ops.sigmoid_focal_loss(logits, target, alpha=0.25, gamma=2.0,
+                                                      reduction="mean")
+
+    class RowWeighted(nn.Module):   # reduction="none", then weights per row
+        def __init__(self, loss):
+            super().__init__()
+            self.loss = loss
+
+        def forward(self, scores, target):
+            rows = self.loss(scores, target)
+            return (rows * torch.linspace(0.5, 1.5, rows.shape[0])).sum()
+
+    def cosine_distance(a, b):
+        return 1.0 - f.cosine_similarity(a, b)
+
+    return [
+        entry("l1", nn.L1Loss, floats()),
+        entry("mse_sum", lambda: nn.MSELoss(reduction="sum"), floats()),
+        entry("smooth_l1", lambda: nn.SmoothL1Loss(beta=0.5), floats(0.5)),
+        entry("huber", lambda: nn.HuberLoss(delta=0.7), floats(0.8)),
+        entry("ce_weight_ignore", lambda: nn.CrossEntropyLoss(weight=class_weights(), ignore_index=3),
+              lambda gen, n: [labels(gen, n, ignore=3)]),
+        entry("ce_label_smoothing", lambda: nn.CrossEntropyLoss(label_smoothing=0.1),
+              lambda gen, n: [labels(gen, n)]),
+        entry("ce_smoothing_weight_ignore",
+              lambda: nn.CrossEntropyLoss(weight=class_weights(), label_smoothing=0.2),
+              lambda gen, n: [labels(gen, n, ignore=-100)]),
+        entry("ce_probabilities", lambda: nn.CrossEntropyLoss(label_smoothing=0.05), probs),
+        entry("ce_spatial_smoothing_sum",
+              lambda: nn.CrossEntropyLoss(label_smoothing=0.15, reduction="sum"), spatial,
+              prepare=positions),
+        entry("ce_probabilities_weight_rows",
+              lambda: RowWeighted(nn.CrossEntropyLoss(weight=class_weights(),
+                                                      label_smoothing=0.1, reduction="none")),
+              probs, cls="torch.nn.CrossEntropyLoss"),
+        entry("ce_smoothing_rows",
+              lambda: RowWeighted(nn.CrossEntropyLoss(weight=class_weights(), ignore_index=2,
+                                                      label_smoothing=0.3, reduction="none")),
+              lambda gen, n: [labels(gen, n, ignore=2)], cls="torch.nn.CrossEntropyLoss"),
+        entry("ce_sum", lambda: nn.CrossEntropyLoss(reduction="sum"),
+              lambda gen, n: [labels(gen, n)]),
+        entry("ce_spatial", nn.CrossEntropyLoss, spatial, prepare=positions),
+        entry("nll_weight", lambda: nn.NLLLoss(weight=class_weights()),
+              lambda gen, n: [labels(gen, n)], prepare=log_softmax),
+        entry("nll_sum_ignore", lambda: nn.NLLLoss(reduction="sum", ignore_index=0),
+              lambda gen, n: [labels(gen, n, ignore=0)], prepare=log_softmax),
+        entry("bce_weight", lambda: nn.BCELoss(weight=class_weights()), unit, prepare=sigmoid),
+        entry("bce_logits_pos_weight",
+              lambda: nn.BCEWithLogitsLoss(pos_weight=class_weights() * 2), unit),
+        entry("kl_div_batchmean", lambda: nn.KLDivLoss(reduction="batchmean"), probs,
+              prepare=log_softmax),
+        entry("kl_div_log_target", lambda: nn.KLDivLoss(reduction="batchmean", log_target=True),
+              lambda gen, n: [torch.log(probs(gen, n)[0])], prepare=log_softmax),
+        entry("poisson_nll_full", lambda: nn.PoissonNLLLoss(log_input=True, full=True), counts),
+        entry("poisson_nll_rate", lambda: nn.PoissonNLLLoss(log_input=False), counts,
+              prepare=rate),
+        entry("gaussian_nll", GaussianNLL, floats(), heads=2, prepare=mean_and_var,
+              cls="torch.nn.GaussianNLLLoss"),
+        entry("margin_ranking", lambda: nn.MarginRankingLoss(margin=0.2),
+              lambda gen, n: [signs(gen, n)], heads=2, prepare=pair),
+        entry("hinge_embedding", lambda: nn.HingeEmbeddingLoss(margin=1.0),
+              lambda gen, n: [signs(gen, n, (LOSS_OUT,))], prepare=rate),
+        entry("soft_margin", nn.SoftMarginLoss, lambda gen, n: [signs(gen, n, (LOSS_OUT,))]),
+        entry("multilabel_soft_margin",
+              lambda: nn.MultiLabelSoftMarginLoss(weight=class_weights()),
+              lambda gen, n: [torch.randint(0, 2, (n, LOSS_OUT), generator=gen).float()]),
+        entry("multilabel_margin", nn.MultiLabelMarginLoss,
+              lambda gen, n: [multilabel_targets(gen, n)]),
+        entry("multi_margin", lambda: nn.MultiMarginLoss(weight=class_weights()),
+              lambda gen, n: [labels(gen, n)]),
+        entry("multi_margin_p2", lambda: nn.MultiMarginLoss(p=2, margin=0.5),
+              lambda gen, n: [labels(gen, n)]),
+        entry("cosine_embedding", lambda: nn.CosineEmbeddingLoss(margin=0.1),
+              lambda gen, n: [signs(gen, n)], heads=2),
+        entry("triplet_margin", lambda: nn.TripletMarginLoss(margin=1.0, p=2, swap=True),
+              lambda gen, n: [], heads=3),
+        entry("triplet_distance",
+              lambda: nn.TripletMarginWithDistanceLoss(distance_function=cosine_distance,
+                                                       margin=0.5),
+              lambda gen, n: [], heads=3),
+        entry("sigmoid_focal", Focal, lambda gen, n: [torch.randint(
+            0, 2, (n, LOSS_OUT), generator=gen).float()], cls="torchvision.ops.sigmoid_focal_loss"),
+    ]
+
+
+# --------------------------------------------------------------------------
+# PyTorch functions whose export leaves out part of the call
+
+class ScatterMean(nn.Module):
+    """Message passing's mean aggregation: each row's 6 messages averaged
+    into 4 slots by `index` (x.scatter_reduce(1, index, src, "mean")),
+    with or without the slots' own values, then a linear head."""
+
+    def __init__(self, include_self):
+        super().__init__()
+        self.include_self = include_self
+        self.slots = nn.Linear(LOSS_IN, 4)
+        self.messages = nn.Linear(LOSS_IN, 6)
+        self.head = nn.Linear(4, LOSS_OUT)
+
+    def forward(self, x, index):
+        out = self.slots(x).scatter_reduce(1, index, torch.tanh(self.messages(x)), "mean",
+                                           include_self=self.include_self)
+        return self.head(out)
+
+
+class WithIndexLoss(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, index, labels):
+        return F.cross_entropy(self.m(x, index), labels)
+
+
+def scatter_sample(gen, n):
+    """x, messages' slots (slot 3 left empty in every other row), labels."""
+    index = torch.randint(0, 4, (n, 6), generator=gen)
+    index[::2] = index[::2] % 3
+    return collections.OrderedDict([
+        ("x", torch.randn(n, LOSS_IN, generator=gen)), ("index", index),
+        ("labels", torch.randint(0, LOSS_OUT, (n,), generator=gen))])
+
+
+class AvgPoolDivisor(nn.Module):
+    """A convolution, then F.avg_pool2d with divisor_override (window sums
+    over a fixed divisor) and padding, then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 4 * 4, CLASSES)
+
+    def forward(self, x):
+        h = F.avg_pool2d(torch.tanh(self.conv(x)), 3, stride=2, padding=1, divisor_override=5)
+        return self.head(h.flatten(1))
+
+
+def exporter_gap_entries():
+    """Calls the dynamo exporter writes as something else (the importer
+    reads the call from the node's metadata)."""
+    def entry(name, make, cls):
+        return Entry(name, "torch.nn", cls, lambda: (make(), scatter_sample, WithIndexLoss,
+                                                     LOSS_ROWS))
+    return [
+        Entry("avg_pool_divisor", "torch.nn", "torch.nn.functional.avg_pool2d",
+              lambda: (AvgPoolDivisor(), functools.partial(image_sample, size=8, key="x"),
+                       WithLoss, LOSS_ROWS)),
+        entry("scatter_mean", lambda: ScatterMean(True), "torch.Tensor.scatter_reduce"),
+        entry("scatter_mean_no_self", lambda: ScatterMean(False), "torch.Tensor.scatter_reduce"),
+    ]

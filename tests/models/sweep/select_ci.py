@@ -53,13 +53,16 @@ def ci_files(folder):
 
 # The node metadata cleave reads (frontend/): module paths everywhere, and
 # the FX node text where it tells cleave something (an embedding's
-# padding_idx, a BatchNorm computed without running statistics). The
+# padding_idx, a BatchNorm computed without running statistics, what the
+# exporter's cross-entropy, scatter_reduce and avg_pool drop). The
 # dynamo exporter's others (stack traces with machine-specific paths, the
 # rest of the FX node text, class hierarchy, namespace) are two thirds of a
 # small export's bytes and are left out of the committed copies.
 KEPT_METADATA = ("pkg.torch.onnx.name_scopes",)
 FX_NODE = "pkg.torch.onnx.fx_node"
-FX_READ = ("aten.embedding.default", "_native_batch_norm_legit.no_stats")
+FX_READ = ("aten.embedding.default", "_native_batch_norm_legit.no_stats",
+           "aten.cross_entropy_loss.default", "aten.scatter_reduce.two",
+           "aten.avg_pool1d.default", "aten.avg_pool2d.default", "aten.avg_pool3d.default")
 
 
 def ci_model(src):
@@ -235,7 +238,8 @@ tools only (no PyTorch):
 `cleave_ensure_ort_python`). Each folder has the sweep's layout (`../README.md`):
 `model.onnx` (weights inside; of the dynamo exporter's node metadata only
 what cleave reads is kept: `pkg.torch.onnx.name_scopes`, and the FX node
-text of embeddings and statistics-free BatchNorms), `inputs/`,
+text of embeddings, statistics-free BatchNorms, cross-entropy losses,
+`scatter_reduce` and average pooling), `inputs/`,
 `reference64/` (PyTorch's float64 gradients, stored as float32, and
 `torch_f32_error.txt`, PyTorch float32's own error against them),
 `steps/` (3 steps x 4 microbatches of data, `hyper.txt`, PyTorch's step
