@@ -35,6 +35,7 @@ static const char *const kUnsupported[][2] = {
     {"depends on runtime data", "shape depends on runtime data"},
     {"too many to fold", "constant too large to fold"},
     {"experimental ONNX op", "experimental op"},
+    {"takes uint8 only in shape arithmetic", "uint8 computed at run time"},
     {"is not supported", "unsupported attribute or mode"},
     // An ONNX input the IR op takes as an attribute (CumSum's axis,
     // Resize's sizes or scales, Tile's repeats) that the importer does not
