@@ -448,8 +448,10 @@ Types pad(const TypeQuery &q) {
     return failf("'pads' has {0} entries, expected {1}", pads.size(),
                  2 * x.rank());
   const std::string &mode = q.getString("mode");
-  if (mode != "constant" && mode != "reflect" && mode != "edge")
-    return failf("mode must be constant, reflect or edge, not '{0}'", mode);
+  if (mode != "constant" && mode != "reflect" && mode != "edge" &&
+      mode != "wrap")
+    return failf("mode must be constant, reflect, edge or wrap, not '{0}'",
+                 mode);
   Shape out = x.shape;
   for (size_t i = 0; i < x.rank(); ++i) {
     // Pads come from the model: checked sums, not int64 overflow.

@@ -2,6 +2,7 @@
 // lists them by family), and the builder they emit through.
 #include "passes/GradientBuilder.h"
 
+#include "ir/PadIndex.h"
 #include "ir/TypeRules.h"
 
 #include "llvm/Support/ErrorHandling.h"
@@ -301,10 +302,29 @@ static void emitPair(RuleContext &c, OpKind combined,
   }
 }
 
+// A 1-D operand (torch.dot, mv, a spectral norm's power iteration) is a
+// matrix of one row (A) or one column (B), the result without that dim:
+// the gradients of those matrices, reshaped back.
 static llvm::Error ruleMatMul(RuleContext &c) {
-  if (c.in(0)->type().rank() < 2 || c.in(1)->type().rank() < 2)
-    return noRule(c.op, "1-D operands are not supported");
-  emitPair(c, OpKind::MatMulGrad, {c.dY[0], c.in(0), c.in(1)}, {});
+  Value *a = c.in(0), *b = c.in(1), *dY = c.dY[0];
+  bool aVec = a->type().rank() == 1, bVec = b->type().rank() == 1;
+  if (!aVec && !bVec) {
+    emitPair(c, OpKind::MatMulGrad, {dY, a, b}, {});
+    return llvm::Error::success();
+  }
+  ir::Shape dShape = dY->type().shape;
+  if (aVec) {
+    a = c.b.reshape(a, {1, a->type().shape[0]});
+    dShape.insert(dShape.end() - (bVec ? 0 : 1), 1);
+  }
+  if (bVec) {
+    b = c.b.reshape(b, {b->type().shape[0], 1});
+    dShape.push_back(1);
+  }
+  emitPair(c, OpKind::MatMulGrad, {c.b.reshape(dY, dShape), a, b}, {});
+  for (unsigned i = 0; i < 2; ++i)
+    if (c.dX[i] && c.dX[i]->type().shape != c.in(i)->type().shape)
+      c.dX[i] = c.b.reshape(c.dX[i], c.in(i)->type().shape);
   return llvm::Error::success();
 }
 
@@ -546,9 +566,45 @@ static llvm::Error ruleSlice(RuleContext &c) {
 // negative (that side of X was cropped, as RWKV's time shift does) a Pad of
 // dY by the negated pads, which crops what was added and puts zeros back
 // where X was cropped.
+// Pad in reflect, edge or wrap mode: each output element reads one input
+// element, axis by axis (ir/PadIndex.h), so the padding is one Gather per
+// padded axis at a constant index vector, and its gradient a GatherGrad
+// per axis (the rows that several outputs read summed), the last axis
+// first.
+static llvm::Error rulePadSource(RuleContext &c) {
+  const std::string &mode = c.op.getString("mode");
+  const auto &pads = c.op.getInts("pads");
+  const ir::TensorType &x = c.in(0)->type();
+  size_t r = x.rank();
+  Value *d = c.dY[0];
+  for (size_t k = r; k-- > 0;) {
+    int64_t n = x.shape[k], outLen = d->type().shape[k];
+    if (pads[k] == 0 && pads[r + k] == 0)
+      continue;
+    if (n == 0)
+      return noRule(c.op, "padding an empty axis");
+    std::vector<int64_t> source(static_cast<size_t>(outLen));
+    for (int64_t o = 0; o < outLen; ++o)
+      source[size_t(o)] = ir::padSourceIndex(mode, o - pads[k], n);
+    Value *at = c.b.graph().addConst(
+        c.b.graph().uniqueName("grad.pad_source"),
+        ir::TensorData::fromInts(ir::DType::I64, {outLen}, source));
+    ir::Shape shape = d->type().shape;
+    shape[k] = n;
+    d = c.b.emit(OpKind::GatherGrad, {d, at},
+                 {{"axis", int64_t(k)},
+                  {"shape", std::vector<int64_t>(shape.begin(), shape.end())}});
+  }
+  c.dX[0] = d;
+  return llvm::Error::success();
+}
+
 static llvm::Error rulePad(RuleContext &c) {
-  if (c.op.getString("mode") != "constant")
-    return noRule(c.op, "only mode \"constant\" is differentiable");
+  const std::string &mode = c.op.getString("mode");
+  if (mode == "reflect" || mode == "edge" || mode == "wrap")
+    return rulePadSource(c);
+  if (mode != "constant")
+    return noRule(c.op, "mode \"" + mode + "\" is not differentiable");
   const auto &pads = c.op.getInts("pads");
   if (llvm::any_of(pads, [](int64_t p) { return p < 0; })) {
     std::vector<int64_t> negated;

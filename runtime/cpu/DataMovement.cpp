@@ -11,6 +11,7 @@
 // slice along an outer axis, a transpose that keeps the last axis). A
 // transpose that moves the last axis becomes a batched 2-D transpose done in
 // cache-sized tiles.
+#include "ir/PadIndex.h"
 #include "runtime/cpu/CpuKernels.h"
 
 #include "support/ShapeMath.h"
@@ -546,24 +547,13 @@ llvm::Error pad(const KernelCall &c) {
     maps[d].resize(out.shape[d]);
     for (int64_t o = 0; o < out.shape[d]; ++o) {
       int64_t i = o - pads[d];
-      if (i >= 0 && i < n) {
-        maps[d][o] = i;
-      } else if (mode == "constant") {
-        maps[d][o] = -1;
-      } else if (n == 0) {
+      if (n == 0 && mode != "constant")
         return kernelError(c, "{0} padding of axis {1} needs a non-empty "
                               "input axis",
                            mode, d);
-      } else if (mode == "edge" || n == 1) {
-        maps[d][o] = std::clamp<int64_t>(i, 0, n - 1);
-      } else if (mode == "reflect") {
-        // Reflection without repeating the edge, periodic with 2(n-1) for
-        // pads wider than the axis (as numpy does).
-        int64_t period = 2 * (n - 1), m = ((i % period) + period) % period;
-        maps[d][o] = m < n ? m : period - m;
-      } else {
+      maps[d][o] = n == 0 ? -1 : ir::padSourceIndex(mode, i, n);
+      if (maps[d][o] == -2)
         return kernelError(c, "unknown mode '{0}'", mode);
-      }
     }
   }
   uint64_t bits = padValueBits(in.dtype, c.getFloat("value"));

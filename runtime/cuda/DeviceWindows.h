@@ -232,8 +232,9 @@ CLEAVE_HD void poolElement(const PoolStep &s, int64_t i) {
 // Pad, runtime/cpu/DataMovement.cpp: output coordinate o of dim d reads
 // input coordinate o - padBegin[d] when inside; outside, constant mode
 // writes `value` (the raw bits of the element), edge clamps, reflect
-// mirrors without repeating the edge (periodic with 2 (n - 1)).
-enum class PadMode : uint8_t { Constant, Edge, Reflect };
+// mirrors without repeating the edge (periodic with 2 (n - 1)), wrap
+// takes the coordinate modulo n (ir/PadIndex.h, the same rule).
+enum class PadMode : uint8_t { Constant, Edge, Reflect, Wrap };
 
 struct PadStep {
   PadMode mode = PadMode::Constant;
@@ -256,6 +257,8 @@ CLEAVE_HD void padElement(const PadStep &s, int64_t i) {
     if (c < 0 || c >= n) {
       if (s.mode == PadMode::Constant) {
         inside = false;
+      } else if (s.mode == PadMode::Wrap) {
+        c = ((c % n) + n) % n;
       } else if (s.mode == PadMode::Edge || n == 1) {
         c = c < 0 ? 0 : n - 1;
       } else {

@@ -241,6 +241,8 @@ llvm::Expected<Steps> lowerPad(const KernelCall &call) {
     s.mode = PadMode::Edge;
   else if (mode == "reflect")
     s.mode = PadMode::Reflect;
+  else if (mode == "wrap")
+    s.mode = PadMode::Wrap;
   else
     return fail(call, "unknown mode '" + mode + "'");
   if (pads.size() != 2 * x.rank() || y.rank() != x.rank())

@@ -274,6 +274,17 @@ TEST(Gradcheck, MatMul) {
     Value *w = b.param("w", {4, 2});
     b.lossOf(b.op(OpKind::MatMul, {x, w}));
   });
+  // 1-D operands: vector-matrix, batched matrix-vector, and a dot product
+  // (a spectral norm's u^T W v).
+  gradcheck([](Builder &b) {
+    b.lossOf(b.op(OpKind::MatMul, {b.param("u", {4}), b.param("w", {2, 4, 3})}));
+  });
+  gradcheck([](Builder &b) {
+    b.lossOf(b.op(OpKind::MatMul, {b.param("w", {2, 3, 4}), b.param("v", {4})}));
+  });
+  gradcheck([](Builder &b) {
+    b.lossOf(b.op(OpKind::MatMul, {b.param("u", {5}), b.param("v", {5})}));
+  });
 }
 
 TEST(Gradcheck, Gemm) {
@@ -617,6 +628,24 @@ TEST(Gradcheck, DataMovement) {
                   {{"pads", std::vector<int64_t>{0, 1, -1, -1}},
                    {"value", 0.25f}}));
   });
+  // Reflect, edge and wrap (ReflectionPad2d, ReplicationPad2d,
+  // CircularPad2d, Conv2d's padding_mode): pads wider than an axis, one on
+  // a single-element axis, and a crop beside a pad.
+  for (const char *mode : {"reflect", "edge", "wrap"}) {
+    SCOPED_TRACE(mode);
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {2, 3, 4});
+      b.lossOf(b.op(OpKind::Pad, {x},
+                    {{"mode", std::string(mode)},
+                     {"pads", std::vector<int64_t>{0, 2, 1, 0, 1, 5}}}));
+    });
+    gradcheck([&](Builder &b) {
+      Value *x = b.param("x", {1, 4});
+      b.lossOf(b.op(OpKind::Pad, {x},
+                    {{"mode", std::string(mode)},
+                     {"pads", std::vector<int64_t>{2, -1, 1, 2}}}));
+    });
+  }
   for (int64_t axis : {0, 1})
     gradcheck([&](Builder &b) {
       Value *x = b.param("x", {4, 3});
