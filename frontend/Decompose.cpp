@@ -744,8 +744,27 @@ llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
   }
   std::string direction = attrString(n, "direction", "forward");
   // The default activations, spelled out or not (the legacy exporter
-  // writes them), and no clip.
-  if (const onnx::AttributeProto *a = findAttr(n, "activations")) {
+  // writes them), and no clip; an RNN's may be Relu or Sigmoid too
+  // (nn.RNN(nonlinearity="relu")), one per direction.
+  OpKind rnnAct[2] = {OpKind::Tanh, OpKind::Tanh};
+  const onnx::AttributeProto *given = findAttr(n, "activations");
+  if (kind == "RNN" && given) {
+    for (int i = 0; i < given->strings_size() && i < 2; ++i) {
+      llvm::StringRef f(given->strings(i));
+      if (f.equals_insensitive("relu"))
+        rnnAct[i] = OpKind::Relu;
+      else if (f.equals_insensitive("sigmoid"))
+        rnnAct[i] = OpKind::Sigmoid;
+      else if (!f.equals_insensitive("tanh"))
+        return importError("{0}: RNN activation '{1}' is not supported "
+                           "(Tanh, Relu and Sigmoid are)",
+                           where, f);
+    }
+    if (given->strings_size() == 1)
+      rnnAct[1] = rnnAct[0];
+    given = nullptr; // checked
+  }
+  if (const onnx::AttributeProto *a = given) {
     std::vector<std::string> want = kind == "LSTM"  ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
                                     : kind == "GRU" ? std::vector<std::string>{"sigmoid", "tanh"}
                                                     : std::vector<std::string>{"tanh"};
@@ -902,7 +921,7 @@ llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
       };
       llvm::Expected<Value *> next = nullptr;
       if (kind == "RNN") {
-        next = act(OpKind::Tanh, *xg, *hr);
+        next = act(rnnAct[d], *xg, *hr);
       } else if (kind == "GRU") { // gates z, r, h
         auto xz = gate(*xg, 0), hz = gate(*hr, 0), xr = gate(*xg, 1),
              hrr = gate(*hr, 1), xh = gate(*xg, 2);

@@ -70,11 +70,12 @@ llvm::Error decomposeSpaceToDepth(ImportContext &ctx, const onnx::NodeProto &n,
 
 // RNN, GRU and LSTM unrolled over their (static) sequence: per direction
 // one MatMul of every step's input with W, then per step the recurrent
-// MatMul with R and the gates of ONNX's equations (default activations),
-// the steps' hidden states concatenated into Y; Y_h (and LSTM's Y_c) the
-// last step's. Both layouts, forward, reverse and bidirectional, GRU's
-// linear_before_reset either way; refused by name: sequence_lens, other
-// activations, clip, peepholes, LSTM's input_forget.
+// MatMul with R and the gates of ONNX's equations (default activations;
+// an RNN's Tanh, Relu or Sigmoid), the steps' hidden states concatenated
+// into Y; Y_h (and LSTM's Y_c) the last step's. Both layouts, forward,
+// reverse and bidirectional, GRU's linear_before_reset either way; refused
+// by name: sequence_lens, other activations, clip, peepholes, LSTM's
+// input_forget.
 llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
                                int index);
 
