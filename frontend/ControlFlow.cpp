@@ -49,6 +49,31 @@ llvm::Error ImportContext::alias(const onnx::NodeProto &n, int index,
   return llvm::Error::success();
 }
 
+// The values a nested body reads from the body around it, renamed as
+// `rename` says (its own nodes' inputs and its outputs, at every depth).
+static void renameCaptures(onnx::GraphProto &g,
+                           const std::map<std::string, std::string> &rename) {
+  for (auto &node : *g.mutable_node()) {
+    for (int k = 0; k < node.input_size(); ++k) {
+      auto it = rename.find(node.input(k));
+      if (it != rename.end())
+        node.set_input(k, it->second);
+    }
+    for (auto &a : *node.mutable_attribute()) {
+      if (a.type() == onnx::AttributeProto::GRAPH)
+        renameCaptures(*a.mutable_g(), rename);
+      else if (a.type() == onnx::AttributeProto::GRAPHS)
+        for (auto &sub : *a.mutable_graphs())
+          renameCaptures(sub, rename);
+    }
+  }
+  for (auto &o : *g.mutable_output()) {
+    auto it = rename.find(o.name());
+    if (it != rename.end())
+      o.set_name(it->second);
+  }
+}
+
 llvm::Expected<std::vector<std::string>>
 ImportContext::importSubgraph(const onnx::NodeProto &n, int index,
                               const onnx::GraphProto &body,
@@ -66,12 +91,16 @@ ImportContext::importSubgraph(const onnx::NodeProto &n, int index,
     rename[body.input(i).name()] = bound[i];
   for (int i = 0; i < body.node_size(); ++i) {
     onnx::NodeProto copy = body.node(i);
-    for (const auto &a : copy.attribute())
-      if (a.type() == onnx::AttributeProto::GRAPH ||
-          a.type() == onnx::AttributeProto::GRAPHS)
-        return importError("{0}: control flow nested in its body (node "
-                           "'{1}', {2}) is not supported",
-                           where, copy.name(), copy.op_type());
+    // A nested body (an If inside the Loop: the dynamo export of
+    // nn.EmbeddingBag) reads this body's values by name; ONNX's names are
+    // unique across scopes, so its references take the same new names.
+    for (auto &a : *copy.mutable_attribute()) {
+      if (a.type() == onnx::AttributeProto::GRAPH)
+        renameCaptures(*a.mutable_g(), rename);
+      else if (a.type() == onnx::AttributeProto::GRAPHS)
+        for (auto &g : *a.mutable_graphs())
+          renameCaptures(g, rename);
+    }
     for (int k = 0; k < copy.input_size(); ++k) {
       auto it = rename.find(copy.input(k));
       if (it != rename.end())

@@ -1292,5 +1292,106 @@ llvm::Error translateScatterElements(ImportContext &ctx,
   return ctx.emit(n, index, OpKind::Where, {landed, avg, self}, {}, false);
 }
 
+llvm::Error decomposeCol2Im(ImportContext &ctx, const onnx::NodeProto &n,
+                            int index) {
+  std::string where = describeNode(n, index);
+  auto x = ctx.operand(n, index, 0);
+  if (!x)
+    return x.takeError();
+  auto image = ctx.staticInts(n, index, 1, "image_shape");
+  if (!image)
+    return image.takeError();
+  auto block = ctx.staticInts(n, index, 2, "block_shape");
+  if (!block)
+    return block.takeError();
+  const TensorType &xt = (*x)->type();
+  size_t sp = block->size();
+  if (xt.rank() != 3 || image->size() != sp || sp == 0)
+    return importError("{0}: input {1}, image_shape of {2} and block_shape "
+                       "of {3} dims do not fit [N, C * block, L]",
+                       where, xt.str(), image->size(), sp);
+  std::vector<int64_t> ones(sp, 1), zeros(2 * sp, 0);
+  auto strides = attrInts(n, "strides").value_or(ones);
+  auto dil = attrInts(n, "dilations").value_or(ones);
+  auto pads = attrInts(n, "pads").value_or(zeros);
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp)
+    return importError("{0}: strides, dilations and pads need {1}, {1} and "
+                       "{2} entries",
+                       where, sp, 2 * sp);
+  int64_t taps = 1, blocks = 1;
+  std::vector<int64_t> grid;
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t span = dil[i] * ((*block)[i] - 1) + 1;
+    int64_t room = (*image)[i] + pads[i] + pads[sp + i] - span;
+    if ((*block)[i] < 1 || strides[i] < 1 || dil[i] < 1 || room < 0)
+      return importError("{0}: block {1} does not fit image {2}", where,
+                         shapeStr(*block), shapeStr(*image));
+    taps *= (*block)[i];
+    grid.push_back(room / strides[i] + 1);
+    blocks *= grid.back();
+  }
+  if (xt.shape[1] % taps || xt.shape[2] != blocks)
+    return importError("{0}: input {1} is not [N, C * {2}, {3}]", where,
+                       xt.str(), taps, blocks);
+  int64_t channels = xt.shape[1] / taps;
+  std::vector<int64_t> laid{xt.shape[0], xt.shape[1]};
+  laid.insert(laid.end(), grid.begin(), grid.end());
+  auto cols = ctx.append(n, index, OpKind::Reshape, {*x},
+                         {{"shape", Attribute(laid)}});
+  if (!cols)
+    return cols.takeError();
+  // Weight [C * K, 1, block...]: row c * K + j is 1 at tap j.
+  Shape wShape{xt.shape[1], 1};
+  wShape.append(block->begin(), block->end());
+  std::vector<double> w(size_t(xt.shape[1] * taps), 0.0);
+  for (int64_t r = 0; r < xt.shape[1]; ++r)
+    w[size_t(r * taps + r % taps)] = 1.0;
+  Value *weight = ctx.graph().addConst(ctx.freshName(n.output(0) + ".taps"),
+                                       TensorData::fromDoubles(xt.dtype, wShape, w));
+  std::vector<int64_t> shape{xt.shape[0], channels};
+  shape.insert(shape.end(), image->begin(), image->end());
+  return ctx.emit(n, index, OpKind::ConvTranspose, {*cols, weight},
+                  {{"dilations", Attribute(dil)},
+                   {"group", Attribute(channels)},
+                   {"pads", Attribute(pads)},
+                   {"shape", Attribute(shape)},
+                   {"strides", Attribute(strides)}},
+                  false);
+}
+
+llvm::Error decomposeConcatFromSequence(ImportContext &ctx,
+                                        const onnx::NodeProto &n, int index) {
+  std::string where = describeNode(n, index);
+  const std::vector<Value *> *seq = ctx.sequence(n.input_size() ? n.input(0) : "");
+  if (!seq)
+    return importError("{0}: input '{1}' is not a sequence cleave holds",
+                       where, n.input_size() ? n.input(0) : "");
+  if (seq->empty())
+    return importError("{0}: the sequence is empty", where);
+  int64_t rank = int64_t((*seq)[0]->type().rank());
+  bool stack = attrInt(n, "new_axis", 0) != 0;
+  int64_t axis = attrInt(n, "axis", 0), limit = rank + (stack ? 1 : 0);
+  if (axis < -limit || axis >= limit)
+    return importError("{0}: axis {1} is out of range for elements of rank "
+                       "{2}",
+                       where, axis, rank);
+  if (axis < 0)
+    axis += limit;
+  std::vector<Value *> parts;
+  for (Value *v : *seq) {
+    if (!stack) {
+      parts.push_back(v);
+      continue;
+    }
+    auto lifted = ctx.append(n, index, OpKind::Unsqueeze, {v},
+                             {{"axes", Attribute(std::vector<int64_t>{axis})}});
+    if (!lifted)
+      return lifted.takeError();
+    parts.push_back(*lifted);
+  }
+  return ctx.emit(n, index, OpKind::Concat, std::move(parts),
+                  {{"axis", Attribute(axis)}}, false);
+}
+
 } // namespace cleave::frontend
 

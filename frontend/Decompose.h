@@ -110,5 +110,20 @@ llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
 llvm::Error translateScatterElements(ImportContext &ctx,
                                      const onnx::NodeProto &n, int index);
 
+// Col2Im (nn.Fold, opset 18): the sum of each column's block into the
+// image is a transposed convolution, grouped by channel, of the columns
+// laid out as [N, C * K, blocks...] with a constant one-hot weight
+// [C * K, 1, block...] (tap j of each channel's K): its gradient is the
+// convolution that reads the blocks back (im2col), its forward adds the
+// overlaps as ConvTranspose does.
+llvm::Error decomposeCol2Im(ImportContext &ctx, const onnx::NodeProto &n,
+                            int index);
+
+// ConcatFromSequence of a sequence cleave holds as a list (SplitToSequence,
+// SequenceConstruct, SequenceInsert): a Concat of its elements, each
+// Unsqueezed first where new_axis stacks them.
+llvm::Error decomposeConcatFromSequence(ImportContext &ctx,
+                                        const onnx::NodeProto &n, int index);
+
 } // namespace cleave::frontend
 
