@@ -902,12 +902,14 @@ Types resize(const TypeQuery &q) {
         return failf("scales must be positive, got {0}", s);
   }
   const std::string &mode = q.getString("mode");
-  if (mode != "nearest" && mode != "linear")
-    return failf("mode '{0}' is not supported (cleave supports nearest and "
-                 "linear)",
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return failf("mode '{0}' is not supported (cleave supports nearest, "
+                 "linear and cubic)",
                  mode);
-  if (mode == "linear" && !isFloat(x.dtype))
-    return failf("mode linear needs a float tensor, not {0}", x.str());
+  if (mode != "nearest" && !isFloat(x.dtype))
+    return failf("mode {0} needs a float tensor, not {1}", mode, x.str());
+  if (mode == "cubic" && q.getInt("exclude_outside") != 0)
+    return failf("cubic with exclude_outside is not supported");
   const std::string &ct = q.getString("coordinate_transformation_mode");
   if (ct != "half_pixel" && ct != "pytorch_half_pixel" &&
       ct != "align_corners" && ct != "asymmetric" &&

@@ -700,8 +700,8 @@ static llvm::Error ruleDFT(RuleContext &c) {
 }
 
 static llvm::Error ruleResize(RuleContext &c) {
-  AttrMap attrs = copyAttrs(c.op, {"coordinate_transformation_mode", "mode",
-                                   "nearest_mode"});
+  AttrMap attrs = copyAttrs(c.op, {"coordinate_transformation_mode",
+                                   "cubic_coeff_a", "mode", "nearest_mode"});
   if (c.op.hasAttr("scales"))
     attrs.emplace("scales", c.op.attr("scales"));
   c.dX[0] = c.b.emit(OpKind::ResizeGrad, {c.dY[0]},

@@ -1,24 +1,29 @@
-// Resize (modes nearest and linear) and ResizeGrad for the CPU backend.
+// Resize (modes nearest, linear and cubic) and ResizeGrad for the CPU
+// backend.
 //
-// Each dim gets a table from output index to the input index (nearest) or
-// the two input indices and their weights (linear), computed once per call
-// (nearest in float whatever the type, as PyTorch; linear in the element's
-// compute type, float for f32 and double for f64) with
-// PyTorch's formulas: the input coordinate is (o + 0.5) * scale - 0.5
-// (half_pixel), o * scale (asymmetric, align_corners) and so on, scale
-// being input units per output unit (1 / the ONNX scale when the op keeps
-// `scales`, else in / out); linear clamps the coordinate into the input as
-// PyTorch does (the same values as ONNX's edge padding). A dim whose table
+// Each dim gets a table from output index to the input indices it reads
+// and their weights: one index (nearest), two (linear) or four (cubic),
+// computed once per call (nearest in float whatever the type, as PyTorch;
+// linear and cubic in the element's compute type, float for f32 and
+// double for f64) with PyTorch's formulas: the input coordinate is
+// (o + 0.5) * scale - 0.5 (half_pixel), o * scale (asymmetric,
+// align_corners) and so on, scale being input units per output unit (1 /
+// the ONNX scale when the op keeps `scales`, else in / out); linear clamps
+// the coordinate into the input as PyTorch does (the same values as ONNX's
+// edge padding); cubic does not, and reads the four inputs around it with
+// the cubic convolution's weights (coefficient A = cubic_coeff_a, -0.75 as
+// PyTorch's), indices clamped to the edge (upsample_bicubic2d's bounded
+// reads, ONNX's edge padding with exclude_outside 0). A dim whose table
 // maps every output index to itself with weight 1 is skipped.
 //
 // The forward computes each output element on its own (threads split the
-// outputs). Linear interpolates the outermost resized dim last, as
-// PyTorch's CPU kernel: out = w0 * f(i0) + w1 * f(i1), f the same over the
-// inner dims. ResizeGrad splits the input into planes (the dims before the
-// first resized one), threads split the planes, and each plane adds its
-// output gradients in row-major order, each corner's weight the product
-// of its dims' weights, outermost first (PyTorch's order): the bits do not
-// depend on the thread count.
+// outputs). Linear and cubic interpolate the outermost resized dim last,
+// as PyTorch's CPU kernel: out = w0 * f(i0) + w1 * f(i1) + ..., f the same
+// over the inner dims. ResizeGrad splits the input into planes (the dims
+// before the first resized one), threads split the planes, and each plane
+// adds its output gradients in row-major order, each tap's weight the
+// product of its dims' weights, outermost first (PyTorch's order): the
+// bits do not depend on the thread count.
 #include "runtime/cpu/CpuKernels.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -33,14 +38,18 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 
+constexpr int kMaxTaps = 4;
+
 template <typename C> struct AxisMap {
-  std::vector<int64_t> i0, i1; // input indices per output index
-  std::vector<C> w0, w1;       // their weights (linear)
+  std::vector<int64_t> at[kMaxTaps]; // input indices per output index
+  std::vector<C> w[kMaxTaps];        // their weights (linear, cubic)
   bool identity = true;
 };
 
 struct Geometry {
-  bool linear;
+  int taps; // 1 nearest, 2 linear, 4 cubic
+  bool linear; // interpolating: linear or cubic
+  double cubicA;
   std::string coord, nearest;
   const std::vector<float> *scales; // null: in / out
 };
@@ -48,13 +57,27 @@ struct Geometry {
 llvm::Expected<Geometry> geometryOf(const KernelCall &c) {
   Geometry g;
   const std::string &mode = c.getString("mode");
-  if (mode != "nearest" && mode != "linear")
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
     return kernelError(c, "mode '{0}' is not supported", mode);
-  g.linear = mode == "linear";
+  g.taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+  g.linear = g.taps > 1;
+  g.cubicA = c.hasAttr("cubic_coeff_a") ? c.getFloat("cubic_coeff_a") : -0.75;
   g.coord = c.getString("coordinate_transformation_mode");
   g.nearest = c.getString("nearest_mode");
   g.scales = c.hasAttr("scales") ? &c.attr("scales").getFloats() : nullptr;
   return g;
+}
+
+// The cubic convolution's weights of the taps at -1, 0, 1, 2 from the
+// coordinate's floor, t its fraction (PyTorch's
+// get_cubic_upsample_coefficients).
+template <typename C> void cubicWeights(C t, C a, C w[4]) {
+  auto near = [a](C x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };
+  auto far = [a](C x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };
+  w[0] = far(t + 1);
+  w[1] = near(t);
+  w[2] = near(1 - t);
+  w[3] = far(2 - t);
 }
 
 // The input coordinate of output index o along a dim of `in` -> `out`.
@@ -99,26 +122,35 @@ axisMaps(const KernelCall &c, const Geometry &g, llvm::ArrayRef<int64_t> in,
       scale = C(1.0 / double((*g.scales)[d]));
     else
       scale = C(n) / C(o);
-    m.i0.resize(o);
-    if (g.linear) {
-      m.i1.resize(o);
-      m.w0.resize(o);
-      m.w1.resize(o);
+    for (int k = 0; k < g.taps; ++k) {
+      m.at[k].resize(o);
+      if (g.linear)
+        m.w[k].resize(o);
     }
     for (int64_t j = 0; j < o; ++j) {
       C x = sourceCoordinate<C>(g.coord, scale, j, o);
-      if (!g.linear) {
-        m.i0[j] = std::clamp<int64_t>(nearestIndex(g.nearest, x), 0, n - 1);
-        m.identity &= n == o && m.i0[j] == j;
+      if (g.taps == 1) {
+        m.at[0][j] = std::clamp<int64_t>(nearestIndex(g.nearest, x), 0, n - 1);
+        m.identity &= n == o && m.at[0][j] == j;
+        continue;
+      }
+      if (g.taps == 4) {
+        C f = std::floor(x), t = x - f, w[4];
+        cubicWeights<C>(t, C(g.cubicA), w);
+        for (int k = 0; k < 4; ++k) {
+          m.at[k][j] = std::clamp<int64_t>(int64_t(f) - 1 + k, 0, n - 1);
+          m.w[k][j] = w[k];
+        }
+        m.identity &= n == o && int64_t(f) == j && t == C(0);
         continue;
       }
       x = std::max(x, C(0));
       int64_t i0 = std::min<int64_t>(int64_t(x), n - 1);
       C lambda = std::clamp(x - C(i0), C(0), C(1));
-      m.i0[j] = i0;
-      m.i1[j] = std::min<int64_t>(i0 + 1, n - 1);
-      m.w0[j] = C(1) - lambda;
-      m.w1[j] = lambda;
+      m.at[0][j] = i0;
+      m.at[1][j] = std::min<int64_t>(i0 + 1, n - 1);
+      m.w[0][j] = C(1) - lambda;
+      m.w[1][j] = lambda;
       m.identity &= n == o && i0 == j && lambda == C(0);
     }
   }
@@ -163,6 +195,7 @@ template <typename S> llvm::Error resizeLinear(const KernelCall &c) {
   const S *src = x.as<S>();
   S *dst = y.as<S>();
   int64_t levels = resized.size();
+  int taps = g->taps;
   parallelFor(y.numElements(), 1 << 12, [&](int64_t b, int64_t e) {
     forEachIndex(y.shape, b, e, [&](int64_t p, llvm::ArrayRef<int64_t> coord) {
       int64_t base = 0;
@@ -176,8 +209,9 @@ template <typename S> llvm::Error resizeLinear(const KernelCall &c) {
         size_t d = resized[k];
         const AxisMap<C> &m = (*maps)[d];
         int64_t j = coord[d];
-        C out = self(self, k + 1, off + m.i0[j] * strides[d]) * m.w0[j];
-        out += self(self, k + 1, off + m.i1[j] * strides[d]) * m.w1[j];
+        C out = self(self, k + 1, off + m.at[0][j] * strides[d]) * m.w[0][j];
+        for (int t = 1; t < taps; ++t)
+          out += self(self, k + 1, off + m.at[t][j] * strides[d]) * m.w[t][j];
         return out;
       };
       dst[p] = Elem<S>::store(eval(eval, 0, base));
@@ -202,7 +236,7 @@ template <typename U> llvm::Error resizeNearest(const KernelCall &c) {
     forEachIndex(y.shape, b, e, [&](int64_t p, llvm::ArrayRef<int64_t> coord) {
       int64_t off = 0;
       for (size_t d = 0; d < coord.size(); ++d)
-        off += (*maps)[d].i0[coord[d]] * strides[d];
+        off += (*maps)[d].at[0][coord[d]] * strides[d];
       dst[p] = src[off];
     });
   });
@@ -211,7 +245,8 @@ template <typename U> llvm::Error resizeNearest(const KernelCall &c) {
 
 llvm::Error resize(const KernelCall &c) {
   DType dt = c.inputs[0].dtype;
-  if (c.getString("mode") == "linear") {
+  const std::string &mode = c.getString("mode");
+  if (mode == "linear" || mode == "cubic") {
     switch (dt) {
     case DType::F64:
       return resizeLinear<double>(c);
@@ -222,7 +257,7 @@ llvm::Error resize(const KernelCall &c) {
     case DType::BF16:
       return resizeLinear<BFloat>(c);
     default:
-      return kernelError(c, "mode linear needs a float tensor, not {0}",
+      return kernelError(c, "mode {0} needs a float tensor, not {1}", mode,
                          ir::dtypeName(dt));
     }
   }
@@ -274,7 +309,7 @@ llvm::Error resizeGradWith(const KernelCall &c, const Geometry &g) {
       if (!g.linear) {
         int64_t off = 0;
         for (size_t d = first; d < rank; ++d)
-          off += (*maps)[d].i0[coord[d - first]] * strides[d];
+          off += (*maps)[d].at[0][coord[d - first]] * strides[d];
         plane[off] += gv;
         return;
       }
@@ -291,10 +326,9 @@ llvm::Error resizeGradWith(const KernelCall &c, const Geometry &g) {
         size_t d = resized[k];
         const AxisMap<C> &m = (*maps)[d];
         int64_t j = coord[d - first];
-        self(self, k + 1, off + m.i0[j] * strides[d],
-             k ? C(w * m.w0[j]) : m.w0[j]);
-        self(self, k + 1, off + m.i1[j] * strides[d],
-             k ? C(w * m.w1[j]) : m.w1[j]);
+        for (int t = 0; t < g.taps; ++t)
+          self(self, k + 1, off + m.at[t][j] * strides[d],
+               k ? C(w * m.w[t][j]) : m.w[t][j]);
       };
       scatter(scatter, 0, base, C(1));
     });

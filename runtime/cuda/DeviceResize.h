@@ -1,9 +1,9 @@
-// Device code of Resize and ResizeGrad (DeviceCode.h), modes nearest and
-// linear, with the CPU kernel's formulas (runtime/cpu/Resize.cpp) computed
-// per element instead of from tables: the input coordinate of output index
-// o along dim d in float (PyTorch's formulas: (o + 0.5) scale - 0.5 for
-// half_pixel, o scale for asymmetric and align_corners, ...), nearest's
-// rounding, linear's two taps and weights. The lowering computes each
+// Device code of Resize and ResizeGrad (DeviceCode.h), modes nearest,
+// linear and cubic, with the CPU kernel's formulas (runtime/cpu/Resize.cpp)
+// computed per element instead of from tables: the input coordinate of
+// output index o along dim d in float (PyTorch's formulas: (o + 0.5) scale
+// - 0.5 for half_pixel, o scale for asymmetric and align_corners, ...),
+// nearest's rounding, linear's two taps and weights, cubic's four. The lowering computes each
 // dim's scale and whether the dim maps every index to itself (then it is
 // read straight, as the CPU skips it) with the same functions.
 //
@@ -29,11 +29,15 @@ enum class ResizeCoord : uint8_t {
 };
 enum class ResizeRound : uint8_t { PreferFloor, PreferCeil, Floor, Ceil };
 
-// Linear interpolates at most this many dims (2^kMaxResized corners).
+// Linear interpolates at most this many dims (2^kMaxResized corners),
+// cubic half as many (4^(kMaxResized / 2)).
 constexpr int kMaxResized = 4;
+constexpr int kMaxCorners = 1 << kMaxResized;
 
 struct ResizeStep {
-  bool linear = false, grad = false;
+  bool linear = false, grad = false; // linear: interpolating (linear, cubic)
+  int taps = 1;                      // 1 nearest, 2 linear, 4 cubic
+  float cubicA = -0.75f;
   ResizeCoord coord = ResizeCoord::HalfPixel;
   ResizeRound round = ResizeRound::PreferFloor;
   const void *x = nullptr; // Resize: the input; ResizeGrad: dY
@@ -75,28 +79,48 @@ CLEAVE_HD int64_t resizeNearest(const ResizeStep &s, int d, int64_t o) {
   return i < 0 ? 0 : i > n - 1 ? n - 1 : i;
 }
 
-// Linear's taps of output index o along dim d: input indices i0 <= i1
-// and their weights.
+// The taps of output index o along dim d (linear's 2, cubic's 4): input
+// indices, never decreasing, and their weights.
 struct ResizeTaps {
-  int64_t i0, i1;
-  float w0, w1;
+  int64_t i[4];
+  float w[4];
 };
-CLEAVE_HD ResizeTaps resizeLinearTaps(const ResizeStep &s, int d, int64_t o) {
+CLEAVE_HD ResizeTaps resizeTapsOf(const ResizeStep &s, int d, int64_t o) {
   float x = resizeSource(s, d, o);
+  int64_t n = s.in[d];
+  ResizeTaps t{};
+  if (s.taps == 4) { // PyTorch's bicubic: edge reads, coefficient A
+    float f = floorf(x), u = x - f, a = s.cubicA;
+    float wu[4] = {u + 1.0f, u, 1.0f - u, 2.0f - u};
+    for (int k = 0; k < 4; ++k) {
+      int64_t i = int64_t(f) - 1 + k;
+      t.i[k] = i < 0 ? 0 : i > n - 1 ? n - 1 : i;
+      float v = wu[k];
+      t.w[k] = k == 1 || k == 2 ? ((a + 2.0f) * v - (a + 3.0f)) * v * v + 1.0f
+                                : ((a * v - 5.0f * a) * v + 8.0f * a) * v - 4.0f * a;
+    }
+    return t;
+  }
   x = x < 0.0f ? 0.0f : x;
-  int64_t n = s.in[d], i0 = int64_t(x);
+  int64_t i0 = int64_t(x);
   i0 = i0 < n - 1 ? i0 : n - 1;
   float lambda = x - float(i0);
   lambda = lambda < 0.0f ? 0.0f : 1.0f < lambda ? 1.0f : lambda;
-  return {i0, i0 + 1 < n - 1 ? i0 + 1 : n - 1, 1.0f - lambda, lambda};
+  t.i[0] = i0;
+  t.i[1] = i0 + 1 < n - 1 ? i0 + 1 : n - 1;
+  t.w[0] = 1.0f - lambda;
+  t.w[1] = lambda;
+  return t;
 }
 
 // Whether dim d reads input index o for output index o, weight 1.
 CLEAVE_HD bool resizeKeepsIndex(const ResizeStep &s, int d, int64_t o) {
   if (!s.linear)
     return resizeNearest(s, d, o) == o;
-  ResizeTaps t = resizeLinearTaps(s, d, o);
-  return t.i0 == o && t.w1 == 0.0f;
+  ResizeTaps t = resizeTapsOf(s, d, o);
+  if (s.taps == 2)
+    return t.i[0] == o && t.w[1] == 0.0f;
+  return t.i[1] == o && t.w[0] == 0.0f && t.w[2] == 0.0f && t.w[3] == 0.0f;
 }
 
 // Resize: output element p.
@@ -124,27 +148,31 @@ CLEAVE_HD void resizeElement(const ResizeStep &s, int64_t p) {
       base += coord[d] * stride[d];
     } else {
       dims[levels] = d;
-      taps[levels++] = resizeLinearTaps(s, d, coord[d]);
+      taps[levels++] = resizeTapsOf(s, d, coord[d]);
     }
   }
-  // Corner c's bit (levels - 1 - k) picks tap i1 of level k; the values
-  // combine from the innermost level out, each node a*w0 + b*w1 as the
-  // CPU's recursion.
-  float v[1 << kMaxResized];
-  for (int c = 0; c < (1 << levels); ++c) {
+  // Corner c's digit (base s.taps) at place levels - 1 - k picks level k's
+  // tap; the values combine from the innermost level out, each node
+  // v0*w0 + v1*w1 + ... as the CPU's recursion.
+  int corners = 1;
+  for (int k = 0; k < levels; ++k)
+    corners *= s.taps;
+  float v[kMaxCorners];
+  for (int c = 0; c < corners; ++c) {
     int64_t off = base;
-    for (int k = 0; k < levels; ++k) {
-      bool second = (c >> (levels - 1 - k)) & 1;
-      off += (second ? taps[k].i1 : taps[k].i0) * stride[dims[k]];
-    }
+    for (int k = levels - 1, rest = c; k >= 0; --k, rest /= s.taps)
+      off += taps[k].i[rest % s.taps] * stride[dims[k]];
     v[c] = load(s.x, s.xElem, off);
   }
-  for (int k = levels - 1; k >= 0; --k)
-    for (int c = 0; c < (1 << k); ++c) {
-      float a = v[2 * c] * taps[k].w0;
-      a += v[2 * c + 1] * taps[k].w1;
+  for (int k = levels - 1; k >= 0; --k) {
+    corners /= s.taps;
+    for (int c = 0; c < corners; ++c) {
+      float a = v[s.taps * c] * taps[k].w[0];
+      for (int t = 1; t < s.taps; ++t)
+        a += v[s.taps * c + t] * taps[k].w[t];
       v[c] = a;
     }
+  }
   store(s.out, s.outElem, p, v[0]);
 }
 
@@ -161,7 +189,7 @@ CLEAVE_HD void resizeReaders(const ResizeStep &s, int d, int64_t c,
   int64_t a = 0, b = o;
   while (a < b) {
     int64_t m = (a + b) / 2;
-    int64_t last = s.linear ? resizeLinearTaps(s, d, m).i1 : resizeNearest(s, d, m);
+    int64_t last = s.linear ? resizeTapsOf(s, d, m).i[s.taps - 1] : resizeNearest(s, d, m);
     if (last >= c)
       b = m;
     else
@@ -173,7 +201,7 @@ CLEAVE_HD void resizeReaders(const ResizeStep &s, int d, int64_t c,
   b = o;
   while (a < b) {
     int64_t m = (a + b) / 2;
-    int64_t first = s.linear ? resizeLinearTaps(s, d, m).i0 : resizeNearest(s, d, m);
+    int64_t first = s.linear ? resizeTapsOf(s, d, m).i[0] : resizeNearest(s, d, m);
     if (first <= c)
       a = m + 1;
     else
@@ -211,15 +239,20 @@ CLEAVE_HD void resizeGradElement(const ResizeStep &s, int64_t q) {
       acc += gv;
     } else {
       ResizeTaps taps[kMaxRank];
-      for (int k = 0; k < levels; ++k)
-        taps[k] = resizeLinearTaps(s, dims[k], j[dims[k]]);
-      for (int corner = 0; corner < (1 << levels); ++corner) {
+      int corners = 1;
+      for (int k = 0; k < levels; ++k) {
+        taps[k] = resizeTapsOf(s, dims[k], j[dims[k]]);
+        corners *= s.taps;
+      }
+      // The CPU's order: level 0's tap varies slowest.
+      for (int corner = 0; corner < corners; ++corner) {
         float w = 1.0f;
         bool reads = true;
-        for (int k = 0; k < levels && reads; ++k) {
-          bool second = (corner >> (levels - 1 - k)) & 1;
-          reads = (second ? taps[k].i1 : taps[k].i0) == c[dims[k]];
-          float wk = second ? taps[k].w1 : taps[k].w0;
+        for (int k = 0, place = corners / s.taps; k < levels && reads;
+             ++k, place /= s.taps) {
+          int t = (corner / place) % s.taps;
+          reads = taps[k].i[t] == c[dims[k]];
+          float wk = taps[k].w[t];
           w = k ? w * wk : wk;
         }
         if (reads)

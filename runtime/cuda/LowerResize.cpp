@@ -19,11 +19,14 @@ llvm::Expected<Steps> lowerResize(const KernelCall &call) {
   ResizeStep s;
   s.grad = grad;
   const std::string &mode = call.getString("mode");
-  if (mode != "nearest" && mode != "linear")
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
     return fail(call, "mode '" + mode + "' is not supported");
-  s.linear = mode == "linear";
+  s.taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+  s.linear = s.taps > 1;
+  if (call.hasAttr("cubic_coeff_a"))
+    s.cubicA = call.getFloat("cubic_coeff_a");
   if (s.linear && !isFloatElem(x.dtype))
-    return fail(call, "mode linear needs a float tensor, not " +
+    return fail(call, "mode " + mode + " needs a float tensor, not " +
                           std::string(ir::dtypeName(x.dtype)));
   const std::string &coord = call.getString("coordinate_transformation_mode");
   auto c = llvm::StringSwitch<std::optional<ResizeCoord>>(coord)
@@ -73,10 +76,11 @@ llvm::Expected<Steps> lowerResize(const KernelCall &call) {
     s.identity[d] = same;
     resized += !same;
   }
-  if (s.linear && !grad && resized > kMaxResized)
-    return fail(call, llvm::formatv("linear over {0} dims (the CUDA kernel "
-                                    "interpolates at most {1})",
-                                    resized, kMaxResized));
+  int most = s.taps == 4 ? kMaxResized / 2 : kMaxResized;
+  if (s.linear && (!grad || s.taps == 4) && resized > most)
+    return fail(call, llvm::formatv("{0} over {1} dims (the CUDA kernel "
+                                    "interpolates at most {2})",
+                                    mode, resized, most));
   s.threads = y.numElements();
   if (s.threads == 0)
     return Steps{};

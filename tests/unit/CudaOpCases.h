@@ -1006,7 +1006,8 @@ inline std::vector<Case> indexCases() {
 
 // Resize and ResizeGrad: nearest in every rounding (any type, by bytes),
 // linear in every coordinate transform, up and down, with and without
-// scales, over 1, 2 and 3 dims; the gradients of the same geometries.
+// scales, over 1, 2 and 3 dims, cubic up and down over 1 and 2; the
+// gradients of the same geometries.
 inline std::vector<Case> resizeCases() {
   struct Geometry {
     std::string name, mode, coord, round;
@@ -1035,6 +1036,12 @@ inline std::vector<Case> resizeCases() {
        {2, 3, 5}, {2, 3, 1}},
       {"linear middle dim", "linear", "half_pixel", "round_prefer_floor",
        {2, 3, 4}, {2, 7, 4}},
+      {"cubic up", "cubic", "half_pixel", "round_prefer_floor",
+       {1, 2, 4, 5}, {1, 2, 6, 10}, {1, 1, 1.5f, 2}},
+      {"cubic align corners", "cubic", "align_corners", "round_prefer_floor",
+       {2, 2, 5, 4}, {2, 2, 9, 3}},
+      {"cubic one dim", "cubic", "pytorch_half_pixel", "round_prefer_floor",
+       {2, 6, 3}, {2, 11, 3}},
   };
   std::vector<Case> cases;
   for (const Geometry &g : geometries) {

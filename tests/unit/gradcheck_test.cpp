@@ -517,7 +517,8 @@ TEST(Gradcheck, FlatUnaryOpsPassNoGradient) {
 }
 
 // Resize: linear (half_pixel, align_corners, asymmetric, pytorch_half_pixel
-// with a dim resized to 1, a downsample by scales) and nearest.
+// with a dim resized to 1, a downsample by scales), nearest, and cubic (up,
+// with the edge reads; align_corners; a downsample by scales).
 TEST(Gradcheck, Resize) {
   using Ints = std::vector<int64_t>;
   struct R {
@@ -533,6 +534,9 @@ TEST(Gradcheck, Resize) {
       {"linear", "half_pixel", {1, 2, 1, 2}, {1, 1, 0.6f, 0.6f}},
       {"nearest", "asymmetric", {1, 2, 6, 6}, {1, 1, 2, 2}},
       {"nearest", "half_pixel", {1, 2, 4, 5}, {}},
+      {"cubic", "half_pixel", {1, 2, 5, 7}, {}},
+      {"cubic", "align_corners", {1, 2, 6, 4}, {}},
+      {"cubic", "half_pixel", {1, 2, 2, 2}, {1, 1, 0.7f, 0.7f}},
   };
   for (const R &r : cases) {
     SCOPED_TRACE(std::string(r.mode) + " " + r.coord);

@@ -295,7 +295,8 @@ TEST(OnnxImportBuilt, PowOfConstantsFolds) {
 
 TEST(OnnxImportBuilt, ResizeToItsOwnSizeIsIdentity) {
   // DINOv2's legacy export: a bicubic Resize of the position table to the
-  // size it has. Another size in cubic mode stays unsupported.
+  // size it has. Another size is a cubic Resize (exclude_outside, which
+  // PyTorch never writes, refused).
   for (int64_t out : {4, 8}) {
     TempDir dir;
     ModelBuilder m;
@@ -303,6 +304,7 @@ TEST(OnnxImportBuilt, ResizeToItsOwnSizeIsIdentity) {
     m.initInts("sizes", {4}, {1, 2, out, out});
     onnx::NodeProto &r = m.node("Resize", {"x", "", "", "sizes"}, {"y"});
     ModelBuilder::attr(r, "mode", std::string("cubic"));
+    ModelBuilder::attr(r, "exclude_outside", int64_t(1));
     m.output("y", kFloat, 4);
     if (out == 4) {
       auto g = importBuilt(m.save(dir), {});
@@ -312,7 +314,7 @@ TEST(OnnxImportBuilt, ResizeToItsOwnSizeIsIdentity) {
       EXPECT_EQ(g->outputs()[0]->type().str(), "f32[1,2,4,4]");
     } else {
       EXPECT_THAT(importError(m.save(dir), {}),
-                  HasSubstr("mode 'cubic' is not supported"));
+                  HasSubstr("cubic with exclude_outside is not supported"));
     }
   }
 }

@@ -472,8 +472,15 @@ TEST(TypeRules, Resize) {
               HasSubstr("mode linear needs a float tensor"));
   AttrMap cubic = up;
   cubic.insert_or_assign("mode", std::string("cubic"));
+  EXPECT_EQ(infer(OpKind::Resize, {f32({1, 3, 4, 5})}, cubic),
+            Strings{"f32[1,3,8,10]"});
+  cubic.emplace("exclude_outside", int64_t(1));
   EXPECT_THAT(inferError(OpKind::Resize, {f32({1, 3, 4, 5})}, cubic),
-              HasSubstr("mode 'cubic' is not supported"));
+              HasSubstr("cubic with exclude_outside is not supported"));
+  AttrMap area = up;
+  area.insert_or_assign("mode", std::string("area"));
+  EXPECT_THAT(inferError(OpKind::Resize, {f32({1, 3, 4, 5})}, area),
+              HasSubstr("mode 'area' is not supported"));
   AttrMap scales = up;
   scales.emplace("scales", std::vector<float>{1, 1, 2});
   EXPECT_THAT(inferError(OpKind::Resize, {f32({1, 3, 4, 5})}, scales),
