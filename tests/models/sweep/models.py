@@ -18,7 +18,9 @@ torchvision: the classification and segmentation builders at small widths
 
 torch.nn losses: each of PyTorch's loss modules (and torchvision's focal
 loss) in the option sets people use, on a two-layer network whose heads
-feed the loss (`loss_entries`).
+feed the loss (`loss_entries`). torch.nn layers: one small network around
+each layer the other families do not exercise as a user writes it
+(`layer_entries`).
 
 Every entry's build() returns (module, sample, wrapper, batch): sample(gen, n)
 draws an OrderedDict of n input rows, wrapper(module) is the nn.Module whose
@@ -1274,12 +1276,13 @@ def registry():
     classes, then more of the other tasks' classes, then the mixture-of-
     experts entries with batched experts, then diagnostic variants (variant:
     seeded as the entry they vary), then torch.nn's losses, then calls
-    the dynamo exporter writes as something else."""
+    the dynamo exporter writes as something else, then torch.nn's
+    layers."""
     first = (torchvision_entries() + transformers_entries() + torch_nn_entries()
              + newer_decoder_entries() + timm_entries() + torchvision_video_entries()
              + more_causal_entries() + more_task_entries() + overridden_decoder_entries())
     return (first + batched_moe_entries(first) + diagnostic_entries(first)
-            + loss_entries() + exporter_gap_entries())
+            + loss_entries() + exporter_gap_entries() + layer_entries())
 
 
 # --------------------------------------------------------------------------
@@ -1572,4 +1575,284 @@ def exporter_gap_entries():
                        WithLoss, LOSS_ROWS)),
         entry("scatter_mean", lambda: ScatterMean(True), "torch.Tensor.scatter_reduce"),
         entry("scatter_mean_no_self", lambda: ScatterMean(False), "torch.Tensor.scatter_reduce"),
+    ]
+
+
+# --------------------------------------------------------------------------
+# torch.nn's layers
+
+# One small network per torch.nn layer (or option of one) that the other
+# families do not exercise as a user writes it: each layer between the
+# input and a linear head, trained with cross-entropy. Family
+# `torch.nn layers`; images are [n, 3, 8, 8], sequences [n, 6, 8].
+LAYER_IMAGE = (3, 8, 8)
+LAYER_SEQ = (6, 8)
+
+
+class LayerNet(nn.Module):
+    """body, flattened, then a linear head sized by one probe call."""
+
+    def __init__(self, body, shape, ints=False):
+        super().__init__()
+        self.body = body
+        probe = (torch.randint(0, 50, (2,) + shape) if ints else torch.randn((2,) + shape))
+        was = body.training
+        body.eval()
+        with torch.no_grad():
+            width = body(probe).flatten(1).shape[1]
+        body.train(was)
+        self.head = nn.Linear(width, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.body(x).flatten(1))
+
+
+class Seq(nn.Module):
+    """A recurrent module's output sequence (its states dropped)."""
+
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class Pair(nn.Module):
+    """fn(a(x), b(x)) for two linear maps of the sequence's first step."""
+
+    def __init__(self, fn, out=8):
+        super().__init__()
+        self.a = nn.Linear(8, out)
+        self.b = nn.Linear(8, out)
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(self.a(x[:, 0]), self.b(x[:, 0])).reshape(x.shape[0], -1)
+
+
+class Activations(nn.Module):
+    """A linear map, then every elementwise activation torch.nn has (but
+    RReLU, random in train()), side by side."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.acts = nn.ModuleList([
+            nn.Softmin(-1), nn.Softsign(), nn.Tanhshrink(), nn.Threshold(0.1, -1.0),
+            nn.Hardtanh(-0.5, 0.7), nn.ReLU6(), nn.GLU(), nn.Mish(), nn.Hardswish(),
+            nn.Hardsigmoid(), nn.SiLU(), nn.CELU(0.7), nn.ELU(0.5), nn.SELU(),
+            nn.GELU(approximate="tanh"), nn.LogSigmoid(), nn.Softplus(2.0, 5.0),
+            nn.Softshrink(0.3), nn.Hardshrink(0.3), nn.LeakyReLU(0.2), nn.LogSoftmax(-1)])
+
+    def forward(self, x):
+        h = self.lin(x) * 2
+        return torch.cat([a(h) for a in self.acts], -1)
+
+
+class Paddings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 1)
+        self.pads = nn.ModuleList([nn.ReflectionPad2d(1), nn.ReplicationPad2d((1, 2, 0, 1)),
+                                   nn.CircularPad2d(1), nn.ZeroPad2d((2, 0, 1, 1))])
+
+    def forward(self, x):
+        h = self.conv(x)
+        return torch.cat([p(h).flatten(1) for p in self.pads], 1)
+
+
+class FoldUnfold(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.unfold = nn.Unfold(2, stride=2)
+        self.mix = nn.Linear(12, 12)
+        self.fold = nn.Fold((8, 8), 2, stride=2)
+
+    def forward(self, x):
+        return self.fold(self.mix(self.unfold(x).transpose(1, 2)).transpose(1, 2))
+
+
+class Unpool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+        self.unpool = nn.MaxUnpool2d(2)
+
+    def forward(self, x):
+        h, idx = self.pool(torch.tanh(self.conv(x)))
+        return self.unpool(h, idx)
+
+
+class AdaptivePools(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.max = nn.AdaptiveMaxPool2d((3, 5))
+        self.avg = nn.AdaptiveAvgPool2d((4, 3))
+
+    def forward(self, x):
+        h = self.conv(x)
+        return torch.cat([self.max(h).flatten(1), self.avg(h).flatten(1)], 1)
+
+
+class Volume(nn.Module):
+    """The image as a [3, 4, 4, 4] volume: Conv3d, MaxPool3d, AvgPool3d."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 3, padding=1)
+        self.max = nn.MaxPool3d(2)
+        self.avg = nn.AvgPool3d((1, 2, 2), stride=1)
+
+    def forward(self, x):
+        return self.avg(self.max(torch.tanh(self.conv(x.reshape(-1, 3, 4, 4, 4)))))
+
+
+class TransformerSeq(nn.Module):
+    """nn.Transformer, encoder and decoder, the decoder causal."""
+
+    def __init__(self):
+        super().__init__()
+        self.t = nn.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.t(x, x[:, :4], tgt_mask=mask[:4, :4], tgt_is_causal=True)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
+                                                norm_first=True)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.layer(x, x * 0.5, tgt_mask=mask, tgt_is_causal=True)
+
+
+class Bags(nn.Module):
+    """EmbeddingBag over fixed-length bags: a mean, and a sum weighted per
+    sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.mean = nn.EmbeddingBag(50, 8, mode="mean")
+        self.sum = nn.EmbeddingBag(50, 8, mode="sum")
+        self.w = nn.Linear(1, 1)
+
+    def forward(self, x):
+        weights = torch.sigmoid(self.w(x.float().unsqueeze(-1) / 50)).squeeze(-1)
+        return torch.cat([self.mean(x), self.sum(x, per_sample_weights=weights)], 1)
+
+
+class TensorOps(nn.Module):
+    """cumsum, flip, roll, sort, tril, a masked fill and a clamp between
+    learned maps of the sequence (cumprod exports with neither exporter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.lin(x))
+        s = torch.sort(h, dim=-1).values
+        sq = h[:, :6, :6]
+        return torch.cat([torch.cumsum(h, 1), h.flip(1),
+                          h.roll(2, -1), s, F.pad(torch.tril(sq), (0, 2)),
+                          h.masked_fill(h > 0.5, 0.25), h.clamp(-0.3, 0.4)], 1)
+
+
+def seq_sample(gen, n):
+    return collections.OrderedDict([
+        ("x", torch.randn((n,) + LAYER_SEQ, generator=gen)),
+        ("labels", torch.randint(0, CLASSES, (n,), generator=gen, dtype=torch.int64))])
+
+
+def bag_sample(gen, n):
+    return collections.OrderedDict([
+        ("x", torch.randint(0, 50, (n, 5), generator=gen)),
+        ("labels", torch.randint(0, CLASSES, (n,), generator=gen, dtype=torch.int64))])
+
+
+def layer_entries():
+    """torch.nn's layers (the table above), one entry each."""
+    P = nn.utils.parametrizations
+    image = functools.partial(image_sample, size=8, key="x")
+
+    def entry(name, make, cls, kind="image"):
+        shape, sample = {"image": (LAYER_IMAGE, image), "seq": (LAYER_SEQ, seq_sample),
+                         "bag": ((5,), bag_sample)}[kind]
+        return Entry("layer_" + name, "torch.nn layers", cls,
+                     lambda: (LayerNet(make(), shape, ints=kind == "bag"), sample, WithLoss,
+                              LOSS_ROWS))
+
+    def conv_then(layer, out=4, k=3):
+        return lambda: nn.Sequential(nn.Conv2d(3, out, k), layer())
+
+    return [
+        entry("conv_same_dilated_groups",
+              lambda: nn.Sequential(nn.Conv2d(3, 6, 3, padding="same", dilation=2, groups=3),
+                                    nn.Tanh()), "torch.nn.Conv2d"),
+        entry("conv3d_pools", Volume, "torch.nn.Conv3d"),
+        entry("conv_transpose_groups",
+              lambda: nn.ConvTranspose2d(3, 6, 3, stride=2, padding=1, output_padding=1,
+                                         groups=3), "torch.nn.ConvTranspose2d"),
+        entry("group_norm", conv_then(lambda: nn.GroupNorm(2, 4)), "torch.nn.GroupNorm"),
+        entry("instance_norm_running",
+              conv_then(lambda: nn.InstanceNorm2d(4, affine=True, track_running_stats=True)),
+              "torch.nn.InstanceNorm2d"),
+        entry("local_response_norm", conv_then(lambda: nn.LocalResponseNorm(3), out=6),
+              "torch.nn.LocalResponseNorm"),
+        entry("layer_norm_no_affine",
+              conv_then(lambda: nn.LayerNorm([4, 6, 6], elementwise_affine=False)),
+              "torch.nn.LayerNorm"),
+        entry("rms_norm", lambda: nn.Sequential(nn.Linear(8, 8), nn.RMSNorm(8)),
+              "torch.nn.RMSNorm", "seq"),
+        entry("pixel_shuffle",
+              lambda: nn.Sequential(nn.Conv2d(3, 12, 1), nn.PixelShuffle(2), nn.Tanh(),
+                                    nn.PixelUnshuffle(2)), "torch.nn.PixelShuffle"),
+        entry("upsample_bilinear_corners",
+              conv_then(lambda: nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True),
+                        k=1), "torch.nn.Upsample"),
+        entry("upsample_bicubic",
+              conv_then(lambda: nn.Upsample(scale_factor=1.5, mode="bicubic"), k=1),
+              "torch.nn.Upsample"),
+        entry("upsample_nearest_size", conv_then(lambda: nn.Upsample(size=(12, 10)), k=1),
+              "torch.nn.Upsample"),
+        entry("fold_unfold", FoldUnfold, "torch.nn.Fold"),
+        entry("adaptive_pools", AdaptivePools, "torch.nn.AdaptiveMaxPool2d"),
+        entry("lp_pool", conv_then(lambda: nn.LPPool2d(2, 2)), "torch.nn.LPPool2d"),
+        entry("prelu_channels", conv_then(lambda: nn.PReLU(4)), "torch.nn.PReLU"),
+        entry("channel_shuffle", conv_then(lambda: nn.ChannelShuffle(3), out=6, k=1),
+              "torch.nn.ChannelShuffle"),
+        entry("paddings", Paddings, "torch.nn.ReflectionPad2d"),
+        entry("max_unpool", Unpool, "torch.nn.MaxUnpool2d"),
+        entry("weight_norm", lambda: P.weight_norm(nn.Conv2d(3, 4, 3)),
+              "torch.nn.utils.parametrizations.weight_norm"),
+        entry("spectral_norm", lambda: nn.Sequential(nn.Flatten(), P.spectral_norm(
+            nn.Linear(3 * 8 * 8, 16))), "torch.nn.utils.parametrizations.spectral_norm"),
+        entry("orthogonal", lambda: nn.Sequential(nn.Linear(8, 8), P.orthogonal(nn.Linear(8, 8))),
+              "torch.nn.utils.parametrizations.orthogonal", "seq"),
+        entry("gru_bidirectional",
+              lambda: Seq(nn.GRU(8, 8, 2, batch_first=True, bidirectional=True)),
+              "torch.nn.GRU", "seq"),
+        entry("lstm_proj", lambda: Seq(nn.LSTM(8, 8, batch_first=True, proj_size=4)),
+              "torch.nn.LSTM", "seq"),
+        entry("rnn_relu", lambda: Seq(nn.RNN(8, 8, nonlinearity="relu", batch_first=True)),
+              "torch.nn.RNN", "seq"),
+        entry("activations", Activations, "torch.nn activations", "seq"),
+        entry("bilinear", lambda: Pair(nn.Bilinear(8, 8, 6)), "torch.nn.Bilinear", "seq"),
+        entry("distances", lambda: Pair(lambda a, b: torch.stack(
+            [nn.CosineSimilarity(-1)(a, b), nn.PairwiseDistance(p=1)(a, b),
+             nn.PairwiseDistance(p=2)(a, b)], 1)), "torch.nn.PairwiseDistance", "seq"),
+        entry("transformer", TransformerSeq, "torch.nn.Transformer", "seq"),
+        entry("transformer_decoder_layer", DecoderLayer, "torch.nn.TransformerDecoderLayer",
+              "seq"),
+        entry("embedding_max_norm", lambda: nn.Embedding(50, 8, max_norm=1.0),
+              "torch.nn.Embedding", "bag"),
+        entry("embedding_bag", Bags, "torch.nn.EmbeddingBag", "bag"),
+        entry("tensor_ops", TensorOps, "torch (tensor ops)", "seq"),
     ]
