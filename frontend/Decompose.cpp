@@ -1058,6 +1058,35 @@ llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
   return llvm::Error::success();
 }
 
+// Appends one decomposition's IR ops for node `n`, a step at a time: after
+// the first failure the later steps append nothing and return null, and
+// takeError() gives that failure.
+class OpChain {
+public:
+  OpChain(ImportContext &ctx, const onnx::NodeProto &n, int index)
+      : ctx_(ctx), n_(n), index_(index) {}
+  Value *operator()(OpKind kind, std::vector<Value *> in, AttrMap attrs = {}) {
+    if (err_)
+      return nullptr;
+    for (Value *v : in)
+      if (!v)
+        return nullptr;
+    auto r = ctx_.append(n_, index_, kind, std::move(in), std::move(attrs));
+    if (!r) {
+      err_ = r.takeError();
+      return nullptr;
+    }
+    return *r;
+  }
+  llvm::Error takeError() { return std::move(err_); }
+
+private:
+  ImportContext &ctx_;
+  const onnx::NodeProto &n_;
+  int index_;
+  llvm::Error err_ = llvm::Error::success();
+};
+
 llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
                                          const onnx::NodeProto &n, int index) {
   // cross_entropy_loss(self, target, weight=None, reduction=Mean,
@@ -1105,23 +1134,7 @@ llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
   std::string reduction = attrString(n, "reduction", "mean");
   int64_t rank = int64_t(xt.rank()), classes = xt.shape[1];
   DType dt = xt.dtype;
-  llvm::Error err = llvm::Error::success();
-  // Each step appends one IR op; after the first failure the rest are
-  // skipped and `err` holds it.
-  auto op = [&](OpKind kind, std::vector<Value *> in,
-                AttrMap attrs = {}) -> Value * {
-    if (err)
-      return nullptr;
-    for (Value *v : in)
-      if (!v)
-        return nullptr;
-    auto r = ctx.append(n, index, kind, std::move(in), std::move(attrs));
-    if (!r) {
-      err = r.takeError();
-      return nullptr;
-    }
-    return *r;
-  };
+  OpChain op(ctx, n, index);
   auto scalar = [&](const char *what, double v) {
     return scalarFor(ctx, n, dt, what, v);
   };
@@ -1214,8 +1227,8 @@ llvm::Error translateSoftmaxCrossEntropy(ImportContext &ctx,
             {op(OpKind::Mul, {nll, scalar("keep", 1.0 - smoothing)}),
              op(OpKind::Mul, {smooth, scalar("spread", smoothing / double(classes))})}};
   }
-  if (err)
-    return std::move(err);
+  if (auto e = op.takeError())
+    return e;
   // The last op gets the node's loss output (its name, as a graph output
   // keeps it); log_prob, when the node names it, is the LogSoftmax.
   if (n.output_size() > 1 && !n.output(1).empty())
@@ -1253,21 +1266,7 @@ llvm::Error translateScatterElements(ImportContext &ctx,
                        "rounds) is not supported",
                        describeNode(n, index), self->type().str());
   int64_t axis = attrInt(n, "axis", 0);
-  llvm::Error err = llvm::Error::success();
-  auto op = [&](OpKind kind, std::vector<Value *> in,
-                AttrMap attrs = {}) -> Value * {
-    if (err)
-      return nullptr;
-    for (Value *v : in)
-      if (!v)
-        return nullptr;
-    auto r = ctx.append(n, index, kind, std::move(in), std::move(attrs));
-    if (!r) {
-      err = r.takeError();
-      return nullptr;
-    }
-    return *r;
-  };
+  OpChain op(ctx, n, index);
   auto fill = [&](Value *like, const char *what, double v) {
     const Shape &shape = like->type().shape;
     return op(OpKind::Expand, {scalarFor(ctx, n, dt, what, v)},
@@ -1281,14 +1280,14 @@ llvm::Error translateScatterElements(ImportContext &ctx,
                      at, fill(src, "counted", 1.0)},
                     add);
   if (includeSelf) {
-    if (err)
-      return std::move(err);
+    if (auto e = op.takeError())
+      return e;
     return ctx.emit(n, index, OpKind::Div, {sum, count}, {}, false);
   }
   Value *landed = op(OpKind::Greater, {count, scalarFor(ctx, n, dt, "none", 0.0)});
   Value *avg = op(OpKind::Div, {sum, op(OpKind::Max, {count, scalarFor(ctx, n, dt, "one", 1.0)})});
-  if (err)
-    return std::move(err);
+  if (auto e = op.takeError())
+    return e;
   return ctx.emit(n, index, OpKind::Where, {landed, avg, self}, {}, false);
 }
 
