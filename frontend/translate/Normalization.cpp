@@ -1,8 +1,8 @@
 // Normalization, softmax, loss and dropout. The normalizations map 1:1 to
 // IR ops, and so does the cross-entropy loss unless PyTorch's call had
-// what ONNX's op drops (translateSoftmaxCrossEntropy); Softmax and LogSoftmax before opset
-// 13 (which flatten the input to 2-D at `axis`) become a reshape, a softmax
-// over the last dim and a reshape back; Dropout's ratio and training mode
+// what ONNX's op drops (translateSoftmaxCrossEntropy); Softmax and
+// LogSoftmax before opset 13 (which flatten the input to 2-D at `axis`)
+// become a reshape, a softmax over the last dim and a reshape back; Dropout's ratio and training mode
 // inputs become attributes; BatchNormalization and Dropout train in the
 // module's mode (translateBatchNorm).
 #include "frontend/translate/Translation.h"
