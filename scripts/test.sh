@@ -53,7 +53,28 @@ cleave_configure "$CLEAVE_ROOT/build-asan" -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TY
 ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R 'unit|onnx-testdata-sweep')
+# LeakSanitizer's own tracer has crashed at exit on this machine kind once
+# in a run whose every test had passed ("Tracer caught signal 11 ...
+# LeakSanitizer has encountered a fatal error"; the same binary passed
+# leak-checked right after): a crash of the tool, not a finding. Only that
+# is run again, once; a failed test or a reported leak fails at once.
+asan_ctest() {
+  local log="$CLEAVE_ROOT/build-asan/ctest-$1.log"
+  if (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R "$1") > "$log" 2>&1; then
+    tail -n 3 "$log"
+    return 0
+  fi
+  if grep -q "LeakSanitizer has encountered a fatal error" "$log" &&
+      ! grep -q "^\[  FAILED  \]\|ERROR: LeakSanitizer: detected" "$log"; then
+    echo "LeakSanitizer's tracer crashed (no test failed, no leak reported): running '$1' again"
+    (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R "$1")
+    return
+  fi
+  cat "$log"
+  return 1
+}
+asan_ctest unit
+asan_ctest onnx-testdata-sweep
 
 echo "== ThreadSanitizer build: unit tests and the model-zoo CI subset ($SECONDS s so far)"
 # The CPU runtime's own threads (thread pool, pipeline stages) are what it
