@@ -469,7 +469,9 @@ def markdown(results, meta):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated registry names")
-    ap.add_argument("--family", default="", help="transformers, torchvision or torch.nn")
+    ap.add_argument("--family", default="",
+                    help="one family of --list (transformers, torchvision, timm, torch.nn, "
+                         "'torch.nn losses', 'torch.nn layers', ...)")
     ap.add_argument("--exporters", default="dynamo,legacy")
     ap.add_argument("--work", default="/tmp/cleave-zoo")
     ap.add_argument("--tools", default=os.path.join(ROOT, "build", "tools"))
@@ -485,10 +487,9 @@ def main():
     if args.list:
         for e in reg:
             print("%-28s %-12s %s" % (e.name, e.family, e.cls))
-        print("%d entries: %d transformers, %d torchvision, %d torch.nn" % (
-            len(reg), sum(e.family == "transformers" for e in reg),
-            sum(e.family == "torchvision" for e in reg),
-            sum(e.family == "torch.nn" for e in reg)))
+        count = collections.Counter(e.family for e in reg)
+        print("%d entries: %s" % (len(reg), ", ".join(
+            "%d %s" % (n, fam) for fam, n in count.most_common())))
         return
     names = [n for n in args.only.split(",") if n]
     by_name = {e.name: e for e in reg}
