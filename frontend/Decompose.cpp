@@ -749,7 +749,11 @@ llvm::Error decomposeRecurrent(ImportContext &ctx, const onnx::NodeProto &n,
   OpKind rnnAct[2] = {OpKind::Tanh, OpKind::Tanh};
   const onnx::AttributeProto *given = findAttr(n, "activations");
   if (kind == "RNN" && given) {
-    for (int i = 0; i < given->strings_size() && i < 2; ++i) {
+    if (given->strings_size() < 1 || given->strings_size() > 2)
+      return importError("{0}: an RNN takes one activation a direction, not "
+                         "{1}",
+                         where, given->strings_size());
+    for (int i = 0; i < given->strings_size(); ++i) {
       llvm::StringRef f(given->strings(i));
       if (f.equals_insensitive("relu"))
         rnnAct[i] = OpKind::Relu;
