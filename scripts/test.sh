@@ -32,12 +32,15 @@ export CLEAVE_DEVICE_PROFILE=cpu
 unity=-DCMAKE_UNITY_BUILD=ON
 
 SECONDS=0
-echo "== build (RelWithDebInfo)"
+# Each stage's header names the seconds spent before it, so a CI log shows
+# where its time went.
+stage() { echo "== $1 ($SECONDS s so far)"; }
+stage "build (RelWithDebInfo)"
 cleave_build "$CLEAVE_ROOT/build" $unity "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
-echo "== ctest"
+stage ctest
 (cd "$CLEAVE_ROOT/build" && ctest --output-on-failure -j "$jobs")
 
-echo "== the GPU check script, dry run (cuda-emulated, tiny sizes)"
+stage "the GPU check script, dry run (cuda-emulated, tiny sizes)"
 # tools/gpu-check.sh is what a lent GPU runs once: here every part of it
 # runs on the emulated CUDA backend, so it is known to work before then.
 if ! bash "$CLEAVE_ROOT/tools/gpu-check.sh" dry-run "$CLEAVE_ROOT/build" \
@@ -47,10 +50,11 @@ if ! bash "$CLEAVE_ROOT/tools/gpu-check.sh" dry-run "$CLEAVE_ROOT/build" \
 fi
 tail -n 2 "$CLEAVE_ROOT/build/gpu-check-dry.log"
 
-echo "== sanitizer build (ASan + UBSan): sweep and unit tests"
+stage "sanitizer build (ASan + UBSan): sweep and unit tests"
 cleave_configure "$CLEAVE_ROOT/build-asan" -DCLEAVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS_DEBUG=-g1 $unity
 ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
+stage "ASan + UBSan: run"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # LeakSanitizer's own tracer has crashed at exit on this machine kind once
@@ -76,7 +80,7 @@ asan_ctest() {
 asan_ctest unit
 asan_ctest onnx-testdata-sweep
 
-echo "== ThreadSanitizer build: unit tests and the model-zoo CI subset ($SECONDS s so far)"
+stage "ThreadSanitizer build: unit tests and the model-zoo CI subset"
 # The CPU runtime's own threads (thread pool, pipeline stages) are what it
 # checks; OpenBLAS's threads are not instrumented, so it runs on one. ASLR is
 # off for it (setarch -R): GCC 12's TSan maps its shadow at fixed addresses
@@ -84,6 +88,7 @@ echo "== ThreadSanitizer build: unit tests and the model-zoo CI subset ($SECONDS
 cleave_configure "$CLEAVE_ROOT/build-tsan" -DCLEAVE_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" $unity
 ninja -C "$CLEAVE_ROOT/build-tsan" cleave-unit-tests cleavec cleave-run cleave-opt
+stage "TSan: run"
 (
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   export OPENBLAS_NUM_THREADS=1
@@ -94,7 +99,7 @@ ninja -C "$CLEAVE_ROOT/build-tsan" cleave-unit-tests cleavec cleave-run cleave-o
 
 fuzz_seconds=${CLEAVE_FUZZ_SECONDS:-15}
 if [ "$fuzz_seconds" != 0 ]; then
-  echo "== fuzzing: $fuzz_seconds s per target"
+  stage "fuzzing: $fuzz_seconds s per target"
   bash "$CLEAVE_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
 fi
 echo "== all tests passed ($SECONDS s)"
