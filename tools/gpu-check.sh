@@ -37,10 +37,13 @@ dry="${GPU_CHECK_DRY:-0}"
 dev=cuda
 steps=20
 [ "$dry" = 1 ] && { dev=cuda-emulated; steps=3; bundle="$build/gpu-bundle-dry.tar.xz"; }
+# The first Python with PyTorch, ONNX and NumPy, or nothing (and success:
+# the bundle's `set -e` must not stop where none is installed, as on CI).
 torch_python() {
   for py in "${CLEAVE_TORCH_PYTHON:-}" "$HOME/.cache/cleave/torch2-venv/bin/python" python3; do
-    [ -n "$py" ] && "$py" -c 'import torch, onnx, numpy' 2>/dev/null && { echo "$py"; return; }
+    [ -n "$py" ] && "$py" -c 'import torch, onnx, numpy' 2>/dev/null && { echo "$py"; return 0; }
   done
+  return 0
 }
 
 case "$mode" in
