@@ -20,6 +20,8 @@
 #include <cmath>
 #include <cstring>
 
+namespace unit_clip_grad_norm {
+
 using namespace cleave;
 
 namespace {
@@ -206,3 +208,5 @@ TEST(ClipGradNorm, SumOfSquaresIsTheSameOnAnyThreadCount) {
         << threads << " threads";
   }
 }
+
+} // namespace unit_clip_grad_norm

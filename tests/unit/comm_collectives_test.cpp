@@ -12,6 +12,8 @@
 #include <functional>
 #include <thread>
 
+namespace unit_comm_collectives {
+
 using namespace cleave::runtime;
 
 namespace {
@@ -205,3 +207,5 @@ TEST(CommDelays, InProcessReceivesThatWaitedAreTimedFromTheSend) {
   EXPECT_EQ(comms[1]->takeMessageDelays().received, 0);
   EXPECT_EQ(comms[0]->takeMessageDelays().received, 0); // rank 0's own
 }
+
+} // namespace unit_comm_collectives

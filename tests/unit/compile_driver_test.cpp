@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_compile_driver {
+
 using namespace cleave;
 
 namespace {
@@ -77,3 +79,5 @@ TEST(CompileDriver, RecomputationReachesThePlan) {
   auto plan = tools::buildRunnablePlan(*r, o, {});
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
 }
+
+} // namespace unit_compile_driver

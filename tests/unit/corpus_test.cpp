@@ -32,6 +32,8 @@
 #include <map>
 #include <set>
 
+namespace unit_corpus {
+
 using namespace cleave;
 
 namespace {
@@ -219,3 +221,5 @@ TEST(CorpusErrors, FoldedDynamoExportIsRefusedInOneLine) {
 }
 
 } // namespace
+
+} // namespace unit_corpus

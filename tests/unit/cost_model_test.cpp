@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_cost_model {
+
 using namespace cleave;
 using namespace cleave::passes;
 
@@ -547,3 +549,5 @@ TEST(CostModel, HostTimesOpsWithTheirKernels) {
   EXPECT_DOUBLE_EQ(predictOpTime(op("t"), host),
                    predictOpTime(op("t"), formulas));
 }
+
+} // namespace unit_cost_model

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <random>
 
+namespace unit_cpu_attention {
+
 using namespace cleave;
 using runtime::TensorRef;
 using namespace cleave::testsupport::typed;
@@ -352,3 +354,5 @@ TEST(CpuAttention, RefusesAHeadSizeAboveTheBound) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_attention

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace unit_cpu_blas {
+
 using namespace cleave::runtime::cpu;
 
 TEST(CpuBlas, UsesVectorKernelsTheCpuSupports) {
@@ -71,3 +73,5 @@ TEST(CpuBlas, OneDnnGemmBitsDoNotDependOnTheThreadCount) {
   }
   setGemmLibrary(defaultGemmLibrary());
 }
+
+} // namespace unit_cpu_blas

@@ -17,6 +17,8 @@
 #include <limits>
 #include <string>
 
+namespace unit_cpu_conv_onednn {
+
 using namespace cleave;
 using namespace cleave::testsupport::typed;
 using namespace cleave::runtime::cpu;
@@ -193,3 +195,5 @@ TEST(CpuConvOneDnn, SameBitsOnOneTwoAndThreeThreads) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_conv_onednn

@@ -13,6 +13,8 @@
 #include <limits>
 #include <random>
 
+namespace unit_cpu_conv_pool {
+
 using namespace cleave;
 using runtime::TensorRef;
 using namespace cleave::testsupport::typed;
@@ -442,3 +444,5 @@ TEST(CpuGlobalAveragePool, MeanOfEachPlane) {
       bool(run(ir::OpKind::GlobalAveragePool, {}, {xd.ref()}, {yd.ref()})));
   EXPECT_EQ(yd.data, (std::vector<double>{2.5, 8.5, 14.5}));
 }
+
+} // namespace unit_cpu_conv_pool

@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+namespace unit_cpu_conv_threads {
+
 using namespace cleave;
 using namespace cleave::testsupport::typed;
 using ir::OpKind;
@@ -207,3 +209,5 @@ TEST(CpuConvThreads, BatchFoldedAgreesWithImageByImage) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_conv_threads

@@ -12,6 +12,8 @@
 #include <limits>
 #include <numeric>
 
+namespace unit_cpu_data_movement {
+
 using namespace cleave;
 using namespace cleave::testsupport::untyped;
 
@@ -352,3 +354,5 @@ TEST(CpuDataMovement, PadModes) {
                 .values<int64_t>(),
             (I{2, 3, 2, 1, 2, 3, 2, 1, 2}));
 }
+
+} // namespace unit_cpu_data_movement

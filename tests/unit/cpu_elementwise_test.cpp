@@ -12,6 +12,8 @@
 #include <cstring>
 #include <limits>
 
+namespace unit_cpu_elementwise {
+
 using namespace cleave;
 using namespace cleave::testsupport::untyped;
 
@@ -690,3 +692,5 @@ TEST(CpuElementwise, SiluIsTheBitsOfSigmoidThenMul) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_elementwise

@@ -22,6 +22,8 @@
 #include <map>
 #include <optional>
 
+namespace unit_cpu_gradients {
+
 using namespace cleave;
 using namespace cleave::testsupport::typed;
 using ir::AttrMap;
@@ -1397,3 +1399,5 @@ TEST(CpuOptimizers, F32AgreesWithF64) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_gradients

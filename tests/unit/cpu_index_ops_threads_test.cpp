@@ -12,6 +12,8 @@
 #include <functional>
 #include <string>
 
+namespace unit_cpu_index_ops_threads {
+
 using namespace cleave;
 using namespace cleave::testsupport::typed;
 using ir::OpKind;
@@ -108,3 +110,5 @@ TEST(CpuIndexOpsThreads, SameBitsOnOneTwoAndFourThreads) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_index_ops_threads

@@ -14,6 +14,8 @@
 #include <limits>
 #include <random>
 
+namespace unit_cpu_linalg {
+
 using namespace cleave;
 using runtime::TensorRef;
 using namespace cleave::testsupport::typed;
@@ -352,3 +354,5 @@ TEST(CpuWidened, Bf16ProductsEqualTheF32ProductRoundedOnce) {
   EXPECT_TRUE(cpu().supports(ir::OpKind::ConvGradFilter, ir::DType::F16));
   EXPECT_FALSE(cpu().supports(ir::OpKind::MatMul, ir::DType::Bool));
 }
+
+} // namespace unit_cpu_linalg

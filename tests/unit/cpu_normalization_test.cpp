@@ -13,6 +13,8 @@
 #include <cstring>
 #include <random>
 
+namespace unit_cpu_normalization {
+
 using namespace cleave;
 using runtime::TensorRef;
 using namespace cleave::testsupport::typed;
@@ -485,3 +487,5 @@ TEST(CpuNormalization, IntegerInputsAreRefused) {
   EXPECT_EQ(llvm::toString(std::move(e)),
             "Softmax: the CPU kernel does not handle i64 inputs");
 }
+
+} // namespace unit_cpu_normalization

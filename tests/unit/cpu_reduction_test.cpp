@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 
+namespace unit_cpu_reduction {
+
 using namespace cleave;
 using namespace cleave::testsupport::untyped;
 
@@ -253,3 +255,5 @@ TEST(CpuReduction, TopKIndices) {
   EXPECT_EQ(topk(ints, {4}, {{"axis", int64_t(0)}, {"k", int64_t(4)}}),
             (I{1, 0, 2, 3}));
 }
+
+} // namespace unit_cpu_reduction

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_cpu_resize {
+
 using namespace cleave;
 using namespace cleave::testsupport::typed;
 using ir::OpKind;
@@ -116,3 +118,5 @@ TEST(CpuTile, RepeatsEachDim) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_resize

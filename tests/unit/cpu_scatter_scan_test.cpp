@@ -9,6 +9,8 @@
 
 #include <numeric>
 
+namespace unit_cpu_scatter_scan {
+
 using namespace cleave;
 using namespace cleave::testsupport::untyped;
 
@@ -210,3 +212,5 @@ TEST(CpuCumSum, IntegersAndDoubleAccumulation) {
 }
 
 } // namespace
+
+} // namespace unit_cpu_scatter_scan

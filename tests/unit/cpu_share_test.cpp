@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+namespace unit_cpu_share {
+
 using namespace cleave;
 
 namespace {
@@ -166,3 +168,5 @@ TEST(CpuShare, ABusyNeighbourOnOurCoreWantsAllOfIt) {
   EXPECT_GE(*wanted, 0.85);
   EXPECT_GE(*wanted - *got, 0.25);
 }
+
+} // namespace unit_cpu_share

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <vector>
 
+namespace unit_cpu_thread_pool {
+
 using cleave::runtime::cpu::ThreadPool;
 
 TEST(ThreadPool, BackToBackRunsExecuteEachTaskOnce) {
@@ -34,3 +36,5 @@ TEST(ThreadPool, NestedRunsExecuteSerially) {
   });
   EXPECT_EQ(inner.load(), 6);
 }
+
+} // namespace unit_cpu_thread_pool

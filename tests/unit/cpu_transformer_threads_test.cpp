@@ -15,6 +15,8 @@
 #include <limits>
 #include <string>
 
+namespace unit_cpu_transformer_threads {
+
 using namespace cleave;
 using namespace cleave::testsupport::typed;
 using ir::OpKind;
@@ -108,3 +110,5 @@ TEST(CpuTransformerThreads, BiasGradientPiecesAddUpToTheSum) {
     }
   }
 }
+
+} // namespace unit_cpu_transformer_threads

@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+namespace unit_cpu_vector_math {
+
 using namespace cleave::runtime::cpu;
 
 namespace {
@@ -348,3 +350,5 @@ TEST(VectorMath, FloatActivationsSameBitsAtEveryWidth) {
     }
   }
 }
+
+} // namespace unit_cpu_vector_math

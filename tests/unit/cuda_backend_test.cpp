@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace unit_cuda_backend {
+
 using namespace cleave;
 using namespace cleave::cudatest;
 
@@ -144,3 +146,5 @@ TEST(CudaBackend, NonFiniteCheckOfManyBuffersOnTheDevice) {
     gpu->release(p);
 }
 #endif
+
+} // namespace unit_cuda_backend

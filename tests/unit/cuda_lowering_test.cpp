@@ -14,6 +14,8 @@
 #include <random>
 #include <set>
 
+namespace unit_cuda_lowering {
+
 using namespace cleave;
 using runtime::KernelCall;
 using runtime::TensorRef;
@@ -220,3 +222,5 @@ TEST(CudaLowering, ReductionChunksAreBounded) {
   EXPECT_LE(60000 * chunks, int64_t(1) << 21);
   EXPECT_GE(chunks, 2);
 }
+
+} // namespace unit_cuda_lowering

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_cudnn_conv {
+
 using namespace cleave;
 using namespace cleave::runtime;
 using cleave::runtime::cuda::cudnnConvShape;
@@ -125,3 +127,5 @@ TEST(CudnnConv, WhatCudnnDoesNotTakeSaysWhy) {
             {{1, 1, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1}}, {{1, 1, 2, 2, 2, 2}}};
   EXPECT_NE(why(four).find("rank 6"), std::string::npos);
 }
+
+} // namespace unit_cudnn_conv

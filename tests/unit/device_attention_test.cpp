@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+namespace unit_device_attention {
+
 using namespace cleave::runtime::cuda;
 
 namespace {
@@ -855,3 +857,5 @@ TEST(DeviceAttention, LowerTriangleMaskAsTheCausalRule) {
   EXPECT_EQ(masked.dk, flagged.dk);
   EXPECT_EQ(masked.dv, flagged.dv);
 }
+
+} // namespace unit_device_attention

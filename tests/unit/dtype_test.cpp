@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 
+namespace unit_dtype {
+
 using namespace cleave::ir;
 
 namespace {
@@ -189,3 +191,5 @@ TEST(BFloat16, OverflowInfinityAndNan) {
   EXPECT_TRUE(negNan & 0x8000);
   EXPECT_TRUE(std::isnan(bf16ToFloat(0x7fc0)));
 }
+
+} // namespace unit_dtype

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+namespace unit_file_io {
+
 using namespace cleave;
 using testsupport::TempDir;
 using ::testing::HasSubstr;
@@ -133,3 +135,5 @@ TEST(FileIO, WritesOnlyRegularFilesOrNewPaths) {
 }
 
 } // namespace
+
+} // namespace unit_file_io

@@ -13,6 +13,8 @@
 #include <functional>
 #include <random>
 
+namespace unit_gradcheck {
+
 using namespace cleave;
 using namespace cleave::ir;
 
@@ -761,3 +763,5 @@ TEST(Gradcheck, WeightUsedTwiceAndFanOut) {
 }
 
 } // namespace
+
+} // namespace unit_gradcheck

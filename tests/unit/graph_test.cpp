@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+namespace unit_graph {
+
 using namespace cleave::ir;
 using ::testing::HasSubstr;
 
@@ -253,3 +255,5 @@ TEST(Verifier, CatchesAWrongOperandCount) {
   g.addOutput(add->result());
   EXPECT_EQ(verifyMessage(g), "Add producing %s: has 1 operands, expected 2");
 }
+
+} // namespace unit_graph

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace unit_lr_schedule {
+
 using namespace cleave;
 using runtime::LrSchedule;
 
@@ -81,3 +83,5 @@ TEST(LrSchedule, HandDerivedPointsAndRoundTrip) {
       llvm::consumeError(r.takeError());
   }
 }
+
+} // namespace unit_lr_schedule

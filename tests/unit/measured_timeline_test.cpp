@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+namespace unit_measured_timeline {
+
 using namespace cleave;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -78,3 +80,5 @@ TEST(MeasuredTimeline, PredictionAboveTheMeasuredStep) {
   EXPECT_THAT(svg, Not(HasSubstr("(predicted)")));
   EXPECT_THAT(svg, HasSubstr("(measured)"));
 }
+
+} // namespace unit_measured_timeline

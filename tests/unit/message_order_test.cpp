@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_message_order {
+
 using namespace cleave;
 
 namespace {
@@ -92,3 +94,5 @@ TEST(MessageOrder, TwoReceivesSwappedAreCaught) {
                                               "the order it receives"),
             std::string::npos);
 }
+
+} // namespace unit_message_order

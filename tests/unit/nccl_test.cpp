@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+namespace unit_nccl {
+
 using namespace cleave;
 using namespace cleave::runtime::cuda;
 
@@ -231,3 +233,5 @@ TEST(Nccl, ReplicaGroupsJoinOrStayOnTheirComm) {
   }
 }
 #endif
+
+} // namespace unit_nccl

@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+namespace unit_npz {
 
 using namespace cleave;
 using namespace cleave::ir;
@@ -236,3 +237,5 @@ TEST(Npz, Corrupted) {
   writeBytes(dir.file("crc.npz"), all);
   EXPECT_THAT(readError(dir.file("crc.npz")), HasSubstr("checksum mismatch"));
 }
+
+} // namespace unit_npz

@@ -27,6 +27,8 @@
 #endif
 #include <onnx/onnx_pb.h>
 
+namespace unit_onnx_import_built {
+
 using namespace cleave;
 using namespace cleave::ir;
 using ::testing::HasSubstr;
@@ -842,36 +844,44 @@ TEST(OnnxImportBuilt, ConvTransposeShapesAndErrors) {
   }
 }
 
-// GRU is unrolled (frontend/Decompose.h); what it does not run is refused
-// in one line naming it: sequence_lens, another activation, clip.
+// GRU and RNN are unrolled (frontend/Decompose.h); what they do not run is
+// refused in one line naming it: sequence_lens, another activation, more
+// activations than directions, clip.
 TEST(OnnxImportBuilt, RecurrentRefusalsNameWhatIsNotSupported) {
   struct Case {
+    std::string op;
     bool seqLens;
     std::vector<std::string> activations;
     bool clip;
     std::string error;
   };
   const Case cases[] = {
-      {false, {}, false, ""},
-      {false, {"Sigmoid", "Tanh"}, false, ""},
-      {true, {}, false, "sequence_lens is not supported"},
-      {false, {"Sigmoid", "Relu"}, false, "only the default activations"},
-      {false, {}, true, "clip are not supported"},
+      {"GRU", false, {}, false, ""},
+      {"GRU", false, {"Sigmoid", "Tanh"}, false, ""},
+      {"GRU", true, {}, false, "sequence_lens is not supported"},
+      {"GRU", false, {"Sigmoid", "Relu"}, false, "only the default activations"},
+      {"GRU", false, {}, true, "clip are not supported"},
+      {"RNN", false, {"Relu"}, false, ""},
+      {"RNN", false, {"Sigmoid"}, false, ""},
+      {"RNN", false, {"Elu"}, false, "RNN activation 'Elu' is not supported"},
+      {"RNN", false, {"Relu", "Tanh", "Relu"}, false,
+       "an RNN takes one activation a direction, not 3"},
   };
   for (const Case &c : cases) {
-    SCOPED_TRACE(c.error);
+    SCOPED_TRACE(c.op + ": " + c.error);
     TempDir dir;
     ModelBuilder m(17);
+    int gates = c.op == "GRU" ? 3 : 1;
     m.input("x", kFloat, {"5", "2", "3"});
-    m.initFloats("w", {1, 12, 3}, std::vector<float>(36, 0.1f));
-    m.initFloats("r", {1, 12, 4}, std::vector<float>(48, 0.1f));
-    m.initFloats("b", {1, 24}, std::vector<float>(24, 0.1f));
+    m.initFloats("w", {1, 4 * gates, 3}, std::vector<float>(12 * gates, 0.1f));
+    m.initFloats("r", {1, 4 * gates, 4}, std::vector<float>(16 * gates, 0.1f));
+    m.initFloats("b", {1, 8 * gates}, std::vector<float>(8 * gates, 0.1f));
     std::vector<std::string> ins{"x", "w", "r", "b"};
     if (c.seqLens) {
       m.initInts("lens", {2}, {5, 5});
       ins.push_back("lens");
     }
-    auto &n = m.node("GRU", ins, {"y", "yh"});
+    auto &n = m.node(c.op, ins, {"y", "yh"});
     ModelBuilder::attr(n, "hidden_size", int64_t(4));
     if (!c.activations.empty()) {
       auto *a = n.add_attribute();
@@ -1203,3 +1213,5 @@ TEST(OnnxImportBuilt, AttentionDropoutOfAPyTorchExportTrains) {
   EXPECT_EQ(trainingMode(importBuilt(build(dir, 0.0f, "pytorch"))), 0);
   EXPECT_EQ(trainingMode(importBuilt(build(dir, 0.2f, "other"))), 0);
 }
+
+} // namespace unit_onnx_import_built

@@ -18,6 +18,8 @@
 #include <map>
 #include <set>
 
+namespace unit_onnx_import {
+
 using namespace cleave;
 using namespace cleave::ir;
 using ::testing::HasSubstr;
@@ -471,3 +473,5 @@ TEST(OnnxImportErrors, ExternalDataMissingOrShort) {
   writeFile(dir.file("model.onnx.data"), data);
   EXPECT_EQ(importError(dir.file("model.onnx")), "");
 }
+
+} // namespace unit_onnx_import

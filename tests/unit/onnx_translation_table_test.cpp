@@ -22,6 +22,8 @@
 
 #include <algorithm>
 
+namespace unit_onnx_translation_table {
+
 using namespace cleave;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -117,3 +119,5 @@ TEST(TranslationTable, GradientNeedsAutodiffFromTheCaller) {
 }
 
 } // namespace
+
+} // namespace unit_onnx_translation_table

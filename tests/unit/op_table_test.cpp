@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_op_table {
+
 using namespace cleave::ir;
 
 TEST(OpTable, EveryOpIsFoundByItsName) {
@@ -104,3 +106,5 @@ TEST(OpTable, TraitsAndCostClasses) {
         << info.name;
   }
 }
+
+} // namespace unit_op_table

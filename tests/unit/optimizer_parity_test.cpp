@@ -32,6 +32,8 @@
 #include <cmath>
 #include <set>
 
+namespace unit_optimizer_parity {
+
 using namespace cleave;
 
 namespace {
@@ -306,3 +308,5 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 } // namespace
+
+} // namespace unit_optimizer_parity

@@ -12,6 +12,8 @@
 
 #include <cstring>
 
+namespace unit_parcel_comm {
+
 using namespace cleave::runtime;
 
 namespace {
@@ -107,3 +109,5 @@ TEST(ParcelComm, UnboundOrOnTheHostItCarriesBytes) {
 }
 
 } // namespace
+
+} // namespace unit_parcel_comm

@@ -13,6 +13,8 @@
 
 #include <chrono>
 
+namespace unit_partition_graph {
+
 using namespace cleave;
 using namespace cleave::passes;
 
@@ -416,3 +418,5 @@ TEST(Partition, NinetySixLayerGraphUnderASecond) {
 }
 
 } // namespace
+
+} // namespace unit_partition_graph

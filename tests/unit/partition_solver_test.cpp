@@ -11,6 +11,8 @@
 #include <cmath>
 #include <random>
 
+namespace unit_partition_solver {
+
 using namespace cleave;
 using namespace cleave::passes;
 
@@ -358,3 +360,5 @@ TEST(PartitionSolver, NinetySixLayersSixteenStagesUnderASecond) {
 }
 
 } // namespace
+
+} // namespace unit_partition_solver

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+namespace unit_passes {
+
 using namespace cleave;
 using namespace cleave::ir;
 using ::testing::HasSubstr;
@@ -211,3 +213,5 @@ TEST(Pipeline, DumpsIrAfterTheRequestedPasses) {
   EXPECT_TRUE(passes::wantsDump({{"all"}, true, nullptr}, "anything"));
   EXPECT_FALSE(passes::wantsDump({{"dce"}, true, nullptr}, "verify"));
 }
+
+} // namespace unit_passes

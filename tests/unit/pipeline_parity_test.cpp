@@ -35,6 +35,8 @@
 #include <map>
 #include <set>
 
+namespace unit_pipeline_parity {
+
 using namespace cleave;
 
 namespace {
@@ -681,3 +683,5 @@ INSTANTIATE_TEST_SUITE_P(Models, PipelineParity,
                          });
 
 } // namespace
+
+} // namespace unit_pipeline_parity

@@ -12,6 +12,8 @@
 
 #include <functional>
 
+namespace unit_plan_check {
+
 using namespace cleave;
 using runtime::Instr;
 using runtime::InstrKind;
@@ -210,3 +212,5 @@ TEST(PlanCheck, ASchedulethatCannotCompleteIsRefused) {
 }
 
 } // namespace
+
+} // namespace unit_plan_check

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <random>
 
+namespace unit_plan_file {
+
 using namespace cleave;
 using namespace cleave::runtime;
 using cleave::testsupport::TempDir;
@@ -645,3 +647,5 @@ TEST(PlanFile, PrintAfterRoundTripIsTheSame) {
   ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
   EXPECT_EQ(printed(plan), printed(*back));
 }
+
+} // namespace unit_plan_file

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_planning_passes {
+
 using namespace cleave;
 using namespace cleave::passes;
 
@@ -475,3 +477,5 @@ TEST(Offload, FetchesFeedTheBackwardAndStripGivesTheGraphBack) {
   EXPECT_LT(off.micro.size, kept.micro.size);
   EXPECT_EQ(kept.host.size, 0);
 }
+
+} // namespace unit_planning_passes

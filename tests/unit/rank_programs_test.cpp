@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_rank_programs {
+
 using namespace cleave;
 
 namespace {
@@ -89,3 +91,5 @@ TEST(RankPrograms, BadProgramsAreRefused) {
 }
 
 } // namespace
+
+} // namespace unit_rank_programs

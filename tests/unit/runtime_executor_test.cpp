@@ -25,6 +25,8 @@
 #include <limits>
 #include <thread>
 
+namespace unit_runtime_executor {
+
 using namespace cleave;
 using namespace cleave::runtime;
 
@@ -895,3 +897,5 @@ TEST(NonFiniteCheck, AllBuffersAtOnceAgreeWithEachAlone) {
     spoil(c, at);
   EXPECT_TRUE(backend->allBuffersFinite(all));
 }
+
+} // namespace unit_runtime_executor

@@ -32,6 +32,8 @@
 #include <functional>
 #include <sched.h>
 
+namespace unit_runtime_training {
+
 using namespace cleave;
 using testsupport::TempDir;
 
@@ -1061,3 +1063,5 @@ TEST(Trainer, CountsTheWaitOfRanksSharingOneCore) {
   EXPECT_GT(waited, 0);
   EXPECT_GE(sum->cores, 1);
 }
+
+} // namespace unit_runtime_training

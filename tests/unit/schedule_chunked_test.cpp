@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_schedule_chunked {
+
 using namespace cleave::passes;
 using namespace cleave::passes::schedule;
 
@@ -321,3 +323,5 @@ TEST(ChunkedSchedules, AutoIsTheFastestOfTheChunkedOnes) {
 }
 
 } // namespace
+
+} // namespace unit_schedule_chunked

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_schedule_csv {
+
 using namespace cleave::passes;
 using namespace cleave::passes::schedule;
 
@@ -75,3 +77,5 @@ TEST(ScheduleCsv, ParseErrorsNameThePlace) {
   EXPECT_EQ(llvm::toString(missing.takeError()),
             "cannot open '/nonexistent/s.csv': No such file or directory");
 }
+
+} // namespace unit_schedule_csv

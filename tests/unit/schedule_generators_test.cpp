@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+namespace unit_schedule_generators {
+
 using namespace cleave::passes;
 using namespace cleave::passes::schedule;
 
@@ -235,3 +237,5 @@ TEST(ScheduleGenerators, SingleStageAndSingleMicrobatch) {
     EXPECT_LE(mb.stepTime, 3.0 * 4) << name;
   }
 }
+
+} // namespace unit_schedule_generators

@@ -12,6 +12,8 @@
 
 #include <set>
 
+namespace unit_schedule_simulator {
+
 using namespace cleave::passes;
 using namespace cleave::passes::schedule;
 using ::testing::HasSubstr;
@@ -256,3 +258,5 @@ TEST(ScheduleSimulator, GanttSvg) {
     EXPECT_THAT(svg, HasSubstr(text));
   EXPECT_THAT(svg, ::testing::EndsWith("</svg>\n"));
 }
+
+} // namespace unit_schedule_simulator

@@ -8,6 +8,8 @@
 
 #include <climits>
 
+namespace unit_schedule_validator {
+
 using namespace cleave::passes;
 using namespace cleave::passes::schedule;
 
@@ -136,3 +138,5 @@ TEST(ScheduleValidator, EveryGeneratedScheduleIsValid) {
             << name << " P=" << P << " M=" << M;
       }
 }
+
+} // namespace unit_schedule_validator

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+namespace unit_summary {
+
 using namespace cleave;
 using namespace cleave::ir;
 using ::testing::HasSubstr;
@@ -60,3 +62,5 @@ TEST(Summary, ShortCountsGradientsAndUpdatesAndHistogramOnOneLine) {
   EXPECT_LT(std::count(brief.begin(), brief.end(), '\n'),
             std::count(full.begin(), full.end(), '\n') - 20);
 }
+
+} // namespace unit_summary

@@ -20,6 +20,8 @@
 #include <cmath>
 #include <limits>
 
+namespace unit_text_format {
+
 using namespace cleave;
 using namespace cleave::ir;
 using ::testing::HasSubstr;
@@ -481,3 +483,5 @@ TEST(TextFormat, CommittedModelsRoundTripAndReloadTheirData) {
     }
   }
 }
+
+} // namespace unit_text_format

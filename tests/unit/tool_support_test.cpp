@@ -10,6 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+namespace unit_tool_support {
+
 using namespace cleave;
 using namespace cleave::tools;
 using ::testing::HasSubstr;
@@ -316,3 +318,5 @@ TEST(WriteOutput, TargetThatIsAFolderLeavesNoTemporaryBehind) {
   EXPECT_EQ(dir.entries(), Strings{"taken"});
   EXPECT_TRUE(llvm::sys::fs::is_directory(dir.file("taken")));
 }
+
+} // namespace unit_tool_support

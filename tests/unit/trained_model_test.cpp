@@ -15,6 +15,8 @@
 
 #include <map>
 
+namespace unit_trained_model {
+
 using namespace cleave;
 using namespace cleave::ir;
 using ::testing::HasSubstr;
@@ -216,3 +218,5 @@ TEST(TrainedModel, BadSource) {
               HasSubstr("is not a valid ONNX model"));
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"junk.onnx"});
 }
+
+} // namespace unit_trained_model

@@ -20,6 +20,8 @@
 
 #include <cmath>
 
+namespace unit_training_parity {
+
 using namespace cleave;
 
 namespace {
@@ -214,3 +216,5 @@ INSTANTIATE_TEST_SUITE_P(Models, TrainingParity,
                          ::testing::Values("mlp", "mlp_mse", "gpt", "cnn"));
 
 } // namespace
+
+} // namespace unit_training_parity

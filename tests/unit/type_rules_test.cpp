@@ -9,6 +9,8 @@
 
 #include <limits>
 
+namespace unit_type_rules {
+
 using namespace cleave::ir;
 
 namespace {
@@ -643,3 +645,5 @@ TEST(TypeRules, CheckShapeRejectsNegativeDimsAndOverflow) {
   EXPECT_THAT(llvm::toString(checkShape(Ints{kMax})),
               HasSubstr("has too many elements"));
 }
+
+} // namespace unit_type_rules

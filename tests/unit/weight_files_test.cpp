@@ -20,6 +20,8 @@
 #include <fstream>
 #include <random>
 
+namespace unit_weight_files {
+
 using namespace cleave;
 using cleave::testsupport::TempDir;
 
@@ -337,3 +339,5 @@ TEST(ReferencedWeights, ReferencedAndCopiedPlansStartFromTheSameBytes) {
 }
 
 } // namespace
+
+} // namespace unit_weight_files
