@@ -6,9 +6,9 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]    (default 60)
 #
 # Configures build-fuzz with clang-14 (-DCLEAVE_FUZZ=ON), builds the targets,
-# then runs each for SECONDS on a scratch copy of its seed corpus
-# (tests/fuzz/corpus/<target>; new inputs are never written into the
-# repository). Prints the executions per target and fails if any target
+# then runs the three side by side for SECONDS, each on a scratch copy of
+# its seed corpus (tests/fuzz/corpus/<target>; new inputs are never written
+# into the repository). Prints the executions per target and fails if any target
 # finds a crash, a sanitizer report, a timeout (10 s) or an out-of-memory
 # (2 GiB); the reproducer is kept under build-fuzz/findings/<target>/.
 # CLEAVE_FUZZ_SEED (default 1) seeds the mutations, so a CI run repeats
@@ -34,24 +34,35 @@ export ASAN_OPTIONS=detect_leaks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/cleave-fuzz-run.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-failed=()
-summary=()
-for t in onnx_import ir_parser plan_loader; do
-  echo "== fuzz_$t: $secs s"
+# The three targets run side by side (SECONDS of wall time in all, not
+# three times it); each writes its own log and exit status.
+fuzz_target() {
+  local t=$1 rc=0
   mkdir -p "$work/$t" "$build/findings/$t"
   cp "$CLEAVE_ROOT/tests/fuzz/corpus/$t/"* "$work/$t/"
-  log=$build/findings/$t/fuzz.log
-  rc=0
   # TMPDIR: the targets' scratch files (tests/fuzz/FuzzSupport.h) go to
   # $work too, removed at exit whatever way libFuzzer ends.
   (cd "$build/findings/$t" &&
     TMPDIR=$work "$build/tests/fuzz/fuzz_$t" "$work/$t" -max_total_time="$secs" \
       -seed="${CLEAVE_FUZZ_SEED:-1}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-      -artifact_prefix="$build/findings/$t/") >"$log" 2>&1 || rc=$?
+      -artifact_prefix="$build/findings/$t/") >"$build/findings/$t/fuzz.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/$t.rc"
+}
+targets=(onnx_import ir_parser plan_loader)
+echo "== ${targets[*]}: $secs s each, side by side"
+for t in "${targets[@]}"; do
+  fuzz_target "$t" &
+done
+wait
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  log=$build/findings/$t/fuzz.log
+  rc=$(cat "$work/$t.rc" 2>/dev/null || echo "?")
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
   summary+=("fuzz_$t: ${execs:-?} executions in $secs s, ${cov:-cov: ?}, rc $rc")
-  if [ "$rc" -ne 0 ] || grep -qE '^==[0-9]+==ERROR|runtime error:' "$log"; then
+  if [ "$rc" != 0 ] || grep -qE '^==[0-9]+==ERROR|runtime error:' "$log"; then
     failed+=("fuzz_$t")
     echo "fuzz_$t FAILED (exit $rc); log and reproducer in $build/findings/$t/:" >&2
     grep -E 'ERROR|runtime error|SUMMARY|Test unit written' "$log" | head -20 >&2 || true

@@ -64,14 +64,14 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # is run again, once; a failed test or a reported leak fails at once.
 asan_ctest() {
   local log="$CLEAVE_ROOT/build-asan/ctest-$1.log"
-  if (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R "$1") > "$log" 2>&1; then
+  if (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -j "$jobs" -R "$1") > "$log" 2>&1; then
     tail -n 3 "$log"
     return 0
   fi
   if grep -q "LeakSanitizer has encountered a fatal error" "$log" &&
       ! grep -q "^\[  FAILED  \]\|ERROR: LeakSanitizer: detected" "$log"; then
     echo "LeakSanitizer's tracer crashed (no test failed, no leak reported): running '$1' again"
-    (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -R "$1")
+    (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -j "$jobs" -R "$1")
     return
   fi
   cat "$log"
@@ -82,9 +82,10 @@ asan_ctest onnx-testdata-sweep
 
 stage "ThreadSanitizer build: unit tests and the model-zoo CI subset"
 # The CPU runtime's own threads (thread pool, pipeline stages) are what it
-# checks; OpenBLAS's threads are not instrumented, so it runs on one. ASLR is
-# off for it (setarch -R): GCC 12's TSan maps its shadow at fixed addresses
-# that a kernel randomizing more address bits can collide with.
+# checks (its build leaves out the tests that start none); OpenBLAS's
+# threads are not instrumented, so it runs on one. ASLR is off for it
+# (setarch -R): GCC 12's TSan maps its shadow at fixed addresses that a
+# kernel randomizing more address bits can collide with.
 cleave_configure "$CLEAVE_ROOT/build-tsan" -DCLEAVE_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" $unity
 ninja -C "$CLEAVE_ROOT/build-tsan" cleave-unit-tests cleavec cleave-run cleave-opt
@@ -92,7 +93,25 @@ stage "TSan: run"
 (
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   export OPENBLAS_NUM_THREADS=1
-  setarch "$(uname -m)" -R "$CLEAVE_ROOT/build-tsan/tests/cleave-unit-tests" --gtest_brief=1
+  # Two shards of the suite side by side, one a core (as under ASan).
+  tsan_shard() {
+    GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$1 setarch "$(uname -m)" -R \
+      "$CLEAVE_ROOT/build-tsan/tests/cleave-unit-tests" --gtest_brief=1 \
+      > "$CLEAVE_ROOT/build-tsan/unit-shard-$1.log" 2>&1
+  }
+  tsan_shard 0 & shard0=$!
+  tsan_shard 1 & shard1=$!
+  failed=0
+  wait $shard0 || failed=1
+  wait $shard1 || failed=1
+  for shard in 0 1; do
+    if [ $failed = 1 ]; then
+      cat "$CLEAVE_ROOT/build-tsan/unit-shard-$shard.log"
+    else
+      tail -n 1 "$CLEAVE_ROOT/build-tsan/unit-shard-$shard.log"
+    fi
+  done
+  [ $failed = 0 ]
   setarch "$(uname -m)" -R "$CLEAVE_ORT_PYTHON" "$CLEAVE_ROOT/tests/models/sweep/check_ci.py" \
     --tools "$CLEAVE_ROOT/build-tsan/tools" --timeout 900
 )
