@@ -145,6 +145,6 @@ TEST(CudaBackend, NonFiniteCheckOfManyBuffersOnTheDevice) {
   for (void *p : {da, db, dd, dh})
     gpu->release(p);
 }
-#endif
 
 } // namespace unit_cuda_backend
+#endif

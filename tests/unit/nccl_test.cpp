@@ -232,6 +232,6 @@ TEST(Nccl, ReplicaGroupsJoinOrStayOnTheirComm) {
     EXPECT_EQ(why.rfind("NCCL needs a GPU: ", 0), 0u) << why;
   }
 }
-#endif
 
 } // namespace unit_nccl
+#endif
