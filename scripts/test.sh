@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (Debian packages for build and tests), build,
 # run ctest (unit, lit, libonnx-testdata sweep), then run the sweep and the
-# unit tests again in an AddressSanitizer + UBSan build, the unit tests and
-# the model-zoo CI subset in a ThreadSanitizer build, and last fuzz the
-# three readers of untrusted input (scripts/fuzz.sh; docs/reliability.md).
-# CLEAVE_FUZZ_SECONDS sets the time per fuzz target (default 15 here, a
-# smoke run that keeps CI inside 30 minutes; scripts/fuzz.sh alone
-# defaults to 60; 0 skips).
+# unit tests again in an AddressSanitizer + UBSan build, the runtime's unit
+# tests and the model-zoo CI subset in a ThreadSanitizer build, and last
+# fuzz the three readers of untrusted input (scripts/fuzz.sh;
+# docs/reliability.md). CLEAVE_FUZZ_SECONDS sets the fuzzers' time, the
+# three side by side (default 15 here, a smoke run that keeps CI inside its
+# 35 minutes; scripts/fuzz.sh alone defaults to 60; 0 skips).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
