@@ -8,9 +8,10 @@
 # Configures build-fuzz with clang-14 (-DCLEAVE_FUZZ=ON), builds the targets,
 # then runs the three side by side for SECONDS, each on a scratch copy of
 # its seed corpus (tests/fuzz/corpus/<target>; new inputs are never written
-# into the repository). Prints the executions per target and fails if any target
-# finds a crash, a sanitizer report, a timeout (10 s) or an out-of-memory
-# (2 GiB); the reproducer is kept under build-fuzz/findings/<target>/.
+# into the repository). Prints the executions per target and fails if any
+# target finds a crash, a sanitizer report, a timeout (10 s) or an
+# out-of-memory (2 GiB); the reproducer is kept under
+# build-fuzz/findings/<target>/.
 # CLEAVE_FUZZ_SEED (default 1) seeds the mutations, so a CI run repeats
 # the same inputs; set another for a longer exploratory run.
 set -euo pipefail
