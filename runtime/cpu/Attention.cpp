@@ -28,7 +28,8 @@ namespace {
 
 namespace dev = cleave::runtime::cuda;
 using cpu::kernelError;
-using cpu::loadDouble8;
+using cpu::cpuHasAvx512F;
+using cpu::loadDouble8W;
 using cpu::sumLanes16;
 using cpu::parallelFor;
 using cpu::parallelTasks;
@@ -711,11 +712,27 @@ template <class T> void forward(const dev::AttentionStep &s) {
 // Delta_i = dO_i . O_i in double (each f32 product exact), in sumLanes16's
 // order: eight lanes a vector where the device code (attentionDeltaRow)
 // adds in sequence, so the two agree to rounding.
-CLEAVE_VECTOR_CLONES double dotInDouble(const float *a, const float *b,
-                                        int64_t n) {
+template <bool Wide>
+[[gnu::always_inline]] inline double dotInDoubleOf(const float *a,
+                                                   const float *b, int64_t n) {
   return sumLanes16(
-      n, [&](int64_t i) { return loadDouble8(a + i) * loadDouble8(b + i); },
+      n,
+      [&](int64_t i) {
+        return loadDouble8W<Wide>(a + i) * loadDouble8W<Wide>(b + i);
+      },
       [&](int64_t i) { return double(a[i]) * double(b[i]); });
+}
+CLEAVE_WIDE_TARGET double dotInDoubleWide(const float *a, const float *b,
+                                          int64_t n) {
+  return dotInDoubleOf<true>(a, b, n);
+}
+CLEAVE_VECTOR_CLONES double dotInDoubleNarrow(const float *a, const float *b,
+                                              int64_t n) {
+  return dotInDoubleOf<false>(a, b, n);
+}
+double dotInDouble(const float *a, const float *b, int64_t n) {
+  return cpuHasAvx512F() ? dotInDoubleWide(a, b, n)
+                         : dotInDoubleNarrow(a, b, n);
 }
 
 void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end) {

@@ -78,7 +78,7 @@ normGradDataRow(const T *xr, const T *dyr, const double *scale, T *dxr,
                 int64_t size, const Stats s, double *acc = nullptr) {
   double sumG = 0.0, sumGX;
   auto gxLanes = [&](int64_t i) {
-    return loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i) *
+    return loadDouble8W<Wide>(dyr + i) * loadDouble8W<Wide>(scale + i) *
            ((loadDouble8W<Wide>(xr + i) - s.mean) * s.inv);
   };
   auto gxOne = [&](int64_t i) {
@@ -88,7 +88,8 @@ normGradDataRow(const T *xr, const T *dyr, const double *scale, T *dxr,
     std::tie(sumG, sumGX) = sumLanes16Pair(
         size,
         [&](int64_t i) {
-          return std::pair{loadDouble8W<Wide>(dyr + i) * loadDouble8(scale + i),
+          return std::pair{loadDouble8W<Wide>(dyr + i) *
+                               loadDouble8W<Wide>(scale + i),
                            gxLanes(i)};
         },
         [&](int64_t i) { return std::pair{dyr[i] * scale[i], gxOne(i)}; });
@@ -99,16 +100,12 @@ normGradDataRow(const T *xr, const T *dyr, const double *scale, T *dxr,
   int64_t i = 0;
   if constexpr (std::is_same_v<T, float>)
     for (; i + 8 <= size; i += 8) {
-      Double8 dy = loadDouble8W<Wide>(dyr + i);
-      Double8 g = dy * loadDouble8(scale + i);
-      Double8 xh = (loadDouble8W<Wide>(xr + i) - s.mean) * s.inv;
-      Float8 f =
-          __builtin_convertvector(s.inv * (g - meanG - xh * meanGX), Float8);
-      std::memcpy(dxr + i, &f, sizeof(f));
-      if constexpr (AddParams) {
-        Double8 a = loadDouble8(acc + i) + dy * xh;
-        std::memcpy(acc + i, &a, sizeof(a));
-      }
+      auto dy = loadDouble8W<Wide>(dyr + i);
+      auto g = dy * loadDouble8W<Wide>(scale + i);
+      auto xh = (loadDouble8W<Wide>(xr + i) - s.mean) * s.inv;
+      storeLanes8(dxr + i, s.inv * (g - meanG - xh * meanGX));
+      if constexpr (AddParams)
+        storeLanes8(acc + i, loadDouble8W<Wide>(acc + i) + dy * xh);
     }
   for (; i < size; ++i) {
     double g = dyr[i] * scale[i];
@@ -191,10 +188,10 @@ normalizedColumnSumsLanes(const T *x, const T *dy, const Stats *stats,
     int64_t j = j0;
     if constexpr (std::is_same_v<T, float>)
       for (; j + 8 <= j1; j += 8) {
-        Double8 a = loadDouble8(acc + (j - j0)) +
-                    loadDouble8W<Wide>(dyr + j) *
-                        ((loadDouble8W<Wide>(xr + j) - mean) * inv);
-        std::memcpy(acc + (j - j0), &a, sizeof(a));
+        storeLanes8(acc + (j - j0),
+                    loadDouble8W<Wide>(acc + (j - j0)) +
+                        loadDouble8W<Wide>(dyr + j) *
+                            ((loadDouble8W<Wide>(xr + j) - mean) * inv));
       }
     for (; j < j1; ++j)
       acc[j - j0] += dyr[j] * ((xr[j] - mean) * inv);
@@ -458,7 +455,7 @@ batchNormDims(const KernelCall &call, const TensorRef &dY, const TensorRef &X,
 // sum of dY and of dY * (x - row mean). One pass, in double, as the forward
 // kernel's rowMoments: sums of d = x - K (K the row's first value), d^2, dY
 // and dY * d, then M2 = sum d^2 - (sum d)^2 / n and sum dY * (x - mean) =
-// sum dY * d - (mean - K) * sum dY. Eight double lanes each (Double8).
+// sum dY * d - (mean - K) * sum dY. Eight double lanes each (DoubleLanes).
 struct RowSums {
   double mean = 0, m2 = 0, dy = 0, dyCentered = 0;
 };
@@ -469,10 +466,11 @@ template <typename T, bool Wide>
   if (n == 0)
     return {};
   double k = double(x[0]);
-  Double8 s = {}, sq = {}, g = {}, gd = {};
+  DoubleLanes<Wide> s = {}, sq = {}, g = {}, gd = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    Double8 d = loadDouble8W<Wide>(x + i) - k, v = loadDouble8W<Wide>(dy + i);
+    auto d = loadDouble8W<Wide>(x + i) - k;
+    auto v = loadDouble8W<Wide>(dy + i);
     s += d;
     sq += d * d;
     g += v;

@@ -94,12 +94,11 @@ template <typename T, bool Wide>
   int64_t i = 0;
   if constexpr (std::is_same_v<T, float>)
     for (; i + 8 <= size; i += 8) {
-      Double8 v = (loadDouble8W<Wide>(xr + i) - mean) * inv *
-                  loadDouble8(scale + i);
+      auto v = (loadDouble8W<Wide>(xr + i) - mean) * inv *
+               loadDouble8W<Wide>(scale + i);
       if (bias)
-        v += loadDouble8(bias + i);
-      Float8 f = __builtin_convertvector(v, Float8);
-      std::memcpy(yr + i, &f, sizeof(f));
+        v += loadDouble8W<Wide>(bias + i);
+      storeLanes8(yr + i, v);
     }
   for (; i < size; ++i) {
     double v = (xr[i] - mean) * inv * scale[i];
@@ -247,10 +246,10 @@ template <typename T, bool Wide>
   if (n == 0)
     return {};
   double k = double(p[0]);
-  Double8 s = {}, sq = {};
+  DoubleLanes<Wide> s = {}, sq = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    Double8 d = loadDouble8W<Wide>(p + i) - k;
+    auto d = loadDouble8W<Wide>(p + i) - k;
     s += d;
     sq += d * d;
   }

@@ -29,9 +29,9 @@ llvm::Error checkScalars(const KernelCall &call,
 // own vectorizer gives up when the buffers overlap. Built for AVX2, where
 // the CPU has it (at x86-64's baseline these lanes ran no faster than the
 // scalar loop; with AVX2, 14 GB/s against 7 on 45 MB of parameters, one
-// thread, Intel Xeon): returns where the scalar loop goes on, b without it.
-using Float8 [[gnu::vector_size(32)]] = float;
-using Double8 [[gnu::vector_size(64)]] = double;
+// thread, Intel Xeon), in two vectors of four doubles (DoublePair: GCC
+// keeps an eight-double vector in memory there): returns where the scalar
+// loop goes on, b without it.
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CLEAVE_AVX2_TARGET __attribute__((target("avx2")))
 bool cpuHasAvx2() {
@@ -47,21 +47,14 @@ CLEAVE_AVX2_TARGET int64_t sgdLanesAvx2(const float *p, const float *grad,
                                         float *vOut, int64_t b, int64_t e,
                                         double scale, double decay, double lr,
                                         double momentum, bool nesterov) {
-  auto load = [](const float *x) {
-    Float8 f;
-    std::memcpy(&f, x, sizeof f);
-    return __builtin_convertvector(f, Double8);
-  };
-  auto store = [](float *x, Double8 d) {
-    Float8 f = __builtin_convertvector(d, Float8);
-    std::memcpy(x, &f, sizeof f);
-  };
+  auto load = [](const float *x) { return loadDouble8W<false>(x); };
+  auto store = [](float *x, DoublePair d) { storeLanes8(x, d); };
   int64_t i = b;
   for (; i + 8 <= e; i += 8) {
-    Double8 param = load(p + i);
-    Double8 g = load(grad + i) * scale + decay * param;
+    DoublePair param = load(p + i);
+    DoublePair g = load(grad + i) * scale + decay * param;
     if (v) {
-      Double8 vNew = momentum * load(v + i) + g;
+      DoublePair vNew = momentum * load(v + i) + g;
       g = nesterov ? g + momentum * vNew : vNew;
       store(vOut + i, vNew);
     }

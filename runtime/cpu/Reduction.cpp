@@ -41,17 +41,30 @@ enum class Kind { Sum, Mean, Max };
 // The fold of one reduction over elements of storage type T: an
 // accumulator type, its start value, how one element or a partial result is
 // folded in, and how the result is stored.
-// The sum of p[0..n) in double, in a fixed order: eight lanes (Double8),
-// in the CPU's widest vectors.
-template <typename T> CLEAVE_VECTOR_CLONES double sumLanes(const T *p, int64_t n) {
-  Double8 s = {};
+// The sum of p[0..n) in double, in a fixed order: eight lanes
+// (DoubleLanes), built for AVX-512 (Wide) and as CLEAVE_VECTOR_CLONES for
+// the others; the same bits in each.
+template <typename T, bool Wide>
+[[gnu::always_inline]] inline double sumLanesOf(const T *p, int64_t n) {
+  DoubleLanes<Wide> s = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    s += loadDouble8(p + i);
+    s += loadDouble8W<Wide>(p + i);
   double tail = 0;
   for (; i < n; ++i)
     tail += double(p[i]);
   return laneSum(s) + tail;
+}
+template <typename T>
+CLEAVE_WIDE_TARGET double sumLanesWide(const T *p, int64_t n) {
+  return sumLanesOf<T, true>(p, n);
+}
+template <typename T>
+CLEAVE_VECTOR_CLONES double sumLanesNarrow(const T *p, int64_t n) {
+  return sumLanesOf<T, false>(p, n);
+}
+template <typename T> double sumLanes(const T *p, int64_t n) {
+  return cpuHasAvx512F() ? sumLanesWide(p, n) : sumLanesNarrow(p, n);
 }
 
 template <typename T, Kind K> struct Fold {
