@@ -73,27 +73,27 @@ RowStats statsOf(const float *x, int64_t n, double eps) {
   return {mean, 1.0 / std::sqrt(sq / double(n) + eps)};
 }
 
-// Row sizes with and without a tail, below one vector, and a transformer's.
+// Row sizes with and without a tail, below one vector, and a transformer's;
+// three rows of each.
 const int64_t kSizes[] = {5, 16, 77, 256};
+constexpr int64_t kRows = 3;
+constexpr float kEps = 1e-5f;
+const AttrMap kNormAttrs{{"axis", int64_t(-1)}, {"epsilon", kEps}};
 
 TEST(CpuLanes, LayerNormForwardFollowsTheLaneOrder) {
-  const float epsF = 1e-5f;
-  const double eps = epsF;
   for (int64_t size : kSizes) {
     SCOPED_TRACE("row size " + std::to_string(size));
-    const int64_t rows = 3;
-    Host<float> X = randomHost<float>({rows, size}, 7, -2, 3),
+    Host<float> X = randomHost<float>({kRows, size}, 7, -2, 3),
                 scale = randomHost<float>({size}, 8),
                 bias = randomHost<float>({size}, 9);
-    Host<float> Y({rows, size}), mean({rows, 1}), inv({rows, 1});
-    AttrMap attrs{{"axis", int64_t(-1)}, {"epsilon", epsF}};
-    ASSERT_FALSE(bool(run(OpKind::LayerNormalization, attrs,
+    Host<float> Y({kRows, size}), mean({kRows, 1}), inv({kRows, 1});
+    ASSERT_FALSE(bool(run(OpKind::LayerNormalization, kNormAttrs,
                           {X.ref(), scale.ref(), bias.ref()},
                           {Y.ref(), mean.ref(), inv.ref()})));
     std::vector<float> wantY, wantMean, wantInv;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < kRows; ++r) {
       const float *x = X.data.data() + r * size;
-      RowStats s = statsOf(x, size, eps);
+      RowStats s = statsOf(x, size, kEps);
       wantMean.push_back(float(s.mean));
       wantInv.push_back(float(s.inv));
       for (int64_t i = 0; i < size; ++i)
@@ -108,22 +108,18 @@ TEST(CpuLanes, LayerNormForwardFollowsTheLaneOrder) {
 }
 
 TEST(CpuLanes, LayerNormGradientFollowsTheLaneOrder) {
-  const float epsF = 1e-5f;
-  const double eps = epsF;
   for (int64_t size : kSizes) {
     SCOPED_TRACE("row size " + std::to_string(size));
-    const int64_t rows = 3;
-    Host<float> X = randomHost<float>({rows, size}, 11, -2, 3),
-                dY = randomHost<float>({rows, size}, 12),
+    Host<float> X = randomHost<float>({kRows, size}, 11, -2, 3),
+                dY = randomHost<float>({kRows, size}, 12),
                 scale = randomHost<float>({size}, 13);
-    Host<float> dX({rows, size});
-    AttrMap attrs{{"axis", int64_t(-1)}, {"epsilon", epsF}};
-    ASSERT_FALSE(bool(run(OpKind::LayerNormalizationGradData, attrs,
+    Host<float> dX({kRows, size});
+    ASSERT_FALSE(bool(run(OpKind::LayerNormalizationGradData, kNormAttrs,
                           {dY.ref(), X.ref(), scale.ref()}, {dX.ref()})));
     std::vector<float> want;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < kRows; ++r) {
       const float *x = X.data.data() + r * size, *dy = dY.data.data() + r * size;
-      RowStats s = statsOf(x, size, eps);
+      RowStats s = statsOf(x, size, kEps);
       auto g = [&](int64_t i) { return double(dy[i]) * double(scale.data[i]); };
       auto xh = [&](int64_t i) { return (double(x[i]) - s.mean) * s.inv; };
       double meanG = laneOrderSum(size, 16, g) / double(size);
@@ -140,13 +136,12 @@ TEST(CpuLanes, LayerNormGradientFollowsTheLaneOrder) {
 TEST(CpuLanes, ReduceSumRowsFollowTheLaneOrder) {
   for (int64_t size : kSizes) {
     SCOPED_TRACE("row size " + std::to_string(size));
-    const int64_t rows = 3;
-    Host<float> X = randomHost<float>({rows, size}, 21, -2, 3);
-    Host<float> Y({rows, 1});
+    Host<float> X = randomHost<float>({kRows, size}, 21, -2, 3);
+    Host<float> Y({kRows, 1});
     AttrMap attrs{{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t(1)}};
     ASSERT_FALSE(bool(run(OpKind::ReduceSum, attrs, {X.ref()}, {Y.ref()})));
     std::vector<float> want;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < kRows; ++r) {
       const float *x = X.data.data() + r * size;
       want.push_back(float(
           laneOrderSum(size, 8, [&](int64_t i) { return double(x[i]); })));
