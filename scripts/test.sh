@@ -57,28 +57,33 @@ ninja -C "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep cleave-unit-tests
 stage "ASan + UBSan: run"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# sanitizer_ctest DIR REGEX [PREFIX...]: ctest -R REGEX in the build DIR
+# (under PREFIX, a command such as setarch), its log kept in DIR; the last
+# lines on success, the whole log on failure.
 # LeakSanitizer's own tracer has crashed at exit on this machine kind once
 # in a run whose every test had passed ("Tracer caught signal 11 ...
 # LeakSanitizer has encountered a fatal error"; the same binary passed
 # leak-checked right after): a crash of the tool, not a finding. Only that
 # is run again, once; a failed test or a reported leak fails at once.
-asan_ctest() {
-  local log="$CLEAVE_ROOT/build-asan/ctest-$1.log"
-  if (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -j "$jobs" -R "$1") > "$log" 2>&1; then
+sanitizer_ctest() {
+  local dir=$1 regex=$2
+  shift 2
+  local log="$dir/ctest-$regex.log"
+  if (cd "$dir" && "$@" ctest --output-on-failure -j "$jobs" -R "$regex") > "$log" 2>&1; then
     tail -n 3 "$log"
     return 0
   fi
   if grep -q "LeakSanitizer has encountered a fatal error" "$log" &&
       ! grep -q "^\[  FAILED  \]\|ERROR: LeakSanitizer: detected" "$log"; then
-    echo "LeakSanitizer's tracer crashed (no test failed, no leak reported): running '$1' again"
-    (cd "$CLEAVE_ROOT/build-asan" && ctest --output-on-failure -j "$jobs" -R "$1")
+    echo "LeakSanitizer's tracer crashed (no test failed, no leak reported): running '$regex' again"
+    (cd "$dir" && "$@" ctest --output-on-failure -j "$jobs" -R "$regex")
     return
   fi
   cat "$log"
   return 1
 }
-asan_ctest unit
-asan_ctest onnx-testdata-sweep
+sanitizer_ctest "$CLEAVE_ROOT/build-asan" unit
+sanitizer_ctest "$CLEAVE_ROOT/build-asan" onnx-testdata-sweep
 
 stage "ThreadSanitizer build: unit tests and the model-zoo CI subset"
 # The CPU runtime's own threads (thread pool, pipeline stages) are what it
@@ -95,14 +100,7 @@ stage "TSan: run"
   export OPENBLAS_NUM_THREADS=1
   # Two shards of the suite side by side, one a core (as under ASan); the
   # no-ASLR personality passes from setarch through ctest to both.
-  log="$CLEAVE_ROOT/build-tsan/ctest-unit.log"
-  if (cd "$CLEAVE_ROOT/build-tsan" &&
-      setarch "$(uname -m)" -R ctest --output-on-failure -j "$jobs" -R unit-shard) > "$log" 2>&1; then
-    tail -n 3 "$log"
-  else
-    cat "$log"
-    exit 1
-  fi
+  sanitizer_ctest "$CLEAVE_ROOT/build-tsan" unit-shard setarch "$(uname -m)" -R
   setarch "$(uname -m)" -R "$CLEAVE_ORT_PYTHON" "$CLEAVE_ROOT/tests/models/sweep/check_ci.py" \
     --tools "$CLEAVE_ROOT/build-tsan/tools" --timeout 900
 )
