@@ -224,11 +224,15 @@ void parallelGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
   // block gets at least about kBlockWork multiply-adds and, where the cut
   // dimension allows, kMinBlock rows (or columns): on one thread OpenBLAS
   // ran 32-row blocks of a 512^3 product at 77% of one call's rate, 128-row
-  // ones at 94%. A power of two of blocks (at most kMaxBlocks, at least 2),
-  // so that 2, 4 or 8 threads get equal shares. Each block is a task of
-  // its own (parallelTasks), taken by the next free thread.
+  // ones at 94%; on 2 threads the transformers' 1024-row products ran 5 to
+  // 8% faster in four blocks of 256 rows than in eight of 128 (each block
+  // packs all of the other operand), and their steps 3 to 7% faster
+  // (docs/benchmarks.md, 2026-12-08). A power of two of blocks (at most
+  // kMaxBlocks, at least 2), so that 2, 4 or 8 threads get equal shares.
+  // Each block is a task of its own (parallelTasks), taken by the next
+  // free thread.
   constexpr int64_t kBlockWork = int64_t(1) << 20, kMaxBlocks = 16,
-                    kMinBlock = 128;
+                    kMinBlock = 256;
   // Row blocks split the rows as evenly as whole rows allow (ViT's 1040 rows in 4 blocks of 260:
   // rounded up to 16, 272, 272, 272 and 224 left one thread of two idle
   // for a twelfth of the product, and the products ran 4 to 8% slower);
