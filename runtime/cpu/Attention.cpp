@@ -202,8 +202,20 @@ namespace {
 // double for f64), on the operands in place when they are already T with
 // contiguous rows, else on converted copies.
 
-constexpr int64_t kRows = 128;             // query rows of a block
+constexpr int64_t kRows = 128;             // query rows of a block, at most
 constexpr int64_t kKeys = 128;             // keys of a tile
+
+// The query rows of a block: kRows, or half as many under the causal rule
+// at up to 256 queries, where the diagonal tiles are most of the work: at
+// T 128 one 128-row block computes all of its 128 x 128 scores, two of 64
+// rows the 64 x 64 and 64 x 128 the rule lets them see (the first block's
+// keys end at 64), 3/4 of the products and exps forward and backward.
+// Longer sequences keep 128 (the diagonal a small share, the larger
+// products faster). The shape decides, so the bits do not depend on the
+// threads.
+int64_t blockRows(const dev::AttentionOperands &a) {
+  return a.causal && a.queryLen <= 256 ? kRows / 2 : kRows;
+}
 
 // Rows [t0, t0 + n) of a [B, H, T, D] operand at (b, h) as an n x D
 // row-major matrix in T, and its leading dimension: the operand's own
@@ -387,7 +399,7 @@ TileView tileView(const dev::AttentionOperands &a, int64_t b, int64_t h,
 class HiddenTiles {
 public:
   HiddenTiles(const dev::AttentionOperands &a, bool spread)
-      : a_(a), qBlocks_((a.queryLen + kRows - 1) / kRows),
+      : a_(a), rows_(blockRows(a)), qBlocks_((a.queryLen + rows_ - 1) / rows_),
         kTiles_((a.keyLen + kKeys - 1) / kKeys) {
     perHead_ = (a.bias.data && a.bias.strides[1] != 0) ||
                (a.keep.data && a.keep.strides[1] != 0);
@@ -400,25 +412,25 @@ public:
         const int64_t kt = n % kTiles_, qb = n / kTiles_ % qBlocks_,
                       h = n / (kTiles_ * qBlocks_) % heads,
                       bb = n / (kTiles_ * qBlocks_ * heads);
-        const int64_t i0 = qb * kRows, j0 = kt * kKeys;
+        const int64_t i0 = qb * rows_, j0 = kt * kKeys;
         hidden_[size_t(n)] = tileView(a_, bb, h, i0,
-                                      std::min(kRows, a_.queryLen - i0), j0,
+                                      std::min(rows_, a_.queryLen - i0), j0,
                                       std::min(kKeys, a_.keyLen - j0));
       }
     });
   }
-  // Rows from i0 (a multiple of kRows), keys from j0 (of kKeys).
+  // Rows from i0 (a multiple of blockRows), keys from j0 (of kKeys).
   TileView operator()(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
     const int64_t heads = perHead_ ? a_.queryHeads : 1;
     const int64_t n =
-        ((b * heads + (perHead_ ? h : 0)) * qBlocks_ + i0 / kRows) * kTiles_ +
+        ((b * heads + (perHead_ ? h : 0)) * qBlocks_ + i0 / rows_) * kTiles_ +
         j0 / kKeys;
     return hidden_[size_t(n)];
   }
 
 private:
   const dev::AttentionOperands &a_;
-  int64_t qBlocks_, kTiles_;
+  int64_t rows_, qBlocks_, kTiles_;
   bool perHead_ = false;
   std::vector<TileView> hidden_;
 };
@@ -494,11 +506,12 @@ template <class T>
 void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
                   const HiddenTiles &hidden) {
   const dev::AttentionOperands &a = st.in;
-  const int64_t dim = a.headDim, blocks = (a.queryLen + kRows - 1) / kRows;
+  const int64_t dim = a.headDim, rows = blockRows(a),
+                blocks = (a.queryLen + rows - 1) / rows;
   const int64_t qb = task % blocks, h = task / blocks % a.queryHeads,
                 b = task / (blocks * a.queryHeads),
                 kvh = h / (a.queryHeads / a.kvHeads);
-  const int64_t i0 = qb * kRows, nr = std::min(kRows, a.queryLen - i0);
+  const int64_t i0 = qb * rows, nr = std::min(rows, a.queryLen - i0);
   int64_t ldq, ldk, ldv;
   const T *q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), ldq);
   std::fill_n(w.acc.data(), nr * dim, T(0));
@@ -535,7 +548,12 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
           acc[d] *= rescale;
         m[r] = mNew;
       }
-      l[r] += expAndSum(row, nc, mNew);
+      // The keys past the causal rule's end are -inf: their exps are 0 and
+      // add 0 to the sum, so the sum of the others is the same.
+      const int64_t seen =
+          std::clamp<int64_t>(dev::attentionKeyEnd(a, i0 + r) - j0, 0, nc);
+      l[r] += expAndSum(row, seen, mNew);
+      std::fill(row + seen, row + nc, T(0));
     }
     const T *v = rowsOf(a.v, b, kvh, j0, nc, dim, w.v.data(), ldv);
     product(false, false, nr, dim, nc, w.s.data(), kKeys, v, ldv, true,
@@ -597,7 +615,12 @@ void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
       std::fill_n(ds, nc, T(0));
       continue;
     }
-    expShifted(p, nc, double(lse), 1.0, p); // hidden keys' -inf: 0
+    // The exps of the keys the causal rule lets the row see; the others'
+    // -inf give 0.
+    const int64_t seen =
+        std::clamp<int64_t>(dev::attentionKeyEnd(a, i0 + r) - j0, 0, nc);
+    expShifted(p, seen, double(lse), 1.0, p);
+    std::fill(p + seen, p + nc, T(0));
     scoreGradRow(p, ds, nc, delta);
   }
 }
@@ -616,7 +639,8 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
                    Tiles<T> &w, std::vector<T> &dq, const HiddenTiles &hidden) {
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim, kvh = task % a.kvHeads,
-                b = task / a.kvHeads, group = a.queryHeads / a.kvHeads;
+                b = task / a.kvHeads, group = a.queryHeads / a.kvHeads,
+                rows = blockRows(a);
   const T scale = T(a.scale);
   // The group's Delta rows first, each read of dO and O right before the
   // tiles read dO again (a pass of its own over every row read both from
@@ -638,19 +662,23 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
     const int64_t begin = dev::attentionQueryBegin(a, j0);
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kvh * group + g;
-      for (int64_t i0 = begin - begin % kRows; i0 < a.queryLen; i0 += kRows) {
-        const int64_t nr = std::min(kRows, a.queryLen - i0);
+      for (int64_t i0 = begin - begin % rows; i0 < a.queryLen; i0 += rows) {
+        const int64_t nr = std::min(rows, a.queryLen - i0);
         const TileView view = hidden(b, h, i0, j0);
         if (view == TileView::Hidden)
           continue;
+        // The tile's rows see keys [j0, j0 + seen) at most (the causal
+        // rule): the products leave out the keys none of them sees.
+        const int64_t seen =
+            std::min(nc, dev::attentionKeyEnd(a, i0 + nr - 1) - j0);
         x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
         x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
-        scoreGradTile(st, b, h, i0, nr, j0, nc, x, w, view);
-        product(true, false, nc, dim, nr, w.s.data(), kKeys, x.dout, x.ldo,
+        scoreGradTile(st, b, h, i0, nr, j0, seen, x, w, view);
+        product(true, false, seen, dim, nr, w.s.data(), kKeys, x.dout, x.ldo,
                 true, accV, dim);
-        product(true, false, nc, dim, nr, w.dp.data(), kKeys, x.q, x.ldq,
+        product(true, false, seen, dim, nr, w.dp.data(), kKeys, x.q, x.ldq,
                 true, accK, dim);
-        product(false, false, nr, dim, nc, w.dp.data(), kKeys, x.k, x.ldk,
+        product(false, false, nr, dim, seen, w.dp.data(), kKeys, x.k, x.ldk,
                 true, dq.data() + (g * a.queryLen + i0) * dim, dim);
       }
     }
@@ -670,7 +698,8 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
 }
 
 int64_t queryTasks(const dev::AttentionOperands &a) {
-  return a.batch * a.queryHeads * ((a.queryLen + kRows - 1) / kRows);
+  const int64_t rows = blockRows(a);
+  return a.batch * a.queryHeads * ((a.queryLen + rows - 1) / rows);
 }
 
 // Whether a call is worth the pool: below 2^21 FLOPs in the forward's two

@@ -225,6 +225,46 @@ TEST(CpuAttention, OpenTilesOfACausalMaskGiveTheBitsOfTheMaskedOnes) {
   }
 }
 
+// The causal rule at up to 256 queries runs in blocks of 64 query rows
+// (the diagonal tiles' hidden halves left out), an additive 0 / -inf
+// triangle in blocks of 128: the same function, to float rounding, forward
+// and backward, at lengths that end a block early (100) and fill four
+// (256), and on 1 and 2 threads the same bits.
+TEST(CpuAttention, ShortCausalRuleInHalfBlocksMatchesTheMask) {
+  testsupport::cpu();
+  for (int64_t len : {100, 256}) {
+    SCOPED_TRACE(len);
+    const int64_t b = 2, hq = 2, hkv = 1, d = 16;
+    Host<float> q = randomHost<float>({b, hq, len, d}, 21, -2, 2),
+                k = randomHost<float>({b, hkv, len, d}, 22, -2, 2),
+                v = randomHost<float>({b, hkv, len, d}, 23),
+                dout = randomHost<float>({b, hq, len, d}, 24);
+    Host<float> tril({1, 1, len, len});
+    for (int64_t i = 0; i < len; ++i)
+      for (int64_t j = 0; j < len; ++j)
+        tril.data[size_t(i * len + j)] = j <= i ? 0.0f : -INFINITY;
+    ir::AttrMap masked{{"scale", 0.25f}};
+    ir::AttrMap causal{{"scale", 0.25f}, {"causal", int64_t(1)}};
+    Outputs<float> added = forwardAndBackward(q, k, v, dout, tril.ref(),
+                                              {b, hq, len}, masked, 1);
+    Outputs<float> rule = forwardAndBackward(q, k, v, dout, TensorRef(),
+                                             {b, hq, len}, causal, 1);
+    auto expectClose = [](const Host<float> &x, const Host<float> &y) {
+      ASSERT_EQ(x.data.size(), y.data.size());
+      for (size_t i = 0; i < x.data.size(); ++i)
+        ASSERT_NEAR(x.data[i], y.data[i], 2e-5 * (1 + std::fabs(x.data[i])))
+            << "at " << i;
+    };
+    expectClose(added.o, rule.o);
+    expectClose(added.lse, rule.lse);
+    expectClose(added.dq, rule.dq);
+    expectClose(added.dk, rule.dk);
+    expectClose(added.dv, rule.dv);
+    expectSameOutputs(rule, forwardAndBackward(q, k, v, dout, TensorRef(),
+                                               {b, hq, len}, causal, 2));
+  }
+}
+
 // An operand's shape with h heads: [B, T, h, D] (seq_major) or
 // [T, B, h, D] (time_major).
 std::vector<int64_t> layoutShape(bool timeMajor, int64_t b, int64_t t,
