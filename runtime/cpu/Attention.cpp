@@ -5,9 +5,9 @@
 // stores this file shares): an online softmax over key tiles, the Tq x Tk
 // scores never stored, the backward recomputing each tile's scores from the
 // forward's logsumexp. The GPU's arithmetic goes one row a thread; here a
-// forward task takes a block of 128 query rows and a backward task one kv
-// head with its query heads, and each tile's work is GEMMs, the form that
-// keeps the CPU's vector units busy. The sums are in another order than the
+// forward task takes a block of query rows (128, or 64: blockRows) and a
+// backward task one kv head with its query heads, and each tile's work is
+// GEMMs, the form that keeps the CPU's vector units busy. The sums are in another order than the
 // per-row functions', so the two backends agree to rounding, not bits.
 #include "ir/TypeRules.h"
 #include "runtime/FusedAttentionCall.h"
