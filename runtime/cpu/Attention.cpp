@@ -5,10 +5,11 @@
 // stores this file shares): an online softmax over key tiles, the Tq x Tk
 // scores never stored, the backward recomputing each tile's scores from the
 // forward's logsumexp. The GPU's arithmetic goes one row a thread; here a
-// forward task takes a block of query rows (128, or 64: blockRows) and a
+// forward task takes a block of query rows (128, or 64: TileMap) and a
 // backward task one kv head with its query heads, and each tile's work is
-// GEMMs, the form that keeps the CPU's vector units busy. The sums are in another order than the
-// per-row functions', so the two backends agree to rounding, not bits.
+// GEMMs, the form that keeps the CPU's vector units busy. The sums are in
+// another order than the per-row functions', so the two backends agree to
+// rounding, not bits.
 #include "ir/TypeRules.h"
 #include "runtime/FusedAttentionCall.h"
 #include "runtime/cpu/Blas.h"
@@ -202,20 +203,8 @@ namespace {
 // double for f64), on the operands in place when they are already T with
 // contiguous rows, else on converted copies.
 
-constexpr int64_t kRows = 128;             // query rows of a block, at most
-constexpr int64_t kKeys = 128;             // keys of a tile
-
-// The query rows of a block: kRows, or half as many under the causal rule
-// at up to 256 queries, where the diagonal tiles are most of the work: at
-// T 128 one 128-row block computes all of its 128 x 128 scores, two of 64
-// rows the 64 x 64 and 64 x 128 the rule lets them see (the first block's
-// keys end at 64), 3/4 of the products and exps forward and backward.
-// Longer sequences keep 128 (the diagonal a small share, the larger
-// products faster). The shape decides, so the bits do not depend on the
-// threads.
-int64_t blockRows(const dev::AttentionOperands &a) {
-  return a.causal && a.queryLen <= 256 ? kRows / 2 : kRows;
-}
+constexpr int64_t kRows = 128; // query rows of a block, at most (TileMap)
+constexpr int64_t kKeys = 128; // keys of a tile
 
 // Rows [t0, t0 + n) of a [B, H, T, D] operand at (b, h) as an n x D
 // row-major matrix in T, and its leading dimension: the operand's own
@@ -336,103 +325,166 @@ double expAndSum(double *x, int64_t n, double shift) {
 // wherever there is no padding; its scores need no select), or a mix.
 enum class TileView : uint8_t { Mixed, Hidden, Open };
 
-TileView tileView(const dev::AttentionOperands &a, int64_t b, int64_t h,
+// A tile's view and `keys`: its rows see keys [j0, j0 + keys) at most (0
+// when Hidden): past the last key the rule and the masks let any of them
+// see, the tile's products stop (a triangle's diagonal tile, keys a whole
+// batch pads).
+struct TileSeen {
+  TileView view = TileView::Mixed;
+  int64_t keys = 0;
+};
+
+// The last key + 1 of x[0, n) that `seen` accepts, 0 for none: from the
+// end, so a row that sees its last keys (padding masks, the lower
+// triangle's rows) stops at once.
+template <class Seen> int64_t lastSeen(int64_t n, Seen seen) {
+  for (int64_t t = n; t > 0; --t)
+    if (seen(t - 1))
+      return t;
+  return 0;
+}
+
+TileSeen tileSeen(const dev::AttentionOperands &a, int64_t b, int64_t h,
                   int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
-  if (dev::attentionKeyEnd(a, i0 + nr - 1) <= j0)
-    return TileView::Hidden;
+  // Keys [j0, j0 + rule) pass the causal rule for the tile's last row.
+  const int64_t rule =
+      std::clamp<int64_t>(dev::attentionKeyEnd(a, i0 + nr - 1) - j0, 0, nc);
+  if (rule == 0)
+    return {TileView::Hidden, 0};
   if (!a.bias.data && !a.keep.data)
-    return TileView::Mixed;
+    return {TileView::Mixed, rule};
+  // Row i's visible keys: [j0, j0 + visible(i)).
+  auto visible = [&](int64_t i) {
+    return std::clamp<int64_t>(dev::attentionKeyEnd(a, i) - j0, 0, nc);
+  };
+  int64_t keys = 0;
   if (!a.bias.data && a.keep.strides[3] == 1) {
     // A boolean mask contiguous along the keys: a row hides the tile when
     // its visible part holds no true (non-zero) byte, and leaves it open
     // when that part holds no false one.
-    bool anySeen = false, allKept = true;
+    bool allKept = true;
     for (int64_t r = 0; r < nr; ++r) {
-      const int64_t i = i0 + r;
-      const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
+      const int64_t i = i0 + r, n = visible(i);
       const auto *row =
           static_cast<const uint8_t *>(a.keep.data) + a.keep.at(b, h, i, j0);
-      // An OR and a minimum in vector lanes, no early exit.
-      uint8_t any = 0, least = 1;
-      for (int64_t t = 0; t < end - j0; ++t) {
-        any |= row[t];
+      // A minimum in vector lanes, no early exit.
+      uint8_t least = 1;
+      for (int64_t t = 0; t < n; ++t)
         least = std::min(least, row[t]);
-      }
-      anySeen |= any != 0;
       allKept &= least != 0;
+      keys = std::max(keys, lastSeen(n, [&](int64_t t) { return row[t]; }));
     }
-    return !anySeen ? TileView::Hidden
-                    : allKept ? TileView::Open : TileView::Mixed;
+    return {keys == 0 ? TileView::Hidden
+                      : allKept ? TileView::Open : TileView::Mixed,
+            keys};
   }
   if (!a.keep.data && a.bias.elem == dev::AttnElem::F32 &&
       a.bias.strides[3] == 1) {
-    // An f32 mask contiguous along the keys: each row's visible part in
-    // vector lanes (-inf, its largest element, only where all are -inf).
-    for (int64_t r = 0; r < nr; ++r) {
+    // An f32 mask contiguous along the keys: each row's last key that is
+    // not -inf.
+    for (int64_t r = 0; r < nr && keys < rule; ++r) {
       const int64_t i = i0 + r;
-      const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
-      if (end > j0 &&
-          cpu::rowMax(static_cast<const float *>(a.bias.data) +
-                          a.bias.at(b, h, i, j0),
-                      end - j0) != -INFINITY)
-        return TileView::Mixed;
+      const float *row = static_cast<const float *>(a.bias.data) +
+                         a.bias.at(b, h, i, j0);
+      keys = std::max(keys, lastSeen(visible(i), [&](int64_t t) {
+                        return row[t] != -INFINITY;
+                      }));
     }
-    return TileView::Hidden;
+    return {keys == 0 ? TileView::Hidden : TileView::Mixed, keys};
   }
-  for (int64_t r = 0; r < nr; ++r) {
+  for (int64_t r = 0; r < nr && keys < rule; ++r) {
     const int64_t i = i0 + r;
-    const int64_t end = std::min(dev::attentionKeyEnd(a, i), j0 + nc);
-    for (int64_t j = j0; j < end; ++j) {
-      if (!dev::attentionKeeps(a, b, h, i, j))
-        continue;
-      if (!a.bias.data ||
-          dev::attnRead<double>(a.bias.data, a.bias.elem,
-                                a.bias.at(b, h, i, j)) != -INFINITY)
-        return TileView::Mixed;
-    }
+    keys = std::max(keys, lastSeen(visible(i), [&](int64_t t) {
+                      const int64_t j = j0 + t;
+                      return dev::attentionKeeps(a, b, h, i, j) &&
+                             (!a.bias.data ||
+                              dev::attnRead<double>(a.bias.data, a.bias.elem,
+                                                    a.bias.at(b, h, i, j)) !=
+                                  -INFINITY);
+                    }));
   }
-  return TileView::Hidden;
+  return {keys == 0 ? TileView::Hidden : TileView::Mixed, keys};
 }
 
-// tileView of every (query block, key tile) pair, worked out once per
-// call (a mask broadcast over the heads once for all of them).
-class HiddenTiles {
+// tileSeen of every (query block, key tile) pair, worked out once per call
+// (a mask broadcast over the heads once for all of them), and the query
+// rows of a block: 128, or 64 where that leaves at least 15% of the
+// products out. Each pair is looked at in blocks of 64 rows; a 128-row
+// block sees what either half sees. Under the causal rule at T 128, two
+// 64-row blocks compute 64 x 64 and 64 x 128 scores where one 128-row block
+// computes 128 x 128, 3/4 of the products and exps forward and backward
+// (at T 256 5/6; at T 512 9/10, where 64-row blocks measured no faster);
+// without anything hidden, 64-row blocks ran 5 to 25% slower. The shapes
+// and the masks decide, never the threads; a triangle given as the rule
+// and as a mask gives the same blocks, so the same bits.
+class TileMap {
 public:
-  HiddenTiles(const dev::AttentionOperands &a, bool spread)
-      : a_(a), rows_(blockRows(a)), qBlocks_((a.queryLen + rows_ - 1) / rows_),
-        kTiles_((a.keyLen + kKeys - 1) / kKeys) {
+  TileMap(const dev::AttentionOperands &a, bool spread)
+      : a_(a), kTiles_((a.keyLen + kKeys - 1) / kKeys) {
     perHead_ = (a.bias.data && a.bias.strides[1] != 0) ||
                (a.keep.data && a.keep.strides[1] != 0);
-    const int64_t heads = perHead_ ? a.queryHeads : 1;
-    hidden_.assign(size_t(a.batch * heads * qBlocks_ * kTiles_),
-                   TileView::Mixed);
-    const int64_t tiles = int64_t(hidden_.size());
-    parallelFor(tiles, spread ? 1 : tiles, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n) {
-        const int64_t kt = n % kTiles_, qb = n / kTiles_ % qBlocks_,
-                      h = n / (kTiles_ * qBlocks_) % heads,
-                      bb = n / (kTiles_ * qBlocks_ * heads);
-        const int64_t i0 = qb * rows_, j0 = kt * kKeys;
-        hidden_[size_t(n)] = tileView(a_, bb, h, i0,
-                                      std::min(rows_, a_.queryLen - i0), j0,
-                                      std::min(kKeys, a_.keyLen - j0));
+    heads_ = perHead_ ? a.queryHeads : 1;
+    constexpr int64_t half = kRows / 2;
+    const int64_t halves = (a.queryLen + half - 1) / half;
+    std::vector<TileSeen> fine(size_t(a.batch * heads_ * halves * kTiles_));
+    const int64_t count = int64_t(fine.size());
+    parallelFor(count, spread ? 1 : count, [&](int64_t first, int64_t end) {
+      for (int64_t n = first; n < end; ++n) {
+        const int64_t kt = n % kTiles_, qb = n / kTiles_ % halves,
+                      h = n / (kTiles_ * halves) % heads_,
+                      bb = n / (kTiles_ * halves * heads_);
+        const int64_t i0 = qb * half, j0 = kt * kKeys;
+        fine[size_t(n)] =
+            tileSeen(a_, bb, h, i0, std::min(half, a_.queryLen - i0), j0,
+                     std::min(kKeys, a_.keyLen - j0));
       }
     });
+    // The products' multiply-adds per head dimension in each blocking.
+    const int64_t blocks = (a.queryLen + kRows - 1) / kRows;
+    std::vector<TileSeen> coarse(size_t(a.batch * heads_ * blocks * kTiles_));
+    double fineWork = 0, coarseWork = 0;
+    for (int64_t bh = 0; bh < a.batch * heads_; ++bh)
+      for (int64_t qb = 0; qb < blocks; ++qb)
+        for (int64_t kt = 0; kt < kTiles_; ++kt) {
+          TileSeen &c = coarse[size_t((bh * blocks + qb) * kTiles_ + kt)];
+          const int64_t nr = std::min(kRows, a.queryLen - qb * kRows);
+          bool first = true;
+          for (int64_t q = 2 * qb; q < std::min(2 * qb + 2, halves); ++q) {
+            const TileSeen &f = fine[size_t((bh * halves + q) * kTiles_ + kt)];
+            fineWork += double(f.keys) *
+                        double(std::min(half, a.queryLen - q * half));
+            c.view = first ? f.view : c.view == f.view ? c.view
+                                                       : TileView::Mixed;
+            c.keys = std::max(c.keys, f.keys);
+            first = false;
+          }
+          coarseWork += double(c.keys) * double(nr);
+        }
+    if (fineWork <= 0.85 * coarseWork) {
+      rows_ = half;
+      seen_ = std::move(fine);
+    } else {
+      rows_ = kRows;
+      seen_ = std::move(coarse);
+    }
+    qBlocks_ = (a.queryLen + rows_ - 1) / rows_;
   }
-  // Rows from i0 (a multiple of blockRows), keys from j0 (of kKeys).
-  TileView operator()(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
-    const int64_t heads = perHead_ ? a_.queryHeads : 1;
+  int64_t rows() const { return rows_; }
+  // The pair of rows from i0 (a multiple of rows()), keys from j0 (of
+  // kKeys).
+  const TileSeen &operator()(int64_t b, int64_t h, int64_t i0,
+                             int64_t j0) const {
     const int64_t n =
-        ((b * heads + (perHead_ ? h : 0)) * qBlocks_ + i0 / rows_) * kTiles_ +
+        ((b * heads_ + (perHead_ ? h : 0)) * qBlocks_ + i0 / rows_) * kTiles_ +
         j0 / kKeys;
-    return hidden_[size_t(n)];
+    return seen_[size_t(n)];
   }
 
 private:
   const dev::AttentionOperands &a_;
-  int64_t rows_, qBlocks_, kTiles_;
+  int64_t kTiles_, heads_ = 1, rows_ = kRows, qBlocks_ = 0;
   bool perHead_ = false;
-  std::vector<TileView> hidden_;
+  std::vector<TileSeen> seen_;
 };
 
 // The scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) from the
@@ -504,9 +556,9 @@ void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 
 template <class T>
 void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
-                  const HiddenTiles &hidden) {
+                  const TileMap &tiles) {
   const dev::AttentionOperands &a = st.in;
-  const int64_t dim = a.headDim, rows = blockRows(a),
+  const int64_t dim = a.headDim, rows = tiles.rows(),
                 blocks = (a.queryLen + rows - 1) / rows;
   const int64_t qb = task % blocks, h = task / blocks % a.queryHeads,
                 b = task / (blocks * a.queryHeads),
@@ -521,8 +573,8 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
   std::fill_n(l, nr, 0.0);
   const int64_t end = dev::attentionKeyEnd(a, i0 + nr - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kKeys) {
-    const int64_t nc = std::min(kKeys, end - j0);
-    const TileView view = hidden(b, h, i0, j0);
+    // The keys up to the last one a row of the block sees.
+    const auto [view, nc] = tiles(b, h, i0, j0);
     if (view == TileView::Hidden)
       continue;
     const T *k = rowsOf(a.k, b, kvh, j0, nc, dim, w.k.data(), ldk);
@@ -636,11 +688,11 @@ void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end);
 // bits do not depend on threads. dK and dQ are scaled at the end.
 template <class T>
 void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
-                   Tiles<T> &w, std::vector<T> &dq, const HiddenTiles &hidden) {
+                   Tiles<T> &w, std::vector<T> &dq, const TileMap &tiles) {
   const dev::AttentionOperands &a = st.in;
   const int64_t dim = a.headDim, kvh = task % a.kvHeads,
                 b = task / a.kvHeads, group = a.queryHeads / a.kvHeads,
-                rows = blockRows(a);
+                rows = tiles.rows();
   const T scale = T(a.scale);
   // The group's Delta rows first, each read of dO and O right before the
   // tiles read dO again (a pass of its own over every row read both from
@@ -664,13 +716,11 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
       const int64_t h = kvh * group + g;
       for (int64_t i0 = begin - begin % rows; i0 < a.queryLen; i0 += rows) {
         const int64_t nr = std::min(rows, a.queryLen - i0);
-        const TileView view = hidden(b, h, i0, j0);
+        // The tile's rows see keys [j0, j0 + seen) at most: the products
+        // leave out the keys none of them sees.
+        const auto [view, seen] = tiles(b, h, i0, j0);
         if (view == TileView::Hidden)
           continue;
-        // The tile's rows see keys [j0, j0 + seen) at most (the causal
-        // rule): the products leave out the keys none of them sees.
-        const int64_t seen =
-            std::min(nc, dev::attentionKeyEnd(a, i0 + nr - 1) - j0);
         x.q = rowsOf(a.q, b, h, i0, nr, dim, w.q.data(), x.ldq);
         x.dout = rowsOf(st.dOut, b, h, i0, nr, dim, w.dout.data(), x.ldo);
         scoreGradTile(st, b, h, i0, nr, j0, seen, x, w, view);
@@ -697,8 +747,7 @@ void gradHeadGroup(const dev::AttentionGradStep &st, int64_t task,
     }
 }
 
-int64_t queryTasks(const dev::AttentionOperands &a) {
-  const int64_t rows = blockRows(a);
+int64_t queryTasks(const dev::AttentionOperands &a, int64_t rows) {
   return a.batch * a.queryHeads * ((a.queryLen + rows - 1) / rows);
 }
 
@@ -731,10 +780,10 @@ void runTasks(bool spread, int64_t n,
 // under the causal rule later blocks have more keys to see.
 template <class T> void forward(const dev::AttentionStep &s) {
   const bool spread = worthSpreading(s.in);
-  const HiddenTiles hidden(s.in, spread);
-  runTasks(spread, queryTasks(s.in), [&](int64_t t) {
+  const TileMap tiles(s.in, spread);
+  runTasks(spread, queryTasks(s.in, tiles.rows()), [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
-    forwardBlock(s, t, w, hidden);
+    forwardBlock(s, t, w, tiles);
   });
 }
 
@@ -786,11 +835,11 @@ void deltaRows(const dev::AttentionGradStep &s, int64_t first, int64_t end) {
 
 template <class T> void backward(const dev::AttentionGradStep &s) {
   const bool spread = worthSpreading(s.in);
-  const HiddenTiles hidden(s.in, spread);
+  const TileMap tiles(s.in, spread);
   runTasks(spread, s.in.batch * s.in.kvHeads, [&](int64_t t) {
     Tiles<T> w(s.in.headDim);
     static thread_local std::vector<T> dq; // its capacity kept (as Tiles)
-    gradHeadGroup(s, t, w, dq, hidden);
+    gradHeadGroup(s, t, w, dq, tiles);
   });
 }
 
