@@ -285,6 +285,46 @@ TEST(CpuAttention, ATriangleAsRuleOrMaskGivesTheSameBits) {
   }
 }
 
+// Keys a boolean padding mask hides from every query ([1, 1, 1, Tk], as a
+// batch of one pads) are left out of the products, not computed and
+// masked: the call gives the bits of the same attention over the unpadded
+// keys alone, with the padded keys' dK and dV 0 (300 keys, 170 seen: the
+// second key tile stops at its 42nd key).
+TEST(CpuAttention, PaddedKeysGiveTheBitsOfTheShorterKeys) {
+  testsupport::cpu();
+  const int64_t hq = 2, hkv = 1, tq = 150, tk = 300, seen = 170, d = 16;
+  Host<float> q = randomHost<float>({1, hq, tq, d}, 31, -2, 2),
+              k = randomHost<float>({1, hkv, tk, d}, 32, -2, 2),
+              v = randomHost<float>({1, hkv, tk, d}, 33),
+              dout = randomHost<float>({1, hq, tq, d}, 34);
+  Host<uint8_t> keep({1, 1, 1, tk});
+  for (int64_t j = 0; j < tk; ++j)
+    keep.data[size_t(j)] = j < seen ? 1 : 0;
+  // K and V cut to their first `seen` keys (one kv head: rows in order).
+  Host<float> kCut({1, hkv, seen, d},
+                   std::vector<float>(k.data.begin(),
+                                      k.data.begin() + seen * d)),
+      vCut({1, hkv, seen, d},
+           std::vector<float>(v.data.begin(), v.data.begin() + seen * d));
+  ir::AttrMap attrs{{"scale", 0.25f}};
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    Outputs<float> padded = forwardAndBackward(q, k, v, dout, keep.ref(),
+                                               {1, hq, tq}, attrs, threads);
+    Outputs<float> cut = forwardAndBackward(q, kCut, vCut, dout, TensorRef(),
+                                            {1, hq, tq}, attrs, threads);
+    EXPECT_TRUE(same(padded.o, cut.o));
+    EXPECT_TRUE(same(padded.lse, cut.lse));
+    EXPECT_TRUE(same(padded.dq, cut.dq));
+    for (int64_t i = 0; i < tk * d; ++i) {
+      const float wantK = i < seen * d ? cut.dk.data[size_t(i)] : 0.0f,
+                  wantV = i < seen * d ? cut.dv.data[size_t(i)] : 0.0f;
+      ASSERT_EQ(padded.dk.data[size_t(i)], wantK) << "at " << i;
+      ASSERT_EQ(padded.dv.data[size_t(i)], wantV) << "at " << i;
+    }
+  }
+}
+
 // An operand's shape with h heads: [B, T, h, D] (seq_major) or
 // [T, B, h, D] (time_major).
 std::vector<int64_t> layoutShape(bool timeMajor, int64_t b, int64_t t,
