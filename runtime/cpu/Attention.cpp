@@ -334,6 +334,13 @@ struct TileSeen {
   int64_t keys = 0;
 };
 
+// How many of the keys [j0, j0 + nc) the causal rule lets query row i
+// see (all of them without the rule): they are [j0, j0 + that).
+int64_t ruleKeys(const dev::AttentionOperands &a, int64_t i, int64_t j0,
+                 int64_t nc) {
+  return std::clamp<int64_t>(dev::attentionKeyEnd(a, i) - j0, 0, nc);
+}
+
 // The last key + 1 of x[0, n) that `seen` accepts, 0 for none: from the
 // end, so a row that sees its last keys (padding masks, the lower
 // triangle's rows) stops at once.
@@ -347,16 +354,13 @@ template <class Seen> int64_t lastSeen(int64_t n, Seen seen) {
 TileSeen tileSeen(const dev::AttentionOperands &a, int64_t b, int64_t h,
                   int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
   // Keys [j0, j0 + rule) pass the causal rule for the tile's last row.
-  const int64_t rule =
-      std::clamp<int64_t>(dev::attentionKeyEnd(a, i0 + nr - 1) - j0, 0, nc);
+  const int64_t rule = ruleKeys(a, i0 + nr - 1, j0, nc);
   if (rule == 0)
     return {TileView::Hidden, 0};
   if (!a.bias.data && !a.keep.data)
     return {TileView::Mixed, rule};
   // Row i's visible keys: [j0, j0 + visible(i)).
-  auto visible = [&](int64_t i) {
-    return std::clamp<int64_t>(dev::attentionKeyEnd(a, i) - j0, 0, nc);
-  };
+  auto visible = [&](int64_t i) { return ruleKeys(a, i, j0, nc); };
   int64_t keys = 0;
   if (!a.bias.data && a.keep.strides[3] == 1) {
     // A boolean mask contiguous along the keys: a row hides the tile when
@@ -420,7 +424,7 @@ TileSeen tileSeen(const dev::AttentionOperands &a, int64_t b, int64_t h,
 class TileMap {
 public:
   TileMap(const dev::AttentionOperands &a, bool spread)
-      : a_(a), kTiles_((a.keyLen + kKeys - 1) / kKeys) {
+      : kTiles_((a.keyLen + kKeys - 1) / kKeys) {
     perHead_ = (a.bias.data && a.bias.strides[1] != 0) ||
                (a.keep.data && a.keep.strides[1] != 0);
     heads_ = perHead_ ? a.queryHeads : 1;
@@ -435,8 +439,8 @@ public:
                       bb = n / (kTiles_ * halves * heads_);
         const int64_t i0 = qb * half, j0 = kt * kKeys;
         fine[size_t(n)] =
-            tileSeen(a_, bb, h, i0, std::min(half, a_.queryLen - i0), j0,
-                     std::min(kKeys, a_.keyLen - j0));
+            tileSeen(a, bb, h, i0, std::min(half, a.queryLen - i0), j0,
+                     std::min(kKeys, a.keyLen - j0));
       }
     });
     // The products' multiply-adds per head dimension in each blocking.
@@ -481,7 +485,6 @@ public:
   }
 
 private:
-  const dev::AttentionOperands &a_;
   int64_t kTiles_, heads_ = 1, rows_ = kRows, qBlocks_ = 0;
   bool perHead_ = false;
   std::vector<TileSeen> seen_;
@@ -504,8 +507,7 @@ void finishScores(const dev::AttentionOperands &a, int64_t b, int64_t h,
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = i0 + r;
     // Keys [j0, j0 + seen) pass the causal rule.
-    const int64_t seen =
-        std::clamp<int64_t>(dev::attentionKeyEnd(a, i) - j0, 0, nc);
+    const int64_t seen = ruleKeys(a, i, j0, nc);
     T *row = s + r * kKeys;
     if (directBias) {
       const T *bias = static_cast<const T *>(a.bias.data) +
@@ -602,8 +604,7 @@ void forwardBlock(const dev::AttentionStep &st, int64_t task, Tiles<T> &w,
       }
       // The keys past the causal rule's end are -inf: their exps are 0 and
       // add 0 to the sum, so the sum of the others is the same.
-      const int64_t seen =
-          std::clamp<int64_t>(dev::attentionKeyEnd(a, i0 + r) - j0, 0, nc);
+      const int64_t seen = ruleKeys(a, i0 + r, j0, nc);
       l[r] += expAndSum(row, seen, mNew);
       std::fill(row + seen, row + nc, T(0));
     }
@@ -669,8 +670,7 @@ void scoreGradTile(const dev::AttentionGradStep &st, int64_t b, int64_t h,
     }
     // The exps of the keys the causal rule lets the row see; the others'
     // -inf give 0.
-    const int64_t seen =
-        std::clamp<int64_t>(dev::attentionKeyEnd(a, i0 + r) - j0, 0, nc);
+    const int64_t seen = ruleKeys(a, i0 + r, j0, nc);
     expShifted(p, seen, double(lse), 1.0, p);
     std::fill(p + seen, p + nc, T(0));
     scoreGradRow(p, ds, nc, delta);
